@@ -1,0 +1,185 @@
+// The `headroom` command (DESIGN.md, "Interfaces"). Exit codes: 0 ok, 1 runtime failure,
+// 2 bad input or usage, 3 infeasible.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "cli/trace_report.h"
+#include "core/atomic_file.h"
+#include "core/chrome_trace.h"
+#include "core/errors.h"
+#include "core/trace.h"
+#include "models/zoo.h"
+#include "profiler/profiler.h"
+
+namespace {
+
+using namespace headroom;
+
+constexpr int kExitOk = 0, kExitFailure = 1, kExitUsage = 2;
+
+// Progress on stderr: one updating line on a terminal, a line per phase change otherwise.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(std::string label) : label_(std::move(label)), tty_(::isatty(STDERR_FILENO) != 0) {}
+
+  void operator()(const profiler::Progress& p) {
+    const std::string key = p.phase + std::to_string(p.batch);
+    if (!tty_ && key == last_key_ && p.step != p.total) return;
+    last_key_ = key;
+    std::fprintf(stderr, "%sprofiling %s  batch %-5lld %-8s [%3d/%3d]%s", tty_ ? "\r" : "", label_.c_str(),
+                 static_cast<long long>(p.batch), p.phase.c_str(), p.step, p.total, tty_ ? "" : "\n");
+    if (tty_ && p.step == p.total) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string label_;
+  bool tty_;
+  std::string last_key_;
+};
+
+std::map<std::string, std::string> parse_settings(const std::vector<std::string>& items) {
+  std::map<std::string, std::string> settings;
+  for (const auto& item : items) {
+    auto [key, value] = models::parse_setting(item);
+    settings[key] = value;
+  }
+  return settings;
+}
+
+void print_models() {
+  for (const auto& entry : models::zoo()) {
+    std::cout << entry.name << "  " << entry.description << "\n";
+    for (const auto& key : entry.keys) {
+      std::string value = key.default_value.empty() ? "(from preset)" : key.default_value;
+      std::printf("    %-10s %-14s %s\n", key.name.c_str(), value.c_str(), key.help.c_str());
+    }
+    if (!entry.presets.empty()) {
+      std::cout << "    presets:";
+      for (const auto& preset : entry.presets) {
+        std::cout << " " << preset.name << "(";
+        bool first = true;
+        for (const auto& [k, v] : preset.values) {
+          std::cout << (first ? "" : ",") << k << "=" << v;
+          first = false;
+        }
+        std::cout << ")";
+      }
+      std::cout << "\n";
+    }
+    std::cout << "\n";
+  }
+}
+
+struct ProfileArgs {
+  std::string model;
+  std::vector<std::string> settings;
+  profiler::ProfileOptions options;
+  std::string output;
+  std::string chrome;
+};
+
+core::Trace run_profile(const ProfileArgs& args) {
+  models::Model model = models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed);
+  profiler::ProfileOptions options = args.options;
+  ProgressPrinter printer(args.model);
+  options.on_progress = [&printer](const profiler::Progress& p) { printer(p); };
+  return profiler::profile(model, options);
+}
+
+void print_trace_summary(const core::Trace& trace) {
+  std::cout << trace.model.name << " on " << trace.device.name << ", optimizer " << trace.optimizer.name
+            << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads << " threads\n\n"
+            << cli::render_layer_table(trace) << "\n"
+            << cli::render_step_table(trace);
+}
+
+void add_profile_options(CLI::App& command, ProfileArgs& args) {
+  command.add_option("--set", args.settings, "model size setting key=value (see `headroom models`)");
+  command.add_option("--device", args.options.device, "device to profile on")->check(CLI::IsMember({"cpu", "cuda"}));
+  command.add_option("--batch-sizes", args.options.batch_sizes, "micro-batch sizes to sample, ascending")
+      ->delimiter(',');
+  command.add_option("--optimizer", args.options.optimizer, "optimizer whose state and step are measured")
+      ->check(CLI::IsMember({"sgd", "adam"}));
+  command.add_option("--warmup", args.options.warmup_steps, "unmeasured steps per batch size");
+  command.add_option("--repeats", args.options.repeats, "measured steps per batch size (medians are kept)");
+  command.add_option("--seed", args.options.seed, "seed for parameters and batches");
+  command.add_option("--threads", args.options.threads, "intra-op CPU threads (0: every core)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"headroom: plan and run neural-network training beyond the memory limit"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", HEADROOM_VERSION);
+
+  app.add_subcommand("models", "list the zoo models and their size settings");
+
+  ProfileArgs profile_args;
+  auto* profile = app.add_subcommand("profile", "measure a model's per-layer memory and time into a trace");
+  profile->add_option("--model", profile_args.model, "zoo model name")->required();
+  add_profile_options(*profile, profile_args);
+  profile->add_option("-o,--output", profile_args.output, "trace file to write")->required();
+  profile->add_option("--chrome", profile_args.chrome,
+                      "also write the largest batch's profiled step as a Chrome trace (opens in Perfetto)");
+
+  ProfileArgs demo_args;
+  demo_args.model = "bert";
+  demo_args.settings = {"preset=tiny"};
+  auto* demo = app.add_subcommand("demo", "profile the default small model (bert tiny) on the CPU and show it");
+  demo->add_option("-o,--output", demo_args.output, "also write the trace here");
+
+  // CLI11 would report an unknown command as a missing one; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string commands;
+    bool known = false;
+    for (const auto* sub : app.get_subcommands({})) {
+      known |= sub->get_name() == argv[1];
+      commands += (commands.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::cerr << "headroom: unknown command '" << argv[1] << "' (commands: " << commands << ")\n";
+      return kExitUsage;
+    }
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "headroom: " << e.what() << " (see headroom --help)\n";
+    return kExitUsage;
+  }
+
+  try {
+    if (app.got_subcommand("models")) {
+      print_models();
+    } else if (app.got_subcommand(profile) || app.got_subcommand(demo)) {
+      const ProfileArgs& args = app.got_subcommand(profile) ? profile_args : demo_args;
+      const core::Trace trace = run_profile(args);
+      if (!args.output.empty()) core::write_trace_file(args.output, trace);
+      if (!args.chrome.empty()) {
+        core::write_file_atomically(args.chrome, core::profile_step_timeline(trace, trace.batch_sizes.back()).dump() + "\n");
+      }
+      print_trace_summary(trace);
+      if (!args.output.empty()) std::cout << "\ntrace written to " << args.output << "\n";
+    }
+    return kExitOk;
+  } catch (const core::InputError& e) {
+    std::cerr << "headroom: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "headroom: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}

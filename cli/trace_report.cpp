@@ -1,0 +1,73 @@
+#include "cli/trace_report.h"
+
+#include <cstdio>
+
+#include "cli/text_table.h"
+#include "core/affine_fit.h"
+#include "core/units.h"
+
+namespace headroom::cli {
+
+namespace {
+
+std::string ms(std::int64_t ns) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.3f", static_cast<double>(ns) / 1e6);
+  return buffer;
+}
+
+std::string bytes_or_dash(double bytes) {
+  return bytes < 0.5 ? "-" : core::format_bytes(static_cast<std::int64_t>(bytes + 0.5));
+}
+
+}  // namespace
+
+std::string render_layer_table(const core::Trace& trace) {
+  using Align = TextTable::Align;
+  const std::size_t last = trace.batch_sizes.size() - 1;
+  const std::string at_b = "@" + std::to_string(trace.batch_sizes[last]);
+  TextTable table({{"#"},
+                   {"layer", Align::Left},
+                   {"kind", Align::Left},
+                   {"params"},
+                   {"kept/sample"},
+                   {"kept" + at_b},
+                   {"fwd ms" + at_b},
+                   {"bwd ms" + at_b}});
+  std::int64_t params = 0, kept = 0, fwd = 0, bwd = 0;
+  double kept_per_sample = 0;
+  for (const auto& layer : trace.layers) {
+    std::vector<std::int64_t> kept_bytes;
+    for (const auto& s : layer.samples) kept_bytes.push_back(s.kept_bytes);
+    const auto fit = core::fit_affine(trace.batch_sizes, kept_bytes);
+    const auto& s = layer.samples[last];
+    table.add_row({std::to_string(layer.id), layer.name, layer.kind, bytes_or_dash(static_cast<double>(layer.param_bytes)),
+                   bytes_or_dash(fit.slope), bytes_or_dash(static_cast<double>(s.kept_bytes)), ms(s.fwd_ns),
+                   ms(s.bwd_ns)});
+    params += layer.param_bytes;
+    kept += s.kept_bytes;
+    kept_per_sample += fit.slope;
+    fwd += s.fwd_ns;
+    bwd += s.bwd_ns;
+  }
+  table.add_rule();
+  table.add_row({"", "total", "", bytes_or_dash(static_cast<double>(params)), bytes_or_dash(kept_per_sample),
+                 bytes_or_dash(static_cast<double>(kept)), ms(fwd), ms(bwd)});
+  return table.render();
+}
+
+std::string render_step_table(const core::Trace& trace) {
+  TextTable table({{"batch"}, {"step ms"}, {"plain ms"}, {"overhead"}, {"optimizer ms"}, {"peak"}, {"static"}, {"samples/s"}});
+  for (const auto& s : trace.steps) {
+    char overhead[32], rate[32];
+    std::snprintf(overhead, sizeof overhead, "%.2fx",
+                  s.plain_step_ns > 0 ? static_cast<double>(s.step_ns) / static_cast<double>(s.plain_step_ns) : 0.0);
+    std::snprintf(rate, sizeof rate, "%.1f",
+                  s.plain_step_ns > 0 ? static_cast<double>(s.batch) * 1e9 / static_cast<double>(s.plain_step_ns) : 0.0);
+    table.add_row({std::to_string(s.batch), ms(s.step_ns), ms(s.plain_step_ns), overhead, ms(s.optimizer_ns),
+                   core::format_bytes(s.peak_bytes), core::format_bytes(s.static_bytes), rate});
+  }
+  return table.render();
+}
+
+}  // namespace headroom::cli

@@ -1,0 +1,17 @@
+#pragma once
+// What `headroom profile` prints: the per-layer table and the per-batch step summary.
+#include <string>
+
+#include "core/trace.h"
+
+namespace headroom::cli {
+
+// One row per layer: params, kept bytes per sample (the slope of an affine fit over the sampled
+// batch sizes), kept bytes and forward/backward time at the largest sampled batch.
+std::string render_layer_table(const core::Trace& trace);
+
+// One row per sampled batch: profiled and plain step time, profiler overhead, optimizer time,
+// measured peak and the static part of it.
+std::string render_step_table(const core::Trace& trace);
+
+}  // namespace headroom::cli

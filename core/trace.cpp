@@ -1,0 +1,278 @@
+#include "core/trace.h"
+
+#include <algorithm>
+
+#include "core/atomic_file.h"
+#include "core/errors.h"
+#include "core/json_reader.h"
+
+namespace headroom::core {
+
+std::int64_t Trace::param_bytes() const {
+  std::int64_t total = 0;
+  for (const auto& layer : layers) total += layer.param_bytes;
+  return total;
+}
+
+int Trace::batch_index(std::int64_t batch) const {
+  const auto it = std::find(batch_sizes.begin(), batch_sizes.end(), batch);
+  return it == batch_sizes.end() ? -1 : static_cast<int>(it - batch_sizes.begin());
+}
+
+namespace {
+
+// Config values are kept as text; write the ones that are numbers as JSON numbers so scripts can
+// read them as such.
+nlohmann::json config_value_to_json(const std::string& text) {
+  if (!text.empty()) {
+    std::size_t used = 0;
+    try {
+      const long long i = std::stoll(text, &used);
+      if (used == text.size()) return i;
+      const double d = std::stod(text, &used);
+      if (used == text.size()) return d;
+    } catch (const std::exception&) {
+    }
+  }
+  return text;
+}
+
+std::string config_value_from_json(const JsonNode& node) {
+  const auto& v = node.raw();
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer()) return std::to_string(v.get<long long>());
+  if (v.is_number_float()) return v.dump();
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  node.fail("expected a string or number, got " + json_type_name(v));
+}
+
+}  // namespace
+
+nlohmann::json to_json(const Trace& trace) {
+  nlohmann::json config = nlohmann::json::object();
+  for (const auto& [k, v] : trace.model.config) config[k] = config_value_to_json(v);
+
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& layer : trace.layers) {
+    nlohmann::json samples = nlohmann::json::array();
+    for (const auto& s : layer.samples) {
+      samples.push_back({{"batch", s.batch},
+                         {"fwd_ns", s.fwd_ns},
+                         {"bwd_ns", s.bwd_ns},
+                         {"kept_bytes", s.kept_bytes},
+                         {"output_bytes", s.output_bytes},
+                         {"fwd_transient_bytes", s.fwd_transient_bytes},
+                         {"bwd_transient_bytes", s.bwd_transient_bytes}});
+    }
+    layers.push_back({{"id", layer.id},
+                      {"name", layer.name},
+                      {"kind", layer.kind},
+                      {"block", layer.block},
+                      {"inputs", layer.inputs},
+                      {"saves_inputs", layer.saves_inputs},
+                      {"param_bytes", layer.param_bytes},
+                      {"samples", std::move(samples)}});
+  }
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& s : trace.steps) {
+    steps.push_back({{"batch", s.batch},
+                     {"step_ns", s.step_ns},
+                     {"plain_step_ns", s.plain_step_ns},
+                     {"optimizer_ns", s.optimizer_ns},
+                     {"peak_bytes", s.peak_bytes},
+                     {"static_bytes", s.static_bytes},
+                     {"input_bytes", s.input_bytes}});
+  }
+  return {
+      {"schema", kTraceSchema},
+      {"model", {{"name", trace.model.name}, {"config", std::move(config)}}},
+      {"device",
+       {{"kind", trace.device.kind},
+        {"name", trace.device.name},
+        {"total_memory_bytes", trace.device.total_memory_bytes}}},
+      {"framework", trace.framework},
+      {"optimizer",
+       {{"name", trace.optimizer.name},
+        {"state_bytes", trace.optimizer.state_bytes},
+        {"state_bytes_per_param", trace.optimizer.state_bytes_per_param}}},
+      {"profile",
+       {{"warmup_steps", trace.profile.warmup_steps},
+        {"repeats", trace.profile.repeats},
+        {"seed", trace.profile.seed},
+        {"threads", trace.profile.threads},
+        {"recorded_at", trace.profile.recorded_at}}},
+      {"batch_sizes", trace.batch_sizes},
+      {"layers", std::move(layers)},
+      {"steps", std::move(steps)},
+  };
+}
+
+namespace {
+
+int as_count(const JsonNode& node, std::int64_t max = 1 << 30) {
+  const std::int64_t v = node.as_non_negative_int();
+  if (v > max) node.fail("value " + std::to_string(v) + " is out of range");
+  return static_cast<int>(v);
+}
+
+LayerSample read_sample(const JsonNode& node) {
+  node.expect_object();
+  LayerSample s;
+  s.batch = node.at("batch").as_non_negative_int();
+  if (s.batch == 0) node.at("batch").fail("expected a positive batch size, got 0");
+  s.fwd_ns = node.at("fwd_ns").as_non_negative_int();
+  s.bwd_ns = node.at("bwd_ns").as_non_negative_int();
+  s.kept_bytes = node.at("kept_bytes").as_non_negative_int();
+  s.output_bytes = node.at("output_bytes").as_non_negative_int();
+  s.fwd_transient_bytes = node.at("fwd_transient_bytes").as_non_negative_int();
+  s.bwd_transient_bytes = node.at("bwd_transient_bytes").as_non_negative_int();
+  return s;
+}
+
+StepSample read_step(const JsonNode& node) {
+  node.expect_object();
+  StepSample s;
+  s.batch = node.at("batch").as_non_negative_int();
+  s.step_ns = node.at("step_ns").as_non_negative_int();
+  s.plain_step_ns = node.at("plain_step_ns").as_non_negative_int();
+  s.optimizer_ns = node.at("optimizer_ns").as_non_negative_int();
+  s.peak_bytes = node.at("peak_bytes").as_non_negative_int();
+  s.static_bytes = node.at("static_bytes").as_non_negative_int();
+  s.input_bytes = node.at("input_bytes").as_non_negative_int();
+  return s;
+}
+
+LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector<std::int64_t>& batches) {
+  node.expect_object();
+  LayerProfile layer;
+  layer.id = static_cast<int>(node.at("id").as_int());
+  if (layer.id != expected_id) {
+    node.at("id").fail("expected " + std::to_string(expected_id) + " (ids are the layer's position), got " +
+                       std::to_string(layer.id));
+  }
+  layer.name = node.at("name").as_string();
+  if (layer.name.empty()) node.at("name").fail("expected a non-empty name");
+  layer.kind = node.at("kind").as_string();
+  if (layer.kind.empty()) node.at("kind").fail("expected a non-empty kind");
+  const auto block = node.at("block");
+  layer.block = static_cast<int>(block.as_int());
+  if (layer.block < -1) block.fail("expected -1 (no block) or a block index");
+  for (const auto& input : node.at("inputs").elements()) {
+    const std::int64_t id = input.as_int();
+    if (id != kModelInput && id != kTargetInput && (id < 0 || id >= expected_id)) {
+      input.fail("input " + std::to_string(id) + " is not an earlier layer, -1 (model input) or -2 (target)");
+    }
+    layer.inputs.push_back(static_cast<int>(id));
+  }
+  for (const auto& saved : node.at("saves_inputs").elements()) layer.saves_inputs.push_back(saved.as_bool());
+  if (layer.saves_inputs.size() != layer.inputs.size()) {
+    node.at("saves_inputs").fail("expected one entry per input (" + std::to_string(layer.inputs.size()) + "), got " +
+                                 std::to_string(layer.saves_inputs.size()));
+  }
+  layer.param_bytes = node.at("param_bytes").as_non_negative_int();
+  const auto samples = node.at("samples");
+  for (const auto& sample : samples.elements()) layer.samples.push_back(read_sample(sample));
+  if (layer.samples.size() != batches.size()) {
+    samples.fail("expected one sample per batch size (" + std::to_string(batches.size()) + "), got " +
+                 std::to_string(layer.samples.size()));
+  }
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    if (layer.samples[i].batch != batches[i]) {
+      samples.elements()[i].at("batch").fail("expected " + std::to_string(batches[i]) + " (batch_sizes order), got " +
+                                             std::to_string(layer.samples[i].batch));
+    }
+  }
+  return layer;
+}
+
+}  // namespace
+
+Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
+  try {
+    const JsonNode root(document, "$");
+    expect_schema(root, kTraceSchema);
+    Trace trace;
+
+    const auto model = root.at("model");
+    trace.model.name = model.at("name").as_string();
+    if (trace.model.name.empty()) model.at("name").fail("expected a non-empty model name");
+    const auto config = model.at("config");
+    config.expect_object();
+    for (const auto& [key, value] : config.raw().items()) {
+      trace.model.config[key] = config_value_from_json(JsonNode(value, config.path() + "." + key));
+    }
+
+    const auto device = root.at("device");
+    trace.device.kind = device.at("kind").as_string();
+    if (trace.device.kind != "cpu" && trace.device.kind != "cuda") {
+      device.at("kind").fail("expected \"cpu\" or \"cuda\", got \"" + trace.device.kind + "\"");
+    }
+    trace.device.name = device.at("name").as_string();
+    trace.device.total_memory_bytes = device.at("total_memory_bytes").as_non_negative_int();
+
+    const auto framework = root.at("framework");
+    framework.expect_object();
+    for (const auto& [key, value] : framework.raw().items()) {
+      trace.framework[key] = JsonNode(value, framework.path() + "." + key).as_string();
+    }
+
+    const auto optimizer = root.at("optimizer");
+    trace.optimizer.name = optimizer.at("name").as_string();
+    trace.optimizer.state_bytes = optimizer.at("state_bytes").as_non_negative_int();
+    trace.optimizer.state_bytes_per_param = optimizer.at("state_bytes_per_param").as_double();
+    if (trace.optimizer.state_bytes_per_param < 0) {
+      optimizer.at("state_bytes_per_param").fail("expected a non-negative number");
+    }
+
+    const auto profile = root.at("profile");
+    trace.profile.warmup_steps = as_count(profile.at("warmup_steps"));
+    trace.profile.repeats = as_count(profile.at("repeats"));
+    trace.profile.seed = static_cast<std::uint64_t>(profile.at("seed").as_non_negative_int());
+    trace.profile.threads = as_count(profile.at("threads"));
+    trace.profile.recorded_at = profile.at("recorded_at").as_string();
+
+    const auto batch_sizes = root.at("batch_sizes");
+    for (const auto& b : batch_sizes.elements()) {
+      const std::int64_t v = b.as_non_negative_int();
+      if (v == 0) b.fail("expected a positive batch size, got 0");
+      if (!trace.batch_sizes.empty() && v <= trace.batch_sizes.back()) {
+        b.fail("batch sizes must be strictly ascending");
+      }
+      trace.batch_sizes.push_back(v);
+    }
+    if (trace.batch_sizes.empty()) batch_sizes.fail("expected at least one batch size");
+
+    const auto layers = root.at("layers").elements();
+    if (layers.empty()) root.at("layers").fail("expected at least one layer");
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      trace.layers.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes));
+    }
+
+    const auto steps = root.at("steps");
+    for (const auto& step : steps.elements()) trace.steps.push_back(read_step(step));
+    if (trace.steps.size() != trace.batch_sizes.size()) {
+      steps.fail("expected one step per batch size (" + std::to_string(trace.batch_sizes.size()) + "), got " +
+                 std::to_string(trace.steps.size()));
+    }
+    for (std::size_t i = 0; i < trace.steps.size(); ++i) {
+      if (trace.steps[i].batch != trace.batch_sizes[i]) {
+        steps.elements()[i].at("batch").fail("expected " + std::to_string(trace.batch_sizes[i]) +
+                                             " (batch_sizes order)");
+      }
+    }
+    return trace;
+  } catch (const InputError& e) {
+    throw InputError(std::string(source) + ": " + e.what());
+  }
+}
+
+Trace read_trace_file(const std::filesystem::path& path) {
+  const std::string text = read_file(path);
+  return trace_from_json(parse_json(text, path.string()), path.string());
+}
+
+void write_trace_file(const std::filesystem::path& path, const Trace& trace) {
+  write_file_atomically(path, to_json(trace).dump(1) + "\n");
+}
+
+}  // namespace headroom::core

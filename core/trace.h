@@ -1,0 +1,117 @@
+#pragma once
+// The trace: what the profiler measured about one model on one device (schema headroom.trace/1).
+// Plain value types; reading validates everything and names the JSON path of the first problem.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace headroom::core {
+
+inline constexpr std::string_view kTraceSchema = "headroom.trace/1";
+
+// Special values in LayerProfile::inputs (everything else is an earlier layer's id).
+inline constexpr int kModelInput = -1;  // the batch's input tensor
+inline constexpr int kTargetInput = -2;  // the batch's target tensor (read by the loss layer)
+
+// What one layer did at one micro-batch size. Times are medians over the profiled repeats.
+struct LayerSample {
+  std::int64_t batch = 0;
+  std::int64_t fwd_ns = 0;
+  std::int64_t bwd_ns = 0;
+  // Bytes the layer allocated in forward that are still allocated when the forward pass ends
+  // (saved for backward, by this layer or a consumer). Each allocation counts at its producer.
+  std::int64_t kept_bytes = 0;
+  // Bytes of the layer's output storage.
+  std::int64_t output_bytes = 0;
+  // Highest allocated amount during the layer's forward (backward) above the amount at its start.
+  std::int64_t fwd_transient_bytes = 0;
+  std::int64_t bwd_transient_bytes = 0;
+
+  bool operator==(const LayerSample&) const = default;
+};
+
+struct LayerProfile {
+  int id = 0;
+  std::string name;
+  std::string kind;      // linear, gelu, layernorm, attention, batchnorm, loss, ...
+  int block = -1;        // the block (encoder layer, residual block) it belongs to; -1 for none
+  std::vector<int> inputs;          // earlier layer ids, kModelInput or kTargetInput
+  std::vector<bool> saves_inputs;   // per input: does the layer keep it for backward
+  std::int64_t param_bytes = 0;
+  std::vector<LayerSample> samples;  // one per Trace::batch_sizes entry, in that order
+
+  bool operator==(const LayerProfile&) const = default;
+};
+
+// One whole training step at one micro-batch size.
+struct StepSample {
+  std::int64_t batch = 0;
+  std::int64_t step_ns = 0;        // profiled step (forward, backward, optimizer), median
+  std::int64_t plain_step_ns = 0;  // the same step without the profiler's hooks, median
+  std::int64_t optimizer_ns = 0;   // optimizer step, median
+  std::int64_t peak_bytes = 0;     // highest allocated amount during the step
+  std::int64_t static_bytes = 0;   // parameters + gradients + optimizer state
+  std::int64_t input_bytes = 0;    // the batch (input and target tensors)
+
+  bool operator==(const StepSample&) const = default;
+};
+
+struct ModelInfo {
+  std::string name;
+  std::map<std::string, std::string> config;  // every key the model was built with, as text
+  bool operator==(const ModelInfo&) const = default;
+};
+
+struct DeviceInfo {
+  std::string kind;  // "cpu" or "cuda"
+  std::string name;
+  std::int64_t total_memory_bytes = 0;
+  bool operator==(const DeviceInfo&) const = default;
+};
+
+struct OptimizerInfo {
+  std::string name;                 // "sgd" or "adam"
+  std::int64_t state_bytes = 0;     // measured after the first step
+  double state_bytes_per_param = 0; // state bytes per parameter element
+  bool operator==(const OptimizerInfo&) const = default;
+};
+
+struct ProfileSettings {
+  int warmup_steps = 0;
+  int repeats = 0;
+  std::uint64_t seed = 0;
+  int threads = 0;
+  std::string recorded_at;  // ISO 8601 UTC
+  bool operator==(const ProfileSettings&) const = default;
+};
+
+struct Trace {
+  ModelInfo model;
+  DeviceInfo device;
+  std::map<std::string, std::string> framework;  // "torch", "headroom" versions
+  OptimizerInfo optimizer;
+  ProfileSettings profile;
+  std::vector<std::int64_t> batch_sizes;  // ascending
+  std::vector<LayerProfile> layers;       // in execution order, id == index
+  std::vector<StepSample> steps;          // one per batch size, in that order
+
+  bool operator==(const Trace&) const = default;
+
+  std::int64_t param_bytes() const;
+  // Index of `batch` in batch_sizes, or -1.
+  int batch_index(std::int64_t batch) const;
+};
+
+nlohmann::json to_json(const Trace& trace);
+// Validates the whole document; throws InputError "<source>: <json path>: <problem>".
+Trace trace_from_json(const nlohmann::json& document, std::string_view source = "trace");
+
+Trace read_trace_file(const std::filesystem::path& path);
+void write_trace_file(const std::filesystem::path& path, const Trace& trace);
+
+}  // namespace headroom::core

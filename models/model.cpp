@@ -1,0 +1,102 @@
+#include "models/model.h"
+
+#include <algorithm>
+
+#include "core/errors.h"
+
+namespace headroom::models {
+
+std::int64_t Batch::bytes() const {
+  std::int64_t total = 0;
+  for (const auto* t : {&input, &target}) {
+    if (t->defined()) total += static_cast<std::int64_t>(t->numel() * t->element_size());
+  }
+  return total;
+}
+
+Model::Model(std::string name, Config config)
+    : name_(std::move(name)), config_(std::move(config)), root_(std::make_shared<torch::nn::Module>("Model")) {}
+
+std::string Model::sanitize(const std::string& name) {
+  // torch::nn::Module forbids dots in child names; layer names use them for hierarchy.
+  std::string out = name;
+  std::replace(out.begin(), out.end(), '.', '_');
+  return out;
+}
+
+int Model::add_layer(Layer layer) {
+  const int id = static_cast<int>(layers_.size());
+  for (const int input : layer.inputs) {
+    if (input != kModelInput && input != kTargetInput && (input < 0 || input >= id)) {
+      throw std::invalid_argument("layer " + layer.name + " reads layer " + std::to_string(input) +
+                                  ", which is not an earlier layer");
+    }
+  }
+  if (!layer.forward) throw std::invalid_argument("layer " + layer.name + " has no forward function");
+  last_readers_.push_back(id);
+  for (const int input : layer.inputs) {
+    if (input >= 0) last_readers_[static_cast<std::size_t>(input)] = id;
+  }
+  layers_.push_back(std::move(layer));
+  return id;
+}
+
+int Model::block_count() const {
+  int blocks = 0;
+  for (const auto& layer : layers_) blocks = std::max(blocks, layer.block + 1);
+  return blocks;
+}
+
+std::int64_t Model::parameter_bytes() const {
+  std::int64_t total = 0;
+  for (const auto& p : parameters()) total += static_cast<std::int64_t>(p.numel() * p.element_size());
+  return total;
+}
+
+void Model::set_training(bool training) {
+  context_.training = training;
+  root_->train(training);
+}
+
+Batch Model::make_batch(std::int64_t batch_size, std::uint64_t seed) const {
+  if (!batch_generator_) throw std::logic_error("model " + name_ + " has no batch generator");
+  if (batch_size <= 0) throw core::InputError("batch size must be positive, got " + std::to_string(batch_size));
+  return batch_generator_(batch_size, seed);
+}
+
+std::vector<torch::Tensor> gather_inputs(const Layer& layer, const Batch& batch,
+                                         const std::vector<torch::Tensor>& outputs) {
+  std::vector<torch::Tensor> inputs;
+  inputs.reserve(layer.inputs.size());
+  for (const int input : layer.inputs) {
+    if (input == kModelInput) inputs.push_back(batch.input);
+    else if (input == kTargetInput) inputs.push_back(batch.target);
+    else inputs.push_back(outputs[static_cast<std::size_t>(input)]);
+  }
+  return inputs;
+}
+
+torch::Tensor Model::forward(const Batch& batch, LayerObserver* observer) const {
+  if (layers_.empty()) throw std::logic_error("model " + name_ + " has no layers");
+  std::vector<torch::Tensor> outputs(layers_.size());
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& layer = layers_[i];
+    torch::Tensor out;
+    {
+      // The gathered inputs must be gone before the next layer runs, or they would keep outputs alive.
+      std::vector<torch::Tensor> inputs = gather_inputs(layer, batch, outputs);
+      if (observer != nullptr) observer->before_layer(static_cast<int>(i));
+      out = layer.forward(inputs, context_);
+    }
+    if (observer != nullptr) observer->after_layer(static_cast<int>(i), out);
+    outputs[i] = std::move(out);
+    for (const int input : layer.inputs) {
+      if (input >= 0 && last_readers_[static_cast<std::size_t>(input)] == static_cast<int>(i)) {
+        outputs[static_cast<std::size_t>(input)] = torch::Tensor();
+      }
+    }
+  }
+  return std::move(outputs.back());
+}
+
+}  // namespace headroom::models

@@ -1,0 +1,102 @@
+#pragma once
+// A model as an ordered list of named layers with declared inputs (skip edges allowed), grouped
+// into blocks. The profiler measures layer by layer, the planner reasons over the same list, and
+// later strategies swap a layer's implementation by name.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/trace.h"
+#include "models/config.h"
+
+namespace headroom::models {
+
+using core::kModelInput;
+using core::kTargetInput;
+
+struct RunContext {
+  bool training = true;  // dropout active, BatchNorm uses batch statistics
+};
+
+using LayerForward = std::function<torch::Tensor(const std::vector<torch::Tensor>& inputs, const RunContext&)>;
+
+struct Layer {
+  std::string name;
+  std::string kind;
+  std::vector<int> inputs;  // earlier layer ids, kModelInput or kTargetInput
+  int block = -1;
+  LayerForward forward;
+  std::vector<torch::Tensor> parameters;  // the layer's own
+};
+
+struct Batch {
+  torch::Tensor input;
+  torch::Tensor target;
+  std::int64_t size() const { return input.size(0); }
+  std::int64_t bytes() const;
+};
+
+using BatchGenerator = std::function<Batch(std::int64_t batch_size, std::uint64_t seed)>;
+
+// Called around each layer's forward; the profiler uses it to attribute memory and time.
+class LayerObserver {
+ public:
+  virtual ~LayerObserver() = default;
+  virtual void before_layer(int /*layer*/) {}
+  virtual void after_layer(int /*layer*/, const torch::Tensor& /*output*/) {}
+};
+
+class Model {
+ public:
+  Model(std::string name, Config config);
+
+  // Registers a module so its parameters belong to the model and follow train()/eval().
+  template <typename ModuleHolder>
+  ModuleHolder register_module(const std::string& name, ModuleHolder module) {
+    return root_->register_module(sanitize(name), std::move(module));
+  }
+
+  // Appends a layer; its inputs must be earlier layers or the batch. Returns its id.
+  int add_layer(Layer layer);
+  void set_batch_generator(BatchGenerator generator) { batch_generator_ = std::move(generator); }
+
+  const std::string& name() const { return name_; }
+  const Config& config() const { return config_; }
+  const std::vector<Layer>& layers() const { return layers_; }
+  int block_count() const;
+
+  std::vector<torch::Tensor> parameters() const { return root_->parameters(); }
+  std::int64_t parameter_bytes() const;
+  void set_training(bool training);
+  RunContext context() const { return context_; }
+
+  // A synthetic batch with a learnable target, deterministic in (batch_size, seed).
+  Batch make_batch(std::int64_t batch_size, std::uint64_t seed) const;
+
+  // Runs the layers in order and returns the last layer's output (the loss). Each layer's output is
+  // released right after its last reader, as an eager framework would.
+  torch::Tensor forward(const Batch& batch, LayerObserver* observer = nullptr) const;
+
+  // For each layer, the id of the last layer that reads its output (its own id if none does).
+  const std::vector<int>& last_readers() const { return last_readers_; }
+
+ private:
+  static std::string sanitize(const std::string& name);
+
+  std::string name_;
+  Config config_;
+  std::shared_ptr<torch::nn::Module> root_;
+  std::vector<Layer> layers_;
+  std::vector<int> last_readers_;
+  BatchGenerator batch_generator_;
+  RunContext context_;
+};
+
+// The tensors a layer reads, gathered from the batch and earlier outputs.
+std::vector<torch::Tensor> gather_inputs(const Layer& layer, const Batch& batch,
+                                         const std::vector<torch::Tensor>& outputs);
+
+}  // namespace headroom::models

@@ -1,0 +1,98 @@
+#include "models/zoo.h"
+
+#include "core/errors.h"
+
+namespace headroom::models {
+
+namespace {
+
+std::vector<Preset> transformer_presets(bool decoder) {
+  // Sizes follow the published BERT miniatures and BERT/GPT-2 base and large; vocab and seq are
+  // keys of their own so a small CPU run can shrink them.
+  if (decoder) {
+    return {{"tiny", {{"layers", "2"}, {"hidden", "128"}, {"heads", "2"}}},
+            {"mini", {{"layers", "4"}, {"hidden", "256"}, {"heads", "4"}}},
+            {"small", {{"layers", "12"}, {"hidden", "768"}, {"heads", "12"}}},
+            {"medium", {{"layers", "24"}, {"hidden", "1024"}, {"heads", "16"}}},
+            {"large", {{"layers", "36"}, {"hidden", "1280"}, {"heads", "20"}}}};
+  }
+  return {{"tiny", {{"layers", "2"}, {"hidden", "128"}, {"heads", "2"}}},
+          {"mini", {{"layers", "4"}, {"hidden", "256"}, {"heads", "4"}}},
+          {"small", {{"layers", "4"}, {"hidden", "512"}, {"heads", "8"}}},
+          {"medium", {{"layers", "8"}, {"hidden", "512"}, {"heads", "8"}}},
+          {"base", {{"layers", "12"}, {"hidden", "768"}, {"heads", "12"}}},
+          {"large", {{"layers", "24"}, {"hidden", "1024"}, {"heads", "16"}}}};
+}
+
+std::vector<ConfigKey> transformer_keys(const std::string& default_preset, const std::string& vocab,
+                                        bool classifier) {
+  std::vector<ConfigKey> keys{
+      {"preset", default_preset, "size preset; the keys below override it"},
+      {"layers", "", "number of blocks"},
+      {"hidden", "", "model width"},
+      {"heads", "", "attention heads (divide hidden)"},
+      {"ffn", "0", "feed-forward width; 0 means 4 x hidden"},
+      {"seq", "128", "sequence length"},
+      {"vocab", vocab, "vocabulary size"},
+      {"dropout", "0.1", "dropout probability"},
+  };
+  if (classifier) keys.push_back({"classes", "2", "output classes"});
+  return keys;
+}
+
+std::vector<ZooEntry> make_zoo() {
+  return {
+      {"mlp",
+       "multilayer perceptron (linear + GELU blocks); target: the argmax of a fixed random teacher",
+       {{"input", "256", "input features"},
+        {"hidden", "512", "hidden width"},
+        {"depth", "4", "number of linear + GELU blocks"},
+        {"classes", "10", "output classes"}},
+       {},
+       &build_mlp},
+      {"cnn",
+       "ResNet-style CNN (conv, BatchNorm, ReLU, residual skips); target: class of a noisy class template",
+       {{"image", "28", "image height and width"},
+        {"channels", "1", "input channels"},
+        {"width", "16", "channels of the first stage (doubling per stage)"},
+        {"stages", "3", "number of stages (each after the first halves the resolution)"},
+        {"blocks", "1", "residual blocks per stage"},
+        {"classes", "10", "output classes"}},
+       {},
+       &build_cnn},
+      {"bert",
+       "Transformer encoder (post-LN BERT) with sequence classification; target: first token mod classes",
+       transformer_keys("mini", "30522", true),
+       transformer_presets(false),
+       &build_bert},
+      {"gpt",
+       "Transformer decoder (pre-LN GPT) with causal attention; target: the next token of arithmetic sequences",
+       transformer_keys("tiny", "8192", false),
+       transformer_presets(true),
+       &build_gpt},
+  };
+}
+
+}  // namespace
+
+const std::vector<ZooEntry>& zoo() {
+  static const std::vector<ZooEntry> entries = make_zoo();
+  return entries;
+}
+
+const ZooEntry& find_zoo_entry(const std::string& name) {
+  std::string known;
+  for (const auto& entry : zoo()) {
+    if (entry.name == name) return entry;
+    known += (known.empty() ? "" : ", ") + entry.name;
+  }
+  throw core::InputError("unknown model '" + name + "' (known: " + known + ")");
+}
+
+Model build_zoo_model(const std::string& name, const std::map<std::string, std::string>& overrides,
+                      std::uint64_t seed) {
+  const ZooEntry& entry = find_zoo_entry(name);
+  return entry.build(resolve_config(entry.name, entry.keys, entry.presets, overrides), seed);
+}
+
+}  // namespace headroom::models

@@ -1,0 +1,76 @@
+#pragma once
+// Runs a model at several micro-batch sizes and records, per layer, forward and backward time and
+// the memory it keeps for backward, outputs and needs transiently (DESIGN.md, "The numbers that
+// matter"). Forward work is attributed by running layer by layer; backward work by the autograd
+// sequence numbers that a forward op shares with its backward node.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/trace.h"
+#include "models/model.h"
+#include "profiler/memory_recorder.h"
+
+namespace headroom::profiler {
+
+struct Progress {
+  std::string phase;  // "inputs", "warmup", "plain", "profile"
+  std::int64_t batch = 0;
+  int step = 0;   // steps done overall
+  int total = 0;  // steps overall
+};
+
+struct ProfileOptions {
+  std::vector<std::int64_t> batch_sizes{1, 2, 4, 8};
+  std::string optimizer = "adam";  // "sgd" (momentum 0.9) or "adam"
+  std::string device = "cpu";
+  int warmup_steps = 1;  // at least 1: the first step allocates the optimizer's state
+  int repeats = 3;       // timed steps per batch size, with and without the profiler's hooks
+  std::uint64_t seed = 0;
+  int threads = 0;  // intra-op threads; 0 uses every core (libtorch's own default may be 1)
+  std::function<void(const Progress&)> on_progress;
+};
+
+struct LayerMeasurement {
+  std::int64_t fwd_ns = 0;
+  std::int64_t bwd_ns = 0;
+  std::int64_t kept_bytes = 0;
+  std::int64_t output_bytes = 0;
+  std::int64_t fwd_transient_bytes = 0;
+  std::int64_t bwd_transient_bytes = 0;
+};
+
+// One profiled training step. Byte counts are the recorder's (allocated since recording began).
+struct StepMeasurement {
+  std::vector<LayerMeasurement> layers;
+  std::int64_t forward_ns = 0;
+  std::int64_t backward_ns = 0;
+  std::int64_t optimizer_ns = 0;
+  std::int64_t step_ns = 0;  // forward + backward + optimizer, one clock
+  std::int64_t allocated_at_step_start = 0;
+  std::int64_t allocated_at_forward_end = 0;
+  std::int64_t peak_allocated = 0;
+};
+
+// One training step (forward, backward, and an optimizer step if `optimizer` is given) measured
+// layer by layer. `recorder` must be installed (ScopedMemoryRecording) on this thread.
+StepMeasurement profile_step(const models::Model& model, const models::Batch& batch, MemoryRecorder& recorder,
+                             torch::optim::Optimizer* optimizer);
+
+// For each layer and each of its inputs: does the layer keep that input for backward? Measured by
+// running each layer on fresh copies of its inputs and seeing which copies its autograd graph holds.
+std::vector<std::vector<bool>> detect_saved_inputs(const models::Model& model, const models::Batch& batch);
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
+                                                        const std::vector<torch::Tensor>& parameters);
+// Bytes of the optimizer's state tensors (momentum, Adam moments).
+std::int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer);
+
+// Profiles `model` (training mode) into a trace. Throws InputError for bad options.
+core::Trace profile(models::Model& model, const ProfileOptions& options);
+
+}  // namespace headroom::profiler

@@ -1,0 +1,94 @@
+// Runs the `headroom` binary as a user would and checks exit codes, error lines and outputs.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/atomic_file.h"
+#include "core/json_reader.h"
+#include "core/trace.h"
+
+namespace headroom {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CommandResult {
+  int exit_code;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+CommandResult run(const std::string& args) {
+  const fs::path err_file = fs::temp_directory_path() / "headroom_cli_test.stderr";
+  const std::string command = std::string(HEADROOM_BINARY) + " " + args + " 2>" + err_file.string();
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) throw std::runtime_error("popen failed");
+  std::string out;
+  std::array<char, 4096> buffer{};
+  while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) out.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, core::read_file(err_file)};
+}
+
+// One line naming the problem.
+void expect_one_line_error(const CommandResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+const std::string kSmallMlp = "--model mlp --set input=16 --set hidden=32 --set depth=2 --batch-sizes 1,2 --repeats 1";
+
+TEST(Cli, UsageErrorsExitWithTwo) {
+  expect_one_line_error(run(""), "A subcommand is required");
+  expect_one_line_error(run("frobnicate"), "unknown command 'frobnicate'");
+  expect_one_line_error(run("profile --model mlp"), "--output");
+  expect_one_line_error(run("profile --model mlp --optimizer lamb -o x.json"), "lamb");
+}
+
+TEST(Cli, BadProfileInputsExitWithTwoAndWriteNothing) {
+  const fs::path out = fs::temp_directory_path() / "headroom_cli_never.json";
+  fs::remove(out);
+  const std::string o = " -o " + out.string();
+  expect_one_line_error(run("profile --model resnet" + o), "unknown model 'resnet'");
+  expect_one_line_error(run("profile --model mlp --set depth=abc" + o), "key 'depth'");
+  expect_one_line_error(run("profile --model mlp --set depth" + o), "key=value");
+  expect_one_line_error(run("profile --model mlp --batch-sizes 4,2" + o), "ascending");
+  expect_one_line_error(run("profile --model mlp --device cuda" + o), "--device cuda");
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(Cli, ProfileWritesAValidTraceAndChromeTimeline) {
+  const fs::path dir = fs::temp_directory_path() / "headroom_cli_profile";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const CommandResult r = run("profile " + kSmallMlp + " -o " + (dir / "t.json").string() + " --chrome " +
+                    (dir / "c.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const core::Trace trace = core::read_trace_file(dir / "t.json");
+  EXPECT_EQ(trace.model.name, "mlp");
+  EXPECT_EQ(trace.batch_sizes, (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(trace.model.config.at("depth"), "2");
+  const auto chrome = core::parse_json(core::read_file(dir / "c.json"), "c.json");
+  EXPECT_GT(chrome["traceEvents"].size(), 2 * trace.layers.size());
+  // The table a person reads: every layer by name, and the step summary.
+  for (const auto& layer : trace.layers) EXPECT_NE(r.out.find(layer.name), std::string::npos) << layer.name;
+  EXPECT_NE(r.out.find("overhead"), std::string::npos);
+  // Progress went to stderr.
+  EXPECT_NE(r.err.find("profiling mlp"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Cli, ModelsListsTheZoo) {
+  const CommandResult r = run("models");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* name : {"mlp", "cnn", "bert", "gpt", "preset", "large"}) {
+    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+  }
+}
+
+}  // namespace
+}  // namespace headroom

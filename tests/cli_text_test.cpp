@@ -1,0 +1,40 @@
+#include <gtest/gtest.h>
+
+#include "cli/text_table.h"
+#include "cli/trace_report.h"
+#include "trace_fixture.h"
+
+namespace headroom {
+namespace {
+
+TEST(TextTable, AlignsColumns) {
+  cli::TextTable table({{"name", cli::TextTable::Align::Left}, {"bytes"}});
+  table.add_row({"fc", "1.00 KiB"});
+  table.add_row({"attention", "12 B"});
+  table.add_rule();
+  table.add_row({"total", "1.01 KiB"});
+  EXPECT_EQ(table.render(),
+            "name          bytes\n"
+            "-------------------\n"
+            "fc         1.00 KiB\n"
+            "attention      12 B\n"
+            "-------------------\n"
+            "total      1.01 KiB\n");
+}
+
+TEST(TraceReport, LayerTableShowsPerSampleKeptBytesFromTheFit) {
+  const std::string table = cli::render_layer_table(testing::make_small_trace());
+  // fc keeps 32 bytes per sample (32 at batch 1, 64 at batch 2); totals: 68 per sample, 136 at batch 2.
+  EXPECT_NE(table.find("0  fc     linear   400 B         32 B    64 B     0.002     0.004\n"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("   total           400 B         68 B   136 B     0.006     0.012\n"), std::string::npos)
+      << table;
+}
+
+TEST(TraceReport, StepTableShowsOverhead) {
+  const std::string table = cli::render_step_table(testing::make_small_trace());
+  EXPECT_NE(table.find("1.12x"), std::string::npos) << table;  // 9000 / 8000 ns
+}
+
+}  // namespace
+}  // namespace headroom

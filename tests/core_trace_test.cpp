@@ -1,0 +1,142 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/affine_fit.h"
+#include "core/chrome_trace.h"
+#include "core/errors.h"
+#include "core/json_reader.h"
+#include "core/trace.h"
+#include "trace_fixture.h"
+
+namespace headroom {
+namespace {
+
+using core::InputError;
+using nlohmann::json;
+
+// The message of the InputError that reading `document` throws ("" if it reads fine).
+std::string read_error(const json& document) {
+  try {
+    core::trace_from_json(document, "t.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TraceJson, RoundTripKeepsEveryField) {
+  const core::Trace trace = testing::make_small_trace();
+  const json document = core::to_json(trace);
+  EXPECT_EQ(document["schema"], "headroom.trace/1");
+  EXPECT_EQ(document["model"]["config"]["depth"], 1);  // numbers stay numbers for scripts
+  EXPECT_EQ(document["model"]["config"]["note"], "text value");
+  const core::Trace back = core::trace_from_json(json::parse(document.dump()));
+  EXPECT_EQ(back, trace);
+}
+
+TEST(TraceJson, FileRoundTrip) {
+  const auto path = std::filesystem::temp_directory_path() / "headroom_trace_roundtrip.json";
+  const core::Trace trace = testing::make_small_trace();
+  core::write_trace_file(path, trace);
+  EXPECT_EQ(core::read_trace_file(path), trace);
+  std::filesystem::remove(path);
+}
+
+TEST(TraceJson, MalformedJsonNamesFileAndPosition) {
+  try {
+    core::parse_json("{\"schema\": \"headroom.trace/1\",\n \"model\": }", "bad.json");
+    FAIL() << "malformed JSON was accepted";
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("bad.json: malformed JSON"), std::string::npos) << message;
+    EXPECT_NE(message.find("line 2"), std::string::npos) << message;
+  }
+}
+
+TEST(TraceJson, TruncatedDocumentIsRejected) {
+  const std::string text = core::to_json(testing::make_small_trace()).dump();
+  for (const std::size_t cut : {text.size() / 3, text.size() / 2, text.size() - 1}) {
+    EXPECT_THROW(core::parse_json(text.substr(0, cut), "cut.json"), InputError) << "cut at " << cut;
+  }
+}
+
+TEST(TraceJson, WrongTypeNamesThePath) {
+  json document = core::to_json(testing::make_small_trace());
+  document["layers"][1]["samples"][0]["fwd_ns"] = "12";
+  EXPECT_EQ(read_error(document), "t.json: $.layers[1].samples[0].fwd_ns: expected a non-negative integer, got string");
+}
+
+TEST(TraceJson, EachProblemNamesItsPath) {
+  const json good = core::to_json(testing::make_small_trace());
+  struct Case {
+    std::function<void(json&)> spoil;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {[](json& d) { d["schema"] = "headroom.plan/1"; }, "$.schema: expected \"headroom.trace/1\""},
+      {[](json& d) { d.erase("schema"); }, "$.schema: missing"},
+      {[](json& d) { d["layers"][0].erase("kind"); }, "$.layers[0].kind: missing"},
+      {[](json& d) { d["layers"][2]["param_bytes"] = -5; }, "$.layers[2].param_bytes: expected a non-negative integer, got -5"},
+      {[](json& d) { d["layers"][0]["inputs"][0] = 2; }, "$.layers[0].inputs[0]: input 2 is not an earlier layer"},
+      {[](json& d) { d["layers"][1]["id"] = 7; }, "$.layers[1].id: expected 1"},
+      {[](json& d) { d["layers"][1]["samples"].erase(1); }, "$.layers[1].samples: expected one sample per batch size"},
+      {[](json& d) { d["layers"][2]["samples"][1]["batch"] = 3; }, "$.layers[2].samples[1].batch: expected 2"},
+      {[](json& d) { d["layers"][2]["saves_inputs"] = json::array({true}); }, "$.layers[2].saves_inputs: expected one entry per input"},
+      {[](json& d) { d["batch_sizes"] = json::array({2, 1}); }, "$.batch_sizes[1]: batch sizes must be strictly ascending"},
+      {[](json& d) { d["device"]["kind"] = "tpu"; }, "$.device.kind: expected \"cpu\" or \"cuda\""},
+      {[](json& d) { d["steps"] = json::object(); }, "$.steps: expected an array, got object"},
+      {[](json& d) { d["layers"] = json::array(); }, "$.layers: expected at least one layer"},
+      {[](json& d) { d["optimizer"]["state_bytes_per_param"] = "8"; }, "$.optimizer.state_bytes_per_param: expected a number, got string"},
+      {[](json& d) { d = json::array(); }, "$: expected an object, got array"},
+  };
+  for (const auto& c : cases) {
+    json document = good;
+    c.spoil(document);
+    const std::string message = read_error(document);
+    EXPECT_EQ(message.rfind("t.json: " + c.expected, 0), 0u) << "got: " << message << "\nwanted: " << c.expected;
+  }
+}
+
+TEST(TraceJson, MissingFileIsAnInputError) {
+  EXPECT_THROW(core::read_trace_file("/nonexistent/trace.json"), InputError);
+}
+
+TEST(AffineFit, ExactLineHasNoResidual) {
+  const std::vector<std::int64_t> xs{1, 2, 4, 8}, ys{110, 210, 410, 810};
+  const auto fit = core::fit_affine(xs, ys);
+  EXPECT_DOUBLE_EQ(fit.slope, 100.0);
+  EXPECT_DOUBLE_EQ(fit.intercept, 10.0);
+  EXPECT_NEAR(fit.max_abs_residual, 0.0, 1e-9);
+}
+
+TEST(AffineFit, ResidualShowsACurve) {
+  const std::vector<std::int64_t> xs{1, 2, 3}, ys{1, 4, 9};
+  EXPECT_GT(core::fit_affine(xs, ys).max_abs_residual, 0.3);
+}
+
+TEST(ChromeTrace, ProfileTimelineHasEveryLayerTwiceAndMemoryReturnsToBase) {
+  const core::Trace trace = testing::make_small_trace();
+  const json timeline = core::profile_step_timeline(trace, 2);
+  int forward = 0, backward = 0, optimizer = 0;
+  std::int64_t last_memory = -1, end_ts_us = 0;
+  for (const auto& e : timeline["traceEvents"]) {
+    if (e["ph"] == "X") {
+      forward += e["cat"] == "forward";
+      backward += e["cat"] == "backward";
+      optimizer += e["cat"] == "optimizer";
+    }
+    if (e["ph"] == "C") last_memory = e["args"]["allocated_bytes"].get<std::int64_t>();
+    if (e["ph"] == "X") end_ts_us = static_cast<std::int64_t>(e["ts"].get<double>() + e["dur"].get<double>());
+  }
+  EXPECT_EQ(forward, 3);
+  EXPECT_EQ(backward, 3);
+  EXPECT_EQ(optimizer, 1);
+  EXPECT_EQ(last_memory, trace.steps[1].static_bytes + trace.steps[1].input_bytes);
+  // forward 2+2+2 us, backward 4+4+4 us, optimizer 0.5 us at batch 2
+  EXPECT_EQ(end_ts_us, 18);
+  EXPECT_THROW(core::profile_step_timeline(trace, 3), InputError);
+}
+
+}  // namespace
+}  // namespace headroom

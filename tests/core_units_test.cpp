@@ -1,0 +1,47 @@
+#include <gtest/gtest.h>
+
+#include "core/errors.h"
+#include "core/units.h"
+
+namespace headroom {
+namespace {
+
+TEST(Units, ParsesBinaryUnitsAndPlainBytes) {
+  EXPECT_EQ(core::parse_bytes("0"), 0);
+  EXPECT_EQ(core::parse_bytes("1048576"), 1048576);
+  EXPECT_EQ(core::parse_bytes("512MiB"), 512LL << 20);
+  EXPECT_EQ(core::parse_bytes("1.5GiB"), 3LL << 29);
+  EXPECT_EQ(core::parse_bytes("64 KiB"), 64LL << 10);
+  EXPECT_EQ(core::parse_bytes("2TiB"), 2LL << 40);
+  EXPECT_EQ(core::parse_bytes("17B"), 17);
+}
+
+TEST(Units, RejectsWhatIsNotASize) {
+  for (const char* bad : {"", "MiB", "12MB", "1.2.3GiB", "-5", "1.5", "ten", "99999999999TiB"}) {
+    EXPECT_THROW(core::parse_bytes(bad), core::InputError) << bad;
+  }
+  try {
+    core::parse_bytes("12MB");
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'12MB'"), std::string::npos);
+  }
+}
+
+TEST(Units, FormatsBytes) {
+  EXPECT_EQ(core::format_bytes(0), "0 B");
+  EXPECT_EQ(core::format_bytes(812), "812 B");
+  EXPECT_EQ(core::format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(core::format_bytes(512LL << 20), "512 MiB");
+  EXPECT_EQ(core::format_bytes(13LL << 30), "13.0 GiB");
+  EXPECT_EQ(core::format_bytes(-2048), "-2.00 KiB");
+}
+
+TEST(Units, FormatsDurations) {
+  EXPECT_EQ(core::format_duration_ns(850), "850 ns");
+  EXPECT_EQ(core::format_duration_ns(12'300), "12.3 us");
+  EXPECT_EQ(core::format_duration_ns(4'560'000), "4.56 ms");
+  EXPECT_EQ(core::format_duration_ns(1'230'000'000), "1.23 s");
+}
+
+}  // namespace
+}  // namespace headroom

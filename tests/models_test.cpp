@@ -1,0 +1,140 @@
+#include <gtest/gtest.h>
+
+#include "core/errors.h"
+#include "models/zoo.h"
+
+namespace headroom {
+namespace {
+
+using core::InputError;
+
+// Small sizes of every zoo model, so each test runs in well under a second on two cores.
+const std::map<std::string, std::map<std::string, std::string>> kSmall = {
+    {"mlp", {{"input", "16"}, {"hidden", "32"}, {"depth", "2"}}},
+    {"cnn", {{"image", "12"}, {"width", "4"}, {"stages", "2"}}},
+    {"bert", {{"preset", "tiny"}, {"hidden", "32"}, {"heads", "2"}, {"seq", "8"}, {"vocab", "50"}}},
+    {"gpt", {{"preset", "tiny"}, {"hidden", "32"}, {"heads", "2"}, {"seq", "8"}, {"vocab", "50"}}},
+};
+
+TEST(Zoo, EveryModelTrainsOneStep) {
+  ASSERT_EQ(models::zoo().size(), kSmall.size());
+  for (const auto& entry : models::zoo()) {
+    SCOPED_TRACE(entry.name);
+    models::Model model = models::build_zoo_model(entry.name, kSmall.at(entry.name), 1);
+    const models::Batch batch = model.make_batch(3, 11);
+    EXPECT_EQ(batch.size(), 3);
+    torch::Tensor loss = model.forward(batch);
+    ASSERT_EQ(loss.dim(), 0);
+    EXPECT_TRUE(std::isfinite(loss.item<float>()));
+    loss.backward();
+    for (const auto& p : model.parameters()) {
+      ASSERT_TRUE(p.grad().defined());
+      EXPECT_TRUE(p.grad().isfinite().all().item<bool>());
+    }
+    // Every layer's parameters are the model's, and no parameter is left out of a layer.
+    std::int64_t layer_params = 0;
+    for (const auto& layer : model.layers()) {
+      for (const auto& p : layer.parameters) layer_params += p.numel() * p.element_size();
+    }
+    EXPECT_EQ(layer_params, model.parameter_bytes());
+    EXPECT_EQ(model.layers().back().kind, "loss");
+  }
+}
+
+TEST(Zoo, ModelsAreBlockStructured) {
+  const models::Model bert = models::build_zoo_model("bert", kSmall.at("bert"));
+  EXPECT_EQ(bert.block_count(), 2);
+  const models::Model cnn = models::build_zoo_model("cnn", kSmall.at("cnn"));
+  EXPECT_EQ(cnn.block_count(), 2);
+  // GELU, LayerNorm and the attention core are layers of their own.
+  std::set<std::string> kinds;
+  for (const auto& layer : bert.layers()) kinds.insert(layer.kind);
+  for (const char* kind : {"gelu", "layernorm", "attention", "dropout", "add", "linear", "embedding", "loss"}) {
+    EXPECT_TRUE(kinds.contains(kind)) << kind;
+  }
+  // Residual adds read the block input (a skip edge), not only the previous layer.
+  bool skip = false;
+  for (std::size_t i = 0; i < bert.layers().size(); ++i) {
+    for (const int input : bert.layers()[i].inputs) skip |= input >= 0 && input + 1 < static_cast<int>(i);
+  }
+  EXPECT_TRUE(skip);
+}
+
+TEST(Zoo, InitialisationAndBatchesAreDeterministic) {
+  const auto a = models::build_zoo_model("gpt", kSmall.at("gpt"), 5);
+  const auto b = models::build_zoo_model("gpt", kSmall.at("gpt"), 5);
+  const auto c = models::build_zoo_model("gpt", kSmall.at("gpt"), 6);
+  const auto pa = a.parameters(), pb = b.parameters(), pc = c.parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  bool any_differs = false;
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(pa[i].equal(pb[i]));
+    any_differs |= !pa[i].equal(pc[i]);
+  }
+  EXPECT_TRUE(any_differs);
+  EXPECT_TRUE(a.make_batch(4, 9).input.equal(b.make_batch(4, 9).input));
+  EXPECT_FALSE(a.make_batch(4, 9).input.equal(a.make_batch(4, 10).input));
+}
+
+TEST(Zoo, GptTargetIsTheNextToken) {
+  const auto gpt = models::build_zoo_model("gpt", kSmall.at("gpt"));
+  const auto batch = gpt.make_batch(2, 3);
+  EXPECT_TRUE(batch.input.slice(1, 1).equal(batch.target.slice(1, 0, -1)));
+}
+
+TEST(Zoo, TargetsAreLearnable) {
+  // The synthetic task is a real one: a few Adam steps on a fixed batch cut the loss sharply.
+  auto model = models::build_zoo_model("mlp", kSmall.at("mlp"), 0);
+  const auto batch = model.make_batch(64, 1);
+  torch::optim::Adam adam(model.parameters(), torch::optim::AdamOptions(1e-2));
+  const float first = model.forward(batch).item<float>();
+  float last = first;
+  for (int i = 0; i < 40; ++i) {
+    adam.zero_grad();
+    torch::Tensor loss = model.forward(batch);
+    loss.backward();
+    adam.step();
+    last = loss.item<float>();
+  }
+  EXPECT_LT(last, 0.3f * first);
+}
+
+TEST(ZooConfig, PresetsAndOverrides) {
+  const auto& bert = models::find_zoo_entry("bert");
+  const auto base = models::resolve_config("bert", bert.keys, bert.presets, {{"preset", "base"}});
+  EXPECT_EQ(base.positive_int("layers"), 12);
+  EXPECT_EQ(base.positive_int("hidden"), 768);
+  const auto large_short =
+      models::resolve_config("bert", bert.keys, bert.presets, {{"preset", "large"}, {"seq", "512"}, {"layers", "2"}});
+  EXPECT_EQ(large_short.positive_int("hidden"), 1024);
+  EXPECT_EQ(large_short.positive_int("layers"), 2);
+  EXPECT_EQ(large_short.positive_int("seq"), 512);
+}
+
+TEST(ZooConfig, BadInputIsNamed) {
+  const auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([] { models::build_zoo_model("resnet9000", {}); }),
+            "unknown model 'resnet9000' (known: mlp, cnn, bert, gpt)");
+  EXPECT_NE(message([] { models::build_zoo_model("mlp", {{"width", "3"}}); }).find("unknown key 'width'"),
+            std::string::npos);
+  EXPECT_EQ(message([] { models::build_zoo_model("mlp", {{"depth", "two"}}); }),
+            "model mlp: key 'depth' expects a non-negative integer, got 'two'");
+  EXPECT_EQ(message([] { models::build_zoo_model("mlp", {{"depth", "0"}}); }), "model mlp: key 'depth' must be positive, got 0");
+  EXPECT_NE(message([] { models::build_zoo_model("bert", {{"preset", "huge"}}); }).find("unknown preset 'huge'"),
+            std::string::npos);
+  EXPECT_NE(message([] { models::build_zoo_model("bert", {{"dropout", "1.5"}}); }).find("probability"),
+            std::string::npos);
+  EXPECT_NE(message([] { models::build_zoo_model("gpt", {{"hidden", "30"}, {"heads", "4"}}); }).find("divisible"),
+            std::string::npos);
+  EXPECT_EQ(message([] { models::parse_setting("depth"); }), "--set expects key=value, got 'depth'");
+}
+
+}  // namespace
+}  // namespace headroom

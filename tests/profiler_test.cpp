@@ -1,0 +1,182 @@
+#include <gtest/gtest.h>
+
+#include "core/affine_fit.h"
+#include "core/errors.h"
+#include "models/layers.h"
+#include "models/zoo.h"
+#include "profiler/profiler.h"
+
+namespace headroom {
+namespace {
+
+constexpr std::int64_t kFloat = 4;
+constexpr std::int64_t D = 24, H = 40, C = 6;
+
+// x[B, D] -> Linear(D, H) -> GELU -> LayerNorm(H) -> Linear(H, C) -> cross-entropy against labels[B].
+models::Model make_stack() {
+  torch::manual_seed(0);
+  models::Model model("stack", models::Config("stack", {}));
+  int x = models::add_linear(model, "fc1", D, H, {models::kModelInput});
+  x = models::add_gelu(model, "gelu", {x});
+  x = models::add_layernorm(model, "ln", H, {x});
+  x = models::add_linear(model, "fc2", H, C, {x});
+  models::add_cross_entropy(model, "loss", x);
+  model.set_batch_generator([](std::int64_t b, std::uint64_t seed) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    return models::Batch{torch::randn({b, D}, gen, torch::kFloat32), torch::randint(C, {b}, gen, torch::kInt64)};
+  });
+  return model;
+}
+
+// What each layer allocates, and what stays allocated, computed from shapes and from what libtorch
+// saves for backward:
+//   fc1 (addmm): output [B,H]; kept because GELU saves its input.
+//   gelu: output [B,H]; kept because LayerNorm saves its input.
+//   ln (native_layer_norm): output [B,H], mean [B] and rstd [B], the latter two saved by itself;
+//     the output is kept because fc2 saves its input (for the weight gradient).
+//   fc2: output [B,C]; not kept: log_softmax saves its result, not its input.
+//   loss: log_softmax's result [B,C] (saved by itself and by nll_loss), nll_loss's scalar output
+//     and its scalar total_weight (saved).
+struct Expected {
+  std::int64_t kept, output, fwd_transient;
+};
+std::vector<Expected> expected_bytes(std::int64_t b) {
+  return {
+      {kFloat * b * H, kFloat * b * H, kFloat * b * H},
+      {kFloat * b * H, kFloat * b * H, kFloat * b * H},
+      {kFloat * b * H + 2 * kFloat * b, kFloat * b * H, kFloat * b * H + 2 * kFloat * b},
+      {0, kFloat * b * C, kFloat * b * C},
+      {kFloat * b * C + 2 * kFloat, kFloat, kFloat * b * C + 2 * kFloat},
+  };
+}
+
+TEST(Profiler, PerLayerBytesEqualHandComputedValues) {
+  for (const std::int64_t b : {1, 3, 8}) {
+    SCOPED_TRACE("batch " + std::to_string(b));
+    auto recorder = std::make_shared<profiler::MemoryRecorder>();
+    profiler::ScopedMemoryRecording recording(recorder);
+    // Recording starts before the model exists, so everything allocated is seen.
+    models::Model model = make_stack();
+    const models::Batch batch = model.make_batch(b, 1);
+    const auto step = profiler::profile_step(model, batch, *recorder, nullptr);
+
+    const auto expected = expected_bytes(b);
+    std::int64_t kept_sum = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      SCOPED_TRACE(model.layers()[i].name);
+      EXPECT_EQ(step.layers[i].kept_bytes, expected[i].kept);
+      EXPECT_EQ(step.layers[i].output_bytes, expected[i].output);
+      EXPECT_EQ(step.layers[i].fwd_transient_bytes, expected[i].fwd_transient);
+      kept_sum += step.layers[i].kept_bytes;
+    }
+    // GELU's backward allocates exactly its input gradient [B,H].
+    EXPECT_EQ(step.layers[1].bwd_transient_bytes, kFloat * b * H);
+
+    // Nothing is allocated in forward outside a layer: the kept bytes account for everything that
+    // is allocated at the end of forward, apart from the parameters and the batch.
+    EXPECT_EQ(kept_sum, step.allocated_at_forward_end - model.parameter_bytes() - batch.bytes());
+    EXPECT_EQ(recorder->untracked_frees(), 0);
+  }
+}
+
+TEST(Profiler, DetectsWhichInputsALayerSaves) {
+  models::Model model = make_stack();
+  const auto saves = profiler::detect_saved_inputs(model, model.make_batch(2, 1));
+  // Cross-entropy keeps its log-probabilities, not the logits, and keeps the labels.
+  const std::vector<std::vector<bool>> expected{{true}, {true}, {true}, {true}, {false, true}};
+  EXPECT_EQ(saves, expected);
+
+  auto bert = models::build_zoo_model(
+      "bert", {{"preset", "tiny"}, {"hidden", "32"}, {"heads", "2"}, {"seq", "8"}, {"vocab", "50"}});
+  const auto bert_saves = profiler::detect_saved_inputs(bert, bert.make_batch(2, 1));
+  for (std::size_t i = 0; i < bert.layers().size(); ++i) {
+    const auto& layer = bert.layers()[i];
+    SCOPED_TRACE(layer.name);
+    // Dropout keeps its mask, an add keeps nothing, attention keeps its own per-head copies of
+    // q, k and v; GELU, LayerNorm and linear keep their input.
+    if (layer.kind == "dropout" || layer.kind == "add" || layer.kind == "attention") {
+      for (const bool s : bert_saves[i]) EXPECT_FALSE(s);
+    }
+    if (layer.kind == "gelu" || layer.kind == "layernorm" || layer.kind == "linear") {
+      EXPECT_TRUE(bert_saves[i][0]);
+    }
+  }
+}
+
+TEST(Profiler, LayerTimesArePositiveAndAddUpToTheStep) {
+  auto model = models::build_zoo_model(
+      "bert", {{"preset", "tiny"}, {"hidden", "64"}, {"heads", "2"}, {"seq", "32"}, {"vocab", "100"}});
+  model.set_training(true);
+  auto optimizer = profiler::make_optimizer("adam", model.parameters());
+  const auto batch = model.make_batch(4, 1);
+  for (int i = 0; i < 2; ++i) profiler::profile_step(model, batch, *std::make_shared<profiler::MemoryRecorder>(), optimizer.get());
+
+  auto recorder = std::make_shared<profiler::MemoryRecorder>();
+  profiler::ScopedMemoryRecording recording(recorder);
+  const auto step = profiler::profile_step(model, batch, *recorder, optimizer.get());
+  std::int64_t layer_sum = 0;
+  for (std::size_t i = 0; i < step.layers.size(); ++i) {
+    SCOPED_TRACE(model.layers()[i].name);
+    EXPECT_GT(step.layers[i].fwd_ns, 0);
+    EXPECT_GT(step.layers[i].bwd_ns, 0);
+    layer_sum += step.layers[i].fwd_ns + step.layers[i].bwd_ns;
+  }
+  const double accounted = static_cast<double>(layer_sum + step.optimizer_ns);
+  EXPECT_NEAR(accounted / static_cast<double>(step.step_ns), 1.0, 0.15);
+  EXPECT_EQ(step.forward_ns + step.backward_ns + step.optimizer_ns, step.step_ns);
+}
+
+TEST(Profiler, KeptBytesGrowAffinelyWithBatch) {
+  for (const std::string name : {"mlp", "bert", "cnn"}) {
+    SCOPED_TRACE(name);
+    std::map<std::string, std::string> small;
+    if (name == "mlp") small = {{"input", "16"}, {"hidden", "32"}, {"depth", "2"}};
+    if (name == "bert") small = {{"preset", "tiny"}, {"hidden", "32"}, {"heads", "2"}, {"seq", "8"}, {"vocab", "50"}};
+    if (name == "cnn") small = {{"image", "12"}, {"width", "4"}, {"stages", "2"}};
+    auto model = models::build_zoo_model(name, small);
+    profiler::ProfileOptions options;
+    options.batch_sizes = {1, 2, 3, 5};
+    options.repeats = 1;
+    const core::Trace trace = profiler::profile(model, options);
+    for (const auto& layer : trace.layers) {
+      std::vector<std::int64_t> kept;
+      for (const auto& s : layer.samples) kept.push_back(s.kept_bytes);
+      EXPECT_LT(core::fit_affine(trace.batch_sizes, kept).max_abs_residual, 0.5) << layer.name;
+    }
+    // The trace is complete and survives its own validation.
+    EXPECT_EQ(core::trace_from_json(core::to_json(trace)), trace);
+    for (const auto& step : trace.steps) EXPECT_GT(step.peak_bytes, step.static_bytes + step.input_bytes);
+  }
+}
+
+TEST(Profiler, AdamStateIsTwoFloatsPerParameter) {
+  auto model = models::build_zoo_model("mlp", {{"input", "16"}, {"hidden", "32"}, {"depth", "2"}});
+  profiler::ProfileOptions options;
+  options.batch_sizes = {2};
+  options.repeats = 1;
+  const core::Trace trace = profiler::profile(model, options);
+  EXPECT_DOUBLE_EQ(trace.optimizer.state_bytes_per_param, 8.0);
+  EXPECT_EQ(trace.optimizer.state_bytes, 2 * model.parameter_bytes());
+  // Parameters, their gradients and Adam's two moments.
+  EXPECT_EQ(trace.steps[0].static_bytes, 4 * model.parameter_bytes());
+}
+
+TEST(Profiler, RejectsBadOptions) {
+  auto model = make_stack();
+  const auto rejects = [&](auto change) {
+    profiler::ProfileOptions options;
+    change(options);
+    EXPECT_THROW(profiler::profile(model, options), core::InputError);
+  };
+  rejects([](auto& o) { o.batch_sizes = {4, 2}; });
+  rejects([](auto& o) { o.batch_sizes = {}; });
+  rejects([](auto& o) { o.batch_sizes = {0, 1}; });
+  rejects([](auto& o) { o.warmup_steps = 0; });
+  rejects([](auto& o) { o.repeats = 0; });
+  rejects([](auto& o) { o.optimizer = "lamb"; });
+  rejects([](auto& o) { o.device = "cuda"; });
+  rejects([](auto& o) { o.device = "tpu"; });
+}
+
+}  // namespace
+}  // namespace headroom

@@ -1,0 +1,27 @@
+#pragma once
+// A small, valid trace built by hand for tests that need one without profiling.
+#include "core/trace.h"
+
+namespace headroom::testing {
+
+inline core::Trace make_small_trace() {
+  core::Trace t;
+  t.model = {"mlp", {{"depth", "1"}, {"hidden", "8"}, {"note", "text value"}}};
+  t.device = {"cpu", "test cpu", 1LL << 34};
+  t.framework = {{"torch", "1.13.0"}, {"headroom", "0.1.0"}};
+  t.optimizer = {"adam", 800, 8.0};
+  t.profile = {1, 3, 7, 2, "2026-11-22T00:00:00Z"};
+  t.batch_sizes = {1, 2};
+  const auto sample = [](std::int64_t b, std::int64_t per) {
+    return core::LayerSample{b, 1000 * b, 2000 * b, per * b, per * b, per * b + 16, 2 * per * b};
+  };
+  t.layers = {
+      {0, "fc", "linear", 0, {core::kModelInput}, {true}, 400, {sample(1, 32), sample(2, 32)}},
+      {1, "gelu", "gelu", 0, {0}, {true}, 0, {sample(1, 32), sample(2, 32)}},
+      {2, "loss", "loss", -1, {1, core::kTargetInput}, {false, true}, 0, {sample(1, 4), sample(2, 4)}},
+  };
+  t.steps = {{1, 9000, 8000, 500, 5000, 1200, 40}, {2, 15000, 14000, 500, 6000, 1200, 80}};
+  return t;
+}
+
+}  // namespace headroom::testing
