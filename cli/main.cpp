@@ -108,7 +108,7 @@ void add_profile_options(CLI::App& command, ProfileArgs& args) {
   command.add_option("--warmup", args.options.warmup_steps, "unmeasured steps per batch size");
   command.add_option("--repeats", args.options.repeats, "measured steps per batch size (medians are kept)");
   command.add_option("--seed", args.options.seed, "seed for parameters and batches");
-  command.add_option("--threads", args.options.threads, "intra-op CPU threads (0: every core)");
+  command.add_option("--threads", args.options.threads, "intra-op CPU threads (0: libtorch's default)");
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
 #include "core/errors.h"
 #include "profiler/host_info.h"
@@ -259,7 +258,7 @@ void validate(const ProfileOptions& options) {
     throw core::InputError("--warmup: at least one warm-up step is needed (it allocates the optimizer state)");
   }
   if (options.repeats < 1) throw core::InputError("--repeats: at least one repeat is needed");
-  if (options.threads < 0) throw core::InputError("--threads: expected 0 (all cores) or a positive count");
+  if (options.threads < 0) throw core::InputError("--threads: expected 0 (libtorch's default) or a positive count");
   if (options.device == "cuda") {
     throw core::InputError("--device cuda: this build profiles on the CPU only (the CUDA backend needs a "
                            "CUDA-enabled libtorch and -DHEADROOM_WITH_CUDA=ON)");
@@ -271,8 +270,7 @@ void validate(const ProfileOptions& options) {
 
 core::Trace profile(models::Model& model, const ProfileOptions& options) {
   validate(options);
-  const unsigned cores = std::thread::hardware_concurrency();
-  at::set_num_threads(options.threads > 0 ? options.threads : static_cast<int>(cores > 0 ? cores : 1));
+  if (options.threads > 0) at::set_num_threads(options.threads);
   model.set_training(true);
   const auto parameters = model.parameters();
   auto optimizer = make_optimizer(options.optimizer, parameters);

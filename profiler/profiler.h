@@ -29,9 +29,12 @@ struct ProfileOptions {
   std::string optimizer = "adam";  // "sgd" (momentum 0.9) or "adam"
   std::string device = "cpu";
   int warmup_steps = 1;  // at least 1: the first step allocates the optimizer's state
-  int repeats = 3;       // timed steps per batch size, with and without the profiler's hooks
+  int repeats = 5;       // timed steps per batch size, with and without the profiler's hooks
   std::uint64_t seed = 0;
-  int threads = 0;  // intra-op threads; 0 uses every core (libtorch's own default may be 1)
+  // Intra-op threads; 0 keeps libtorch's default. With OpenBLAS's pthread build the BLAS runs its
+  // own threads, and OpenMP threads on top oversubscribe small machines (bert mini on 2 cores:
+  // 2.3x slower steps with 2 intra-op threads than with 1).
+  int threads = 0;
   std::function<void(const Progress&)> on_progress;
 };
 
