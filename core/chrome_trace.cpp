@@ -68,7 +68,9 @@ nlohmann::json profile_step_timeline(const Trace& trace, std::int64_t batch) {
     kept -= s.kept_bytes;
     out.add_counter(kPid, "memory", now, {{"allocated_bytes", base + kept}});
   }
-  out.add_span(kPid, kComputeLane, "optimizer." + trace.optimizer.name, "optimizer", now, step.optimizer_ns);
+  out.add_span(kPid, kComputeLane, "optimizer." + trace.optimizer.name, "optimizer", now, step.optimizer_ns,
+               {{"optimizer_transient_bytes", step.optimizer_transient_bytes}});
+  out.add_counter(kPid, "memory", now, {{"allocated_bytes", base + step.optimizer_transient_bytes}});
   now += step.optimizer_ns;
   out.add_counter(kPid, "memory", now, {{"allocated_bytes", base}});
   return out.to_json();

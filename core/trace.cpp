@@ -79,6 +79,7 @@ nlohmann::json to_json(const Trace& trace) {
                      {"step_ns", s.step_ns},
                      {"plain_step_ns", s.plain_step_ns},
                      {"optimizer_ns", s.optimizer_ns},
+                     {"optimizer_transient_bytes", s.optimizer_transient_bytes},
                      {"peak_bytes", s.peak_bytes},
                      {"static_bytes", s.static_bytes},
                      {"input_bytes", s.input_bytes}});
@@ -136,6 +137,7 @@ StepSample read_step(const JsonNode& node) {
   s.step_ns = node.at("step_ns").as_non_negative_int();
   s.plain_step_ns = node.at("plain_step_ns").as_non_negative_int();
   s.optimizer_ns = node.at("optimizer_ns").as_non_negative_int();
+  s.optimizer_transient_bytes = node.at("optimizer_transient_bytes").as_non_negative_int();
   s.peak_bytes = node.at("peak_bytes").as_non_negative_int();
   s.static_bytes = node.at("static_bytes").as_non_negative_int();
   s.input_bytes = node.at("input_bytes").as_non_negative_int();

@@ -183,7 +183,12 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
   loss = torch::Tensor();
   const auto backward_end = Clock::now();
 
-  if (optimizer != nullptr) optimizer->step();
+  if (optimizer != nullptr) {
+    recorder.mark();
+    const std::int64_t level = recorder.allocated();
+    optimizer->step();
+    step.optimizer_transient_bytes = recorder.peak_since_mark() - level;
+  }
   const auto end = Clock::now();
 
   step.forward_ns = ns_between(start, forward_end);
@@ -356,6 +361,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     step.step_ns = median(step_ns);
     step.plain_step_ns = median(plain_ns);
     step.optimizer_ns = median(optimizer_ns);
+    step.optimizer_transient_bytes = last.optimizer_transient_bytes;
     step.static_bytes = static_bytes;
     step.input_bytes = batch.bytes();
     // Between steps only the static state and the batch are allocated, so the step's peak is them

@@ -53,6 +53,7 @@ struct StepMeasurement {
   std::int64_t forward_ns = 0;
   std::int64_t backward_ns = 0;
   std::int64_t optimizer_ns = 0;
+  std::int64_t optimizer_transient_bytes = 0;
   std::int64_t step_ns = 0;  // forward + backward + optimizer, one clock
   std::int64_t allocated_at_step_start = 0;
   std::int64_t allocated_at_forward_end = 0;

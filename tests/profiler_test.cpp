@@ -159,6 +159,10 @@ TEST(Profiler, AdamStateIsTwoFloatsPerParameter) {
   EXPECT_EQ(trace.optimizer.state_bytes, 2 * model.parameter_bytes());
   // Parameters, their gradients and Adam's two moments.
   EXPECT_EQ(trace.steps[0].static_bytes, 4 * model.parameter_bytes());
+  // Adam's update builds per-parameter temporaries (the denominator): at least the largest one.
+  std::int64_t largest = 0;
+  for (const auto& p : model.parameters()) largest = std::max<std::int64_t>(largest, p.numel() * p.element_size());
+  EXPECT_GE(trace.steps[0].optimizer_transient_bytes, largest);
 }
 
 TEST(Profiler, RejectsBadOptions) {

@@ -20,7 +20,7 @@ inline core::Trace make_small_trace() {
       {1, "gelu", "gelu", 0, {0}, {true}, 0, {sample(1, 32), sample(2, 32)}},
       {2, "loss", "loss", -1, {1, core::kTargetInput}, {false, true}, 0, {sample(1, 4), sample(2, 4)}},
   };
-  t.steps = {{1, 9000, 8000, 500, 5000, 1200, 40}, {2, 15000, 14000, 500, 6000, 1200, 80}};
+  t.steps = {{1, 9000, 8000, 500, 300, 5000, 1200, 40}, {2, 15000, 14000, 500, 300, 6000, 1200, 80}};
   return t;
 }
 
