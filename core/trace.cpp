@@ -62,7 +62,9 @@ nlohmann::json to_json(const Trace& trace) {
                          {"kept_bytes", s.kept_bytes},
                          {"output_bytes", s.output_bytes},
                          {"fwd_transient_bytes", s.fwd_transient_bytes},
-                         {"bwd_transient_bytes", s.bwd_transient_bytes}});
+                         {"bwd_transient_bytes", s.bwd_transient_bytes},
+                         {"fwd_retained_bytes", s.fwd_retained_bytes},
+                         {"bwd_retained_bytes", s.bwd_retained_bytes}});
     }
     layers.push_back({{"id", layer.id},
                       {"name", layer.name},
@@ -127,6 +129,8 @@ LayerSample read_sample(const JsonNode& node) {
   s.output_bytes = node.at("output_bytes").as_non_negative_int();
   s.fwd_transient_bytes = node.at("fwd_transient_bytes").as_non_negative_int();
   s.bwd_transient_bytes = node.at("bwd_transient_bytes").as_non_negative_int();
+  s.fwd_retained_bytes = node.at("fwd_retained_bytes").as_int();
+  s.bwd_retained_bytes = node.at("bwd_retained_bytes").as_int();
   return s;
 }
 

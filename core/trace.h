@@ -31,6 +31,12 @@ struct LayerSample {
   // Highest allocated amount during the layer's forward (backward) above the amount at its start.
   std::int64_t fwd_transient_bytes = 0;
   std::int64_t bwd_transient_bytes = 0;
+  // Net change of allocated bytes across the layer's forward (including the frees of inputs it
+  // was the last reader of) and across its backward (gradients made, saved tensors released).
+  // Signed; measured because aliasing (a residual add passes one gradient to both inputs) and
+  // gradient accumulation are not computable from shapes.
+  std::int64_t fwd_retained_bytes = 0;
+  std::int64_t bwd_retained_bytes = 0;
 
   bool operator==(const LayerSample&) const = default;
 };

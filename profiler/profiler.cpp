@@ -56,6 +56,15 @@ class ForwardAttribution : public models::LayerObserver {
     recorder_.set_owner(MemoryRecorder::kNoOwner);
   }
 
+  // Called when forward has ended: a layer leaves behind what was allocated from its start to the
+  // next layer's start (its last-read inputs are freed in between).
+  void finish(std::int64_t level_at_end) {
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      const std::int64_t next = i + 1 < layers_.size() ? start_level_[i + 1] : level_at_end;
+      layers_[i].fwd_retained_bytes = next - start_level_[i];
+    }
+  }
+
   // The layer whose forward created the autograd node with this sequence number, or -1.
   int layer_of(std::int64_t seq) const {
     if (seq < 0) return -1;  // AccumulateGrad and other nodes without a forward op
@@ -104,6 +113,7 @@ class BackwardAttribution {
     auto& m = layers_[static_cast<std::size_t>(current_)];
     m.bwd_ns += ns_between(since_, Clock::now());
     m.bwd_transient_bytes = std::max(m.bwd_transient_bytes, recorder_.peak_since_mark() - level_);
+    m.bwd_retained_bytes += recorder_.allocated() - level_;
   }
 
   const ForwardAttribution& forward_;
@@ -169,6 +179,7 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
   torch::Tensor loss = model.forward(batch, &forward);
   const auto forward_end = Clock::now();
   step.allocated_at_forward_end = recorder.allocated();
+  forward.finish(step.allocated_at_forward_end);
   for (std::size_t i = 0; i < step.layers.size(); ++i) {
     step.layers[i].kept_bytes = recorder.live_bytes_of(static_cast<int>(i));
   }
@@ -346,7 +357,8 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       }
       const auto& m = last.layers[i];
       trace.layers[i].samples.push_back({b, median(fwd), median(bwd), m.kept_bytes, m.output_bytes,
-                                         m.fwd_transient_bytes, m.bwd_transient_bytes});
+                                         m.fwd_transient_bytes, m.bwd_transient_bytes, m.fwd_retained_bytes,
+                                         m.bwd_retained_bytes});
     }
 
     std::int64_t static_bytes = optimizer_state_bytes(*optimizer);

@@ -45,6 +45,8 @@ struct LayerMeasurement {
   std::int64_t output_bytes = 0;
   std::int64_t fwd_transient_bytes = 0;
   std::int64_t bwd_transient_bytes = 0;
+  std::int64_t fwd_retained_bytes = 0;
+  std::int64_t bwd_retained_bytes = 0;
 };
 
 // One profiled training step. Byte counts are the recorder's (allocated since recording began).

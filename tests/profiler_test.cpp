@@ -71,6 +71,10 @@ TEST(Profiler, PerLayerBytesEqualHandComputedValues) {
     }
     // GELU's backward allocates exactly its input gradient [B,H].
     EXPECT_EQ(step.layers[1].bwd_transient_bytes, kFloat * b * H);
+    // What each layer's forward leaves behind adds up to the growth of the whole forward.
+    std::int64_t fwd_retained = 0;
+    for (const auto& layer : step.layers) fwd_retained += layer.fwd_retained_bytes;
+    EXPECT_EQ(fwd_retained, step.allocated_at_forward_end - step.allocated_at_step_start);
 
     // Nothing is allocated in forward outside a layer: the kept bytes account for everything that
     // is allocated at the end of forward, apart from the parameters and the batch.
