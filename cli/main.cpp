@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 
+#include "cli/plan_commands.h"
 #include "cli/trace_report.h"
 #include "core/atomic_file.h"
 #include "core/chrome_trace.h"
@@ -128,6 +129,21 @@ int main(int argc, char** argv) {
   profile->add_option("--chrome", profile_args.chrome,
                       "also write the largest batch's profiled step as a Chrome trace (opens in Perfetto)");
 
+  cli::PlanArgs plan_args;
+  auto* plan = app.add_subcommand("plan", "choose the fastest way to run a step under a memory budget");
+  plan->add_option("trace", plan_args.trace, "trace from headroom profile")->required();
+  plan->add_option("--budget", plan_args.budget, "memory budget, e.g. 512MiB, 1.5GiB or plain bytes")->required();
+  plan->add_option("--batch", plan_args.batch, "global batch size")->required();
+  plan->add_option("--strategies", plan_args.strategies, "mbp,checkpoint | all | none (none: the whole batch, nothing applied)");
+  plan->add_option("--margin", plan_args.margin, "safety margin as a fraction of the budget (default 0.05)");
+  plan->add_option("-o,--output", plan_args.output, "plan file to write")->required();
+
+  cli::SimulateArgs simulate_args;
+  auto* simulate = app.add_subcommand("simulate", "run a plan through the discrete-event simulator");
+  simulate->add_option("plan", simulate_args.plan, "plan from headroom plan")->required();
+  simulate->add_option("-o,--output", simulate_args.output, "simulation result to write (JSON)");
+  simulate->add_option("--chrome", simulate_args.chrome, "timeline as a Chrome trace (opens in Perfetto)");
+
   ProfileArgs demo_args;
   demo_args.model = "bert";
   demo_args.settings = {"preset=tiny"};
@@ -164,6 +180,10 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("models")) {
       print_models();
+    } else if (app.got_subcommand(plan)) {
+      return cli::run_plan(plan_args);
+    } else if (app.got_subcommand(simulate)) {
+      return cli::run_simulate(simulate_args);
     } else if (app.got_subcommand(profile) || app.got_subcommand(demo)) {
       const ProfileArgs& args = app.got_subcommand(profile) ? profile_args : demo_args;
       const core::Trace trace = run_profile(args);

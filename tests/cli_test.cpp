@@ -82,6 +82,82 @@ TEST(Cli, ProfileWritesAValidTraceAndChromeTimeline) {
   fs::remove_all(dir);
 }
 
+const std::string kTrace = std::string(HEADROOM_TRACES_DIR) + "/cpu-bert.json";
+
+TEST(Cli, PlanAndSimulateAgree) {
+  const fs::path dir = fs::temp_directory_path() / "headroom_cli_plan";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto plan = run("plan " + kTrace + " --budget 300MiB --batch 32 -o " + (dir / "p.json").string());
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("micro-batches"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("predicted peak"), std::string::npos);
+  const auto sim = run("simulate " + (dir / "p.json").string() + " -o " + (dir / "s.json").string() + " --chrome " +
+                       (dir / "c.json").string());
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  const auto result = core::parse_json(core::read_file(dir / "s.json"), "s.json");
+  EXPECT_EQ(result["simulated"]["peak_bytes"], result["planned"]["peak_bytes"]);
+  EXPECT_GT(result["memory_timeline"].size(), 10u);
+  EXPECT_TRUE(fs::exists(dir / "c.json"));
+  fs::remove_all(dir);
+}
+
+TEST(Cli, BadPlanInputsExitWithTwo) {
+  const fs::path dir = fs::temp_directory_path() / "headroom_cli_badplan";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string out = " -o " + (dir / "p.json").string();
+  core::write_file_atomically(dir / "broken.json", "{\"schema\": \"headroom.trace/1\",");
+  expect_one_line_error(run("plan /nonexistent.json --budget 1GiB --batch 8" + out), "/nonexistent.json");
+  expect_one_line_error(run("plan " + (dir / "broken.json").string() + " --budget 1GiB --batch 8" + out), "malformed JSON");
+  expect_one_line_error(run("plan " + kTrace + " --budget 12MB --batch 8" + out), "'12MB'");
+  expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 0" + out), "--batch");
+  expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies mbp,warp" + out), "'warp'");
+  expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies tempo" + out), "not implemented yet");
+  EXPECT_FALSE(fs::exists(dir / "p.json"));
+  fs::remove_all(dir);
+}
+
+TEST(Cli, InfeasibleBudgetExitsWithThreeAndNamesTheLeastBudget) {
+  const fs::path out = fs::temp_directory_path() / "headroom_cli_infeasible.json";
+  fs::remove(out);
+  const auto r = run("plan " + kTrace + " --budget 50MiB --batch 8 -o " + out.string());
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("the budget must be at least"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("parameters, gradients and optimizer state"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(Cli, SimulateRejectsBadPlansAndChangedTraces) {
+  const fs::path dir = fs::temp_directory_path() / "headroom_cli_badsim";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(kTrace, dir / "t.json");
+  ASSERT_EQ(run("plan " + (dir / "t.json").string() + " --budget 400MiB --batch 16 -o " + (dir / "p.json").string()).exit_code, 0);
+  auto plan = core::parse_json(core::read_file(dir / "p.json"), "p.json");
+
+  auto wrong_schema = plan;
+  wrong_schema["schema"] = "headroom.trace/1";
+  core::write_file_atomically(dir / "wrong.json", wrong_schema.dump());
+  expect_one_line_error(run("simulate " + (dir / "wrong.json").string()), "$.schema");
+
+  auto missing = plan;
+  missing["trace"]["path"] = (dir / "gone.json").string();
+  core::write_file_atomically(dir / "missing.json", missing.dump());
+  expect_one_line_error(run("simulate " + (dir / "missing.json").string()), "does not exist");
+
+  auto uneven = plan;
+  uneven["micro_batches"] = nlohmann::json::array({5, 5});
+  core::write_file_atomically(dir / "uneven.json", uneven.dump());
+  expect_one_line_error(run("simulate " + (dir / "uneven.json").string()), "$.micro_batches: sizes sum to 10");
+
+  // The trace changes after planning: its digest no longer matches.
+  core::write_file_atomically(dir / "t.json", core::read_file(dir / "t.json") + " ");
+  expect_one_line_error(run("simulate " + (dir / "p.json").string()), "changed since planning");
+  fs::remove_all(dir);
+}
+
 TEST(Cli, ModelsListsTheZoo) {
   const CommandResult r = run("models");
   EXPECT_EQ(r.exit_code, 0);

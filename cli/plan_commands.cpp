@@ -1,0 +1,111 @@
+#include "cli/plan_commands.h"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/plan_report.h"
+#include "core/atomic_file.h"
+#include "core/cost_model.h"
+#include "core/errors.h"
+#include "core/plan.h"
+#include "core/sha256.h"
+#include "core/trace.h"
+#include "core/units.h"
+#include "planner/micro_batch_model.h"
+#include "planner/plan_search.h"
+#include "simulator/simulator.h"
+
+namespace headroom::cli {
+
+int run_plan(const PlanArgs& args) {
+  const core::Trace trace = core::read_trace_file(args.trace);
+  planner::PlanRequest request;
+  request.budget_bytes = core::parse_bytes(args.budget);
+  request.global_batch = args.batch;
+  request.margin_fraction = args.margin;
+  request.strategies = planner::parse_strategies(args.strategies);
+  request.trace_path = args.trace;
+  request.trace_sha256 = core::sha256_hex(core::read_file(args.trace));
+  const planner::PlanOutcome outcome = planner::plan_step(trace, request);
+  if (!outcome.plan) {
+    std::cerr << "headroom: infeasible: " << outcome.reason << "\n";
+    return kExitInfeasible;
+  }
+  core::write_plan_file(args.output, *outcome.plan);
+  std::cout << render_plan_summary(*outcome.plan) << "\nplan written to " << args.output << "\n";
+  return 0;
+}
+
+namespace {
+
+std::vector<bool> checkpoint_flags(const core::Plan& plan, const planner::LayerGraph& graph, const std::string& source) {
+  std::vector<bool> flags(graph.blocks().size(), false);
+  for (const int block : plan.checkpointed_blocks) {
+    bool found = false;
+    for (std::size_t k = 0; k < graph.blocks().size(); ++k) {
+      if (graph.blocks()[k].block != block) continue;
+      if (!graph.blocks()[k].checkpointable) {
+        throw core::InputError(source + ": block " + std::to_string(block) + " cannot be checkpointed: " +
+                               graph.blocks()[k].why_not);
+      }
+      flags[k] = found = true;
+    }
+    if (!found) throw core::InputError(source + ": $.checkpointed_blocks: the trace has no block " + std::to_string(block));
+  }
+  return flags;
+}
+
+double relative(double a, double b) { return b != 0 ? std::fabs(a - b) / std::fabs(b) : 0.0; }
+
+}  // namespace
+
+int run_simulate(const SimulateArgs& args) {
+  const core::Plan plan = core::read_plan_file(args.plan);
+  const core::Trace trace = core::load_plan_trace(plan, args.plan);
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const auto schedule = planner::build_schedule(costs, graph, plan.micro_batches, checkpoint_flags(plan, graph, args.plan));
+  const simulator::Simulation sim = simulator::simulate(schedule);
+
+  std::string peak_at = "start";
+  if (sim.peak_task >= 0) {
+    const auto& t = schedule.tasks[static_cast<std::size_t>(sim.peak_task)];
+    peak_at = t.category + " of " + t.name + (t.micro_batch >= 0 ? " (micro-batch " + std::to_string(t.micro_batch) + ")" : "");
+  }
+  nlohmann::json timeline = nlohmann::json::array();
+  for (const auto& s : sim.memory) {
+    nlohmann::json row = {{"time_ns", s.time_ns}, {"total_bytes", s.total()}};
+    for (std::size_t k = 0; k < core::kMemoryKinds; ++k) row[std::string(core::kMemoryKindNames[k])] = s.bytes[k];
+    timeline.push_back(row);
+  }
+  const double step_seconds = static_cast<double>(sim.makespan_ns) / 1e9;
+  const nlohmann::json document = {
+      {"schema", "headroom.simulation/1"},
+      {"plan", args.plan},
+      {"tasks", schedule.tasks.size()},
+      {"simulated", {{"peak_bytes", sim.peak_bytes}, {"step_seconds", step_seconds}, {"samples_per_second", sim.samples_per_second()}}},
+      {"planned", {{"peak_bytes", plan.predicted.peak_bytes}, {"step_seconds", plan.predicted.step_seconds},
+                   {"samples_per_second", plan.predicted.samples_per_second}}},
+      {"peak_at", peak_at},
+      {"memory_timeline", timeline},
+  };
+  if (!args.output.empty()) core::write_file_atomically(args.output, document.dump(1) + "\n");
+  if (!args.chrome.empty()) {
+    core::write_file_atomically(args.chrome, simulator::chrome_trace(schedule, sim, plan.model + " plan " + args.plan).dump() + "\n");
+  }
+
+  std::printf("simulated %zu tasks of %s (%zu micro-batches)\n\n", schedule.tasks.size(), args.plan.c_str(),
+              plan.micro_batches.size());
+  std::printf("                 planned        simulated      difference\n");
+  std::printf("peak             %-14s %-14s %.3f%%\n", core::format_bytes(plan.predicted.peak_bytes).c_str(),
+              core::format_bytes(sim.peak_bytes).c_str(),
+              100 * relative(static_cast<double>(sim.peak_bytes), static_cast<double>(plan.predicted.peak_bytes)));
+  std::printf("step             %-14.4f %-14.4f %.3f%%\n", plan.predicted.step_seconds, step_seconds,
+              100 * relative(step_seconds, plan.predicted.step_seconds));
+  std::printf("samples/s        %-14.2f %-14.2f\n", plan.predicted.samples_per_second, sim.samples_per_second());
+  std::printf("peak at          %s\n", peak_at.c_str());
+  return 0;
+}
+
+}  // namespace headroom::cli

@@ -1,0 +1,67 @@
+#include "cli/plan_report.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "cli/text_table.h"
+#include "core/units.h"
+
+namespace headroom::cli {
+
+namespace {
+
+std::string rate(double samples_per_second) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.2f", samples_per_second);
+  return buffer;
+}
+
+std::string seconds(double s) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.4f", s);
+  return buffer;
+}
+
+}  // namespace
+
+std::string render_plan_summary(const core::Plan& plan) {
+  std::ostringstream out;
+  const std::int64_t allowed = plan.budget_bytes - plan.margin_bytes;
+  out << "plan for " << plan.model << " (" << plan.device << " trace " << plan.trace_path << "), global batch "
+      << plan.global_batch << ", budget " << core::format_bytes(plan.budget_bytes) << " (margin "
+      << core::format_bytes(plan.margin_bytes) << ")\n\n";
+
+  std::int64_t first = plan.micro_batches.front(), last = plan.micro_batches.back();
+  std::size_t of_first = 0;
+  for (const auto b : plan.micro_batches) of_first += b == first;
+  out << "  micro-batches    " << of_first << " x " << first;
+  if (last != first) out << " + " << plan.micro_batches.size() - of_first << " x " << last;
+  out << "  (loss weight b_i/B)\n";
+  out << "  checkpointed     ";
+  if (plan.checkpointed_blocks.empty()) {
+    out << "none\n";
+  } else {
+    out << plan.checkpointed_blocks.size() << " block" << (plan.checkpointed_blocks.size() > 1 ? "s" : "") << ":";
+    for (const int b : plan.checkpointed_blocks) out << " " << b;
+    out << "\n";
+  }
+  out << "  predicted peak   " << core::format_bytes(plan.predicted.peak_bytes) << " of " << core::format_bytes(allowed)
+      << " allowed, at " << plan.peak_at << "\n";
+  out << "  predicted speed  " << seconds(plan.predicted.step_seconds) << " s/step, "
+      << rate(plan.predicted.samples_per_second) << " samples/s\n";
+  out << "  why              " << plan.binding_constraint << "\n";
+  for (const auto& w : plan.warnings) out << "  warning          " << w << "\n";
+  if (!plan.runner_ups.empty()) {
+    out << "\nrunner-ups:\n";
+    TextTable table({{"micro-batch"}, {"checkpointed"}, {"peak"}, {"s/step"}, {"samples/s"}});
+    for (const auto& r : plan.runner_ups) {
+      table.add_row({std::to_string(r.micro_batch), std::to_string(r.checkpointed_blocks),
+                     core::format_bytes(r.predicted.peak_bytes), seconds(r.predicted.step_seconds),
+                     rate(r.predicted.samples_per_second)});
+    }
+    out << table.render();
+  }
+  return out.str();
+}
+
+}  // namespace headroom::cli

@@ -1,0 +1,11 @@
+#pragma once
+// What `headroom plan` and `headroom simulate` print.
+#include <string>
+
+#include "core/plan.h"
+
+namespace headroom::cli {
+
+std::string render_plan_summary(const core::Plan& plan);
+
+}  // namespace headroom::cli

@@ -1,0 +1,145 @@
+#include "core/plan.h"
+
+#include <numeric>
+
+#include "core/atomic_file.h"
+#include "core/errors.h"
+#include "core/json_reader.h"
+#include "core/sha256.h"
+#include "core/trace.h"
+
+namespace headroom::core {
+
+namespace {
+
+nlohmann::json prediction_json(const PlanPrediction& p) {
+  return {{"peak_bytes", p.peak_bytes}, {"step_seconds", p.step_seconds}, {"samples_per_second", p.samples_per_second}};
+}
+
+PlanPrediction read_prediction(const JsonNode& node) {
+  PlanPrediction p;
+  p.peak_bytes = node.at("peak_bytes").as_non_negative_int();
+  p.step_seconds = node.at("step_seconds").as_double();
+  p.samples_per_second = node.at("samples_per_second").as_double();
+  if (p.step_seconds < 0) node.at("step_seconds").fail("expected a non-negative number");
+  if (p.samples_per_second < 0) node.at("samples_per_second").fail("expected a non-negative number");
+  return p;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const Plan& plan) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& l : plan.layers) layers.push_back({{"id", l.id}, {"name", l.name}, {"checkpoint", l.checkpoint}});
+  nlohmann::json runner_ups = nlohmann::json::array();
+  for (const auto& r : plan.runner_ups) {
+    runner_ups.push_back({{"micro_batch", r.micro_batch},
+                          {"checkpointed_blocks", r.checkpointed_blocks},
+                          {"predicted", prediction_json(r.predicted)},
+                          {"verdict", r.verdict}});
+  }
+  nlohmann::json weights = nlohmann::json::array();
+  for (std::size_t i = 0; i < plan.micro_batches.size(); ++i) weights.push_back(plan.loss_weight(i));
+  return {
+      {"schema", kPlanSchema},
+      {"trace", {{"path", plan.trace_path}, {"sha256", plan.trace_sha256}, {"model", plan.model}, {"device", plan.device}}},
+      {"budget_bytes", plan.budget_bytes},
+      {"margin_bytes", plan.margin_bytes},
+      {"global_batch", plan.global_batch},
+      {"strategies", plan.strategies},
+      {"micro_batches", plan.micro_batches},
+      {"loss_weights", weights},
+      {"checkpointed_blocks", plan.checkpointed_blocks},
+      {"layers", layers},
+      {"warnings", plan.warnings},
+      {"predicted", prediction_json(plan.predicted)},
+      {"explanation", {{"binding_constraint", plan.binding_constraint}, {"peak_at", plan.peak_at}, {"runner_ups", runner_ups}}},
+  };
+}
+
+Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
+  try {
+    const JsonNode root(document, "$");
+    expect_schema(root, kPlanSchema);
+    Plan plan;
+    const auto trace = root.at("trace");
+    plan.trace_path = trace.at("path").as_string();
+    if (plan.trace_path.empty()) trace.at("path").fail("expected the trace's path");
+    plan.trace_sha256 = trace.at("sha256").as_string();
+    if (plan.trace_sha256.size() != 64) trace.at("sha256").fail("expected 64 hex digits");
+    plan.model = trace.at("model").as_string();
+    plan.device = trace.at("device").as_string();
+    plan.budget_bytes = root.at("budget_bytes").as_non_negative_int();
+    plan.margin_bytes = root.at("margin_bytes").as_non_negative_int();
+    plan.global_batch = root.at("global_batch").as_non_negative_int();
+    if (plan.global_batch == 0) root.at("global_batch").fail("expected a positive batch size");
+    for (const auto& s : root.at("strategies").elements()) plan.strategies.push_back(s.as_string());
+    const auto micro = root.at("micro_batches");
+    for (const auto& m : micro.elements()) {
+      const std::int64_t size = m.as_non_negative_int();
+      if (size == 0) m.fail("expected a positive micro-batch size");
+      plan.micro_batches.push_back(size);
+    }
+    const std::int64_t sum = std::accumulate(plan.micro_batches.begin(), plan.micro_batches.end(), std::int64_t{0});
+    if (sum != plan.global_batch) {
+      micro.fail("sizes sum to " + std::to_string(sum) + ", not the global batch " + std::to_string(plan.global_batch));
+    }
+    for (const auto& b : root.at("checkpointed_blocks").elements()) {
+      plan.checkpointed_blocks.push_back(static_cast<int>(b.as_non_negative_int()));
+    }
+    const auto layers = root.at("layers").elements();
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      LayerChoice choice;
+      choice.id = static_cast<int>(layers[i].at("id").as_int());
+      if (choice.id != static_cast<int>(i)) layers[i].at("id").fail("expected " + std::to_string(i));
+      choice.name = layers[i].at("name").as_string();
+      choice.checkpoint = layers[i].at("checkpoint").as_bool();
+      plan.layers.push_back(choice);
+    }
+    for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());
+    plan.predicted = read_prediction(root.at("predicted"));
+    const auto explanation = root.at("explanation");
+    plan.binding_constraint = explanation.at("binding_constraint").as_string();
+    plan.peak_at = explanation.at("peak_at").as_string();
+    for (const auto& r : explanation.at("runner_ups").elements()) {
+      RunnerUp up;
+      up.micro_batch = r.at("micro_batch").as_non_negative_int();
+      up.checkpointed_blocks = static_cast<int>(r.at("checkpointed_blocks").as_non_negative_int());
+      up.predicted = read_prediction(r.at("predicted"));
+      up.verdict = r.at("verdict").as_string();
+      plan.runner_ups.push_back(up);
+    }
+    return plan;
+  } catch (const InputError& e) {
+    throw InputError(std::string(source) + ": " + e.what());
+  }
+}
+
+Plan read_plan_file(const std::filesystem::path& path) {
+  const std::string text = read_file(path);
+  return plan_from_json(parse_json(text, path.string()), path.string());
+}
+
+Trace load_plan_trace(const Plan& plan, const std::filesystem::path& plan_file) {
+  std::filesystem::path path = plan.trace_path;
+  if (!std::filesystem::exists(path) && path.is_relative()) {
+    const auto beside = plan_file.parent_path() / path.filename();
+    if (std::filesystem::exists(beside)) path = beside;
+  }
+  if (!std::filesystem::exists(path)) {
+    throw InputError(plan_file.string() + ": the trace it was made from, " + plan.trace_path + ", does not exist");
+  }
+  const std::string text = read_file(path);
+  const std::string digest = sha256_hex(text);
+  if (digest != plan.trace_sha256) {
+    throw InputError(plan_file.string() + ": trace " + path.string() + " changed since planning (sha256 " +
+                     digest.substr(0, 12) + "..., the plan expects " + plan.trace_sha256.substr(0, 12) + "...)");
+  }
+  return trace_from_json(parse_json(text, path.string()), path.string());
+}
+
+void write_plan_file(const std::filesystem::path& path, const Plan& plan) {
+  write_file_atomically(path, to_json(plan).dump(1) + "\n");
+}
+
+}  // namespace headroom::core

@@ -1,0 +1,78 @@
+#pragma once
+// A plan: how to run one training step of a traced model under a memory budget (schema
+// headroom.plan/1). It names its trace by path and sha256 so it can be simulated and executed alone.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace headroom::core {
+
+inline constexpr std::string_view kPlanSchema = "headroom.plan/1";
+
+struct PlanPrediction {
+  std::int64_t peak_bytes = 0;
+  double step_seconds = 0;
+  double samples_per_second = 0;
+  bool operator==(const PlanPrediction&) const = default;
+};
+
+struct LayerChoice {
+  int id = 0;
+  std::string name;
+  bool checkpoint = false;  // recomputed in backward as part of a checkpointed block
+  bool operator==(const LayerChoice&) const = default;
+};
+
+// Another plan the search weighed, and why it lost.
+struct RunnerUp {
+  std::int64_t micro_batch = 0;
+  int checkpointed_blocks = 0;
+  PlanPrediction predicted;
+  std::string verdict;
+  bool operator==(const RunnerUp&) const = default;
+};
+
+struct Plan {
+  std::string trace_path;
+  std::string trace_sha256;
+  std::string model;
+  std::string device;
+  std::int64_t budget_bytes = 0;
+  std::int64_t margin_bytes = 0;  // the plan's peak stays at or below budget - margin
+  std::int64_t global_batch = 0;
+  std::vector<std::string> strategies;     // applied (a subset of the allowed ones)
+  std::vector<std::int64_t> micro_batches;  // sizes, summing to global_batch
+  std::vector<int> checkpointed_blocks;
+  std::vector<LayerChoice> layers;
+  std::vector<std::string> warnings;
+  PlanPrediction predicted;
+  // Why the plan is what it is.
+  std::string binding_constraint;
+  std::string peak_at;  // where in the step the predicted peak occurs
+  std::vector<RunnerUp> runner_ups;
+
+  bool operator==(const Plan&) const = default;
+
+  // Loss weight of micro-batch i: b_i / B, which makes accumulated gradients equal the full batch's.
+  double loss_weight(std::size_t i) const {
+    return static_cast<double>(micro_batches[i]) / static_cast<double>(global_batch);
+  }
+};
+
+nlohmann::json to_json(const Plan& plan);
+// Validates the whole document; throws InputError "<source>: <json path>: <problem>".
+Plan plan_from_json(const nlohmann::json& document, std::string_view source = "plan");
+
+Plan read_plan_file(const std::filesystem::path& path);
+
+struct Trace;
+// The plan's trace: its path as recorded, or else the same name beside the plan file. Throws
+// InputError if it is missing or its sha256 differs from the one the plan was made from.
+Trace load_plan_trace(const Plan& plan, const std::filesystem::path& plan_file);
+void write_plan_file(const std::filesystem::path& path, const Plan& plan);
+
+}  // namespace headroom::core

@@ -1,0 +1,109 @@
+#include "planner/checkpoint_dp.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+namespace headroom::planner {
+
+std::int64_t chain_peak(const Chain& chain, const std::vector<bool>& checkpoint) {
+  std::int64_t prefix = chain.base;
+  std::int64_t peak = chain.base;
+  for (std::size_t k = 0; k < chain.stages.size(); ++k) {
+    const ChainStage& s = chain.stages[k];
+    const bool ck = checkpoint[k];
+    peak = std::max(peak, prefix + (ck ? s.checkpointed_peak : s.stored_peak));
+    prefix += ck ? s.checkpointed_bytes : s.stored_bytes;
+  }
+  return std::max(peak, prefix + chain.tail_peak);
+}
+
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
+
+}  // namespace
+
+ChainSolution solve_checkpoint_dp(const Chain& chain, std::int64_t limit, std::int64_t unit) {
+  if (unit <= 0) throw std::invalid_argument("solve_checkpoint_dp: unit must be positive");
+  const std::size_t n = chain.stages.size();
+  // Every prefix is at most the sum of the larger kept sizes; a state beyond the limit is dead.
+  std::int64_t max_units = 0;
+  for (const auto& s : chain.stages) max_units += ceil_div(std::max(s.stored_bytes, s.checkpointed_bytes), unit);
+  const std::int64_t limit_units = std::max<std::int64_t>(0, (limit - chain.base) / unit);
+  const std::int64_t width = std::min(max_units, limit_units) + 1;
+  if (chain.base > limit) return {};
+
+  constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
+  // best[k][s]: least recompute time for stages < k whose kept sizes (rounded up) add to s units.
+  std::vector<std::vector<std::int64_t>> best(n + 1, std::vector<std::int64_t>(static_cast<std::size_t>(width), kNone));
+  std::vector<std::vector<char>> took_checkpoint(n, std::vector<char>(static_cast<std::size_t>(width), 0));
+  best[0][0] = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const ChainStage& stage = chain.stages[k];
+    for (std::int64_t s = 0; s < width; ++s) {
+      const std::int64_t t = best[k][static_cast<std::size_t>(s)];
+      if (t == kNone) continue;
+      // The true prefix is at most s units: checking with s * unit keeps the answer safe.
+      const std::int64_t prefix = chain.base + s * unit;
+      for (const bool ck : {false, true}) {
+        if (ck && !stage.checkpointable) continue;
+        if (prefix + (ck ? stage.checkpointed_peak : stage.stored_peak) > limit) continue;
+        const std::int64_t next = s + ceil_div(ck ? stage.checkpointed_bytes : stage.stored_bytes, unit);
+        if (next >= width) continue;
+        const std::int64_t time = t + (ck ? stage.recompute_ns : 0);
+        auto& slot = best[k + 1][static_cast<std::size_t>(next)];
+        if (time < slot) {
+          slot = time;
+          took_checkpoint[k][static_cast<std::size_t>(next)] = ck ? 1 : 0;
+        }
+      }
+    }
+  }
+
+  ChainSolution solution;
+  std::int64_t end = -1;
+  for (std::int64_t s = 0; s < width; ++s) {
+    const std::int64_t t = best[n][static_cast<std::size_t>(s)];
+    if (t == kNone || chain.base + s * unit + chain.tail_peak > limit) continue;
+    // Lower time first; among equal times the smaller kept total (a lower peak at the tail).
+    if (end < 0 || t < best[n][static_cast<std::size_t>(end)]) end = s;
+  }
+  if (end < 0) return solution;
+  solution.feasible = true;
+  solution.checkpoint.assign(n, false);
+  solution.recompute_ns = best[n][static_cast<std::size_t>(end)];
+  for (std::size_t k = n; k-- > 0;) {
+    const bool ck = took_checkpoint[k][static_cast<std::size_t>(end)] != 0;
+    solution.checkpoint[k] = ck;
+    const ChainStage& stage = chain.stages[k];
+    end -= ceil_div(ck ? stage.checkpointed_bytes : stage.stored_bytes, unit);
+  }
+  solution.peak_bytes = chain_peak(chain, solution.checkpoint);
+  return solution;
+}
+
+ChainSolution solve_checkpoint_exhaustive(const Chain& chain, std::int64_t limit) {
+  const std::size_t n = chain.stages.size();
+  if (n > 20) throw std::invalid_argument("solve_checkpoint_exhaustive: too many stages");
+  ChainSolution best;
+  std::vector<bool> choice(n);
+  for (std::uint32_t mask = 0; mask < (1u << n); ++mask) {
+    std::int64_t time = 0;
+    bool allowed = true;
+    for (std::size_t k = 0; k < n; ++k) {
+      choice[k] = ((mask >> k) & 1u) != 0;
+      if (choice[k] && !chain.stages[k].checkpointable) allowed = false;
+      if (choice[k]) time += chain.stages[k].recompute_ns;
+    }
+    if (!allowed) continue;
+    const std::int64_t peak = chain_peak(chain, choice);
+    if (peak > limit) continue;
+    if (!best.feasible || time < best.recompute_ns || (time == best.recompute_ns && peak < best.peak_bytes)) {
+      best = {true, choice, time, peak};
+    }
+  }
+  return best;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,83 @@
+#include "planner/layer_graph.h"
+
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/topological_sort.hpp>
+
+#include <algorithm>
+#include <iterator>
+
+#include "core/errors.h"
+
+namespace headroom::planner {
+
+LayerGraph::LayerGraph(const core::Trace& trace) : readers_(trace.layers.size()), saved_(trace.layers.size(), false) {
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+  Graph graph(trace.layers.size());
+  for (const auto& layer : trace.layers) {
+    for (std::size_t k = 0; k < layer.inputs.size(); ++k) {
+      const int input = layer.inputs[k];
+      if (input < 0) continue;
+      boost::add_edge(static_cast<std::size_t>(input), static_cast<std::size_t>(layer.id), graph);
+      readers_[static_cast<std::size_t>(input)].push_back(layer.id);
+      if (layer.saves_inputs[k]) saved_[static_cast<std::size_t>(input)] = true;
+    }
+  }
+  std::vector<std::size_t> reversed;
+  try {
+    boost::topological_sort(graph, std::back_inserter(reversed));
+  } catch (const boost::not_a_dag&) {
+    throw core::InputError("the trace's layers form a cycle");
+  }
+  for (auto it = reversed.rbegin(); it != reversed.rend(); ++it) order_.push_back(static_cast<int>(*it));
+
+  // Blocks: contiguous runs of layers with the same block index.
+  for (const auto& layer : trace.layers) {
+    if (layer.block < 0) continue;
+    if (blocks_.empty() || blocks_.back().block != layer.block) {
+      BlockSpan span;
+      span.block = layer.block;
+      span.first = span.last = layer.id;
+      blocks_.push_back(span);
+    } else if (blocks_.back().last == layer.id - 1) {
+      blocks_.back().last = layer.id;
+    } else {
+      throw core::InputError("block " + std::to_string(layer.block) + " is not contiguous");
+    }
+  }
+  for (auto& span : blocks_) {
+    // Checkpointable: the block reads one tensor from outside, and only its last layer is read
+    // from outside. Then recomputing it needs just that input.
+    std::vector<int> external;
+    span.checkpointable = true;
+    for (int i = span.first; i <= span.last; ++i) {
+      for (const int input : trace.layers[static_cast<std::size_t>(i)].inputs) {
+        if (input < span.first && std::find(external.begin(), external.end(), input) == external.end()) {
+          external.push_back(input);
+        }
+      }
+      if (i == span.last) continue;
+      for (const int reader : readers_[static_cast<std::size_t>(i)]) {
+        if (reader > span.last) {
+          span.checkpointable = false;
+          span.why_not = "layer " + trace.layers[static_cast<std::size_t>(reader)].name + " reads from inside the block";
+        }
+      }
+    }
+    if (external.size() == 1) {
+      span.input = external.front();
+    } else if (span.checkpointable) {
+      span.checkpointable = false;
+      span.why_not = "the block reads " + std::to_string(external.size()) + " tensors from outside";
+    }
+  }
+}
+
+int LayerGraph::last_reader(int layer) const {
+  const auto& r = readers_[static_cast<std::size_t>(layer)];
+  return r.empty() ? -1 : *std::max_element(r.begin(), r.end());
+}
+
+int LayerGraph::first_block_layer() const { return blocks_.empty() ? static_cast<int>(size()) : blocks_.front().first; }
+int LayerGraph::last_block_layer() const { return blocks_.empty() ? -1 : blocks_.back().last; }
+
+}  // namespace headroom::planner

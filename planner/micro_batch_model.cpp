@@ -1,0 +1,195 @@
+#include "planner/micro_batch_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace headroom::planner {
+
+const char* op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::Forward: return "forward";
+    case OpKind::ForwardNoGrad: return "forward (checkpointed, no grad)";
+    case OpKind::Recompute: return "recompute";
+    case OpKind::Backward: return "backward";
+  }
+  return "?";
+}
+
+namespace {
+
+std::int64_t scaled(std::int64_t ns, double scale) {
+  return static_cast<std::int64_t>(std::llround(static_cast<double>(ns) * scale));
+}
+
+// For each layer, the block span it belongs to if that block is checkpointed, else nullptr.
+std::vector<const BlockSpan*> checkpointed_span_of(const LayerGraph& graph, const std::vector<bool>& checkpointed,
+                                                   std::size_t layers) {
+  std::vector<const BlockSpan*> span_of(layers, nullptr);
+  const auto& blocks = graph.blocks();
+  for (std::size_t k = 0; k < blocks.size() && k < checkpointed.size(); ++k) {
+    if (!checkpointed[k] || !blocks[k].checkpointable) continue;
+    for (int i = blocks[k].first; i <= blocks[k].last; ++i) span_of[static_cast<std::size_t>(i)] = &blocks[k];
+  }
+  return span_of;
+}
+
+}  // namespace
+
+std::vector<Op> micro_batch_ops(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
+                                const std::vector<bool>& checkpointed) {
+  const std::size_t n = costs.layer_count();
+  const double scale = costs.layer_time_scale(batch);
+  std::vector<core::LayerCost> cost(n);
+  for (std::size_t i = 0; i < n; ++i) cost[i] = costs.layer(i, batch);
+  const auto span_of = checkpointed_span_of(graph, checkpointed, n);
+
+  // An unsaved block input is freed by its last reader in a normal forward; a checkpoint holds it
+  // until the block's backward is done instead.
+  const auto unsaved_input_bytes = [&](const BlockSpan& span) -> std::int64_t {
+    if (span.input < 0 || graph.output_saved(span.input)) return 0;
+    const int last = graph.last_reader(span.input);
+    return (last >= span.first && last <= span.last) ? cost[static_cast<std::size_t>(span.input)].output_bytes : 0;
+  };
+
+  std::vector<Op> ops;
+  ops.reserve(3 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& c = cost[i];
+    const BlockSpan* span = span_of[i];
+    if (span == nullptr) {
+      ops.push_back({OpKind::Forward, static_cast<int>(i), scaled(c.fwd_ns, scale), c.fwd_transient_bytes,
+                     c.fwd_retained_bytes});
+      continue;
+    }
+    // Without grad nothing is saved: a layer holds its transient plus the block outputs still to
+    // be read; at the end only the block's output remains.
+    std::int64_t live_inside = 0;
+    for (int j = span->first; j < static_cast<int>(i); ++j) {
+      if (graph.last_reader(j) >= static_cast<int>(i)) live_inside += cost[static_cast<std::size_t>(j)].output_bytes;
+    }
+    const bool last = static_cast<int>(i) == span->last;
+    ops.push_back({OpKind::ForwardNoGrad, static_cast<int>(i), scaled(c.fwd_ns, scale), c.fwd_transient_bytes + live_inside,
+                   last ? c.output_bytes : 0});
+  }
+  for (std::size_t r = n; r-- > 0;) {
+    const auto& c = cost[r];
+    const BlockSpan* span = span_of[r];
+    if (span != nullptr && static_cast<int>(r) == span->last) {
+      // Entering a checkpointed block from above: re-run its forward with grad first.
+      for (int i = span->first; i <= span->last; ++i) {
+        const auto& ci = cost[static_cast<std::size_t>(i)];
+        std::int64_t retained = ci.fwd_retained_bytes;
+        // The block input's free by its last reader does not happen: the checkpoint holds it.
+        if (span->input >= 0 && graph.last_reader(span->input) == i) retained += unsaved_input_bytes(*span);
+        ops.push_back({OpKind::Recompute, i, scaled(ci.fwd_ns, scale), ci.fwd_transient_bytes, retained});
+      }
+      // The first forward's output was released like a stored block's; the recomputed one is
+      // held until the block's backward ends (below). Its forward already counted it once.
+    }
+    std::int64_t retained = c.bwd_retained_bytes;
+    if (span != nullptr && static_cast<int>(r) == span->first) {
+      // The block's backward is done: the recomputed output and the held input go.
+      retained -= cost[static_cast<std::size_t>(span->last)].output_bytes + unsaved_input_bytes(*span);
+    }
+    ops.push_back({OpKind::Backward, static_cast<int>(r), scaled(c.bwd_ns, scale), c.bwd_transient_bytes, retained});
+  }
+  return ops;
+}
+
+Walk walk(const std::vector<Op>& ops) {
+  Walk w;
+  std::int64_t level = 0;
+  const auto consider = [&w](std::int64_t bytes, int op) {
+    if (w.peak_op < 0 || bytes > w.peak_bytes) {
+      w.peak_bytes = bytes;
+      w.peak_op = op;
+    }
+  };
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const Op& op = ops[k];
+    consider(level + op.transient_bytes, static_cast<int>(k));
+    level += op.retained_bytes;
+    consider(level, static_cast<int>(k));
+    w.duration_ns += op.duration_ns;
+    if (op.kind == OpKind::Recompute) w.recompute_ns += op.duration_ns;
+  }
+  return w;
+}
+
+StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph,
+                            const std::vector<std::int64_t>& micro_batches, const std::vector<bool>& checkpointed) {
+  StepPrediction p;
+  const std::int64_t base = costs.static_bytes();
+  // The optimizer steps while the last micro-batch's input is still allocated.
+  p.peak_bytes = base + costs.input_bytes(micro_batches.back()) + costs.optimizer_transient_bytes();
+  p.peak_at = "optimizer step";
+  // Micro-batches run one after another and free their activations in between: every micro-batch
+  // of the same size has the same peak, so each distinct size is walked once.
+  std::vector<std::int64_t> sizes = micro_batches;
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  for (const std::int64_t b : sizes) {
+    const auto ops = micro_batch_ops(costs, graph, b, checkpointed);
+    const Walk w = walk(ops);
+    const std::int64_t count = std::count(micro_batches.begin(), micro_batches.end(), b);
+    p.step_ns += count * w.duration_ns;
+    const std::int64_t peak = base + costs.input_bytes(b) + w.peak_bytes;
+    if (peak > p.peak_bytes) {
+      p.peak_bytes = peak;
+      const Op& op = ops[static_cast<std::size_t>(w.peak_op)];
+      p.peak_at = std::string(op_kind_name(op.kind)) + " of " + costs.trace().layers[static_cast<std::size_t>(op.layer)].name +
+                  " (micro-batch of " + std::to_string(b) + ")";
+    }
+  }
+  p.step_ns += costs.optimizer_ns();
+  return p;
+}
+
+core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& graph,
+                              const std::vector<std::int64_t>& micro_batches, const std::vector<bool>& checkpointed) {
+  using core::MemoryKind;
+  core::Schedule schedule;
+  schedule.resident = {{MemoryKind::Parameter, costs.param_bytes()},
+                       {MemoryKind::Gradient, costs.gradient_bytes()},
+                       {MemoryKind::OptimizerState, costs.optimizer_state_bytes()}};
+  const auto& layers = costs.trace().layers;
+  for (std::size_t m = 0; m < micro_batches.size(); ++m) {
+    const std::int64_t b = micro_batches[m];
+    const auto ops = micro_batch_ops(costs, graph, b, checkpointed);
+    std::int64_t net = 0;
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      const Op& op = ops[k];
+      core::Task task;
+      task.name = layers[static_cast<std::size_t>(op.layer)].name;
+      task.category = op_kind_name(op.kind);
+      task.duration_ns = op.duration_ns;
+      task.transient_bytes = op.transient_bytes;
+      task.at_end = {{MemoryKind::Activation, op.retained_bytes}};
+      task.layer = op.layer;
+      task.micro_batch = static_cast<int>(m);
+      if (!schedule.tasks.empty()) task.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
+      if (k == 0) task.at_start = {{MemoryKind::Input, costs.input_bytes(b)}};
+      net += op.retained_bytes;
+      if (k + 1 == ops.size()) {
+        // The micro-batch is done: what its measured changes leave over (the loss value and the
+        // like) goes, so every micro-batch starts from the same level; its input goes too, except
+        // the last one's, which stays until the optimizer has stepped.
+        task.at_end.push_back({MemoryKind::Activation, -net});
+        if (m + 1 < micro_batches.size()) task.at_end.push_back({MemoryKind::Input, -costs.input_bytes(b)});
+      }
+      schedule.tasks.push_back(std::move(task));
+    }
+  }
+  core::Task optimizer;
+  optimizer.name = "optimizer." + costs.trace().optimizer.name;
+  optimizer.category = "optimizer";
+  optimizer.duration_ns = costs.optimizer_ns();
+  optimizer.transient_bytes = costs.optimizer_transient_bytes();
+  if (!micro_batches.empty()) optimizer.at_end = {{MemoryKind::Input, -costs.input_bytes(micro_batches.back())}};
+  if (!schedule.tasks.empty()) optimizer.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
+  schedule.tasks.push_back(optimizer);
+  for (const auto b : micro_batches) schedule.samples += b;
+  return schedule;
+}
+
+}  // namespace headroom::planner

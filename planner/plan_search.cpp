@@ -1,0 +1,336 @@
+#include "planner/plan_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "core/errors.h"
+#include "core/units.h"
+#include "planner/micro_batch_model.h"
+
+namespace headroom::planner {
+
+std::string strategy_name(Strategy s) { return s == Strategy::MicroBatching ? "mbp" : "checkpoint"; }
+
+std::set<Strategy> parse_strategies(const std::string& text) {
+  if (text == "none") return {};
+  if (text == "all") return {Strategy::MicroBatching, Strategy::Checkpointing};
+  std::set<Strategy> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item == "mbp") out.insert(Strategy::MicroBatching);
+    else if (item == "checkpoint") out.insert(Strategy::Checkpointing);
+    else if (item == "tempo" || item == "infcl" || item == "l2l") {
+      throw core::InputError("--strategies: '" + item + "' is not implemented yet (available: mbp, checkpoint)");
+    } else {
+      throw core::InputError("--strategies: unknown strategy '" + item +
+                             "' (known: mbp, checkpoint, tempo, infcl, l2l, all, none)");
+    }
+  }
+  if (out.empty()) throw core::InputError("--strategies: name at least one strategy, or 'none'");
+  return out;
+}
+
+std::vector<std::int64_t> split_batch(std::int64_t global_batch, std::int64_t count) {
+  const std::int64_t q = global_batch / count, r = global_batch % count;
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(count), q);
+  for (std::int64_t i = 0; i < r; ++i) sizes[static_cast<std::size_t>(i)] += 1;
+  return sizes;
+}
+
+namespace {
+
+struct Levels {
+  std::vector<std::int64_t> before;  // level when each op starts
+  std::vector<std::int64_t> high;    // highest level during or right after each op
+};
+
+Levels levels_of(const std::vector<Op>& ops) {
+  Levels out;
+  std::int64_t level = 0;
+  for (const auto& op : ops) {
+    out.before.push_back(level);
+    const std::int64_t during = level + op.transient_bytes;
+    level += op.retained_bytes;
+    out.high.push_back(std::max(during, level));
+  }
+  return out;
+}
+
+// The index of the first op of `kind` for `layer`.
+std::size_t find_op(const std::vector<Op>& ops, OpKind kind, int layer) {
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    if (ops[k].kind == kind && ops[k].layer == layer) return k;
+  }
+  return ops.size();
+}
+
+}  // namespace
+
+Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch) {
+  const auto& blocks = graph.blocks();
+  const std::vector<bool> none(blocks.size(), false);
+  const auto stored_ops = micro_batch_ops(costs, graph, batch, none);
+  const Levels stored = levels_of(stored_ops);
+  const std::int64_t absolute = costs.static_bytes() + costs.input_bytes(batch);
+
+  // Stage k covers block k and any non-block layers up to the next block.
+  const auto stage_end = [&](std::size_t k) {
+    return k + 1 < blocks.size() ? blocks[k + 1].first - 1 : blocks[k].last;
+  };
+  const auto in_stage = [&](int layer, std::size_t k) { return layer >= blocks[k].first && layer <= stage_end(k); };
+  const auto local_peak = [&](const std::vector<Op>& ops, const Levels& lv, std::size_t k, std::int64_t prefix) {
+    std::int64_t peak = 0;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (in_stage(ops[i].layer, k)) peak = std::max(peak, lv.high[i] - prefix);
+    }
+    return peak;
+  };
+
+  Chain chain;
+  if (blocks.empty()) {
+    chain.base = absolute;
+    std::int64_t peak = 0;
+    for (const auto h : stored.high) peak = std::max(peak, h);
+    chain.tail_peak = peak;
+    return chain;
+  }
+  const std::size_t first_fwd = find_op(stored_ops, OpKind::Forward, blocks.front().first);
+  const std::int64_t prefix0 = stored.before[first_fwd];
+  chain.base = absolute + prefix0;
+  // Layers before the first block peak the same whatever the choices (their forward runs before
+  // the blocks, their backward after the blocks are freed); the exact check in fit() covers them.
+  const int tail_first = blocks.back().last + 1;
+  std::int64_t tail_peak = 0;
+  const std::size_t tail_fwd = find_op(stored_ops, OpKind::Forward, tail_first);
+  const std::int64_t tail_prefix = tail_fwd < stored_ops.size() ? stored.before[tail_fwd] : 0;
+  for (std::size_t i = 0; i < stored_ops.size(); ++i) {
+    if (stored_ops[i].layer >= tail_first) tail_peak = std::max(tail_peak, stored.high[i] - tail_prefix);
+  }
+  chain.tail_peak = tail_peak;
+
+  for (std::size_t k = 0; k < blocks.size(); ++k) {
+    ChainStage stage;
+    const std::size_t fwd = find_op(stored_ops, OpKind::Forward, blocks[k].first);
+    const std::size_t next = find_op(stored_ops, OpKind::Forward, stage_end(k) + 1);
+    const std::int64_t prefix = stored.before[fwd];
+    const std::int64_t after = next < stored_ops.size() ? stored.before[next] : stored.before[tail_fwd];
+    stage.stored_bytes = after - prefix;
+    stage.stored_peak = local_peak(stored_ops, stored, k, prefix);
+    stage.checkpointable = blocks[k].checkpointable;
+    if (stage.checkpointable) {
+      std::vector<bool> only(blocks.size(), false);
+      only[k] = true;
+      const auto ck_ops = micro_batch_ops(costs, graph, batch, only);
+      const Levels ck = levels_of(ck_ops);
+      const std::size_t ck_next = find_op(ck_ops, OpKind::Forward, stage_end(k) + 1);
+      const std::size_t ck_tail = find_op(ck_ops, OpKind::Forward, tail_first);
+      stage.checkpointed_bytes = (ck_next < ck_ops.size() ? ck.before[ck_next] : ck.before[ck_tail]) - prefix;
+      stage.checkpointed_peak = local_peak(ck_ops, ck, k, prefix);
+      for (const auto& op : ck_ops) {
+        if (op.kind == OpKind::Recompute) stage.recompute_ns += op.duration_ns;
+      }
+    }
+    chain.stages.push_back(stage);
+  }
+  return chain;
+}
+
+namespace {
+
+struct Candidate {
+  std::vector<std::int64_t> micro_batches;
+  std::vector<bool> checkpointed;
+  StepPrediction prediction;
+  int checkpointed_count() const { return static_cast<int>(std::count(checkpointed.begin(), checkpointed.end(), true)); }
+  double samples_per_second(std::int64_t global_batch) const {
+    return static_cast<double>(global_batch) * 1e9 / static_cast<double>(prediction.step_ns);
+  }
+};
+
+// The fastest checkpointing for these micro-batches under `limit`, or nothing.
+std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, std::vector<std::int64_t> micro,
+                             std::int64_t limit, bool allow_checkpointing) {
+  const std::size_t blocks = graph.blocks().size();
+  Candidate c{std::move(micro), std::vector<bool>(blocks, false), {}};
+  c.prediction = predict_step(costs, graph, c.micro_batches, c.checkpointed);
+  if (c.prediction.peak_bytes <= limit) return c;
+  if (!allow_checkpointing || blocks == 0) return std::nullopt;
+
+  const Chain chain = checkpoint_chain(costs, graph, c.micro_batches.front());
+  std::int64_t total = 0;
+  for (const auto& s : chain.stages) total += std::max(s.stored_bytes, s.checkpointed_bytes);
+  const std::int64_t unit = std::max<std::int64_t>(1, total / 4096);
+  // The chain is a model of the exact walk; if its answer overshoots, ask again with less room.
+  std::int64_t dp_limit = limit;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const ChainSolution solution = solve_checkpoint_dp(chain, dp_limit, unit);
+    if (!solution.feasible) return std::nullopt;
+    c.checkpointed = solution.checkpoint;
+    c.prediction = predict_step(costs, graph, c.micro_batches, c.checkpointed);
+    if (c.prediction.peak_bytes <= limit) return c;
+    dp_limit -= c.prediction.peak_bytes - limit;
+  }
+  return std::nullopt;
+}
+
+std::string describe(const Candidate& c) {
+  std::ostringstream out;
+  out << c.micro_batches.size() << " micro-batch" << (c.micro_batches.size() > 1 ? "es" : "") << " of "
+      << c.micro_batches.front();
+  if (c.micro_batches.back() != c.micro_batches.front()) out << "/" << c.micro_batches.back();
+  out << ", " << c.checkpointed_count() << " checkpointed block" << (c.checkpointed_count() == 1 ? "" : "s");
+  return out.str();
+}
+
+}  // namespace
+
+PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
+  if (request.global_batch <= 0) throw core::InputError("--batch: expected a positive batch size");
+  if (request.budget_bytes <= 0) throw core::InputError("--budget: expected a positive size");
+  if (!(request.margin_fraction >= 0.0 && request.margin_fraction <= 0.5)) {
+    throw core::InputError("--margin: expected a fraction between 0 and 0.5");
+  }
+  const core::CostModel costs(trace);
+  const LayerGraph graph(trace);
+  const bool mbp = request.strategies.contains(Strategy::MicroBatching);
+  const bool checkpointing = request.strategies.contains(Strategy::Checkpointing);
+  const auto margin_of = [&](std::int64_t budget) {
+    return static_cast<std::int64_t>(std::ceil(static_cast<double>(budget) * request.margin_fraction));
+  };
+  const std::int64_t margin = margin_of(request.budget_bytes);
+  const std::int64_t limit = request.budget_bytes - margin;
+  // The least budget whose limit after the margin holds `peak`.
+  const auto budget_for = [&](std::int64_t peak) {
+    auto budget = static_cast<std::int64_t>(std::ceil(static_cast<double>(peak) / (1.0 - request.margin_fraction)));
+    while (budget - margin_of(budget) < peak) ++budget;
+    return budget;
+  };
+
+  PlanOutcome outcome;
+
+  // One candidate per distinct largest micro-batch: n micro-batches split as evenly as possible.
+  std::vector<Candidate> fits;
+  std::int64_t previous_size = -1;
+  const std::int64_t max_count = mbp ? request.global_batch : 1;
+  for (std::int64_t n = 1; n <= max_count; ++n) {
+    const std::int64_t size = (request.global_batch + n - 1) / n;
+    if (size == previous_size) continue;
+    previous_size = size;
+    if (auto c = fit(costs, graph, split_batch(request.global_batch, n), limit, checkpointing)) fits.push_back(*c);
+  }
+
+  if (fits.empty()) {
+    // The least memory these strategies reach: the smallest micro-batches, and the least peak any
+    // checkpointing of them fits in (found by bisecting the limit given to the search).
+    std::vector<std::int64_t> micro = split_batch(request.global_batch, mbp ? request.global_batch : 1);
+    std::int64_t least = predict_step(costs, graph, micro, std::vector<bool>(graph.blocks().size(), false)).peak_bytes;
+    if (checkpointing) {
+      std::int64_t lo = costs.static_bytes(), hi = least;
+      while (lo < hi) {
+        const std::int64_t mid = lo + (hi - lo) / 2;
+        // The limit that worked, not the peak found under it: the DP rounds sizes up, so a
+        // limit equal to that peak may not find the same plan again.
+        if (fit(costs, graph, micro, mid, true)) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      least = hi;
+    }
+    outcome.smallest_budget = budget_for(least);
+    std::string applied;
+    for (const auto s : request.strategies) applied += (applied.empty() ? "" : ",") + strategy_name(s);
+    const std::int64_t floor_bytes = costs.static_bytes() + costs.optimizer_transient_bytes();
+    outcome.reason = "no plan fits " + core::format_bytes(request.budget_bytes) + " (" + core::format_bytes(limit) +
+                     " after the margin)" +
+                     (limit < floor_bytes ? ", which is below the parameters, gradients and optimizer state with the "
+                                            "optimizer's temporaries (" + core::format_bytes(floor_bytes) + ")"
+                                          : "") +
+                     "; with strategies " + (applied.empty() ? "none" : applied) + " the step needs at least " +
+                     core::format_bytes(least) + ", so the budget must be at least " +
+                     core::format_bytes(outcome.smallest_budget);
+    return outcome;
+  }
+
+  std::stable_sort(fits.begin(), fits.end(), [&](const Candidate& a, const Candidate& b) {
+    const double ra = a.samples_per_second(request.global_batch), rb = b.samples_per_second(request.global_batch);
+    if (ra != rb) return ra > rb;
+    return a.prediction.peak_bytes < b.prediction.peak_bytes;
+  });
+  const Candidate& best = fits.front();
+
+  core::Plan plan;
+  plan.trace_path = request.trace_path;
+  plan.trace_sha256 = request.trace_sha256;
+  plan.model = trace.model.name;
+  plan.device = trace.device.kind;
+  plan.budget_bytes = request.budget_bytes;
+  plan.margin_bytes = margin;
+  plan.global_batch = request.global_batch;
+  if (best.micro_batches.size() > 1) plan.strategies.push_back("mbp");
+  if (best.checkpointed_count() > 0) plan.strategies.push_back("checkpoint");
+  plan.micro_batches = best.micro_batches;
+  const auto& blocks = graph.blocks();
+  std::vector<bool> layer_checkpointed(trace.layers.size(), false);
+  for (std::size_t k = 0; k < blocks.size(); ++k) {
+    if (!best.checkpointed[k]) continue;
+    plan.checkpointed_blocks.push_back(blocks[k].block);
+    for (int i = blocks[k].first; i <= blocks[k].last; ++i) layer_checkpointed[static_cast<std::size_t>(i)] = true;
+  }
+  for (const auto& layer : trace.layers) {
+    plan.layers.push_back({layer.id, layer.name, layer_checkpointed[static_cast<std::size_t>(layer.id)]});
+  }
+  if (best.micro_batches.size() > 1) {
+    for (const auto& layer : trace.layers) {
+      if (layer.kind == "batchnorm") {
+        plan.warnings.push_back("layer " + layer.name + " (batchnorm) normalizes over micro-batches of " +
+                                std::to_string(best.micro_batches.front()) + " samples, not the global batch of " +
+                                std::to_string(request.global_batch) +
+                                ": its statistics and gradients differ from full-batch training");
+      }
+    }
+  }
+  plan.predicted.peak_bytes = best.prediction.peak_bytes;
+  plan.predicted.step_seconds = static_cast<double>(best.prediction.step_ns) / 1e9;
+  plan.predicted.samples_per_second = best.samples_per_second(request.global_batch);
+  plan.peak_at = best.prediction.peak_at;
+
+  // Why: what the whole batch would need, and what the next larger micro-batch would need.
+  const auto whole = predict_step(costs, graph, {request.global_batch}, std::vector<bool>(blocks.size(), false));
+  if (best.micro_batches.size() == 1 && best.checkpointed_count() == 0) {
+    plan.binding_constraint = "none: the whole batch fits (" + core::format_bytes(whole.peak_bytes) + " of " +
+                              core::format_bytes(limit) + " after the margin)";
+  } else {
+    plan.binding_constraint = "memory: the whole batch without strategies needs " + core::format_bytes(whole.peak_bytes) +
+                              ", over the " + core::format_bytes(limit) + " left after the " + core::format_bytes(margin) +
+                              " margin";
+    if (best.checkpointed_count() > 0) {
+      plan.binding_constraint += "; without checkpointing micro-batches of " + std::to_string(best.micro_batches.front()) +
+                                 " need " +
+                                 core::format_bytes(predict_step(costs, graph, best.micro_batches,
+                                                                 std::vector<bool>(blocks.size(), false))
+                                                        .peak_bytes);
+    }
+  }
+  for (std::size_t i = 1; i < fits.size() && plan.runner_ups.size() < 3; ++i) {
+    const Candidate& c = fits[i];
+    core::RunnerUp up;
+    up.micro_batch = c.micro_batches.front();
+    up.checkpointed_blocks = c.checkpointed_count();
+    up.predicted = {c.prediction.peak_bytes, static_cast<double>(c.prediction.step_ns) / 1e9,
+                    c.samples_per_second(request.global_batch)};
+    std::ostringstream verdict;
+    verdict.precision(3);
+    verdict << describe(c) << ": slower (" << up.predicted.samples_per_second << " vs "
+            << plan.predicted.samples_per_second << " samples/s)";
+    up.verdict = verdict.str();
+    plan.runner_ups.push_back(up);
+  }
+  outcome.plan = std::move(plan);
+  return outcome;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,49 @@
+#pragma once
+// The search for the fastest plan that fits: every micro-batch split of the global batch, and for
+// each the least-recompute checkpointing that fits (checkpoint_dp), checked against the exact model.
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/cost_model.h"
+#include "core/plan.h"
+#include "core/trace.h"
+#include "planner/checkpoint_dp.h"
+#include "planner/layer_graph.h"
+
+namespace headroom::planner {
+
+enum class Strategy { MicroBatching, Checkpointing };
+
+// Parses "mbp,checkpoint", "all" or "none"; throws InputError naming an unknown or unavailable one.
+std::set<Strategy> parse_strategies(const std::string& text);
+std::string strategy_name(Strategy s);
+
+struct PlanRequest {
+  std::int64_t budget_bytes = 0;
+  std::int64_t global_batch = 0;
+  double margin_fraction = 0.05;  // the plan's peak stays at or below budget * (1 - margin)
+  std::set<Strategy> strategies{Strategy::MicroBatching, Strategy::Checkpointing};
+  std::string trace_path;    // recorded in the plan
+  std::string trace_sha256;  // recorded in the plan
+};
+
+struct PlanOutcome {
+  std::optional<core::Plan> plan;       // empty when nothing fits
+  std::int64_t smallest_budget = 0;     // when nothing fits: the least budget that would, with these strategies
+  std::string reason;                   // when nothing fits: why, in one line
+};
+
+// Throws InputError for a bad request (batch 0, budget 0, margin outside [0, 0.5]).
+PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request);
+
+// Micro-batch sizes for `count` micro-batches of `global_batch`, as even as possible, larger first.
+std::vector<std::int64_t> split_batch(std::int64_t global_batch, std::int64_t count);
+
+// The checkpointing problem of one micro-batch size as a chain of blocks (absolute bytes:
+// static state, the micro-batch's input and the layers before the first block are the base).
+Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch);
+
+}  // namespace headroom::planner

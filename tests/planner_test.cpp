@@ -1,0 +1,296 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "core/cost_model.h"
+#include "core/errors.h"
+#include "core/sha256.h"
+#include "planner/checkpoint_dp.h"
+#include "planner/micro_batch_model.h"
+#include "planner/plan_search.h"
+#include "simulator/simulator.h"
+
+namespace headroom {
+namespace {
+
+namespace fs = std::filesystem;
+
+core::Trace committed(const std::string& name) {
+  return core::read_trace_file(fs::path(HEADROOM_TRACES_DIR) / name);
+}
+
+const std::vector<std::string> kTraces = {"cpu-mlp.json", "cpu-cnn.json", "cpu-bert.json", "cpu-gpt.json"};
+
+TEST(Sha256, KnownVectors) {
+  EXPECT_EQ(core::sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(core::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(core::sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(core::sha256_hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(CostModel, ExactAtSamplesInterpolatedBetween) {
+  const core::Trace trace = committed("cpu-bert.json");
+  const core::CostModel costs(trace);
+  for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) {
+    const std::int64_t b = trace.batch_sizes[k];
+    EXPECT_EQ(costs.micro_batch_ns(b), trace.steps[k].plain_step_ns - costs.optimizer_ns());
+    for (std::size_t i = 0; i < trace.layers.size(); ++i) {
+      const auto& s = trace.layers[i].samples[k];
+      const auto c = costs.layer(i, b);
+      EXPECT_EQ(c.kept_bytes, s.kept_bytes) << trace.layers[i].name;
+      EXPECT_EQ(c.fwd_ns, s.fwd_ns) << trace.layers[i].name;
+    }
+  }
+  // Between samples 4 and 8 time is on the line between them; past 8 it grows in proportion.
+  const auto t4 = costs.micro_batch_ns(4), t8 = costs.micro_batch_ns(8);
+  EXPECT_NEAR(costs.micro_batch_ns(6), (t4 + t8) / 2, 1);
+  EXPECT_NEAR(costs.micro_batch_ns(16), 2 * t8, 1);
+}
+
+// The planner's model of a plain step (one micro-batch, nothing applied) reproduces the peak the
+// profiler measured at every sampled size.
+TEST(MemoryModel, ReproducesMeasuredPeaks) {
+  for (const auto& name : kTraces) {
+    const core::Trace trace = committed(name);
+    const core::CostModel costs(trace);
+    const planner::LayerGraph graph(trace);
+    for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) {
+      const auto p = planner::predict_step(costs, graph, {trace.batch_sizes[k]},
+                                           std::vector<bool>(graph.blocks().size(), false));
+      const double measured = static_cast<double>(trace.steps[k].peak_bytes);
+      // Exact but for layers whose bytes are not quite affine in batch size (the CNN's convolutions).
+      EXPECT_NEAR(static_cast<double>(p.peak_bytes) / measured, 1.0, 0.02) << name << " batch " << trace.batch_sizes[k];
+      // Each layer's scaled time is rounded to a nanosecond.
+      EXPECT_NEAR(p.step_ns, trace.steps[k].plain_step_ns, static_cast<double>(trace.layers.size())) << name;
+    }
+  }
+}
+
+TEST(LayerGraph, FindsSkipEdgesAndCheckpointableBlocks) {
+  const core::Trace trace = committed("cpu-bert.json");
+  const planner::LayerGraph graph(trace);
+  EXPECT_EQ(graph.blocks().size(), 4u);
+  for (const auto& block : graph.blocks()) {
+    EXPECT_TRUE(block.checkpointable) << block.why_not;
+    // The block input is read by the qkv projection and by the residual add (a skip edge).
+    EXPECT_GE(graph.readers(block.input).size(), 2u);
+  }
+  std::vector<int> order(trace.layers.size());
+  std::iota(order.begin(), order.end(), 0);
+  EXPECT_EQ(graph.topological_order(), order);
+  EXPECT_EQ(graph.last_reader(static_cast<int>(trace.layers.size()) - 1), -1);
+}
+
+// Random chains of up to 12 stages with integer sizes: the DP (unit 1, so exact) and trying every
+// subset agree on feasibility and recompute time, and the DP's peak is what its choice gives.
+TEST(CheckpointDp, EqualsExhaustiveSearch) {
+  std::mt19937 rng(42);
+  const auto uniform = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  int feasible = 0;
+  for (int round = 0; round < 400; ++round) {
+    planner::Chain chain;
+    chain.base = uniform(0, 50);
+    const int n = static_cast<int>(uniform(1, 12));
+    for (int k = 0; k < n; ++k) {
+      planner::ChainStage s;
+      s.stored_bytes = uniform(5, 60);
+      s.checkpointed_bytes = uniform(0, s.stored_bytes);
+      s.stored_peak = s.stored_bytes + uniform(0, 40);
+      s.checkpointed_peak = s.stored_peak + uniform(0, 10);
+      s.recompute_ns = uniform(1, 100);
+      s.checkpointable = uniform(0, 9) > 0;
+      chain.stages.push_back(s);
+    }
+    chain.tail_peak = uniform(0, 30);
+    const std::int64_t limit = uniform(chain.base, chain.base + 40 * n);
+    const auto dp = planner::solve_checkpoint_dp(chain, limit, 1);
+    const auto brute = planner::solve_checkpoint_exhaustive(chain, limit);
+    ASSERT_EQ(dp.feasible, brute.feasible) << "round " << round;
+    if (!dp.feasible) continue;
+    ++feasible;
+    EXPECT_EQ(dp.recompute_ns, brute.recompute_ns) << "round " << round;
+    EXPECT_EQ(dp.peak_bytes, planner::chain_peak(chain, dp.checkpoint));
+    EXPECT_LE(dp.peak_bytes, limit);
+    if (dp.checkpoint == brute.checkpoint) EXPECT_EQ(dp.peak_bytes, brute.peak_bytes);
+  }
+  EXPECT_GT(feasible, 100);  // the rounds exercise the interesting cases, not only infeasible ones
+}
+
+TEST(CheckpointDp, CoarseUnitsStayWithinTheLimit) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    planner::Chain chain;
+    chain.base = 1000;
+    for (int k = 0; k < 10; ++k) {
+      const std::int64_t stored = std::uniform_int_distribution<std::int64_t>(100, 900)(rng);
+      chain.stages.push_back({stored, stored / 5, stored + 333, stored + 400, 10 + k, true});
+    }
+    const std::int64_t limit = std::uniform_int_distribution<std::int64_t>(2000, 9000)(rng);
+    const auto dp = planner::solve_checkpoint_dp(chain, limit, 97);
+    if (dp.feasible) EXPECT_LE(planner::chain_peak(chain, dp.checkpoint), limit);
+    // Rounding can only cost optimality, never admit a plan the exact DP would reject.
+    const auto exact = planner::solve_checkpoint_dp(chain, limit, 1);
+    if (dp.feasible) {
+      EXPECT_TRUE(exact.feasible);
+      EXPECT_GE(dp.recompute_ns, exact.recompute_ns);
+    }
+  }
+}
+
+TEST(PlanSearch, SplitsEvenlyWithExactLossWeights) {
+  EXPECT_EQ(planner::split_batch(10, 3), (std::vector<std::int64_t>{4, 3, 3}));
+  EXPECT_EQ(planner::split_batch(8, 8), (std::vector<std::int64_t>(8, 1)));
+  core::Plan plan;
+  plan.global_batch = 10;
+  plan.micro_batches = planner::split_batch(10, 3);
+  double sum = 0;
+  for (std::size_t i = 0; i < plan.micro_batches.size(); ++i) sum += plan.loss_weight(i);
+  EXPECT_DOUBLE_EQ(sum, 1.0);
+  EXPECT_DOUBLE_EQ(plan.loss_weight(0), 0.4);
+}
+
+planner::PlanRequest request(std::int64_t budget, std::int64_t batch, const std::string& strategies = "all") {
+  planner::PlanRequest r;
+  r.budget_bytes = budget;
+  r.global_batch = batch;
+  r.strategies = planner::parse_strategies(strategies);
+  r.trace_path = "traces/x.json";
+  r.trace_sha256 = std::string(64, '0');
+  return r;
+}
+
+// Budgets from the static floor up to the whole batch's need, for each committed trace.
+std::vector<std::int64_t> budget_sweep(const core::Trace& trace, std::int64_t batch, int points) {
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const std::int64_t lo = costs.static_bytes() + costs.optimizer_transient_bytes();
+  // Up to past what the whole batch needs once the 5% margin is taken off.
+  const std::int64_t hi =
+      planner::predict_step(costs, graph, {batch}, std::vector<bool>(graph.blocks().size(), false)).peak_bytes * 23 / 20;
+  std::vector<std::int64_t> budgets;
+  for (int i = 0; i <= points; ++i) budgets.push_back(lo + (hi - lo) * i / points);
+  return budgets;
+}
+
+TEST(PlanSearch, PlansFitAndMoreBudgetIsNeverSlower) {
+  for (const auto& name : kTraces) {
+    SCOPED_TRACE(name);
+    const core::Trace trace = committed(name);
+    const std::int64_t batch = 32;
+    double previous_rate = 0;
+    int planned = 0;
+    for (const std::int64_t budget : budget_sweep(trace, batch, 40)) {
+      const auto outcome = planner::plan_step(trace, request(budget, batch));
+      if (!outcome.plan) {
+        EXPECT_EQ(previous_rate, 0) << "a smaller budget had a plan but " << budget << " has none";
+        EXPECT_GT(outcome.smallest_budget, budget);
+        continue;
+      }
+      ++planned;
+      const core::Plan& plan = *outcome.plan;
+      EXPECT_LE(plan.predicted.peak_bytes, plan.budget_bytes - plan.margin_bytes) << budget;
+      EXPECT_EQ(std::accumulate(plan.micro_batches.begin(), plan.micro_batches.end(), std::int64_t{0}), batch);
+      EXPECT_GE(plan.predicted.samples_per_second, previous_rate * (1 - 1e-12)) << "budget " << budget;
+      previous_rate = plan.predicted.samples_per_second;
+    }
+    EXPECT_GT(planned, 20);
+  }
+}
+
+TEST(PlanSearch, CheckpointingFitsWhereMicroBatchingAloneCannot) {
+  // gpt peaks in the backward of its loss while every block holds its activations, so
+  // checkpointing lowers its floor (bert mini peaks in the Adam step, which it cannot lower).
+  for (const std::string name : {"cpu-gpt.json"}) {
+    SCOPED_TRACE(name);
+    const core::Trace trace = committed(name);
+    // Below the least that micro-batches of one need, only checkpointing can fit the step.
+    const auto alone = planner::plan_step(trace, request(1, 32, "mbp"));
+    const auto both = planner::plan_step(trace, request(1, 32, "mbp,checkpoint"));
+    ASSERT_LT(both.smallest_budget, alone.smallest_budget);
+    const std::int64_t between = (both.smallest_budget + alone.smallest_budget) / 2;
+    EXPECT_FALSE(planner::plan_step(trace, request(between, 32, "mbp")).plan);
+    const auto plan = planner::plan_step(trace, request(between, 32, "mbp,checkpoint")).plan;
+    ASSERT_TRUE(plan);
+    EXPECT_FALSE(plan->checkpointed_blocks.empty());
+    EXPECT_EQ(plan->strategies, (std::vector<std::string>{"mbp", "checkpoint"}));
+    for (const auto& l : plan->layers) {
+      if (l.checkpoint) EXPECT_EQ(l.name.rfind("layer", 0), 0u) << l.name;  // only block layers
+    }
+    // At the smallest budget it names, a plan exists.
+    EXPECT_TRUE(planner::plan_step(trace, request(both.smallest_budget, 32)).plan);
+  }
+}
+
+TEST(PlanSearch, FlagsBatchNormUnderMicroBatching) {
+  const core::Trace trace = committed("cpu-cnn.json");
+  const core::CostModel costs(trace);
+  const auto tight = planner::plan_step(trace, request(costs.static_bytes() * 3, 64, "mbp"));
+  ASSERT_TRUE(tight.plan);
+  ASSERT_GT(tight.plan->micro_batches.size(), 1u);
+  ASSERT_FALSE(tight.plan->warnings.empty());
+  EXPECT_NE(tight.plan->warnings.front().find("batchnorm"), std::string::npos);
+}
+
+TEST(PlanSearch, StrategyNoneIsTheWholeBatch) {
+  const core::Trace trace = committed("cpu-mlp.json");
+  const auto outcome = planner::plan_step(trace, request(1LL << 34, 16, "none"));
+  ASSERT_TRUE(outcome.plan);
+  EXPECT_EQ(outcome.plan->micro_batches, (std::vector<std::int64_t>{16}));
+  EXPECT_TRUE(outcome.plan->checkpointed_blocks.empty());
+  EXPECT_TRUE(outcome.plan->strategies.empty());
+}
+
+TEST(PlanSearch, InfeasibleSaysTheSmallestBudget) {
+  const core::Trace trace = committed("cpu-bert.json");
+  const core::CostModel costs(trace);
+  const auto below_static = planner::plan_step(trace, request(costs.static_bytes() / 2, 8));
+  EXPECT_FALSE(below_static.plan);
+  EXPECT_NE(below_static.reason.find("parameters, gradients and optimizer state"), std::string::npos);
+  EXPECT_TRUE(planner::plan_step(trace, request(below_static.smallest_budget, 8)).plan) << below_static.reason;
+  EXPECT_FALSE(planner::plan_step(trace, request(below_static.smallest_budget - 1, 8)).plan);
+  // With no strategies the whole batch must fit; the smallest budget it names is enough.
+  const auto none = planner::plan_step(trace, request(costs.static_bytes() * 13 / 10, 64, "none"));
+  ASSERT_FALSE(none.plan);
+  const auto enough = planner::plan_step(trace, request(none.smallest_budget, 64, "none"));
+  EXPECT_TRUE(enough.plan) << none.reason;
+}
+
+TEST(PlanSearch, RejectsBadRequests) {
+  const core::Trace trace = committed("cpu-mlp.json");
+  EXPECT_THROW(planner::plan_step(trace, request(1 << 30, 0)), core::InputError);
+  EXPECT_THROW(planner::plan_step(trace, request(0, 8)), core::InputError);
+  EXPECT_THROW(planner::parse_strategies("mbp,warp"), core::InputError);
+  EXPECT_THROW(planner::parse_strategies("tempo"), core::InputError);
+  EXPECT_THROW(planner::parse_strategies(""), core::InputError);
+}
+
+// The planner's numbers and the simulator's agree for the same plan.
+TEST(Simulator, AgreesWithThePlanner) {
+  for (const auto& name : kTraces) {
+    SCOPED_TRACE(name);
+    const core::Trace trace = committed(name);
+    const core::CostModel costs(trace);
+    const planner::LayerGraph graph(trace);
+    for (const std::int64_t budget : budget_sweep(trace, 24, 8)) {
+      const auto outcome = planner::plan_step(trace, request(budget, 24));
+      if (!outcome.plan) continue;
+      std::vector<bool> flags(graph.blocks().size(), false);
+      for (std::size_t k = 0; k < graph.blocks().size(); ++k) {
+        for (const int b : outcome.plan->checkpointed_blocks) flags[k] = flags[k] || graph.blocks()[k].block == b;
+      }
+      const auto schedule = planner::build_schedule(costs, graph, outcome.plan->micro_batches, flags);
+      const auto sim = simulator::simulate(schedule);
+      EXPECT_EQ(sim.peak_bytes, outcome.plan->predicted.peak_bytes) << budget;
+      EXPECT_NEAR(static_cast<double>(sim.makespan_ns) / 1e9, outcome.plan->predicted.step_seconds, 1e-9);
+      // Memory returns to the resident state after the step.
+      EXPECT_EQ(sim.memory.back().total(), costs.static_bytes());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace headroom
