@@ -33,6 +33,12 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
     std::array<Line, 6> lines;
     for (std::size_t f = 0; f < fields.size(); ++f) lines[f] = line_of(fields[f]);
     byte_lines_.push_back(lines);
+    fwd_ns_.emplace_back();
+    bwd_ns_.emplace_back();
+    for (const auto& s : layer.samples) {
+      fwd_ns_.back().push_back(s.fwd_ns);
+      bwd_ns_.back().push_back(s.bwd_ns);
+    }
   }
 
   std::vector<std::int64_t> inputs, optimizer_ns, optimizer_transient;
@@ -70,17 +76,11 @@ std::int64_t CostModel::interpolate(const std::vector<std::int64_t>& values, std
 }
 
 LayerCost CostModel::layer(std::size_t index, std::int64_t batch) const {
-  const auto& layer = trace_->layers[index];
-  std::vector<std::int64_t> fwd, bwd;
-  for (const auto& s : layer.samples) {
-    fwd.push_back(s.fwd_ns);
-    bwd.push_back(s.bwd_ns);
-  }
   const auto& lines = byte_lines_[index];
   const auto non_negative = [](std::int64_t v) { return std::max<std::int64_t>(v, 0); };
   LayerCost cost;
-  cost.fwd_ns = interpolate(fwd, batch);
-  cost.bwd_ns = interpolate(bwd, batch);
+  cost.fwd_ns = interpolate(fwd_ns_[index], batch);
+  cost.bwd_ns = interpolate(bwd_ns_[index], batch);
   cost.kept_bytes = non_negative(lines[0].at(batch));
   cost.output_bytes = non_negative(lines[1].at(batch));
   cost.fwd_transient_bytes = non_negative(lines[2].at(batch));

@@ -62,6 +62,7 @@ class CostModel {
   std::int64_t optimizer_transient_bytes_ = 0;
   // Per layer, the fitted lines for each byte field (kept, output, fwd/bwd transient, fwd/bwd retained).
   std::vector<std::array<Line, 6>> byte_lines_;
+  std::vector<std::vector<std::int64_t>> fwd_ns_, bwd_ns_;  // per layer, per sample
   Line input_line_;
   std::vector<std::int64_t> micro_batch_ns_;  // per sample
   std::vector<std::int64_t> layer_sum_ns_;    // per sample

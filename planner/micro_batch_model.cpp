@@ -35,25 +35,38 @@ std::vector<const BlockSpan*> checkpointed_span_of(const LayerGraph& graph, cons
 
 }  // namespace
 
+BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch) {
+  BatchCosts out;
+  out.batch = batch;
+  out.scale = costs.layer_time_scale(batch);
+  out.layers.reserve(costs.layer_count());
+  for (std::size_t i = 0; i < costs.layer_count(); ++i) out.layers.push_back(costs.layer(i, batch));
+  return out;
+}
+
 std::vector<Op> micro_batch_ops(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
                                 const std::vector<bool>& checkpointed) {
-  const std::size_t n = costs.layer_count();
-  const double scale = costs.layer_time_scale(batch);
-  std::vector<core::LayerCost> cost(n);
-  for (std::size_t i = 0; i < n; ++i) cost[i] = costs.layer(i, batch);
+  return micro_batch_ops(batch_costs(costs, batch), graph, checkpointed, 0, static_cast<int>(costs.layer_count()) - 1);
+}
+
+std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph, const std::vector<bool>& checkpointed,
+                                int first, int last) {
+  const std::size_t n = costs.layers.size();
+  const double scale = costs.scale;
+  const auto& cost = costs.layers;
   const auto span_of = checkpointed_span_of(graph, checkpointed, n);
 
   // An unsaved block input is freed by its last reader in a normal forward; a checkpoint holds it
   // until the block's backward is done instead.
   const auto unsaved_input_bytes = [&](const BlockSpan& span) -> std::int64_t {
     if (span.input < 0 || graph.output_saved(span.input)) return 0;
-    const int last = graph.last_reader(span.input);
-    return (last >= span.first && last <= span.last) ? cost[static_cast<std::size_t>(span.input)].output_bytes : 0;
+    const int reader = graph.last_reader(span.input);
+    return (reader >= span.first && reader <= span.last) ? cost[static_cast<std::size_t>(span.input)].output_bytes : 0;
   };
 
   std::vector<Op> ops;
-  ops.reserve(3 * n);
-  for (std::size_t i = 0; i < n; ++i) {
+  ops.reserve(3 * static_cast<std::size_t>(last - first + 1));
+  for (std::size_t i = static_cast<std::size_t>(first); i <= static_cast<std::size_t>(last); ++i) {
     const auto& c = cost[i];
     const BlockSpan* span = span_of[i];
     if (span == nullptr) {
@@ -67,11 +80,11 @@ std::vector<Op> micro_batch_ops(const core::CostModel& costs, const LayerGraph& 
     for (int j = span->first; j < static_cast<int>(i); ++j) {
       if (graph.last_reader(j) >= static_cast<int>(i)) live_inside += cost[static_cast<std::size_t>(j)].output_bytes;
     }
-    const bool last = static_cast<int>(i) == span->last;
+    const bool block_output = static_cast<int>(i) == span->last;
     ops.push_back({OpKind::ForwardNoGrad, static_cast<int>(i), scaled(c.fwd_ns, scale), c.fwd_transient_bytes + live_inside,
-                   last ? c.output_bytes : 0});
+                   block_output ? c.output_bytes : 0});
   }
-  for (std::size_t r = n; r-- > 0;) {
+  for (std::size_t r = static_cast<std::size_t>(last) + 1; r-- > static_cast<std::size_t>(first);) {
     const auto& c = cost[r];
     const BlockSpan* span = span_of[r];
     if (span != nullptr && static_cast<int>(r) == span->last) {
@@ -83,8 +96,7 @@ std::vector<Op> micro_batch_ops(const core::CostModel& costs, const LayerGraph& 
         if (span->input >= 0 && graph.last_reader(span->input) == i) retained += unsaved_input_bytes(*span);
         ops.push_back({OpKind::Recompute, i, scaled(ci.fwd_ns, scale), ci.fwd_transient_bytes, retained});
       }
-      // The first forward's output was released like a stored block's; the recomputed one is
-      // held until the block's backward ends (below). Its forward already counted it once.
+      // The recomputed output is held until the block's backward ends, where it is released.
     }
     std::int64_t retained = c.bwd_retained_bytes;
     if (span != nullptr && static_cast<int>(r) == span->first) {

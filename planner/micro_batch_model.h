@@ -29,6 +29,20 @@ const char* op_kind_name(OpKind kind);
 std::vector<Op> micro_batch_ops(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
                                 const std::vector<bool>& checkpointed);
 
+// Every layer's cost at one micro-batch size, with the time scale that makes them add up to the
+// plain step: computed once and reused for many choices of checkpointed blocks.
+struct BatchCosts {
+  std::int64_t batch = 0;
+  double scale = 1;
+  std::vector<core::LayerCost> layers;
+};
+BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch);
+
+// The ops of layers [first, last] only (their forward part, then their backward part, in the
+// order a whole micro-batch would run them).
+std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph, const std::vector<bool>& checkpointed,
+                                int first, int last);
+
 struct Walk {
   std::int64_t peak_bytes = 0;  // above the level at the start
   int peak_op = -1;             // the op during which the peak occurs

@@ -70,67 +70,72 @@ std::size_t find_op(const std::vector<Op>& ops, OpKind kind, int layer) {
 
 Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch) {
   const auto& blocks = graph.blocks();
+  const BatchCosts batch_cost = batch_costs(costs, batch);
+  const int layers = static_cast<int>(costs.layer_count());
   const std::vector<bool> none(blocks.size(), false);
-  const auto stored_ops = micro_batch_ops(costs, graph, batch, none);
+  const auto stored_ops = micro_batch_ops(batch_cost, graph, none, 0, layers - 1);
   const Levels stored = levels_of(stored_ops);
   const std::int64_t absolute = costs.static_bytes() + costs.input_bytes(batch);
-
-  // Stage k covers block k and any non-block layers up to the next block.
-  const auto stage_end = [&](std::size_t k) {
-    return k + 1 < blocks.size() ? blocks[k + 1].first - 1 : blocks[k].last;
-  };
-  const auto in_stage = [&](int layer, std::size_t k) { return layer >= blocks[k].first && layer <= stage_end(k); };
-  const auto local_peak = [&](const std::vector<Op>& ops, const Levels& lv, std::size_t k, std::int64_t prefix) {
-    std::int64_t peak = 0;
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (in_stage(ops[i].layer, k)) peak = std::max(peak, lv.high[i] - prefix);
-    }
-    return peak;
-  };
 
   Chain chain;
   if (blocks.empty()) {
     chain.base = absolute;
-    std::int64_t peak = 0;
-    for (const auto h : stored.high) peak = std::max(peak, h);
-    chain.tail_peak = peak;
+    for (const auto h : stored.high) chain.tail_peak = std::max(chain.tail_peak, h);
     return chain;
   }
-  const std::size_t first_fwd = find_op(stored_ops, OpKind::Forward, blocks.front().first);
-  const std::int64_t prefix0 = stored.before[first_fwd];
-  chain.base = absolute + prefix0;
+  // Stage k covers block k and any non-block layers up to the next block.
+  const auto stage_end = [&](std::size_t k) { return k + 1 < blocks.size() ? blocks[k + 1].first - 1 : blocks[k].last; };
+  const auto op_index = [&](OpKind kind, int layer) { return find_op(stored_ops, kind, layer); };
+  // Stored ops are every forward, then every backward: the level after all forwards is where the
+  // first backward starts.
+  const auto after_forward_of = [&](int last) {
+    return stored.before[std::min(op_index(OpKind::Forward, last + 1), static_cast<std::size_t>(layers))];
+  };
+
+  chain.base = absolute + stored.before[op_index(OpKind::Forward, blocks.front().first)];
   // Layers before the first block peak the same whatever the choices (their forward runs before
   // the blocks, their backward after the blocks are freed); the exact check in fit() covers them.
   const int tail_first = blocks.back().last + 1;
-  std::int64_t tail_peak = 0;
-  const std::size_t tail_fwd = find_op(stored_ops, OpKind::Forward, tail_first);
-  const std::int64_t tail_prefix = tail_fwd < stored_ops.size() ? stored.before[tail_fwd] : 0;
+  const std::int64_t tail_prefix = after_forward_of(tail_first - 1);
   for (std::size_t i = 0; i < stored_ops.size(); ++i) {
-    if (stored_ops[i].layer >= tail_first) tail_peak = std::max(tail_peak, stored.high[i] - tail_prefix);
+    if (stored_ops[i].layer >= tail_first) chain.tail_peak = std::max(chain.tail_peak, stored.high[i] - tail_prefix);
   }
-  chain.tail_peak = tail_peak;
 
   for (std::size_t k = 0; k < blocks.size(); ++k) {
+    const int first = blocks[k].first, last = stage_end(k);
+    const std::int64_t prefix = stored.before[op_index(OpKind::Forward, first)];
+    const std::size_t bwd_start = op_index(OpKind::Backward, last);
     ChainStage stage;
-    const std::size_t fwd = find_op(stored_ops, OpKind::Forward, blocks[k].first);
-    const std::size_t next = find_op(stored_ops, OpKind::Forward, stage_end(k) + 1);
-    const std::int64_t prefix = stored.before[fwd];
-    const std::int64_t after = next < stored_ops.size() ? stored.before[next] : stored.before[tail_fwd];
-    stage.stored_bytes = after - prefix;
-    stage.stored_peak = local_peak(stored_ops, stored, k, prefix);
+    stage.stored_bytes = after_forward_of(last) - prefix;
+    for (std::size_t i = 0; i < stored_ops.size(); ++i) {
+      if (stored_ops[i].layer >= first && stored_ops[i].layer <= last) {
+        stage.stored_peak = std::max(stage.stored_peak, stored.high[i] - prefix);
+      }
+    }
     stage.checkpointable = blocks[k].checkpointable;
     if (stage.checkpointable) {
+      // Walk only this stage's ops with the block checkpointed: its forward from the prefix, its
+      // recompute and backward from the level the stored walk has there, less what checkpointing
+      // stopped this stage from keeping.
       std::vector<bool> only(blocks.size(), false);
       only[k] = true;
-      const auto ck_ops = micro_batch_ops(costs, graph, batch, only);
-      const Levels ck = levels_of(ck_ops);
-      const std::size_t ck_next = find_op(ck_ops, OpKind::Forward, stage_end(k) + 1);
-      const std::size_t ck_tail = find_op(ck_ops, OpKind::Forward, tail_first);
-      stage.checkpointed_bytes = (ck_next < ck_ops.size() ? ck.before[ck_next] : ck.before[ck_tail]) - prefix;
-      stage.checkpointed_peak = local_peak(ck_ops, ck, k, prefix);
-      for (const auto& op : ck_ops) {
-        if (op.kind == OpKind::Recompute) stage.recompute_ns += op.duration_ns;
+      const auto ops = micro_batch_ops(batch_cost, graph, only, first, last);
+      std::int64_t level = 0, peak = 0;
+      std::size_t i = 0;
+      for (; i < ops.size() && (ops[i].kind == OpKind::Forward || ops[i].kind == OpKind::ForwardNoGrad); ++i) {
+        peak = std::max(peak, level + ops[i].transient_bytes);
+        level += ops[i].retained_bytes;
+        peak = std::max(peak, level);
       }
+      stage.checkpointed_bytes = level;
+      level = stored.before[bwd_start] - prefix - (stage.stored_bytes - stage.checkpointed_bytes);
+      for (; i < ops.size(); ++i) {
+        peak = std::max(peak, level + ops[i].transient_bytes);
+        level += ops[i].retained_bytes;
+        peak = std::max(peak, level);
+        if (ops[i].kind == OpKind::Recompute) stage.recompute_ns += ops[i].duration_ns;
+      }
+      stage.checkpointed_peak = peak;
     }
     chain.stages.push_back(stage);
   }

@@ -52,6 +52,7 @@ class Engine {
   Simulation run() {
     const auto& tasks = schedule_.tasks;
     result_.tasks.resize(tasks.size());
+    if (options_.record_memory) result_.memory.reserve(2 * tasks.size() + 1);
     result_.samples = schedule_.samples;
     for (const auto& change : schedule_.resident) apply(change);
     record(0, -1);

@@ -10,6 +10,7 @@
 #include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
 #include "simulator/simulator.h"
+#include "synthetic_chain.h"
 
 namespace headroom {
 namespace {
@@ -266,6 +267,23 @@ TEST(PlanSearch, RejectsBadRequests) {
   EXPECT_THROW(planner::parse_strategies("mbp,warp"), core::InputError);
   EXPECT_THROW(planner::parse_strategies("tempo"), core::InputError);
   EXPECT_THROW(planner::parse_strategies(""), core::InputError);
+}
+
+// A model whose last block is its last layer (no head after it) plans and simulates too.
+TEST(PlanSearch, ChainWithoutLayersAfterTheLastBlock) {
+  const core::Trace trace = testing::synthetic_chain(40);
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const auto least = planner::plan_step(trace, request(1, 16));
+  const auto without = planner::plan_step(trace, request(1, 16, "mbp"));
+  ASSERT_LT(least.smallest_budget, without.smallest_budget);
+  const auto plan = planner::plan_step(trace, request((least.smallest_budget + without.smallest_budget) / 2, 16)).plan;
+  ASSERT_TRUE(plan);
+  EXPECT_FALSE(plan->checkpointed_blocks.empty());
+  std::vector<bool> flags(graph.blocks().size(), false);
+  for (const int b : plan->checkpointed_blocks) flags[static_cast<std::size_t>(b)] = true;
+  const auto sim = simulator::simulate(planner::build_schedule(costs, graph, plan->micro_batches, flags));
+  EXPECT_EQ(sim.peak_bytes, plan->predicted.peak_bytes);
 }
 
 // The planner's numbers and the simulator's agree for the same plan.

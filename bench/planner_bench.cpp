@@ -1,0 +1,91 @@
+// Speed targets (issue 3): plan bert large at B=1024 with all strategies in <= 100 ms; plan a
+// synthetic 1000-layer chain in <= 2 s; simulate >= 5 million tasks/s.
+//   ./build/default/bench/planner_bench
+#include <benchmark/benchmark.h>
+
+#include "core/cost_model.h"
+#include "planner/micro_batch_model.h"
+#include "planner/plan_search.h"
+#include "simulator/simulator.h"
+#include "synthetic_chain.h"
+
+namespace headroom {
+namespace {
+
+// A budget between the least the step can take with checkpointing and the least it takes with
+// micro-batching alone, so the plan must checkpoint and the search must weigh both.
+planner::PlanRequest checkpointing_request(const core::Trace& trace, std::int64_t batch) {
+  planner::PlanRequest request;
+  request.global_batch = batch;
+  request.trace_path = "bench";
+  request.trace_sha256 = std::string(64, '0');
+  request.budget_bytes = 1;
+  const std::int64_t least = planner::plan_step(trace, request).smallest_budget;
+  request.strategies = {planner::Strategy::MicroBatching};
+  const std::int64_t least_without = planner::plan_step(trace, request).smallest_budget;
+  request.strategies = {planner::Strategy::MicroBatching, planner::Strategy::Checkpointing};
+  request.budget_bytes = (least + least_without) / 2;
+  return request;
+}
+
+void BM_PlanBertLarge(benchmark::State& state) {
+  const core::Trace trace = core::read_trace_file(HEADROOM_TRACES_DIR "/cpu-bert-large.json");
+  const auto request = checkpointing_request(trace, 1024);
+  std::size_t checkpointed = 0;
+  for (auto _ : state) {
+    const auto outcome = planner::plan_step(trace, request);
+    if (!outcome.plan) state.SkipWithError("no plan");
+    checkpointed = outcome.plan->checkpointed_blocks.size();
+    benchmark::DoNotOptimize(outcome);
+  }
+  state.counters["layers"] = static_cast<double>(trace.layers.size());
+  state.counters["checkpointed_blocks"] = static_cast<double>(checkpointed);
+}
+BENCHMARK(BM_PlanBertLarge)->Unit(benchmark::kMillisecond);
+
+void BM_PlanSyntheticChain1000(benchmark::State& state) {
+  const core::Trace trace = testing::synthetic_chain(1000);
+  const auto request = checkpointing_request(trace, 64);
+  std::size_t checkpointed = 0;
+  for (auto _ : state) {
+    const auto outcome = planner::plan_step(trace, request);
+    if (!outcome.plan) state.SkipWithError("no plan");
+    checkpointed = outcome.plan->checkpointed_blocks.size();
+    benchmark::DoNotOptimize(outcome);
+  }
+  state.counters["checkpointed_blocks"] = static_cast<double>(checkpointed);
+}
+BENCHMARK(BM_PlanSyntheticChain1000)->Unit(benchmark::kMillisecond);
+
+// A schedule of forward/backward tasks on the compute stream with copies on both copy streams.
+core::Schedule synthetic_schedule(int tasks) {
+  core::Schedule s;
+  s.samples = 1;
+  for (int i = 0; i < tasks; ++i) {
+    core::Task t;
+    t.name = "t";
+    t.stream = i % 4 == 1 ? core::Stream::HostToDevice : i % 4 == 3 ? core::Stream::DeviceToHost : core::Stream::Compute;
+    t.duration_ns = 100 + i % 7;
+    if (i >= 2) t.dependencies = {i - 2};
+    t.at_start = {{core::MemoryKind::Activation, 64}};
+    t.transient_bytes = 32;
+    t.at_end = {{core::MemoryKind::Activation, -64}};
+    s.tasks.push_back(std::move(t));
+  }
+  return s;
+}
+
+void BM_SimulatorThroughput(benchmark::State& state) {
+  const core::Schedule schedule = synthetic_schedule(static_cast<int>(state.range(0)));
+  simulator::SimulationOptions options;
+  options.record_memory = state.range(1) != 0;
+  for (auto _ : state) benchmark::DoNotOptimize(simulator::simulate(schedule, options));
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_SimulatorThroughput)->Args({1'000'000, 0})->Args({1'000'000, 1})->ArgNames({"tasks", "memory_timeline"})
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace headroom
+
+BENCHMARK_MAIN();
