@@ -331,20 +331,20 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       plain_step(model, batch, *optimizer);
       report("warmup", b);
     }
+    // Plain and profiled steps alternate, so drift over the run (caches, allocator pools, other
+    // load) affects both alike and their ratio is the profiler's overhead.
     std::vector<std::int64_t> plain_ns;
+    std::vector<StepMeasurement> runs;
     for (int i = 0; i < options.repeats; ++i) {
       plain_ns.push_back(plain_step(model, batch, *optimizer));
       report("plain", b);
-    }
-
-    std::vector<StepMeasurement> runs;
-    {
       auto recorder = std::make_shared<MemoryRecorder>(c10::DeviceType::CPU);
       ScopedMemoryRecording recording(recorder);
-      for (int i = 0; i < options.repeats; ++i) {
-        runs.push_back(profile_step(model, batch, *recorder, optimizer.get()));
-        report("profile", b);
+      runs.push_back(profile_step(model, batch, *recorder, optimizer.get()));
+      if (recorder->untracked_frees() != 0) {
+        throw std::logic_error("profiled step freed memory allocated before it began; its bytes would be wrong");
       }
+      report("profile", b);
     }
 
     // Bytes do not depend on the values, so every repeat measures the same; times take the median.

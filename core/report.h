@@ -1,0 +1,62 @@
+#pragma once
+// What executing a plan showed (schema headroom.report/1): predicted and measured side by side,
+// their relative errors, the gradient check, and what went wrong if a step ran out of memory.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace headroom::core {
+
+inline constexpr std::string_view kReportSchema = "headroom.report/1";
+
+struct Measurement {
+  std::int64_t peak_bytes = 0;
+  double step_seconds = 0;
+  double samples_per_second = 0;
+};
+
+struct GradientCheck {
+  bool computed = false;
+  double max_rel_diff = 0;  // max over parameters of |accumulated - full batch|_inf / |full batch|_inf
+  std::string note;         // how it was computed, or why not
+};
+
+struct OutOfMemory {
+  std::string layer;  // the layer running when the budget refused an allocation ("" outside layers)
+  std::string phase;  // forward, backward, recompute, optimizer, data
+  int micro_batch = -1;
+  std::int64_t requested_bytes = 0;
+  std::int64_t in_use_bytes = 0;
+  std::int64_t budget_bytes = 0;
+};
+
+struct Report {
+  std::string plan_path;
+  std::string model;
+  std::string device;             // "cpu" or "cuda"
+  std::string device_name;
+  std::int64_t budget_bytes = 0;  // enforced budget (0: none)
+  std::int64_t global_batch = 0;
+  std::vector<std::int64_t> micro_batches;
+  std::vector<int> checkpointed_blocks;
+  int steps = 0;                  // measured steps (after warm-up)
+  std::string status;             // "ok" or "out_of_memory"
+  Measurement predicted;
+  Measurement measured;
+  std::int64_t measured_reserved_bytes = 0;  // CUDA's caching allocator; 0 on the CPU
+  double peak_rel_error = 0;        // |predicted - measured| / measured
+  double throughput_rel_error = 0;  // likewise for samples/s
+  GradientCheck gradient_check;
+  std::optional<OutOfMemory> out_of_memory;
+  std::vector<std::string> warnings;
+  std::vector<double> step_seconds;  // every measured step
+};
+
+nlohmann::json to_json(const Report& report);
+void write_report_file(const std::filesystem::path& path, const Report& report);
+
+}  // namespace headroom::core
