@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 
+#include "cli/execute_commands.h"
 #include "cli/plan_commands.h"
 #include "cli/trace_report.h"
 #include "core/atomic_file.h"
@@ -144,11 +145,19 @@ int main(int argc, char** argv) {
   simulate->add_option("-o,--output", simulate_args.output, "simulation result to write (JSON)");
   simulate->add_option("--chrome", simulate_args.chrome, "timeline as a Chrome trace (opens in Perfetto)");
 
-  ProfileArgs demo_args;
-  demo_args.model = "bert";
-  demo_args.settings = {"preset=tiny"};
-  auto* demo = app.add_subcommand("demo", "profile the default small model (bert tiny) on the CPU and show it");
-  demo->add_option("-o,--output", demo_args.output, "also write the trace here");
+  cli::ExecuteArgs execute_args;
+  auto* execute = app.add_subcommand("execute", "run a plan in real training and compare predicted with measured");
+  execute->add_option("plan", execute_args.plan, "plan from headroom plan")->required();
+  execute->add_option("--steps", execute_args.steps, "measured steps (after warm-up)");
+  execute->add_option("--warmup", execute_args.warmup, "unmeasured steps first");
+  execute->add_option("--device", execute_args.device, "device to run on")->check(CLI::IsMember({"cpu", "cuda"}));
+  execute->add_flag("--no-budget", execute_args.no_budget, "do not enforce the plan's budget on the CPU");
+  execute->add_option("-o,--output", execute_args.output, "report file to write");
+
+  cli::DemoArgs demo_args;
+  auto* demo = app.add_subcommand(
+      "demo", "the whole loop on bert tiny: profile, the whole batch refused under a budget, plan, execute");
+  demo->add_option("--dir", demo_args.directory, "where to keep the trace, plan and report (default: a new temporary directory)");
 
   // CLI11 would report an unknown command as a missing one; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
@@ -184,8 +193,12 @@ int main(int argc, char** argv) {
       return cli::run_plan(plan_args);
     } else if (app.got_subcommand(simulate)) {
       return cli::run_simulate(simulate_args);
-    } else if (app.got_subcommand(profile) || app.got_subcommand(demo)) {
-      const ProfileArgs& args = app.got_subcommand(profile) ? profile_args : demo_args;
+    } else if (app.got_subcommand(execute)) {
+      return cli::run_execute(execute_args);
+    } else if (app.got_subcommand(demo)) {
+      return cli::run_demo(demo_args);
+    } else if (app.got_subcommand(profile)) {
+      const ProfileArgs& args = profile_args;
       const core::Trace trace = run_profile(args);
       if (!args.output.empty()) core::write_trace_file(args.output, trace);
       if (!args.chrome.empty()) {

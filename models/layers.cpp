@@ -51,7 +51,7 @@ int add_layernorm(Model& model, const std::string& name, std::int64_t features, 
 int add_dropout(Model& model, const std::string& name, double p, Place at) {
   return add(model, name, "dropout", {at.input}, at.block,
              [p](const std::vector<torch::Tensor>& in, const RunContext& ctx) {
-               return torch::dropout(in[0], p, ctx.training);
+               return torch::dropout(in[0], p, ctx.training && ctx.dropout);
              });
 }
 
@@ -108,10 +108,10 @@ int add_attention(Model& model, const std::string& name, std::int64_t hidden, st
                const auto q = parts[0].contiguous(), k = parts[1].contiguous(), v = parts[2].contiguous();
                auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
                if (future.defined()) {
-                 scores = scores.masked_fill(future.index({torch::indexing::Slice(0, s), torch::indexing::Slice(0, s)}),
-                                             -std::numeric_limits<float>::infinity());
+                 const auto mask = future.index({torch::indexing::Slice(0, s), torch::indexing::Slice(0, s)});
+                 scores = scores.masked_fill(mask.to(scores.device()), -std::numeric_limits<float>::infinity());
                }
-               auto probs = torch::dropout(torch::softmax(scores, -1), dropout, ctx.training);
+               auto probs = torch::dropout(torch::softmax(scores, -1), dropout, ctx.training && ctx.dropout);
                return torch::matmul(probs, v).transpose(1, 2).reshape({b, s, h});
              });
 }

@@ -19,6 +19,9 @@ using core::kTargetInput;
 
 struct RunContext {
   bool training = true;  // dropout active, BatchNorm uses batch statistics
+  // Dropout can be switched off alone, so two runs that must compute the same function (the
+  // executor's gradient check) can while BatchNorm still normalizes with batch statistics.
+  bool dropout = true;
 };
 
 using LayerForward = std::function<torch::Tensor(const std::vector<torch::Tensor>& inputs, const RunContext&)>;
@@ -71,6 +74,9 @@ class Model {
   std::vector<torch::Tensor> parameters() const { return root_->parameters(); }
   std::int64_t parameter_bytes() const;
   void set_training(bool training);
+  void set_dropout(bool enabled) { context_.dropout = enabled; }
+  // Moves parameters and buffers; batches are made on the CPU and moved by the caller.
+  void to(torch::Device device) { root_->to(device); }
   RunContext context() const { return context_; }
 
   // A synthetic batch with a learnable target, deterministic in (batch_size, seed).

@@ -1,0 +1,27 @@
+#pragma once
+// `headroom execute` and `headroom demo` (they run libtorch). Each returns the process exit code.
+#include <cstdint>
+#include <string>
+
+#include "core/report.h"
+
+namespace headroom::cli {
+
+struct ExecuteArgs {
+  std::string plan;
+  int steps = 3;
+  int warmup = 1;
+  std::string device = "cpu";
+  bool no_budget = false;
+  std::string output;
+};
+int run_execute(const ExecuteArgs& args);
+
+struct DemoArgs {
+  std::string directory;  // where the trace, plans and reports go; a temporary one if empty
+};
+int run_demo(const DemoArgs& args);
+
+std::string render_report(const core::Report& report);
+
+}  // namespace headroom::cli

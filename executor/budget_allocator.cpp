@@ -1,0 +1,71 @@
+#include "executor/budget_allocator.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+#include "core/units.h"
+
+namespace headroom::executor {
+
+namespace {
+thread_local Refusal t_last_refusal;
+// Above the default allocator's registration, so later default registrations do not displace it.
+constexpr std::uint8_t kPriority = 10;
+}  // namespace
+
+BudgetAllocator::BudgetAllocator() : inner_(c10::GetCPUAllocator()) {}
+
+BudgetAllocator& BudgetAllocator::instance() {
+  static BudgetAllocator* allocator = [] {
+    auto* a = new BudgetAllocator();  // never destroyed: tensors may be freed during static destruction
+    c10::SetCPUAllocator(a, kPriority);
+    return a;
+  }();
+  return *allocator;
+}
+
+const Refusal& BudgetAllocator::last_refusal() { return t_last_refusal; }
+
+c10::DataPtr BudgetAllocator::allocate(std::size_t bytes) const {
+  if (bytes == 0) return inner_->allocate(0);  // no memory to count; its null pointer needs no entry
+  const auto n = static_cast<std::int64_t>(bytes);
+  const std::int64_t budget = budget_.load();
+  const std::int64_t now = in_use_.fetch_add(n) + n;
+  if (budget > 0 && now > budget) {
+    in_use_.fetch_sub(n);
+    t_last_refusal = {n, now - n, budget};
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "headroom budget: allocating ", core::format_bytes(n), " with ",
+                     core::format_bytes(now - n), " in use would exceed the budget of ", core::format_bytes(budget));
+  }
+  std::int64_t seen = peak_.load();
+  while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
+  }
+  c10::DataPtr inner = inner_->allocate(bytes);
+  void* data = inner.get();
+  {
+    std::lock_guard lock(mutex_);
+    blocks_.emplace(data, std::make_pair(std::move(inner), n));
+  }
+  return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+}
+
+void BudgetAllocator::release(void* ptr) {
+  if (ptr == nullptr) return;
+  BudgetAllocator& self = instance();
+  c10::DataPtr inner;
+  std::int64_t bytes = 0;
+  {
+    std::lock_guard lock(self.mutex_);
+    const auto it = self.blocks_.find(ptr);
+    if (it == self.blocks_.end()) return;
+    inner = std::move(it->second.first);
+    bytes = it->second.second;
+    self.blocks_.erase(it);
+  }
+  self.in_use_.fetch_sub(bytes);
+  // `inner` frees the memory through the default allocator when it goes out of scope here.
+}
+
+}  // namespace headroom::executor

@@ -1,0 +1,30 @@
+#pragma once
+// Runs a plan in real libtorch training and reports predicted against measured: peak memory
+// (allocator reporting hook), step time and samples/s (median over measured steps), and the
+// accumulated gradient against the full batch's.
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/plan.h"
+#include "core/report.h"
+#include "core/trace.h"
+
+namespace headroom::executor {
+
+struct ExecuteOptions {
+  int steps = 3;         // measured steps
+  int warmup_steps = 1;  // unmeasured steps first (gradients and optimizer state get allocated)
+  std::string device = "cpu";
+  bool enforce_budget = true;  // on the CPU, refuse allocations past the plan's budget
+  bool gradient_check = true;
+  std::uint64_t seed = 0;
+  std::function<void(const std::string&)> on_progress;
+};
+
+// Throws InputError for a bad request (unknown device, CUDA absent, a trace the zoo cannot rebuild).
+// Running out of memory is not thrown: the report's status says so, with where and how much.
+core::Report execute(const core::Plan& plan, const core::Trace& trace, const std::string& plan_path,
+                     const ExecuteOptions& options);
+
+}  // namespace headroom::executor

@@ -1,0 +1,66 @@
+#pragma once
+// Runs one training step of a model the way a plan says: its micro-batches one after another, each
+// mean loss weighted b_i / B so the accumulated gradient is the full batch's, and the checkpointed
+// blocks recomputed in backward. Knows at every moment which layer and phase is running, so an
+// out-of-memory refusal can be reported where it happened.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "models/model.h"
+
+namespace headroom::executor {
+
+// Where the step is; read when an allocation is refused.
+struct Position {
+  std::string layer;
+  std::string phase = "idle";  // data, forward, recompute, backward, optimizer
+  int micro_batch = -1;
+};
+
+class PlanRunner {
+ public:
+  // `checkpointed_blocks` are model block ids; each must read one tensor from outside and be read
+  // from outside only through its last layer (throws InputError otherwise).
+  // `position` is written as the step runs; it belongs to the caller so it outlives the runner when
+  // an out-of-memory error unwinds the step.
+  PlanRunner(const models::Model& model, const std::vector<int>& checkpointed_blocks, Position& position);
+
+  // Forward (checkpointing as planned) and backward of every micro-batch; gradients accumulate.
+  // Returns the loss of the whole batch (the weighted sum of micro-batch losses).
+  double accumulate(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch);
+  // One micro-batch (number `index` of the step): forward, backward with loss weight b / B.
+  double run_micro_batch(const models::Batch& batch, int index, std::int64_t global_batch);
+
+  // The loss of one micro-batch, with the checkpointed blocks run without keeping activations.
+  torch::Tensor forward(const models::Batch& batch);
+
+  const Position& position() const { return position_; }
+  void set_phase(std::string phase, int micro_batch = -1);
+
+ private:
+  struct Span {
+    int first, last, input;
+  };
+  torch::Tensor run_block(const Span& span, const torch::Tensor& input, const models::Batch& batch);
+  friend struct CheckpointedBlock;
+
+  const models::Model& model_;
+  std::vector<const Span*> span_starting_at_;  // per layer: the checkpointed span that starts there
+  std::vector<Span> spans_;
+  Position& position_;
+};
+
+// Micro-batches of the given sizes, made by the model's generator from seeds derived from `seed`,
+// moved to `device`. The full batch is their concatenation.
+std::vector<models::Batch> make_micro_batches(const models::Model& model, const std::vector<std::int64_t>& sizes,
+                                              std::uint64_t seed, torch::Device device);
+models::Batch concatenate(const std::vector<models::Batch>& batches);
+
+// max over tensors of |a - b|_inf / |b|_inf (b the reference).
+double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b);
+std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parameters);
+
+}  // namespace headroom::executor

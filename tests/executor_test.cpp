@@ -1,0 +1,176 @@
+#include <gtest/gtest.h>
+
+#include "core/errors.h"
+#include "executor/budget_allocator.h"
+#include "executor/executor.h"
+#include "executor/plan_runner.h"
+#include "models/zoo.h"
+#include "profiler/profiler.h"
+
+namespace headroom {
+namespace {
+
+const std::map<std::string, std::string> kMlp = {{"input", "16"}, {"hidden", "32"}, {"depth", "3"}};
+const std::map<std::string, std::string> kBertTiny = {
+    {"preset", "tiny"}, {"hidden", "32"}, {"heads", "2"}, {"seq", "16"}, {"vocab", "64"}};
+
+// Accumulated gradients of `micro` sizes (with `checkpointed` blocks) against one full batch,
+// from the same weights and data, dropout off.
+double gradient_difference(const std::string& name, const std::map<std::string, std::string>& config,
+                           const std::vector<std::int64_t>& micro, const std::vector<int>& checkpointed) {
+  models::Model model = models::build_zoo_model(name, config, 3);
+  model.set_training(true);
+  model.set_dropout(false);
+  executor::Position position;
+  executor::PlanRunner runner(model, checkpointed, position);
+  const auto batches = executor::make_micro_batches(model, micro, 5, torch::kCPU);
+  std::int64_t total = 0;
+  for (const auto b : micro) total += b;
+  runner.accumulate(batches, total);
+  const auto accumulated = executor::gradients_of(model.parameters());
+  for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
+  model.forward(executor::concatenate(batches)).backward();
+  return executor::max_relative_difference(accumulated, executor::gradients_of(model.parameters()));
+}
+
+TEST(Executor, MicroBatchedGradientsEqualTheFullBatch) {
+  // Uneven split on purpose: weights b_i / B, not 1 / n.
+  EXPECT_LT(gradient_difference("mlp", kMlp, {5, 5, 3}, {}), 1e-5);
+  EXPECT_LT(gradient_difference("bert", kBertTiny, {4, 3, 3, 2}, {}), 1e-5);
+}
+
+TEST(Executor, CheckpointedGradientsEqualTheFullBatch) {
+  EXPECT_LT(gradient_difference("mlp", kMlp, {6, 6}, {0, 2}), 1e-5);
+  EXPECT_LT(gradient_difference("bert", kBertTiny, {12}, {0, 1}), 1e-5);
+  EXPECT_LT(gradient_difference("bert", kBertTiny, {5, 4, 3}, {1}), 1e-5);
+}
+
+TEST(Executor, UnevenSplitWithOneOverNWeightsWouldBeWrong) {
+  // The test above could not fail if the weighting did not matter: with weights 1/n the same
+  // uneven split gives a visibly different gradient.
+  models::Model model = models::build_zoo_model("mlp", kMlp, 3);
+  model.set_dropout(false);
+  const auto batches = executor::make_micro_batches(model, {6, 2}, 5, torch::kCPU);
+  for (const auto& b : batches) (model.forward(b) * 0.5).backward();
+  const auto one_over_n = executor::gradients_of(model.parameters());
+  for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
+  model.forward(executor::concatenate(batches)).backward();
+  EXPECT_GT(executor::max_relative_difference(one_over_n, executor::gradients_of(model.parameters())), 1e-3);
+}
+
+TEST(Executor, CheckpointedDropoutReproducesTheSameGradients) {
+  // Dropout on: a checkpointed block must draw the same masks when it is recomputed.
+  const auto run = [](const std::vector<int>& checkpointed) {
+    models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
+    model.set_training(true);
+    executor::Position position;
+    executor::PlanRunner runner(model, checkpointed, position);
+    const auto batches = executor::make_micro_batches(model, {6}, 5, torch::kCPU);
+    torch::manual_seed(11);
+    runner.accumulate(batches, 6);
+    return executor::gradients_of(model.parameters());
+  };
+  const auto stored = run({});
+  EXPECT_LT(executor::max_relative_difference(run({0, 1}), stored), 1e-5);
+  // Dropout really is on: another seed gives other gradients.
+  models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
+  executor::Position position;
+  executor::PlanRunner runner(model, {}, position);
+  torch::manual_seed(12);
+  runner.accumulate(executor::make_micro_batches(model, {6}, 5, torch::kCPU), 6);
+  EXPECT_GT(executor::max_relative_difference(executor::gradients_of(model.parameters()), stored), 1e-4);
+}
+
+TEST(BudgetAllocator, RefusesPastTheBudgetAndCounts) {
+  auto& allocator = executor::BudgetAllocator::instance();
+  const std::int64_t before = allocator.in_use();
+  {
+    torch::Tensor a = torch::empty({1024}, torch::kFloat32);  // 4 KiB
+    EXPECT_EQ(allocator.in_use() - before, 4096);
+    executor::ScopedBudget budget(allocator.in_use() + 10000);
+    torch::Tensor b = torch::empty({2048}, torch::kFloat32);  // 8 KiB fits
+    EXPECT_THROW(torch::empty({1024}, torch::kFloat32), c10::OutOfMemoryError);
+    EXPECT_EQ(executor::BudgetAllocator::last_refusal().requested_bytes, 4096);
+  }
+  EXPECT_EQ(allocator.in_use(), before);
+  EXPECT_EQ(allocator.budget(), 0);
+}
+
+// A hand-made plan for the zoo model of a profiled trace.
+core::Plan plan_for(const core::Trace& trace, std::int64_t budget, std::vector<std::int64_t> micro,
+                    std::vector<int> checkpointed = {}) {
+  core::Plan plan;
+  plan.trace_path = "test";
+  plan.trace_sha256 = std::string(64, '0');
+  plan.model = trace.model.name;
+  plan.device = "cpu";
+  plan.budget_bytes = budget;
+  for (const auto b : micro) plan.global_batch += b;
+  plan.micro_batches = std::move(micro);
+  plan.checkpointed_blocks = std::move(checkpointed);
+  plan.predicted = {1, 1, 1};
+  return plan;
+}
+
+core::Trace small_bert_trace() {
+  auto model = models::build_zoo_model("bert", kBertTiny, 0);
+  profiler::ProfileOptions options;
+  options.batch_sizes = {1, 2, 4};
+  options.repeats = 1;
+  return profiler::profile(model, options);
+}
+
+TEST(Executor, TheWholeBatchIsRefusedWhereThePlanRuns) {
+  const core::Trace trace = small_bert_trace();
+  executor::ExecuteOptions options;
+  options.steps = 1;
+  options.warmup_steps = 1;
+  options.gradient_check = false;
+  // Measure what 4 micro-batches of 8 need without a budget, then give a bit more than that.
+  const auto free_run = executor::execute(plan_for(trace, 1LL << 40, {8, 8, 8, 8}), trace, "t", options);
+  ASSERT_EQ(free_run.status, "ok");
+  const std::int64_t budget = free_run.measured.peak_bytes * 21 / 20;
+
+  const auto whole = executor::execute(plan_for(trace, budget, {32}), trace, "t", options);
+  ASSERT_EQ(whole.status, "out_of_memory");
+  ASSERT_TRUE(whole.out_of_memory);
+  EXPECT_GT(whole.out_of_memory->requested_bytes, 0);
+  EXPECT_GT(whole.out_of_memory->in_use_bytes + whole.out_of_memory->requested_bytes, budget);
+  EXPECT_FALSE(whole.out_of_memory->layer.empty());  // it says where
+  EXPECT_EQ(whole.steps, 0);
+
+  const auto planned = executor::execute(plan_for(trace, budget, {8, 8, 8, 8}, {0}), trace, "t", options);
+  ASSERT_EQ(planned.status, "ok");
+  EXPECT_LE(planned.measured.peak_bytes, budget);
+  EXPECT_EQ(executor::BudgetAllocator::instance().budget(), 0);  // lifted after the run
+}
+
+TEST(Executor, ReportsTheGradientCheck) {
+  const core::Trace trace = small_bert_trace();
+  executor::ExecuteOptions options;
+  options.steps = 1;
+  const auto report = executor::execute(plan_for(trace, 1LL << 40, {3, 3, 2}, {1}), trace, "t", options);
+  ASSERT_EQ(report.status, "ok");
+  ASSERT_TRUE(report.gradient_check.computed);
+  EXPECT_LT(report.gradient_check.max_rel_diff, 1e-5);
+  EXPECT_GT(report.measured.peak_bytes, 0);
+  EXPECT_GT(report.measured.samples_per_second, 0);
+}
+
+TEST(Executor, RejectsBadRequests) {
+  const core::Trace trace = small_bert_trace();
+  executor::ExecuteOptions options;
+  options.device = "cuda";  // this libtorch has no CUDA
+  EXPECT_THROW(executor::execute(plan_for(trace, 1LL << 40, {4}), trace, "t", options), core::InputError);
+  options.device = "cpu";
+  options.steps = 0;
+  EXPECT_THROW(executor::execute(plan_for(trace, 1LL << 40, {4}), trace, "t", options), core::InputError);
+  options.steps = 1;
+  EXPECT_THROW(executor::execute(plan_for(trace, 1LL << 40, {4}, {7}), trace, "t", options), core::InputError);
+  core::Trace renamed = trace;
+  renamed.layers[3].name = "something.else";
+  EXPECT_THROW(executor::execute(plan_for(renamed, 1LL << 40, {4}), renamed, "t", options), core::InputError);
+}
+
+}  // namespace
+}  // namespace headroom
