@@ -88,6 +88,7 @@ std::string render_report(const core::Report& r) {
   } else {
     out << r.gradient_check.note << "\n";
   }
+  if (r.test_accuracy) out << "test accuracy on " << r.data << " after training: " << fixed(100 * *r.test_accuracy, "%.1f") << "%\n";
   for (const auto& w : r.warnings) out << "warning: " << w << "\n";
   return out.str();
 }
@@ -100,6 +101,8 @@ int run_execute(const ExecuteArgs& args) {
   options.warmup_steps = args.warmup;
   options.device = args.device;
   options.enforce_budget = !args.no_budget;
+  options.data = args.data;
+  options.batchnorm_eval = args.batchnorm_eval;
   options.on_progress = progress_line;
   const core::Report report = executor::execute(plan, trace, args.plan, options);
   end_progress();

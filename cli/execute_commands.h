@@ -13,6 +13,8 @@ struct ExecuteArgs {
   int warmup = 1;
   std::string device = "cpu";
   bool no_budget = false;
+  std::string data = "synthetic";
+  bool batchnorm_eval = false;
   std::string output;
 };
 int run_execute(const ExecuteArgs& args);

@@ -29,7 +29,7 @@ class ProgressPrinter {
   explicit ProgressPrinter(std::string label) : label_(std::move(label)), tty_(::isatty(STDERR_FILENO) != 0) {}
 
   void operator()(const profiler::Progress& p) {
-    const std::string key = p.phase + std::to_string(p.batch);
+    const std::string key = std::to_string(p.batch);
     if (!tty_ && key == last_key_ && p.step != p.total) return;
     last_key_ = key;
     std::fprintf(stderr, "%sprofiling %s  batch %-5lld %-8s [%3d/%3d]%s", tty_ ? "\r" : "", label_.c_str(),
@@ -152,6 +152,10 @@ int main(int argc, char** argv) {
   execute->add_option("--warmup", execute_args.warmup, "unmeasured steps first");
   execute->add_option("--device", execute_args.device, "device to run on")->check(CLI::IsMember({"cpu", "cuda"}));
   execute->add_flag("--no-budget", execute_args.no_budget, "do not enforce the plan's budget on the CPU");
+  execute->add_option("--data", execute_args.data, "synthetic, or fashion-mnist for the cnn model (reports test accuracy)")
+      ->check(CLI::IsMember({"synthetic", "fashion-mnist"}));
+  execute->add_flag("--batchnorm-eval", execute_args.batchnorm_eval,
+                    "BatchNorm normalizes with running statistics, so micro-batches train exactly like the full batch");
   execute->add_option("-o,--output", execute_args.output, "report file to write");
 
   cli::DemoArgs demo_args;

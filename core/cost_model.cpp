@@ -4,21 +4,11 @@
 #include <array>
 #include <cmath>
 
-#include "core/affine_fit.h"
 
 namespace headroom::core {
 
-std::int64_t CostModel::Line::at(std::int64_t batch) const {
-  return static_cast<std::int64_t>(std::llround(intercept + slope * static_cast<double>(batch)));
-}
-
 CostModel::CostModel(const Trace& trace) : trace_(&trace) {
   param_bytes_ = trace.param_bytes();
-  const auto& xs = trace.batch_sizes;
-  const auto line_of = [&](const std::vector<std::int64_t>& ys) {
-    const AffineFit fit = fit_affine(xs, ys);
-    return Line{fit.intercept, fit.slope};
-  };
 
   for (const auto& layer : trace.layers) {
     std::array<std::vector<std::int64_t>, 6> fields;
@@ -30,9 +20,7 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
       fields[4].push_back(s.fwd_retained_bytes);
       fields[5].push_back(s.bwd_retained_bytes);
     }
-    std::array<Line, 6> lines;
-    for (std::size_t f = 0; f < fields.size(); ++f) lines[f] = line_of(fields[f]);
-    byte_lines_.push_back(lines);
+    bytes_.push_back(std::move(fields));
     fwd_ns_.emplace_back();
     bwd_ns_.emplace_back();
     for (const auto& s : layer.samples) {
@@ -51,7 +39,7 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
     for (const auto& layer : trace.layers) layer_sum += layer.samples[k].fwd_ns + layer.samples[k].bwd_ns;
     layer_sum_ns_.push_back(std::max<std::int64_t>(layer_sum, 1));
   }
-  input_line_ = line_of(inputs);
+  input_bytes_ = inputs;
   // The optimizer's work does not depend on the batch: take the median over the samples.
   std::sort(optimizer_ns.begin(), optimizer_ns.end());
   optimizer_ns_ = optimizer_ns[optimizer_ns.size() / 2];
@@ -61,12 +49,28 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
   }
 }
 
-std::int64_t CostModel::interpolate(const std::vector<std::int64_t>& values, std::int64_t batch) const {
+std::int64_t CostModel::interpolate(const std::vector<std::int64_t>& values, std::int64_t batch,
+                                    bool never_falls) const {
   const auto& xs = trace_->batch_sizes;
-  if (batch <= xs.front()) return values.front();
-  if (batch >= xs.back()) {
+  const std::size_t n = xs.size();
+  if (n == 1) {
+    // One sample: bytes and times in proportion to the batch.
     return static_cast<std::int64_t>(std::llround(static_cast<double>(values.back()) * static_cast<double>(batch) /
                                                   static_cast<double>(xs.back())));
+  }
+  if (batch < xs.front()) {
+    // Times are held flat below the smallest sample (small batches under-use the device); bytes
+    // go on along the first segment.
+    if (never_falls) return values.front();
+    const double slope = static_cast<double>(values[1] - values[0]) / static_cast<double>(xs[1] - xs[0]);
+    return static_cast<std::int64_t>(std::llround(static_cast<double>(values[0]) - slope * static_cast<double>(xs[0] - batch)));
+  }
+  if (batch >= xs.back()) {
+    double slope = static_cast<double>(values[n - 1] - values[n - 2]) / static_cast<double>(xs[n - 1] - xs[n - 2]);
+    // A noisy pair of times can slope down; time never falls with more samples.
+    if (never_falls) slope = std::max(0.0, slope);
+    return static_cast<std::int64_t>(
+        std::llround(static_cast<double>(values.back()) + slope * static_cast<double>(batch - xs.back())));
   }
   const auto hi = static_cast<std::size_t>(std::upper_bound(xs.begin(), xs.end(), batch) - xs.begin());
   const std::size_t lo = hi - 1;
@@ -76,26 +80,29 @@ std::int64_t CostModel::interpolate(const std::vector<std::int64_t>& values, std
 }
 
 LayerCost CostModel::layer(std::size_t index, std::int64_t batch) const {
-  const auto& lines = byte_lines_[index];
+  const auto& bytes = bytes_[index];
+  const auto at = [&](std::size_t field) { return interpolate(bytes[field], batch, false); };
   const auto non_negative = [](std::int64_t v) { return std::max<std::int64_t>(v, 0); };
   LayerCost cost;
-  cost.fwd_ns = interpolate(fwd_ns_[index], batch);
-  cost.bwd_ns = interpolate(bwd_ns_[index], batch);
-  cost.kept_bytes = non_negative(lines[0].at(batch));
-  cost.output_bytes = non_negative(lines[1].at(batch));
-  cost.fwd_transient_bytes = non_negative(lines[2].at(batch));
-  cost.bwd_transient_bytes = non_negative(lines[3].at(batch));
-  cost.fwd_retained_bytes = lines[4].at(batch);
-  cost.bwd_retained_bytes = lines[5].at(batch);
+  cost.fwd_ns = interpolate(fwd_ns_[index], batch, true);
+  cost.bwd_ns = interpolate(bwd_ns_[index], batch, true);
+  cost.kept_bytes = non_negative(at(0));
+  cost.output_bytes = non_negative(at(1));
+  cost.fwd_transient_bytes = non_negative(at(2));
+  cost.bwd_transient_bytes = non_negative(at(3));
+  cost.fwd_retained_bytes = at(4);
+  cost.bwd_retained_bytes = at(5);
   return cost;
 }
 
-std::int64_t CostModel::input_bytes(std::int64_t batch) const { return std::max<std::int64_t>(input_line_.at(batch), 0); }
+std::int64_t CostModel::input_bytes(std::int64_t batch) const {
+  return std::max<std::int64_t>(interpolate(input_bytes_, batch, false), 0);
+}
 
-std::int64_t CostModel::micro_batch_ns(std::int64_t batch) const { return interpolate(micro_batch_ns_, batch); }
+std::int64_t CostModel::micro_batch_ns(std::int64_t batch) const { return interpolate(micro_batch_ns_, batch, true); }
 
 double CostModel::layer_time_scale(std::int64_t batch) const {
-  return static_cast<double>(micro_batch_ns(batch)) / static_cast<double>(interpolate(layer_sum_ns_, batch));
+  return static_cast<double>(micro_batch_ns(batch)) / static_cast<double>(interpolate(layer_sum_ns_, batch, true));
 }
 
 }  // namespace headroom::core

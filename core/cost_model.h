@@ -1,9 +1,13 @@
 #pragma once
 // A trace's measurements evaluated at any micro-batch size. Memory is affine in batch size
-// (DESIGN.md), so every byte count comes from a least-squares line through the samples (exact at
-// the sampled sizes). Time is not: small batches under-use the device, so times are interpolated
-// piecewise-linearly between samples, held flat below the smallest sample and extended
-// proportionally above the largest (a saturated device scales linearly).
+// (DESIGN.md) between samples, but not always across all of them (oneDNN picks other convolution
+// algorithms for tiny batches: one line through batch 1 to 64 missed the CNN's batch-1 peak by
+// 4%), so byte counts are piecewise-linear through the samples, exact at every sampled size and
+// extended along the end segments. Time is not affine: small batches under-use the device, so times are interpolated
+// piecewise-linearly between samples, held flat below the smallest sample, and extended past the
+// largest along the line through the last two samples (a fixed cost plus a cost per sample; a
+// proportional extension overstated a CPU step 4 samples past the last one by 2x). Past the largest
+// sample a time is a guess: plans that go there say so.
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -50,20 +54,18 @@ class CostModel {
   double layer_time_scale(std::int64_t batch) const;
 
  private:
-  struct Line {
-    double intercept = 0, slope = 0;
-    std::int64_t at(std::int64_t batch) const;
-  };
-  std::int64_t interpolate(const std::vector<std::int64_t>& values, std::int64_t batch) const;
+  // Piecewise-linear through the samples; past the last one along the last segment (for times, a
+  // segment that slopes down is held flat).
+  std::int64_t interpolate(const std::vector<std::int64_t>& values, std::int64_t batch, bool never_falls) const;
 
   const Trace* trace_;
   std::int64_t param_bytes_ = 0;
   std::int64_t optimizer_ns_ = 0;
   std::int64_t optimizer_transient_bytes_ = 0;
-  // Per layer, the fitted lines for each byte field (kept, output, fwd/bwd transient, fwd/bwd retained).
-  std::vector<std::array<Line, 6>> byte_lines_;
+  // Per layer, per sample: each byte field (kept, output, fwd/bwd transient, fwd/bwd retained).
+  std::vector<std::array<std::vector<std::int64_t>, 6>> bytes_;
   std::vector<std::vector<std::int64_t>> fwd_ns_, bwd_ns_;  // per layer, per sample
-  Line input_line_;
+  std::vector<std::int64_t> input_bytes_;
   std::vector<std::int64_t> micro_batch_ns_;  // per sample
   std::vector<std::int64_t> layer_sum_ns_;    // per sample
 };

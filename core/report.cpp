@@ -28,7 +28,9 @@ nlohmann::json to_json(const Report& r) {
       {"gradient_check", {{"computed", r.gradient_check.computed}, {"note", r.gradient_check.note}}},
       {"warnings", r.warnings},
       {"step_seconds", r.step_seconds},
+      {"data", r.data},
   };
+  if (r.test_accuracy) doc["test_accuracy"] = *r.test_accuracy;
   if (r.gradient_check.computed) doc["gradient_check"]["max_rel_diff"] = r.gradient_check.max_rel_diff;
   if (r.device == "cuda") doc["measured"]["reserved_bytes"] = r.measured_reserved_bytes;
   if (r.out_of_memory) {

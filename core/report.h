@@ -54,6 +54,8 @@ struct Report {
   std::optional<OutOfMemory> out_of_memory;
   std::vector<std::string> warnings;
   std::vector<double> step_seconds;  // every measured step
+  std::string data = "synthetic";     // where the batches came from
+  std::optional<double> test_accuracy;  // after training, on real data
 };
 
 nlohmann::json to_json(const Report& report);

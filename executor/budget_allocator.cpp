@@ -31,13 +31,14 @@ const Refusal& BudgetAllocator::last_refusal() { return t_last_refusal; }
 c10::DataPtr BudgetAllocator::allocate(std::size_t bytes) const {
   if (bytes == 0) return inner_->allocate(0);  // no memory to count; its null pointer needs no entry
   const auto n = static_cast<std::int64_t>(bytes);
-  const std::int64_t budget = budget_.load();
+  const std::int64_t limit = limit_.load();
   const std::int64_t now = in_use_.fetch_add(n) + n;
-  if (budget > 0 && now > budget) {
+  if (limit > 0 && now > limit) {
     in_use_.fetch_sub(n);
-    t_last_refusal = {n, now - n, budget};
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "headroom budget: allocating ", core::format_bytes(n), " with ",
-                     core::format_bytes(now - n), " in use would exceed the budget of ", core::format_bytes(budget));
+    t_last_refusal = {n, now - n, limit};
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "headroom budget: allocating ", core::format_bytes(n),
+                     " would take the bytes in use past the limit (", core::format_bytes(now - n), " of ",
+                     core::format_bytes(limit), " in use)");
   }
   std::int64_t seen = peak_.load();
   while (now > seen && !peak_.compare_exchange_weak(seen, now)) {

@@ -25,9 +25,9 @@ class BudgetAllocator final : public c10::Allocator {
   // tensors it made may outlive any one run, and their deleters come back here.
   static BudgetAllocator& instance();
 
-  // 0 lifts the limit.
-  void set_budget(std::int64_t bytes) { budget_.store(bytes); }
-  std::int64_t budget() const { return budget_.load(); }
+  // Refuse allocations that would take the bytes in use past `bytes`; 0 lifts the limit.
+  void set_limit(std::int64_t bytes) { limit_.store(bytes); }
+  std::int64_t limit() const { return limit_.load(); }
   std::int64_t in_use() const { return in_use_.load(); }
   std::int64_t peak() const { return peak_.load(); }
   void reset_peak() { peak_.store(in_use_.load()); }
@@ -45,16 +45,28 @@ class BudgetAllocator final : public c10::Allocator {
   mutable std::unordered_map<void*, std::pair<c10::DataPtr, std::int64_t>> blocks_;
   mutable std::atomic<std::int64_t> in_use_{0};
   mutable std::atomic<std::int64_t> peak_{0};
-  std::atomic<std::int64_t> budget_{0};
+  std::atomic<std::int64_t> limit_{0};
 };
 
-// Enforces a budget for its lifetime.
+// Enforces a budget for its lifetime on what is allocated from its start: memory that already
+// exists (a dataset loaded into host memory) is not the run's.
 class ScopedBudget {
  public:
-  explicit ScopedBudget(std::int64_t bytes) { BudgetAllocator::instance().set_budget(bytes); }
-  ~ScopedBudget() { BudgetAllocator::instance().set_budget(0); }
+  explicit ScopedBudget(std::int64_t bytes)
+      : baseline_(BudgetAllocator::instance().in_use()), limit_(baseline_ + bytes) {
+    resume();
+  }
+  ~ScopedBudget() { suspend(); }
   ScopedBudget(const ScopedBudget&) = delete;
   ScopedBudget& operator=(const ScopedBudget&) = delete;
+
+  void suspend() { BudgetAllocator::instance().set_limit(0); }
+  void resume() { BudgetAllocator::instance().set_limit(limit_); }
+  std::int64_t baseline() const { return baseline_; }
+
+ private:
+  std::int64_t baseline_;
+  std::int64_t limit_;
 };
 
 }  // namespace headroom::executor

@@ -11,6 +11,7 @@
 #include "core/units.h"
 #include "executor/budget_allocator.h"
 #include "executor/plan_runner.h"
+#include "models/fashion_mnist.h"
 #include "models/zoo.h"
 #include "profiler/host_info.h"
 #include "profiler/memory_recorder.h"
@@ -76,9 +77,19 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
   report.predicted = {plan.predicted.peak_bytes, plan.predicted.step_seconds, plan.predicted.samples_per_second};
   report.warnings = plan.warnings;
 
+  if (options.data != "synthetic" && options.data != "fashion-mnist") {
+    throw core::InputError("--data: expected synthetic or fashion-mnist, got '" + options.data + "'");
+  }
+  // A dataset sits in host memory before the run, outside the device budget.
+  std::optional<models::LabelledImages> train, test;
+  if (options.data == "fashion-mnist") {
+    progress("loading Fashion-MNIST");
+    train = models::load_fashion_mnist("train");
+    test = models::load_fashion_mnist("test");
+  }
+
   // The budget and the recording start before the model exists, so parameters count too.
   const bool enforce = options.enforce_budget && device.is_cpu();
-  BudgetAllocator& allocator = BudgetAllocator::instance();
   report.budget_bytes = enforce ? plan.budget_bytes : 0;
   auto recorder = std::make_shared<profiler::MemoryRecorder>(device.type());
   profiler::ScopedMemoryRecording recording(recorder);
@@ -99,8 +110,10 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
                                " (" + model.layers()[i].name + " vs " + trace.layers[i].name + ")");
       }
     }
+    if (train) models::use_dataset(model, *train);
     model.to(device);
     model.set_training(true);
+    model.set_batchnorm_eval(options.batchnorm_eval);
     const auto parameters = model.parameters();
     auto optimizer = profiler::make_optimizer(trace.optimizer.name, parameters);
     PlanRunner runner(model, plan.checkpointed_blocks, position);
@@ -115,7 +128,7 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
                                      ", more than half of this machine's memory";
       } else {
         progress("gradient check");
-        BudgetAllocator::instance().set_budget(0);  // the reference runs without a budget
+        if (budget) budget->suspend();  // the reference runs without a budget
         model.set_dropout(false);
         const auto micro = make_micro_batches(model, plan.micro_batches, options.seed, device);
         for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
@@ -129,7 +142,7 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
         const auto full = gradients_of(parameters);
         for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
         model.set_dropout(true);
-        if (enforce) BudgetAllocator::instance().set_budget(plan.budget_bytes);
+        if (budget) budget->resume();
         report.gradient_check.computed = true;
         report.gradient_check.max_rel_diff = max_relative_difference(accumulated, full);
         bool batchnorm = false;
@@ -170,6 +183,12 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
         report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, recorder->reserved());
       }
     }
+    if (test) {
+      progress("test accuracy");
+      if (budget) budget->suspend();  // evaluation is not part of the planned step
+      report.test_accuracy = models::accuracy(model, *test);
+      report.data = "fashion-mnist";
+    }
     report.status = "ok";
   } catch (const c10::OutOfMemoryError&) {
     const Refusal& refusal = BudgetAllocator::last_refusal();
@@ -177,9 +196,10 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
     oom.layer = position.layer;
     oom.phase = position.phase;
     oom.micro_batch = position.micro_batch;
+    const std::int64_t baseline = budget ? budget->baseline() : 0;
     oom.requested_bytes = refusal.requested_bytes;
-    oom.in_use_bytes = refusal.in_use_bytes;
-    oom.budget_bytes = refusal.budget_bytes;
+    oom.in_use_bytes = refusal.in_use_bytes - baseline;
+    oom.budget_bytes = refusal.budget_bytes - baseline;
     report.out_of_memory = oom;
     report.status = "out_of_memory";
   }

@@ -18,6 +18,8 @@ struct ExecuteOptions {
   std::string device = "cpu";
   bool enforce_budget = true;  // on the CPU, refuse allocations past the plan's budget
   bool gradient_check = true;
+  std::string data = "synthetic";  // or "fashion-mnist" (the cnn model): real images, test accuracy reported
+  bool batchnorm_eval = false;     // BatchNorm normalizes with running statistics (micro-batching exact)
   std::uint64_t seed = 0;
   std::function<void(const std::string&)> on_progress;
 };

@@ -76,10 +76,23 @@ std::vector<torch::Tensor> gather_inputs(const Layer& layer, const Batch& batch,
   return inputs;
 }
 
+void Model::set_batchnorm_eval(bool eval) {
+  for (const auto& child : root_->children()) {
+    if (dynamic_cast<torch::nn::BatchNorm2dImpl*>(child.get()) != nullptr) child->train(!eval && context_.training);
+  }
+}
+
 torch::Tensor Model::forward(const Batch& batch, LayerObserver* observer) const {
+  return forward_to(batch, static_cast<int>(layers_.size()) - 1, observer);
+}
+
+torch::Tensor Model::forward_to(const Batch& batch, int last) const { return forward_to(batch, last, nullptr); }
+
+torch::Tensor Model::forward_to(const Batch& batch, int last, LayerObserver* observer) const {
   if (layers_.empty()) throw std::logic_error("model " + name_ + " has no layers");
+  if (last < 0 || last >= static_cast<int>(layers_.size())) throw std::out_of_range("forward_to: no layer " + std::to_string(last));
   std::vector<torch::Tensor> outputs(layers_.size());
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
+  for (std::size_t i = 0; i <= static_cast<std::size_t>(last); ++i) {
     const Layer& layer = layers_[i];
     torch::Tensor out;
     {
@@ -96,7 +109,7 @@ torch::Tensor Model::forward(const Batch& batch, LayerObserver* observer) const 
       }
     }
   }
-  return std::move(outputs.back());
+  return std::move(outputs[static_cast<std::size_t>(last)]);
 }
 
 }  // namespace headroom::models

@@ -85,12 +85,19 @@ class Model {
   // Runs the layers in order and returns the last layer's output (the loss). Each layer's output is
   // released right after its last reader, as an eager framework would.
   torch::Tensor forward(const Batch& batch, LayerObserver* observer = nullptr) const;
+  // The output of layer `last` (running layers 0..last), e.g. the logits before the loss.
+  torch::Tensor forward_to(const Batch& batch, int last) const;
+
+  // BatchNorm in eval style: normalize with the running statistics even while training, so each
+  // sample's output does not depend on the rest of its (micro-)batch and micro-batching is exact.
+  void set_batchnorm_eval(bool eval);
 
   // For each layer, the id of the last layer that reads its output (its own id if none does).
   const std::vector<int>& last_readers() const { return last_readers_; }
 
  private:
   static std::string sanitize(const std::string& name);
+  torch::Tensor forward_to(const Batch& batch, int last, LayerObserver* observer) const;
 
   std::string name_;
   Config config_;

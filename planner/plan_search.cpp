@@ -288,6 +288,12 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   for (const auto& layer : trace.layers) {
     plan.layers.push_back({layer.id, layer.name, layer_checkpointed[static_cast<std::size_t>(layer.id)]});
   }
+  if (best.micro_batches.front() > trace.batch_sizes.back()) {
+    plan.warnings.push_back("micro-batches of " + std::to_string(best.micro_batches.front()) +
+                            " are larger than the largest profiled size (" + std::to_string(trace.batch_sizes.back()) +
+                            "): their time is extrapolated; profile with --batch-sizes up to " +
+                            std::to_string(best.micro_batches.front()) + " to measure it");
+  }
   if (best.micro_batches.size() > 1) {
     for (const auto& layer : trace.layers) {
       if (layer.kind == "batchnorm") {

@@ -13,6 +13,9 @@ packages=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   xvfb
+  zlib1g-dev
+  # Real data for the cnn model (gzipped IDX files under /usr/share/datasets/fashion-mnist).
+  dataset-fashion-mnist
 )
 
 sudo=""

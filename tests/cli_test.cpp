@@ -158,6 +158,39 @@ TEST(Cli, SimulateRejectsBadPlansAndChangedTraces) {
   fs::remove_all(dir);
 }
 
+TEST(Cli, ExecuteReportsAndRefusesBadInput) {
+  const fs::path dir = fs::temp_directory_path() / "headroom_cli_execute";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string trace = std::string(HEADROOM_TRACES_DIR) + "/cpu-mlp.json";
+  ASSERT_EQ(run("plan " + trace + " --budget 20MiB --batch 64 -o " + (dir / "p.json").string()).exit_code, 0);
+  const auto ok = run("execute " + (dir / "p.json").string() + " --steps 2 -o " + (dir / "r.json").string());
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  const auto report = core::parse_json(core::read_file(dir / "r.json"), "r.json");
+  EXPECT_EQ(report["schema"], "headroom.report/1");
+  EXPECT_EQ(report["status"], "ok");
+  EXPECT_LE(report["measured"]["peak_bytes"].get<std::int64_t>(), report["budget_bytes"].get<std::int64_t>());
+  EXPECT_LT(report["gradient_check"]["max_rel_diff"].get<double>(), 1e-5);
+  EXPECT_NE(ok.out.find("peak memory"), std::string::npos) << ok.out;
+
+  // A plan whose budget cannot hold it: out of memory, reported, exit 1.
+  auto tight = core::parse_json(core::read_file(dir / "p.json"), "p.json");
+  tight["budget_bytes"] = 8 << 20;
+  core::write_file_atomically(dir / "tight.json", tight.dump());
+  const auto oom = run("execute " + (dir / "tight.json").string() + " -o " + (dir / "oom.json").string());
+  EXPECT_EQ(oom.exit_code, 1);
+  EXPECT_NE(oom.err.find("out of memory under the 8.00 MiB budget"), std::string::npos) << oom.err;
+  EXPECT_EQ(core::parse_json(core::read_file(dir / "oom.json"), "oom.json")["status"], "out_of_memory");
+
+  expect_one_line_error(run("execute /nonexistent/plan.json"), "/nonexistent/plan.json");
+  expect_one_line_error(run("execute " + (dir / "p.json").string() + " --data imagenet"), "imagenet");
+  fs::copy_file(trace, dir / "t.json");
+  ASSERT_EQ(run("plan " + (dir / "t.json").string() + " --budget 20MiB --batch 64 -o " + (dir / "q.json").string()).exit_code, 0);
+  core::write_file_atomically(dir / "t.json", core::read_file(dir / "t.json") + "\n");
+  expect_one_line_error(run("execute " + (dir / "q.json").string()), "changed since planning");
+  fs::remove_all(dir);
+}
+
 TEST(Cli, ModelsListsTheZoo) {
   const CommandResult r = run("models");
   EXPECT_EQ(r.exit_code, 0);

@@ -4,6 +4,7 @@
 #include "executor/budget_allocator.h"
 #include "executor/executor.h"
 #include "executor/plan_runner.h"
+#include "models/fashion_mnist.h"
 #include "models/zoo.h"
 #include "profiler/profiler.h"
 
@@ -87,13 +88,13 @@ TEST(BudgetAllocator, RefusesPastTheBudgetAndCounts) {
   {
     torch::Tensor a = torch::empty({1024}, torch::kFloat32);  // 4 KiB
     EXPECT_EQ(allocator.in_use() - before, 4096);
-    executor::ScopedBudget budget(allocator.in_use() + 10000);
+    executor::ScopedBudget budget(10000);  // on top of what is in use now
     torch::Tensor b = torch::empty({2048}, torch::kFloat32);  // 8 KiB fits
     EXPECT_THROW(torch::empty({1024}, torch::kFloat32), c10::OutOfMemoryError);
     EXPECT_EQ(executor::BudgetAllocator::last_refusal().requested_bytes, 4096);
   }
   EXPECT_EQ(allocator.in_use(), before);
-  EXPECT_EQ(allocator.budget(), 0);
+  EXPECT_EQ(allocator.limit(), 0);
 }
 
 // A hand-made plan for the zoo model of a profiled trace.
@@ -142,7 +143,7 @@ TEST(Executor, TheWholeBatchIsRefusedWhereThePlanRuns) {
   const auto planned = executor::execute(plan_for(trace, budget, {8, 8, 8, 8}, {0}), trace, "t", options);
   ASSERT_EQ(planned.status, "ok");
   EXPECT_LE(planned.measured.peak_bytes, budget);
-  EXPECT_EQ(executor::BudgetAllocator::instance().budget(), 0);  // lifted after the run
+  EXPECT_EQ(executor::BudgetAllocator::instance().limit(), 0);  // lifted after the run
 }
 
 TEST(Executor, ReportsTheGradientCheck) {
@@ -170,6 +171,58 @@ TEST(Executor, RejectsBadRequests) {
   core::Trace renamed = trace;
   renamed.layers[3].name = "something.else";
   EXPECT_THROW(executor::execute(plan_for(renamed, 1LL << 40, {4}), renamed, "t", options), core::InputError);
+}
+
+}  // namespace
+}  // namespace headroom
+
+namespace headroom {
+namespace {
+
+TEST(FashionMnist, LoadsDebiansFiles) {
+  const auto train = models::load_fashion_mnist("train");
+  EXPECT_EQ(train.images.sizes(), (std::vector<std::int64_t>{60000, 1, 28, 28}));
+  EXPECT_EQ(train.labels.min().item<std::int64_t>(), 0);
+  EXPECT_EQ(train.labels.max().item<std::int64_t>(), 9);
+  EXPECT_NEAR(train.images.mean().item<double>(), 0.0, 0.01);  // normalized with its own statistics
+  EXPECT_EQ(models::load_fashion_mnist("test").images.size(0), 10000);
+  EXPECT_THROW(models::load_fashion_mnist("train", "/nonexistent"), core::InputError);
+  EXPECT_THROW(models::load_fashion_mnist("validation"), core::InputError);
+}
+
+// Five SGD steps on Fashion-MNIST: micro-batches (loss weights b_i/B) and the full batch end with the
+// same weights when BatchNorm normalizes with running statistics (eval style), and not when it
+// normalizes each micro-batch with its own.
+TEST(FashionMnist, MicroBatchesAndTheFullBatchEndWithTheSameWeights) {
+  const auto train = models::load_fashion_mnist("train");
+  const auto final_difference = [&](bool batchnorm_eval) {
+    const auto make = [&] {
+      auto model = models::build_zoo_model("cnn", {{"width", "8"}, {"stages", "2"}}, 1);
+      models::use_dataset(model, train);
+      model.set_training(true);
+      model.set_batchnorm_eval(batchnorm_eval);
+      return model;
+    };
+    models::Model micro = make(), full = make();
+    torch::optim::SGD micro_sgd(micro.parameters(), 0.05), full_sgd(full.parameters(), 0.05);
+    executor::Position position;
+    executor::PlanRunner runner(micro, {}, position);
+    for (std::uint64_t step = 0; step < 5; ++step) {
+      const auto batches = executor::make_micro_batches(micro, {20, 20, 20, 4}, step, torch::kCPU);
+      micro_sgd.zero_grad();
+      runner.accumulate(batches, 64);
+      micro_sgd.step();
+      full_sgd.zero_grad();
+      full.forward(executor::concatenate(batches)).backward();
+      full_sgd.step();
+    }
+    std::vector<torch::Tensor> a, b;
+    for (const auto& p : micro.parameters()) a.push_back(p.detach());
+    for (const auto& p : full.parameters()) b.push_back(p.detach());
+    return executor::max_relative_difference(a, b);
+  };
+  EXPECT_LT(final_difference(true), 1e-5);
+  EXPECT_GT(final_difference(false), 1e-3);
 }
 
 }  // namespace

@@ -44,10 +44,13 @@ TEST(CostModel, ExactAtSamplesInterpolatedBetween) {
       EXPECT_EQ(c.fwd_ns, s.fwd_ns) << trace.layers[i].name;
     }
   }
-  // Between samples 4 and 8 time is on the line between them; past 8 it grows in proportion.
-  const auto t4 = costs.micro_batch_ns(4), t8 = costs.micro_batch_ns(8);
-  EXPECT_NEAR(costs.micro_batch_ns(6), (t4 + t8) / 2, 1);
-  EXPECT_NEAR(costs.micro_batch_ns(16), 2 * t8, 1);
+  // Between two samples time is on the line between them; past the last it goes on along the line
+  // through the last two.
+  const std::size_t n = trace.batch_sizes.size();
+  const std::int64_t b1 = trace.batch_sizes[n - 2], b2 = trace.batch_sizes[n - 1];
+  const auto t1 = costs.micro_batch_ns(b1), t2 = costs.micro_batch_ns(b2);
+  EXPECT_NEAR(costs.micro_batch_ns((b1 + b2) / 2), t1 + (t2 - t1) * ((b1 + b2) / 2 - b1) / (b2 - b1), 1);
+  EXPECT_NEAR(costs.micro_batch_ns(2 * b2), t2 + std::max<std::int64_t>(0, t2 - t1) * b2 / (b2 - b1), 1);
 }
 
 // The planner's model of a plain step (one micro-batch, nothing applied) reproduces the peak the
@@ -61,8 +64,7 @@ TEST(MemoryModel, ReproducesMeasuredPeaks) {
       const auto p = planner::predict_step(costs, graph, {trace.batch_sizes[k]},
                                            std::vector<bool>(graph.blocks().size(), false));
       const double measured = static_cast<double>(trace.steps[k].peak_bytes);
-      // Exact but for layers whose bytes are not quite affine in batch size (the CNN's convolutions).
-      EXPECT_NEAR(static_cast<double>(p.peak_bytes) / measured, 1.0, 0.02) << name << " batch " << trace.batch_sizes[k];
+      EXPECT_NEAR(static_cast<double>(p.peak_bytes) / measured, 1.0, 1e-3) << name << " batch " << trace.batch_sizes[k];
       // Each layer's scaled time is rounded to a nanosecond.
       EXPECT_NEAR(p.step_ns, trace.steps[k].plain_step_ns, static_cast<double>(trace.layers.size())) << name;
     }
@@ -116,7 +118,9 @@ TEST(CheckpointDp, EqualsExhaustiveSearch) {
     EXPECT_EQ(dp.recompute_ns, brute.recompute_ns) << "round " << round;
     EXPECT_EQ(dp.peak_bytes, planner::chain_peak(chain, dp.checkpoint));
     EXPECT_LE(dp.peak_bytes, limit);
-    if (dp.checkpoint == brute.checkpoint) EXPECT_EQ(dp.peak_bytes, brute.peak_bytes);
+    if (dp.checkpoint == brute.checkpoint) {
+      EXPECT_EQ(dp.peak_bytes, brute.peak_bytes);
+    }
   }
   EXPECT_GT(feasible, 100);  // the rounds exercise the interesting cases, not only infeasible ones
 }
@@ -132,7 +136,9 @@ TEST(CheckpointDp, CoarseUnitsStayWithinTheLimit) {
     }
     const std::int64_t limit = std::uniform_int_distribution<std::int64_t>(2000, 9000)(rng);
     const auto dp = planner::solve_checkpoint_dp(chain, limit, 97);
-    if (dp.feasible) EXPECT_LE(planner::chain_peak(chain, dp.checkpoint), limit);
+    if (dp.feasible) {
+      EXPECT_LE(planner::chain_peak(chain, dp.checkpoint), limit);
+    }
     // Rounding can only cost optimality, never admit a plan the exact DP would reject.
     const auto exact = planner::solve_checkpoint_dp(chain, limit, 1);
     if (dp.feasible) {
@@ -219,7 +225,9 @@ TEST(PlanSearch, CheckpointingFitsWhereMicroBatchingAloneCannot) {
     EXPECT_FALSE(plan->checkpointed_blocks.empty());
     EXPECT_EQ(plan->strategies, (std::vector<std::string>{"mbp", "checkpoint"}));
     for (const auto& l : plan->layers) {
-      if (l.checkpoint) EXPECT_EQ(l.name.rfind("layer", 0), 0u) << l.name;  // only block layers
+      if (l.checkpoint) {
+        EXPECT_EQ(l.name.rfind("layer", 0), 0u) << l.name;  // only block layers
+      }
     }
     // At the smallest budget it names, a plan exists.
     EXPECT_TRUE(planner::plan_step(trace, request(both.smallest_budget, 32)).plan);

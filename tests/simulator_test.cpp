@@ -94,7 +94,9 @@ TEST(Simulator, ChromeTraceHasLanesSpansAndMemory) {
   for (const auto& e : json["traceEvents"]) {
     spans += e["ph"] == "X";
     counters += e["ph"] == "C";
-    if (e["ph"] == "X") EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 2.0);  // microseconds
+    if (e["ph"] == "X") {
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 2.0);  // microseconds
+    }
   }
   EXPECT_EQ(spans, 1);
   EXPECT_EQ(counters, 3);

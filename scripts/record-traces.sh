@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Re-records the reference CPU traces in traces/ (see traces/README.md). Takes about two minutes on
+# two cores, most of it bert large. Run from the repository root after building.
+set -euo pipefail
+headroom=${HEADROOM:-./build/default/headroom}
+record() {
+  local name=$1; shift
+  local start end
+  start=$(date +%s.%N)
+  "$headroom" profile "$@" -o "traces/$name.json" > /dev/null
+  end=$(date +%s.%N)
+  printf '%-16s %6.1f s  %7d bytes\n' "$name" "$(echo "$end - $start" | bc)" "$(stat -c %s "traces/$name.json")"
+}
+record cpu-mlp        --model mlp --batch-sizes 1,2,4,8,16,32,64
+record cpu-cnn        --model cnn --batch-sizes 1,2,4,8,16,32,64
+record cpu-bert       --model bert --set preset=mini --batch-sizes 1,2,4,8,16
+record cpu-gpt        --model gpt --set preset=tiny --batch-sizes 1,2,4,8,16
+record cpu-bert-large --model bert --set preset=large --batch-sizes 1,2,4 --repeats 2
