@@ -45,7 +45,7 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
   optimizer_ns_ = optimizer_ns[optimizer_ns.size() / 2];
   optimizer_transient_bytes_ = *std::max_element(optimizer_transient.begin(), optimizer_transient.end());
   for (const auto& step : trace.steps) {
-    micro_batch_ns_.push_back(std::max<std::int64_t>(step.plain_step_ns - optimizer_ns_, 1));
+    micro_batch_ns_.push_back(std::max<std::int64_t>(step.step_ns - step.optimizer_ns, 1));
   }
 }
 

@@ -46,9 +46,10 @@ class CostModel {
   std::int64_t optimizer_ns() const { return optimizer_ns_; }
   std::int64_t optimizer_transient_bytes() const { return optimizer_transient_bytes_; }
 
-  // Time of one micro-batch's forward and backward as a plain (unprofiled) step runs it: the
-  // trace's plain step time minus its optimizer time. Layer times from the profiled run are
-  // scaled to add up to this, so predictions match unprofiled training.
+  // Time of one micro-batch's forward and backward: the profiled step minus its own optimizer step
+  // (medians at that batch size; the profiler's hooks add 1-3%). Not the plain step minus a median
+  // optimizer time: where the optimizer dominates (mlp) that difference of two noisy numbers was
+  // off by 2x. Layer times are scaled to add up to this, taking in the glue between layers.
   std::int64_t micro_batch_ns(std::int64_t batch) const;
   // micro_batch_ns / the sum of profiled layer times, at `batch`.
   double layer_time_scale(std::int64_t batch) const;

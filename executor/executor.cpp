@@ -75,7 +75,15 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
   report.micro_batches = plan.micro_batches;
   report.checkpointed_blocks = plan.checkpointed_blocks;
   report.predicted = {plan.predicted.peak_bytes, plan.predicted.step_seconds, plan.predicted.samples_per_second};
-  report.warnings = plan.warnings;
+  for (const auto& warning : plan.warnings) {
+    // Eval-style BatchNorm is the remedy the plan's BatchNorm warning names; it no longer applies.
+    if (options.batchnorm_eval && warning.find("BatchNorm") != std::string::npos) continue;
+    report.warnings.push_back(warning);
+  }
+  if (options.batchnorm_eval) {
+    report.warnings.push_back("BatchNorm ran in eval style: it normalized with running statistics, so micro-batches "
+                              "train exactly like the full batch");
+  }
 
   if (options.data != "synthetic" && options.data != "fashion-mnist") {
     throw core::InputError("--data: expected synthetic or fashion-mnist, got '" + options.data + "'");
@@ -148,11 +156,12 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
         bool batchnorm = false;
         for (const auto& layer : trace.layers) batchnorm |= layer.kind == "batchnorm";
         report.gradient_check.note =
-            batchnorm && plan.micro_batches.size() > 1
+            batchnorm && plan.micro_batches.size() > 1 && !options.batchnorm_eval
                 ? "BatchNorm normalizes each micro-batch with its own statistics, so the accumulated gradient differs "
                   "from the full batch's by design; dropout off on both sides"
-                : "accumulated micro-batch gradients (loss weights b_i/B, checkpointing as planned) against the full "
-                  "batch's, same weights and data, dropout off on both sides";
+                : std::string("accumulated micro-batch gradients (loss weights b_i/B, checkpointing as planned) against "
+                              "the full batch's, same weights and data, dropout off on both sides") +
+                      (batchnorm ? ", BatchNorm with running statistics" : "");
       }
     }
 

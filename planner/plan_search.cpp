@@ -295,13 +295,20 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
                             std::to_string(best.micro_batches.front()) + " to measure it");
   }
   if (best.micro_batches.size() > 1) {
+    std::vector<std::string> batchnorm;
     for (const auto& layer : trace.layers) {
-      if (layer.kind == "batchnorm") {
-        plan.warnings.push_back("layer " + layer.name + " (batchnorm) normalizes over micro-batches of " +
-                                std::to_string(best.micro_batches.front()) + " samples, not the global batch of " +
-                                std::to_string(request.global_batch) +
-                                ": its statistics and gradients differ from full-batch training");
-      }
+      if (layer.kind == "batchnorm") batchnorm.push_back(layer.name);
+    }
+    if (!batchnorm.empty()) {
+      std::string names;
+      for (std::size_t i = 0; i < batchnorm.size() && i < 3; ++i) names += (i ? ", " : "") + batchnorm[i];
+      if (batchnorm.size() > 3) names += " and " + std::to_string(batchnorm.size() - 3) + " more";
+      plan.warnings.push_back(std::to_string(batchnorm.size()) + " BatchNorm layer" + (batchnorm.size() > 1 ? "s" : "") +
+                              " (" + names + ") normalize over micro-batches of " +
+                              std::to_string(best.micro_batches.front()) + " samples, not the global batch of " +
+                              std::to_string(request.global_batch) +
+                              ": statistics and gradients differ from full-batch training (execute with "
+                              "--batchnorm-eval to normalize with running statistics instead)");
     }
   }
   plan.predicted.peak_bytes = best.prediction.peak_bytes;
