@@ -1,7 +1,10 @@
 // Acceptance of the executor (issue 4): every zoo model's committed CPU trace at three budgets below
 // the whole batch's peak: plan, execute under the enforced budget, and compare.
-//   ./build/default/bench/acceptance [steps]
-// Prints a Markdown table: budget, plan, predicted and measured peak and samples/s, errors.
+//   ./build/default/bench/acceptance [steps] [--fresh]
+// Prints a Markdown table: budget, plan, predicted and measured peak and samples/s, errors. With
+// --fresh each model is profiled again (same configuration and batch sizes) right before it is
+// planned and executed: on a machine whose speed drifts over minutes this separates the time
+// model's error from the drift since the committed trace was recorded.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,12 +13,15 @@
 #include "core/units.h"
 #include "executor/executor.h"
 #include "planner/micro_batch_model.h"
+#include "models/zoo.h"
 #include "planner/plan_search.h"
+#include "profiler/profiler.h"
 
 using namespace headroom;
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 5;
+  const bool fresh = argc > 2 && std::string(argv[2]) == "--fresh";
   struct Case {
     const char* trace;
     std::int64_t batch;
@@ -26,7 +32,14 @@ int main(int argc, char** argv) {
   int failures = 0;
   for (const auto& c : cases) {
     const std::string path = std::string(HEADROOM_TRACES_DIR) + "/" + c.trace;
-    const core::Trace trace = core::read_trace_file(path);
+    core::Trace trace = core::read_trace_file(path);
+    if (fresh) {
+      auto model = models::build_zoo_model(trace.model.name, trace.model.config, trace.profile.seed);
+      profiler::ProfileOptions options;
+      options.batch_sizes = trace.batch_sizes;
+      options.optimizer = trace.optimizer.name;
+      trace = profiler::profile(model, options);
+    }
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
     planner::PlanRequest request;
