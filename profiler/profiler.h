@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include "core/cost_model.h"
 #include "core/trace.h"
 #include "models/model.h"
 #include "profiler/memory_recorder.h"
@@ -38,16 +39,8 @@ struct ProfileOptions {
   std::function<void(const Progress&)> on_progress;
 };
 
-struct LayerMeasurement {
-  std::int64_t fwd_ns = 0;
-  std::int64_t bwd_ns = 0;
-  std::int64_t kept_bytes = 0;
-  std::int64_t output_bytes = 0;
-  std::int64_t fwd_transient_bytes = 0;
-  std::int64_t bwd_transient_bytes = 0;
-  std::int64_t fwd_retained_bytes = 0;
-  std::int64_t bwd_retained_bytes = 0;
-};
+// What one profiled step measured of one layer: the same quantities the cost model evaluates.
+using LayerMeasurement = core::LayerCost;
 
 // One profiled training step. Byte counts are the recorder's (allocated since recording began).
 struct StepMeasurement {
