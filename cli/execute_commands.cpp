@@ -130,7 +130,8 @@ int run_demo(const DemoArgs& args) {
   std::cout << "1. profile: bert tiny (2 encoder layers, hidden 128, seq 128) on the CPU\n";
   models::Model model = models::build_zoo_model("bert", {{"preset", "tiny"}}, 0);
   profiler::ProfileOptions profile_options;
-  profile_options.repeats = 3;
+  // Up to the global batch, so whatever micro-batch the plan picks has a measured time.
+  profile_options.batch_sizes = {1, 2, 4, 8, 16, 32};
   const core::Trace trace = profiler::profile(model, profile_options);
   const std::string trace_path = directory + "/trace.json";
   core::write_trace_file(trace_path, trace);
@@ -185,6 +186,7 @@ int run_demo(const DemoArgs& args) {
 
   std::cout << "4. execute the plan under the budget\n";
   executor::ExecuteOptions options;
+  options.steps = 5;
   options.on_progress = progress_line;
   const core::Report report = executor::execute(*outcome.plan, trace, plan_path, options);
   end_progress();
