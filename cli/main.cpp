@@ -215,6 +215,11 @@ int main(int argc, char** argv) {
   } catch (const core::InputError& e) {
     std::cerr << "headroom: " << e.what() << "\n";
     return kExitUsage;
+  } catch (const c10::Error& e) {
+    // libtorch's messages carry a backtrace; its first line is the message.
+    const std::string message = e.what_without_backtrace();
+    std::cerr << "headroom: " << message.substr(0, message.find('\n')) << "\n";
+    return kExitFailure;
   } catch (const std::exception& e) {
     std::cerr << "headroom: " << e.what() << "\n";
     return kExitFailure;
