@@ -54,7 +54,9 @@ std::int64_t CostModel::interpolate(const std::vector<std::int64_t>& values, std
   const auto& xs = trace_->batch_sizes;
   const std::size_t n = xs.size();
   if (n == 1) {
-    // One sample: bytes and times in proportion to the batch.
+    // One sample: bytes in proportion to the batch; times too above it, but held flat below it
+    // (smaller batches under-use the device), so splitting never looks free.
+    if (never_falls && batch <= xs.back()) return values.back();
     return static_cast<std::int64_t>(std::llround(static_cast<double>(values.back()) * static_cast<double>(batch) /
                                                   static_cast<double>(xs.back())));
   }

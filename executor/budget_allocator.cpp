@@ -27,6 +27,7 @@ BudgetAllocator& BudgetAllocator::instance() {
 }
 
 const Refusal& BudgetAllocator::last_refusal() { return t_last_refusal; }
+void BudgetAllocator::clear_last_refusal() { t_last_refusal = {}; }
 
 c10::DataPtr BudgetAllocator::allocate(std::size_t bytes) const {
   if (bytes == 0) return inner_->allocate(0);  // no memory to count; its null pointer needs no entry
@@ -40,14 +41,18 @@ c10::DataPtr BudgetAllocator::allocate(std::size_t bytes) const {
                      " would take the bytes in use past the limit (", core::format_bytes(now - n), " of ",
                      core::format_bytes(limit), " in use)");
   }
-  std::int64_t seen = peak_.load();
-  while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
-  }
-  c10::DataPtr inner = inner_->allocate(bytes);
-  void* data = inner.get();
-  {
+  void* data = nullptr;
+  try {
+    c10::DataPtr inner = inner_->allocate(bytes);
+    data = inner.get();
     std::lock_guard lock(mutex_);
     blocks_.emplace(data, std::make_pair(std::move(inner), n));
+  } catch (...) {
+    in_use_.fetch_sub(n);  // nothing was handed out
+    throw;
+  }
+  std::int64_t seen = peak_.load();
+  while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
   }
   return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
 }

@@ -32,6 +32,7 @@ class BudgetAllocator final : public c10::Allocator {
   std::int64_t peak() const { return peak_.load(); }
   void reset_peak() { peak_.store(in_use_.load()); }
   static const Refusal& last_refusal();
+  static void clear_last_refusal();
 
   c10::DataPtr allocate(std::size_t bytes) const override;
   c10::DeleterFnPtr raw_deleter() const override { return &release; }

@@ -102,6 +102,7 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
   auto recorder = std::make_shared<profiler::MemoryRecorder>(device.type());
   profiler::ScopedMemoryRecording recording(recorder);
   std::optional<ScopedBudget> budget;
+  BudgetAllocator::clear_last_refusal();
   if (enforce) budget.emplace(plan.budget_bytes);
 
   Position position;
@@ -138,21 +139,24 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
         progress("gradient check");
         if (budget) budget->suspend();  // the reference runs without a budget
         model.set_dropout(false);
-        const auto micro = make_micro_batches(model, plan.micro_batches, options.seed, device);
-        for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-        runner.accumulate(micro, plan.global_batch);
-        const auto accumulated = gradients_of(parameters);
-        for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
         {
-          torch::Tensor loss = model.forward(concatenate(micro));
-          loss.backward();
+          // Its batches, gradient copies and comparison are gone before the budget comes back.
+          const auto micro = make_micro_batches(model, plan.micro_batches, options.seed, device);
+          for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+          runner.accumulate(micro, plan.global_batch);
+          const auto accumulated = gradients_of(parameters);
+          for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+          {
+            torch::Tensor loss = model.forward(concatenate(micro));
+            loss.backward();
+          }
+          const auto full = gradients_of(parameters);
+          for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+          report.gradient_check.max_rel_diff = max_relative_difference(accumulated, full);
         }
-        const auto full = gradients_of(parameters);
-        for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
         model.set_dropout(true);
         if (budget) budget->resume();
         report.gradient_check.computed = true;
-        report.gradient_check.max_rel_diff = max_relative_difference(accumulated, full);
         bool batchnorm = false;
         for (const auto& layer : trace.layers) batchnorm |= layer.kind == "batchnorm";
         report.gradient_check.note =
@@ -209,6 +213,11 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
     oom.requested_bytes = refusal.requested_bytes;
     oom.in_use_bytes = refusal.in_use_bytes - baseline;
     oom.budget_bytes = refusal.budget_bytes - baseline;
+    if (refusal.requested_bytes == 0) {
+      // Not the budget's refusal (none was recorded on this thread): the device itself ran out.
+      oom.phase += " (the device ran out; no budget refusal was recorded)";
+      oom.requested_bytes = oom.in_use_bytes = oom.budget_bytes = 0;
+    }
     report.out_of_memory = oom;
     report.status = "out_of_memory";
   }

@@ -31,19 +31,26 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     const torch::Tensor saved = ctx->get_saved_variables()[0];
     const torch::Tensor input = saved.detach().requires_grad_(saved.requires_grad());
 
-    auto generator = at::globalContext().defaultGenerator(saved.device());
-    const torch::Tensor resume = generator.get_state();
-    generator.set_state(ctx->saved_data["rng"].toTensor());
-    const int micro_batch = runner->position().micro_batch;
-    runner->set_phase("recompute", micro_batch);
+    // The forward's RNG state for the recompute, and the current one back afterwards, also when
+    // the recompute throws (running out of memory is what a budget provokes).
+    struct RngRestore {
+      at::Generator generator;
+      torch::Tensor resume;
+      ~RngRestore() { generator.set_state(resume); }
+    };
     torch::Tensor output;
+    const int micro_batch = runner->position().micro_batch;
     {
+      auto generator = at::globalContext().defaultGenerator(saved.device());
+      RngRestore restore{generator, generator.get_state()};
+      generator.set_state(ctx->saved_data["rng"].toTensor());
+      runner->set_phase("recompute", micro_batch);
       torch::AutoGradMode grad(true);
       output = runner->run_block(*span, input, *batch);
     }
-    generator.set_state(resume);
     runner->set_phase("backward", micro_batch);
-    torch::autograd::backward({output}, {grad_outputs[0]});
+    // A block with nothing to train that reads no gradient-carrying input has no backward.
+    if (output.requires_grad()) torch::autograd::backward({output}, {grad_outputs[0]});
     return {input.requires_grad() ? input.grad() : torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
             torch::Tensor()};
   }

@@ -27,6 +27,9 @@ class PlanRunner {
   // `position` is written as the step runs; it belongs to the caller so it outlives the runner when
   // an out-of-memory error unwinds the step.
   PlanRunner(const models::Model& model, const std::vector<int>& checkpointed_blocks, Position& position);
+  // Autograd nodes keep pointers to the runner and its spans.
+  PlanRunner(const PlanRunner&) = delete;
+  PlanRunner& operator=(const PlanRunner&) = delete;
 
   // Forward (checkpointing as planned) and backward of every micro-batch; gradients accumulate.
   // Returns the loss of the whole batch (the weighted sum of micro-batch losses).

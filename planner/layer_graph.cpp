@@ -34,6 +34,12 @@ LayerGraph::LayerGraph(const core::Trace& trace) : readers_(trace.layers.size())
   for (const auto& layer : trace.layers) {
     if (layer.block < 0) continue;
     if (blocks_.empty() || blocks_.back().block != layer.block) {
+      for (const auto& earlier : blocks_) {
+        if (earlier.block == layer.block) {
+          throw core::InputError("block " + std::to_string(layer.block) + " is not contiguous (layer " + layer.name +
+                                 " comes after another block)");
+        }
+      }
       BlockSpan span;
       span.block = layer.block;
       span.first = span.last = layer.id;
@@ -63,8 +69,11 @@ LayerGraph::LayerGraph(const core::Trace& trace) : readers_(trace.layers.size())
         }
       }
     }
-    if (external.size() == 1) {
+    if (external.size() == 1 && external.front() != core::kTargetInput) {
       span.input = external.front();
+    } else if (external.size() == 1 && span.checkpointable) {
+      span.checkpointable = false;
+      span.why_not = "the block reads the target";
     } else if (span.checkpointable) {
       span.checkpointable = false;
       span.why_not = "the block reads " + std::to_string(external.size()) + " tensors from outside";

@@ -287,6 +287,12 @@ TEST(PlanSearch, RejectsBadRequests) {
   EXPECT_THROW(planner::parse_strategies(""), core::InputError);
 }
 
+TEST(LayerGraph, RejectsABlockThatComesBack) {
+  core::Trace trace = testing::synthetic_chain(12);
+  trace.layers[9].block = 0;  // blocks 0,0,0,0,1,1,1,1,2,0,2,2
+  EXPECT_THROW(planner::LayerGraph{trace}, core::InputError);
+}
+
 // A model whose last block is its last layer (no head after it) plans and simulates too.
 TEST(PlanSearch, ChainWithoutLayersAfterTheLastBlock) {
   const core::Trace trace = testing::synthetic_chain(40);
