@@ -20,7 +20,7 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     ctx->saved_data["batch"] = reinterpret_cast<std::int64_t>(batch);
     ctx->saved_data["rng"] = at::globalContext().defaultGenerator(input.device()).get_state();
     ctx->save_for_backward({input});
-    return runner->run_block(*span, input, *batch);
+    return runner->run_block(*span, input, *batch, false);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -46,7 +46,7 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
       generator.set_state(ctx->saved_data["rng"].toTensor());
       runner->set_phase("recompute", micro_batch);
       torch::AutoGradMode grad(true);
-      output = runner->run_block(*span, input, *batch);
+      output = runner->run_block(*span, input, *batch, true);
     }
     runner->set_phase("backward", micro_batch);
     // A block with nothing to train that reads no gradient-carrying input has no backward.
@@ -98,10 +98,12 @@ void PlanRunner::set_phase(std::string phase, int micro_batch) {
   }
 }
 
-torch::Tensor PlanRunner::run_block(const Span& span, const torch::Tensor& input, const models::Batch& batch) {
+torch::Tensor PlanRunner::run_block(const Span& span, const torch::Tensor& input, const models::Batch& batch,
+                                    bool recomputing) {
   const auto& layers = model_.layers();
   const auto& last_readers = model_.last_readers();
-  const models::RunContext context = model_.context();
+  models::RunContext context = model_.context();
+  context.recomputing = recomputing;
   std::vector<torch::Tensor> outputs(layers.size());
   // A block that reads the model input reads it from the batch (it needs no gradient).
   if (span.input >= 0) outputs[static_cast<std::size_t>(span.input)] = input;

@@ -47,7 +47,7 @@ class PlanRunner {
   struct Span {
     int first, last, input;
   };
-  torch::Tensor run_block(const Span& span, const torch::Tensor& input, const models::Batch& batch);
+  torch::Tensor run_block(const Span& span, const torch::Tensor& input, const models::Batch& batch, bool recomputing);
   friend struct CheckpointedBlock;
 
   const models::Model& model_;

@@ -78,7 +78,13 @@ int add_batchnorm(Model& model, const std::string& name, std::int64_t channels, 
   auto norm = model.register_module(name, torch::nn::BatchNorm2d(channels));
   return add(
       model, name, "batchnorm", {at.input}, at.block,
-      [norm = norm.ptr()](const std::vector<torch::Tensor>& in, const RunContext&) { return norm->forward(in[0]); },
+      [norm = norm.ptr()](const std::vector<torch::Tensor>& in, const RunContext& ctx) {
+        if (!ctx.recomputing) return norm->forward(in[0]);
+        // The same normalization (batch statistics when training), with momentum 0 so the
+        // running statistics stay as the first forward left them.
+        return torch::batch_norm(in[0], norm->weight, norm->bias, norm->running_mean, norm->running_var,
+                                 norm->is_training(), 0.0, norm->options.eps(), false);
+      },
       norm->parameters());
 }
 

@@ -22,6 +22,9 @@ struct RunContext {
   // Dropout can be switched off alone, so two runs that must compute the same function (the
   // executor's gradient check) can while BatchNorm still normalizes with batch statistics.
   bool dropout = true;
+  // A checkpointed block running again in backward: the forward already counted this batch into
+  // BatchNorm's running statistics, so it must not count it twice.
+  bool recomputing = false;
 };
 
 using LayerForward = std::function<torch::Tensor(const std::vector<torch::Tensor>& inputs, const RunContext&)>;
@@ -72,6 +75,8 @@ class Model {
   int block_count() const;
 
   std::vector<torch::Tensor> parameters() const { return root_->parameters(); }
+  // BatchNorm's running statistics and counters.
+  std::vector<torch::Tensor> buffers() const { return root_->buffers(); }
   std::int64_t parameter_bytes() const;
   void set_training(bool training);
   void set_dropout(bool enabled) { context_.dropout = enabled; }

@@ -82,6 +82,24 @@ TEST(Executor, CheckpointedDropoutReproducesTheSameGradients) {
   EXPECT_GT(executor::max_relative_difference(executor::gradients_of(model.parameters()), stored), 1e-4);
 }
 
+TEST(Executor, CheckpointingCountsEachBatchOnceInBatchNormStatistics) {
+  const auto running_means = [](const std::vector<int>& checkpointed) {
+    auto model = models::build_zoo_model("cnn", {{"image", "12"}, {"width", "4"}, {"stages", "2"}}, 3);
+    model.set_training(true);
+    executor::Position position;
+    executor::PlanRunner runner(model, checkpointed, position);
+    runner.accumulate(executor::make_micro_batches(model, {4, 4}, 5, torch::kCPU), 8);
+    std::vector<torch::Tensor> buffers;
+    for (const auto& b : model.buffers()) buffers.push_back(b.detach().to(torch::kFloat64));
+    return buffers;
+  };
+  const auto stored = running_means({});
+  const auto checkpointed = running_means({0, 1});
+  ASSERT_EQ(stored.size(), checkpointed.size());
+  ASSERT_FALSE(stored.empty());
+  EXPECT_LT(executor::max_relative_difference(checkpointed, stored), 1e-6);
+}
+
 TEST(BudgetAllocator, RefusesPastTheBudgetAndCounts) {
   auto& allocator = executor::BudgetAllocator::instance();
   const std::int64_t before = allocator.in_use();
