@@ -16,16 +16,6 @@
 
 namespace headroom::core {
 
-struct LayerCost {
-  std::int64_t fwd_ns = 0;
-  std::int64_t bwd_ns = 0;
-  std::int64_t kept_bytes = 0;
-  std::int64_t output_bytes = 0;
-  std::int64_t fwd_transient_bytes = 0;
-  std::int64_t bwd_transient_bytes = 0;
-  std::int64_t fwd_retained_bytes = 0;
-  std::int64_t bwd_retained_bytes = 0;
-};
 
 class CostModel {
  public:

@@ -18,9 +18,9 @@ inline constexpr std::string_view kTraceSchema = "headroom.trace/1";
 inline constexpr int kModelInput = -1;  // the batch's input tensor
 inline constexpr int kTargetInput = -2;  // the batch's target tensor (read by the loss layer)
 
-// What one layer did at one micro-batch size. Times are medians over the profiled repeats.
-struct LayerSample {
-  std::int64_t batch = 0;
+// What a layer costs at one micro-batch size: measured (a trace's samples) or evaluated between
+// samples (core::CostModel). Times are medians over the profiled repeats.
+struct LayerCost {
   std::int64_t fwd_ns = 0;
   std::int64_t bwd_ns = 0;
   // Bytes the layer allocated in forward that are still allocated when the forward pass ends
@@ -38,6 +38,12 @@ struct LayerSample {
   std::int64_t fwd_retained_bytes = 0;
   std::int64_t bwd_retained_bytes = 0;
 
+  bool operator==(const LayerCost&) const = default;
+};
+
+// A layer's measured cost at one sampled micro-batch size.
+struct LayerSample : LayerCost {
+  std::int64_t batch = 0;
   bool operator==(const LayerSample&) const = default;
 };
 

@@ -355,10 +355,10 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
         fwd.push_back(run.layers[i].fwd_ns);
         bwd.push_back(run.layers[i].bwd_ns);
       }
-      const auto& m = last.layers[i];
-      trace.layers[i].samples.push_back({b, median(fwd), median(bwd), m.kept_bytes, m.output_bytes,
-                                         m.fwd_transient_bytes, m.bwd_transient_bytes, m.fwd_retained_bytes,
-                                         m.bwd_retained_bytes});
+      core::LayerSample sample{last.layers[i], b};
+      sample.fwd_ns = median(fwd);
+      sample.bwd_ns = median(bwd);
+      trace.layers[i].samples.push_back(sample);
     }
 
     std::int64_t static_bytes = optimizer_state_bytes(*optimizer);

@@ -27,7 +27,7 @@ inline core::Trace synthetic_chain(int layers) {
     l.param_bytes = i % 4 == 0 ? 4LL * 4096 : 0;
     for (const std::int64_t b : t.batch_sizes) {
       const std::int64_t act = 4096 * b * (1 + i % 3);
-      l.samples.push_back({b, 1000 + 300 * b, 2000 + 600 * b, act, act, act, 2 * act, act, -act});
+      l.samples.push_back({{1000 + 300 * b, 2000 + 600 * b, act, act, act, 2 * act, act, -act}, b});
     }
     t.layers.push_back(l);
   }

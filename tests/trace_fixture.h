@@ -13,7 +13,7 @@ inline core::Trace make_small_trace() {
   t.profile = {1, 3, 7, 2, "2026-11-22T00:00:00Z"};
   t.batch_sizes = {1, 2};
   const auto sample = [](std::int64_t b, std::int64_t per) {
-    return core::LayerSample{b, 1000 * b, 2000 * b, per * b, per * b, per * b + 16, 2 * per * b, per * b, -per * b};
+    return core::LayerSample{{1000 * b, 2000 * b, per * b, per * b, per * b + 16, 2 * per * b, per * b, -per * b}, b};
   };
   t.layers = {
       {0, "fc", "linear", 0, {core::kModelInput}, {true}, 400, {sample(1, 32), sample(2, 32)}},
