@@ -28,32 +28,31 @@ planner::PlanRequest checkpointing_request(const core::Trace& trace, std::int64_
   return request;
 }
 
-void BM_PlanBertLarge(benchmark::State& state) {
-  const core::Trace trace = core::read_trace_file(HEADROOM_TRACES_DIR "/cpu-bert-large.json");
-  const auto request = checkpointing_request(trace, 1024);
+// Times plan_step on one request and reports how many blocks the plan checkpoints.
+void time_planning(benchmark::State& state, const core::Trace& trace, const planner::PlanRequest& request) {
   std::size_t checkpointed = 0;
   for (auto _ : state) {
     const auto outcome = planner::plan_step(trace, request);
-    if (!outcome.plan) state.SkipWithError("no plan");
+    if (!outcome.plan) {
+      state.SkipWithError("no plan");
+      return;
+    }
     checkpointed = outcome.plan->checkpointed_blocks.size();
     benchmark::DoNotOptimize(outcome);
   }
   state.counters["layers"] = static_cast<double>(trace.layers.size());
   state.counters["checkpointed_blocks"] = static_cast<double>(checkpointed);
 }
+
+void BM_PlanBertLarge(benchmark::State& state) {
+  const core::Trace trace = core::read_trace_file(HEADROOM_TRACES_DIR "/cpu-bert-large.json");
+  time_planning(state, trace, checkpointing_request(trace, 1024));
+}
 BENCHMARK(BM_PlanBertLarge)->Unit(benchmark::kMillisecond);
 
 void BM_PlanSyntheticChain1000(benchmark::State& state) {
   const core::Trace trace = testing::synthetic_chain(1000);
-  const auto request = checkpointing_request(trace, 64);
-  std::size_t checkpointed = 0;
-  for (auto _ : state) {
-    const auto outcome = planner::plan_step(trace, request);
-    if (!outcome.plan) state.SkipWithError("no plan");
-    checkpointed = outcome.plan->checkpointed_blocks.size();
-    benchmark::DoNotOptimize(outcome);
-  }
-  state.counters["checkpointed_blocks"] = static_cast<double>(checkpointed);
+  time_planning(state, trace, checkpointing_request(trace, 64));
 }
 BENCHMARK(BM_PlanSyntheticChain1000)->Unit(benchmark::kMillisecond);
 
