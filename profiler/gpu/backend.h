@@ -1,0 +1,60 @@
+#pragma once
+// The GPU behind the profiler: its properties, a device-wide synchronize, and the activity
+// collector. Implemented with the CUDA runtime and CUPTI (profiler/cupti); the profiler sees only
+// this interface, so it needs no CUDA header.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "profiler/gpu/activity.h"
+
+namespace headroom::profiler::gpu {
+
+struct DeviceProperties {
+  std::string name;
+  std::int64_t total_memory_bytes = 0;
+  int sm_count = 0;
+  // Measured with pinned host memory, median of several copies.
+  double host_to_device_bytes_per_s = 0;
+  double device_to_host_bytes_per_s = 0;
+};
+
+// Records GPU activity between start() and flush(). Ranges nest per CPU thread: work launched
+// between push_range(id) and the matching pop_range() on that thread is attributed to id.
+class ActivityCollector {
+ public:
+  virtual ~ActivityCollector() = default;
+  virtual void push_range(std::uint64_t external_id) = 0;
+  virtual void pop_range() = 0;
+  // Waits for nothing: call after the device is synchronized. Returns every record completed
+  // since the last flush.
+  virtual ActivityLog flush() = 0;
+  // The records' clock, to place them relative to a step's start.
+  virtual std::uint64_t now_ns() = 0;
+};
+
+class GpuBackend {
+ public:
+  virtual ~GpuBackend() = default;
+  virtual const DeviceProperties& properties() const = 0;
+  virtual void synchronize() = 0;
+  virtual ActivityCollector& activities() = 0;
+};
+
+// Pushes a range for its lifetime.
+class ScopedRange {
+ public:
+  ScopedRange(ActivityCollector* collector, std::uint64_t external_id) : collector_(collector) {
+    if (collector_ != nullptr) collector_->push_range(external_id);
+  }
+  ~ScopedRange() {
+    if (collector_ != nullptr) collector_->pop_range();
+  }
+  ScopedRange(const ScopedRange&) = delete;
+  ScopedRange& operator=(const ScopedRange&) = delete;
+
+ private:
+  ActivityCollector* collector_;
+};
+
+}  // namespace headroom::profiler::gpu
