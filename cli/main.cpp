@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "cli/execute_commands.h"
 #include "cli/plan_commands.h"
@@ -85,11 +86,16 @@ struct ProfileArgs {
   std::string chrome;
 };
 
-core::Trace run_profile(const ProfileArgs& args) {
+// `gpu_step` receives the last profiled step at the largest batch size when profiling on CUDA.
+core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStepRecord>& gpu_step) {
   models::Model model = models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed);
   profiler::ProfileOptions options = args.options;
   ProgressPrinter printer(args.model);
   options.on_progress = [&printer](const profiler::Progress& p) { printer(p); };
+  options.on_gpu_step = [&gpu_step, largest = options.batch_sizes.back()](std::int64_t batch,
+                                                                          const profiler::GpuStepRecord& record) {
+    if (batch == largest) gpu_step = record;
+  };
   return profiler::profile(model, options);
 }
 
@@ -98,6 +104,7 @@ void print_trace_summary(const core::Trace& trace) {
             << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads << " threads\n\n"
             << cli::render_layer_table(trace) << "\n"
             << cli::render_step_table(trace);
+  if (trace.device.is_cuda()) std::cout << "\nGPU (CUPTI)\n" << cli::render_gpu_table(trace);
 }
 
 void add_profile_options(CLI::App& command, ProfileArgs& args) {
@@ -128,7 +135,7 @@ int main(int argc, char** argv) {
   add_profile_options(*profile, profile_args);
   profile->add_option("-o,--output", profile_args.output, "trace file to write")->required();
   profile->add_option("--chrome", profile_args.chrome,
-                      "also write the largest batch's profiled step as a Chrome trace (opens in Perfetto)");
+                      "also write the largest batch's profiled step as a Chrome trace (opens in Perfetto); on CUDA with a lane per GPU stream");
 
   cli::PlanArgs plan_args;
   auto* plan = app.add_subcommand("plan", "choose the fastest way to run a step under a memory budget");
@@ -203,10 +210,17 @@ int main(int argc, char** argv) {
       return cli::run_demo(demo_args);
     } else if (app.got_subcommand(profile)) {
       const ProfileArgs& args = profile_args;
-      const core::Trace trace = run_profile(args);
+      std::optional<profiler::GpuStepRecord> gpu_step;
+      const core::Trace trace = run_profile(args, gpu_step);
       if (!args.output.empty()) core::write_trace_file(args.output, trace);
       if (!args.chrome.empty()) {
-        core::write_file_atomically(args.chrome, core::profile_step_timeline(trace, trace.batch_sizes.back()).dump() + "\n");
+        core::ChromeTrace chrome = core::profile_step_chrome(trace, trace.batch_sizes.back());
+        if (gpu_step) {
+          std::vector<std::string> names;
+          for (const auto& layer : trace.layers) names.push_back(layer.name);
+          profiler::gpu::add_gpu_lanes(chrome, gpu_step->log, gpu_step->ranges, names, gpu_step->origin_ns, 2);
+        }
+        core::write_file_atomically(args.chrome, chrome.to_json().dump() + "\n");
       }
       print_trace_summary(trace);
       if (!args.output.empty()) std::cout << "\ntrace written to " << args.output << "\n";

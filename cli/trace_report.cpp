@@ -1,5 +1,6 @@
 #include "cli/trace_report.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/text_table.h"
@@ -54,6 +55,70 @@ std::string render_layer_table(const core::Trace& trace) {
   table.add_row({"", "total", "", bytes_or_dash(static_cast<double>(params)), bytes_or_dash(kept_per_sample),
                  bytes_or_dash(static_cast<double>(kept)), ms(fwd), ms(bwd)});
   return table.render();
+}
+
+namespace {
+
+// Kernel time as a share of wall time: near 100% the layer keeps the GPU busy, far below it the
+// launches (CPU) dominate.
+std::string share(std::int64_t part, std::int64_t whole) {
+  if (whole <= 0) return "-";
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.0f%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+  return buffer;
+}
+
+}  // namespace
+
+std::string render_gpu_table(const core::Trace& trace) {
+  if (!trace.device.is_cuda()) return "";
+  const std::size_t last = trace.batch_sizes.size() - 1;
+  char device[256];
+  std::snprintf(device, sizeof device, "%s: %s, %d SMs, pinned copies %.1f GB/s host->device, %.1f GB/s device->host\n",
+                trace.device.name.c_str(), core::format_bytes(trace.device.total_memory_bytes).c_str(),
+                trace.device.sm_count, trace.device.host_to_device_bytes_per_s / 1e9,
+                trace.device.device_to_host_bytes_per_s / 1e9);
+  using Align = TextTable::Align;
+  const std::string at_b = "@" + std::to_string(trace.batch_sizes[last]);
+  TextTable table({{"#"},
+                   {"layer", Align::Left},
+                   {"fwd wall ms"},
+                   {"fwd kernel ms"},
+                   {"busy"},
+                   {"kernels"},
+                   {"bwd wall ms"},
+                   {"bwd kernel ms"},
+                   {"busy"},
+                   {"kernels"},
+                   {"reserved" + at_b}});
+  std::int64_t fwd_wall = 0, fwd_kernel = 0, bwd_wall = 0, bwd_kernel = 0, fwd_count = 0, bwd_count = 0;
+  for (const auto& layer : trace.layers) {
+    const auto& s = layer.samples[last];
+    if (!s.gpu) continue;
+    const core::GpuLayerCost& g = *s.gpu;
+    table.add_row({std::to_string(layer.id), layer.name, ms(s.fwd_ns), ms(g.fwd_kernel_ns), share(g.fwd_kernel_ns, s.fwd_ns),
+                   std::to_string(g.fwd_kernels), ms(s.bwd_ns), ms(g.bwd_kernel_ns), share(g.bwd_kernel_ns, s.bwd_ns),
+                   std::to_string(g.bwd_kernels),
+                   core::format_bytes(std::max(g.fwd_reserved_bytes, g.bwd_reserved_bytes))});
+    fwd_wall += s.fwd_ns;
+    fwd_kernel += g.fwd_kernel_ns;
+    bwd_wall += s.bwd_ns;
+    bwd_kernel += g.bwd_kernel_ns;
+    fwd_count += g.fwd_kernels;
+    bwd_count += g.bwd_kernels;
+  }
+  table.add_rule();
+  table.add_row({"", "total", ms(fwd_wall), ms(fwd_kernel), share(fwd_kernel, fwd_wall), std::to_string(fwd_count),
+                 ms(bwd_wall), ms(bwd_kernel), share(bwd_kernel, bwd_wall), std::to_string(bwd_count), ""});
+
+  TextTable steps({{"batch"}, {"kernel ms"}, {"unattributed ms"}, {"peak allocated"}, {"peak reserved"}, {"cudaMalloc"}});
+  for (const auto& s : trace.steps) {
+    if (!s.gpu) continue;
+    steps.add_row({std::to_string(s.batch), ms(s.gpu->kernel_ns), ms(s.gpu->unattributed_kernel_ns),
+                   core::format_bytes(s.peak_bytes), core::format_bytes(s.gpu->peak_reserved_bytes),
+                   core::format_bytes(s.gpu->device_malloc_bytes)});
+  }
+  return std::string(device) + "\n" + table.render() + "\n" + steps.render();
 }
 
 std::string render_step_table(const core::Trace& trace) {

@@ -14,4 +14,9 @@ std::string render_layer_table(const core::Trace& trace);
 // measured peak and the static part of it.
 std::string render_step_table(const core::Trace& trace);
 
+// CUDA traces only: the device (memory, SMs, measured pinned copy bandwidth) and, per layer at the
+// largest sampled batch, CUPTI's kernel time next to the layer's wall time, kernel counts and the
+// caching allocator's reserve. Empty for a CPU trace.
+std::string render_gpu_table(const core::Trace& trace);
+
 }  // namespace headroom::cli

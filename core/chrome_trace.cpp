@@ -37,7 +37,7 @@ nlohmann::json ChromeTrace::to_json() const {
   return {{"traceEvents", events_}, {"displayTimeUnit", "ms"}};
 }
 
-nlohmann::json profile_step_timeline(const Trace& trace, std::int64_t batch) {
+ChromeTrace profile_step_chrome(const Trace& trace, std::int64_t batch) {
   const int index = trace.batch_index(batch);
   if (index < 0) throw InputError("the trace has no samples at batch size " + std::to_string(batch));
   const StepSample& step = trace.steps[static_cast<std::size_t>(index)];
@@ -73,7 +73,11 @@ nlohmann::json profile_step_timeline(const Trace& trace, std::int64_t batch) {
   out.add_counter(kPid, "memory", now, {{"allocated_bytes", base + step.optimizer_transient_bytes}});
   now += step.optimizer_ns;
   out.add_counter(kPid, "memory", now, {{"allocated_bytes", base}});
-  return out.to_json();
+  return out;
+}
+
+nlohmann::json profile_step_timeline(const Trace& trace, std::int64_t batch) {
+  return profile_step_chrome(trace, batch).to_json();
 }
 
 }  // namespace headroom::core

@@ -29,6 +29,7 @@ class ChromeTrace {
 // One profiled step at `batch` laid out as a timeline: forward spans layer by layer, backward spans
 // in reverse, the optimizer step, and a memory counter (static bytes plus the kept bytes that build
 // up in forward and are released in backward). Throws InputError if the trace has no such batch.
+ChromeTrace profile_step_chrome(const Trace& trace, std::int64_t batch);
 nlohmann::json profile_step_timeline(const Trace& trace, std::int64_t batch);
 
 }  // namespace headroom::core

@@ -65,6 +65,16 @@ nlohmann::json to_json(const Trace& trace) {
                          {"bwd_transient_bytes", s.bwd_transient_bytes},
                          {"fwd_retained_bytes", s.fwd_retained_bytes},
                          {"bwd_retained_bytes", s.bwd_retained_bytes}});
+      if (s.gpu) {
+        samples.back()["gpu"] = {{"fwd_kernel_ns", s.gpu->fwd_kernel_ns},
+                                 {"fwd_kernel_span_ns", s.gpu->fwd_kernel_span_ns},
+                                 {"fwd_kernels", s.gpu->fwd_kernels},
+                                 {"bwd_kernel_ns", s.gpu->bwd_kernel_ns},
+                                 {"bwd_kernel_span_ns", s.gpu->bwd_kernel_span_ns},
+                                 {"bwd_kernels", s.gpu->bwd_kernels},
+                                 {"fwd_reserved_bytes", s.gpu->fwd_reserved_bytes},
+                                 {"bwd_reserved_bytes", s.gpu->bwd_reserved_bytes}};
+      }
     }
     layers.push_back({{"id", layer.id},
                       {"name", layer.name},
@@ -85,14 +95,25 @@ nlohmann::json to_json(const Trace& trace) {
                      {"peak_bytes", s.peak_bytes},
                      {"static_bytes", s.static_bytes},
                      {"input_bytes", s.input_bytes}});
+    if (s.gpu) {
+      steps.back()["gpu"] = {{"kernel_ns", s.gpu->kernel_ns},
+                             {"unattributed_kernel_ns", s.gpu->unattributed_kernel_ns},
+                             {"peak_reserved_bytes", s.gpu->peak_reserved_bytes},
+                             {"device_malloc_bytes", s.gpu->device_malloc_bytes}};
+    }
+  }
+  nlohmann::json device = {{"kind", trace.device.kind},
+                           {"name", trace.device.name},
+                           {"total_memory_bytes", trace.device.total_memory_bytes}};
+  if (trace.device.is_cuda()) {
+    device["sm_count"] = trace.device.sm_count;
+    device["host_to_device_bytes_per_s"] = trace.device.host_to_device_bytes_per_s;
+    device["device_to_host_bytes_per_s"] = trace.device.device_to_host_bytes_per_s;
   }
   return {
       {"schema", kTraceSchema},
       {"model", {{"name", trace.model.name}, {"config", std::move(config)}}},
-      {"device",
-       {{"kind", trace.device.kind},
-        {"name", trace.device.name},
-        {"total_memory_bytes", trace.device.total_memory_bytes}}},
+      {"device", std::move(device)},
       {"framework", trace.framework},
       {"optimizer",
        {{"name", trace.optimizer.name},
@@ -118,7 +139,27 @@ int as_count(const JsonNode& node, std::int64_t max = 1 << 30) {
   return static_cast<int>(v);
 }
 
-LayerSample read_sample(const JsonNode& node) {
+// CUDA traces carry GPU fields on every sample and step; CPU traces carry none.
+void expect_gpu_presence(const JsonNode& node, bool cuda) {
+  if (cuda && !node.has("gpu")) node.fail("missing \"gpu\" (a CUDA trace has GPU measurements everywhere)");
+  if (!cuda && node.has("gpu")) node.at("gpu").fail("unexpected in a CPU trace");
+}
+
+GpuLayerCost read_gpu_layer_cost(const JsonNode& node) {
+  node.expect_object();
+  GpuLayerCost g;
+  g.fwd_kernel_ns = node.at("fwd_kernel_ns").as_non_negative_int();
+  g.fwd_kernel_span_ns = node.at("fwd_kernel_span_ns").as_non_negative_int();
+  g.fwd_kernels = node.at("fwd_kernels").as_non_negative_int();
+  g.bwd_kernel_ns = node.at("bwd_kernel_ns").as_non_negative_int();
+  g.bwd_kernel_span_ns = node.at("bwd_kernel_span_ns").as_non_negative_int();
+  g.bwd_kernels = node.at("bwd_kernels").as_non_negative_int();
+  g.fwd_reserved_bytes = node.at("fwd_reserved_bytes").as_non_negative_int();
+  g.bwd_reserved_bytes = node.at("bwd_reserved_bytes").as_non_negative_int();
+  return g;
+}
+
+LayerSample read_sample(const JsonNode& node, bool cuda) {
   node.expect_object();
   LayerSample s;
   s.batch = node.at("batch").as_non_negative_int();
@@ -131,10 +172,12 @@ LayerSample read_sample(const JsonNode& node) {
   s.bwd_transient_bytes = node.at("bwd_transient_bytes").as_non_negative_int();
   s.fwd_retained_bytes = node.at("fwd_retained_bytes").as_int();
   s.bwd_retained_bytes = node.at("bwd_retained_bytes").as_int();
+  expect_gpu_presence(node, cuda);
+  if (cuda) s.gpu = read_gpu_layer_cost(node.at("gpu"));
   return s;
 }
 
-StepSample read_step(const JsonNode& node) {
+StepSample read_step(const JsonNode& node, bool cuda) {
   node.expect_object();
   StepSample s;
   s.batch = node.at("batch").as_non_negative_int();
@@ -145,10 +188,18 @@ StepSample read_step(const JsonNode& node) {
   s.peak_bytes = node.at("peak_bytes").as_non_negative_int();
   s.static_bytes = node.at("static_bytes").as_non_negative_int();
   s.input_bytes = node.at("input_bytes").as_non_negative_int();
+  expect_gpu_presence(node, cuda);
+  if (cuda) {
+    const auto gpu = node.at("gpu");
+    gpu.expect_object();
+    s.gpu = GpuStepCost{gpu.at("kernel_ns").as_non_negative_int(), gpu.at("unattributed_kernel_ns").as_non_negative_int(),
+                        gpu.at("peak_reserved_bytes").as_non_negative_int(),
+                        gpu.at("device_malloc_bytes").as_non_negative_int()};
+  }
   return s;
 }
 
-LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector<std::int64_t>& batches) {
+LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector<std::int64_t>& batches, bool cuda) {
   node.expect_object();
   LayerProfile layer;
   layer.id = static_cast<int>(node.at("id").as_int());
@@ -177,7 +228,7 @@ LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector
   }
   layer.param_bytes = node.at("param_bytes").as_non_negative_int();
   const auto samples = node.at("samples");
-  for (const auto& sample : samples.elements()) layer.samples.push_back(read_sample(sample));
+  for (const auto& sample : samples.elements()) layer.samples.push_back(read_sample(sample, cuda));
   if (layer.samples.size() != batches.size()) {
     samples.fail("expected one sample per batch size (" + std::to_string(batches.size()) + "), got " +
                  std::to_string(layer.samples.size()));
@@ -215,6 +266,14 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
     }
     trace.device.name = device.at("name").as_string();
     trace.device.total_memory_bytes = device.at("total_memory_bytes").as_non_negative_int();
+    if (trace.device.is_cuda()) {
+      trace.device.sm_count = as_count(device.at("sm_count"));
+      trace.device.host_to_device_bytes_per_s = device.at("host_to_device_bytes_per_s").as_double();
+      trace.device.device_to_host_bytes_per_s = device.at("device_to_host_bytes_per_s").as_double();
+      for (const char* key : {"host_to_device_bytes_per_s", "device_to_host_bytes_per_s"}) {
+        if (device.at(key).as_double() <= 0) device.at(key).fail("expected a positive bandwidth");
+      }
+    }
 
     const auto framework = root.at("framework");
     framework.expect_object();
@@ -251,11 +310,11 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
     const auto layers = root.at("layers").elements();
     if (layers.empty()) root.at("layers").fail("expected at least one layer");
     for (std::size_t i = 0; i < layers.size(); ++i) {
-      trace.layers.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes));
+      trace.layers.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes, trace.device.is_cuda()));
     }
 
     const auto steps = root.at("steps");
-    for (const auto& step : steps.elements()) trace.steps.push_back(read_step(step));
+    for (const auto& step : steps.elements()) trace.steps.push_back(read_step(step, trace.device.is_cuda()));
     if (trace.steps.size() != trace.batch_sizes.size()) {
       steps.fail("expected one step per batch size (" + std::to_string(trace.batch_sizes.size()) + "), got " +
                  std::to_string(trace.steps.size()));

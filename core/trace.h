@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,9 +42,25 @@ struct LayerCost {
   bool operator==(const LayerCost&) const = default;
 };
 
+// What the GPU did for a layer at one batch size (CUDA traces only): CUPTI's kernel records
+// attributed to the layer, and the caching allocator's reserve as its reporting hook saw it.
+// Medians over the profiled repeats, like the times.
+struct GpuLayerCost {
+  std::int64_t fwd_kernel_ns = 0;       // sum of kernel durations
+  std::int64_t fwd_kernel_span_ns = 0;  // first kernel (or copy) start to last end
+  std::int64_t fwd_kernels = 0;
+  std::int64_t bwd_kernel_ns = 0;
+  std::int64_t bwd_kernel_span_ns = 0;
+  std::int64_t bwd_kernels = 0;
+  std::int64_t fwd_reserved_bytes = 0;  // highest reserved by the allocator during the layer's forward
+  std::int64_t bwd_reserved_bytes = 0;  // ... and during its backward
+  bool operator==(const GpuLayerCost&) const = default;
+};
+
 // A layer's measured cost at one sampled micro-batch size.
 struct LayerSample : LayerCost {
   std::int64_t batch = 0;
+  std::optional<GpuLayerCost> gpu;  // present exactly in CUDA traces
   bool operator==(const LayerSample&) const = default;
 };
 
@@ -60,6 +77,15 @@ struct LayerProfile {
   bool operator==(const LayerProfile&) const = default;
 };
 
+// What the GPU did in a whole step (CUDA traces only).
+struct GpuStepCost {
+  std::int64_t kernel_ns = 0;               // all kernels of the step, median
+  std::int64_t unattributed_kernel_ns = 0;  // kernels launched outside any layer or the optimizer, median
+  std::int64_t peak_reserved_bytes = 0;     // the caching allocator's highest reserve during the step
+  std::int64_t device_malloc_bytes = 0;     // bytes the driver allocated during the step (CUPTI)
+  bool operator==(const GpuStepCost&) const = default;
+};
+
 // One whole training step at one micro-batch size.
 struct StepSample {
   std::int64_t batch = 0;
@@ -70,6 +96,7 @@ struct StepSample {
   std::int64_t peak_bytes = 0;     // highest allocated amount during the step
   std::int64_t static_bytes = 0;   // parameters + gradients + optimizer state
   std::int64_t input_bytes = 0;    // the batch (input and target tensors)
+  std::optional<GpuStepCost> gpu;  // present exactly in CUDA traces
 
   bool operator==(const StepSample&) const = default;
 };
@@ -84,6 +111,12 @@ struct DeviceInfo {
   std::string kind;  // "cpu" or "cuda"
   std::string name;
   std::int64_t total_memory_bytes = 0;
+  // CUDA devices only (zero on the CPU): multiprocessors, and pinned host<->device copy bandwidth
+  // measured when the trace was recorded.
+  int sm_count = 0;
+  double host_to_device_bytes_per_s = 0;
+  double device_to_host_bytes_per_s = 0;
+  bool is_cuda() const { return kind == "cuda"; }
   bool operator==(const DeviceInfo&) const = default;
 };
 

@@ -9,6 +9,8 @@ void MemoryRecorder::reportMemoryUsage(void* ptr, std::int64_t alloc_size, Alloc
   if (device.type() != device_) return;
   std::lock_guard lock(mutex_);
   reserved_ = static_cast<std::int64_t>(total_reserved);
+  reserved_peak_since_mark_ = std::max(reserved_peak_since_mark_, reserved_);
+  reserved_peak_ = std::max(reserved_peak_, reserved_);
   if (alloc_size > 0) {
     live_[ptr] = Allocation{alloc_size, owner_};
     live_by_owner_[owner_] += alloc_size;
@@ -51,6 +53,7 @@ bool MemoryRecorder::is_live(const void* ptr) const {
 void MemoryRecorder::mark() {
   std::lock_guard lock(mutex_);
   peak_since_mark_ = allocated_;
+  reserved_peak_since_mark_ = reserved_;
 }
 
 std::int64_t MemoryRecorder::peak_since_mark() const {
@@ -61,6 +64,7 @@ std::int64_t MemoryRecorder::peak_since_mark() const {
 void MemoryRecorder::reset_peak() {
   std::lock_guard lock(mutex_);
   peak_ = allocated_;
+  reserved_peak_ = reserved_;
 }
 
 std::int64_t MemoryRecorder::peak() const {
@@ -71,6 +75,16 @@ std::int64_t MemoryRecorder::peak() const {
 std::int64_t MemoryRecorder::reserved() const {
   std::lock_guard lock(mutex_);
   return reserved_;
+}
+
+std::int64_t MemoryRecorder::reserved_peak_since_mark() const {
+  std::lock_guard lock(mutex_);
+  return reserved_peak_since_mark_;
+}
+
+std::int64_t MemoryRecorder::reserved_peak() const {
+  std::lock_guard lock(mutex_);
+  return reserved_peak_;
 }
 
 std::int64_t MemoryRecorder::untracked_frees() const {

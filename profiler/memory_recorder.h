@@ -52,6 +52,9 @@ class MemoryRecorder : public c10::MemoryReportingInfoBase {
 
   // The allocator's own count of reserved bytes at the last report (CUDA's caching allocator).
   std::int64_t reserved() const;
+  // The highest reserved() since the last mark() / reset_peak().
+  std::int64_t reserved_peak_since_mark() const;
+  std::int64_t reserved_peak() const;
   std::int64_t untracked_frees() const;
 
  private:
@@ -68,6 +71,8 @@ class MemoryRecorder : public c10::MemoryReportingInfoBase {
   std::int64_t peak_since_mark_ = 0;
   std::int64_t peak_ = 0;
   std::int64_t reserved_ = 0;
+  std::int64_t reserved_peak_since_mark_ = 0;
+  std::int64_t reserved_peak_ = 0;
   std::int64_t untracked_frees_ = 0;
 };
 

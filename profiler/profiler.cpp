@@ -8,6 +8,9 @@
 
 #include "core/errors.h"
 #include "profiler/host_info.h"
+#ifdef HEADROOM_WITH_CUDA
+#include "profiler/cupti/cuda_backend.h"
+#endif
 
 namespace headroom::profiler {
 
@@ -29,27 +32,57 @@ std::int64_t tensor_bytes(const torch::Tensor& t) {
   return t.defined() ? static_cast<std::int64_t>(t.numel() * t.element_size()) : 0;
 }
 
+// The GPU side of a profiled step; does nothing without a backend. Synchronizing at layer
+// boundaries makes wall-clock intervals cover the GPU's work; one range per layer phase lets CUPTI
+// attribute kernels. Forward pushes on the caller's thread, backward on autograd's device thread;
+// the two never run at once, so the range table needs no lock.
+class GpuTracking {
+ public:
+  explicit GpuTracking(gpu::GpuBackend* backend) : backend_(backend) {}
+  void synchronize() {
+    if (backend_ != nullptr) backend_->synchronize();
+  }
+  void push(int layer, gpu::Phase phase) {
+    if (backend_ != nullptr) backend_->activities().push_range(ranges_.open(layer, phase));
+  }
+  void pop() {
+    if (backend_ != nullptr) backend_->activities().pop_range();
+  }
+  gpu::GpuBackend* backend() const { return backend_; }
+  gpu::RangeTable& ranges() { return ranges_; }
+
+ private:
+  gpu::GpuBackend* backend_;
+  gpu::RangeTable ranges_;
+};
+
 // Forward: each layer's call is bracketed, so its allocations, time and the autograd sequence
 // numbers of the nodes it creates are its own.
 class ForwardAttribution : public models::LayerObserver {
  public:
-  ForwardAttribution(MemoryRecorder& recorder, std::vector<LayerMeasurement>& layers)
-      : recorder_(recorder), layers_(layers), seq_begin_(layers.size()), seq_end_(layers.size()),
-        start_level_(layers.size()) {}
+  ForwardAttribution(MemoryRecorder& recorder, std::vector<LayerMeasurement>& layers,
+                     std::vector<std::int64_t>& reserved, GpuTracking& gpu)
+      : recorder_(recorder), layers_(layers), reserved_(reserved), gpu_(gpu), seq_begin_(layers.size()),
+        seq_end_(layers.size()), start_level_(layers.size()) {}
 
   void before_layer(int layer) override {
     const auto i = static_cast<std::size_t>(layer);
+    gpu_.synchronize();
     seq_begin_[i] = at::sequence_number::peek();
     recorder_.set_owner(layer);
     recorder_.mark();
     start_level_[i] = recorder_.allocated();
+    gpu_.push(layer, gpu::Phase::Forward);
     start_ = Clock::now();
   }
 
   void after_layer(int layer, const torch::Tensor& output) override {
+    gpu_.synchronize();
     const auto end = Clock::now();
+    gpu_.pop();
     const auto i = static_cast<std::size_t>(layer);
     layers_[i].fwd_ns = ns_between(start_, end);
+    reserved_[i] = recorder_.reserved_peak_since_mark();
     layers_[i].fwd_transient_bytes = recorder_.peak_since_mark() - start_level_[i];
     layers_[i].output_bytes = output.defined() ? static_cast<std::int64_t>(output.storage().nbytes()) : 0;
     seq_end_[i] = at::sequence_number::peek();
@@ -78,19 +111,22 @@ class ForwardAttribution : public models::LayerObserver {
  private:
   MemoryRecorder& recorder_;
   std::vector<LayerMeasurement>& layers_;
+  std::vector<std::int64_t>& reserved_;
+  GpuTracking& gpu_;
   std::vector<std::uint64_t> seq_begin_, seq_end_;
   std::vector<std::int64_t> start_level_;
   Clock::time_point start_;
 };
 
-// Backward: the engine runs nodes one at a time on this thread (CPU), highest sequence number
-// first, so a layer's nodes run together. Every node start that belongs to another layer closes
-// the current layer's interval; time and memory in between are that layer's.
+// Backward: the engine runs nodes one at a time (on this thread for the CPU, on its device thread
+// for CUDA), highest sequence number first, so a layer's nodes run together. Every node start that
+// belongs to another layer closes the current layer's interval; time and memory in between are
+// that layer's. Each node's GPU work is a range of the layer current when it starts.
 class BackwardAttribution {
  public:
   BackwardAttribution(const ForwardAttribution& forward, MemoryRecorder& recorder,
-                      std::vector<LayerMeasurement>& layers)
-      : forward_(forward), recorder_(recorder), layers_(layers) {}
+                      std::vector<LayerMeasurement>& layers, std::vector<std::int64_t>& reserved, GpuTracking& gpu)
+      : forward_(forward), recorder_(recorder), layers_(layers), reserved_(reserved), gpu_(gpu) {}
 
   void begin(int layer) {
     current_ = layer;
@@ -99,18 +135,24 @@ class BackwardAttribution {
     since_ = Clock::now();
   }
 
-  void on_node(std::int64_t seq) {
+  void on_node_start(std::int64_t seq) {
     const int layer = forward_.layer_of(seq);
-    if (layer < 0 || layer == current_) return;
-    close();
-    begin(layer);
+    if (layer >= 0 && layer != current_) {
+      close();
+      begin(layer);
+    }
+    gpu_.push(current_, gpu::Phase::Backward);
   }
+  void on_node_end() { gpu_.pop(); }
 
   void end() { close(); }
 
  private:
   void close() {
-    auto& m = layers_[static_cast<std::size_t>(current_)];
+    gpu_.synchronize();
+    const auto i = static_cast<std::size_t>(current_);
+    reserved_[i] = std::max(reserved_[i], recorder_.reserved_peak_since_mark());
+    auto& m = layers_[i];
     m.bwd_ns += ns_between(since_, Clock::now());
     m.bwd_transient_bytes = std::max(m.bwd_transient_bytes, recorder_.peak_since_mark() - level_);
     m.bwd_retained_bytes += recorder_.allocated() - level_;
@@ -119,6 +161,8 @@ class BackwardAttribution {
   const ForwardAttribution& forward_;
   MemoryRecorder& recorder_;
   std::vector<LayerMeasurement>& layers_;
+  std::vector<std::int64_t>& reserved_;
+  GpuTracking& gpu_;
   int current_ = 0;
   std::int64_t level_ = 0;
   Clock::time_point since_;
@@ -128,9 +172,13 @@ class BackwardAttribution {
 // Only one profiled backward runs at a time (profile_step is not re-entrant).
 BackwardAttribution* g_backward = nullptr;
 
-std::unique_ptr<at::ObserverContext> on_backward_node(const at::RecordFunction& fn) {
-  if (g_backward != nullptr) g_backward->on_node(fn.seqNr());
+std::unique_ptr<at::ObserverContext> on_backward_node_start(const at::RecordFunction& fn) {
+  if (g_backward != nullptr) g_backward->on_node_start(fn.seqNr());
   return nullptr;
+}
+
+void on_backward_node_end(const at::RecordFunction& /*fn*/, at::ObserverContext* /*context*/) {
+  if (g_backward != nullptr) g_backward->on_node_end();
 }
 
 class BackwardCallbackScope {
@@ -138,7 +186,8 @@ class BackwardCallbackScope {
   explicit BackwardCallbackScope(BackwardAttribution& attribution) {
     g_backward = &attribution;
     handle_ = at::addGlobalCallback(
-        at::RecordFunctionCallback(&on_backward_node).scopes({at::RecordScope::BACKWARD_FUNCTION}));
+        at::RecordFunctionCallback(&on_backward_node_start, &on_backward_node_end)
+            .scopes({at::RecordScope::BACKWARD_FUNCTION}));
   }
   ~BackwardCallbackScope() {
     at::removeCallback(handle_);
@@ -151,29 +200,42 @@ class BackwardCallbackScope {
   at::CallbackHandle handle_;
 };
 
-std::int64_t plain_step(const models::Model& model, const models::Batch& batch, torch::optim::Optimizer& optimizer) {
+std::int64_t plain_step(const models::Model& model, const models::Batch& batch, torch::optim::Optimizer& optimizer,
+                        gpu::GpuBackend* gpu) {
   optimizer.zero_grad();
+  if (gpu != nullptr) gpu->synchronize();
   const auto start = Clock::now();
   {
     torch::Tensor loss = model.forward(batch);
     loss.backward();
   }
   optimizer.step();
+  if (gpu != nullptr) gpu->synchronize();
   return ns_between(start, Clock::now());
 }
 
 }  // namespace
 
 StepMeasurement profile_step(const models::Model& model, const models::Batch& batch, MemoryRecorder& recorder,
-                             torch::optim::Optimizer* optimizer) {
+                             torch::optim::Optimizer* optimizer, gpu::GpuBackend* gpu_backend) {
   StepMeasurement step;
-  step.layers.resize(model.layers().size());
+  const std::size_t layer_count = model.layers().size();
+  step.layers.resize(layer_count);
+  step.fwd_reserved_bytes.assign(layer_count, 0);
+  step.bwd_reserved_bytes.assign(layer_count, 0);
   if (optimizer != nullptr) optimizer->zero_grad();
 
+  GpuTracking gpu(gpu_backend);
+  gpu.synchronize();
+  std::uint64_t origin_ns = 0;
+  if (gpu_backend != nullptr) {
+    gpu_backend->activities().flush();  // nothing from before this step
+    origin_ns = gpu_backend->activities().now_ns();
+  }
   recorder.set_owner(MemoryRecorder::kNoOwner);
   recorder.reset_peak();
   step.allocated_at_step_start = recorder.allocated();
-  ForwardAttribution forward(recorder, step.layers);
+  ForwardAttribution forward(recorder, step.layers, step.fwd_reserved_bytes, gpu);
 
   const auto start = Clock::now();
   torch::Tensor loss = model.forward(batch, &forward);
@@ -185,7 +247,7 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
   }
 
   {
-    BackwardAttribution backward(forward, recorder, step.layers);
+    BackwardAttribution backward(forward, recorder, step.layers, step.bwd_reserved_bytes, gpu);
     BackwardCallbackScope callbacks(backward);
     backward.begin(static_cast<int>(step.layers.size()) - 1);
     loss.backward();
@@ -197,10 +259,27 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
   if (optimizer != nullptr) {
     recorder.mark();
     const std::int64_t level = recorder.allocated();
+    gpu.push(-1, gpu::Phase::Optimizer);
     optimizer->step();
+    gpu.synchronize();
+    gpu.pop();
     step.optimizer_transient_bytes = recorder.peak_since_mark() - level;
   }
   const auto end = Clock::now();
+  step.peak_reserved = recorder.reserved_peak();
+  if (gpu_backend != nullptr) {
+    GpuStepRecord record;
+    record.log = gpu_backend->activities().flush();
+    if (record.log.dropped_records > 0) {
+      // Lost records would make some layers' GPU time silently too small.
+      throw std::runtime_error("CUPTI dropped " + std::to_string(record.log.dropped_records) +
+                               " activity records in a profiled step; per-layer GPU times would be incomplete");
+    }
+    record.ranges = std::move(gpu.ranges());
+    record.origin_ns = origin_ns;
+    record.attribution = gpu::attribute(record.log, record.ranges, layer_count);
+    step.gpu = std::move(record);
+  }
 
   step.forward_ns = ns_between(start, forward_end);
   step.backward_ns = ns_between(forward_end, backward_end);
@@ -275,18 +354,72 @@ void validate(const ProfileOptions& options) {
   }
   if (options.repeats < 1) throw core::InputError("--repeats: at least one repeat is needed");
   if (options.threads < 0) throw core::InputError("--threads: expected 0 (libtorch's default) or a positive count");
-  if (options.device == "cuda") {
-    throw core::InputError("--device cuda: this build profiles on the CPU only (the CUDA backend needs a "
-                           "CUDA-enabled libtorch and -DHEADROOM_WITH_CUDA=ON)");
+  if (options.device != "cpu" && options.device != "cuda") {
+    throw core::InputError("--device: expected cpu or cuda, got '" + options.device + "'");
   }
-  if (options.device != "cpu") throw core::InputError("--device: expected cpu or cuda, got '" + options.device + "'");
+}
+
+// The CUDA backend, or a clear reason why there is none.
+std::unique_ptr<gpu::GpuBackend> make_gpu_backend() {
+#ifdef HEADROOM_WITH_CUDA
+  if (!torch::cuda::is_available()) {
+    throw core::InputError("--device cuda: this libtorch sees no CUDA device (a CPU-only libtorch, or no GPU)");
+  }
+  return cupti::make_cuda_backend(0);
+#else
+  throw core::InputError("--device cuda: this build profiles on the CPU only (configure with -DHEADROOM_WITH_CUDA=ON "
+                         "against a CUDA libtorch; see scripts/gpu-build.sh)");
+#endif
+}
+
+std::int64_t median_of(const std::vector<StepMeasurement>& runs,
+                       const std::function<std::int64_t(const StepMeasurement&)>& field) {
+  std::vector<std::int64_t> values;
+  values.reserve(runs.size());
+  for (const auto& run : runs) values.push_back(field(run));
+  return median(std::move(values));
+}
+
+// Per layer GPU numbers for one batch size: times and counts are medians over the repeats, like
+// the wall times; the reserve is the last repeat's (it does not depend on the values).
+core::GpuLayerCost gpu_layer_cost(const std::vector<StepMeasurement>& runs, std::size_t i) {
+  const auto fwd = [i](const StepMeasurement& r) -> const gpu::GpuWork& { return r.gpu->attribution.forward[i]; };
+  const auto bwd = [i](const StepMeasurement& r) -> const gpu::GpuWork& { return r.gpu->attribution.backward[i]; };
+  core::GpuLayerCost g;
+  g.fwd_kernel_ns = median_of(runs, [&](const StepMeasurement& r) { return fwd(r).kernel_ns; });
+  g.fwd_kernel_span_ns = median_of(runs, [&](const StepMeasurement& r) { return fwd(r).span_ns; });
+  g.fwd_kernels = median_of(runs, [&](const StepMeasurement& r) { return fwd(r).kernels; });
+  g.bwd_kernel_ns = median_of(runs, [&](const StepMeasurement& r) { return bwd(r).kernel_ns; });
+  g.bwd_kernel_span_ns = median_of(runs, [&](const StepMeasurement& r) { return bwd(r).span_ns; });
+  g.bwd_kernels = median_of(runs, [&](const StepMeasurement& r) { return bwd(r).kernels; });
+  g.fwd_reserved_bytes = runs.back().fwd_reserved_bytes[i];
+  g.bwd_reserved_bytes = runs.back().bwd_reserved_bytes[i];
+  return g;
+}
+
+core::GpuStepCost gpu_step_cost(const std::vector<StepMeasurement>& runs) {
+  core::GpuStepCost g;
+  g.kernel_ns = median_of(runs, [](const StepMeasurement& r) { return r.gpu->attribution.kernel_ns; });
+  g.unattributed_kernel_ns =
+      median_of(runs, [](const StepMeasurement& r) { return r.gpu->attribution.unattributed.kernel_ns; });
+  g.peak_reserved_bytes = runs.back().peak_reserved;
+  for (const auto& m : runs.back().gpu->log.memory) {
+    if (m.allocation) g.device_malloc_bytes += static_cast<std::int64_t>(m.bytes);
+  }
+  return g;
 }
 
 }  // namespace
 
 core::Trace profile(models::Model& model, const ProfileOptions& options) {
   validate(options);
+  std::unique_ptr<gpu::GpuBackend> backend = options.device == "cuda" ? make_gpu_backend() : nullptr;
+  const torch::Device device = backend != nullptr ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  const auto on_device = [&](models::Batch batch) {
+    return backend != nullptr ? models::Batch{batch.input.to(device), batch.target.to(device)} : batch;
+  };
   if (options.threads > 0) at::set_num_threads(options.threads);
+  model.to(device);
   model.set_training(true);
   const auto parameters = model.parameters();
   auto optimizer = make_optimizer(options.optimizer, parameters);
@@ -295,7 +428,13 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   core::Trace trace;
   trace.model.name = model.name();
   trace.model.config = model.config().values();
-  trace.device = cpu_device_info();
+  if (backend != nullptr) {
+    const gpu::DeviceProperties& p = backend->properties();
+    trace.device = {"cuda", p.name, p.total_memory_bytes, p.sm_count, p.host_to_device_bytes_per_s,
+                    p.device_to_host_bytes_per_s};
+  } else {
+    trace.device = cpu_device_info();
+  }
   trace.framework = {{"torch", TORCH_VERSION}, {"headroom", HEADROOM_VERSION}};
   trace.optimizer.name = options.optimizer;
   trace.profile = {options.warmup_steps, options.repeats, options.seed, at::get_num_threads(), utc_timestamp_now()};
@@ -321,14 +460,14 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     if (options.on_progress) options.on_progress(progress);
   };
 
-  const auto saves = detect_saved_inputs(model, model.make_batch(options.batch_sizes.front(), options.seed));
+  const auto saves = detect_saved_inputs(model, on_device(model.make_batch(options.batch_sizes.front(), options.seed)));
   for (std::size_t i = 0; i < layer_count; ++i) trace.layers[i].saves_inputs = saves[i];
   report("inputs", options.batch_sizes.front());
 
   for (const std::int64_t b : options.batch_sizes) {
-    const models::Batch batch = model.make_batch(b, options.seed + static_cast<std::uint64_t>(b));
+    const models::Batch batch = on_device(model.make_batch(b, options.seed + static_cast<std::uint64_t>(b)));
     for (int i = 0; i < options.warmup_steps; ++i) {
-      plain_step(model, batch, *optimizer);
+      plain_step(model, batch, *optimizer, backend.get());
       report("warmup", b);
     }
     // Plain and profiled steps alternate, so drift over the run (caches, allocator pools, other
@@ -336,11 +475,14 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     std::vector<std::int64_t> plain_ns;
     std::vector<StepMeasurement> runs;
     for (int i = 0; i < options.repeats; ++i) {
-      plain_ns.push_back(plain_step(model, batch, *optimizer));
+      plain_ns.push_back(plain_step(model, batch, *optimizer, backend.get()));
       report("plain", b);
-      auto recorder = std::make_shared<MemoryRecorder>(c10::DeviceType::CPU);
+      auto recorder = std::make_shared<MemoryRecorder>(device.type());
       ScopedMemoryRecording recording(recorder);
-      runs.push_back(profile_step(model, batch, *recorder, optimizer.get()));
+      // CUPTI records only the profiled steps, so the plain steps stay the overhead's reference.
+      if (backend != nullptr) backend->activities().set_enabled(true);
+      runs.push_back(profile_step(model, batch, *recorder, optimizer.get(), backend.get()));
+      if (backend != nullptr) backend->activities().set_enabled(false);
       if (recorder->untracked_frees() != 0) {
         throw std::logic_error("profiled step freed memory allocated before it began; its bytes would be wrong");
       }
@@ -355,9 +497,10 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
         fwd.push_back(run.layers[i].fwd_ns);
         bwd.push_back(run.layers[i].bwd_ns);
       }
-      core::LayerSample sample{last.layers[i], b};
+      core::LayerSample sample{last.layers[i], b, std::nullopt};
       sample.fwd_ns = median(fwd);
       sample.bwd_ns = median(bwd);
+      if (backend != nullptr) sample.gpu = gpu_layer_cost(runs, i);
       trace.layers[i].samples.push_back(sample);
     }
 
@@ -379,6 +522,10 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     // Between steps only the static state and the batch are allocated, so the step's peak is them
     // plus the most the recorder saw above its level at the step's start.
     step.peak_bytes = static_bytes + step.input_bytes + (last.peak_allocated - last.allocated_at_step_start);
+    if (backend != nullptr) {
+      step.gpu = gpu_step_cost(runs);
+      if (options.on_gpu_step) options.on_gpu_step(b, *last.gpu);
+    }
     trace.steps.push_back(step);
   }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "core/cost_model.h"
 #include "core/trace.h"
 #include "models/model.h"
+#include "profiler/gpu/activity.h"
+#include "profiler/gpu/backend.h"
 #include "profiler/memory_recorder.h"
 
 namespace headroom::profiler {
@@ -23,6 +26,14 @@ struct Progress {
   std::int64_t batch = 0;
   int step = 0;   // steps done overall
   int total = 0;  // steps overall
+};
+
+// What CUPTI recorded in one profiled CUDA step, for timelines (profile --chrome).
+struct GpuStepRecord {
+  gpu::ActivityLog log;
+  gpu::RangeTable ranges;
+  std::uint64_t origin_ns = 0;  // the step's start on the records' clock
+  gpu::StepAttribution attribution;
 };
 
 struct ProfileOptions {
@@ -37,6 +48,8 @@ struct ProfileOptions {
   // 2.3x slower steps with 2 intra-op threads than with 1).
   int threads = 0;
   std::function<void(const Progress&)> on_progress;
+  // CUDA only: called with the last profiled step of each batch size.
+  std::function<void(std::int64_t batch, const GpuStepRecord&)> on_gpu_step;
 };
 
 // What one profiled step measured of one layer: the same quantities the cost model evaluates.
@@ -53,12 +66,18 @@ struct StepMeasurement {
   std::int64_t allocated_at_step_start = 0;
   std::int64_t allocated_at_forward_end = 0;
   std::int64_t peak_allocated = 0;
+  // The allocator's highest reserve during each layer's forward and backward, and the step's.
+  std::vector<std::int64_t> fwd_reserved_bytes, bwd_reserved_bytes;
+  std::int64_t peak_reserved = 0;
+  std::optional<GpuStepRecord> gpu;  // when profiled with a GPU backend
 };
 
 // One training step (forward, backward, and an optimizer step if `optimizer` is given) measured
-// layer by layer. `recorder` must be installed (ScopedMemoryRecording) on this thread.
+// layer by layer. `recorder` must be installed (ScopedMemoryRecording) on this thread. With a GPU
+// backend the device is synchronized at every layer boundary (so a layer's wall time includes its
+// kernels, not only their launches) and CUPTI records what ran, attributed to layers.
 StepMeasurement profile_step(const models::Model& model, const models::Batch& batch, MemoryRecorder& recorder,
-                             torch::optim::Optimizer* optimizer);
+                             torch::optim::Optimizer* optimizer, gpu::GpuBackend* gpu = nullptr);
 
 // For each layer and each of its inputs: does the layer keep that input for backward? Measured by
 // running each layer on fresh copies of its inputs and seeing which copies its autograd graph holds.

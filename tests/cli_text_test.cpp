@@ -31,6 +31,19 @@ TEST(TraceReport, LayerTableShowsPerSampleKeptBytesFromTheFit) {
       << table;
 }
 
+TEST(TraceReport, GpuTableShowsKernelTimeAgainstWallTime) {
+  EXPECT_EQ(cli::render_gpu_table(testing::make_small_trace()), "");
+  const std::string table = cli::render_gpu_table(testing::make_small_cuda_trace());
+  EXPECT_NE(table.find("NVIDIA H100 80GB HBM3: 79.2 GiB, 132 SMs, pinned copies 24.0 GB/s host->device, 25.0 GB/s device->host"),
+            std::string::npos)
+      << table;
+  // gelu at batch 2: forward wall 2000 ns, kernels 1000 ns (50% busy), 2 kernels; backward 4000 ns, 2000 ns.
+  EXPECT_NE(table.find("1  gelu         0.002          0.001   50%        2        0.004          0.002   50%        3"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("    2      0.007            0.001        5.86 KiB       8.00 MiB    2.00 MiB"), std::string::npos) << table;
+}
+
 TEST(TraceReport, StepTableShowsOverhead) {
   const std::string table = cli::render_step_table(testing::make_small_trace());
   EXPECT_NE(table.find("1.12x"), std::string::npos) << table;  // 9000 / 8000 ns

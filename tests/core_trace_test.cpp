@@ -98,6 +98,44 @@ TEST(TraceJson, EachProblemNamesItsPath) {
   }
 }
 
+TEST(TraceJson, CudaTraceRoundTripKeepsGpuFields) {
+  const core::Trace trace = testing::make_small_cuda_trace();
+  const json document = core::to_json(trace);
+  EXPECT_EQ(document["device"]["sm_count"], 132);
+  EXPECT_EQ(document["layers"][1]["samples"][0]["gpu"]["bwd_kernels"], 3);
+  EXPECT_EQ(document["steps"][1]["gpu"]["peak_reserved_bytes"], 8 << 20);
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+  // A CPU trace writes none of them.
+  const json cpu = core::to_json(testing::make_small_trace());
+  EXPECT_FALSE(cpu["device"].contains("sm_count"));
+  EXPECT_FALSE(cpu["layers"][0]["samples"][0].contains("gpu"));
+  EXPECT_FALSE(cpu["steps"][0].contains("gpu"));
+}
+
+TEST(TraceJson, CudaProblemsNameTheirPath) {
+  const json good = core::to_json(testing::make_small_cuda_trace());
+  struct Case {
+    std::function<void(json&)> spoil;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {[](json& d) { d["layers"][1]["samples"][0].erase("gpu"); }, "$.layers[1].samples[0]: missing \"gpu\""},
+      {[](json& d) { d["layers"][0]["samples"][1]["gpu"]["fwd_kernels"] = -1; },
+       "$.layers[0].samples[1].gpu.fwd_kernels: expected a non-negative integer"},
+      {[](json& d) { d["steps"][0]["gpu"].erase("kernel_ns"); }, "$.steps[0].gpu.kernel_ns: missing"},
+      {[](json& d) { d["device"].erase("sm_count"); }, "$.device.sm_count: missing"},
+      {[](json& d) { d["device"]["host_to_device_bytes_per_s"] = 0; },
+       "$.device.host_to_device_bytes_per_s: expected a positive bandwidth"},
+      {[](json& d) { d["device"]["kind"] = "cpu"; }, "$.layers[0].samples[0].gpu: unexpected in a CPU trace"},
+  };
+  for (const auto& c : cases) {
+    json document = good;
+    c.spoil(document);
+    const std::string message = read_error(document);
+    EXPECT_EQ(message.rfind("t.json: " + c.expected, 0), 0u) << "got: " << message << "\nwanted: " << c.expected;
+  }
+}
+
 TEST(TraceJson, MissingFileIsAnInputError) {
   EXPECT_THROW(core::read_trace_file("/nonexistent/trace.json"), InputError);
 }

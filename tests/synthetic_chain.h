@@ -27,12 +27,12 @@ inline core::Trace synthetic_chain(int layers) {
     l.param_bytes = i % 4 == 0 ? 4LL * 4096 : 0;
     for (const std::int64_t b : t.batch_sizes) {
       const std::int64_t act = 4096 * b * (1 + i % 3);
-      l.samples.push_back({{1000 + 300 * b, 2000 + 600 * b, act, act, act, 2 * act, act, -act}, b});
+      l.samples.push_back({{1000 + 300 * b, 2000 + 600 * b, act, act, act, 2 * act, act, -act}, b, std::nullopt});
     }
     t.layers.push_back(l);
   }
   for (const std::int64_t b : t.batch_sizes) {
-    t.steps.push_back({b, 0, layers * (3000 + 900 * b), 10000, 4096, 0, 2 * 4LL * 4096 * (layers / 4), 16 * b});
+    t.steps.push_back({b, 0, layers * (3000 + 900 * b), 10000, 4096, 0, 2 * 4LL * 4096 * (layers / 4), 16 * b, std::nullopt});
   }
   return t;
 }

@@ -164,14 +164,18 @@ class CuptiCollector : public gpu::ActivityCollector {
  public:
   CuptiCollector() {
     if (g_started.exchange(true)) throw std::logic_error("CUPTI activity recording is already running in this process");
-    check_cupti(cuptiActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed),
-                "cuptiActivityRegisterCallbacks");
-    for (const CUpti_ActivityKind kind : kRecordedKinds) {
-      check_cupti(cuptiActivityEnable(kind), ("cuptiActivityEnable(kind " + std::to_string(kind) + ")").c_str());
+    try {
+      check_cupti(cuptiActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed),
+                  "cuptiActivityRegisterCallbacks");
+    } catch (...) {
+      g_started = false;
+      throw;
     }
   }
   ~CuptiCollector() override {
-    for (const CUpti_ActivityKind kind : kRecordedKinds) cuptiActivityDisable(kind);
+    if (enabled_) {
+      for (const CUpti_ActivityKind kind : kRecordedKinds) cuptiActivityDisable(kind);
+    }
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     std::lock_guard lock(g_completed.mutex);
     g_completed.log = {};
@@ -181,6 +185,15 @@ class CuptiCollector : public gpu::ActivityCollector {
   CuptiCollector(const CuptiCollector&) = delete;
   CuptiCollector& operator=(const CuptiCollector&) = delete;
 
+  void set_enabled(bool enabled) override {
+    if (enabled == enabled_) return;
+    for (const CUpti_ActivityKind kind : kRecordedKinds) {
+      const std::string call = std::string(enabled ? "cuptiActivityEnable" : "cuptiActivityDisable") + "(kind " +
+                               std::to_string(kind) + ")";
+      check_cupti(enabled ? cuptiActivityEnable(kind) : cuptiActivityDisable(kind), call.c_str());
+    }
+    enabled_ = enabled;
+  }
   void push_range(std::uint64_t external_id) override {
     check_cupti(cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, external_id),
                 "cuptiActivityPushExternalCorrelationId");
@@ -207,6 +220,9 @@ class CuptiCollector : public gpu::ActivityCollector {
     check_cupti(cuptiGetTimestamp(&t), "cuptiGetTimestamp");
     return t;
   }
+
+ private:
+  bool enabled_ = false;
 };
 
 class CudaBackend : public gpu::GpuBackend {

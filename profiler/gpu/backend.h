@@ -19,11 +19,13 @@ struct DeviceProperties {
   double device_to_host_bytes_per_s = 0;
 };
 
-// Records GPU activity between start() and flush(). Ranges nest per CPU thread: work launched
-// between push_range(id) and the matching pop_range() on that thread is attributed to id.
+// Records GPU activity while enabled. Ranges nest per CPU thread: work launched between
+// push_range(id) and the matching pop_range() on that thread is attributed to id.
 class ActivityCollector {
  public:
   virtual ~ActivityCollector() = default;
+  // Recording is off until enabled; the profiler's plain (overhead reference) steps run with it off.
+  virtual void set_enabled(bool enabled) = 0;
   virtual void push_range(std::uint64_t external_id) = 0;
   virtual void pop_range() = 0;
   // Waits for nothing: call after the device is synchronized. Returns every record completed
