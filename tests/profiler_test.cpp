@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <mutex>
+
 #include "core/affine_fit.h"
 #include "core/errors.h"
 #include "models/layers.h"
@@ -128,6 +131,84 @@ TEST(Profiler, LayerTimesArePositiveAndAddUpToTheStep) {
   const double accounted = static_cast<double>(layer_sum + step.optimizer_ns);
   EXPECT_NEAR(accounted / static_cast<double>(step.step_ns), 1.0, 0.15);
   EXPECT_EQ(step.forward_ns + step.backward_ns + step.optimizer_ns, step.step_ns);
+}
+
+// Stands in for CUDA and CUPTI: every range pushed "launches" one 1 µs kernel whose correlation
+// id maps to that range, so attribution can be checked on the CPU.
+class FakeGpu : public profiler::gpu::GpuBackend, public profiler::gpu::ActivityCollector {
+ public:
+  const profiler::gpu::DeviceProperties& properties() const override { return properties_; }
+  void synchronize() override { ++syncs; }
+  profiler::gpu::ActivityCollector& activities() override { return *this; }
+
+  void set_enabled(bool enabled) override { enabled_ = enabled; }
+  void push_range(std::uint64_t id) override {
+    ++depth;
+    max_depth = std::max(max_depth, depth.load());
+    std::lock_guard lock(mutex_);
+    pushed_.push_back(id);
+  }
+  void pop_range() override {
+    if (--depth < 0) unbalanced = true;
+  }
+  profiler::gpu::ActivityLog flush() override {
+    std::lock_guard lock(mutex_);
+    profiler::gpu::ActivityLog log;
+    std::uint64_t t = 0;
+    for (const auto id : pushed_) {
+      const auto correlation = static_cast<std::uint32_t>(id);
+      log.kernels.push_back({"k", t, t + 1000, 0, 7, correlation});
+      log.external_ids[correlation] = id;
+      t += 2000;
+    }
+    pushed_.clear();
+    return log;
+  }
+  std::uint64_t now_ns() override { return 0; }
+
+  std::atomic<int> depth{0};
+  int max_depth = 0;
+  bool unbalanced = false;
+  int syncs = 0;
+
+ private:
+  profiler::gpu::DeviceProperties properties_{"fake", 1LL << 30, 1, 1e9, 1e9};
+  bool enabled_ = false;
+  std::mutex mutex_;
+  std::vector<std::uint64_t> pushed_;
+};
+
+TEST(Profiler, GpuRangesCoverEveryLayerPhaseOnceAndBalance) {
+  models::Model model = make_stack();
+  model.set_training(true);
+  auto optimizer = profiler::make_optimizer("adam", model.parameters());
+  const auto batch = model.make_batch(4, 1);
+  FakeGpu gpu;
+  auto recorder = std::make_shared<profiler::MemoryRecorder>();
+  profiler::ScopedMemoryRecording recording(recorder);
+  const auto step = profiler::profile_step(model, batch, *recorder, optimizer.get(), &gpu);
+
+  ASSERT_TRUE(step.gpu.has_value());
+  const auto& a = step.gpu->attribution;
+  const std::size_t layers = model.layers().size();
+  EXPECT_FALSE(gpu.unbalanced);
+  EXPECT_EQ(gpu.depth.load(), 0);
+  EXPECT_EQ(gpu.max_depth, 1);  // ranges never nest: a kernel has exactly one owner
+  EXPECT_GE(gpu.syncs, 2 * static_cast<int>(layers));
+  std::int64_t backward_kernels = 0;
+  for (std::size_t i = 0; i < layers; ++i) {
+    SCOPED_TRACE(model.layers()[i].name);
+    EXPECT_EQ(a.forward[i].kernels, 1);
+    EXPECT_EQ(a.forward[i].kernel_ns, 1000);
+    EXPECT_GE(a.backward[i].kernels, 1);  // every layer here has a backward node
+    backward_kernels += a.backward[i].kernels;
+  }
+  EXPECT_EQ(a.optimizer.kernels, 1);
+  EXPECT_EQ(a.unattributed.kernels, 0);
+  // Every range became one kernel and landed somewhere.
+  EXPECT_EQ(static_cast<std::size_t>(a.kernel_ns / 1000),
+            layers + static_cast<std::size_t>(backward_kernels) + 1);
+  EXPECT_EQ(step.gpu->ranges.size(), layers + static_cast<std::size_t>(backward_kernels) + 1);
 }
 
 TEST(Profiler, KeptBytesGrowAffinelyWithBatch) {
