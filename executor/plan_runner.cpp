@@ -110,7 +110,7 @@ torch::Tensor PlanRunner::run_block(const Span& span, const torch::Tensor& input
   for (int i = span.first; i <= span.last; ++i) {
     const auto& layer = layers[static_cast<std::size_t>(i)];
     position_.layer = layer.name;
-    torch::Tensor out = layer.forward(models::gather_inputs(layer, batch, outputs), context);
+    torch::Tensor out = layer.run(models::gather_inputs(layer, batch, outputs), context);
     outputs[static_cast<std::size_t>(i)] = std::move(out);
     for (const int j : layer.inputs) {
       if (j > span.input && last_readers[static_cast<std::size_t>(j)] == i) outputs[static_cast<std::size_t>(j)] = torch::Tensor();
@@ -136,7 +136,7 @@ torch::Tensor PlanRunner::forward(const models::Batch& batch) {
       done = static_cast<std::size_t>(span->last);
     } else {
       position_.layer = layer.name;
-      out = layer.forward(models::gather_inputs(layer, batch, outputs), context);
+      out = layer.run(models::gather_inputs(layer, batch, outputs), context);
       done = i;
     }
     // Mark where backward reaches this output, so a refusal there names the layer.

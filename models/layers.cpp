@@ -1,5 +1,7 @@
 #include "models/layers.h"
 
+#include "models/lean_layers.h"
+
 #include <cmath>
 #include <limits>
 
@@ -8,7 +10,7 @@ namespace headroom::models {
 namespace {
 
 int add(Model& model, const std::string& name, const std::string& kind, std::vector<int> inputs, int block,
-        LayerForward forward, std::vector<torch::Tensor> parameters = {}) {
+        LayerForward forward, std::vector<torch::Tensor> parameters = {}, LayerForward lean_forward = {}) {
   Layer layer;
   layer.name = name;
   layer.kind = kind;
@@ -16,6 +18,7 @@ int add(Model& model, const std::string& name, const std::string& kind, std::vec
   layer.block = block;
   layer.forward = std::move(forward);
   layer.parameters = std::move(parameters);
+  layer.lean_forward = std::move(lean_forward);
   return model.add_layer(std::move(layer));
 }
 
@@ -31,8 +34,10 @@ int add_linear(Model& model, const std::string& name, std::int64_t in_features, 
 }
 
 int add_gelu(Model& model, const std::string& name, Place at) {
-  return add(model, name, "gelu", {at.input}, at.block,
-             [](const std::vector<torch::Tensor>& in, const RunContext&) { return torch::gelu(in[0]); });
+  return add(
+      model, name, "gelu", {at.input}, at.block,
+      [](const std::vector<torch::Tensor>& in, const RunContext&) { return torch::gelu(in[0]); }, {},
+      [](const std::vector<torch::Tensor>& in, const RunContext&) { return lean_gelu(in[0]); });
 }
 
 int add_relu(Model& model, const std::string& name, Place at) {
@@ -45,7 +50,10 @@ int add_layernorm(Model& model, const std::string& name, std::int64_t features, 
   return add(
       model, name, "layernorm", {at.input}, at.block,
       [norm = norm.ptr()](const std::vector<torch::Tensor>& in, const RunContext&) { return norm->forward(in[0]); },
-      norm->parameters());
+      norm->parameters(),
+      [norm = norm.ptr()](const std::vector<torch::Tensor>& in, const RunContext&) {
+        return lean_layer_norm(in[0], norm->weight, norm->bias, norm->options.eps());
+      });
 }
 
 int add_dropout(Model& model, const std::string& name, double p, Place at) {
@@ -103,23 +111,36 @@ int add_attention(Model& model, const std::string& name, std::int64_t hidden, st
   // The mask is built once for the configured length; it is a constant, not a parameter.
   torch::Tensor future = causal ? torch::ones({seq, seq}, torch::kBool).triu(1) : torch::Tensor();
   const double scale = 1.0 / std::sqrt(static_cast<double>(hidden / heads));
-  return add(model, name, "attention", {at.input}, at.block,
-             [heads, dropout, scale, future](const std::vector<torch::Tensor>& in, const RunContext& ctx) {
-               const torch::Tensor& qkv = in[0];
-               const std::int64_t b = qkv.size(0), s = qkv.size(1), h = qkv.size(2) / 3;
-               // [B, S, 3, heads, d] -> [3, B, heads, S, d]. The heads are copied out explicitly:
-               // matmul would copy these strided views itself, except at batch 1 where its reshape
-               // can view them, which would make the bytes kept per layer non-affine in batch size.
-               const auto parts = qkv.view({b, s, 3, heads, h / heads}).permute({2, 0, 3, 1, 4});
-               const auto q = parts[0].contiguous(), k = parts[1].contiguous(), v = parts[2].contiguous();
-               auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
-               if (future.defined()) {
-                 const auto mask = future.index({torch::indexing::Slice(0, s), torch::indexing::Slice(0, s)});
-                 scores = scores.masked_fill(mask.to(scores.device()), -std::numeric_limits<float>::infinity());
-               }
-               auto probs = torch::dropout(torch::softmax(scores, -1), dropout, ctx.training && ctx.dropout);
-               return torch::matmul(probs, v).transpose(1, 2).reshape({b, s, h});
-             });
+  // Both variants share everything up to the softmax; they differ in what dropout·V keeps.
+  const auto attend = [heads, dropout, scale, future](const std::vector<torch::Tensor>& in, const RunContext& ctx,
+                                                      bool lean) {
+    const torch::Tensor& qkv = in[0];
+    const std::int64_t b = qkv.size(0), s = qkv.size(1), h = qkv.size(2) / 3;
+    // [B, S, 3, heads, d] -> [3, B, heads, S, d]. The heads are copied out explicitly: matmul would
+    // copy these strided views itself, except at batch 1 where its reshape can view them, which
+    // would make the bytes kept per layer non-affine in batch size.
+    const auto parts = qkv.view({b, s, 3, heads, h / heads}).permute({2, 0, 3, 1, 4});
+    const auto q = parts[0].contiguous(), k = parts[1].contiguous(), v = parts[2].contiguous();
+    auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
+    if (future.defined()) {
+      const auto mask = future.index({torch::indexing::Slice(0, s), torch::indexing::Slice(0, s)});
+      scores = scores.masked_fill(mask.to(scores.device()), -std::numeric_limits<float>::infinity());
+    }
+    const bool drop = ctx.training && ctx.dropout && dropout > 0;
+    torch::Tensor context;
+    if (lean) {
+      const auto probs = torch::softmax(scores, -1);
+      const auto keep = drop ? torch::rand_like(probs) >= dropout : torch::Tensor();
+      context = lean_dropout_matmul(probs, keep, drop ? 1.0 / (1.0 - dropout) : 1.0, v);
+    } else {
+      context = torch::matmul(torch::dropout(torch::softmax(scores, -1), dropout, drop), v);
+    }
+    return context.transpose(1, 2).reshape({b, s, h});
+  };
+  return add(
+      model, name, "attention", {at.input}, at.block,
+      [attend](const std::vector<torch::Tensor>& in, const RunContext& ctx) { return attend(in, ctx, false); }, {},
+      [attend](const std::vector<torch::Tensor>& in, const RunContext& ctx) { return attend(in, ctx, true); });
 }
 
 int add_cross_entropy(Model& model, const std::string& name, int logits) {

@@ -41,6 +41,21 @@ int Model::add_layer(Layer layer) {
   return id;
 }
 
+void Model::set_lean(int layer, bool lean) {
+  if (layer < 0 || layer >= static_cast<int>(layers_.size())) {
+    throw std::invalid_argument("set_lean: no layer " + std::to_string(layer));
+  }
+  Layer& l = layers_[static_cast<std::size_t>(layer)];
+  if (lean && !l.has_lean_variant()) {
+    throw std::invalid_argument("layer " + l.name + " (" + l.kind + ") has no memory-lean variant");
+  }
+  l.lean = lean;
+}
+
+void Model::set_all_lean(bool lean) {
+  for (auto& layer : layers_) layer.lean = lean && layer.has_lean_variant();
+}
+
 int Model::block_count() const {
   int blocks = 0;
   for (const auto& layer : layers_) blocks = std::max(blocks, layer.block + 1);
@@ -99,7 +114,7 @@ torch::Tensor Model::forward_to(const Batch& batch, int last, LayerObserver* obs
       // The gathered inputs must be gone before the next layer runs, or they would keep outputs alive.
       std::vector<torch::Tensor> inputs = gather_inputs(layer, batch, outputs);
       if (observer != nullptr) observer->before_layer(static_cast<int>(i));
-      out = layer.forward(inputs, context_);
+      out = layer.run(inputs, context_);
     }
     if (observer != nullptr) observer->after_layer(static_cast<int>(i), out);
     outputs[i] = std::move(out);

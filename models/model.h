@@ -35,7 +35,15 @@ struct Layer {
   std::vector<int> inputs;  // earlier layer ids, kModelInput or kTargetInput
   int block = -1;
   LayerForward forward;
+  // Tempo's memory-lean variant of the same function (models/lean_layers.h), where there is one.
+  LayerForward lean_forward;
+  bool lean = false;  // run lean_forward instead of forward
   std::vector<torch::Tensor> parameters;  // the layer's own
+
+  bool has_lean_variant() const { return static_cast<bool>(lean_forward); }
+  torch::Tensor run(const std::vector<torch::Tensor>& inputs, const RunContext& context) const {
+    return lean ? lean_forward(inputs, context) : forward(inputs, context);
+  }
 };
 
 struct Batch {
@@ -96,6 +104,12 @@ class Model {
   // BatchNorm in eval style: normalize with the running statistics even while training, so each
   // sample's output does not depend on the rest of its (micro-)batch and micro-batching is exact.
   void set_batchnorm_eval(bool eval);
+
+  // Switches a layer to its Tempo variant (or back). Throws std::invalid_argument for a layer
+  // without one.
+  void set_lean(int layer, bool lean);
+  // Every layer that has a lean variant on (the others are untouched).
+  void set_all_lean(bool lean);
 
   // For each layer, the id of the last layer that reads its output (its own id if none does).
   const std::vector<int>& last_readers() const { return last_readers_; }

@@ -307,13 +307,13 @@ std::vector<std::vector<bool>> detect_saved_inputs(const models::Model& model, c
         watched.push_back(copy.storage().getWeakStorageImpl());
         copies.push_back(std::move(copy));
       }
-      torch::Tensor out = layers[i].forward(copies, context);
+      torch::Tensor out = layers[i].run(copies, context);
       const auto graph = out.grad_fn();  // keeps the saved tensors alive while the others go
       out = torch::Tensor();
       copies.clear();
       for (const auto& w : watched) saves[i].push_back(!w.expired());
     }
-    outputs[i] = layers[i].forward(inputs, context);
+    outputs[i] = layers[i].run(inputs, context);
   }
   return saves;
 }
