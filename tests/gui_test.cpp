@@ -407,6 +407,17 @@ class GuiTest : public QObject {
     window.show();
     QVERIFY(window.open_trace(committed("cpu-bert.json")));
     QVERIFY(settle(window));
+    // A budget where the larger micro-batches do not fit and the plan checkpoints, so every view
+    // has something to show.
+    const std::int64_t least = window.current_result()->smallest_budget > 0
+                                   ? window.current_result()->smallest_budget
+                                   : compute_plan(*window.trace(), inputs(1, window.batch_box()->value())).smallest_budget;
+    window.budget_control()->field()->setText(QString::fromStdString(core::format_bytes(least + (10 << 20))));
+    window.budget_control()->field()->setModified(true);
+    emit window.budget_control()->field()->editingFinished();
+    QVERIFY(settle(window));
+    QVERIFY(window.current_result()->plan);
+    QVERIFY(window.throughput_chart()->infeasible_series()->count() > 0);
     QVERIFY(QTest::qWaitForWindowExposed(&window));
     QTest::qWait(100);
     const QString path = QStringLiteral(HEADROOM_GUI_SCREENSHOT);

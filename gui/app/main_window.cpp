@@ -56,32 +56,33 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   summary_ = new QPlainTextEdit(this);
   summary_->setObjectName("planSummary");
   summary_->setReadOnly(true);
-  summary_->setLineWrapMode(QPlainTextEdit::NoWrap);
+  summary_->setLineWrapMode(QPlainTextEdit::WidgetWidth);
   summary_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
   summary_->setPlaceholderText("Open a trace (File > Open, or drop a trace.json here) to plan.");
   run_panel_ = new RunPanel(this);
   run_panel_->set_program(find_headroom_executable(QCoreApplication::applicationDirPath()));
   connect(run_panel_, &RunPanel::error, this, &MainWindow::report_error);
 
-  auto* plan_box = new QWidget(this);
+  auto* plan_box = new QGroupBox("Plan", this);
   auto* plan_layout = new QVBoxLayout(plan_box);
-  plan_layout->setContentsMargins(0, 0, 0, 0);
   plan_layout->addWidget(warnings_);
   plan_layout->addWidget(summary_, 1);
 
   auto* tabs = new QTabWidget(this);
-  tabs->addTab(plan_box, "Plan");
   tabs->addTab(layer_view_, "Layers");
   tabs->addTab(run_panel_, "Run");
 
   auto* charts = new QSplitter(Qt::Horizontal, this);
   charts->addWidget(memory_chart_);
   charts->addWidget(throughput_chart_);
+  auto* details = new QSplitter(Qt::Horizontal, this);
+  details->addWidget(tabs);
+  details->addWidget(plan_box);
+  details->setSizes({560, 520});
   auto* right = new QSplitter(Qt::Vertical, this);
   right->addWidget(charts);
-  right->addWidget(tabs);
-  right->setStretchFactor(0, 3);
-  right->setStretchFactor(1, 2);
+  right->addWidget(details);
+  right->setSizes({520, 340});
 
   auto* main = new QSplitter(Qt::Horizontal, this);
   main->addWidget(build_controls());

@@ -3,6 +3,7 @@
 #include <QtCharts/QLegendMarker>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/units.h"
 
@@ -24,7 +25,8 @@ MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
   setRenderHint(QPainter::Antialiasing);
   auto* chart = new QChart;
   chart->setTitle("memory over one step");
-  chart->legend()->setAlignment(Qt::AlignBottom);
+  // Six kinds, the budget and the peak do not fit under the plot without eliding their names.
+  chart->legend()->setAlignment(Qt::AlignRight);
   chart->setMargins(QMargins(4, 4, 4, 4));
   x_ = new QValueAxis;
   x_->setTitleText("time (ms)");
@@ -110,11 +112,20 @@ void MemoryChart::show_result(const PlanResult& result) {
     lowers_[k]->replace(lower[k]);
   }
   const double end = std::max(t.step_ms, 1e-3);
-  budget_->replace(QList<QPointF>{{0, budget / unit_}, {end, budget / unit_}});
   peak_->replace(QList<QPointF>{{t.peak_time_ms, t.peak_bytes / unit_}});
   peak_->setPointLabelsFormat("peak " + QString::fromStdString(core::format_bytes(t.peak_bytes)));
   x_->setRange(0, end);
+  // Ticks at round times from 0, while the axis ends where the step does.
+  const double raw = end / 5;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  const double step = raw / magnitude < 2 ? 2 * magnitude : raw / magnitude < 5 ? 5 * magnitude : 10 * magnitude;
+  x_->setTickType(QValueAxis::TicksDynamic);
+  x_->setTickAnchor(0);
+  x_->setTickInterval(step);
+  x_->setLabelFormat(step >= 1 ? "%.0f" : "%.2g");
   y_->setRange(0, static_cast<double>(top) / unit_ * 1.15);
+  y_->applyNiceNumbers();
+  budget_->replace(QList<QPointF>{{0, budget / unit_}, {end, budget / unit_}});
 }
 
 }  // namespace headroom::gui

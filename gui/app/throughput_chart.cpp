@@ -77,9 +77,10 @@ void ThroughputChart::show_result(const PlanResult& result) {
 
   const double lo = points.empty() ? 1 : static_cast<double>(points.front().micro_batch) / 1.4;
   const double hi = points.empty() ? 2 : static_cast<double>(points.back().micro_batch) * 1.4;
-  const double y_top = top * 1.15;
   x_->setRange(lo, hi);
-  y_->setRange(0, y_top);
+  y_->setRange(0, top * 1.15);
+  y_->applyNiceNumbers();
+  const double y_top = y_->max();
 
   // Shade each run of sizes over the budget, from halfway (geometrically) to its neighbours.
   for (auto* s : shading_) {

@@ -42,7 +42,7 @@ void LayerTableModel::set_plan(const std::optional<core::Plan>& plan) {
   plan_ = plan;
   recompute_plan_columns();
   // Only the plan's columns change, so sorting and selection stay where the user left them.
-  if (!rows_.empty()) emit dataChanged(index(0, ForwardTime), index(rowCount() - 1, Choice));
+  if (!rows_.empty()) emit dataChanged(index(0, Choice), index(rowCount() - 1, BackwardTime));
   emit headerDataChanged(Qt::Horizontal, ForwardTime, BackwardTime);
 }
 

@@ -15,7 +15,8 @@ class LayerTableModel : public QAbstractTableModel {
   Q_OBJECT
 
  public:
-  enum Column { Name, Kind, Block, Params, KeptPerSample, ForwardTime, BackwardTime, Choice, ColumnCount };
+  // The plan's choice comes right after the name: it is what changes as the controls move.
+  enum Column { Name, Choice, Kind, Block, Params, KeptPerSample, ForwardTime, BackwardTime, ColumnCount };
   static constexpr int kSortRole = Qt::UserRole + 1;
 
   using QAbstractTableModel::QAbstractTableModel;
