@@ -6,6 +6,7 @@
 #include <QDir>
 #include <QJsonDocument>
 #include <QMessageBox>
+#include <QMimeData>
 #include <QProcess>
 #include <QScopeGuard>
 #include <QSemaphore>
@@ -337,6 +338,22 @@ class GuiTest : public QObject {
     }
     QVERIFY(QString::fromStdString(window.trace()->path).endsWith("cpu-mlp.json"));
     QVERIFY(window.current_result()->plan);
+  }
+
+  void droppingATraceOpensIt() {
+    MainWindow window;
+    window.show();
+    QMimeData data;
+    data.setUrls({QUrl::fromLocalFile(committed("cpu-gpt.json"))});
+    QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &data, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(&window, &enter);
+    QVERIFY(enter.isAccepted());
+    QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &data, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(&window, &drop);
+    QVERIFY(window.trace());
+    QVERIFY(QString::fromStdString(window.trace()->path).endsWith("cpu-gpt.json"));
+    QVERIFY(settle(window));
+    QVERIFY(window.current_result());
   }
 
   void savedPlanIsWhatHeadroomPlanWrites() {
