@@ -144,6 +144,9 @@ int main(int argc, char** argv) {
   plan->add_option("--batch", plan_args.batch, "global batch size")->required();
   plan->add_option("--strategies", plan_args.strategies, "mbp,checkpoint | all | none (none: the whole batch, nothing applied)");
   plan->add_option("--margin", plan_args.margin, "safety margin as a fraction of the budget (default 0.05)");
+  plan->add_option("--optimizer", plan_args.optimizer,
+                   "plan for this optimizer (default: the trace's); another one's state is estimated, not measured")
+      ->check(CLI::IsMember({"sgd", "adam"}));
   plan->add_option("-o,--output", plan_args.output, "plan file to write")->required();
 
   cli::SimulateArgs simulate_args;

@@ -6,13 +6,12 @@
 
 #include "cli/plan_report.h"
 #include "core/atomic_file.h"
-#include "core/cost_model.h"
 #include "core/errors.h"
 #include "core/plan.h"
 #include "core/sha256.h"
 #include "core/trace.h"
 #include "core/units.h"
-#include "planner/micro_batch_model.h"
+#include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
 #include "simulator/simulator.h"
 
@@ -27,6 +26,7 @@ int run_plan(const PlanArgs& args) {
   request.strategies = planner::parse_strategies(args.strategies);
   request.trace_path = args.trace;
   request.trace_sha256 = core::sha256_hex(core::read_file(args.trace));
+  request.optimizer = args.optimizer;
   const planner::PlanOutcome outcome = planner::plan_step(trace, request);
   if (!outcome.plan) {
     std::cerr << "headroom: infeasible: " << outcome.reason << "\n";
@@ -39,23 +39,6 @@ int run_plan(const PlanArgs& args) {
 
 namespace {
 
-std::vector<bool> checkpoint_flags(const core::Plan& plan, const planner::LayerGraph& graph, const std::string& source) {
-  std::vector<bool> flags(graph.blocks().size(), false);
-  for (const int block : plan.checkpointed_blocks) {
-    bool found = false;
-    for (std::size_t k = 0; k < graph.blocks().size(); ++k) {
-      if (graph.blocks()[k].block != block) continue;
-      if (!graph.blocks()[k].checkpointable) {
-        throw core::InputError(source + ": block " + std::to_string(block) + " cannot be checkpointed: " +
-                               graph.blocks()[k].why_not);
-      }
-      flags[k] = found = true;
-    }
-    if (!found) throw core::InputError(source + ": $.checkpointed_blocks: the trace has no block " + std::to_string(block));
-  }
-  return flags;
-}
-
 double relative(double a, double b) { return b != 0 ? std::fabs(a - b) / std::fabs(b) : 0.0; }
 
 }  // namespace
@@ -63,9 +46,7 @@ double relative(double a, double b) { return b != 0 ? std::fabs(a - b) / std::fa
 int run_simulate(const SimulateArgs& args) {
   const core::Plan plan = core::read_plan_file(args.plan);
   const core::Trace trace = core::load_plan_trace(plan, args.plan);
-  const core::CostModel costs(trace);
-  const planner::LayerGraph graph(trace);
-  const auto schedule = planner::build_schedule(costs, graph, plan.micro_batches, checkpoint_flags(plan, graph, args.plan));
+  const auto schedule = planner::plan_schedule(trace, plan, args.plan);
   const simulator::Simulation sim = simulator::simulate(schedule);
 
   std::string peak_at = "start";

@@ -11,6 +11,7 @@ struct PlanArgs {
   std::int64_t batch = 0;
   std::string strategies = "all";
   double margin = 0.05;
+  std::string optimizer;  // empty: the trace's
   std::string output;
 };
 int run_plan(const PlanArgs& args);

@@ -40,7 +40,7 @@ nlohmann::json to_json(const Plan& plan) {
   }
   nlohmann::json weights = nlohmann::json::array();
   for (std::size_t i = 0; i < plan.micro_batches.size(); ++i) weights.push_back(plan.loss_weight(i));
-  return {
+  nlohmann::json document = {
       {"schema", kPlanSchema},
       {"trace", {{"path", plan.trace_path}, {"sha256", plan.trace_sha256}, {"model", plan.model}, {"device", plan.device}}},
       {"budget_bytes", plan.budget_bytes},
@@ -55,6 +55,9 @@ nlohmann::json to_json(const Plan& plan) {
       {"predicted", prediction_json(plan.predicted)},
       {"explanation", {{"binding_constraint", plan.binding_constraint}, {"peak_at", plan.peak_at}, {"runner_ups", runner_ups}}},
   };
+  // Only when it differs from the trace's, so plans made with the measured optimizer stay as they were.
+  if (!plan.optimizer.empty()) document["optimizer"] = plan.optimizer;
+  return document;
 }
 
 Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
@@ -97,6 +100,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
       plan.layers.push_back(choice);
     }
     for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());
+    if (root.has("optimizer")) plan.optimizer = root.at("optimizer").as_string();
     plan.predicted = read_prediction(root.at("predicted"));
     const auto explanation = root.at("explanation");
     plan.binding_constraint = explanation.at("binding_constraint").as_string();

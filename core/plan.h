@@ -49,6 +49,9 @@ struct Plan {
   std::vector<int> checkpointed_blocks;
   std::vector<LayerChoice> layers;
   std::vector<std::string> warnings;
+  // The optimizer the plan was made for when it is not the trace's (its state then estimated);
+  // empty: the trace's.
+  std::string optimizer;
   PlanPrediction predicted;
   // Why the plan is what it is.
   std::string binding_constraint;

@@ -1,12 +1,21 @@
 #include "core/report.h"
 
 #include "core/atomic_file.h"
+#include "core/errors.h"
+#include "core/json_reader.h"
 
 namespace headroom::core {
 
 namespace {
 nlohmann::json measurement_json(const Measurement& m) {
   return {{"peak_bytes", m.peak_bytes}, {"step_seconds", m.step_seconds}, {"samples_per_second", m.samples_per_second}};
+}
+Measurement read_measurement(const JsonNode& node) {
+  Measurement m;
+  m.peak_bytes = node.at("peak_bytes").as_non_negative_int();
+  m.step_seconds = node.at("step_seconds").as_double();
+  m.samples_per_second = node.at("samples_per_second").as_double();
+  return m;
 }
 }  // namespace
 
@@ -40,6 +49,54 @@ nlohmann::json to_json(const Report& r) {
                             {"in_use_bytes", o.in_use_bytes}, {"budget_bytes", o.budget_bytes}};
   }
   return doc;
+}
+
+Report report_from_json(const nlohmann::json& document, std::string_view source) {
+  try {
+    const JsonNode root(document, "$");
+    expect_schema(root, kReportSchema);
+    Report r;
+    r.plan_path = root.at("plan").as_string();
+    r.model = root.at("model").as_string();
+    r.device = root.at("device").at("kind").as_string();
+    r.device_name = root.at("device").at("name").as_string();
+    r.budget_bytes = root.at("budget_bytes").as_non_negative_int();
+    r.global_batch = root.at("global_batch").as_non_negative_int();
+    for (const auto& m : root.at("micro_batches").elements()) r.micro_batches.push_back(m.as_non_negative_int());
+    for (const auto& b : root.at("checkpointed_blocks").elements()) {
+      r.checkpointed_blocks.push_back(static_cast<int>(b.as_non_negative_int()));
+    }
+    r.steps = static_cast<int>(root.at("steps").as_non_negative_int());
+    r.status = root.at("status").as_string();
+    r.predicted = read_measurement(root.at("predicted"));
+    r.measured = read_measurement(root.at("measured"));
+    if (root.at("measured").has("reserved_bytes")) {
+      r.measured_reserved_bytes = root.at("measured").at("reserved_bytes").as_non_negative_int();
+    }
+    r.peak_rel_error = root.at("errors").at("peak_rel").as_double();
+    r.throughput_rel_error = root.at("errors").at("throughput_rel").as_double();
+    const auto check = root.at("gradient_check");
+    r.gradient_check.computed = check.at("computed").as_bool();
+    r.gradient_check.note = check.at("note").as_string();
+    if (r.gradient_check.computed) r.gradient_check.max_rel_diff = check.at("max_rel_diff").as_double();
+    for (const auto& w : root.at("warnings").elements()) r.warnings.push_back(w.as_string());
+    for (const auto& s : root.at("step_seconds").elements()) r.step_seconds.push_back(s.as_double());
+    r.data = root.at("data").as_string();
+    if (root.has("test_accuracy")) r.test_accuracy = root.at("test_accuracy").as_double();
+    if (root.has("out_of_memory")) {
+      const auto o = root.at("out_of_memory");
+      r.out_of_memory = OutOfMemory{o.at("layer").as_string(), o.at("phase").as_string(),
+                                    static_cast<int>(o.at("micro_batch").as_int()), o.at("requested_bytes").as_int(),
+                                    o.at("in_use_bytes").as_int(), o.at("budget_bytes").as_int()};
+    }
+    return r;
+  } catch (const InputError& e) {
+    throw InputError(std::string(source) + ": " + e.what());
+  }
+}
+
+Report read_report_file(const std::filesystem::path& path) {
+  return report_from_json(parse_json(read_file(path), path.string()), path.string());
 }
 
 void write_report_file(const std::filesystem::path& path, const Report& report) {

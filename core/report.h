@@ -59,6 +59,9 @@ struct Report {
 };
 
 nlohmann::json to_json(const Report& report);
+// Validates the whole document; throws InputError "<source>: <json path>: <problem>".
+Report report_from_json(const nlohmann::json& document, std::string_view source = "report");
+Report read_report_file(const std::filesystem::path& path);
 void write_report_file(const std::filesystem::path& path, const Report& report);
 
 }  // namespace headroom::core

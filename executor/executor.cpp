@@ -124,7 +124,7 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
     model.set_training(true);
     model.set_batchnorm_eval(options.batchnorm_eval);
     const auto parameters = model.parameters();
-    auto optimizer = profiler::make_optimizer(trace.optimizer.name, parameters);
+    auto optimizer = profiler::make_optimizer(plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer, parameters);
     PlanRunner runner(model, plan.checkpointed_blocks, position);
 
     // Gradient check, from the initial weights: the plan's accumulated gradient against the full

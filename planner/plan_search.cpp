@@ -7,6 +7,7 @@
 #include "core/errors.h"
 #include "core/units.h"
 #include "planner/micro_batch_model.h"
+#include "planner/optimizer_estimate.h"
 
 namespace headroom::planner {
 
@@ -192,6 +193,16 @@ std::string describe(const Candidate& c) {
 }  // namespace
 
 PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
+  if (!request.optimizer.empty() && request.optimizer != trace.optimizer.name) {
+    PlanRequest as_measured = request;
+    as_measured.optimizer.clear();
+    PlanOutcome outcome = plan_step(with_estimated_optimizer(trace, request.optimizer), as_measured);
+    if (outcome.plan) {
+      outcome.plan->optimizer = request.optimizer;
+      outcome.plan->warnings.push_back(estimated_optimizer_warning(trace, request.optimizer));
+    }
+    return outcome;
+  }
   if (request.global_batch <= 0) throw core::InputError("--batch: expected a positive batch size");
   if (request.budget_bytes <= 0) throw core::InputError("--budget: expected a positive size");
   if (!(request.margin_fraction >= 0.0 && request.margin_fraction <= 0.5)) {
@@ -223,7 +234,19 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     const std::int64_t size = (request.global_batch + n - 1) / n;
     if (size == previous_size) continue;
     previous_size = size;
-    if (auto c = fit(costs, graph, split_batch(request.global_batch, n), limit, checkpointing)) fits.push_back(*c);
+    auto micro = split_batch(request.global_batch, n);
+    const double samples = static_cast<double>(request.global_batch);
+    if (auto c = fit(costs, graph, micro, limit, checkpointing)) {
+      fits.push_back(*c);
+      outcome.splits.push_back({c->micro_batches, true, c->checkpointed_count(),
+                                {c->prediction.peak_bytes, static_cast<double>(c->prediction.step_ns) / 1e9,
+                                 c->samples_per_second(request.global_batch)}});
+    } else {
+      const auto p = predict_step(costs, graph, micro, std::vector<bool>(graph.blocks().size(), false));
+      outcome.splits.push_back({std::move(micro), false, 0,
+                                {p.peak_bytes, static_cast<double>(p.step_ns) / 1e9,
+                                 samples * 1e9 / static_cast<double>(p.step_ns)}});
+    }
   }
 
   if (fits.empty()) {

@@ -28,12 +28,25 @@ struct PlanRequest {
   std::set<Strategy> strategies{Strategy::MicroBatching, Strategy::Checkpointing};
   std::string trace_path;    // recorded in the plan
   std::string trace_sha256;  // recorded in the plan
+  // The optimizer to plan for: empty or the trace's own for its measured state; the other one the
+  // profiler knows for an estimate of its state (the plan records it and warns).
+  std::string optimizer;
+};
+
+// One split of the global batch the search weighed: its fastest checkpointing that fits or, when
+// none does, its prediction without checkpointing.
+struct SplitOutcome {
+  std::vector<std::int64_t> micro_batches;
+  bool fits = false;
+  int checkpointed_blocks = 0;
+  core::PlanPrediction predicted;
 };
 
 struct PlanOutcome {
   std::optional<core::Plan> plan;       // empty when nothing fits
   std::int64_t smallest_budget = 0;     // when nothing fits: the least budget that would, with these strategies
   std::string reason;                   // when nothing fits: why, in one line
+  std::vector<SplitOutcome> splits;     // one per distinct micro-batch size, fewest micro-batches first
 };
 
 // Throws InputError for a bad request (batch 0, budget 0, margin outside [0, 0.5]).

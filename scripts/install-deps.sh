@@ -10,6 +10,8 @@ packages=(
   libopenblas0-pthread
   libboost-graph-dev
   qt6-base-dev qt6-charts-dev libgl-dev
+  # The GUI tests run headless on the offscreen platform plugin, and draw text with a real font.
+  qt6-qpa-plugins fonts-dejavu-core
   nlohmann-json3-dev libcli11-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   xvfb

@@ -102,6 +102,25 @@ TEST(Cli, PlanAndSimulateAgree) {
   fs::remove_all(dir);
 }
 
+TEST(Cli, PlanForAnotherOptimizerEstimatesItsState) {
+  const fs::path dir = fs::temp_directory_path() / "headroom_cli_optimizer";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto sgd = run("plan " + kTrace + " --budget 300MiB --batch 32 --optimizer sgd -o " + (dir / "p.json").string());
+  ASSERT_EQ(sgd.exit_code, 0) << sgd.err;
+  EXPECT_NE(sgd.out.find("optimizer state estimated, not measured: profile with --optimizer sgd"), std::string::npos)
+      << sgd.out;
+  const auto plan = core::parse_json(core::read_file(dir / "p.json"), "p.json");
+  EXPECT_EQ(plan["optimizer"], "sgd");
+  const auto sim = run("simulate " + (dir / "p.json").string() + " -o " + (dir / "s.json").string());
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  const auto result = core::parse_json(core::read_file(dir / "s.json"), "s.json");
+  EXPECT_EQ(result["simulated"]["peak_bytes"], result["planned"]["peak_bytes"]);
+  expect_one_line_error(run("plan " + kTrace + " --budget 300MiB --batch 32 --optimizer lion -o " + (dir / "q.json").string()),
+                        "--optimizer");
+  fs::remove_all(dir);
+}
+
 TEST(Cli, BadPlanInputsExitWithTwo) {
   const fs::path dir = fs::temp_directory_path() / "headroom_cli_badplan";
   fs::remove_all(dir);

@@ -8,6 +8,8 @@
 #include "core/sha256.h"
 #include "planner/checkpoint_dp.h"
 #include "planner/micro_batch_model.h"
+#include "planner/optimizer_estimate.h"
+#include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
 #include "simulator/simulator.h"
 #include "synthetic_chain.h"
@@ -209,6 +211,65 @@ TEST(PlanSearch, PlansFitAndMoreBudgetIsNeverSlower) {
     }
     EXPECT_GT(planned, 20);
   }
+}
+
+TEST(PlanSearch, SplitsCoverEveryMicroBatchSizeAndTheChosenPlanIsTheFastestThatFits) {
+  const core::Trace trace = committed("cpu-bert.json");
+  const auto outcome = planner::plan_step(trace, request(300 << 20, 32));
+  ASSERT_TRUE(outcome.plan);
+  // 32 samples: one candidate per distinct largest micro-batch (32, 16, 11, 8, 7, 6, 5, 4, 3, 2, 1).
+  ASSERT_EQ(outcome.splits.size(), 11u);
+  EXPECT_EQ(outcome.splits.front().micro_batches, (std::vector<std::int64_t>{32}));
+  EXPECT_EQ(outcome.splits.back().micro_batches, (std::vector<std::int64_t>(32, 1)));
+  double fastest_fit = 0;
+  int feasible = 0, infeasible = 0;
+  for (const auto& split : outcome.splits) {
+    (split.fits ? feasible : infeasible) += 1;
+    if (split.fits) {
+      EXPECT_LE(split.predicted.peak_bytes, outcome.plan->budget_bytes - outcome.plan->margin_bytes);
+      fastest_fit = std::max(fastest_fit, split.predicted.samples_per_second);
+    } else {
+      EXPECT_GT(split.predicted.peak_bytes, outcome.plan->budget_bytes - outcome.plan->margin_bytes);
+    }
+  }
+  EXPECT_GT(feasible, 0);
+  EXPECT_GT(infeasible, 0);
+  EXPECT_DOUBLE_EQ(fastest_fit, outcome.plan->predicted.samples_per_second);
+  // Without micro-batching there is one split, the whole batch.
+  EXPECT_EQ(planner::plan_step(trace, request(1LL << 34, 32, "none")).splits.size(), 1u);
+}
+
+TEST(PlanSearch, AnotherOptimizerIsEstimatedAndSaysSo) {
+  const core::Trace trace = committed("cpu-bert.json");  // measured with adam: 8 bytes per parameter
+  ASSERT_EQ(trace.optimizer.name, "adam");
+  const core::Trace sgd = planner::with_estimated_optimizer(trace, "sgd");
+  EXPECT_EQ(sgd.optimizer.name, "sgd");
+  EXPECT_EQ(sgd.optimizer.state_bytes, trace.param_bytes());  // one fp32 momentum per fp32 parameter
+  EXPECT_EQ(sgd.steps.front().static_bytes,
+            trace.steps.front().static_bytes - (trace.optimizer.state_bytes - sgd.optimizer.state_bytes));
+  // Back to adam: the estimate agrees with what the profiler measured.
+  EXPECT_EQ(planner::with_estimated_optimizer(sgd, "adam").optimizer.state_bytes, trace.optimizer.state_bytes);
+  EXPECT_THROW(planner::with_estimated_optimizer(trace, "lion"), core::InputError);
+
+  auto r = request(300 << 20, 32);
+  const auto measured = planner::plan_step(trace, r);
+  r.optimizer = "adam";
+  EXPECT_EQ(planner::plan_step(trace, r).plan, measured.plan);  // the trace's own: nothing changes
+  r.optimizer = "sgd";
+  const auto estimated = planner::plan_step(trace, r);
+  ASSERT_TRUE(estimated.plan && measured.plan);
+  EXPECT_EQ(estimated.plan->optimizer, "sgd");
+  EXPECT_LT(estimated.plan->predicted.peak_bytes, measured.plan->predicted.peak_bytes);
+  ASSERT_FALSE(estimated.plan->warnings.empty());
+  EXPECT_EQ(estimated.plan->warnings.back().rfind(
+                "optimizer state estimated, not measured: profile with --optimizer sgd to measure it", 0),
+            0u)
+      << estimated.plan->warnings.back();
+  // The plan keeps its optimizer through JSON, and its schedule uses the estimated state.
+  EXPECT_EQ(core::plan_from_json(core::to_json(*estimated.plan)), *estimated.plan);
+  EXPECT_FALSE(core::to_json(*measured.plan).contains("optimizer"));
+  const auto sim = simulator::simulate(planner::plan_schedule(trace, *estimated.plan, "plan"));
+  EXPECT_EQ(sim.peak_bytes, estimated.plan->predicted.peak_bytes);
 }
 
 TEST(PlanSearch, CheckpointingFitsWhereMicroBatchingAloneCannot) {

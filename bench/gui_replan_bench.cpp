@@ -1,0 +1,53 @@
+// Re-plan latency of the desktop app (issue 6: well under 100 ms for the committed traces): one
+// compute_plan, what the GUI's worker runs on every change of a control (plan search, the plan's
+// simulated memory timeline, throughput of every micro-batch size, the summary), per committed
+// trace at the inputs the app starts with and at a budget just above the least that fits.
+//   ./build/default/bench/gui_replan_bench
+#include <benchmark/benchmark.h>
+
+#include "gui/logic/plan_computation.h"
+#include "gui/logic/trace_document.h"
+
+namespace headroom::gui {
+namespace {
+
+void replan(benchmark::State& state, const char* file, bool tight) {
+  const auto trace = load_trace_document(std::string(HEADROOM_TRACES_DIR "/") + file);
+  const StartingInputs start = starting_inputs(trace->trace);
+  PlanInputs inputs;
+  inputs.global_batch = start.global_batch;
+  inputs.budget_bytes = start.budget_bytes;
+  if (tight) {
+    inputs.budget_bytes = 1;
+    inputs.budget_bytes = compute_plan(*trace, inputs).smallest_budget + (1 << 20);
+  }
+  std::size_t micro_batches = 0;
+  for (auto _ : state) {
+    const PlanResult result = compute_plan(*trace, inputs);
+    if (!result.plan) {
+      state.SkipWithError("no plan");
+      return;
+    }
+    micro_batches = result.plan->micro_batches.size();
+    benchmark::DoNotOptimize(result);
+  }
+  state.counters["layers"] = static_cast<double>(trace->trace.layers.size());
+  state.counters["batch"] = static_cast<double>(inputs.global_batch);
+  state.counters["budget_MiB"] = static_cast<double>(inputs.budget_bytes >> 20);
+  state.counters["micro_batches"] = static_cast<double>(micro_batches);
+}
+
+#define HEADROOM_REPLAN(name, file)                                                                  \
+  BENCHMARK_CAPTURE(replan, name##_start, file, false)->Unit(benchmark::kMillisecond);                \
+  BENCHMARK_CAPTURE(replan, name##_tight, file, true)->Unit(benchmark::kMillisecond)
+
+HEADROOM_REPLAN(mlp, "cpu-mlp.json");
+HEADROOM_REPLAN(cnn, "cpu-cnn.json");
+HEADROOM_REPLAN(bert, "cpu-bert.json");
+HEADROOM_REPLAN(gpt, "cpu-gpt.json");
+HEADROOM_REPLAN(bert_large, "cpu-bert-large.json");
+
+}  // namespace
+}  // namespace headroom::gui
+
+BENCHMARK_MAIN();

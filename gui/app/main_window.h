@@ -1,0 +1,93 @@
+#pragma once
+// The planning window: open a trace, set the budget, batch, strategies and optimizer, and see the
+// plan, its memory over the step, the throughput of every micro-batch size and the layers; save the
+// plan or run it.
+#include <QCheckBox>
+#include <QComboBox>
+#include <QLabel>
+#include <QMainWindow>
+#include <QMenu>
+#include <QPlainTextEdit>
+#include <QSortFilterProxyModel>
+#include <QSpinBox>
+#include <QTableView>
+
+#include <functional>
+#include <memory>
+
+#include "gui/app/budget_control.h"
+#include "gui/app/memory_chart.h"
+#include "gui/app/run_panel.h"
+#include "gui/app/throughput_chart.h"
+#include "gui/logic/layer_table_model.h"
+#include "gui/logic/plan_coordinator.h"
+
+namespace headroom::gui {
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  explicit MainWindow(QWidget* parent = nullptr);
+
+  // Shows a dialog with the reason and keeps the previous trace if the file is bad.
+  bool open_trace(const QString& path);
+  bool save_plan(const QString& path);
+
+  // For tests.
+  const PlanResult* current_result() const { return result_.get(); }
+  BudgetControl* budget_control() const { return budget_; }
+  QSpinBox* batch_box() const { return batch_; }
+  QComboBox* optimizer_box() const { return optimizer_; }
+  MemoryChart* memory_chart() const { return memory_chart_; }
+  ThroughputChart* throughput_chart() const { return throughput_chart_; }
+  LayerTableModel* layer_model() const { return layer_model_; }
+  QTableView* layer_view() const { return layer_view_; }
+  RunPanel* run_panel() const { return run_panel_; }
+  QString summary_text() const { return summary_->toPlainText(); }
+  const TraceDocument* trace() const { return trace_.get(); }
+  PlanCoordinator& coordinator() { return coordinator_; }
+  QString recent_menu_text() const;
+
+ signals:
+  // After a fresh plan (of the latest request) is on screen.
+  void planShown(quint64 generation);
+
+ protected:
+  void dragEnterEvent(QDragEnterEvent* event) override;
+  void dropEvent(QDropEvent* event) override;
+
+ private:
+  void build_menus();
+  QWidget* build_controls();
+  PlanInputs inputs() const;
+  void replan();
+  void show_result(quint64 generation, std::shared_ptr<const PlanResult> result);
+  void refresh_recent_menu();
+  void report_error(const QString& title, const QString& message);
+
+  PlanCoordinator coordinator_;
+  std::shared_ptr<const TraceDocument> trace_;
+  std::shared_ptr<const PlanResult> result_;
+
+  QWidget* controls_;  // disabled until a trace is open
+  QLabel* trace_label_;
+  BudgetControl* budget_;
+  QLabel* budget_note_;
+  QSpinBox* batch_;
+  QCheckBox* micro_batching_;
+  QCheckBox* checkpointing_;
+  QComboBox* optimizer_;
+  QLabel* timing_;
+  MemoryChart* memory_chart_;
+  ThroughputChart* throughput_chart_;
+  LayerTableModel* layer_model_;
+  QSortFilterProxyModel* layer_proxy_;
+  QTableView* layer_view_;
+  QLabel* warnings_;
+  QPlainTextEdit* summary_;
+  RunPanel* run_panel_;
+  QMenu* recent_menu_ = nullptr;
+  QAction* save_action_ = nullptr;
+};
+
+}  // namespace headroom::gui

@@ -1,0 +1,152 @@
+#include "gui/app/run_panel.h"
+
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QVBoxLayout>
+
+#include <cmath>
+
+#include "core/units.h"
+
+namespace headroom::gui {
+
+namespace {
+
+QString percent(double fraction) { return QString::number(100 * fraction, 'f', 1) + " %"; }
+
+}  // namespace
+
+RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
+  steps_ = new QSpinBox(this);
+  steps_->setRange(1, 1000);
+  steps_->setValue(3);
+  steps_->setToolTip("measured steps, after one warm-up step");
+  run_button_ = new QPushButton("Run plan", this);
+  run_button_->setObjectName("runButton");
+  cancel_button_ = new QPushButton("Cancel", this);
+  cancel_button_->setObjectName("cancelButton");
+  cancel_button_->setEnabled(false);
+  progress_ = new QProgressBar(this);
+  progress_->setRange(0, 1);
+  progress_->setValue(0);
+  status_ = new QLabel("runs the plan with headroom execute under its budget", this);
+  status_->setWordWrap(true);
+  table_ = new QTableWidget(3, 3, this);
+  table_->setHorizontalHeaderLabels({"predicted", "measured", "error"});
+  table_->setVerticalHeaderLabels({"peak memory", "step time", "samples/s"});
+  table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+
+  auto* row = new QHBoxLayout;
+  row->addWidget(new QLabel("steps", this));
+  row->addWidget(steps_);
+  row->addWidget(run_button_);
+  row->addWidget(cancel_button_);
+  row->addWidget(progress_, 1);
+  auto* layout = new QVBoxLayout(this);
+  layout->addLayout(row);
+  layout->addWidget(status_);
+  layout->addWidget(table_, 1);
+
+  connect(run_button_, &QPushButton::clicked, this, &RunPanel::run);
+  connect(cancel_button_, &QPushButton::clicked, this, &RunPanel::cancel);
+  connect(&run_, &ExecutorRun::progress, this, &RunPanel::show_progress);
+  connect(&run_, &ExecutorRun::finished, this, &RunPanel::show_outcome);
+  set_plan(std::nullopt);
+}
+
+void RunPanel::set_plan(const std::optional<core::Plan>& plan) {
+  plan_ = plan;
+  run_button_->setEnabled(plan_.has_value() && !running());
+}
+
+void RunPanel::run() {
+  if (!plan_ || running()) return;
+  if (program_.isEmpty()) {
+    emit error("Cannot run the plan",
+               "The headroom command was found neither next to headroom-gui nor on PATH; build the `headroom` "
+               "target or put it on PATH.");
+    return;
+  }
+  if (!directory_.isValid()) {
+    emit error("Cannot run the plan", "no temporary directory: " + directory_.errorString());
+    return;
+  }
+  const QString plan_path = directory_.filePath("plan.json");
+  const QString report_path = directory_.filePath("report.json");
+  try {
+    core::write_plan_file(plan_path.toStdString(), *plan_);
+  } catch (const std::exception& e) {
+    emit error("Cannot run the plan", QString::fromUtf8(e.what()));
+    return;
+  }
+  const int warmup = 1;
+  progress_->setRange(0, 1 + warmup + steps_->value());
+  progress_->setValue(0);
+  status_->setText("starting headroom execute ...");
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) table_->setItem(r, c, new QTableWidgetItem);
+  }
+  run_button_->setEnabled(false);
+  cancel_button_->setEnabled(true);
+  last_.reset();
+  run_.start(program_, plan_path, report_path, steps_->value(), warmup);
+}
+
+void RunPanel::show_progress(const ExecutorProgress& p) {
+  progress_->setRange(0, p.total);
+  progress_->setValue(p.done);
+  status_->setText("executing: " + p.what);
+}
+
+void RunPanel::show_outcome(const ExecutorOutcome& outcome) {
+  last_ = outcome;
+  run_button_->setEnabled(plan_.has_value());
+  cancel_button_->setEnabled(false);
+  using Status = ExecutorOutcome::Status;
+  if (outcome.status == Status::Cancelled) {
+    progress_->setValue(0);
+    status_->setText("cancelled");
+  } else if (outcome.status == Status::Failed) {
+    status_->setText("failed: " + outcome.message);
+    emit error("Running the plan failed", outcome.message);
+  } else {
+    const core::Report& r = *outcome.report;
+    progress_->setValue(progress_->maximum());
+    const auto item = [](const QString& text) {
+      auto* i = new QTableWidgetItem(text);
+      i->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+      return i;
+    };
+    if (outcome.status == Status::OutOfMemory && r.out_of_memory) {
+      const auto& o = *r.out_of_memory;
+      status_->setText(QString("out of memory under the %1 budget in %2 of %3 (micro-batch %4): %5 requested with %6 in use")
+                           .arg(QString::fromStdString(core::format_bytes(o.budget_bytes)), QString::fromStdString(o.phase),
+                                QString::fromStdString(o.layer))
+                           .arg(o.micro_batch)
+                           .arg(QString::fromStdString(core::format_bytes(o.requested_bytes)),
+                                QString::fromStdString(core::format_bytes(o.in_use_bytes))));
+    } else {
+      status_->setText(QString("median of %1 measured steps on %2; measured peak %3 the budget")
+                           .arg(r.steps)
+                           .arg(QString::fromStdString(r.device_name))
+                           .arg(r.budget_bytes == 0 || r.measured.peak_bytes <= r.budget_bytes ? "within" : "OVER"));
+    }
+    const double step_error = r.measured.step_seconds > 0
+                                  ? std::fabs(r.predicted.step_seconds - r.measured.step_seconds) / r.measured.step_seconds
+                                  : 0;
+    table_->setItem(0, 0, item(QString::fromStdString(core::format_bytes(r.predicted.peak_bytes))));
+    table_->setItem(0, 1, item(QString::fromStdString(core::format_bytes(r.measured.peak_bytes))));
+    table_->setItem(0, 2, item(percent(r.peak_rel_error)));
+    table_->setItem(1, 0, item(QString::number(r.predicted.step_seconds, 'f', 4) + " s"));
+    table_->setItem(1, 1, item(QString::number(r.measured.step_seconds, 'f', 4) + " s"));
+    table_->setItem(1, 2, item(percent(step_error)));
+    table_->setItem(2, 0, item(QString::number(r.predicted.samples_per_second, 'f', 1)));
+    table_->setItem(2, 1, item(QString::number(r.measured.samples_per_second, 'f', 1)));
+    table_->setItem(2, 2, item(percent(r.throughput_rel_error)));
+  }
+  emit runFinished();
+}
+
+}  // namespace headroom::gui

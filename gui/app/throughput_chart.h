@@ -1,0 +1,37 @@
+#pragma once
+// Predicted samples/s for every micro-batch size of the global batch: the sizes that fit the
+// budget, those that do not (on a shaded region), and the chosen plan.
+#include <QtCharts/QChartView>
+#include <QtCharts/QLineSeries>
+#include <QtCharts/QLogValueAxis>
+#include <QtCharts/QScatterSeries>
+#include <QtCharts/QValueAxis>
+
+#include <vector>
+
+#include "gui/logic/plan_computation.h"
+
+namespace headroom::gui {
+
+class ThroughputChart : public QChartView {
+  Q_OBJECT
+ public:
+  explicit ThroughputChart(QWidget* parent = nullptr);
+
+  void show_result(const PlanResult& result);
+
+  const QScatterSeries* feasible_series() const { return feasible_; }
+  const QScatterSeries* infeasible_series() const { return infeasible_; }
+  const QScatterSeries* chosen_series() const { return chosen_; }
+
+ private:
+  QLineSeries* curve_ = nullptr;
+  QScatterSeries* feasible_ = nullptr;
+  QScatterSeries* infeasible_ = nullptr;
+  QScatterSeries* chosen_ = nullptr;
+  std::vector<QAbstractSeries*> shading_;
+  QLogValueAxis* x_ = nullptr;
+  QValueAxis* y_ = nullptr;
+};
+
+}  // namespace headroom::gui

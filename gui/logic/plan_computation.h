@@ -1,0 +1,75 @@
+#pragma once
+// One re-plan, as the GUI asks for it: the plan (or why none fits), the memory timeline of its
+// step and the throughput of every micro-batch size. Plain values, computed off the GUI thread and
+// handed to the models and charts; no Qt here.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/plan.h"
+#include "core/schedule.h"
+#include "gui/logic/trace_document.h"
+#include "planner/plan_search.h"
+
+namespace headroom::gui {
+
+struct PlanInputs {
+  std::int64_t budget_bytes = 0;
+  std::int64_t global_batch = 0;
+  std::set<planner::Strategy> strategies{planner::Strategy::MicroBatching, planner::Strategy::Checkpointing};
+  std::string optimizer;  // empty: the trace's
+  double margin_fraction = 0.05;
+  bool operator==(const PlanInputs&) const = default;
+};
+
+// The request `headroom plan` would make for these inputs.
+planner::PlanRequest plan_request(const TraceDocument& trace, const PlanInputs& inputs);
+
+// Memory over the step, stacked by kind, at most a few thousand points (the highest sample of each
+// time bin is kept, so the peak is never smoothed away). Values are drawn as steps.
+struct MemoryTimeline {
+  std::vector<double> time_ms;
+  std::vector<std::array<std::int64_t, core::kMemoryKinds>> bytes;  // per point, by core::MemoryKind
+  std::int64_t peak_bytes = 0;
+  double peak_time_ms = 0;
+  double step_ms = 0;
+};
+
+struct ThroughputPoint {
+  std::int64_t micro_batch = 0;  // the largest micro-batch of the split
+  std::int64_t count = 0;        // how many micro-batches
+  double samples_per_second = 0;
+  std::int64_t peak_bytes = 0;
+  bool fits = false;
+  int checkpointed_blocks = 0;
+};
+
+struct ThroughputCurve {
+  std::vector<ThroughputPoint> points;  // ascending micro-batch size
+  int chosen = -1;                      // index of the plan's split
+};
+
+struct PlanResult {
+  PlanInputs inputs;
+  std::optional<core::Plan> plan;
+  std::string infeasible_reason;
+  std::int64_t smallest_budget = 0;
+  std::string error;  // a bad request (batch 0, ...): the message
+  MemoryTimeline timeline;
+  ThroughputCurve throughput;
+  std::string summary;  // what `headroom plan` prints
+  double compute_ms = 0;
+};
+
+PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs);
+
+// Simulates the plan's step and keeps at most `max_bins` bins of it.
+MemoryTimeline memory_timeline(const core::Trace& trace, const core::Plan& plan, int max_bins = 800);
+
+ThroughputCurve throughput_curve(const planner::PlanOutcome& outcome);
+
+}  // namespace headroom::gui

@@ -1,0 +1,46 @@
+#include "planner/optimizer_estimate.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/errors.h"
+
+namespace headroom::planner {
+
+double optimizer_state_bytes_per_param(const std::string& optimizer) {
+  // SGD with momentum keeps one fp32 momentum buffer per parameter; Adam keeps two moments
+  // (amsgrad off, as the profiler builds it).
+  if (optimizer == "sgd") return 4.0;
+  if (optimizer == "adam") return 8.0;
+  throw core::InputError("--optimizer: unknown optimizer '" + optimizer + "' (known: sgd, adam)");
+}
+
+core::Trace with_estimated_optimizer(const core::Trace& trace, const std::string& optimizer) {
+  const double per_param = optimizer_state_bytes_per_param(optimizer);
+  core::Trace out = trace;
+  if (optimizer == trace.optimizer.name) return out;
+  // The zoo's parameters are fp32.
+  const double elements = static_cast<double>(trace.param_bytes()) / 4.0;
+  const auto state = static_cast<std::int64_t>(std::llround(elements * per_param));
+  const std::int64_t state_change = state - trace.optimizer.state_bytes;
+  std::int64_t largest_layer_params = 0;
+  for (const auto& layer : trace.layers) largest_layer_params = std::max(largest_layer_params, layer.param_bytes);
+  const std::int64_t estimated_transient = optimizer == "adam" ? 2 * largest_layer_params : 0;
+
+  out.optimizer.name = optimizer;
+  out.optimizer.state_bytes = state;
+  out.optimizer.state_bytes_per_param = per_param;
+  for (auto& step : out.steps) {
+    step.static_bytes += state_change;
+    step.peak_bytes += state_change;
+    step.optimizer_transient_bytes = std::max(step.optimizer_transient_bytes, estimated_transient);
+  }
+  return out;
+}
+
+std::string estimated_optimizer_warning(const core::Trace& trace, const std::string& optimizer) {
+  return "optimizer state estimated, not measured: profile with --optimizer " + optimizer +
+         " to measure it (the trace measured " + trace.optimizer.name + "; its step time is used for " + optimizer + ")";
+}
+
+}  // namespace headroom::planner
