@@ -10,24 +10,6 @@
 
 namespace headroom::core {
 
-namespace {
-
-nlohmann::json prediction_json(const PlanPrediction& p) {
-  return {{"peak_bytes", p.peak_bytes}, {"step_seconds", p.step_seconds}, {"samples_per_second", p.samples_per_second}};
-}
-
-PlanPrediction read_prediction(const JsonNode& node) {
-  PlanPrediction p;
-  p.peak_bytes = node.at("peak_bytes").as_non_negative_int();
-  p.step_seconds = node.at("step_seconds").as_double();
-  p.samples_per_second = node.at("samples_per_second").as_double();
-  if (p.step_seconds < 0) node.at("step_seconds").fail("expected a non-negative number");
-  if (p.samples_per_second < 0) node.at("samples_per_second").fail("expected a non-negative number");
-  return p;
-}
-
-}  // namespace
-
 nlohmann::json to_json(const Plan& plan) {
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& l : plan.layers) layers.push_back({{"id", l.id}, {"name", l.name}, {"checkpoint", l.checkpoint}});
@@ -35,7 +17,7 @@ nlohmann::json to_json(const Plan& plan) {
   for (const auto& r : plan.runner_ups) {
     runner_ups.push_back({{"micro_batch", r.micro_batch},
                           {"checkpointed_blocks", r.checkpointed_blocks},
-                          {"predicted", prediction_json(r.predicted)},
+                          {"predicted", to_json(r.predicted)},
                           {"verdict", r.verdict}});
   }
   nlohmann::json weights = nlohmann::json::array();
@@ -52,7 +34,7 @@ nlohmann::json to_json(const Plan& plan) {
       {"checkpointed_blocks", plan.checkpointed_blocks},
       {"layers", layers},
       {"warnings", plan.warnings},
-      {"predicted", prediction_json(plan.predicted)},
+      {"predicted", to_json(plan.predicted)},
       {"explanation", {{"binding_constraint", plan.binding_constraint}, {"peak_at", plan.peak_at}, {"runner_ups", runner_ups}}},
   };
   // Only when it differs from the trace's, so plans made with the measured optimizer stay as they were.
@@ -101,7 +83,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     }
     for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());
     if (root.has("optimizer")) plan.optimizer = root.at("optimizer").as_string();
-    plan.predicted = read_prediction(root.at("predicted"));
+    plan.predicted = read_step_figures(root.at("predicted"));
     const auto explanation = root.at("explanation");
     plan.binding_constraint = explanation.at("binding_constraint").as_string();
     plan.peak_at = explanation.at("peak_at").as_string();
@@ -109,7 +91,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
       RunnerUp up;
       up.micro_batch = r.at("micro_batch").as_non_negative_int();
       up.checkpointed_blocks = static_cast<int>(r.at("checkpointed_blocks").as_non_negative_int());
-      up.predicted = read_prediction(r.at("predicted"));
+      up.predicted = read_step_figures(r.at("predicted"));
       up.verdict = r.at("verdict").as_string();
       plan.runner_ups.push_back(up);
     }

@@ -9,16 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/step_figures.h"
+
 namespace headroom::core {
 
 inline constexpr std::string_view kPlanSchema = "headroom.plan/1";
 
-struct PlanPrediction {
-  std::int64_t peak_bytes = 0;
-  double step_seconds = 0;
-  double samples_per_second = 0;
-  bool operator==(const PlanPrediction&) const = default;
-};
+using PlanPrediction = StepFigures;
 
 struct LayerChoice {
   int id = 0;

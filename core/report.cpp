@@ -6,19 +6,6 @@
 
 namespace headroom::core {
 
-namespace {
-nlohmann::json measurement_json(const Measurement& m) {
-  return {{"peak_bytes", m.peak_bytes}, {"step_seconds", m.step_seconds}, {"samples_per_second", m.samples_per_second}};
-}
-Measurement read_measurement(const JsonNode& node) {
-  Measurement m;
-  m.peak_bytes = node.at("peak_bytes").as_non_negative_int();
-  m.step_seconds = node.at("step_seconds").as_double();
-  m.samples_per_second = node.at("samples_per_second").as_double();
-  return m;
-}
-}  // namespace
-
 nlohmann::json to_json(const Report& r) {
   nlohmann::json doc = {
       {"schema", kReportSchema},
@@ -31,8 +18,8 @@ nlohmann::json to_json(const Report& r) {
       {"checkpointed_blocks", r.checkpointed_blocks},
       {"steps", r.steps},
       {"status", r.status},
-      {"predicted", measurement_json(r.predicted)},
-      {"measured", measurement_json(r.measured)},
+      {"predicted", to_json(r.predicted)},
+      {"measured", to_json(r.measured)},
       {"errors", {{"peak_rel", r.peak_rel_error}, {"throughput_rel", r.throughput_rel_error}}},
       {"gradient_check", {{"computed", r.gradient_check.computed}, {"note", r.gradient_check.note}}},
       {"warnings", r.warnings},
@@ -68,8 +55,8 @@ Report report_from_json(const nlohmann::json& document, std::string_view source)
     }
     r.steps = static_cast<int>(root.at("steps").as_non_negative_int());
     r.status = root.at("status").as_string();
-    r.predicted = read_measurement(root.at("predicted"));
-    r.measured = read_measurement(root.at("measured"));
+    r.predicted = read_step_figures(root.at("predicted"));
+    r.measured = read_step_figures(root.at("measured"));
     if (root.at("measured").has("reserved_bytes")) {
       r.measured_reserved_bytes = root.at("measured").at("reserved_bytes").as_non_negative_int();
     }

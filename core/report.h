@@ -9,15 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/step_figures.h"
+
 namespace headroom::core {
 
 inline constexpr std::string_view kReportSchema = "headroom.report/1";
 
-struct Measurement {
-  std::int64_t peak_bytes = 0;
-  double step_seconds = 0;
-  double samples_per_second = 0;
-};
+using Measurement = StepFigures;
 
 struct GradientCheck {
   bool computed = false;

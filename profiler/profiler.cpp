@@ -403,9 +403,7 @@ core::GpuStepCost gpu_step_cost(const std::vector<StepMeasurement>& runs) {
   g.unattributed_kernel_ns =
       median_of(runs, [](const StepMeasurement& r) { return r.gpu->attribution.unattributed.kernel_ns; });
   g.peak_reserved_bytes = runs.back().peak_reserved;
-  for (const auto& m : runs.back().gpu->log.memory) {
-    if (m.allocation) g.device_malloc_bytes += static_cast<std::int64_t>(m.bytes);
-  }
+  g.device_malloc_bytes = runs.back().gpu->attribution.malloc_bytes;
   return g;
 }
 

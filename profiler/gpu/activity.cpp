@@ -87,7 +87,9 @@ StepAttribution attribute(const ActivityLog& log, const RangeTable& ranges, std:
     b.add_interval(c.start_ns, c.end_ns);
   }
   for (const auto& m : log.memory) {
-    if (m.allocation) builder_for(m.correlation_id).work.malloc_bytes += static_cast<std::int64_t>(m.bytes);
+    if (!m.allocation) continue;
+    builder_for(m.correlation_id).work.malloc_bytes += static_cast<std::int64_t>(m.bytes);
+    result.malloc_bytes += static_cast<std::int64_t>(m.bytes);
   }
 
   result.forward.reserve(layer_count);

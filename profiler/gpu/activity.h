@@ -98,7 +98,8 @@ struct StepAttribution {
   std::vector<GpuWork> backward;  // per layer
   GpuWork optimizer;
   GpuWork unattributed;  // activity with no range (or another layer count): reported, never dropped
-  std::int64_t kernel_ns = 0;  // all kernels of the step
+  std::int64_t kernel_ns = 0;     // all kernels of the step
+  std::int64_t malloc_bytes = 0;  // all device memory the driver allocated in the step
 };
 
 // Assigns each activity to the range it was launched in. Spans are computed per (layer, phase)
