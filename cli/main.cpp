@@ -104,6 +104,7 @@ void print_trace_summary(const core::Trace& trace) {
             << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads << " threads\n\n"
             << cli::render_layer_table(trace) << "\n"
             << cli::render_step_table(trace);
+  if (trace.has_tempo()) std::cout << "\nTempo: the same steps with every memory-lean layer on\n" << cli::render_tempo_table(trace);
   if (trace.device.is_cuda()) std::cout << "\nGPU (CUPTI)\n" << cli::render_gpu_table(trace);
 }
 
@@ -118,6 +119,8 @@ void add_profile_options(CLI::App& command, ProfileArgs& args) {
   command.add_option("--repeats", args.options.repeats, "measured steps per batch size (medians are kept)");
   command.add_option("--seed", args.options.seed, "seed for parameters and batches");
   command.add_option("--threads", args.options.threads, "intra-op CPU threads (0: libtorch's default)");
+  command.add_flag("!--no-tempo", args.options.tempo,
+                   "skip the second pass that measures Tempo's memory-lean layers (bert, gpt); plans then cannot use tempo");
 }
 
 }  // namespace
@@ -142,7 +145,7 @@ int main(int argc, char** argv) {
   plan->add_option("trace", plan_args.trace, "trace from headroom profile")->required();
   plan->add_option("--budget", plan_args.budget, "memory budget, e.g. 512MiB, 1.5GiB or plain bytes")->required();
   plan->add_option("--batch", plan_args.batch, "global batch size")->required();
-  plan->add_option("--strategies", plan_args.strategies, "mbp,checkpoint | all | none (none: the whole batch, nothing applied)");
+  plan->add_option("--strategies", plan_args.strategies, "mbp,checkpoint,tempo | all | none (none: the whole batch, nothing applied)");
   plan->add_option("--margin", plan_args.margin, "safety margin as a fraction of the budget (default 0.05)");
   plan->add_option("--optimizer", plan_args.optimizer,
                    "plan for this optimizer (default: the trace's); another one's state is estimated, not measured")

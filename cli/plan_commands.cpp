@@ -24,6 +24,11 @@ int run_plan(const PlanArgs& args) {
   request.global_batch = args.batch;
   request.margin_fraction = args.margin;
   request.strategies = planner::parse_strategies(args.strategies);
+  // Asked for by name, Tempo needs the lean pass's measurements ("all" takes it where it can).
+  if (args.strategies != "all" && request.strategies.contains(planner::Strategy::Tempo) && !trace.has_tempo()) {
+    throw core::InputError(args.trace + ": --strategies tempo: the trace has no lean-layer measurements (model " +
+                           trace.model.name + " has no lean variants, or it was profiled with --no-tempo)");
+  }
   request.trace_path = args.trace;
   request.trace_sha256 = core::sha256_hex(core::read_file(args.trace));
   request.optimizer = args.optimizer;

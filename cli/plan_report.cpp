@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "cli/text_table.h"
 #include "core/units.h"
@@ -43,6 +45,19 @@ std::string render_plan_summary(const core::Plan& plan) {
   } else {
     out << plan.checkpointed_blocks.size() << " block" << (plan.checkpointed_blocks.size() > 1 ? "s" : "") << ":";
     for (const int b : plan.checkpointed_blocks) out << " " << b;
+    out << "\n";
+  }
+  std::vector<std::string> lean;
+  for (const auto& layer : plan.layers) {
+    if (layer.tempo) lean.push_back(layer.name);
+  }
+  out << "  tempo (lean)     ";
+  if (lean.empty()) {
+    out << "none\n";
+  } else {
+    out << lean.size() << " layer" << (lean.size() > 1 ? "s" : "") << ":";
+    for (std::size_t i = 0; i < lean.size() && i < 4; ++i) out << (i ? ", " : " ") << lean[i];
+    if (lean.size() > 4) out << " and " << lean.size() - 4 << " more";
     out << "\n";
   }
   out << "  predicted peak   " << core::format_bytes(plan.predicted.peak_bytes) << " of " << core::format_bytes(allowed)

@@ -5,7 +5,10 @@
 
 #include "cli/text_table.h"
 #include "core/affine_fit.h"
+#include "core/cost_model.h"
 #include "core/units.h"
+#include "planner/layer_graph.h"
+#include "planner/micro_batch_model.h"
 
 namespace headroom::cli {
 
@@ -133,6 +136,59 @@ std::string render_step_table(const core::Trace& trace) {
                    core::format_bytes(s.peak_bytes), core::format_bytes(s.static_bytes), rate});
   }
   return table.render();
+}
+
+std::string render_tempo_table(const core::Trace& trace) {
+  if (!trace.has_tempo()) return "";
+  const std::int64_t b = trace.batch_sizes.back();
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const planner::BatchCosts at_b = planner::batch_costs(costs, b);
+  struct Kind {
+    std::string name;
+    int layers = 0;
+    std::int64_t saved = 0, standard_ns = 0, lean_ns = 0;
+  };
+  std::vector<Kind> kinds;
+  Kind total{"total"};
+  for (const int i : graph.lean_candidates()) {
+    const auto& layer = trace.layers[static_cast<std::size_t>(i)];
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const Kind& k) { return k.name == layer.kind; });
+    if (it == kinds.end()) it = kinds.insert(kinds.end(), Kind{layer.kind});
+    const auto& standard = at_b.layers[static_cast<std::size_t>(i)];
+    const auto& lean = at_b.lean[static_cast<std::size_t>(i)];
+    for (Kind* k : {&*it, &total}) {
+      k->layers += 1;
+      k->saved += planner::lean_saved_bytes(at_b, graph, i);
+      k->standard_ns += standard.fwd_ns + standard.bwd_ns;
+      k->lean_ns += lean.fwd_ns + lean.bwd_ns;
+    }
+  }
+  const auto change = [](double now, double before) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%+.1f%%", before > 0 ? 100.0 * (now - before) / before : 0.0);
+    return std::string(buffer);
+  };
+  const std::string at = "@" + std::to_string(b);
+  TextTable layers({{"lean kind", TextTable::Align::Left}, {"layers"}, {"kept less" + at}, {"std ms" + at},
+                    {"lean ms" + at}, {"time"}});
+  kinds.push_back(total);
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    const Kind& kind = kinds[k];
+    if (k + 1 == kinds.size()) layers.add_rule();
+    layers.add_row({kind.name, std::to_string(kind.layers), bytes_or_dash(static_cast<double>(kind.saved)),
+                    ms(kind.standard_ns), ms(kind.lean_ns),
+                    change(static_cast<double>(kind.lean_ns), static_cast<double>(kind.standard_ns))});
+  }
+  TextTable steps({{"batch"}, {"peak"}, {"lean peak"}, {"peak"}, {"plain ms"}, {"lean plain ms"}, {"time"}});
+  for (std::size_t k = 0; k < trace.steps.size(); ++k) {
+    const auto& s = trace.steps[k];
+    const auto& l = trace.tempo_steps[k];
+    steps.add_row({std::to_string(s.batch), core::format_bytes(s.peak_bytes), core::format_bytes(l.peak_bytes),
+                   change(static_cast<double>(l.peak_bytes), static_cast<double>(s.peak_bytes)), ms(s.plain_step_ns),
+                   ms(l.plain_step_ns), change(static_cast<double>(l.plain_step_ns), static_cast<double>(s.plain_step_ns))});
+  }
+  return layers.render() + "\n" + steps.render();
 }
 
 }  // namespace headroom::cli

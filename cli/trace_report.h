@@ -14,6 +14,11 @@ std::string render_layer_table(const core::Trace& trace);
 // measured peak and the static part of it.
 std::string render_step_table(const core::Trace& trace);
 
+// Traces with a Tempo pass only (else empty): per kind of lean layer at the largest sampled batch,
+// the bytes the lean variants stop keeping and their forward+backward time against the standard
+// layers'; per batch, the measured peak and plain step time of the standard and the all-lean step.
+std::string render_tempo_table(const core::Trace& trace);
+
 // CUDA traces only: the device (memory, SMs, measured pinned copy bandwidth) and, per layer at the
 // largest sampled batch, CUPTI's kernel time next to the layer's wall time, kernel counts and the
 // caching allocator's reserve. Empty for a CPU trace.

@@ -11,22 +11,8 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
   param_bytes_ = trace.param_bytes();
 
   for (const auto& layer : trace.layers) {
-    std::array<std::vector<std::int64_t>, 6> fields;
-    for (const auto& s : layer.samples) {
-      fields[0].push_back(s.kept_bytes);
-      fields[1].push_back(s.output_bytes);
-      fields[2].push_back(s.fwd_transient_bytes);
-      fields[3].push_back(s.bwd_transient_bytes);
-      fields[4].push_back(s.fwd_retained_bytes);
-      fields[5].push_back(s.bwd_retained_bytes);
-    }
-    bytes_.push_back(std::move(fields));
-    fwd_ns_.emplace_back();
-    bwd_ns_.emplace_back();
-    for (const auto& s : layer.samples) {
-      fwd_ns_.back().push_back(s.fwd_ns);
-      bwd_ns_.back().push_back(s.bwd_ns);
-    }
+    layers_.push_back(series_of(layer.samples));
+    lean_layers_.push_back(layer.tempo ? std::optional<Series>(series_of(layer.tempo->samples)) : std::nullopt);
   }
 
   std::vector<std::int64_t> inputs, optimizer_ns, optimizer_transient;
@@ -81,13 +67,27 @@ std::int64_t CostModel::interpolate(const std::vector<std::int64_t>& values, std
       std::llround(static_cast<double>(values[lo]) + t * static_cast<double>(values[hi] - values[lo])));
 }
 
-LayerCost CostModel::layer(std::size_t index, std::int64_t batch) const {
-  const auto& bytes = bytes_[index];
-  const auto at = [&](std::size_t field) { return interpolate(bytes[field], batch, false); };
+CostModel::Series CostModel::series_of(const std::vector<LayerSample>& samples) {
+  Series out;
+  for (const auto& s : samples) {
+    out.bytes[0].push_back(s.kept_bytes);
+    out.bytes[1].push_back(s.output_bytes);
+    out.bytes[2].push_back(s.fwd_transient_bytes);
+    out.bytes[3].push_back(s.bwd_transient_bytes);
+    out.bytes[4].push_back(s.fwd_retained_bytes);
+    out.bytes[5].push_back(s.bwd_retained_bytes);
+    out.fwd_ns.push_back(s.fwd_ns);
+    out.bwd_ns.push_back(s.bwd_ns);
+  }
+  return out;
+}
+
+LayerCost CostModel::evaluate(const Series& series, std::int64_t batch) const {
+  const auto at = [&](std::size_t field) { return interpolate(series.bytes[field], batch, false); };
   const auto non_negative = [](std::int64_t v) { return std::max<std::int64_t>(v, 0); };
   LayerCost cost;
-  cost.fwd_ns = interpolate(fwd_ns_[index], batch, true);
-  cost.bwd_ns = interpolate(bwd_ns_[index], batch, true);
+  cost.fwd_ns = interpolate(series.fwd_ns, batch, true);
+  cost.bwd_ns = interpolate(series.bwd_ns, batch, true);
   cost.kept_bytes = non_negative(at(0));
   cost.output_bytes = non_negative(at(1));
   cost.fwd_transient_bytes = non_negative(at(2));
@@ -95,6 +95,13 @@ LayerCost CostModel::layer(std::size_t index, std::int64_t batch) const {
   cost.fwd_retained_bytes = at(4);
   cost.bwd_retained_bytes = at(5);
   return cost;
+}
+
+LayerCost CostModel::layer(std::size_t index, std::int64_t batch) const { return evaluate(layers_[index], batch); }
+
+LayerCost CostModel::lean_layer(std::size_t index, std::int64_t batch) const {
+  const auto& lean = lean_layers_[index];
+  return lean ? evaluate(*lean, batch) : layer(index, batch);
 }
 
 std::int64_t CostModel::input_bytes(std::int64_t batch) const {

@@ -9,6 +9,7 @@
 // proportional extension overstated a CPU step 4 samples past the last one by 2x). Past the largest
 // sample a time is a guess: plans that go there say so.
 #include <array>
+#include <optional>
 #include <cstdint>
 #include <vector>
 
@@ -25,6 +26,8 @@ class CostModel {
   std::size_t layer_count() const { return trace_->layers.size(); }
 
   LayerCost layer(std::size_t index, std::int64_t batch) const;
+  // The layer's Tempo variant (the trace's lean profile of it); the standard cost where it has none.
+  LayerCost lean_layer(std::size_t index, std::int64_t batch) const;
 
   // Parameters, gradients and optimizer state: allocated once, independent of batch size.
   std::int64_t param_bytes() const { return param_bytes_; }
@@ -53,9 +56,16 @@ class CostModel {
   std::int64_t param_bytes_ = 0;
   std::int64_t optimizer_ns_ = 0;
   std::int64_t optimizer_transient_bytes_ = 0;
-  // Per layer, per sample: each byte field (kept, output, fwd/bwd transient, fwd/bwd retained).
-  std::vector<std::array<std::vector<std::int64_t>, 6>> bytes_;
-  std::vector<std::vector<std::int64_t>> fwd_ns_, bwd_ns_;  // per layer, per sample
+  // One layer's samples as series over the batch sizes.
+  struct Series {
+    std::array<std::vector<std::int64_t>, 6> bytes;  // kept, output, fwd/bwd transient, fwd/bwd retained
+    std::vector<std::int64_t> fwd_ns, bwd_ns;
+  };
+  static Series series_of(const std::vector<LayerSample>& samples);
+  LayerCost evaluate(const Series& series, std::int64_t batch) const;
+
+  std::vector<Series> layers_;
+  std::vector<std::optional<Series>> lean_layers_;
   std::vector<std::int64_t> input_bytes_;
   std::vector<std::int64_t> micro_batch_ns_;  // per sample
   std::vector<std::int64_t> layer_sum_ns_;    // per sample

@@ -12,7 +12,9 @@ namespace headroom::core {
 
 nlohmann::json to_json(const Plan& plan) {
   nlohmann::json layers = nlohmann::json::array();
-  for (const auto& l : plan.layers) layers.push_back({{"id", l.id}, {"name", l.name}, {"checkpoint", l.checkpoint}});
+  for (const auto& l : plan.layers) {
+    layers.push_back({{"id", l.id}, {"name", l.name}, {"checkpoint", l.checkpoint}, {"tempo", l.tempo}});
+  }
   nlohmann::json runner_ups = nlohmann::json::array();
   for (const auto& r : plan.runner_ups) {
     runner_ups.push_back({{"micro_batch", r.micro_batch},
@@ -79,6 +81,8 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
       if (choice.id != static_cast<int>(i)) layers[i].at("id").fail("expected " + std::to_string(i));
       choice.name = layers[i].at("name").as_string();
       choice.checkpoint = layers[i].at("checkpoint").as_bool();
+      // Plans from before Tempo have no flag: nothing lean.
+      if (layers[i].has("tempo")) choice.tempo = layers[i].at("tempo").as_bool();
       plan.layers.push_back(choice);
     }
     for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());

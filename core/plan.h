@@ -21,6 +21,7 @@ struct LayerChoice {
   int id = 0;
   std::string name;
   bool checkpoint = false;  // recomputed in backward as part of a checkpointed block
+  bool tempo = false;       // runs Tempo's memory-lean variant
   bool operator==(const LayerChoice&) const = default;
 };
 

@@ -46,6 +46,47 @@ std::string config_value_from_json(const JsonNode& node) {
   node.fail("expected a string or number, got " + json_type_name(v));
 }
 
+nlohmann::json sample_to_json(const LayerSample& s) {
+  nlohmann::json out = {{"batch", s.batch},
+                        {"fwd_ns", s.fwd_ns},
+                        {"bwd_ns", s.bwd_ns},
+                        {"kept_bytes", s.kept_bytes},
+                        {"output_bytes", s.output_bytes},
+                        {"fwd_transient_bytes", s.fwd_transient_bytes},
+                        {"bwd_transient_bytes", s.bwd_transient_bytes},
+                        {"fwd_retained_bytes", s.fwd_retained_bytes},
+                        {"bwd_retained_bytes", s.bwd_retained_bytes}};
+  if (s.gpu) {
+    out["gpu"] = {{"fwd_kernel_ns", s.gpu->fwd_kernel_ns},
+                  {"fwd_kernel_span_ns", s.gpu->fwd_kernel_span_ns},
+                  {"fwd_kernels", s.gpu->fwd_kernels},
+                  {"bwd_kernel_ns", s.gpu->bwd_kernel_ns},
+                  {"bwd_kernel_span_ns", s.gpu->bwd_kernel_span_ns},
+                  {"bwd_kernels", s.gpu->bwd_kernels},
+                  {"fwd_reserved_bytes", s.gpu->fwd_reserved_bytes},
+                  {"bwd_reserved_bytes", s.gpu->bwd_reserved_bytes}};
+  }
+  return out;
+}
+
+nlohmann::json step_to_json(const StepSample& s) {
+  nlohmann::json out = {{"batch", s.batch},
+                        {"step_ns", s.step_ns},
+                        {"plain_step_ns", s.plain_step_ns},
+                        {"optimizer_ns", s.optimizer_ns},
+                        {"optimizer_transient_bytes", s.optimizer_transient_bytes},
+                        {"peak_bytes", s.peak_bytes},
+                        {"static_bytes", s.static_bytes},
+                        {"input_bytes", s.input_bytes}};
+  if (s.gpu) {
+    out["gpu"] = {{"kernel_ns", s.gpu->kernel_ns},
+                  {"unattributed_kernel_ns", s.gpu->unattributed_kernel_ns},
+                  {"peak_reserved_bytes", s.gpu->peak_reserved_bytes},
+                  {"device_malloc_bytes", s.gpu->device_malloc_bytes}};
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json to_json(const Trace& trace) {
@@ -55,27 +96,7 @@ nlohmann::json to_json(const Trace& trace) {
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& layer : trace.layers) {
     nlohmann::json samples = nlohmann::json::array();
-    for (const auto& s : layer.samples) {
-      samples.push_back({{"batch", s.batch},
-                         {"fwd_ns", s.fwd_ns},
-                         {"bwd_ns", s.bwd_ns},
-                         {"kept_bytes", s.kept_bytes},
-                         {"output_bytes", s.output_bytes},
-                         {"fwd_transient_bytes", s.fwd_transient_bytes},
-                         {"bwd_transient_bytes", s.bwd_transient_bytes},
-                         {"fwd_retained_bytes", s.fwd_retained_bytes},
-                         {"bwd_retained_bytes", s.bwd_retained_bytes}});
-      if (s.gpu) {
-        samples.back()["gpu"] = {{"fwd_kernel_ns", s.gpu->fwd_kernel_ns},
-                                 {"fwd_kernel_span_ns", s.gpu->fwd_kernel_span_ns},
-                                 {"fwd_kernels", s.gpu->fwd_kernels},
-                                 {"bwd_kernel_ns", s.gpu->bwd_kernel_ns},
-                                 {"bwd_kernel_span_ns", s.gpu->bwd_kernel_span_ns},
-                                 {"bwd_kernels", s.gpu->bwd_kernels},
-                                 {"fwd_reserved_bytes", s.gpu->fwd_reserved_bytes},
-                                 {"bwd_reserved_bytes", s.gpu->bwd_reserved_bytes}};
-      }
-    }
+    for (const auto& s : layer.samples) samples.push_back(sample_to_json(s));
     layers.push_back({{"id", layer.id},
                       {"name", layer.name},
                       {"kind", layer.kind},
@@ -84,24 +105,16 @@ nlohmann::json to_json(const Trace& trace) {
                       {"saves_inputs", layer.saves_inputs},
                       {"param_bytes", layer.param_bytes},
                       {"samples", std::move(samples)}});
-  }
-  nlohmann::json steps = nlohmann::json::array();
-  for (const auto& s : trace.steps) {
-    steps.push_back({{"batch", s.batch},
-                     {"step_ns", s.step_ns},
-                     {"plain_step_ns", s.plain_step_ns},
-                     {"optimizer_ns", s.optimizer_ns},
-                     {"optimizer_transient_bytes", s.optimizer_transient_bytes},
-                     {"peak_bytes", s.peak_bytes},
-                     {"static_bytes", s.static_bytes},
-                     {"input_bytes", s.input_bytes}});
-    if (s.gpu) {
-      steps.back()["gpu"] = {{"kernel_ns", s.gpu->kernel_ns},
-                             {"unattributed_kernel_ns", s.gpu->unattributed_kernel_ns},
-                             {"peak_reserved_bytes", s.gpu->peak_reserved_bytes},
-                             {"device_malloc_bytes", s.gpu->device_malloc_bytes}};
+    if (layer.tempo) {
+      nlohmann::json lean = nlohmann::json::array();
+      for (const auto& s : layer.tempo->samples) lean.push_back(sample_to_json(s));
+      layers.back()["tempo"] = {{"saves_inputs", layer.tempo->saves_inputs},
+                                {"keeps_output", layer.tempo->keeps_output},
+                                {"samples", std::move(lean)}};
     }
   }
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& s : trace.steps) steps.push_back(step_to_json(s));
   nlohmann::json device = {{"kind", trace.device.kind},
                            {"name", trace.device.name},
                            {"total_memory_bytes", trace.device.total_memory_bytes}};
@@ -110,7 +123,7 @@ nlohmann::json to_json(const Trace& trace) {
     device["host_to_device_bytes_per_s"] = trace.device.host_to_device_bytes_per_s;
     device["device_to_host_bytes_per_s"] = trace.device.device_to_host_bytes_per_s;
   }
-  return {
+  nlohmann::json document = {
       {"schema", kTraceSchema},
       {"model", {{"name", trace.model.name}, {"config", std::move(config)}}},
       {"device", std::move(device)},
@@ -129,6 +142,12 @@ nlohmann::json to_json(const Trace& trace) {
       {"layers", std::move(layers)},
       {"steps", std::move(steps)},
   };
+  if (trace.has_tempo()) {
+    nlohmann::json tempo_steps = nlohmann::json::array();
+    for (const auto& s : trace.tempo_steps) tempo_steps.push_back(step_to_json(s));
+    document["tempo_steps"] = std::move(tempo_steps);
+  }
+  return document;
 }
 
 namespace {
@@ -199,6 +218,23 @@ StepSample read_step(const JsonNode& node, bool cuda) {
   return s;
 }
 
+// One sample per batch size, in batch_sizes order.
+std::vector<LayerSample> read_samples(const JsonNode& samples, const std::vector<std::int64_t>& batches, bool cuda) {
+  std::vector<LayerSample> out;
+  for (const auto& sample : samples.elements()) out.push_back(read_sample(sample, cuda));
+  if (out.size() != batches.size()) {
+    samples.fail("expected one sample per batch size (" + std::to_string(batches.size()) + "), got " +
+                 std::to_string(out.size()));
+  }
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    if (out[i].batch != batches[i]) {
+      samples.elements()[i].at("batch").fail("expected " + std::to_string(batches[i]) + " (batch_sizes order), got " +
+                                             std::to_string(out[i].batch));
+    }
+  }
+  return out;
+}
+
 LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector<std::int64_t>& batches, bool cuda) {
   node.expect_object();
   LayerProfile layer;
@@ -227,19 +263,37 @@ LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector
                                  std::to_string(layer.saves_inputs.size()));
   }
   layer.param_bytes = node.at("param_bytes").as_non_negative_int();
-  const auto samples = node.at("samples");
-  for (const auto& sample : samples.elements()) layer.samples.push_back(read_sample(sample, cuda));
-  if (layer.samples.size() != batches.size()) {
-    samples.fail("expected one sample per batch size (" + std::to_string(batches.size()) + "), got " +
-                 std::to_string(layer.samples.size()));
-  }
-  for (std::size_t i = 0; i < batches.size(); ++i) {
-    if (layer.samples[i].batch != batches[i]) {
-      samples.elements()[i].at("batch").fail("expected " + std::to_string(batches[i]) + " (batch_sizes order), got " +
-                                             std::to_string(layer.samples[i].batch));
+  layer.samples = read_samples(node.at("samples"), batches, cuda);
+  if (node.has("tempo")) {
+    const auto tempo = node.at("tempo");
+    tempo.expect_object();
+    LeanProfile lean;
+    for (const auto& saved : tempo.at("saves_inputs").elements()) lean.saves_inputs.push_back(saved.as_bool());
+    if (lean.saves_inputs.size() != layer.inputs.size()) {
+      tempo.at("saves_inputs").fail("expected one entry per input (" + std::to_string(layer.inputs.size()) + "), got " +
+                                    std::to_string(lean.saves_inputs.size()));
     }
+    lean.keeps_output = tempo.at("keeps_output").as_bool();
+    lean.samples = read_samples(tempo.at("samples"), batches, cuda);
+    layer.tempo = std::move(lean);
   }
   return layer;
+}
+
+// One step per batch size, in batch_sizes order.
+std::vector<StepSample> read_steps(const JsonNode& steps, const std::vector<std::int64_t>& batches, bool cuda) {
+  std::vector<StepSample> out;
+  for (const auto& step : steps.elements()) out.push_back(read_step(step, cuda));
+  if (out.size() != batches.size()) {
+    steps.fail("expected one step per batch size (" + std::to_string(batches.size()) + "), got " +
+               std::to_string(out.size()));
+  }
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i].batch != batches[i]) {
+      steps.elements()[i].at("batch").fail("expected " + std::to_string(batches[i]) + " (batch_sizes order)");
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -313,17 +367,15 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
       trace.layers.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes, trace.device.is_cuda()));
     }
 
-    const auto steps = root.at("steps");
-    for (const auto& step : steps.elements()) trace.steps.push_back(read_step(step, trace.device.is_cuda()));
-    if (trace.steps.size() != trace.batch_sizes.size()) {
-      steps.fail("expected one step per batch size (" + std::to_string(trace.batch_sizes.size()) + "), got " +
-                 std::to_string(trace.steps.size()));
-    }
-    for (std::size_t i = 0; i < trace.steps.size(); ++i) {
-      if (trace.steps[i].batch != trace.batch_sizes[i]) {
-        steps.elements()[i].at("batch").fail("expected " + std::to_string(trace.batch_sizes[i]) +
-                                             " (batch_sizes order)");
-      }
+    trace.steps = read_steps(root.at("steps"), trace.batch_sizes, trace.device.is_cuda());
+    // A Tempo pass measures whole steps as well as its lean layers: both or neither.
+    const bool lean_layers =
+        std::any_of(trace.layers.begin(), trace.layers.end(), [](const LayerProfile& l) { return l.tempo.has_value(); });
+    if (root.has("tempo_steps")) {
+      if (!lean_layers) root.at("tempo_steps").fail("unexpected: no layer has a \"tempo\" profile");
+      trace.tempo_steps = read_steps(root.at("tempo_steps"), trace.batch_sizes, trace.device.is_cuda());
+    } else if (lean_layers) {
+      root.fail("missing \"tempo_steps\" (layers have \"tempo\" profiles)");
     }
     return trace;
   } catch (const InputError& e) {

@@ -64,6 +64,20 @@ struct LayerSample : LayerCost {
   bool operator==(const LayerSample&) const = default;
 };
 
+// Tempo (DESIGN.md): the layer measured again with its memory-lean variant, in a profiling pass
+// where every layer that has one runs it. Only the layer's own costs are used from that pass:
+// the other layers' costs there differ only where a tensor is freed elsewhere (an input no longer
+// kept is freed by its last reader's forward; an output the lean layer keeps is freed by its own
+// backward, not by a consumer's), which the planner derives from saves_inputs and keeps_output.
+struct LeanProfile {
+  std::vector<bool> saves_inputs;    // per input, as the lean variant keeps them
+  // The lean variant keeps its own output and the standard layer does not: the output then lives
+  // until the lean layer's backward, past the consumer that would otherwise free it.
+  bool keeps_output = false;
+  std::vector<LayerSample> samples;  // one per Trace::batch_sizes entry, in that order
+  bool operator==(const LeanProfile&) const = default;
+};
+
 struct LayerProfile {
   int id = 0;
   std::string name;
@@ -73,6 +87,7 @@ struct LayerProfile {
   std::vector<bool> saves_inputs;   // per input: does the layer keep it for backward
   std::int64_t param_bytes = 0;
   std::vector<LayerSample> samples;  // one per Trace::batch_sizes entry, in that order
+  std::optional<LeanProfile> tempo;  // present exactly for layers with a memory-lean variant
 
   bool operator==(const LayerProfile&) const = default;
 };
@@ -145,10 +160,14 @@ struct Trace {
   std::vector<std::int64_t> batch_sizes;  // ascending
   std::vector<LayerProfile> layers;       // in execution order, id == index
   std::vector<StepSample> steps;          // one per batch size, in that order
+  // The Tempo pass's whole steps (every lean variant on), one per batch size; empty exactly when
+  // no layer has a lean profile.
+  std::vector<StepSample> tempo_steps;
 
   bool operator==(const Trace&) const = default;
 
   std::int64_t param_bytes() const;
+  bool has_tempo() const { return !tempo_steps.empty(); }
   // Index of `batch` in batch_sizes, or -1.
   int batch_index(std::int64_t batch) const;
 };

@@ -119,6 +119,17 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
                                " (" + model.layers()[i].name + " vs " + trace.layers[i].name + ")");
       }
     }
+    if (!plan.layers.empty() && plan.layers.size() != trace.layers.size()) {
+      throw core::InputError("the plan chooses for " + std::to_string(plan.layers.size()) + " layers but the trace has " +
+                             std::to_string(trace.layers.size()));
+    }
+    for (const auto& choice : plan.layers) {
+      if (!choice.tempo) continue;
+      if (!model.layers()[static_cast<std::size_t>(choice.id)].has_lean_variant()) {
+        throw core::InputError("the plan makes layer " + choice.name + " lean, but it has no memory-lean variant");
+      }
+      model.set_lean(choice.id, true);
+    }
     if (train) models::use_dataset(model, *train);
     model.to(device);
     model.set_training(true);
@@ -147,8 +158,15 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
           const auto accumulated = gradients_of(parameters);
           for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
           {
+            // The reference runs the standard layers: Tempo's must give the same gradients.
+            std::vector<bool> lean;
+            for (const auto& layer : model.layers()) lean.push_back(layer.lean);
+            model.set_all_lean(false);
             torch::Tensor loss = model.forward(concatenate(micro));
             loss.backward();
+            for (std::size_t i = 0; i < lean.size(); ++i) {
+              if (lean[i]) model.set_lean(static_cast<int>(i), true);
+            }
           }
           const auto full = gradients_of(parameters);
           for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
@@ -163,8 +181,9 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
             batchnorm && plan.micro_batches.size() > 1 && !options.batchnorm_eval
                 ? "BatchNorm normalizes each micro-batch with its own statistics, so the accumulated gradient differs "
                   "from the full batch's by design; dropout off on both sides"
-                : std::string("accumulated micro-batch gradients (loss weights b_i/B, checkpointing as planned) against "
-                              "the full batch's, same weights and data, dropout off on both sides") +
+                : std::string("accumulated micro-batch gradients (loss weights b_i/B, checkpointing and Tempo as "
+                              "planned) against the full batch's with standard layers, same weights and data, dropout "
+                              "off on both sides") +
                       (batchnorm ? ", BatchNorm with running statistics" : "");
       }
     }

@@ -11,11 +11,14 @@ namespace headroom::models {
 // the layer's own saved state drops from 4 bytes per element to 1.
 torch::Tensor lean_gelu(const torch::Tensor& input);
 
-// GELU's derivative recovered from its output and the branch mask: the input is found by Newton's
-// method on gelu(x) = y from a branch-wise initial guess (a quadratic expansion at the minimum, the
-// Gaussian tail's asymptote for very negative inputs), then differentiated exactly. Exposed so the
-// recovery error can be measured against the true derivative.
+// GELU's derivative recovered from its output and the branch mask, by linear interpolation in
+// tables of the exact derivative over each branch of the inverse (built once, in double precision,
+// in variables that make both branches smooth: sqrt(y - y_min), and the Gaussian tail's asymptote
+// for inputs below -2.5). On the CPU a fused loop; elsewhere the same lookup in tensor ops.
+// Exposed so the recovery error can be measured against the true derivative.
 torch::Tensor gelu_derivative_from_output(const torch::Tensor& output, const torch::Tensor& mask);
+// The tensor-op lookup (what CUDA runs), callable on any device so it can be tested here.
+torch::Tensor gelu_derivative_from_output_by_tensor_ops(const torch::Tensor& output, const torch::Tensor& mask);
 // Where GELU is smallest: x* = -0.7518 (the mask splits the inverse's two branches there).
 inline constexpr double kGeluArgMin = -0.75179152469356445;
 

@@ -79,6 +79,55 @@ LayerGraph::LayerGraph(const core::Trace& trace) : readers_(trace.layers.size())
       span.why_not = "the block reads " + std::to_string(external.size()) + " tensors from outside";
     }
   }
+
+  lean_.resize(trace.layers.size());
+  for (const auto& layer : trace.layers) {
+    if (!layer.tempo) continue;
+    Lean& lean = lean_[static_cast<std::size_t>(layer.id)];
+    lean.eligible = true;
+    for (std::size_t k = 0; k < layer.inputs.size(); ++k) {
+      const int input = layer.inputs[k];
+      if (input < 0 || !layer.saves_inputs[k] || layer.tempo->saves_inputs[k]) continue;
+      bool kept_by_other = false;
+      for (const int reader : readers_[static_cast<std::size_t>(input)]) {
+        if (reader == layer.id) continue;
+        const auto& other = trace.layers[static_cast<std::size_t>(reader)];
+        for (std::size_t m = 0; m < other.inputs.size(); ++m) {
+          if (other.inputs[m] != input || !other.saves_inputs[m]) continue;
+          kept_by_other = true;
+          // Two lean layers keeping one tensor: the free happens only when both are lean, which the
+          // all-lean pass cannot tell apart.
+          if (other.tempo) lean.eligible = false;
+        }
+      }
+      const int freed_by = last_reader(input);
+      if (kept_by_other || freed_by == layer.id) continue;
+      if (trace.layers[static_cast<std::size_t>(freed_by)].block != layer.block) lean.eligible = false;
+      lean.released.push_back({input, freed_by});
+    }
+    if (layer.tempo->keeps_output && !readers_[static_cast<std::size_t>(layer.id)].empty()) {
+      // Backward runs in reverse, so of the readers that save the output the earliest one's
+      // backward is the last to let go of it.
+      int first_saver = -1;
+      for (const int reader : readers_[static_cast<std::size_t>(layer.id)]) {
+        const auto& other = trace.layers[static_cast<std::size_t>(reader)];
+        for (std::size_t m = 0; m < other.inputs.size(); ++m) {
+          if (other.inputs[m] != layer.id || !other.saves_inputs[m]) continue;
+          if (first_saver < 0 || reader < first_saver) first_saver = reader;
+          if (other.tempo && !other.tempo->saves_inputs[m]) lean.eligible = false;  // who frees it depends on both
+        }
+      }
+      lean.held = first_saver >= 0 ? HeldOutput{first_saver, true} : HeldOutput{last_reader(layer.id), false};
+    }
+  }
+}
+
+std::vector<int> LayerGraph::lean_candidates() const {
+  std::vector<int> out;
+  for (std::size_t i = 0; i < lean_.size(); ++i) {
+    if (lean_[i].eligible) out.push_back(static_cast<int>(i));
+  }
+  return out;
 }
 
 int LayerGraph::last_reader(int layer) const {

@@ -17,6 +17,21 @@ struct BlockSpan {
   std::string why_not;  // when not checkpointable
 };
 
+// An input that a Tempo layer stops keeping for backward: with nobody else keeping it, it is freed
+// in the forward of its last reader instead of after the Tempo layer's backward.
+struct ReleasedInput {
+  int producer = 0;  // the layer whose output it is
+  int freed_by = 0;  // its last reader, a later layer than the Tempo layer
+};
+
+// An output that a Tempo layer keeps for its own backward while the standard layer does not: the
+// layer that freed it in the standard step (the first-run saver's backward, or else the last
+// reader's forward) no longer does; the lean layer's backward does.
+struct HeldOutput {
+  int released_by = -1;  // -1: nothing to move (nobody reads the output)
+  bool in_backward = false;
+};
+
 class LayerGraph {
  public:
   // Throws InputError if the layers do not form a DAG in execution order.
@@ -30,6 +45,17 @@ class LayerGraph {
   // Whether some reader keeps `layer`'s output for its backward.
   bool output_saved(int layer) const { return saved_[static_cast<std::size_t>(layer)]; }
   const std::vector<BlockSpan>& blocks() const { return blocks_; }
+  // Tempo: whether the layer's lean variant can be chosen on its own. It can when the trace
+  // measured it and its costs do not depend on another layer's choice: no other layer with a lean
+  // variant keeps the same input, and an input it releases is freed inside the same block.
+  bool can_be_lean(int layer) const { return lean_[static_cast<std::size_t>(layer)].eligible; }
+  // Inputs the lean variant stops keeping whose free then moves to a later layer's forward (the
+  // lean layer's own measurement covers inputs it reads last).
+  const std::vector<ReleasedInput>& released_inputs(int layer) const {
+    return lean_[static_cast<std::size_t>(layer)].released;
+  }
+  const HeldOutput& held_output(int layer) const { return lean_[static_cast<std::size_t>(layer)].held; }
+  std::vector<int> lean_candidates() const;
   // Layers before the first block / after the last block.
   int first_block_layer() const;
   int last_block_layer() const;
@@ -39,6 +65,12 @@ class LayerGraph {
   std::vector<bool> saved_;
   std::vector<int> order_;
   std::vector<BlockSpan> blocks_;
+  struct Lean {
+    bool eligible = false;
+    std::vector<ReleasedInput> released;
+    HeldOutput held;
+  };
+  std::vector<Lean> lean_;
 };
 
 }  // namespace headroom::planner

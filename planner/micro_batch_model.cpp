@@ -40,21 +40,65 @@ BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch) {
   out.batch = batch;
   out.scale = costs.layer_time_scale(batch);
   out.layers.reserve(costs.layer_count());
-  for (std::size_t i = 0; i < costs.layer_count(); ++i) out.layers.push_back(costs.layer(i, batch));
+  out.lean.reserve(costs.layer_count());
+  for (std::size_t i = 0; i < costs.layer_count(); ++i) {
+    out.layers.push_back(costs.layer(i, batch));
+    out.lean.push_back(costs.lean_layer(i, batch));
+  }
+  return out;
+}
+
+std::int64_t lean_saved_bytes(const BatchCosts& costs, const LayerGraph& graph, int layer) {
+  const auto i = static_cast<std::size_t>(layer);
+  std::int64_t saved = costs.layers[i].fwd_retained_bytes - costs.lean[i].fwd_retained_bytes;
+  for (const auto& released : graph.released_inputs(layer)) {
+    saved += costs.layers[static_cast<std::size_t>(released.producer)].output_bytes;
+  }
+  const HeldOutput& held = graph.held_output(layer);
+  if (held.released_by >= 0 && !held.in_backward) saved -= costs.layers[i].output_bytes;
+  return saved;
+}
+
+std::vector<bool> effective_lean(const LayerGraph& graph, const std::vector<bool>& checkpointed,
+                                 const std::vector<bool>& lean) {
+  const std::size_t n = graph.size();
+  std::vector<bool> out(n, false);
+  if (lean.empty()) return out;
+  const auto span_of = checkpointed_span_of(graph, checkpointed, n);
+  for (std::size_t i = 0; i < n && i < lean.size(); ++i) {
+    out[i] = lean[i] && span_of[i] == nullptr && graph.can_be_lean(static_cast<int>(i));
+  }
   return out;
 }
 
 std::vector<Op> micro_batch_ops(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
-                                const std::vector<bool>& checkpointed) {
-  return micro_batch_ops(batch_costs(costs, batch), graph, checkpointed, 0, static_cast<int>(costs.layer_count()) - 1);
+                                const std::vector<bool>& checkpointed, const std::vector<bool>& lean) {
+  return micro_batch_ops(batch_costs(costs, batch), graph, checkpointed, 0, static_cast<int>(costs.layer_count()) - 1,
+                         lean);
 }
 
 std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph, const std::vector<bool>& checkpointed,
-                                int first, int last) {
+                                int first, int last, const std::vector<bool>& lean) {
   const std::size_t n = costs.layers.size();
   const double scale = costs.scale;
-  const auto& cost = costs.layers;
   const auto span_of = checkpointed_span_of(graph, checkpointed, n);
+  // A lean layer runs at its Tempo cost, and an input it no longer keeps is freed by its last
+  // reader's forward (measured there as a smaller net change).
+  std::vector<core::LayerCost> cost = costs.layers;
+  const auto lean_now = effective_lean(graph, checkpointed, lean);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!lean_now[i]) continue;
+    cost[i] = costs.lean[i];
+    for (const auto& released : graph.released_inputs(static_cast<int>(i))) {
+      cost[static_cast<std::size_t>(released.freed_by)].fwd_retained_bytes -=
+          costs.layers[static_cast<std::size_t>(released.producer)].output_bytes;
+    }
+    const HeldOutput& held = graph.held_output(static_cast<int>(i));
+    if (held.released_by >= 0) {
+      auto& releaser = cost[static_cast<std::size_t>(held.released_by)];
+      (held.in_backward ? releaser.bwd_retained_bytes : releaser.fwd_retained_bytes) += costs.layers[i].output_bytes;
+    }
+  }
 
   // An unsaved block input is freed by its last reader in a normal forward; a checkpoint holds it
   // until the block's backward is done instead.
@@ -129,7 +173,8 @@ Walk walk(const std::vector<Op>& ops) {
 }
 
 StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph,
-                            const std::vector<std::int64_t>& micro_batches, const std::vector<bool>& checkpointed) {
+                            const std::vector<std::int64_t>& micro_batches, const std::vector<bool>& checkpointed,
+                            const std::vector<bool>& lean) {
   StepPrediction p;
   const std::int64_t base = costs.static_bytes();
   // The optimizer steps while the last micro-batch's input is still allocated.
@@ -141,7 +186,7 @@ StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& grap
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   for (const std::int64_t b : sizes) {
-    const auto ops = micro_batch_ops(costs, graph, b, checkpointed);
+    const auto ops = micro_batch_ops(costs, graph, b, checkpointed, lean);
     const Walk w = walk(ops);
     const std::int64_t count = std::count(micro_batches.begin(), micro_batches.end(), b);
     p.step_ns += count * w.duration_ns;
@@ -158,7 +203,8 @@ StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& grap
 }
 
 core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& graph,
-                              const std::vector<std::int64_t>& micro_batches, const std::vector<bool>& checkpointed) {
+                              const std::vector<std::int64_t>& micro_batches, const std::vector<bool>& checkpointed,
+                              const std::vector<bool>& lean) {
   using core::MemoryKind;
   core::Schedule schedule;
   schedule.resident = {{MemoryKind::Parameter, costs.param_bytes()},
@@ -167,7 +213,7 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
   const auto& layers = costs.trace().layers;
   for (std::size_t m = 0; m < micro_batches.size(); ++m) {
     const std::int64_t b = micro_batches[m];
-    const auto ops = micro_batch_ops(costs, graph, b, checkpointed);
+    const auto ops = micro_batch_ops(costs, graph, b, checkpointed, lean);
     std::int64_t net = 0;
     for (std::size_t k = 0; k < ops.size(); ++k) {
       const Op& op = ops[k];

@@ -24,11 +24,29 @@ std::vector<bool> checkpoint_flags(const core::Plan& plan, const LayerGraph& gra
   return flags;
 }
 
+std::vector<bool> lean_flags(const core::Plan& plan, const LayerGraph& graph, const std::string& source) {
+  std::vector<bool> flags(graph.size(), false);
+  if (plan.layers.size() != graph.size()) {
+    throw core::InputError(source + ": $.layers: the plan has " + std::to_string(plan.layers.size()) +
+                           " layers, its trace " + std::to_string(graph.size()));
+  }
+  for (const auto& layer : plan.layers) {
+    if (!layer.tempo) continue;
+    if (!graph.can_be_lean(layer.id)) {
+      throw core::InputError(source + ": $.layers[" + std::to_string(layer.id) + "].tempo: layer " + layer.name +
+                             " has no lean variant the trace measured");
+    }
+    flags[static_cast<std::size_t>(layer.id)] = true;
+  }
+  return flags;
+}
+
 core::Schedule plan_schedule(const core::Trace& trace, const core::Plan& plan, const std::string& source) {
   const core::Trace planned = plan.optimizer.empty() ? trace : with_estimated_optimizer(trace, plan.optimizer);
   const core::CostModel costs(planned);
   const LayerGraph graph(planned);
-  return build_schedule(costs, graph, plan.micro_batches, checkpoint_flags(plan, graph, source));
+  return build_schedule(costs, graph, plan.micro_batches, checkpoint_flags(plan, graph, source),
+                        lean_flags(plan, graph, source));
 }
 
 }  // namespace headroom::planner

@@ -15,6 +15,10 @@ namespace headroom::planner {
 // `source`) for a block the trace lacks or one that cannot be checkpointed.
 std::vector<bool> checkpoint_flags(const core::Plan& plan, const LayerGraph& graph, const std::string& source);
 
+// One flag per layer: does it run Tempo's lean variant in the plan. Throws InputError for a flag on
+// a layer whose lean variant the trace did not measure (or cannot be chosen alone).
+std::vector<bool> lean_flags(const core::Plan& plan, const LayerGraph& graph, const std::string& source);
+
 // The plan's step as tasks, with the optimizer the plan was made for.
 core::Schedule plan_schedule(const core::Trace& trace, const core::Plan& plan, const std::string& source);
 

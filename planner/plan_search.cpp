@@ -11,19 +11,27 @@
 
 namespace headroom::planner {
 
-std::string strategy_name(Strategy s) { return s == Strategy::MicroBatching ? "mbp" : "checkpoint"; }
+std::string strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::MicroBatching: return "mbp";
+    case Strategy::Checkpointing: return "checkpoint";
+    case Strategy::Tempo: return "tempo";
+  }
+  return "?";
+}
 
 std::set<Strategy> parse_strategies(const std::string& text) {
   if (text == "none") return {};
-  if (text == "all") return {Strategy::MicroBatching, Strategy::Checkpointing};
+  if (text == "all") return {Strategy::MicroBatching, Strategy::Checkpointing, Strategy::Tempo};
   std::set<Strategy> out;
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
     if (item == "mbp") out.insert(Strategy::MicroBatching);
     else if (item == "checkpoint") out.insert(Strategy::Checkpointing);
-    else if (item == "tempo" || item == "infcl" || item == "l2l") {
-      throw core::InputError("--strategies: '" + item + "' is not implemented yet (available: mbp, checkpoint)");
+    else if (item == "tempo") out.insert(Strategy::Tempo);
+    else if (item == "infcl" || item == "l2l") {
+      throw core::InputError("--strategies: '" + item + "' is not implemented yet (available: mbp, checkpoint, tempo)");
     } else {
       throw core::InputError("--strategies: unknown strategy '" + item +
                              "' (known: mbp, checkpoint, tempo, infcl, l2l, all, none)");
@@ -69,12 +77,13 @@ std::size_t find_op(const std::vector<Op>& ops, OpKind kind, int layer) {
 
 }  // namespace
 
-Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch) {
+Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
+                       const std::vector<bool>& lean) {
   const auto& blocks = graph.blocks();
   const BatchCosts batch_cost = batch_costs(costs, batch);
   const int layers = static_cast<int>(costs.layer_count());
   const std::vector<bool> none(blocks.size(), false);
-  const auto stored_ops = micro_batch_ops(batch_cost, graph, none, 0, layers - 1);
+  const auto stored_ops = micro_batch_ops(batch_cost, graph, none, 0, layers - 1, lean);
   const Levels stored = levels_of(stored_ops);
   const std::int64_t absolute = costs.static_bytes() + costs.input_bytes(batch);
 
@@ -120,7 +129,7 @@ Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, st
       // stopped this stage from keeping.
       std::vector<bool> only(blocks.size(), false);
       only[k] = true;
-      const auto ops = micro_batch_ops(batch_cost, graph, only, first, last);
+      const auto ops = micro_batch_ops(batch_cost, graph, only, first, last, lean);
       std::int64_t level = 0, peak = 0;
       std::size_t i = 0;
       for (; i < ops.size() && (ops[i].kind == OpKind::Forward || ops[i].kind == OpKind::ForwardNoGrad); ++i) {
@@ -148,23 +157,57 @@ namespace {
 struct Candidate {
   std::vector<std::int64_t> micro_batches;
   std::vector<bool> checkpointed;
+  std::vector<bool> lean;  // per layer, as it takes effect (effective_lean); empty: none
   StepPrediction prediction;
   int checkpointed_count() const { return static_cast<int>(std::count(checkpointed.begin(), checkpointed.end(), true)); }
+  int lean_count() const { return static_cast<int>(std::count(lean.begin(), lean.end(), true)); }
   double samples_per_second(std::int64_t global_batch) const {
     return static_cast<double>(global_batch) * 1e9 / static_cast<double>(prediction.step_ns);
   }
 };
 
-// The fastest checkpointing for these micro-batches under `limit`, or nothing.
-std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, std::vector<std::int64_t> micro,
-                             std::int64_t limit, bool allow_checkpointing) {
-  const std::size_t blocks = graph.blocks().size();
-  Candidate c{std::move(micro), std::vector<bool>(blocks, false), {}};
-  c.prediction = predict_step(costs, graph, c.micro_batches, c.checkpointed);
-  if (c.prediction.peak_bytes <= limit) return c;
-  if (!allow_checkpointing || blocks == 0) return std::nullopt;
+// Tempo's layers in the order to make them lean: least extra time per byte saved first (the
+// greedy order for a knapsack of independent choices). A layer that saves nothing at this size is
+// left out.
+std::vector<int> tempo_order(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch) {
+  const BatchCosts c = batch_costs(costs, batch);
+  struct Entry {
+    int layer;
+    std::int64_t saved;
+    std::int64_t extra_ns;
+  };
+  std::vector<Entry> entries;
+  for (const int i : graph.lean_candidates()) {
+    const auto& standard = c.layers[static_cast<std::size_t>(i)];
+    const auto& lean = c.lean[static_cast<std::size_t>(i)];
+    const std::int64_t saved = lean_saved_bytes(c, graph, i);
+    if (saved <= 0) continue;
+    entries.push_back({i, saved, std::max<std::int64_t>(0, lean.fwd_ns + lean.bwd_ns - standard.fwd_ns - standard.bwd_ns)});
+  }
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    // a.extra/a.saved < b.extra/b.saved without division.
+    return static_cast<double>(a.extra_ns) * static_cast<double>(b.saved) <
+           static_cast<double>(b.extra_ns) * static_cast<double>(a.saved);
+  });
+  std::vector<int> order;
+  for (const auto& e : entries) order.push_back(e.layer);
+  return order;
+}
 
-  const Chain chain = checkpoint_chain(costs, graph, c.micro_batches.front());
+std::vector<bool> lean_prefix(const std::vector<int>& order, std::size_t count, std::size_t layers) {
+  std::vector<bool> lean(layers, false);
+  for (std::size_t k = 0; k < count && k < order.size(); ++k) lean[static_cast<std::size_t>(order[k])] = true;
+  return lean;
+}
+
+// The fastest checkpointing for these micro-batches and lean layers under `limit`, or nothing.
+std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const LayerGraph& graph,
+                                           const std::vector<std::int64_t>& micro, std::int64_t limit,
+                                           const std::vector<bool>& lean) {
+  const std::size_t blocks = graph.blocks().size();
+  if (blocks == 0) return std::nullopt;
+  Candidate c{micro, std::vector<bool>(blocks, false), lean, {}};
+  const Chain chain = checkpoint_chain(costs, graph, c.micro_batches.front(), lean);
   std::int64_t total = 0;
   for (const auto& s : chain.stages) total += std::max(s.stored_bytes, s.checkpointed_bytes);
   const std::int64_t unit = std::max<std::int64_t>(1, total / 4096);
@@ -174,11 +217,67 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
     const ChainSolution solution = solve_checkpoint_dp(chain, dp_limit, unit);
     if (!solution.feasible) return std::nullopt;
     c.checkpointed = solution.checkpoint;
-    c.prediction = predict_step(costs, graph, c.micro_batches, c.checkpointed);
+    c.prediction = predict_step(costs, graph, c.micro_batches, c.checkpointed, lean);
     if (c.prediction.peak_bytes <= limit) return c;
     dp_limit -= c.prediction.peak_bytes - limit;
   }
   return std::nullopt;
+}
+
+// The fewest of `order`'s first layers lean that still fit `c`'s checkpointing under `limit`
+// (c fits with all of them). Fewer lean layers cost less time.
+void trim_lean(const core::CostModel& costs, const LayerGraph& graph, const std::vector<int>& order, std::int64_t limit,
+               Candidate& c) {
+  std::size_t lo = 0, hi = order.size();
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    const auto lean = lean_prefix(order, mid, graph.size());
+    const auto p = predict_step(costs, graph, c.micro_batches, c.checkpointed, lean);
+    if (p.peak_bytes <= limit) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  c.lean = effective_lean(graph, c.checkpointed, lean_prefix(order, hi, graph.size()));
+  c.prediction = predict_step(costs, graph, c.micro_batches, c.checkpointed, c.lean);
+}
+
+// The fastest way to fit these micro-batches under `limit` with the allowed strategies, or
+// nothing: as they are; with Tempo's lean layers; with checkpointing, of the standard layers or of
+// the lean ones (a checkpointed block recomputes standard layers).
+std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, std::vector<std::int64_t> micro,
+                             std::int64_t limit, bool allow_checkpointing, bool allow_tempo) {
+  const std::size_t blocks = graph.blocks().size();
+  Candidate plain{std::move(micro), std::vector<bool>(blocks, false), {}, {}};
+  plain.prediction = predict_step(costs, graph, plain.micro_batches, plain.checkpointed);
+  if (plain.prediction.peak_bytes <= limit) return plain;
+
+  const std::vector<int> order =
+      allow_tempo ? tempo_order(costs, graph, plain.micro_batches.front()) : std::vector<int>{};
+  std::optional<Candidate> best;
+  const auto consider = [&best](Candidate c) {
+    if (!best || c.prediction.step_ns < best->prediction.step_ns) best = std::move(c);
+  };
+  const auto all_lean = lean_prefix(order, order.size(), graph.size());
+  if (!order.empty()) {
+    Candidate c = plain;
+    c.prediction = predict_step(costs, graph, c.micro_batches, c.checkpointed, all_lean);
+    if (c.prediction.peak_bytes <= limit) {
+      trim_lean(costs, graph, order, limit, c);
+      consider(std::move(c));
+    }
+  }
+  if (allow_checkpointing) {
+    if (auto c = fit_checkpointing(costs, graph, plain.micro_batches, limit, {})) consider(std::move(*c));
+    if (!order.empty()) {
+      if (auto c = fit_checkpointing(costs, graph, plain.micro_batches, limit, all_lean)) {
+        trim_lean(costs, graph, order, limit, *c);
+        consider(std::move(*c));
+      }
+    }
+  }
+  return best;
 }
 
 std::string describe(const Candidate& c) {
@@ -187,6 +286,7 @@ std::string describe(const Candidate& c) {
       << c.micro_batches.front();
   if (c.micro_batches.back() != c.micro_batches.front()) out << "/" << c.micro_batches.back();
   out << ", " << c.checkpointed_count() << " checkpointed block" << (c.checkpointed_count() == 1 ? "" : "s");
+  if (c.lean_count() > 0) out << ", " << c.lean_count() << " lean layer" << (c.lean_count() == 1 ? "" : "s");
   return out.str();
 }
 
@@ -212,6 +312,7 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   const LayerGraph graph(trace);
   const bool mbp = request.strategies.contains(Strategy::MicroBatching);
   const bool checkpointing = request.strategies.contains(Strategy::Checkpointing);
+  const bool tempo = request.strategies.contains(Strategy::Tempo) && !graph.lean_candidates().empty();
   const auto margin_of = [&](std::int64_t budget) {
     return static_cast<std::int64_t>(std::ceil(static_cast<double>(budget) * request.margin_fraction));
   };
@@ -236,14 +337,14 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     previous_size = size;
     auto micro = split_batch(request.global_batch, n);
     const double samples = static_cast<double>(request.global_batch);
-    if (auto c = fit(costs, graph, micro, limit, checkpointing)) {
+    if (auto c = fit(costs, graph, micro, limit, checkpointing, tempo)) {
       fits.push_back(*c);
-      outcome.splits.push_back({c->micro_batches, true, c->checkpointed_count(),
+      outcome.splits.push_back({c->micro_batches, true, c->checkpointed_count(), c->lean_count(),
                                 {c->prediction.peak_bytes, static_cast<double>(c->prediction.step_ns) / 1e9,
                                  c->samples_per_second(request.global_batch)}});
     } else {
       const auto p = predict_step(costs, graph, micro, std::vector<bool>(graph.blocks().size(), false));
-      outcome.splits.push_back({std::move(micro), false, 0,
+      outcome.splits.push_back({std::move(micro), false, 0, 0,
                                 {p.peak_bytes, static_cast<double>(p.step_ns) / 1e9,
                                  samples * 1e9 / static_cast<double>(p.step_ns)}});
     }
@@ -253,14 +354,20 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     // The least memory these strategies reach: the smallest micro-batches, and the least peak any
     // checkpointing of them fits in (found by bisecting the limit given to the search).
     std::vector<std::int64_t> micro = split_batch(request.global_batch, mbp ? request.global_batch : 1);
-    std::int64_t least = predict_step(costs, graph, micro, std::vector<bool>(graph.blocks().size(), false)).peak_bytes;
+    const std::vector<bool> no_checkpoints(graph.blocks().size(), false);
+    std::int64_t least = predict_step(costs, graph, micro, no_checkpoints).peak_bytes;
+    if (tempo) {
+      const auto order = tempo_order(costs, graph, micro.front());
+      least = std::min(least, predict_step(costs, graph, micro, no_checkpoints,
+                                           lean_prefix(order, order.size(), graph.size())).peak_bytes);
+    }
     if (checkpointing) {
       std::int64_t lo = costs.static_bytes(), hi = least;
       while (lo < hi) {
         const std::int64_t mid = lo + (hi - lo) / 2;
         // The limit that worked, not the peak found under it: the DP rounds sizes up, so a
         // limit equal to that peak may not find the same plan again.
-        if (fit(costs, graph, micro, mid, true)) {
+        if (fit(costs, graph, micro, mid, true, tempo)) {
           hi = mid;
         } else {
           lo = mid + 1;
@@ -300,6 +407,7 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   plan.global_batch = request.global_batch;
   if (best.micro_batches.size() > 1) plan.strategies.push_back("mbp");
   if (best.checkpointed_count() > 0) plan.strategies.push_back("checkpoint");
+  if (best.lean_count() > 0) plan.strategies.push_back("tempo");
   plan.micro_batches = best.micro_batches;
   const auto& blocks = graph.blocks();
   std::vector<bool> layer_checkpointed(trace.layers.size(), false);
@@ -309,7 +417,8 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     for (int i = blocks[k].first; i <= blocks[k].last; ++i) layer_checkpointed[static_cast<std::size_t>(i)] = true;
   }
   for (const auto& layer : trace.layers) {
-    plan.layers.push_back({layer.id, layer.name, layer_checkpointed[static_cast<std::size_t>(layer.id)]});
+    const auto i = static_cast<std::size_t>(layer.id);
+    plan.layers.push_back({layer.id, layer.name, layer_checkpointed[i], !best.lean.empty() && best.lean[i]});
   }
   if (best.micro_batches.front() > trace.batch_sizes.back()) {
     plan.warnings.push_back("micro-batches of " + std::to_string(best.micro_batches.front()) +
@@ -341,7 +450,7 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
 
   // Why: what the whole batch would need, and what the next larger micro-batch would need.
   const auto whole = predict_step(costs, graph, {request.global_batch}, std::vector<bool>(blocks.size(), false));
-  if (best.micro_batches.size() == 1 && best.checkpointed_count() == 0) {
+  if (best.micro_batches.size() == 1 && best.checkpointed_count() == 0 && best.lean_count() == 0) {
     plan.binding_constraint = "none: the whole batch fits (" + core::format_bytes(whole.peak_bytes) + " of " +
                               core::format_bytes(limit) + " after the margin)";
   } else {
@@ -352,8 +461,15 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
       plan.binding_constraint += "; without checkpointing micro-batches of " + std::to_string(best.micro_batches.front()) +
                                  " need " +
                                  core::format_bytes(predict_step(costs, graph, best.micro_batches,
-                                                                 std::vector<bool>(blocks.size(), false))
+                                                                 std::vector<bool>(blocks.size(), false), best.lean)
                                                         .peak_bytes);
+    }
+    if (best.lean_count() > 0) {
+      const int candidates = static_cast<int>(graph.lean_candidates().size());
+      plan.binding_constraint += "; without Tempo's " + std::to_string(best.lean_count()) + " lean layer" +
+                                 (best.lean_count() == 1 ? "" : "s") + " (of " + std::to_string(candidates) +
+                                 " that have one) they need " +
+                                 core::format_bytes(predict_step(costs, graph, best.micro_batches, best.checkpointed).peak_bytes);
     }
   }
   for (std::size_t i = 1; i < fits.size() && plan.runner_ups.size() < 3; ++i) {

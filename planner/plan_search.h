@@ -15,9 +15,9 @@
 
 namespace headroom::planner {
 
-enum class Strategy { MicroBatching, Checkpointing };
+enum class Strategy { MicroBatching, Checkpointing, Tempo };
 
-// Parses "mbp,checkpoint", "all" or "none"; throws InputError naming an unknown or unavailable one.
+// Parses "mbp,checkpoint,tempo", "all" or "none"; throws InputError naming an unknown or unavailable one.
 std::set<Strategy> parse_strategies(const std::string& text);
 std::string strategy_name(Strategy s);
 
@@ -25,6 +25,7 @@ struct PlanRequest {
   std::int64_t budget_bytes = 0;
   std::int64_t global_batch = 0;
   double margin_fraction = 0.05;  // the plan's peak stays at or below budget * (1 - margin)
+  // Tempo is used only where the trace measured lean variants (see PlanOutcome and the plan's warnings).
   std::set<Strategy> strategies{Strategy::MicroBatching, Strategy::Checkpointing};
   std::string trace_path;    // recorded in the plan
   std::string trace_sha256;  // recorded in the plan
@@ -39,6 +40,7 @@ struct SplitOutcome {
   std::vector<std::int64_t> micro_batches;
   bool fits = false;
   int checkpointed_blocks = 0;
+  int lean_layers = 0;
   core::PlanPrediction predicted;
 };
 
@@ -57,6 +59,7 @@ std::vector<std::int64_t> split_batch(std::int64_t global_batch, std::int64_t co
 
 // The checkpointing problem of one micro-batch size as a chain of blocks (absolute bytes:
 // static state, the micro-batch's input and the layers before the first block are the base).
-Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch);
+Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
+                       const std::vector<bool>& lean = {});
 
 }  // namespace headroom::planner

@@ -289,10 +289,10 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
   return step;
 }
 
-std::vector<std::vector<bool>> detect_saved_inputs(const models::Model& model, const models::Batch& batch) {
+SavedTensors detect_saved_tensors(const models::Model& model, const models::Batch& batch) {
   const auto& layers = model.layers();
   const models::RunContext context = model.context();
-  std::vector<std::vector<bool>> saves(layers.size());
+  SavedTensors saves{std::vector<std::vector<bool>>(layers.size()), std::vector<bool>(layers.size(), false)};
   std::vector<torch::Tensor> outputs(layers.size());
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto inputs = models::gather_inputs(layers[i], batch, outputs);
@@ -309,9 +309,15 @@ std::vector<std::vector<bool>> detect_saved_inputs(const models::Model& model, c
       }
       torch::Tensor out = layers[i].run(copies, context);
       const auto graph = out.grad_fn();  // keeps the saved tensors alive while the others go
+      const auto output_storage = out.storage().getWeakStorageImpl();
       out = torch::Tensor();
       copies.clear();
-      for (const auto& w : watched) saves[i].push_back(!w.expired());
+      for (const auto& w : watched) saves.inputs[i].push_back(!w.expired());
+      // An output that is a view of an input shares that input's storage: only a storage of its
+      // own says something about the output.
+      bool own_storage = true;
+      for (const auto& w : watched) own_storage &= !(w == output_storage);
+      saves.output[i] = own_storage && !output_storage.expired();
     }
     outputs[i] = layers[i].run(inputs, context);
   }
@@ -449,8 +455,14 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     for (const auto& p : layer.parameters) out.param_bytes += tensor_bytes(p);
   }
 
+  std::vector<std::size_t> lean_layers;
+  for (std::size_t i = 0; i < layer_count; ++i) {
+    if (options.tempo && model.layers()[i].has_lean_variant()) lean_layers.push_back(i);
+  }
+  const int passes = lean_layers.empty() ? 1 : 2;
+
   Progress progress;
-  progress.total = 1 + static_cast<int>(options.batch_sizes.size()) * (options.warmup_steps + 2 * options.repeats);
+  progress.total = passes + static_cast<int>(options.batch_sizes.size()) * passes * (options.warmup_steps + 2 * options.repeats);
   const auto report = [&](const char* phase, std::int64_t batch) {
     progress.phase = phase;
     progress.batch = batch;
@@ -458,23 +470,39 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     if (options.on_progress) options.on_progress(progress);
   };
 
-  const auto saves = detect_saved_inputs(model, on_device(model.make_batch(options.batch_sizes.front(), options.seed)));
-  for (std::size_t i = 0; i < layer_count; ++i) trace.layers[i].saves_inputs = saves[i];
+  const models::Batch first_batch = on_device(model.make_batch(options.batch_sizes.front(), options.seed));
+  const auto saves = detect_saved_tensors(model, first_batch);
+  for (std::size_t i = 0; i < layer_count; ++i) trace.layers[i].saves_inputs = saves.inputs[i];
   report("inputs", options.batch_sizes.front());
+  if (!lean_layers.empty()) {
+    model.set_all_lean(true);
+    const auto lean_saves = detect_saved_tensors(model, first_batch);
+    model.set_all_lean(false);
+    for (const std::size_t i : lean_layers) {
+      trace.layers[i].tempo = core::LeanProfile{lean_saves.inputs[i], lean_saves.output[i] && !saves.output[i], {}};
+    }
+    report("tempo inputs", options.batch_sizes.front());
+  }
 
-  for (const std::int64_t b : options.batch_sizes) {
-    const models::Batch batch = on_device(model.make_batch(b, options.seed + static_cast<std::uint64_t>(b)));
+  struct Measured {
+    std::vector<core::LayerSample> layers;
+    core::StepSample step;
+  };
+  // Warm-up, then plain and profiled steps alternating, so drift over the run (caches, allocator
+  // pools, other load) affects both alike and their ratio is the profiler's overhead.
+  const auto measure = [&](const models::Batch& batch, std::int64_t b, bool lean) {
+    const char* warmup_phase = lean ? "tempo warmup" : "warmup";
+    const char* plain_phase = lean ? "tempo plain" : "plain";
+    const char* profile_phase = lean ? "tempo profile" : "profile";
     for (int i = 0; i < options.warmup_steps; ++i) {
       plain_step(model, batch, *optimizer, backend.get());
-      report("warmup", b);
+      report(warmup_phase, b);
     }
-    // Plain and profiled steps alternate, so drift over the run (caches, allocator pools, other
-    // load) affects both alike and their ratio is the profiler's overhead.
     std::vector<std::int64_t> plain_ns;
     std::vector<StepMeasurement> runs;
     for (int i = 0; i < options.repeats; ++i) {
       plain_ns.push_back(plain_step(model, batch, *optimizer, backend.get()));
-      report("plain", b);
+      report(plain_phase, b);
       auto recorder = std::make_shared<MemoryRecorder>(device.type());
       ScopedMemoryRecording recording(recorder);
       // CUPTI records only the profiled steps, so the plain steps stay the overhead's reference.
@@ -484,9 +512,10 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       if (recorder->untracked_frees() != 0) {
         throw std::logic_error("profiled step freed memory allocated before it began; its bytes would be wrong");
       }
-      report("profile", b);
+      report(profile_phase, b);
     }
 
+    Measured out;
     // Bytes do not depend on the values, so every repeat measures the same; times take the median.
     const StepMeasurement& last = runs.back();
     for (std::size_t i = 0; i < layer_count; ++i) {
@@ -499,7 +528,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       sample.fwd_ns = median(fwd);
       sample.bwd_ns = median(bwd);
       if (backend != nullptr) sample.gpu = gpu_layer_cost(runs, i);
-      trace.layers[i].samples.push_back(sample);
+      out.layers.push_back(sample);
     }
 
     std::int64_t static_bytes = optimizer_state_bytes(*optimizer);
@@ -509,7 +538,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       step_ns.push_back(run.step_ns);
       optimizer_ns.push_back(run.optimizer_ns);
     }
-    core::StepSample step;
+    core::StepSample& step = out.step;
     step.batch = b;
     step.step_ns = median(step_ns);
     step.plain_step_ns = median(plain_ns);
@@ -522,9 +551,23 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     step.peak_bytes = static_bytes + step.input_bytes + (last.peak_allocated - last.allocated_at_step_start);
     if (backend != nullptr) {
       step.gpu = gpu_step_cost(runs);
-      if (options.on_gpu_step) options.on_gpu_step(b, *last.gpu);
+      if (options.on_gpu_step && !lean) options.on_gpu_step(b, *last.gpu);
     }
-    trace.steps.push_back(step);
+    return out;
+  };
+
+  for (const std::int64_t b : options.batch_sizes) {
+    const models::Batch batch = on_device(model.make_batch(b, options.seed + static_cast<std::uint64_t>(b)));
+    Measured standard = measure(batch, b, false);
+    for (std::size_t i = 0; i < layer_count; ++i) trace.layers[i].samples.push_back(standard.layers[i]);
+    trace.steps.push_back(standard.step);
+    if (lean_layers.empty()) continue;
+    // The Tempo pass right after the standard one at the same batch, so their times compare.
+    model.set_all_lean(true);
+    Measured lean = measure(batch, b, true);
+    model.set_all_lean(false);
+    for (const std::size_t i : lean_layers) trace.layers[i].tempo->samples.push_back(lean.layers[i]);
+    trace.tempo_steps.push_back(lean.step);
   }
 
   std::int64_t param_elements = 0;

@@ -22,7 +22,7 @@
 namespace headroom::profiler {
 
 struct Progress {
-  std::string phase;  // "inputs", "warmup", "plain", "profile"
+  std::string phase;  // "inputs", "warmup", "plain", "profile"; "tempo ..." for the lean pass
   std::int64_t batch = 0;
   int step = 0;   // steps done overall
   int total = 0;  // steps overall
@@ -47,6 +47,9 @@ struct ProfileOptions {
   // own threads, and OpenMP threads on top oversubscribe small machines (bert mini on 2 cores:
   // 2.3x slower steps with 2 intra-op threads than with 1).
   int threads = 0;
+  // Measure Tempo's lean variants too, where the model has any: a second pass at every batch size
+  // with every lean variant on (Model::set_all_lean).
+  bool tempo = true;
   std::function<void(const Progress&)> on_progress;
   // CUDA only: called with the last profiled step of each batch size.
   std::function<void(std::int64_t batch, const GpuStepRecord&)> on_gpu_step;
@@ -79,9 +82,14 @@ struct StepMeasurement {
 StepMeasurement profile_step(const models::Model& model, const models::Batch& batch, MemoryRecorder& recorder,
                              torch::optim::Optimizer* optimizer, gpu::GpuBackend* gpu = nullptr);
 
-// For each layer and each of its inputs: does the layer keep that input for backward? Measured by
-// running each layer on fresh copies of its inputs and seeing which copies its autograd graph holds.
-std::vector<std::vector<bool>> detect_saved_inputs(const models::Model& model, const models::Batch& batch);
+// What each layer keeps for backward of the tensors it touches: each of its inputs, and its own
+// output. Measured by running each layer on fresh copies of its inputs and seeing which copies,
+// and whether its output, its autograd graph still holds once everything else has let go.
+struct SavedTensors {
+  std::vector<std::vector<bool>> inputs;  // per layer, per input
+  std::vector<bool> output;               // per layer
+};
+SavedTensors detect_saved_tensors(const models::Model& model, const models::Batch& batch);
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
                                                         const std::vector<torch::Tensor>& parameters);

@@ -176,5 +176,36 @@ TEST(ChromeTrace, ProfileTimelineHasEveryLayerTwiceAndMemoryReturnsToBase) {
   EXPECT_THROW(core::profile_step_timeline(trace, 3), InputError);
 }
 
+TEST(TraceJson, TempoProfilesRoundTripAndComeInPairs) {
+  const core::Trace trace = testing::make_small_tempo_trace();
+  const json document = core::to_json(trace);
+  EXPECT_EQ(document["layers"][1]["tempo"]["saves_inputs"], json::array({false}));
+  EXPECT_EQ(document["layers"][1]["tempo"]["samples"].size(), 2u);
+  EXPECT_FALSE(document["layers"][0].contains("tempo"));
+  EXPECT_EQ(document["tempo_steps"].size(), 2u);
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+  EXPECT_FALSE(core::to_json(testing::make_small_trace()).contains("tempo_steps"));
+
+  struct Case {
+    std::function<void(json&)> spoil;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {[](json& d) { d.erase("tempo_steps"); }, "$: missing \"tempo_steps\""},
+      {[](json& d) { d["layers"][1].erase("tempo"); }, "$.tempo_steps: unexpected: no layer has a \"tempo\" profile"},
+      {[](json& d) { d["layers"][1]["tempo"]["saves_inputs"] = json::array({false, true}); },
+       "$.layers[1].tempo.saves_inputs: expected one entry per input (1), got 2"},
+      {[](json& d) { d["layers"][1]["tempo"]["samples"].erase(1); },
+       "$.layers[1].tempo.samples: expected one sample per batch size (2), got 1"},
+      {[](json& d) { d["tempo_steps"][0]["batch"] = 2; }, "$.tempo_steps[0].batch: expected 1 (batch_sizes order)"},
+  };
+  for (const auto& c : cases) {
+    json spoilt = document;
+    c.spoil(spoilt);
+    const std::string message = read_error(spoilt);
+    EXPECT_EQ(message.rfind("t.json: " + c.expected, 0), 0u) << "got: " << message << "\nwanted: " << c.expected;
+  }
+}
+
 }  // namespace
 }  // namespace headroom

@@ -40,6 +40,12 @@ TEST(LeanGelu, RecoveredDerivativeErrorOverTheWholeRange) {
   EXPECT_LT(tail, 1e-5);
   EXPECT_LT(rest, 1e-5);
   EXPECT_FALSE(torch::isnan(recovered).any().item<bool>());
+  // The tensor-op lookup (CUDA's path) reads the same tables.
+  const auto by_ops =
+      models::gelu_derivative_from_output_by_tensor_ops(torch::gelu(x), x >= models::kGeluArgMin).to(torch::kDouble);
+  const double ops_error = (by_ops - exact).abs().masked_select((x64 - models::kGeluArgMin).abs() >= 0.05).max().item<double>();
+  std::printf("tensor-op path, max |error| away from the minimum %.3g\n", ops_error);
+  EXPECT_LT(ops_error, 1e-5);
 }
 
 TEST(LeanGelu, GradientMatchesGelu) {

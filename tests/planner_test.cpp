@@ -344,7 +344,8 @@ TEST(PlanSearch, RejectsBadRequests) {
   EXPECT_THROW(planner::plan_step(trace, request(1 << 30, 0)), core::InputError);
   EXPECT_THROW(planner::plan_step(trace, request(0, 8)), core::InputError);
   EXPECT_THROW(planner::parse_strategies("mbp,warp"), core::InputError);
-  EXPECT_THROW(planner::parse_strategies("tempo"), core::InputError);
+  EXPECT_THROW(planner::parse_strategies("infcl"), core::InputError);
+  EXPECT_EQ(planner::parse_strategies("tempo"), std::set<planner::Strategy>{planner::Strategy::Tempo});
   EXPECT_THROW(planner::parse_strategies(""), core::InputError);
 }
 

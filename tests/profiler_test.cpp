@@ -88,14 +88,17 @@ TEST(Profiler, PerLayerBytesEqualHandComputedValues) {
 
 TEST(Profiler, DetectsWhichInputsALayerSaves) {
   models::Model model = make_stack();
-  const auto saves = profiler::detect_saved_inputs(model, model.make_batch(2, 1));
+  const auto saves = profiler::detect_saved_tensors(model, model.make_batch(2, 1)).inputs;
   // Cross-entropy keeps its log-probabilities, not the logits, and keeps the labels.
   const std::vector<std::vector<bool>> expected{{true}, {true}, {true}, {true}, {false, true}};
   EXPECT_EQ(saves, expected);
 
   auto bert = models::build_zoo_model(
       "bert", {{"preset", "tiny"}, {"hidden", "32"}, {"heads", "2"}, {"seq", "8"}, {"vocab", "50"}});
-  const auto bert_saves = profiler::detect_saved_inputs(bert, bert.make_batch(2, 1));
+  const auto bert_saved = profiler::detect_saved_tensors(bert, bert.make_batch(2, 1));
+  const auto& bert_saves = bert_saved.inputs;
+  bert.set_all_lean(true);
+  const auto lean_saved = profiler::detect_saved_tensors(bert, bert.make_batch(2, 1));
   for (std::size_t i = 0; i < bert.layers().size(); ++i) {
     const auto& layer = bert.layers()[i];
     SCOPED_TRACE(layer.name);
@@ -106,6 +109,12 @@ TEST(Profiler, DetectsWhichInputsALayerSaves) {
     }
     if (layer.kind == "gelu" || layer.kind == "layernorm" || layer.kind == "linear") {
       EXPECT_TRUE(bert_saves[i][0]);
+    }
+    // Tempo's GELU and LayerNorm keep their output instead of their input; standard ones do not.
+    if (layer.kind == "gelu" || layer.kind == "layernorm") {
+      EXPECT_FALSE(bert_saved.output[i]);
+      EXPECT_FALSE(lean_saved.inputs[i][0]);
+      EXPECT_TRUE(lean_saved.output[i]);
     }
   }
 }

@@ -16,11 +16,28 @@ inline core::Trace make_small_trace() {
     return core::LayerSample{{1000 * b, 2000 * b, per * b, per * b, per * b + 16, 2 * per * b, per * b, -per * b}, b, std::nullopt};
   };
   t.layers = {
-      {0, "fc", "linear", 0, {core::kModelInput}, {true}, 400, {sample(1, 32), sample(2, 32)}},
-      {1, "gelu", "gelu", 0, {0}, {true}, 0, {sample(1, 32), sample(2, 32)}},
-      {2, "loss", "loss", -1, {1, core::kTargetInput}, {false, true}, 0, {sample(1, 4), sample(2, 4)}},
+      {0, "fc", "linear", 0, {core::kModelInput}, {true}, 400, {sample(1, 32), sample(2, 32)}, std::nullopt},
+      {1, "gelu", "gelu", 0, {0}, {true}, 0, {sample(1, 32), sample(2, 32)}, std::nullopt},
+      {2, "loss", "loss", -1, {1, core::kTargetInput}, {false, true}, 0, {sample(1, 4), sample(2, 4)}, std::nullopt},
   };
   t.steps = {{1, 9000, 8000, 500, 300, 5000, 1200, 40, std::nullopt}, {2, 15000, 14000, 500, 300, 6000, 1200, 80, std::nullopt}};
+  return t;
+}
+
+// The same trace with a Tempo pass: the gelu layer's lean variant keeps an eighth of its input's
+// bytes (output kept by the loss anyway, plus a 1-byte mask) and releases its input.
+inline core::Trace make_small_tempo_trace() {
+  core::Trace t = make_small_trace();
+  core::LeanProfile lean{{false}, true, t.layers[1].samples};
+  for (auto& s : lean.samples) {
+    s.fwd_ns += 100;
+    s.bwd_ns += 300;
+    s.kept_bytes /= 8;
+    s.fwd_retained_bytes -= t.layers[0].samples[static_cast<std::size_t>(s.batch - 1)].output_bytes;
+  }
+  t.layers[1].tempo = lean;
+  t.tempo_steps = t.steps;
+  for (auto& step : t.tempo_steps) step.peak_bytes -= 16;
   return t;
 }
 
