@@ -167,9 +167,14 @@ struct Candidate {
 };
 
 // Tempo's layers in the order to make them lean: least extra time per byte saved first (the
-// greedy order for a knapsack of independent choices). A layer that saves nothing at this size is
-// left out.
-std::vector<int> tempo_order(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch) {
+// greedy order for a knapsack of independent choices); those measured no slower than the standard
+// layer come first, as `free` of them. A layer that saves nothing at this size is left out.
+struct TempoOrder {
+  std::vector<int> layers;
+  std::size_t free = 0;
+};
+
+TempoOrder tempo_order(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch) {
   const BatchCosts c = batch_costs(costs, batch);
   struct Entry {
     int layer;
@@ -182,15 +187,18 @@ std::vector<int> tempo_order(const core::CostModel& costs, const LayerGraph& gra
     const auto& lean = c.lean[static_cast<std::size_t>(i)];
     const std::int64_t saved = lean_saved_bytes(c, graph, i);
     if (saved <= 0) continue;
-    entries.push_back({i, saved, std::max<std::int64_t>(0, lean.fwd_ns + lean.bwd_ns - standard.fwd_ns - standard.bwd_ns)});
+    entries.push_back({i, saved, lean.fwd_ns + lean.bwd_ns - standard.fwd_ns - standard.bwd_ns});
   }
   std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    // a.extra/a.saved < b.extra/b.saved without division.
+    // a.extra/a.saved < b.extra/b.saved without division (saved > 0).
     return static_cast<double>(a.extra_ns) * static_cast<double>(b.saved) <
            static_cast<double>(b.extra_ns) * static_cast<double>(a.saved);
   });
-  std::vector<int> order;
-  for (const auto& e : entries) order.push_back(e.layer);
+  TempoOrder order;
+  for (const auto& e : entries) {
+    order.layers.push_back(e.layer);
+    order.free += e.extra_ns <= 0;
+  }
   return order;
 }
 
@@ -224,14 +232,14 @@ std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const L
   return std::nullopt;
 }
 
-// The fewest of `order`'s first layers lean that still fit `c`'s checkpointing under `limit`
-// (c fits with all of them). Fewer lean layers cost less time.
-void trim_lean(const core::CostModel& costs, const LayerGraph& graph, const std::vector<int>& order, std::int64_t limit,
+// The fewest of `order`'s first layers lean (but at least its free ones) that still fit `c`'s
+// checkpointing under `limit` (c fits with all of them). Past the free ones, fewer cost less time.
+void trim_lean(const core::CostModel& costs, const LayerGraph& graph, const TempoOrder& order, std::int64_t limit,
                Candidate& c) {
-  std::size_t lo = 0, hi = order.size();
+  std::size_t lo = order.free, hi = order.layers.size();
   while (lo < hi) {
     const std::size_t mid = lo + (hi - lo) / 2;
-    const auto lean = lean_prefix(order, mid, graph.size());
+    const auto lean = lean_prefix(order.layers, mid, graph.size());
     const auto p = predict_step(costs, graph, c.micro_batches, c.checkpointed, lean);
     if (p.peak_bytes <= limit) {
       hi = mid;
@@ -239,28 +247,30 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, const std:
       lo = mid + 1;
     }
   }
-  c.lean = effective_lean(graph, c.checkpointed, lean_prefix(order, hi, graph.size()));
+  c.lean = effective_lean(graph, c.checkpointed, lean_prefix(order.layers, hi, graph.size()));
   c.prediction = predict_step(costs, graph, c.micro_batches, c.checkpointed, c.lean);
 }
 
 // The fastest way to fit these micro-batches under `limit` with the allowed strategies, or
-// nothing: as they are; with Tempo's lean layers; with checkpointing, of the standard layers or of
-// the lean ones (a checkpointed block recomputes standard layers).
+// nothing: as they are; with Tempo's lean layers (those measured no slower always, the others as
+// needed); with checkpointing, of the standard layers or of the lean ones (a checkpointed block
+// recomputes standard layers).
 std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, std::vector<std::int64_t> micro,
                              std::int64_t limit, bool allow_checkpointing, bool allow_tempo) {
   const std::size_t blocks = graph.blocks().size();
   Candidate plain{std::move(micro), std::vector<bool>(blocks, false), {}, {}};
   plain.prediction = predict_step(costs, graph, plain.micro_batches, plain.checkpointed);
-  if (plain.prediction.peak_bytes <= limit) return plain;
+  const bool plain_fits = plain.prediction.peak_bytes <= limit;
+  if (plain_fits && !allow_tempo) return plain;
 
-  const std::vector<int> order =
-      allow_tempo ? tempo_order(costs, graph, plain.micro_batches.front()) : std::vector<int>{};
   std::optional<Candidate> best;
   const auto consider = [&best](Candidate c) {
     if (!best || c.prediction.step_ns < best->prediction.step_ns) best = std::move(c);
   };
-  const auto all_lean = lean_prefix(order, order.size(), graph.size());
-  if (!order.empty()) {
+  if (plain_fits) consider(plain);
+  const TempoOrder order = allow_tempo ? tempo_order(costs, graph, plain.micro_batches.front()) : TempoOrder{};
+  const auto all_lean = lean_prefix(order.layers, order.layers.size(), graph.size());
+  if (!order.layers.empty()) {
     Candidate c = plain;
     c.prediction = predict_step(costs, graph, c.micro_batches, c.checkpointed, all_lean);
     if (c.prediction.peak_bytes <= limit) {
@@ -268,9 +278,10 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
       consider(std::move(c));
     }
   }
-  if (allow_checkpointing) {
+  // Checkpointing only adds time where the step fits without it.
+  if (allow_checkpointing && !plain_fits) {
     if (auto c = fit_checkpointing(costs, graph, plain.micro_batches, limit, {})) consider(std::move(*c));
-    if (!order.empty()) {
+    if (!order.layers.empty()) {
       if (auto c = fit_checkpointing(costs, graph, plain.micro_batches, limit, all_lean)) {
         trim_lean(costs, graph, order, limit, *c);
         consider(std::move(*c));
@@ -357,7 +368,7 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     const std::vector<bool> no_checkpoints(graph.blocks().size(), false);
     std::int64_t least = predict_step(costs, graph, micro, no_checkpoints).peak_bytes;
     if (tempo) {
-      const auto order = tempo_order(costs, graph, micro.front());
+      const auto order = tempo_order(costs, graph, micro.front()).layers;
       least = std::min(least, predict_step(costs, graph, micro, no_checkpoints,
                                            lean_prefix(order, order.size(), graph.size())).peak_bytes);
     }

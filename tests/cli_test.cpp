@@ -133,7 +133,8 @@ TEST(Cli, BadPlanInputsExitWithTwo) {
   expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 0" + out), "--batch");
   expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies mbp,warp" + out), "'warp'");
   expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies infcl" + out), "not implemented yet");
-  expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies mbp,tempo" + out),
+  const std::string mlp = std::string(HEADROOM_TRACES_DIR) + "/cpu-mlp.json";
+  expect_one_line_error(run("plan " + mlp + " --budget 1GiB --batch 8 --strategies mbp,tempo" + out),
                         "the trace has no lean-layer measurements");
   EXPECT_FALSE(fs::exists(dir / "p.json"));
   fs::remove_all(dir);

@@ -6,6 +6,8 @@
 #include "executor/plan_runner.h"
 #include "models/fashion_mnist.h"
 #include "models/zoo.h"
+#include "planner/micro_batch_model.h"
+#include "planner/plan_search.h"
 #include "profiler/profiler.h"
 
 namespace headroom {
@@ -174,6 +176,46 @@ TEST(Executor, ReportsTheGradientCheck) {
   EXPECT_LT(report.gradient_check.max_rel_diff, 1e-5);
   EXPECT_GT(report.measured.peak_bytes, 0);
   EXPECT_GT(report.measured.samples_per_second, 0);
+}
+
+// Tempo end to end on a small bert profiled with its lean pass: under a budget between what the
+// all-lean and the standard step need, the standard step is refused, the planner's Tempo plan runs
+// within the budget, its peak is predicted to 5%, and its gradients are the standard layers'.
+TEST(Executor, TempoPlanRunsWhereTheStandardStepIsRefused) {
+  const core::Trace trace = small_bert_trace();
+  ASSERT_TRUE(trace.has_tempo());
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const std::int64_t batch = 16;
+  const std::vector<bool> none(graph.blocks().size(), false);
+  std::vector<bool> all(trace.layers.size(), false);
+  for (const int i : graph.lean_candidates()) all[static_cast<std::size_t>(i)] = true;
+  const std::int64_t standard = planner::predict_step(costs, graph, {batch}, none).peak_bytes;
+  const std::int64_t lean = planner::predict_step(costs, graph, {batch}, none, all).peak_bytes;
+  ASSERT_LT(lean, standard);
+  planner::PlanRequest request;
+  request.global_batch = batch;
+  request.budget_bytes = static_cast<std::int64_t>(static_cast<double>(lean + standard) / 2 / 0.95);
+  request.strategies = {planner::Strategy::Tempo};
+  const auto outcome = planner::plan_step(trace, request);
+  ASSERT_TRUE(outcome.plan) << outcome.reason;
+  int lean_layers = 0;
+  for (const auto& layer : outcome.plan->layers) lean_layers += layer.tempo;
+  EXPECT_GT(lean_layers, 0);
+
+  executor::ExecuteOptions options;
+  options.steps = 2;
+  const auto report = executor::execute(*outcome.plan, trace, "t", options);
+  ASSERT_EQ(report.status, "ok");
+  EXPECT_LE(report.measured.peak_bytes, request.budget_bytes);
+  EXPECT_LT(report.peak_rel_error, 0.05) << "predicted " << report.predicted.peak_bytes << ", measured "
+                                          << report.measured.peak_bytes;
+  ASSERT_TRUE(report.gradient_check.computed);
+  EXPECT_LT(report.gradient_check.max_rel_diff, 1e-5);
+
+  options.gradient_check = false;
+  const auto refused = executor::execute(plan_for(trace, request.budget_bytes, {batch}), trace, "t", options);
+  EXPECT_EQ(refused.status, "out_of_memory");
 }
 
 TEST(Executor, RejectsBadRequests) {

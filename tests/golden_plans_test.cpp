@@ -23,6 +23,7 @@ struct Case {
   std::string trace;
   std::int64_t batch;
   double budget_fraction;  // of the way from the static floor to the whole batch's need
+  std::string strategies = "mbp,checkpoint";
 };
 
 TEST(GoldenPlans, MatchExpectedFiles) {
@@ -31,6 +32,8 @@ TEST(GoldenPlans, MatchExpectedFiles) {
       {"cpu-mlp.json", 64, 0.2}, {"cpu-mlp.json", 64, 0.6},  {"cpu-cnn.json", 64, 0.1},  {"cpu-cnn.json", 64, 0.5},
       {"cpu-bert.json", 32, 0.1}, {"cpu-bert.json", 32, 0.4}, {"cpu-bert.json", 32, 1.1}, {"cpu-gpt.json", 32, 0.05},
       {"cpu-gpt.json", 32, 0.3}, {"cpu-gpt.json", 32, 0.7},
+      // Tempo with the others.
+      {"cpu-bert.json", 32, 0.4, "all"}, {"cpu-gpt.json", 32, 0.3, "all"},
   };
   for (const auto& c : cases) {
     const fs::path trace_path = fs::path(HEADROOM_TRACES_DIR) / c.trace;
@@ -42,6 +45,7 @@ TEST(GoldenPlans, MatchExpectedFiles) {
         planner::predict_step(costs, graph, {c.batch}, std::vector<bool>(graph.blocks().size(), false)).peak_bytes;
     planner::PlanRequest request;
     request.global_batch = c.batch;
+    request.strategies = planner::parse_strategies(c.strategies);
     // Round the budget to whole KiB so the golden files stay readable.
     request.budget_bytes = static_cast<std::int64_t>(floor / 0.95 + c.budget_fraction * static_cast<double>(whole - floor)) / 1024 * 1024;
     request.trace_path = "traces/" + c.trace;
@@ -50,7 +54,8 @@ TEST(GoldenPlans, MatchExpectedFiles) {
     ASSERT_TRUE(outcome.plan) << c.trace << " " << c.budget_fraction << ": " << outcome.reason;
 
     const std::string name = fs::path(c.trace).stem().string() + "-b" + std::to_string(c.batch) + "-" +
-                             std::to_string(static_cast<int>(c.budget_fraction * 100)) + ".json";
+                             std::to_string(static_cast<int>(c.budget_fraction * 100)) +
+                             (c.strategies == "mbp,checkpoint" ? "" : "-" + c.strategies) + ".json";
     const fs::path golden = fs::path(HEADROOM_GOLDEN_DIR) / name;
     const std::string actual = core::to_json(*outcome.plan).dump(1) + "\n";
     if (update) {

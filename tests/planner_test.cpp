@@ -196,7 +196,9 @@ TEST(PlanSearch, PlansFitAndMoreBudgetIsNeverSlower) {
     double previous_rate = 0;
     int planned = 0;
     for (const std::int64_t budget : budget_sweep(trace, batch, 40)) {
-      const auto outcome = planner::plan_step(trace, request(budget, batch));
+      // Micro-batching and checkpointing are searched exactly (every split, the DP); Tempo joins
+      // them greedily (TempoNeverMakesAPlanSlower covers it).
+      const auto outcome = planner::plan_step(trace, request(budget, batch, "mbp,checkpoint"));
       if (!outcome.plan) {
         EXPECT_EQ(previous_rate, 0) << "a smaller budget had a plan but " << budget << " has none";
         EXPECT_GT(outcome.smallest_budget, budget);
@@ -386,13 +388,144 @@ TEST(Simulator, AgreesWithThePlanner) {
       for (std::size_t k = 0; k < graph.blocks().size(); ++k) {
         for (const int b : outcome.plan->checkpointed_blocks) flags[k] = flags[k] || graph.blocks()[k].block == b;
       }
-      const auto schedule = planner::build_schedule(costs, graph, outcome.plan->micro_batches, flags);
+      const auto schedule = planner::build_schedule(costs, graph, outcome.plan->micro_batches, flags,
+                                                    planner::lean_flags(*outcome.plan, graph, name));
       const auto sim = simulator::simulate(schedule);
       EXPECT_EQ(sim.peak_bytes, outcome.plan->predicted.peak_bytes) << budget;
       EXPECT_NEAR(static_cast<double>(sim.makespan_ns) / 1e9, outcome.plan->predicted.step_seconds, 1e-9);
       // Memory returns to the resident state after the step.
       EXPECT_EQ(sim.memory.back().total(), costs.static_bytes());
     }
+  }
+}
+
+// Tempo: with every lean layer on, the planner's model reproduces the peak the profiler measured
+// in its all-lean pass, at every sampled size (the frees a lean layer moves included).
+TEST(Tempo, ModelReproducesTheLeanPassPeaks) {
+  for (const std::string name : {"cpu-bert.json", "cpu-gpt.json"}) {
+    const core::Trace trace = committed(name);
+    ASSERT_TRUE(trace.has_tempo()) << name;
+    const core::CostModel costs(trace);
+    const planner::LayerGraph graph(trace);
+    std::vector<bool> lean(trace.layers.size(), false);
+    for (const int i : graph.lean_candidates()) lean[static_cast<std::size_t>(i)] = true;
+    int lean_kinds = 0;
+    for (const auto& layer : trace.layers) lean_kinds += layer.tempo.has_value();
+    EXPECT_EQ(static_cast<int>(graph.lean_candidates().size()), lean_kinds) << name << ": every lean layer can be chosen alone";
+    for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) {
+      const std::vector<bool> none(graph.blocks().size(), false);
+      const auto p = planner::predict_step(costs, graph, {trace.batch_sizes[k]}, none, lean);
+      EXPECT_NEAR(static_cast<double>(p.peak_bytes) / static_cast<double>(trace.tempo_steps[k].peak_bytes), 1.0, 1e-3)
+          << name << " batch " << trace.batch_sizes[k];
+    }
+    // At the largest size Tempo keeps less.
+    EXPECT_LT(trace.tempo_steps.back().peak_bytes, trace.steps.back().peak_bytes) << name;
+  }
+}
+
+// Tempo is a per-layer choice: under a budget between the all-lean need and the standard need it
+// makes some layers lean, the plan fits, and the simulator agrees; with room to spare it makes none.
+TEST(Tempo, PlannerMakesLayersLeanOnlyAsNeeded) {
+  for (const std::string name : {"cpu-bert.json", "cpu-gpt.json"}) {
+    SCOPED_TRACE(name);
+    const core::Trace trace = committed(name);
+    const core::CostModel costs(trace);
+    const planner::LayerGraph graph(trace);
+    const std::int64_t batch = trace.batch_sizes.back();
+    const std::vector<bool> none(graph.blocks().size(), false);
+    std::vector<bool> all(trace.layers.size(), false);
+    for (const int i : graph.lean_candidates()) all[static_cast<std::size_t>(i)] = true;
+    const std::int64_t standard = planner::predict_step(costs, graph, {batch}, none).peak_bytes;
+    const std::int64_t lean = planner::predict_step(costs, graph, {batch}, none, all).peak_bytes;
+    ASSERT_LT(lean, standard);
+    // A budget whose limit after the 5% margin sits halfway between the two needs.
+    const auto budget = static_cast<std::int64_t>(static_cast<double>(lean + standard) / 2 / 0.95);
+    EXPECT_FALSE(planner::plan_step(trace, request(budget, batch, "none")).plan);
+    const auto outcome = planner::plan_step(trace, request(budget, batch, "tempo"));
+    ASSERT_TRUE(outcome.plan) << outcome.reason;
+    const core::Plan& plan = *outcome.plan;
+    EXPECT_EQ(plan.micro_batches, std::vector<std::int64_t>{batch});
+    EXPECT_EQ(plan.strategies, std::vector<std::string>{"tempo"});
+    int lean_layers = 0;
+    for (const auto& layer : plan.layers) {
+      if (!layer.tempo) continue;
+      ++lean_layers;
+      EXPECT_TRUE(graph.can_be_lean(layer.id)) << layer.name;
+    }
+    EXPECT_GT(lean_layers, 0);
+    EXPECT_LE(lean_layers, static_cast<int>(graph.lean_candidates().size()));
+    EXPECT_LE(plan.predicted.peak_bytes, plan.budget_bytes - plan.margin_bytes);
+    const auto sim = simulator::simulate(planner::plan_schedule(trace, plan, name));
+    EXPECT_EQ(sim.peak_bytes, plan.predicted.peak_bytes);
+    // The choices survive the plan file; a plan from before Tempo (no flags) has nothing lean.
+    auto document = core::to_json(plan);
+    EXPECT_EQ(core::plan_from_json(document), plan);
+    for (auto& layer : document["layers"]) layer.erase("tempo");
+    for (const auto& layer : core::plan_from_json(document).layers) EXPECT_FALSE(layer.tempo);
+
+    // Enough budget for the standard step: lean only where the lean variant was measured no slower.
+    const auto roomy = planner::plan_step(trace, request(standard * 2, batch, "tempo"));
+    ASSERT_TRUE(roomy.plan);
+    for (const auto& layer : roomy.plan->layers) {
+      if (!layer.tempo) continue;
+      const auto i = static_cast<std::size_t>(layer.id);
+      const auto s = costs.layer(i, batch), l = costs.lean_layer(i, batch);
+      EXPECT_LE(l.fwd_ns + l.bwd_ns, s.fwd_ns + s.bwd_ns) << layer.name;
+    }
+    // Tempo lowers the least budget that fits, with and without the other strategies.
+    EXPECT_LT(planner::plan_step(trace, request(1, batch, "tempo")).smallest_budget,
+              planner::plan_step(trace, request(1, batch, "none")).smallest_budget);
+    EXPECT_LE(planner::plan_step(trace, request(1, batch, "all")).smallest_budget,
+              planner::plan_step(trace, request(1, batch, "mbp,checkpoint")).smallest_budget);
+  }
+}
+
+// Allowing Tempo never makes a plan slower or infeasible: the search without it is part of the
+// search with it.
+TEST(Tempo, NeverMakesAPlanSlower) {
+  for (const std::string name : {"cpu-bert.json", "cpu-gpt.json"}) {
+    SCOPED_TRACE(name);
+    const core::Trace trace = committed(name);
+    int with_tempo = 0;
+    for (const std::int64_t budget : budget_sweep(trace, 32, 40)) {
+      const auto without = planner::plan_step(trace, request(budget, 32, "mbp,checkpoint"));
+      const auto with = planner::plan_step(trace, request(budget, 32, "all"));
+      if (!without.plan) {
+        EXPECT_LE(with.smallest_budget, without.smallest_budget) << budget;
+        continue;
+      }
+      ASSERT_TRUE(with.plan) << budget;
+      EXPECT_LE(with.plan->predicted.peak_bytes, with.plan->budget_bytes - with.plan->margin_bytes);
+      EXPECT_GE(with.plan->predicted.samples_per_second, without.plan->predicted.samples_per_second * (1 - 1e-12))
+          << budget;
+      for (const auto& layer : with.plan->layers) with_tempo += layer.tempo;
+    }
+    EXPECT_GT(with_tempo, 0);
+  }
+}
+
+// A plan that makes a layer lean whose lean variant the trace did not measure is bad input.
+TEST(Tempo, LeanFlagOnALayerWithoutAVariantIsRejected) {
+  const core::Trace trace = committed("cpu-bert.json");
+  const planner::LayerGraph graph(trace);
+  auto outcome = planner::plan_step(trace, request(1LL << 40, 4));
+  ASSERT_TRUE(outcome.plan);
+  core::Plan plan = *outcome.plan;
+  int linear = -1;
+  for (const auto& layer : trace.layers) {
+    if (layer.kind == "linear") {
+      linear = layer.id;
+      break;
+    }
+  }
+  ASSERT_GE(linear, 0);
+  plan.layers[static_cast<std::size_t>(linear)].tempo = true;
+  try {
+    planner::lean_flags(plan, graph, "p.json");
+    FAIL() << "expected an InputError";
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("p.json: $.layers[" + std::to_string(linear) + "].tempo"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -123,8 +123,11 @@ QWidget* MainWindow::build_controls() {
   batch_->setKeyboardTracking(false);
   micro_batching_ = new QCheckBox("micro-batching (mbp)", step_box);
   checkpointing_ = new QCheckBox("activation checkpointing", step_box);
+  tempo_ = new QCheckBox("Tempo memory-lean layers", step_box);
+  tempo_->setToolTip("needs a trace with the lean pass (bert, gpt profiled without --no-tempo)");
   micro_batching_->setChecked(true);
   checkpointing_->setChecked(true);
+  tempo_->setChecked(true);
   optimizer_ = new QComboBox(step_box);
   optimizer_->setObjectName("optimizerBox");
   optimizer_->addItems({"sgd", "adam"});
@@ -132,6 +135,7 @@ QWidget* MainWindow::build_controls() {
   form->addRow("global batch", batch_);
   form->addRow("strategies", micro_batching_);
   form->addRow("", checkpointing_);
+  form->addRow("", tempo_);
   form->addRow("optimizer", optimizer_);
 
   timing_ = new QLabel(panel);
@@ -157,6 +161,7 @@ QWidget* MainWindow::build_controls() {
   });
   connect(micro_batching_, &QCheckBox::toggled, this, &MainWindow::replan);
   connect(checkpointing_, &QCheckBox::toggled, this, &MainWindow::replan);
+  connect(tempo_, &QCheckBox::toggled, this, &MainWindow::replan);
   connect(optimizer_, &QComboBox::currentTextChanged, this, &MainWindow::replan);
   return panel;
 }
@@ -241,6 +246,7 @@ PlanInputs MainWindow::inputs() const {
   in.strategies.clear();
   if (micro_batching_->isChecked()) in.strategies.insert(planner::Strategy::MicroBatching);
   if (checkpointing_->isChecked()) in.strategies.insert(planner::Strategy::Checkpointing);
+  if (tempo_->isChecked()) in.strategies.insert(planner::Strategy::Tempo);
   in.optimizer = optimizer_->currentText().toStdString();
   return in;
 }

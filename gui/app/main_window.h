@@ -76,6 +76,7 @@ class MainWindow : public QMainWindow {
   QSpinBox* batch_;
   QCheckBox* micro_batching_;
   QCheckBox* checkpointing_;
+  QCheckBox* tempo_;
   QComboBox* optimizer_;
   QLabel* timing_;
   MemoryChart* memory_chart_;

@@ -20,6 +20,7 @@ QString choice_text(int choice) {
   switch (choice) {
     case 1: return QStringLiteral("stored");
     case 2: return QStringLiteral("checkpointed");
+    case 3: return QStringLiteral("lean (tempo)");
     default: return QStringLiteral("-");
   }
 }
@@ -55,7 +56,8 @@ void LayerTableModel::recompute_plan_columns() {
     const auto cost = costs.layer(i, timing_batch_);
     rows_[i].fwd_ns = cost.fwd_ns;
     rows_[i].bwd_ns = cost.bwd_ns;
-    rows_[i].choice = !plan_ ? 0 : (i < plan_->layers.size() && plan_->layers[i].checkpoint ? 2 : 1);
+    const core::LayerChoice* choice = plan_ && i < plan_->layers.size() ? &plan_->layers[i] : nullptr;
+    rows_[i].choice = !plan_ ? 0 : (choice != nullptr && choice->checkpoint ? 2 : (choice != nullptr && choice->tempo ? 3 : 1));
   }
 }
 

@@ -20,7 +20,9 @@ namespace headroom::gui {
 struct PlanInputs {
   std::int64_t budget_bytes = 0;
   std::int64_t global_batch = 0;
-  std::set<planner::Strategy> strategies{planner::Strategy::MicroBatching, planner::Strategy::Checkpointing};
+  // What `headroom plan` applies by default ("all"); Tempo only where the trace measured it.
+  std::set<planner::Strategy> strategies{planner::Strategy::MicroBatching, planner::Strategy::Checkpointing,
+                                         planner::Strategy::Tempo};
   std::string optimizer;  // empty: the trace's
   double margin_fraction = 0.05;
   bool operator==(const PlanInputs&) const = default;
