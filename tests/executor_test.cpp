@@ -211,7 +211,13 @@ TEST(Executor, TempoPlanRunsWhereTheStandardStepIsRefused) {
   EXPECT_LT(report.peak_rel_error, 0.05) << "predicted " << report.predicted.peak_bytes << ", measured "
                                           << report.measured.peak_bytes;
   ASSERT_TRUE(report.gradient_check.computed);
-  EXPECT_LT(report.gradient_check.max_rel_diff, 1e-5);
+  // LayerNorm and attention are exact to fp32 rounding; a lean GELU is off by up to 2.5e-4 in its
+  // derivative near the minimum (fp32's rounding of the saved output), which shows in gradients.
+  bool lean_gelu = false;
+  for (const auto& layer : outcome.plan->layers) {
+    lean_gelu |= layer.tempo && trace.layers[static_cast<std::size_t>(layer.id)].kind == "gelu";
+  }
+  EXPECT_LT(report.gradient_check.max_rel_diff, lean_gelu ? 1e-4 : 1e-5);
 
   options.gradient_check = false;
   const auto refused = executor::execute(plan_for(trace, request.budget_bytes, {batch}), trace, "t", options);
