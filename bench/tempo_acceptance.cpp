@@ -95,8 +95,7 @@ int batch() {
     const core::Trace trace = committed(name);
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
-    std::vector<bool> all(trace.layers.size(), false);
-    for (const int i : graph.lean_candidates()) all[static_cast<std::size_t>(i)] = true;
+    const std::vector<bool> all = graph.all_lean();
     const std::vector<bool> none(graph.blocks().size(), false);
     // Budgets: the standard step's need at the largest sampled batch, times 1, 1.5 and 2 of the
     // part above the static state.
@@ -137,8 +136,7 @@ int plans(int steps) {
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
     const std::vector<bool> none(graph.blocks().size(), false);
-    std::vector<bool> all(trace.layers.size(), false);
-    for (const int i : graph.lean_candidates()) all[static_cast<std::size_t>(i)] = true;
+    const std::vector<bool> all = graph.all_lean();
     const std::int64_t standard = planner::predict_step(costs, graph, {c.batch}, none).peak_bytes;
     const std::int64_t lean = planner::predict_step(costs, graph, {c.batch}, none, all).peak_bytes;
     using S = planner::Strategy;

@@ -28,6 +28,7 @@ class CostModel {
   LayerCost layer(std::size_t index, std::int64_t batch) const;
   // The layer's Tempo variant (the trace's lean profile of it); the standard cost where it has none.
   LayerCost lean_layer(std::size_t index, std::int64_t batch) const;
+  bool has_lean_variant(std::size_t index) const { return lean_layers_[index].has_value(); }
 
   // Parameters, gradients and optimizer state: allocated once, independent of batch size.
   std::int64_t param_bytes() const { return param_bytes_; }

@@ -130,6 +130,12 @@ std::vector<int> LayerGraph::lean_candidates() const {
   return out;
 }
 
+std::vector<bool> LayerGraph::all_lean() const {
+  std::vector<bool> out(lean_.size(), false);
+  for (std::size_t i = 0; i < lean_.size(); ++i) out[i] = lean_[i].eligible;
+  return out;
+}
+
 int LayerGraph::last_reader(int layer) const {
   const auto& r = readers_[static_cast<std::size_t>(layer)];
   return r.empty() ? -1 : *std::max_element(r.begin(), r.end());

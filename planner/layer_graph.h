@@ -56,6 +56,8 @@ class LayerGraph {
   }
   const HeldOutput& held_output(int layer) const { return lean_[static_cast<std::size_t>(layer)].held; }
   std::vector<int> lean_candidates() const;
+  // One flag per layer: every layer that can be lean, lean.
+  std::vector<bool> all_lean() const;
   // Layers before the first block / after the last block.
   int first_block_layer() const;
   int last_block_layer() const;

@@ -43,7 +43,8 @@ BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch) {
   out.lean.reserve(costs.layer_count());
   for (std::size_t i = 0; i < costs.layer_count(); ++i) {
     out.layers.push_back(costs.layer(i, batch));
-    out.lean.push_back(costs.lean_layer(i, batch));
+    // Only layers with a lean profile are evaluated twice.
+    out.lean.push_back(costs.has_lean_variant(i) ? costs.lean_layer(i, batch) : out.layers.back());
   }
   return out;
 }
@@ -59,16 +60,23 @@ std::int64_t lean_saved_bytes(const BatchCosts& costs, const LayerGraph& graph, 
   return saved;
 }
 
-std::vector<bool> effective_lean(const LayerGraph& graph, const std::vector<bool>& checkpointed,
+namespace {
+
+std::vector<bool> effective_lean(const LayerGraph& graph, const std::vector<const BlockSpan*>& span_of,
                                  const std::vector<bool>& lean) {
-  const std::size_t n = graph.size();
-  std::vector<bool> out(n, false);
-  if (lean.empty()) return out;
-  const auto span_of = checkpointed_span_of(graph, checkpointed, n);
-  for (std::size_t i = 0; i < n && i < lean.size(); ++i) {
+  std::vector<bool> out(graph.size(), false);
+  for (std::size_t i = 0; i < out.size() && i < lean.size(); ++i) {
     out[i] = lean[i] && span_of[i] == nullptr && graph.can_be_lean(static_cast<int>(i));
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<bool> effective_lean(const LayerGraph& graph, const std::vector<bool>& checkpointed,
+                                 const std::vector<bool>& lean) {
+  if (lean.empty()) return std::vector<bool>(graph.size(), false);
+  return effective_lean(graph, checkpointed_span_of(graph, checkpointed, graph.size()), lean);
 }
 
 std::vector<Op> micro_batch_ops(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
@@ -83,19 +91,22 @@ std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph
   const double scale = costs.scale;
   const auto span_of = checkpointed_span_of(graph, checkpointed, n);
   // A lean layer runs at its Tempo cost, and an input it no longer keeps is freed by its last
-  // reader's forward (measured there as a smaller net change).
-  std::vector<core::LayerCost> cost = costs.layers;
-  const auto lean_now = effective_lean(graph, checkpointed, lean);
-  for (std::size_t i = 0; i < n; ++i) {
+  // reader's forward (measured there as a smaller net change). Without lean layers the costs are
+  // used as they are, not copied.
+  const auto lean_now = effective_lean(graph, span_of, lean);
+  std::vector<core::LayerCost> adjusted;
+  if (std::find(lean_now.begin(), lean_now.end(), true) != lean_now.end()) adjusted = costs.layers;
+  const std::vector<core::LayerCost>& cost = adjusted.empty() ? costs.layers : adjusted;
+  for (std::size_t i = 0; i < n && !adjusted.empty(); ++i) {
     if (!lean_now[i]) continue;
-    cost[i] = costs.lean[i];
+    adjusted[i] = costs.lean[i];
     for (const auto& released : graph.released_inputs(static_cast<int>(i))) {
-      cost[static_cast<std::size_t>(released.freed_by)].fwd_retained_bytes -=
+      adjusted[static_cast<std::size_t>(released.freed_by)].fwd_retained_bytes -=
           costs.layers[static_cast<std::size_t>(released.producer)].output_bytes;
     }
     const HeldOutput& held = graph.held_output(static_cast<int>(i));
     if (held.released_by >= 0) {
-      auto& releaser = cost[static_cast<std::size_t>(held.released_by)];
+      auto& releaser = adjusted[static_cast<std::size_t>(held.released_by)];
       (held.in_backward ? releaser.bwd_retained_bytes : releaser.fwd_retained_bytes) += costs.layers[i].output_bytes;
     }
   }

@@ -188,8 +188,7 @@ TEST(Executor, TempoPlanRunsWhereTheStandardStepIsRefused) {
   const planner::LayerGraph graph(trace);
   const std::int64_t batch = 16;
   const std::vector<bool> none(graph.blocks().size(), false);
-  std::vector<bool> all(trace.layers.size(), false);
-  for (const int i : graph.lean_candidates()) all[static_cast<std::size_t>(i)] = true;
+  const std::vector<bool> all = graph.all_lean();
   const std::int64_t standard = planner::predict_step(costs, graph, {batch}, none).peak_bytes;
   const std::int64_t lean = planner::predict_step(costs, graph, {batch}, none, all).peak_bytes;
   ASSERT_LT(lean, standard);

@@ -407,8 +407,7 @@ TEST(Tempo, ModelReproducesTheLeanPassPeaks) {
     ASSERT_TRUE(trace.has_tempo()) << name;
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
-    std::vector<bool> lean(trace.layers.size(), false);
-    for (const int i : graph.lean_candidates()) lean[static_cast<std::size_t>(i)] = true;
+    const std::vector<bool> lean = graph.all_lean();
     int lean_kinds = 0;
     for (const auto& layer : trace.layers) lean_kinds += layer.tempo.has_value();
     EXPECT_EQ(static_cast<int>(graph.lean_candidates().size()), lean_kinds) << name << ": every lean layer can be chosen alone";
@@ -433,8 +432,7 @@ TEST(Tempo, PlannerMakesLayersLeanOnlyAsNeeded) {
     const planner::LayerGraph graph(trace);
     const std::int64_t batch = trace.batch_sizes.back();
     const std::vector<bool> none(graph.blocks().size(), false);
-    std::vector<bool> all(trace.layers.size(), false);
-    for (const int i : graph.lean_candidates()) all[static_cast<std::size_t>(i)] = true;
+    const std::vector<bool> all = graph.all_lean();
     const std::int64_t standard = planner::predict_step(costs, graph, {batch}, none).peak_bytes;
     const std::int64_t lean = planner::predict_step(costs, graph, {batch}, none, all).peak_bytes;
     ASSERT_LT(lean, standard);
