@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages headroom builds and runs with. Safe to run again: apt-get skips
-# what is already installed. Needs root (or sudo).
+# Installs the Debian 12 packages headroom builds and runs with, then checks that they are enough:
+# every find_package of the default build resolves (scripts/dependency-probe, which reads the same
+# list as the build, cmake/dependencies.cmake) and every file the tests read at run time is there.
+# Safe to run again: apt-get skips what is already installed. Needs root (or sudo).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -9,10 +12,12 @@ packages=(
   # libtorch's CPU matrix products go through BLAS; without the pthread OpenBLAS they are ~50x slower.
   libopenblas0-pthread
   libboost-graph-dev
-  qt6-base-dev qt6-charts-dev libgl-dev
+  # Qt 6 Charts' CMake config needs Qt 6 OpenGL's development files, which --no-install-recommends
+  # does not bring along with qt6-charts-dev.
+  qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
   # The GUI tests run headless on the offscreen platform plugin, and draw text with a real font.
   qt6-qpa-plugins fonts-dejavu-core
-  nlohmann-json3-dev libcli11-dev libspdlog-dev
+  nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   xvfb
   zlib1g-dev
@@ -29,8 +34,37 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages already installed"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "install-deps: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# What the packages must have put in place. A package list that falls short names the package here,
+# not in a build error later.
+problems=0
+probe=$(mktemp -d)
+trap 'rm -rf "$probe"' EXIT
+if ! cmake -S scripts/dependency-probe -B "$probe" -G Ninja >"$probe/log" 2>&1; then
+  grep -E "missing:|cannot configure|Error" "$probe/log" | sed 's/^-- /install-deps: /' >&2
+  problems=1
+fi
+multiarch=$(gcc -print-multiarch)
+runtime_files=(
+  "libopenblas0-pthread:/usr/lib/$multiarch/openblas-pthread/libblas.so.3"
+  "qt6-qpa-plugins:/usr/lib/$multiarch/qt6/plugins/platforms/libqoffscreen.so"
+  "fonts-dejavu-core:/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+  "dataset-fashion-mnist:/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
+  "xvfb:/usr/bin/xvfb-run"
+)
+for entry in "${runtime_files[@]}"; do
+  if [ ! -e "${entry#*:}" ]; then
+    echo "install-deps: ${entry#*:} is missing (Debian package ${entry%%:*})" >&2
+    problems=1
+  fi
+done
+if [ "$problems" -ne 0 ]; then
+  echo "install-deps: the packages above are not enough for the default build and its tests" >&2
+  exit 1
+fi
+echo "install-deps: every package the build and tests need is there"
