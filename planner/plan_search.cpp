@@ -8,6 +8,7 @@
 #include "core/units.h"
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
+#include "planner/plan_explanation.h"
 
 namespace headroom::planner {
 
@@ -291,14 +292,9 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
   return best;
 }
 
-std::string describe(const Candidate& c) {
-  std::ostringstream out;
-  out << c.micro_batches.size() << " micro-batch" << (c.micro_batches.size() > 1 ? "es" : "") << " of "
-      << c.micro_batches.front();
-  if (c.micro_batches.back() != c.micro_batches.front()) out << "/" << c.micro_batches.back();
-  out << ", " << c.checkpointed_count() << " checkpointed block" << (c.checkpointed_count() == 1 ? "" : "s");
-  if (c.lean_count() > 0) out << ", " << c.lean_count() << " lean layer" << (c.lean_count() == 1 ? "" : "s");
-  return out.str();
+WeighedStep weighed(const Candidate& c, std::int64_t global_batch) {
+  return {c.micro_batches, c.checkpointed_count(), c.lean_count(),
+          {c.prediction.peak_bytes, static_cast<double>(c.prediction.step_ns) / 1e9, c.samples_per_second(global_batch)}};
 }
 
 }  // namespace
@@ -389,18 +385,13 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     outcome.smallest_budget = budget_for(least);
     std::string applied;
     for (const auto s : request.strategies) applied += (applied.empty() ? "" : ",") + strategy_name(s);
-    const std::int64_t floor_bytes = costs.static_bytes() + costs.optimizer_transient_bytes();
-    outcome.reason = "no plan fits " + core::format_bytes(request.budget_bytes) + " (" + core::format_bytes(limit) +
-                     " after the margin)" +
-                     (limit < floor_bytes ? ", which is below the parameters, gradients and optimizer state with the "
-                                            "optimizer's temporaries (" + core::format_bytes(floor_bytes) + ")"
-                                          : "") +
-                     "; with strategies " + (applied.empty() ? "none" : applied) + " the step needs at least " +
-                     core::format_bytes(least) + ", so the budget must be at least " +
-                     core::format_bytes(outcome.smallest_budget);
+    outcome.reason = infeasible_reason(request.budget_bytes, limit, costs.static_bytes() + costs.optimizer_transient_bytes(),
+                                       applied, least, outcome.smallest_budget);
     return outcome;
   }
 
+  // Splits were tried fewest micro-batches first: the first that fits has the largest micro-batches.
+  const Candidate largest_fitting = fits.front();
   std::stable_sort(fits.begin(), fits.end(), [&](const Candidate& a, const Candidate& b) {
     const double ra = a.samples_per_second(request.global_batch), rb = b.samples_per_second(request.global_batch);
     if (ra != rb) return ra > rb;
@@ -459,44 +450,29 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   plan.predicted.samples_per_second = best.samples_per_second(request.global_batch);
   plan.peak_at = best.prediction.peak_at;
 
-  // Why: what the whole batch would need, and what the next larger micro-batch would need.
-  const auto whole = predict_step(costs, graph, {request.global_batch}, std::vector<bool>(blocks.size(), false));
-  if (best.micro_batches.size() == 1 && best.checkpointed_count() == 0 && best.lean_count() == 0) {
-    plan.binding_constraint = "none: the whole batch fits (" + core::format_bytes(whole.peak_bytes) + " of " +
-                              core::format_bytes(limit) + " after the margin)";
-  } else {
-    plan.binding_constraint = "memory: the whole batch without strategies needs " + core::format_bytes(whole.peak_bytes) +
-                              ", over the " + core::format_bytes(limit) + " left after the " + core::format_bytes(margin) +
-                              " margin";
-    if (best.checkpointed_count() > 0) {
-      plan.binding_constraint += "; without checkpointing micro-batches of " + std::to_string(best.micro_batches.front()) +
-                                 " need " +
-                                 core::format_bytes(predict_step(costs, graph, best.micro_batches,
-                                                                 std::vector<bool>(blocks.size(), false), best.lean)
-                                                        .peak_bytes);
-    }
-    if (best.lean_count() > 0) {
-      const int candidates = static_cast<int>(graph.lean_candidates().size());
-      plan.binding_constraint += "; without Tempo's " + std::to_string(best.lean_count()) + " lean layer" +
-                                 (best.lean_count() == 1 ? "" : "s") + " (of " + std::to_string(candidates) +
-                                 " that have one) they need " +
-                                 core::format_bytes(predict_step(costs, graph, best.micro_batches, best.checkpointed).peak_bytes);
-    }
+  ChoiceFacts facts;
+  facts.limit_bytes = limit;
+  facts.margin_bytes = margin;
+  facts.chosen = weighed(best, request.global_batch);
+  facts.largest_fitting = weighed(largest_fitting, request.global_batch);
+  const std::vector<bool> no_checkpoints(blocks.size(), false);
+  const auto whole = predict_step(costs, graph, {request.global_batch}, no_checkpoints);
+  facts.whole_batch = {{request.global_batch}, 0, 0,
+                       {whole.peak_bytes, static_cast<double>(whole.step_ns) / 1e9,
+                        static_cast<double>(request.global_batch) * 1e9 / static_cast<double>(whole.step_ns)}};
+  if (best.checkpointed_count() > 0) {
+    facts.peak_without_checkpointing = predict_step(costs, graph, best.micro_batches, no_checkpoints, best.lean).peak_bytes;
   }
-  for (std::size_t i = 1; i < fits.size() && plan.runner_ups.size() < 3; ++i) {
-    const Candidate& c = fits[i];
-    core::RunnerUp up;
-    up.micro_batch = c.micro_batches.front();
-    up.checkpointed_blocks = c.checkpointed_count();
-    up.predicted = {c.prediction.peak_bytes, static_cast<double>(c.prediction.step_ns) / 1e9,
-                    c.samples_per_second(request.global_batch)};
-    std::ostringstream verdict;
-    verdict.precision(3);
-    verdict << describe(c) << ": slower (" << up.predicted.samples_per_second << " vs "
-            << plan.predicted.samples_per_second << " samples/s)";
-    up.verdict = verdict.str();
-    plan.runner_ups.push_back(up);
+  if (best.lean_count() > 0) {
+    facts.peak_without_tempo = predict_step(costs, graph, best.micro_batches, best.checkpointed).peak_bytes;
+    facts.lean_candidates = static_cast<int>(graph.lean_candidates().size());
+    const TempoOrder order = tempo_order(costs, graph, best.micro_batches.front());
+    for (std::size_t k = 0; k < order.free; ++k) facts.lean_measured_faster += best.lean[static_cast<std::size_t>(order.layers[k])];
   }
+  plan.binding_constraint = binding_constraint(facts);
+  std::vector<WeighedStep> losers;
+  for (std::size_t i = 1; i < fits.size(); ++i) losers.push_back(weighed(fits[i], request.global_batch));
+  plan.runner_ups = runner_ups(losers, facts.chosen, 3);
   outcome.plan = std::move(plan);
   return outcome;
 }

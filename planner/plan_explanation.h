@@ -1,0 +1,55 @@
+#pragma once
+// The prose a plan carries: why it is what it is (memory or speed), why nothing fits, and how the
+// plans it beat compare. Built from plain numbers the search found, so it is tested on its own.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/plan.h"
+
+namespace headroom::planner {
+
+// One way of running the step the search weighed, as the explanation speaks of it.
+struct WeighedStep {
+  std::vector<std::int64_t> micro_batches;
+  int checkpointed_blocks = 0;
+  int lean_layers = 0;
+  core::PlanPrediction predicted;
+};
+
+// "2 micro-batches of 16, 1 checkpointed block, 3 lean layers"
+std::string describe(const WeighedStep& step);
+
+struct ChoiceFacts {
+  std::int64_t limit_bytes = 0;   // the budget less the margin
+  std::int64_t margin_bytes = 0;
+  WeighedStep chosen;
+  // The whole batch as one step with nothing applied, fitting or not.
+  WeighedStep whole_batch;
+  // The fastest way to fit with the fewest micro-batches (the largest micro-batch that fits).
+  WeighedStep largest_fitting;
+  // The chosen micro-batches' peak without checkpointing (its lean layers kept): set when it
+  // checkpoints.
+  std::optional<std::int64_t> peak_without_checkpointing;
+  // The chosen micro-batches' peak without lean layers (its checkpointing kept): set when it has some.
+  std::optional<std::int64_t> peak_without_tempo;
+  int lean_candidates = 0;        // layers of the trace with a lean variant
+  int lean_measured_faster = 0;   // of the chosen lean layers, those measured no slower than standard
+};
+
+// Whether memory or speed decided the plan, naming the alternative it beat and by how much:
+// "none: …" (the whole batch as it is), "speed: …" (the whole batch fits, the plan is faster) or
+// "memory: …" (the whole batch does not fit; then what memory forced and what speed chose).
+std::string binding_constraint(const ChoiceFacts& facts);
+
+// Why nothing fits: the budget, the static floor when the limit is below it, the least peak the
+// allowed strategies reach and the budget that would hold it.
+std::string infeasible_reason(std::int64_t budget_bytes, std::int64_t limit_bytes, std::int64_t floor_bytes,
+                              const std::string& strategies, std::int64_t least_peak, std::int64_t smallest_budget);
+
+// The plans that lost, best first, at most `count`, each with its verdict against the chosen one.
+std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, const WeighedStep& chosen,
+                                       std::size_t count);
+
+}  // namespace headroom::planner

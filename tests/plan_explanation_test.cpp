@@ -1,0 +1,98 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "planner/plan_explanation.h"
+#include "planner/plan_search.h"
+
+namespace headroom {
+namespace {
+
+namespace fs = std::filesystem;
+using planner::ChoiceFacts;
+using planner::WeighedStep;
+
+constexpr std::int64_t MiB = 1 << 20;
+
+WeighedStep step(std::vector<std::int64_t> micro, std::int64_t peak_mib, double samples_per_second,
+                 int checkpointed = 0, int lean = 0) {
+  return {std::move(micro), checkpointed, lean, {peak_mib * MiB, 1.0, samples_per_second}};
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(PlanExplanation, TheWholeBatchAsItIsBindsNothing) {
+  ChoiceFacts f{.limit_bytes = 1000 * MiB, .margin_bytes = 50 * MiB};
+  f.chosen = f.whole_batch = f.largest_fitting = step({32}, 578, 20.0);
+  EXPECT_EQ(planner::binding_constraint(f), "none: the whole batch fits (578 MiB of 1000 MiB left after the 50.0 MiB margin)");
+}
+
+TEST(PlanExplanation, AFasterPlanWhereTheWholeBatchFitsIsChosenForSpeed) {
+  ChoiceFacts f{.limit_bytes = 2000 * MiB, .margin_bytes = 100 * MiB};
+  f.whole_batch = f.largest_fitting = step({32}, 578, 20.0);
+  f.chosen = step({8, 8, 8, 8}, 250, 25.0);
+  const std::string why = planner::binding_constraint(f);
+  EXPECT_EQ(why.rfind("speed: ", 0), 0u) << why;
+  EXPECT_FALSE(has(why, "memory")) << why;
+  // Names the alternative it beat and by how much.
+  EXPECT_TRUE(has(why, "4 micro-batches of 8, 0 checkpointed blocks run at 25 samples/s, 25.0% faster than the whole batch with nothing applied (20 samples/s)")) << why;
+  EXPECT_TRUE(has(why, "which also fits (578 MiB of")) << why;
+}
+
+TEST(PlanExplanation, LeanLayersMeasuredFasterAreUsedForSpeed) {
+  ChoiceFacts f{.limit_bytes = 2000 * MiB, .margin_bytes = 100 * MiB, .lean_candidates = 8, .lean_measured_faster = 4};
+  f.whole_batch = f.largest_fitting = step({32}, 578, 20.0);
+  f.chosen = step({32}, 560, 21.0, 0, 4);
+  const std::string why = planner::binding_constraint(f);
+  EXPECT_EQ(why.rfind("speed: the whole batch with 4 lean layers runs at 21 samples/s, 5.0% faster", 0), 0u) << why;
+  EXPECT_TRUE(has(why, "the 4 lean layers measured no slower than the standard ones are always used")) << why;
+}
+
+TEST(PlanExplanation, MemoryNamesWhatItForcedAndWhatSpeedChose) {
+  ChoiceFacts f{.limit_bytes = 300 * MiB, .margin_bytes = 15 * MiB};
+  f.whole_batch = step({32}, 578, 20.0);
+  // Micro-batches of 16 fit only with checkpointing; plain ones of 8 are faster.
+  f.largest_fitting = step({16, 16}, 290, 18.0, 2);
+  f.chosen = step({8, 8, 8, 8}, 250, 19.8);
+  std::string why = planner::binding_constraint(f);
+  EXPECT_EQ(why.rfind("memory: the whole batch with nothing applied needs 578 MiB, over the 300 MiB left", 0), 0u) << why;
+  EXPECT_TRUE(has(why, "the largest micro-batches that fit are of 16 (2 checkpointed blocks, 18 samples/s), but "
+                       "micro-batches of 8 (nothing applied) are 10.0% faster: 19.8 samples/s"))
+      << why;
+
+  // When the largest that fits is chosen, memory set the micro-batch size too, and checkpointing is
+  // explained by what the step would need without it.
+  f.chosen = f.largest_fitting;
+  f.peak_without_checkpointing = 420 * MiB;
+  why = planner::binding_constraint(f);
+  EXPECT_TRUE(has(why, "micro-batches of 16 are the largest that fit")) << why;
+  EXPECT_TRUE(has(why, "without checkpointing micro-batches of 16 need 420 MiB")) << why;
+  EXPECT_FALSE(has(why, "faster")) << why;
+}
+
+planner::PlanRequest request(std::int64_t budget, std::int64_t batch) {
+  planner::PlanRequest r;
+  r.budget_bytes = budget;
+  r.global_batch = batch;
+  r.strategies = planner::parse_strategies("all");
+  return r;
+}
+
+TEST(PlanExplanation, CommittedBertPlansSayWhetherMemoryOrSpeedDecided) {
+  const core::Trace trace = core::read_trace_file(fs::path(HEADROOM_TRACES_DIR) / "cpu-bert.json");
+  // 20 GiB holds the whole batch many times over: whatever the plan does, it did for speed.
+  const auto roomy = planner::plan_step(trace, request(20LL << 30, 32));
+  ASSERT_TRUE(roomy.plan);
+  const std::string& roomy_why = roomy.plan->binding_constraint;
+  EXPECT_TRUE(roomy_why.rfind("speed: ", 0) == 0 || roomy_why.rfind("none: ", 0) == 0) << roomy_why;
+  EXPECT_FALSE(has(roomy_why, "over the")) << roomy_why;
+
+  // Under the whole batch's need, memory binds.
+  const auto tight = planner::plan_step(trace, request(300 * MiB, 32));
+  ASSERT_TRUE(tight.plan);
+  EXPECT_EQ(tight.plan->binding_constraint.rfind("memory: the whole batch with nothing applied needs ", 0), 0u)
+      << tight.plan->binding_constraint;
+}
+
+}  // namespace
+}  // namespace headroom
