@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
   plan->add_option("trace", plan_args.trace, "trace from headroom profile")->required();
   plan->add_option("--budget", plan_args.budget, "memory budget, e.g. 512MiB, 1.5GiB or plain bytes")->required();
   plan->add_option("--batch", plan_args.batch, "global batch size")->required();
-  plan->add_option("--strategies", plan_args.strategies, "mbp,checkpoint,tempo | all | none (none: the whole batch, nothing applied)");
+  plan->add_option("--strategies", plan_args.strategies, cli::strategies_help());
   plan->add_option("--margin", plan_args.margin, "safety margin as a fraction of the budget (default 0.05)");
   plan->add_option("--optimizer", plan_args.optimizer,
                    "plan for this optimizer (default: the trace's); another one's state is estimated, not measured")

@@ -17,22 +17,54 @@
 
 namespace headroom::cli {
 
+namespace {
+
+// The planner names the request's fields in its errors; on the command line they are flags.
+template <typename Call>
+auto with_flags(Call call) {
+  static const std::pair<std::string_view, std::string_view> kFlags[] = {{"strategies: ", "--strategies: "},
+                                                                         {"global_batch: ", "--batch: "},
+                                                                         {"budget_bytes: ", "--budget: "},
+                                                                         {"margin_fraction: ", "--margin: "}};
+  try {
+    return call();
+  } catch (const core::InputError& e) {
+    const std::string_view message = e.what();
+    for (const auto& [field, flag] : kFlags) {
+      if (message.starts_with(field)) throw core::InputError(std::string(flag) + std::string(message.substr(field.size())));
+    }
+    throw;
+  }
+}
+
+}  // namespace
+
+std::string strategies_help() {
+  std::string help = planner::strategy_names() + " (comma-separated) | all | none (none: the whole batch, nothing applied)";
+  for (const auto& entry : planner::strategy_table()) {
+    if (entry.implemented) help += "\n  " + std::string(entry.name) + ": " + std::string(entry.summary);
+  }
+  return help;
+}
+
 int run_plan(const PlanArgs& args) {
   const core::Trace trace = core::read_trace_file(args.trace);
   planner::PlanRequest request;
   request.budget_bytes = core::parse_bytes(args.budget);
   request.global_batch = args.batch;
   request.margin_fraction = args.margin;
-  request.strategies = planner::parse_strategies(args.strategies);
-  // Asked for by name, Tempo needs the lean pass's measurements ("all" takes it where it can).
-  if (args.strategies != "all" && request.strategies.contains(planner::Strategy::Tempo) && !trace.has_tempo()) {
-    throw core::InputError(args.trace + ": --strategies tempo: the trace has no lean-layer measurements (model " +
-                           trace.model.name + " has no lean variants, or it was profiled with --no-tempo)");
+  request.strategies = with_flags([&] { return planner::parse_strategies(args.strategies); });
+  // Asked for by name, a strategy needs what it measures from the trace ("all" takes each where it can).
+  for (const auto id : request.strategies) {
+    if (args.strategies == "all" || planner::applies_to(id, trace)) continue;
+    const auto& entry = planner::strategy_entry(id);
+    throw core::InputError(args.trace + ": --strategies " + std::string(entry.name) + ": the trace has no " +
+                           std::string(entry.needs) + "; model " + trace.model.name);
   }
   request.trace_path = args.trace;
   request.trace_sha256 = core::sha256_hex(core::read_file(args.trace));
   request.optimizer = args.optimizer;
-  const planner::PlanOutcome outcome = planner::plan_step(trace, request);
+  const planner::PlanOutcome outcome = with_flags([&] { return planner::plan_step(trace, request); });
   if (!outcome.plan) {
     std::cerr << "headroom: infeasible: " << outcome.reason << "\n";
     return kExitInfeasible;

@@ -15,6 +15,8 @@ struct PlanArgs {
   std::string output;
 };
 int run_plan(const PlanArgs& args);
+// --strategies' help, from the planner's strategy table.
+std::string strategies_help();
 
 struct SimulateArgs {
   std::string plan;

@@ -12,36 +12,6 @@
 
 namespace headroom::planner {
 
-std::string strategy_name(Strategy s) {
-  switch (s) {
-    case Strategy::MicroBatching: return "mbp";
-    case Strategy::Checkpointing: return "checkpoint";
-    case Strategy::Tempo: return "tempo";
-  }
-  return "?";
-}
-
-std::set<Strategy> parse_strategies(const std::string& text) {
-  if (text == "none") return {};
-  if (text == "all") return {Strategy::MicroBatching, Strategy::Checkpointing, Strategy::Tempo};
-  std::set<Strategy> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (item == "mbp") out.insert(Strategy::MicroBatching);
-    else if (item == "checkpoint") out.insert(Strategy::Checkpointing);
-    else if (item == "tempo") out.insert(Strategy::Tempo);
-    else if (item == "infcl" || item == "l2l") {
-      throw core::InputError("--strategies: '" + item + "' is not implemented yet (available: mbp, checkpoint, tempo)");
-    } else {
-      throw core::InputError("--strategies: unknown strategy '" + item +
-                             "' (known: mbp, checkpoint, tempo, infcl, l2l, all, none)");
-    }
-  }
-  if (out.empty()) throw core::InputError("--strategies: name at least one strategy, or 'none'");
-  return out;
-}
-
 std::vector<std::int64_t> split_batch(std::int64_t global_batch, std::int64_t count) {
   const std::int64_t q = global_batch / count, r = global_batch % count;
   std::vector<std::int64_t> sizes(static_cast<std::size_t>(count), q);
@@ -310,10 +280,10 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     }
     return outcome;
   }
-  if (request.global_batch <= 0) throw core::InputError("--batch: expected a positive batch size");
-  if (request.budget_bytes <= 0) throw core::InputError("--budget: expected a positive size");
+  if (request.global_batch <= 0) throw core::InputError("global_batch: expected a positive batch size");
+  if (request.budget_bytes <= 0) throw core::InputError("budget_bytes: expected a positive size");
   if (!(request.margin_fraction >= 0.0 && request.margin_fraction <= 0.5)) {
-    throw core::InputError("--margin: expected a fraction between 0 and 0.5");
+    throw core::InputError("margin_fraction: expected a fraction between 0 and 0.5");
   }
   const core::CostModel costs(trace);
   const LayerGraph graph(trace);

@@ -12,14 +12,9 @@
 #include "core/trace.h"
 #include "planner/checkpoint_dp.h"
 #include "planner/layer_graph.h"
+#include "planner/strategy_table.h"
 
 namespace headroom::planner {
-
-enum class Strategy { MicroBatching, Checkpointing, Tempo };
-
-// Parses "mbp,checkpoint,tempo", "all" or "none"; throws InputError naming an unknown or unavailable one.
-std::set<Strategy> parse_strategies(const std::string& text);
-std::string strategy_name(Strategy s);
 
 struct PlanRequest {
   std::int64_t budget_bytes = 0;
@@ -51,7 +46,8 @@ struct PlanOutcome {
   std::vector<SplitOutcome> splits;     // one per distinct micro-batch size, fewest micro-batches first
 };
 
-// Throws InputError for a bad request (batch 0, budget 0, margin outside [0, 0.5]).
+// Throws InputError naming the request's field for a bad request (global_batch 0, budget_bytes 0,
+// margin_fraction outside [0, 0.5]).
 PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request);
 
 // Micro-batch sizes for `count` micro-batches of `global_batch`, as even as possible, larger first.

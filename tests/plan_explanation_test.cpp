@@ -19,16 +19,23 @@ WeighedStep step(std::vector<std::int64_t> micro, std::int64_t peak_mib, double 
   return {std::move(micro), checkpointed, lean, {peak_mib * MiB, 1.0, samples_per_second}};
 }
 
+ChoiceFacts facts(std::int64_t limit_mib, std::int64_t margin_mib) {
+  ChoiceFacts f;
+  f.limit_bytes = limit_mib * MiB;
+  f.margin_bytes = margin_mib * MiB;
+  return f;
+}
+
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(PlanExplanation, TheWholeBatchAsItIsBindsNothing) {
-  ChoiceFacts f{.limit_bytes = 1000 * MiB, .margin_bytes = 50 * MiB};
+  ChoiceFacts f = facts(1000, 50);
   f.chosen = f.whole_batch = f.largest_fitting = step({32}, 578, 20.0);
   EXPECT_EQ(planner::binding_constraint(f), "none: the whole batch fits (578 MiB of 1000 MiB left after the 50.0 MiB margin)");
 }
 
 TEST(PlanExplanation, AFasterPlanWhereTheWholeBatchFitsIsChosenForSpeed) {
-  ChoiceFacts f{.limit_bytes = 2000 * MiB, .margin_bytes = 100 * MiB};
+  ChoiceFacts f = facts(2000, 100);
   f.whole_batch = f.largest_fitting = step({32}, 578, 20.0);
   f.chosen = step({8, 8, 8, 8}, 250, 25.0);
   const std::string why = planner::binding_constraint(f);
@@ -40,7 +47,9 @@ TEST(PlanExplanation, AFasterPlanWhereTheWholeBatchFitsIsChosenForSpeed) {
 }
 
 TEST(PlanExplanation, LeanLayersMeasuredFasterAreUsedForSpeed) {
-  ChoiceFacts f{.limit_bytes = 2000 * MiB, .margin_bytes = 100 * MiB, .lean_candidates = 8, .lean_measured_faster = 4};
+  ChoiceFacts f = facts(2000, 100);
+  f.lean_candidates = 8;
+  f.lean_measured_faster = 4;
   f.whole_batch = f.largest_fitting = step({32}, 578, 20.0);
   f.chosen = step({32}, 560, 21.0, 0, 4);
   const std::string why = planner::binding_constraint(f);
@@ -49,7 +58,7 @@ TEST(PlanExplanation, LeanLayersMeasuredFasterAreUsedForSpeed) {
 }
 
 TEST(PlanExplanation, MemoryNamesWhatItForcedAndWhatSpeedChose) {
-  ChoiceFacts f{.limit_bytes = 300 * MiB, .margin_bytes = 15 * MiB};
+  ChoiceFacts f = facts(300, 15);
   f.whole_batch = step({32}, 578, 20.0);
   // Micro-batches of 16 fit only with checkpointing; plain ones of 8 are faster.
   f.largest_fitting = step({16, 16}, 290, 18.0, 2);

@@ -1,0 +1,93 @@
+#include "planner/strategy_table.h"
+
+#include <array>
+#include <sstream>
+
+#include "core/errors.h"
+
+namespace headroom::planner {
+
+namespace {
+
+bool has_lean_pass(const core::Trace& trace) { return trace.has_tempo(); }
+
+constexpr std::array<StrategyEntry, 5> kStrategies{{
+    {Strategy::MicroBatching, "mbp", "micro-batching",
+     "splits the global batch into micro-batches run one after another, their mean losses weighted b_i/B so the "
+     "accumulated gradient is the full batch's; costs the device's efficiency at small batches",
+     true, "", nullptr},
+    {Strategy::Checkpointing, "checkpoint", "checkpointing",
+     "keeps only a block's input and runs its forward again in backward; costs one more forward of each "
+     "checkpointed block",
+     true, "", nullptr},
+    {Strategy::Tempo, "tempo", "Tempo (lean layers)",
+     "runs GELU, LayerNorm and attention's dropout as memory-lean variants that keep less for backward; costs "
+     "what the trace measured for each",
+     true, "lean-layer measurements (the model has no lean variants, or it was profiled with --no-tempo)", has_lean_pass},
+    {Strategy::InfCl, "infcl", "Inf-CL (tiled contrastive loss)",
+     "computes a contrastive loss tile by tile without the B x B similarity matrix", false, "", nullptr},
+    {Strategy::L2L, "l2l", "L2L (layer-to-layer offload)",
+     "keeps parameters, gradients and the optimizer on the host and relays one layer at a time to the device", false,
+     "", nullptr},
+}};
+
+}  // namespace
+
+std::span<const StrategyEntry> strategy_table() { return kStrategies; }
+
+const StrategyEntry& strategy_entry(Strategy id) {
+  for (const auto& entry : kStrategies) {
+    if (entry.id == id) return entry;
+  }
+  throw std::logic_error("strategy missing from the strategy table");
+}
+
+std::string strategy_name(Strategy id) { return std::string(strategy_entry(id).name); }
+
+std::string strategy_names(bool implemented_only) {
+  std::string out;
+  for (const auto& entry : kStrategies) {
+    if (implemented_only && !entry.implemented) continue;
+    out += (out.empty() ? "" : ", ") + std::string(entry.name);
+  }
+  return out;
+}
+
+std::set<Strategy> all_strategies() {
+  std::set<Strategy> out;
+  for (const auto& entry : kStrategies) {
+    if (entry.implemented) out.insert(entry.id);
+  }
+  return out;
+}
+
+std::set<Strategy> parse_strategies(const std::string& text) {
+  if (text == "none") return {};
+  if (text == "all") return all_strategies();
+  std::set<Strategy> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const StrategyEntry* found = nullptr;
+    for (const auto& entry : kStrategies) {
+      if (entry.name == item) found = &entry;
+    }
+    if (found == nullptr) {
+      throw core::InputError("strategies: unknown strategy '" + item + "' (known: " + strategy_names(false) +
+                             ", all, none)");
+    }
+    if (!found->implemented) {
+      throw core::InputError("strategies: '" + item + "' is not implemented yet (available: " + strategy_names() + ")");
+    }
+    out.insert(found->id);
+  }
+  if (out.empty()) throw core::InputError("strategies: name at least one strategy, or 'none'");
+  return out;
+}
+
+bool applies_to(Strategy id, const core::Trace& trace) {
+  const auto& entry = strategy_entry(id);
+  return entry.trace_has_what_it_needs == nullptr || entry.trace_has_what_it_needs(trace);
+}
+
+}  // namespace headroom::planner
