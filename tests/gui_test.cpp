@@ -511,6 +511,7 @@ class GuiTest : public QObject {
     QVERIFY(labels.size() >= 3);
     QVERIFY(labels.back().toDouble() >= fastest);
     if (fastest < 2) QVERIFY2(labels.join(",").contains('.'), qPrintable(labels.join(", ")));
+    save_shot(window, "bert-large");
   }
 
   void peakLabelStaysInsideThePlotAndGoesWhenNothingFits() {
@@ -720,6 +721,7 @@ class GuiTest : public QObject {
     QCOMPARE(frozen->model()->data(frozen->model()->index(0, 0)).toString(),
              QString::fromStdString(window.trace()->trace.layers.front().name));
     QVERIFY(frozen->visualRect(frozen->model()->index(0, 0)).isValid());
+    save_shot(*view, "frozen-column");
 
     // Times: plain numbers in the unit the header names, all with the same decimals.
     const LayerTableModel* model = window.layer_model();
