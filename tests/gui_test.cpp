@@ -8,6 +8,7 @@
 #include <QMessageBox>
 #include <QMimeData>
 #include <QProcess>
+#include <QScreen>
 #include <QScrollBar>
 #include <QScopeGuard>
 #include <QSemaphore>
@@ -90,6 +91,15 @@ void save_shot(QWidget& window, const char* name) {
   if (dir.isEmpty()) return;
   QTest::qWait(50);
   window.grab().save(QString::fromLocal8Bit(dir) + "/" + name + ".png");
+}
+
+// What is on the screen (under X: what the window system shows, stale pieces of earlier frames
+// included, which grab() would redraw away).
+void save_screen_shot(QWidget& window, const char* name) {
+  const QByteArray dir = qgetenv("HEADROOM_GUI_SHOTS");
+  if (dir.isEmpty() || QGuiApplication::platformName() != "xcb") return;
+  QTest::qWait(300);
+  QGuiApplication::primaryScreen()->grabWindow(window.winId()).save(QString::fromLocal8Bit(dir) + "/" + name + ".png");
 }
 
 // The peak label's box in the chart's coordinates, where plotArea() is.
@@ -539,9 +549,11 @@ class GuiTest : public QObject {
     check();
     // One click of the slider, and a budget large enough for the peak to sit at the chart's top.
     QSlider* slider = window.budget_control()->slider();
+    save_screen_shot(window, "screen-before-slider-click");
     slider->setValue(slider->value() + 1);
     QVERIFY(settle(window));
     check();
+    save_screen_shot(window, "screen-after-slider-click");
     type_budget(window, QString::fromStdString(core::format_bytes(window.current_result()->plan->predicted.peak_bytes * 21 / 20 + (1 << 20))));
     QVERIFY(settle(window));
     QVERIFY(window.current_result()->plan);
