@@ -8,6 +8,8 @@
 #include <QMessageBox>
 #include <QMimeData>
 #include <QProcess>
+#include <QScreen>
+#include <QScrollBar>
 #include <QScopeGuard>
 #include <QSemaphore>
 #include <QSignalSpy>
@@ -17,10 +19,12 @@
 #include <QtTest/QtTest>
 
 #include <mutex>
+#include <set>
 
 #include "core/atomic_file.h"
 #include "core/units.h"
 #include "gui/app/main_window.h"
+#include "gui/logic/chart_axis.h"
 #include "gui/logic/executor_run.h"
 #include "gui/logic/layer_table_model.h"
 #include "gui/logic/plan_computation.h"
@@ -72,6 +76,34 @@ bool acquire(QSemaphore& semaphore) {
   }
   return true;
 }
+
+// Sets the budget through the exact field, as a user typing it and pressing Enter would.
+void type_budget(MainWindow& window, const QString& text) {
+  QLineEdit* field = window.budget_control()->field();
+  field->setText(text);
+  field->setModified(true);
+  emit field->editingFinished();
+}
+
+// With HEADROOM_GUI_SHOTS=DIR set, saves the window as DIR/NAME.png, to look at each state.
+void save_shot(QWidget& window, const char* name) {
+  const QByteArray dir = qgetenv("HEADROOM_GUI_SHOTS");
+  if (dir.isEmpty()) return;
+  QTest::qWait(50);
+  window.grab().save(QString::fromLocal8Bit(dir) + "/" + name + ".png");
+}
+
+// What is on the screen (under X: what the window system shows, stale pieces of earlier frames
+// included, which grab() would redraw away).
+void save_screen_shot(QWidget& window, const char* name) {
+  const QByteArray dir = qgetenv("HEADROOM_GUI_SHOTS");
+  if (dir.isEmpty() || QGuiApplication::platformName() != "xcb") return;
+  QTest::qWait(300);
+  QGuiApplication::primaryScreen()->grabWindow(window.winId()).save(QString::fromLocal8Bit(dir) + "/" + name + ".png");
+}
+
+// The peak label's box in the chart's coordinates, where plotArea() is.
+QRectF label_box(const QGraphicsSimpleTextItem* label) { return label->mapRectToParent(label->boundingRect()); }
 
 // Waits until the window shows the plan of the latest request (several may have been coalesced).
 bool settle(MainWindow& window) {
@@ -413,7 +445,38 @@ class GuiTest : public QObject {
     QCOMPARE(panel->progress_bar()->value(), panel->progress_bar()->maximum());
     QVERIFY(progressed.count() >= 2);
     QVERIFY(!panel->comparison()->item(0, 1)->text().isEmpty());
-    QVERIFY(panel->comparison()->item(2, 2)->text().endsWith("%"));
+    // Signed errors, and enough digits to check them: MiB to two decimals, four significant digits.
+    for (int row = 0; row < 3; ++row) {
+      const QString error = panel->comparison()->item(row, 2)->text();
+      QVERIFY2(error.endsWith("%") && (error.startsWith('+') || error.startsWith(QChar(0x2212))), qPrintable(error));
+    }
+    QVERIFY(QRegularExpression(R"(^\d+\.\d\d MiB$)").match(panel->comparison()->item(0, 1)->text()).hasMatch());
+    QVERIFY(!panel->results_stale());
+    QVERIFY(!panel->stale_label()->isVisible());
+    window.resize(1400, 880);
+    window.findChild<QTabWidget*>()->setCurrentWidget(panel);
+    save_shot(window, "after-run");
+
+    // Another budget: the results are for the earlier plan, and say so.
+    const std::int64_t ran_budget = window.current_result()->inputs.budget_bytes;
+    type_budget(window, QString::number(ran_budget * 2));
+    QVERIFY(settle(window));
+    QVERIFY(panel->results_stale());
+    QVERIFY(panel->stale_label()->isVisible() || !panel->isVisible());
+    QVERIFY2(panel->stale_label()->text().contains("budget " + QString::fromStdString(core::format_bytes(ran_budget))),
+             qPrintable(panel->stale_label()->text()));
+    QVERIFY(panel->comparison()->item(0, 1)->foreground().color() != panel->palette().color(QPalette::Text));
+    save_shot(window, "after-run-stale");
+    // Back to it: current again.
+    type_budget(window, QString::number(ran_budget));
+    QVERIFY(settle(window));
+    QVERIFY(!panel->results_stale());
+    // Another trace: the results belong to another model, and go.
+    QVERIFY(window.open_trace(committed("cpu-gpt.json")));
+    QVERIFY(settle(window));
+    QVERIFY(!panel->results_stale());
+    QVERIFY(!panel->last_outcome());
+    QVERIFY(panel->comparison()->item(0, 1) == nullptr || panel->comparison()->item(0, 1)->text().isEmpty());
   }
 
   void runWithoutTheCommandSaysWhy() {
@@ -427,6 +490,326 @@ class GuiTest : public QObject {
     QVERIFY(catcher.texts()[0].contains("PATH"));
   }
 
+  void niceTicksNeverRepeatALabel() {
+    // Below 2 samples/s whole-number labels read "0, 1, 1, 2".
+    const NiceTicks slow = nice_ticks(1.43, 5);
+    QCOMPARE(tick_labels(slow), (std::vector<std::string>{"0.0", "0.5", "1.0", "1.5"}));
+    for (const double top : {0.013, 0.3, 1.0, 1.9, 7.5, 42.0, 980.0, 12345.0}) {
+      const NiceTicks ticks = nice_ticks(top, 5);
+      QVERIFY(ticks.max >= top);
+      const auto labels = tick_labels(ticks);
+      QVERIFY2(labels.size() >= 3 && labels.size() <= 11, qPrintable(QString::number(top)));
+      QCOMPARE(std::set<std::string>(labels.begin(), labels.end()).size(), labels.size());
+    }
+    // The memory axis follows the peak once the budget is far above it, and says so.
+    QCOMPARE(memory_scale(1 << 30, std::int64_t{80} << 30).top_bytes, std::int64_t{1} << 30);
+    QVERIFY(memory_scale(1 << 30, std::int64_t{80} << 30).budget_off_scale);
+    QCOMPARE(memory_scale(1 << 30, 3 << 29).top_bytes, std::int64_t{3} << 29);
+    QVERIFY(!memory_scale(1 << 30, 3 << 29).budget_off_scale);
+  }
+
+  void throughputAxisOfASlowModelReadsDistinctTicks() {
+    MainWindow window;
+    window.resize(1400, 880);
+    window.show();
+    QVERIFY(window.open_trace(committed("cpu-bert-large.json")));
+    QVERIFY(settle(window));
+    double fastest = 0;
+    for (const auto& p : window.current_result()->throughput.points) fastest = std::max(fastest, p.samples_per_second);
+    const QStringList labels = window.throughput_chart()->y_tick_labels();
+    QVERIFY2(QSet<QString>(labels.begin(), labels.end()).size() == labels.size(), qPrintable(labels.join(", ")));
+    QVERIFY(labels.size() >= 3);
+    QVERIFY(labels.back().toDouble() >= fastest);
+    if (fastest < 2) QVERIFY2(labels.join(",").contains('.'), qPrintable(labels.join(", ")));
+    save_shot(window, "bert-large");
+  }
+
+  void peakLabelStaysInsideThePlotAndGoesWhenNothingFits() {
+    MainWindow window;
+    window.resize(1400, 880);
+    window.show();
+    QVERIFY(window.open_trace(committed("cpu-bert.json")));
+    QVERIFY(settle(window));
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    const MemoryChart* chart = window.memory_chart();
+    // Drawn by the chart as a point label it was clipped, garbled and left behind.
+    QVERIFY(!chart->peak_series()->pointLabelsVisible());
+    const auto check = [&] {
+      const auto* label = chart->peak_label();
+      const QString expected = "peak " + QString::fromStdString(core::format_bytes(window.current_result()->timeline.peak_bytes));
+      QCOMPARE(label->text(), expected);
+      QVERIFY(label->isVisible());
+      QVERIFY2(chart->chart()->plotArea().contains(label_box(label)),
+               qPrintable(QString("label %1,%2 %3x%4 outside the plot")
+                              .arg(label_box(label).x())
+                              .arg(label_box(label).y())
+                              .arg(label_box(label).width())
+                              .arg(label_box(label).height())));
+    };
+    check();
+    // One click of the slider, and a budget large enough for the peak to sit at the chart's top.
+    QSlider* slider = window.budget_control()->slider();
+    save_screen_shot(window, "screen-before-slider-click");
+    slider->setValue(slider->value() + 1);
+    QVERIFY(settle(window));
+    check();
+    save_screen_shot(window, "screen-after-slider-click");
+    type_budget(window, QString::fromStdString(core::format_bytes(window.current_result()->plan->predicted.peak_bytes * 21 / 20 + (1 << 20))));
+    QVERIFY(settle(window));
+    QVERIFY(window.current_result()->plan);
+    check();
+    // At a small window too.
+    window.resize(1024, 700);
+    QTest::qWait(50);
+    check();
+    type_budget(window, "1MiB");
+    QVERIFY(settle(window));
+    QVERIFY(!window.current_result()->plan);
+    QVERIFY(!chart->peak_label()->isVisible());
+    QCOMPARE(chart->peak_series()->count(), 0);
+  }
+
+  void memoryAxisFollowsThePeakAtALargeBudgetAndMarksTheBudget() {
+    MainWindow window;
+    window.resize(1400, 880);
+    window.show();
+    QVERIFY(window.open_trace(committed("cpu-bert.json")));
+    QVERIFY(settle(window));
+    const MemoryChart* chart = window.memory_chart();
+    // Normal: the budget and the allowed line (budget less the margin) are drawn, within the axis.
+    const PlanResult* normal = window.current_result();
+    const double unit = chart->bytes_per_unit();
+    QCOMPARE(chart->budget_series()->count(), 2);
+    QVERIFY(chart->budget_series()->at(0).y() <= chart->y_axis()->max());
+    QCOMPARE(chart->allowed_series()->at(0).y() * unit, double(normal->inputs.budget_bytes - normal->plan->margin_bytes));
+    QVERIFY(!chart->off_scale_label()->isVisible());
+
+    // A device preset far above the plan: the data fills the chart, the budget is named above it.
+    QComboBox* presets = window.budget_control()->presets();
+    const int at = presets->findText("80 GiB");
+    QVERIFY(at > 0);
+    emit presets->activated(at);
+    QVERIFY(settle(window));
+    const PlanResult* large = window.current_result();
+    QCOMPARE(large->inputs.budget_bytes, std::int64_t{80} << 30);
+    QCOMPARE(window.budget_control()->budget(), std::int64_t{80} << 30);
+    QVERIFY(large->plan);
+    const double peak = double(large->timeline.peak_bytes) / chart->bytes_per_unit();
+    QVERIFY2(chart->y_axis()->max() < 1.5 * peak, qPrintable(QString("%1 vs %2").arg(chart->y_axis()->max()).arg(peak)));
+    QVERIFY(chart->off_scale_label()->isVisible());
+    QVERIFY(chart->off_scale_label()->text().contains("budget 80.0 GiB"));
+    QVERIFY(chart->chart()->plotArea().contains(label_box(chart->off_scale_label())));
+    QCOMPARE(chart->budget_series()->count(), 0);
+    save_shot(window, "large-budget");
+  }
+
+  void budgetFieldRefusesZeroInItsOwnWordsAndRecovers() {
+    MainWindow window;
+    window.show();
+    QVERIFY(window.open_trace(committed("cpu-mlp.json")));
+    QVERIFY(settle(window));
+    BudgetControl* budget = window.budget_control();
+    const std::int64_t before = budget->budget();
+    const quint64 generation = window.coordinator().latest_generation();
+    for (const QString& bad : {QString("0"), QString("0MiB"), QString("-5MiB")}) {
+      type_budget(window, bad);
+      QVERIFY2(budget->field_rejected(), qPrintable(bad));
+      QCOMPARE(budget->field_error()->text(), QString("Budget must be more than 0 bytes"));
+      QVERIFY(!budget->field()->styleSheet().isEmpty());
+    }
+    type_budget(window, "lots");
+    QVERIFY(budget->field_rejected());
+    QVERIFY2(!budget->field_error()->text().contains("--"), qPrintable(budget->field_error()->text()));
+    // Nothing was planned for a refused budget.
+    QCOMPARE(window.coordinator().latest_generation(), generation);
+    QCOMPARE(budget->budget(), before);
+    // A valid entry, even the budget already set, takes the mark away.
+    type_budget(window, QString::number(before));
+    QVERIFY(!budget->field_rejected());
+    QVERIFY(budget->field()->styleSheet().isEmpty());
+    QVERIFY(!budget->field()->toolTip().contains("Budget must"));
+    type_budget(window, "0");
+    QVERIFY(budget->field_rejected());
+    type_budget(window, "64MiB");
+    QVERIFY(!budget->field_rejected());
+    QVERIFY(budget->field()->styleSheet().isEmpty());
+    QVERIFY(settle(window));
+    QCOMPARE(window.current_result()->inputs.budget_bytes, std::int64_t{64} << 20);
+  }
+
+  void devicePresetsSetTheBudget() {
+    MainWindow window;
+    QVERIFY(window.open_trace(committed("cpu-mlp.json")));
+    QVERIFY(settle(window));
+    QComboBox* presets = window.budget_control()->presets();
+    QStringList offered;
+    for (int i = 1; i < presets->count(); ++i) offered << presets->itemText(i);
+    QCOMPARE(offered, (QStringList{"16 GiB", "24 GiB", "40 GiB", "48 GiB", "80 GiB", "141 GiB"}));
+    emit presets->activated(presets->findText("24 GiB"));
+    QCOMPARE(window.budget_control()->budget(), std::int64_t{24} << 30);
+    QCOMPARE(window.budget_control()->field()->text(), QString("24.0 GiB"));
+    QVERIFY(settle(window));
+    QCOMPARE(window.current_result()->inputs.budget_bytes, std::int64_t{24} << 30);
+    QCOMPARE(presets->currentIndex(), 0);  // ready to choose again
+  }
+
+  void switchingTheOptimizerRecomputesTheWholeBatchHint() {
+    MainWindow window;
+    QVERIFY(window.open_trace(committed("cpu-bert.json")));
+    QVERIFY(settle(window));
+    const auto& trace = window.trace()->trace;
+    const int batch = window.batch_box()->value();
+    const auto need = [&](const char* optimizer) {
+      return QString::fromStdString(core::format_bytes(budget_range(trace, batch, optimizer).whole_batch_bytes));
+    };
+    QVERIFY(need("sgd") != need("adam"));
+    const QString other = window.optimizer_box()->currentText() == "adam" ? "sgd" : "adam";
+    const QString first = window.optimizer_box()->currentText();
+    QVERIFY2(window.budget_note()->text().contains("needs " + need(first.toUtf8())), qPrintable(window.budget_note()->text()));
+    window.optimizer_box()->setCurrentText(other);
+    QVERIFY2(window.budget_note()->text().contains("needs " + need(other.toUtf8())), qPrintable(window.budget_note()->text()));
+    QVERIFY(window.budget_note()->text().contains(other));
+    QVERIFY(settle(window));
+  }
+
+  void infeasibleBudgetShowsTheFloorAndTheLeastPlanAndOffersIt() {
+    MainWindow window;
+    window.resize(1400, 880);
+    window.show();
+    QVERIFY(window.open_trace(committed("cpu-bert.json")));
+    QVERIFY(settle(window));
+    QVERIFY(!window.least_budget_button()->isVisible());
+    type_budget(window, "100MiB");
+    QVERIFY(settle(window));
+    const PlanResult* none = window.current_result();
+    QVERIFY(!none->plan);
+    QVERIFY(none->best_attempt);
+    QVERIFY(none->smallest_budget > std::int64_t{100} << 20);
+    QVERIFY(none->floor_bytes > 0);
+    const MemoryChart* chart = window.memory_chart();
+    const double unit = chart->bytes_per_unit();
+    // The least plan's step, the user's budget below its peak, and the floor.
+    QVERIFY(chart->top_series()->count() > 10);
+    QCOMPARE(none->timeline.peak_bytes, none->best_attempt->predicted.peak_bytes);
+    QCOMPARE(chart->budget_series()->at(0).y() * unit, double(std::int64_t{100} << 20));
+    QCOMPARE(chart->floor_series()->count(), 2);
+    QCOMPARE(chart->floor_series()->at(0).y() * unit, double(none->floor_bytes));
+    QVERIFY(chart->y_axis()->max() * unit >= double(none->timeline.peak_bytes));
+    QVERIFY(chart->chart()->title().contains(QString::fromStdString(core::format_bytes(none->smallest_budget))));
+    QPushButton* least = window.least_budget_button();
+    QVERIFY(least->isVisible());
+    QCOMPARE(least->text(), "Set budget to " + QString::fromStdString(core::format_bytes(none->smallest_budget)));
+    save_shot(window, "infeasible");
+    const std::int64_t smallest = none->smallest_budget;
+    least->click();
+    QVERIFY(settle(window));
+    QCOMPARE(window.budget_control()->budget(), smallest);
+    QVERIFY(window.current_result()->plan);
+    QVERIFY(!least->isVisible());
+    QCOMPARE(chart->floor_series()->count(), 0);
+  }
+
+  void layerTableKeepsNamesInViewAndOneTimeUnitPerColumn() {
+    MainWindow window;
+    window.resize(1024, 700);
+    window.show();
+    QVERIFY(window.open_trace(committed("cpu-bert.json")));
+    QVERIFY(settle(window));
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    FrozenColumnTableView* view = window.layer_view();
+    QTableView* frozen = view->frozen_view();
+    QVERIFY(frozen->isVisible());
+    QVERIFY(!frozen->isColumnHidden(LayerTableModel::Name));
+    for (int c = 1; c < LayerTableModel::ColumnCount; ++c) QVERIFY(frozen->isColumnHidden(c));
+    QCOMPARE(frozen->columnWidth(0), view->columnWidth(0));
+    // Narrow the table so it must scroll sideways: the names stay where they were.
+    view->resize(300, 300);
+    QTest::qWait(20);
+    const QRect before = frozen->geometry();
+    view->horizontalScrollBar()->setValue(view->horizontalScrollBar()->maximum());
+    QVERIFY(view->horizontalScrollBar()->maximum() > 0);
+    QTest::qWait(20);
+    QCOMPARE(frozen->geometry(), before);
+    QCOMPARE(frozen->model()->data(frozen->model()->index(0, 0)).toString(),
+             QString::fromStdString(window.trace()->trace.layers.front().name));
+    QVERIFY(frozen->visualRect(frozen->model()->index(0, 0)).isValid());
+    save_shot(*view, "frozen-column");
+
+    // Times: plain numbers in the unit the header names, all with the same decimals.
+    const LayerTableModel* model = window.layer_model();
+    for (const int column : {int(LayerTableModel::ForwardTime), int(LayerTableModel::BackwardTime)}) {
+      const QString header = model->headerData(column, Qt::Horizontal).toString();
+      QVERIFY2(header.contains(" ms") || header.contains(" us") || header.contains(" s"), qPrintable(header));
+      QSet<int> decimals;
+      for (int row = 0; row < model->rowCount(); ++row) {
+        const QString text = model->data(model->index(row, column)).toString();
+        bool number = false;
+        text.toDouble(&number);
+        QVERIFY2(number, qPrintable(text));
+        decimals.insert(text.contains('.') ? int(text.size() - text.indexOf('.') - 1) : 0);
+      }
+      QCOMPARE(decimals.size(), 1);
+    }
+    for (int c = 0; c < LayerTableModel::ColumnCount; ++c) {
+      QVERIFY(!model->headerData(c, Qt::Horizontal, Qt::ToolTipRole).toString().isEmpty());
+    }
+    QVERIFY(model->headerData(LayerTableModel::KeptPerSample, Qt::Horizontal, Qt::ToolTipRole).toString().contains("per sample"));
+  }
+
+  void smallWindowCutsNoTitleOrLabel() {
+    MainWindow window;
+    window.resize(1024, 700);
+    window.show();
+    QVERIFY(window.open_trace(committed("cpu-bert.json")));
+    QVERIFY(settle(window));
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QTest::qWait(50);
+    for (QChartView* view : std::initializer_list<QChartView*>{window.memory_chart(), window.throughput_chart()}) {
+      const QFontMetricsF metrics(view->chart()->titleFont());
+      QVERIFY2(metrics.horizontalAdvance(view->chart()->title()) <= view->chart()->size().width() - 8,
+               qPrintable(view->chart()->title()));
+    }
+    for (QCheckBox* box : window.findChildren<QCheckBox*>()) {
+      QVERIFY2(box->width() >= box->sizeHint().width(), qPrintable(box->text()));
+    }
+    save_shot(window, "small-1024x700");
+  }
+
+  void chartsSayWhatIsUnderTheCursor() {
+    MainWindow window;
+    window.resize(1400, 880);
+    window.show();
+    QVERIFY(window.open_trace(committed("cpu-bert.json")));
+    QVERIFY(settle(window));
+    const PlanResult* r = window.current_result();
+    // Throughput: the candidate under the cursor.
+    for (const auto& p : r->throughput.points) {
+      const QString text = window.throughput_chart()->hover_text_for(p.micro_batch);
+      QVERIFY(text.contains(QString("micro-batch %1").arg(p.micro_batch)));
+      QVERIFY(text.contains("peak " + QString::fromStdString(core::format_bytes(p.peak_bytes))));
+      QVERIFY(text.contains("s/step"));
+      QVERIFY(text.contains(QString("%1 checkpointed block").arg(p.checkpointed_blocks)));
+      QVERIFY(text.contains(QString("%1 lean layer").arg(p.lean_layers)));
+    }
+    QVERIFY(window.throughput_chart()->hover_text_for(-1).isEmpty());
+    // Memory: at the peak, the time, what runs then and the bytes by kind.
+    const QString at_peak = window.memory_chart()->hover_text_at(r->timeline.peak_time_ms);
+    QVERIFY2(at_peak.contains("total: " + QString::fromStdString(core::format_bytes(r->timeline.peak_bytes)) + " (the peak)"),
+             qPrintable(at_peak));
+    QVERIFY2(at_peak.contains("ms into the step"), qPrintable(at_peak));
+    QVERIFY2(at_peak.contains("parameters: ") && at_peak.contains("optimizer state: "), qPrintable(at_peak));
+    QVERIFY2(at_peak.split('\n').size() >= 3, qPrintable(at_peak));  // the task running at the peak
+    // Mid-step, a layer's forward or backward.
+    const QString mid = window.memory_chart()->hover_text_at(r->timeline.step_ms / 3);
+    QVERIFY2(mid.contains("forward of ") || mid.contains("backward of ") || mid.contains("recompute of "), qPrintable(mid));
+    QVERIFY2(mid.contains("activations: "), qPrintable(mid));
+    QVERIFY(window.memory_chart()->hover_text_at(r->timeline.step_ms * 2).isEmpty());
+    // The mouse over the plot takes the same path.
+    QChartView* view = window.memory_chart();
+    const QPointF centre = view->chart()->plotArea().center();
+    QTest::mouseMove(view->viewport(), view->mapFromScene(view->chart()->mapToScene(centre)));
+  }
+
   void screenshotOfTheMainWindow() {
     MainWindow window;
     window.resize(1400, 880);
@@ -438,9 +821,7 @@ class GuiTest : public QObject {
     const std::int64_t least = window.current_result()->smallest_budget > 0
                                    ? window.current_result()->smallest_budget
                                    : compute_plan(*window.trace(), inputs(1, window.batch_box()->value())).smallest_budget;
-    window.budget_control()->field()->setText(QString::fromStdString(core::format_bytes(least + (10 << 20))));
-    window.budget_control()->field()->setModified(true);
-    emit window.budget_control()->field()->editingFinished();
+    type_budget(window, QString::fromStdString(core::format_bytes(least + (10 << 20))));
     QVERIFY(settle(window));
     QVERIFY(window.current_result()->plan);
     QVERIFY(window.throughput_chart()->infeasible_series()->count() > 0);
@@ -448,6 +829,7 @@ class GuiTest : public QObject {
     QTest::qWait(100);
     const QString path = QStringLiteral(HEADROOM_GUI_SCREENSHOT);
     QVERIFY(window.grab().save(path));
+    save_shot(window, "normal");
     QVERIFY(QFileInfo(path).size() > 10000);
   }
 };

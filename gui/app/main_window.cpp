@@ -37,7 +37,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   layer_proxy_ = new QSortFilterProxyModel(this);
   layer_proxy_->setSourceModel(layer_model_);
   layer_proxy_->setSortRole(LayerTableModel::kSortRole);
-  layer_view_ = new QTableView(this);
+  layer_view_ = new FrozenColumnTableView(this);
   layer_view_->setObjectName("layerTable");
   layer_view_->setModel(layer_proxy_);
   layer_view_->setSortingEnabled(true);
@@ -73,8 +73,18 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   tabs->addTab(run_panel_, "Run");
 
   auto* charts = new QSplitter(Qt::Horizontal, this);
-  charts->addWidget(memory_chart_);
+  auto* memory_view = new QWidget(this);
+  auto* memory_layout = new QVBoxLayout(memory_view);
+  memory_layout->setContentsMargins(0, 0, 0, 0);
+  memory_layout->setSpacing(2);
+  memory_layout->addWidget(memory_chart_, 1);
+  memory_layout->addWidget(memory_chart_->legend());
+  charts->addWidget(memory_view);
   charts->addWidget(throughput_chart_);
+  // Halves, whatever the window's size when it first lays out.
+  charts->setStretchFactor(0, 1);
+  charts->setStretchFactor(1, 1);
+  charts->setSizes({500, 500});
   auto* details = new QSplitter(Qt::Horizontal, this);
   details->addWidget(tabs);
   details->addWidget(plan_box);
@@ -112,8 +122,12 @@ QWidget* MainWindow::build_controls() {
   budget_note_ = new QLabel(budget_box);
   budget_note_->setWordWrap(true);
   budget_note_->setStyleSheet("QLabel { color: #555; }");
+  least_budget_button_ = new QPushButton(budget_box);
+  least_budget_button_->setObjectName("leastBudgetButton");
+  least_budget_button_->hide();
   auto* budget_layout = new QVBoxLayout(budget_box);
   budget_layout->addWidget(budget_);
+  budget_layout->addWidget(least_budget_button_);
   budget_layout->addWidget(budget_note_);
 
   auto* step_box = new QGroupBox("Training step", panel);
@@ -150,19 +164,21 @@ QWidget* MainWindow::build_controls() {
   panel->setEnabled(false);
 
   connect(budget_, &BudgetControl::budgetChanged, this, &MainWindow::replan);
-  connect(batch_, &QSpinBox::valueChanged, this, [this] {
-    if (!trace_) return;
-    // The slider's reach follows the batch: the whole batch's need moves with it.
-    const BudgetRange range = budget_range(trace_->trace, batch_->value());
-    budget_->set_range(range);
-    budget_note_->setText("red mark: device memory " + bytes_text(range.device_bytes) + "; the whole batch needs " +
-                          bytes_text(range.whole_batch_bytes));
+  connect(least_budget_button_, &QPushButton::clicked, this, [this] {
+    if (!result_ || result_->smallest_budget <= 0) return;
+    budget_->set_budget(result_->smallest_budget);
     replan();
   });
+  const auto refresh_and_replan = [this] {
+    refresh_budget_range();
+    replan();
+  };
+  connect(batch_, &QSpinBox::valueChanged, this, refresh_and_replan);
   connect(micro_batching_, &QCheckBox::toggled, this, &MainWindow::replan);
   connect(checkpointing_, &QCheckBox::toggled, this, &MainWindow::replan);
   connect(tempo_, &QCheckBox::toggled, this, &MainWindow::replan);
-  connect(optimizer_, &QComboBox::currentTextChanged, this, &MainWindow::replan);
+  // Another optimizer holds another amount of state, so the whole batch needs another amount.
+  connect(optimizer_, &QComboBox::currentTextChanged, this, refresh_and_replan);
   return panel;
 }
 
@@ -221,22 +237,31 @@ bool MainWindow::open_trace(const QString& path) {
                             .arg(trace.batch_sizes.front())
                             .arg(trace.batch_sizes.back()));
   const StartingInputs start = starting_inputs(trace);
-  const BudgetRange range = budget_range(trace, start.global_batch);
   {
     const QSignalBlocker b1(batch_), b2(optimizer_), b3(budget_);
     batch_->setValue(static_cast<int>(start.global_batch));
     const int measured = optimizer_->findText(QString::fromStdString(trace.optimizer.name));
     if (measured >= 0) optimizer_->setCurrentIndex(measured);
-    budget_->set_range(range);
+    refresh_budget_range();
     budget_->set_budget(start.budget_bytes);
   }
-  budget_note_->setText("red mark: device memory " + bytes_text(range.device_bytes) + "; the whole batch needs " +
-                        bytes_text(range.whole_batch_bytes));
   controls_->setEnabled(true);
   layer_model_->set_trace(trace_);
+  run_panel_->clear_results();
   statusBar()->showMessage("opened " + path);
   replan();
   return true;
+}
+
+void MainWindow::refresh_budget_range() {
+  if (!trace_) return;
+  const BudgetRange range = budget_range(trace_->trace, batch_->value(), optimizer_->currentText().toStdString());
+  budget_->set_range(range);
+  QString note = range.device_bytes > 0 ? "red mark: device memory " + bytes_text(range.device_bytes) + "; " : QString();
+  note += QString("the whole batch (%1) with %2 needs %3")
+              .arg(batch_->value())
+              .arg(optimizer_->currentText(), bytes_text(range.whole_batch_bytes));
+  budget_note_->setText(note);
 }
 
 PlanInputs MainWindow::inputs() const {
@@ -272,6 +297,11 @@ void MainWindow::show_result(quint64 generation, std::shared_ptr<const PlanResul
   warnings_->setText(warnings.join('\n'));
   warnings_->setVisible(!warnings.isEmpty());
   run_panel_->set_plan(r.plan);
+  least_budget_button_->setVisible(!r.plan && r.smallest_budget > 0);
+  if (!r.plan && r.smallest_budget > 0) {
+    least_budget_button_->setText("Set budget to " + bytes_text(r.smallest_budget));
+    least_budget_button_->setToolTip("the least budget any plan fits, with these strategies");
+  }
   save_action_->setEnabled(r.plan.has_value());
   timing_->setText(QString("planned in %1 ms").arg(r.compute_ms, 0, 'f', 1));
   emit planShown(generation);

@@ -8,6 +8,7 @@
 #include <QMainWindow>
 #include <QMenu>
 #include <QPlainTextEdit>
+#include <QPushButton>
 #include <QSortFilterProxyModel>
 #include <QSpinBox>
 #include <QTableView>
@@ -16,6 +17,7 @@
 #include <memory>
 
 #include "gui/app/budget_control.h"
+#include "gui/app/frozen_column_table.h"
 #include "gui/app/memory_chart.h"
 #include "gui/app/run_panel.h"
 #include "gui/app/throughput_chart.h"
@@ -41,7 +43,10 @@ class MainWindow : public QMainWindow {
   MemoryChart* memory_chart() const { return memory_chart_; }
   ThroughputChart* throughput_chart() const { return throughput_chart_; }
   LayerTableModel* layer_model() const { return layer_model_; }
-  QTableView* layer_view() const { return layer_view_; }
+  FrozenColumnTableView* layer_view() const { return layer_view_; }
+  QLabel* budget_note() const { return budget_note_; }
+  // Shown when nothing fits: sets the budget to the least that does.
+  QPushButton* least_budget_button() const { return least_budget_button_; }
   RunPanel* run_panel() const { return run_panel_; }
   QString summary_text() const { return summary_->toPlainText(); }
   const TraceDocument* trace() const { return trace_.get(); }
@@ -63,6 +68,8 @@ class MainWindow : public QMainWindow {
   void replan();
   void show_result(quint64 generation, std::shared_ptr<const PlanResult> result);
   void refresh_recent_menu();
+  // The slider's reach and the whole batch's need follow the trace, batch and optimizer.
+  void refresh_budget_range();
   void report_error(const QString& title, const QString& message);
 
   PlanCoordinator coordinator_;
@@ -73,6 +80,7 @@ class MainWindow : public QMainWindow {
   QLabel* trace_label_;
   BudgetControl* budget_;
   QLabel* budget_note_;
+  QPushButton* least_budget_button_;
   QSpinBox* batch_;
   QCheckBox* micro_batching_;
   QCheckBox* checkpointing_;
@@ -83,7 +91,7 @@ class MainWindow : public QMainWindow {
   ThroughputChart* throughput_chart_;
   LayerTableModel* layer_model_;
   QSortFilterProxyModel* layer_proxy_;
-  QTableView* layer_view_;
+  FrozenColumnTableView* layer_view_;
   QLabel* warnings_;
   QPlainTextEdit* summary_;
   RunPanel* run_panel_;

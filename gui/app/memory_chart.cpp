@@ -2,10 +2,14 @@
 
 #include <QtCharts/QLegendMarker>
 
+#include <QMouseEvent>
+#include <QToolTip>
+
 #include <algorithm>
 #include <cmath>
 
 #include "core/units.h"
+#include "gui/logic/chart_axis.h"
 
 namespace headroom::gui {
 
@@ -18,15 +22,38 @@ const std::array<QColor, core::kMemoryKinds> kKindColours{QColor(70, 110, 170), 
                                                           QColor(235, 150, 60),  QColor(230, 90, 80)};
 const std::array<const char*, core::kMemoryKinds> kKindLabels{"parameters", "gradients", "optimizer state",
                                                               "input",      "activations", "transient"};
+const QColor kBudgetColour(200, 40, 40);
+const QColor kAllowedColour(225, 120, 30);
+
+QString bytes_text(std::int64_t bytes) { return QString::fromStdString(core::format_bytes(bytes)); }
+
+QLineSeries* line(QChart* chart, const QString& name, const QPen& pen) {
+  auto* series = new QLineSeries;
+  series->setName(name);
+  series->setPen(pen);
+  chart->addSeries(series);
+  return series;
+}
 
 }  // namespace
 
 MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
   setRenderHint(QPainter::Antialiasing);
+  // Partial redraws of a chart leave pieces of moved text behind.
+  setViewportUpdateMode(QGraphicsView::FullViewportUpdate);
+  setMouseTracking(true);
   auto* chart = new QChart;
   chart->setTitle("memory over one step");
-  // Six kinds, the budget and the peak do not fit under the plot without eliding their names.
-  chart->legend()->setAlignment(Qt::AlignRight);
+  chart->legend()->hide();
+  legend_ = new QLabel;
+  legend_->setObjectName("memoryLegend");
+  legend_->setWordWrap(true);
+  legend_->setTextFormat(Qt::RichText);
+  // Its width is the chart's: unwrapped, its one long line would widen the chart beside it.
+  legend_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  legend_->setContentsMargins(8, 0, 8, 0);
+  legend_->setToolTip("allowed: the budget less the planner's margin, which the plan's peak stays under\n"
+                      "floor: parameters, gradients and optimizer state, which no plan goes below");
   chart->setMargins(QMargins(4, 4, 4, 4));
   x_ = new QValueAxis;
   x_->setTitleText("time (ms)");
@@ -43,55 +70,55 @@ MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
     areas_[k]->setColor(kKindColours[k]);
     areas_[k]->setBorderColor(kKindColours[k].darker(115));
     chart->addSeries(areas_[k]);
-    areas_[k]->attachAxis(x_);
-    areas_[k]->attachAxis(y_);
   }
-  budget_ = new QLineSeries;
-  budget_->setName("budget");
-  QPen pen(QColor(200, 40, 40), 2, Qt::DashLine);
-  budget_->setPen(pen);
-  chart->addSeries(budget_);
-  budget_->attachAxis(x_);
-  budget_->attachAxis(y_);
+  floor_ = line(chart, "floor", QPen(QColor(40, 40, 40), 1.5, Qt::DashDotLine));
+  allowed_ = line(chart, "allowed", QPen(kAllowedColour, 1.5, Qt::DotLine));
+  budget_ = line(chart, "budget", QPen(kBudgetColour, 2, Qt::DashLine));
   peak_ = new QScatterSeries;
   peak_->setName("peak");
   peak_->setMarkerSize(10);
   peak_->setColor(QColor(20, 20, 20));
-  peak_->setPointLabelsVisible(true);
-  peak_->setPointLabelsClipping(false);
   chart->addSeries(peak_);
-  peak_->attachAxis(x_);
-  peak_->attachAxis(y_);
+  for (QAbstractSeries* s : chart->series()) {
+    s->attachAxis(x_);
+    s->attachAxis(y_);
+  }
+  update_legend(false, false, true);
+
+  peak_label_ = new QGraphicsSimpleTextItem(chart);
+  peak_label_->setZValue(20);
+  off_scale_label_ = new QGraphicsSimpleTextItem(chart);
+  off_scale_label_->setZValue(20);
+  off_scale_label_->setBrush(kBudgetColour);
+  peak_label_->hide();
+  off_scale_label_->hide();
+  connect(chart, &QChart::plotAreaChanged, this, &MemoryChart::place_labels);
   setChart(chart);
-  setMinimumSize(360, 260);
+  setMinimumSize(300, 240);
 }
 
 void MemoryChart::show_result(const PlanResult& result) {
-  const MemoryTimeline& t = result.timeline;
+  const bool feasible = result.plan.has_value();
+  timeline_ = result.timeline;
+  const MemoryTimeline& t = timeline_;
   const std::int64_t budget = result.inputs.budget_bytes;
-  const std::int64_t top = std::max(budget, t.peak_bytes);
-  unit_ = top >= (std::int64_t{4} << 30) ? double(1 << 30) : double(1 << 20);
-  const QString unit_name = unit_ == double(1 << 30) ? "GiB" : "MiB";
-  y_->setTitleText("memory (" + unit_name + ")");
-  y_->setLabelFormat(unit_ == double(1 << 30) ? "%.1f" : "%.0f");
+  const std::int64_t allowed =
+      feasible ? budget - result.plan->margin_bytes : allowed_bytes(budget, result.inputs.margin_fraction);
+  const MemoryScale scale = memory_scale(std::max(t.peak_bytes, result.floor_bytes), budget);
+  unit_ = scale.top_bytes >= (std::int64_t{4} << 30) ? double(1 << 30) : double(1 << 20);
+  y_->setTitleText(unit_ == double(1 << 30) ? "memory (GiB)" : "memory (MiB)");
 
-  if (!result.plan) {
-    for (std::size_t k = 0; k < core::kMemoryKinds; ++k) {
-      uppers_[k]->clear();
-      lowers_[k]->clear();
-    }
-    peak_->clear();
-    budget_->replace(QList<QPointF>{{0, budget / unit_}, {1, budget / unit_}});
-    x_->setRange(0, 1);
-    y_->setRange(0, budget / unit_ * 1.15);
-    chart()->setTitle("memory over one step: no plan fits this budget");
-    return;
+  if (feasible) {
+    chart()->setTitle(QString("memory over one step: %1 micro-batch%2 of %3")
+                          .arg(result.plan->micro_batches.size())
+                          .arg(result.plan->micro_batches.size() > 1 ? "es" : "")
+                          .arg(result.plan->micro_batches.front()));
+  } else if (result.best_attempt) {
+    chart()->setTitle(QString("no plan fits %1: the least that fits (shown) needs %2")
+                          .arg(bytes_text(budget), bytes_text(result.smallest_budget)));
+  } else {
+    chart()->setTitle("memory over one step: no plan");
   }
-  chart()->setTitle(QString("memory over one step: %1 micro-batch%2 of %3, peak %4")
-                        .arg(result.plan->micro_batches.size())
-                        .arg(result.plan->micro_batches.size() > 1 ? "es" : "")
-                        .arg(result.plan->micro_batches.front())
-                        .arg(QString::fromStdString(core::format_bytes(t.peak_bytes))));
   // Memory changes in steps: each sample holds until the next one.
   std::array<QList<QPointF>, core::kMemoryKinds> upper, lower;
   for (std::size_t i = 0; i < t.time_ms.size(); ++i) {
@@ -111,21 +138,101 @@ void MemoryChart::show_result(const PlanResult& result) {
     uppers_[k]->replace(upper[k]);
     lowers_[k]->replace(lower[k]);
   }
-  const double end = std::max(t.step_ms, 1e-3);
-  peak_->replace(QList<QPointF>{{t.peak_time_ms, t.peak_bytes / unit_}});
-  peak_->setPointLabelsFormat("peak " + QString::fromStdString(core::format_bytes(t.peak_bytes)));
+  const double end = t.time_ms.empty() ? 1 : std::max(t.step_ms, 1e-3);
   x_->setRange(0, end);
   // Ticks at round times from 0, while the axis ends where the step does.
-  const double raw = end / 5;
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  const double step = raw / magnitude < 2 ? 2 * magnitude : raw / magnitude < 5 ? 5 * magnitude : 10 * magnitude;
+  const NiceTicks time_ticks = nice_ticks(end, 5);
   x_->setTickType(QValueAxis::TicksDynamic);
   x_->setTickAnchor(0);
-  x_->setTickInterval(step);
-  x_->setLabelFormat(step >= 1 ? "%.0f" : "%.2g");
-  y_->setRange(0, static_cast<double>(top) / unit_ * 1.15);
-  y_->applyNiceNumbers();
-  budget_->replace(QList<QPointF>{{0, budget / unit_}, {end, budget / unit_}});
+  x_->setTickInterval(time_ticks.interval);
+  x_->setLabelFormat(QString("%.%1f").arg(time_ticks.decimals));
+  // Room above the highest line for the peak's label.
+  const NiceTicks memory_ticks = nice_ticks(static_cast<double>(scale.top_bytes) / unit_ * 1.12, 5);
+  y_->setTickType(QValueAxis::TicksDynamic);
+  y_->setTickAnchor(0);
+  y_->setTickInterval(memory_ticks.interval);
+  y_->setLabelFormat(QString("%.%1f").arg(memory_ticks.decimals));
+  y_->setRange(0, memory_ticks.max);
+
+  const auto level = [&](std::int64_t bytes) { return QList<QPointF>{{0, bytes / unit_}, {end, bytes / unit_}}; };
+  // Off the scale, a line would be drawn outside the plot: the label at the top says where it is.
+  budget_->replace(scale.budget_off_scale ? QList<QPointF>{} : level(budget));
+  allowed_->replace(scale.budget_off_scale ? QList<QPointF>{} : level(allowed));
+  budget_->setName("budget " + bytes_text(budget));
+  allowed_->setName("allowed " + bytes_text(allowed));
+  floor_->replace(feasible || result.floor_bytes == 0 ? QList<QPointF>{} : level(result.floor_bytes));
+  floor_->setName("floor " + bytes_text(result.floor_bytes));
+  update_legend(!feasible && result.floor_bytes > 0, feasible, !scale.budget_off_scale);
+
+  if (feasible) {
+    peak_->replace(QList<QPointF>{{t.peak_time_ms, t.peak_bytes / unit_}});
+    peak_label_->setText("peak " + bytes_text(t.peak_bytes));
+    peak_label_->show();
+  } else {
+    peak_->clear();
+    peak_label_->hide();
+  }
+  off_scale_label_->setText(QString("budget %1 (allowed %2) is above the scale \u2191").arg(bytes_text(budget), bytes_text(allowed)));
+  off_scale_label_->setVisible(scale.budget_off_scale);
+  place_labels();
+}
+
+void MemoryChart::update_legend(bool with_floor, bool with_peak, bool with_budget) {
+  // Non-breaking spaces inside an entry, plain ones between: lines break only between entries.
+  const auto entry = [](const QColor& colour, const QString& symbol, const QString& name) {
+    QString text = name.toHtmlEscaped();
+    text.replace(' ', "&nbsp;");
+    return QString("<span style='color:%1'>%2</span>&nbsp;%3").arg(colour.name(), symbol, text);
+  };
+  QStringList entries;
+  for (std::size_t k = 0; k < core::kMemoryKinds; ++k) entries << entry(kKindColours[k], "\u25A0", kKindLabels[k]);
+  if (with_peak) entries << entry(QColor(20, 20, 20), "\u25CF", "peak");
+  // Box-drawing dashes: the line breaker treats them as letters, so a symbol stays with its name.
+  if (with_budget) {
+    entries << entry(kBudgetColour, "\u254D\u254D", budget_->name());
+    entries << entry(kAllowedColour, "\u2504\u2504", allowed_->name());
+  }
+  if (with_floor) entries << entry(QColor(40, 40, 40), "\u2500\u2500", floor_->name());
+  legend_->setText(entries.join(" &nbsp; "));
+}
+
+void MemoryChart::place_labels() {
+  const QRectF plot = chart()->plotArea();
+  if (plot.isEmpty()) return;
+  if (peak_label_->isVisible() && peak_->count() == 1) {
+    const QPointF at = chart()->mapToPosition(peak_->at(0), peak_);
+    const QRectF box = peak_label_->boundingRect();
+    // Right of the marker, or left of it near the right edge; above it, inside the plot.
+    double x = at.x() + 8;
+    if (x + box.width() > plot.right() - 2) x = at.x() - 8 - box.width();
+    double y = at.y() - box.height() - 4;
+    x = std::clamp(x, plot.left() + 2, std::max(plot.left() + 2, plot.right() - 2 - box.width()));
+    y = std::clamp(y, plot.top() + 2, std::max(plot.top() + 2, plot.bottom() - 2 - box.height()));
+    peak_label_->setPos(x, y);
+  }
+  if (off_scale_label_->isVisible()) {
+    const QRectF box = off_scale_label_->boundingRect();
+    off_scale_label_->setPos(std::max(plot.left() + 2, plot.right() - 4 - box.width()), plot.top() + 2);
+  }
+}
+
+QString MemoryChart::hover_text_at(double time_ms) const {
+  return QString::fromStdString(memory_hover_text(timeline_, time_ms));
+}
+
+void MemoryChart::mouseMoveEvent(QMouseEvent* event) {
+  QChartView::mouseMoveEvent(event);
+  const QPointF scene = mapToScene(event->position().toPoint());
+  const QPointF in_chart = chart()->mapFromScene(scene);
+  QString text;
+  if (chart()->plotArea().contains(in_chart) && !timeline_.time_ms.empty()) {
+    text = hover_text_at(chart()->mapToValue(in_chart, areas_.front()).x());
+  }
+  if (text.isEmpty()) {
+    QToolTip::hideText();
+  } else {
+    QToolTip::showText(event->globalPosition().toPoint(), text, this);
+  }
 }
 
 }  // namespace headroom::gui

@@ -1,11 +1,15 @@
 #pragma once
-// The chosen plan's memory over one step, stacked by kind, with the budget as a line and the peak
-// marked.
+// The plan's memory over one step, stacked by kind, with the budget, what the margin leaves of it
+// ("allowed") and the peak marked. When nothing fits: the plan at the least budget that would,
+// against the user's budget, and the floor no plan goes below. Hovering says what is held when.
 #include <QtCharts/QAreaSeries>
 #include <QtCharts/QChartView>
 #include <QtCharts/QLineSeries>
 #include <QtCharts/QScatterSeries>
 #include <QtCharts/QValueAxis>
+
+#include <QGraphicsSimpleTextItem>
+#include <QLabel>
 
 #include <array>
 
@@ -20,21 +24,47 @@ class MemoryChart : public QChartView {
 
   void show_result(const PlanResult& result);
 
-  // For tests: the stacked top (all kinds) and the budget line.
+  // The legend, to place under the chart: it wraps its entries onto more lines when the chart is
+  // narrow, where the chart's own legend would elide every name to two letters.
+  QLabel* legend() const { return legend_; }
+
+  // What the tooltip says at a time of the step shown (empty outside it).
+  QString hover_text_at(double time_ms) const;
+
+  // For tests.
   const QLineSeries* top_series() const { return uppers_.back(); }
   const QLineSeries* budget_series() const { return budget_; }
+  const QLineSeries* allowed_series() const { return allowed_; }
+  const QLineSeries* floor_series() const { return floor_; }
   const QScatterSeries* peak_series() const { return peak_; }
+  const QGraphicsSimpleTextItem* peak_label() const { return peak_label_; }
+  const QGraphicsSimpleTextItem* off_scale_label() const { return off_scale_label_; }
+  const QValueAxis* y_axis() const { return y_; }
   double bytes_per_unit() const { return unit_; }
 
+ protected:
+  void mouseMoveEvent(QMouseEvent* event) override;
+
  private:
+  void place_labels();
+  void update_legend(bool with_floor, bool with_peak, bool with_budget);
+
   std::array<QLineSeries*, core::kMemoryKinds> uppers_{};
   std::array<QLineSeries*, core::kMemoryKinds> lowers_{};
   std::array<QAreaSeries*, core::kMemoryKinds> areas_{};
   QLineSeries* budget_ = nullptr;
+  QLineSeries* allowed_ = nullptr;
+  QLineSeries* floor_ = nullptr;
   QScatterSeries* peak_ = nullptr;
+  // Drawn by hand, not as the scatter's point label: that one is clipped at the plot's edge and
+  // leaves stale text behind when the chart redraws only part of itself.
+  QGraphicsSimpleTextItem* peak_label_ = nullptr;
+  QGraphicsSimpleTextItem* off_scale_label_ = nullptr;
+  QLabel* legend_ = nullptr;
   QValueAxis* x_ = nullptr;
   QValueAxis* y_ = nullptr;
   double unit_ = 1 << 20;
+  MemoryTimeline timeline_;
 };
 
 }  // namespace headroom::gui

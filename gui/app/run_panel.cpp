@@ -5,6 +5,7 @@
 #include <QHeaderView>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/units.h"
@@ -13,7 +14,33 @@ namespace headroom::gui {
 
 namespace {
 
-QString percent(double fraction) { return QString::number(100 * fraction, 'f', 1) + " %"; }
+const char* const kIdleStatus = "runs the plan with headroom execute under its budget";
+
+// Signed, so it says which way the prediction is off: + predicted more than measured.
+QString signed_percent(double fraction) {
+  const double pct = 100 * fraction;
+  const QString digits = QString::number(std::fabs(pct), 'f', std::fabs(pct) < 10 ? 2 : 1);
+  return (pct < 0 ? QString(QChar(0x2212)) : QString("+")) + digits + " %";
+}
+
+QString relative_error(double predicted, double measured) {
+  return measured != 0 ? signed_percent((predicted - measured) / measured) : QString("-");
+}
+
+// Four significant digits, fixed notation: enough to check a percent error by eye.
+QString four_digits(double value) {
+  const int magnitude = value == 0 ? 0 : static_cast<int>(std::floor(std::log10(std::fabs(value))));
+  return QString::number(value, 'f', std::max(0, 3 - magnitude));
+}
+
+// In MiB with two decimals whatever the size, so two peaks compare digit by digit.
+QString mebibytes(std::int64_t bytes) {
+  return QString::number(static_cast<double>(bytes) / (1 << 20), 'f', 2) + " MiB";
+}
+
+QString step_time(double seconds) {
+  return seconds < 1 ? four_digits(seconds * 1e3) + " ms" : four_digits(seconds) + " s";
+}
 
 }  // namespace
 
@@ -30,10 +57,17 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   progress_ = new QProgressBar(this);
   progress_->setRange(0, 1);
   progress_->setValue(0);
-  status_ = new QLabel("runs the plan with headroom execute under its budget", this);
+  status_ = new QLabel(kIdleStatus, this);
   status_->setWordWrap(true);
+  stale_ = new QLabel(this);
+  stale_->setObjectName("staleResults");
+  stale_->setWordWrap(true);
+  stale_->setStyleSheet("QLabel { color: #9a5b00; font-weight: bold; }");
+  stale_->hide();
   table_ = new QTableWidget(3, 3, this);
   table_->setHorizontalHeaderLabels({"predicted", "measured", "error"});
+  table_->horizontalHeaderItem(2)->setToolTip(
+      "(predicted - measured) / measured: + when the prediction is higher than what was measured");
   table_->setVerticalHeaderLabels({"peak memory", "step time", "samples/s"});
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -47,6 +81,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->addLayout(row);
   layout->addWidget(status_);
+  layout->addWidget(stale_);
   layout->addWidget(table_, 1);
 
   connect(run_button_, &QPushButton::clicked, this, &RunPanel::run);
@@ -59,6 +94,39 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
 void RunPanel::set_plan(const std::optional<core::Plan>& plan) {
   plan_ = plan;
   run_button_->setEnabled(plan_.has_value() && !running());
+  show_staleness();
+}
+
+void RunPanel::clear_results() {
+  shown_plan_.reset();
+  last_.reset();
+  table_->clearContents();
+  if (!running()) {
+    progress_->setValue(0);
+    status_->setText(kIdleStatus);
+  }
+  show_staleness();
+}
+
+void RunPanel::show_staleness() {
+  const bool stale = results_stale();
+  if (stale) {
+    const core::Plan& p = *shown_plan_;
+    stale_->setText(QString("These results are for an earlier plan: budget %1, batch %2 (%3 micro-batch%4 of %5). "
+                            "Run again to measure the current plan.")
+                        .arg(QString::fromStdString(core::format_bytes(p.budget_bytes)))
+                        .arg(p.global_batch)
+                        .arg(p.micro_batches.size())
+                        .arg(p.micro_batches.size() > 1 ? "es" : "")
+                        .arg(p.micro_batches.front()));
+  }
+  stale_->setVisible(stale);
+  const QColor text = stale ? palette().color(QPalette::Disabled, QPalette::Text) : palette().color(QPalette::Text);
+  for (int r = 0; r < table_->rowCount(); ++r) {
+    for (int c = 0; c < table_->columnCount(); ++c) {
+      if (QTableWidgetItem* item = table_->item(r, c)) item->setForeground(text);
+    }
+  }
 }
 
 void RunPanel::run() {
@@ -91,6 +159,9 @@ void RunPanel::run() {
   run_button_->setEnabled(false);
   cancel_button_->setEnabled(true);
   last_.reset();
+  shown_plan_.reset();
+  show_staleness();
+  running_plan_ = plan_;
   run_.start(program_, plan_path, report_path, steps_->value(), warmup);
 }
 
@@ -133,19 +204,19 @@ void RunPanel::show_outcome(const ExecutorOutcome& outcome) {
                            .arg(QString::fromStdString(r.device_name))
                            .arg(r.budget_bytes == 0 || r.measured.peak_bytes <= r.budget_bytes ? "within" : "OVER"));
     }
-    const double step_error = r.measured.step_seconds > 0
-                                  ? std::fabs(r.predicted.step_seconds - r.measured.step_seconds) / r.measured.step_seconds
-                                  : 0;
-    table_->setItem(0, 0, item(QString::fromStdString(core::format_bytes(r.predicted.peak_bytes))));
-    table_->setItem(0, 1, item(QString::fromStdString(core::format_bytes(r.measured.peak_bytes))));
-    table_->setItem(0, 2, item(percent(r.peak_rel_error)));
-    table_->setItem(1, 0, item(QString::number(r.predicted.step_seconds, 'f', 4) + " s"));
-    table_->setItem(1, 1, item(QString::number(r.measured.step_seconds, 'f', 4) + " s"));
-    table_->setItem(1, 2, item(percent(step_error)));
-    table_->setItem(2, 0, item(QString::number(r.predicted.samples_per_second, 'f', 1)));
-    table_->setItem(2, 1, item(QString::number(r.measured.samples_per_second, 'f', 1)));
-    table_->setItem(2, 2, item(percent(r.throughput_rel_error)));
+    table_->setItem(0, 0, item(mebibytes(r.predicted.peak_bytes)));
+    table_->setItem(0, 1, item(mebibytes(r.measured.peak_bytes)));
+    table_->setItem(0, 2, item(relative_error(static_cast<double>(r.predicted.peak_bytes),
+                                              static_cast<double>(r.measured.peak_bytes))));
+    table_->setItem(1, 0, item(step_time(r.predicted.step_seconds)));
+    table_->setItem(1, 1, item(step_time(r.measured.step_seconds)));
+    table_->setItem(1, 2, item(relative_error(r.predicted.step_seconds, r.measured.step_seconds)));
+    table_->setItem(2, 0, item(four_digits(r.predicted.samples_per_second)));
+    table_->setItem(2, 1, item(four_digits(r.measured.samples_per_second)));
+    table_->setItem(2, 2, item(relative_error(r.predicted.samples_per_second, r.measured.samples_per_second)));
+    shown_plan_ = running_plan_;
   }
+  show_staleness();
   emit runFinished();
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Runs the current plan with `headroom execute` in a child process: progress, cancel, and then
-// predicted against measured side by side.
+// predicted against measured side by side. Results outlive the plan they measured only greyed and
+// labelled with that plan's budget and batch, so they are never read as the current plan's.
 #include <QLabel>
 #include <QProgressBar>
 #include <QPushButton>
@@ -22,6 +23,8 @@ class RunPanel : public QWidget {
   explicit RunPanel(QWidget* parent = nullptr);
 
   void set_plan(const std::optional<core::Plan>& plan);
+  // Forgets the results (another trace: they belong to another model).
+  void clear_results();
   // Where `headroom` is; empty: not found (Run then says so).
   void set_program(const QString& program) { program_ = program; }
 
@@ -35,6 +38,10 @@ class RunPanel : public QWidget {
   QTableWidget* comparison() const { return table_; }
   QSpinBox* steps() const { return steps_; }
   const std::optional<ExecutorOutcome>& last_outcome() const { return last_; }
+  // Results are shown for a plan other than the current one.
+  bool results_stale() const { return shown_plan_.has_value() && shown_plan_ != plan_; }
+  QLabel* stale_label() const { return stale_; }
+  QLabel* status_label() const { return status_; }
 
  signals:
   void error(const QString& title, const QString& message);
@@ -43,17 +50,21 @@ class RunPanel : public QWidget {
  private:
   void show_progress(const ExecutorProgress& p);
   void show_outcome(const ExecutorOutcome& outcome);
+  void show_staleness();
 
   ExecutorRun run_;
   QTemporaryDir directory_;
   QString program_;
   std::optional<core::Plan> plan_;
+  std::optional<core::Plan> running_plan_;
+  std::optional<core::Plan> shown_plan_;  // the plan the table's results are for
   std::optional<ExecutorOutcome> last_;
   QSpinBox* steps_;
   QPushButton* run_button_;
   QPushButton* cancel_button_;
   QProgressBar* progress_;
   QLabel* status_;
+  QLabel* stale_;
   QTableWidget* table_;
 };
 

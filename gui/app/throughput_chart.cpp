@@ -3,6 +3,9 @@
 #include <QtCharts/QAreaSeries>
 #include <QtCharts/QLegendMarker>
 
+#include <QCursor>
+#include <QToolTip>
+
 #include <algorithm>
 #include <cmath>
 
@@ -35,15 +38,15 @@ ThroughputChart::ThroughputChart(QWidget* parent) : QChartView(parent) {
   curve_ = new QLineSeries;
   curve_->setPen(QPen(QColor(150, 150, 150), 1.5));
   feasible_ = new QScatterSeries;
-  feasible_->setName("fits the budget");
+  feasible_->setName("fits");
   feasible_->setColor(QColor(60, 150, 80));
   feasible_->setMarkerSize(9);
   infeasible_ = new QScatterSeries;
-  infeasible_->setName("over the budget");
+  infeasible_->setName("over budget");
   infeasible_->setColor(QColor(210, 60, 50));
   infeasible_->setMarkerSize(9);
   chosen_ = new QScatterSeries;
-  chosen_->setName("chosen plan");
+  chosen_->setName("chosen");
   chosen_->setMarkerShape(QScatterSeries::MarkerShapeRectangle);
   chosen_->setMarkerSize(15);
   chosen_->setColor(Qt::transparent);
@@ -55,14 +58,25 @@ ThroughputChart::ThroughputChart(QWidget* parent) : QChartView(parent) {
     s->attachAxis(y_);
   }
   hide_from_legend(chart, curve_);
+  for (QScatterSeries* s : {feasible_, infeasible_, chosen_}) {
+    connect(s, &QScatterSeries::hovered, this, [this](const QPointF& point, bool entered) {
+      const QString text = entered ? hover_text_for(std::llround(point.x())) : QString();
+      if (text.isEmpty()) {
+        QToolTip::hideText();
+      } else {
+        QToolTip::showText(QCursor::pos(), text, this);
+      }
+    });
+  }
   setChart(chart);
   setMinimumSize(360, 260);
 }
 
 void ThroughputChart::show_result(const PlanResult& result) {
-  const auto& points = result.throughput.points;
+  points_ = result.throughput.points;
+  const auto& points = points_;
   QList<QPointF> all, fits, over, chosen;
-  double top = 1;
+  double top = 0;
   for (const auto& p : points) {
     const QPointF at(static_cast<double>(p.micro_batch), p.samples_per_second);
     all.append(at);
@@ -78,9 +92,14 @@ void ThroughputChart::show_result(const PlanResult& result) {
   const double lo = points.empty() ? 1 : static_cast<double>(points.front().micro_batch) / 1.4;
   const double hi = points.empty() ? 2 : static_cast<double>(points.back().micro_batch) * 1.4;
   x_->setRange(lo, hi);
-  y_->setRange(0, top * 1.15);
-  y_->applyNiceNumbers();
-  const double y_top = y_->max();
+  // Round ticks with the decimals they need: a model at 1.3 samples/s reads "0, 0.5, 1, 1.5".
+  y_ticks_ = nice_ticks(top * 1.1, 5);
+  y_->setTickType(QValueAxis::TicksDynamic);
+  y_->setTickAnchor(0);
+  y_->setTickInterval(y_ticks_.interval);
+  y_->setLabelFormat(QString("%.%1f").arg(y_ticks_.decimals));
+  y_->setRange(0, y_ticks_.max);
+  const double y_top = y_ticks_.max;
 
   // Shade each run of sizes over the budget, from halfway (geometrically) to its neighbours.
   for (auto* s : shading_) {
@@ -124,8 +143,20 @@ void ThroughputChart::show_result(const PlanResult& result) {
     }
     hide_from_legend(chart(), curve_);
   }
-  QString title = QString("throughput by micro-batch size (global batch %1)").arg(result.inputs.global_batch);
-  chart()->setTitle(title);
+  chart()->setTitle(QString("throughput by micro-batch size, global batch %1").arg(result.inputs.global_batch));
+}
+
+QStringList ThroughputChart::y_tick_labels() const {
+  QStringList labels;
+  for (const auto& label : tick_labels(y_ticks_)) labels << QString::fromStdString(label);
+  return labels;
+}
+
+QString ThroughputChart::hover_text_for(std::int64_t micro_batch) const {
+  for (const auto& p : points_) {
+    if (p.micro_batch == micro_batch) return QString::fromStdString(throughput_hover_text(p));
+  }
+  return {};
 }
 
 }  // namespace headroom::gui

@@ -1,6 +1,7 @@
 #pragma once
 // Predicted samples/s for every micro-batch size of the global batch: the sizes that fit the
-// budget, those that do not (on a shaded region), and the chosen plan.
+// budget, those that do not (on a shaded region), and the chosen plan. Hovering a point says what
+// that split would be: its peak, step time, checkpointed blocks and lean layers.
 #include <QtCharts/QChartView>
 #include <QtCharts/QLineSeries>
 #include <QtCharts/QLogValueAxis>
@@ -8,6 +9,8 @@
 #include <QtCharts/QValueAxis>
 
 #include <vector>
+
+#include "gui/logic/chart_axis.h"
 
 #include "gui/logic/plan_computation.h"
 
@@ -23,6 +26,10 @@ class ThroughputChart : public QChartView {
   const QScatterSeries* feasible_series() const { return feasible_; }
   const QScatterSeries* infeasible_series() const { return infeasible_; }
   const QScatterSeries* chosen_series() const { return chosen_; }
+  // The vertical axis's labels, as drawn.
+  QStringList y_tick_labels() const;
+  // The tooltip of the split whose largest micro-batch is `micro_batch` (empty if none).
+  QString hover_text_for(std::int64_t micro_batch) const;
 
  private:
   QLineSeries* curve_ = nullptr;
@@ -32,6 +39,8 @@ class ThroughputChart : public QChartView {
   std::vector<QAbstractSeries*> shading_;
   QLogValueAxis* x_ = nullptr;
   QValueAxis* y_ = nullptr;
+  NiceTicks y_ticks_;
+  std::vector<ThroughputPoint> points_;
 };
 
 }  // namespace headroom::gui

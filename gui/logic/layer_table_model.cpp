@@ -1,5 +1,7 @@
 #include "gui/logic/layer_table_model.h"
 
+#include <algorithm>
+
 #include "core/cost_model.h"
 #include "core/units.h"
 
@@ -25,7 +27,24 @@ QString choice_text(int choice) {
   }
 }
 
+QString time_text(std::int64_t ns, const LayerTableModel::TimeUnit& unit) {
+  return QString::number(static_cast<double>(ns) / unit.ns_per_unit, 'f', unit.decimals);
+}
+
 }  // namespace
+
+LayerTableModel::TimeUnit LayerTableModel::time_unit(std::int64_t largest_ns) {
+  TimeUnit unit;
+  if (largest_ns >= 1'000'000'000) unit = {"s", 1e9, 0};
+  else if (largest_ns >= 1'000'000) unit = {"ms", 1e6, 0};
+  else if (largest_ns >= 1'000) unit = {"us", 1e3, 0};
+  else unit = {"ns", 1, 0};
+  // Four significant digits for the largest value; smaller ones get the same decimals, so a column
+  // lines up and a small layer does not read 0.
+  const double largest = static_cast<double>(largest_ns) / unit.ns_per_unit;
+  unit.decimals = unit.ns_per_unit == 1 ? 0 : largest >= 100 ? 1 : largest >= 10 ? 2 : 3;
+  return unit;
+}
 
 void LayerTableModel::set_trace(std::shared_ptr<const TraceDocument> trace) {
   beginResetModel();
@@ -59,6 +78,13 @@ void LayerTableModel::recompute_plan_columns() {
     const core::LayerChoice* choice = plan_ && i < plan_->layers.size() ? &plan_->layers[i] : nullptr;
     rows_[i].choice = !plan_ ? 0 : (choice != nullptr && choice->checkpoint ? 2 : (choice != nullptr && choice->tempo ? 3 : 1));
   }
+  std::int64_t largest_fwd = 0, largest_bwd = 0;
+  for (const Row& row : rows_) {
+    largest_fwd = std::max(largest_fwd, row.fwd_ns);
+    largest_bwd = std::max(largest_bwd, row.bwd_ns);
+  }
+  forward_unit_ = time_unit(largest_fwd);
+  backward_unit_ = time_unit(largest_bwd);
 }
 
 int LayerTableModel::rowCount(const QModelIndex& parent) const {
@@ -95,14 +121,36 @@ QVariant LayerTableModel::data(const QModelIndex& index, int role) const {
     case Block: return layer.block < 0 ? QStringLiteral("-") : QString::number(layer.block);
     case Params: return QString::fromStdString(core::format_bytes(row.param_bytes));
     case KeptPerSample: return QString::fromStdString(core::format_bytes(static_cast<std::int64_t>(row.kept_per_sample)));
-    case ForwardTime: return QString::fromStdString(core::format_duration_ns(row.fwd_ns));
-    case BackwardTime: return QString::fromStdString(core::format_duration_ns(row.bwd_ns));
+    case ForwardTime:
+      return role == Qt::ToolTipRole ? QString::fromStdString(core::format_duration_ns(row.fwd_ns))
+                                     : time_text(row.fwd_ns, forward_unit_);
+    case BackwardTime:
+      return role == Qt::ToolTipRole ? QString::fromStdString(core::format_duration_ns(row.bwd_ns))
+                                     : time_text(row.bwd_ns, backward_unit_);
     case Choice: return choice_text(row.choice);
     default: return {};
   }
 }
 
 QVariant LayerTableModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  if (orientation == Qt::Horizontal && role == Qt::ToolTipRole) {
+    const QString at = QString::number(timing_batch_);
+    switch (section) {
+      case Name: return QStringLiteral("the layer, in execution order (sort by this column to restore it)");
+      case Kind: return QStringLiteral("the layer's type in the model");
+      case Block: return QStringLiteral("the checkpointing block the layer belongs to: a checkpointed block keeps only its input and recomputes the rest in backward");
+      case Params: return QStringLiteral("parameter bytes (gradients and optimizer state scale with them)");
+      case KeptPerSample:
+        return QStringLiteral("bytes the layer's forward keeps for backward, per sample of the micro-batch "
+                              "(the slope of kept bytes against batch size)");
+      case ForwardTime: return QStringLiteral("forward time at a micro-batch of %1, the plan's largest").arg(at);
+      case BackwardTime: return QStringLiteral("backward time at a micro-batch of %1, the plan's largest").arg(at);
+      case Choice:
+        return QStringLiteral("what the plan does with the layer's activations: stored for backward, checkpointed "
+                              "(recomputed in backward), or lean (Tempo: keeps less, recovers the rest)");
+      default: return {};
+    }
+  }
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return QAbstractTableModel::headerData(section, orientation, role);
   const QString at = QStringLiteral(" (b=%1)").arg(timing_batch_);
   switch (section) {
@@ -111,8 +159,8 @@ QVariant LayerTableModel::headerData(int section, Qt::Orientation orientation, i
     case Block: return QStringLiteral("block");
     case Params: return QStringLiteral("params");
     case KeptPerSample: return QStringLiteral("kept / sample");
-    case ForwardTime: return QStringLiteral("fwd") + at;
-    case BackwardTime: return QStringLiteral("bwd") + at;
+    case ForwardTime: return QStringLiteral("fwd %1").arg(forward_unit_.name) + at;
+    case BackwardTime: return QStringLiteral("bwd %1").arg(backward_unit_.name) + at;
     case Choice: return QStringLiteral("plan");
     default: return {};
   }

@@ -1,6 +1,7 @@
 #pragma once
 // The trace's layers as a table: what each costs and what the current plan does with it. Display
-// text is formatted; kSortRole gives the raw number so a QSortFilterProxyModel sorts by value.
+// text is formatted; kSortRole gives the raw number so a QSortFilterProxyModel sorts by value. Each
+// time column is in one unit (named in its header), so its numbers compare by eye.
 #include <QAbstractTableModel>
 
 #include <memory>
@@ -32,6 +33,14 @@ class LayerTableModel : public QAbstractTableModel {
 
   std::int64_t timing_batch() const { return timing_batch_; }
 
+  // One unit for a column of durations: the one that reads its largest value best.
+  struct TimeUnit {
+    const char* name = "ms";
+    double ns_per_unit = 1e6;
+    int decimals = 2;
+  };
+  static TimeUnit time_unit(std::int64_t largest_ns);
+
  private:
   struct Row {
     std::int64_t param_bytes = 0;
@@ -45,6 +54,7 @@ class LayerTableModel : public QAbstractTableModel {
   std::optional<core::Plan> plan_;
   std::vector<Row> rows_;
   std::int64_t timing_batch_ = 0;
+  TimeUnit forward_unit_, backward_unit_;
 };
 
 }  // namespace headroom::gui

@@ -2,9 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 
 #include "cli/plan_report.h"
+#include "core/cost_model.h"
 #include "core/errors.h"
+#include "core/units.h"
+#include "planner/optimizer_estimate.h"
 #include "planner/plan_schedule.h"
 #include "simulator/simulator.h"
 
@@ -29,6 +34,19 @@ MemoryTimeline memory_timeline(const core::Trace& trace, const core::Plan& plan,
   timeline.peak_bytes = sim.peak_bytes;
   timeline.peak_time_ms = static_cast<double>(sim.peak_time_ns) / 1e6;
   timeline.step_ms = static_cast<double>(sim.makespan_ns) / 1e6;
+  const std::size_t micro_batches = plan.micro_batches.size();
+  for (std::size_t i = 0; i < schedule.tasks.size() && i < sim.tasks.size(); ++i) {
+    const core::Task& task = schedule.tasks[i];
+    if (task.stream != core::Stream::Compute) continue;
+    std::string what = task.category == "optimizer" ? "optimizer step" : task.category + " of " + task.name;
+    if (task.micro_batch >= 0 && micro_batches > 1) {
+      what += " (micro-batch " + std::to_string(task.micro_batch + 1) + " of " + std::to_string(micro_batches) + ")";
+    }
+    timeline.tasks.push_back({static_cast<double>(sim.tasks[i].start_ns) / 1e6,
+                              static_cast<double>(sim.tasks[i].end_ns) / 1e6, std::move(what)});
+  }
+  std::stable_sort(timeline.tasks.begin(), timeline.tasks.end(),
+                   [](const TaskSpan& a, const TaskSpan& b) { return a.start_ms < b.start_ms; });
   const std::int64_t span = std::max<std::int64_t>(sim.makespan_ns, 1);
   // Per time bin, the sample with the highest total; the last sample of the step is kept too, so
   // the timeline ends where the step does.
@@ -52,12 +70,60 @@ MemoryTimeline memory_timeline(const core::Trace& trace, const core::Plan& plan,
   return timeline;
 }
 
+std::string memory_hover_text(const MemoryTimeline& timeline, double time_ms) {
+  if (timeline.time_ms.empty() || time_ms < 0 || time_ms > timeline.step_ms) return {};
+  // Memory holds from one sample to the next: the sample in force is the last one not after time_ms.
+  const auto after = std::upper_bound(timeline.time_ms.begin(), timeline.time_ms.end(), time_ms);
+  const std::size_t at = after == timeline.time_ms.begin() ? 0 : static_cast<std::size_t>(after - timeline.time_ms.begin()) - 1;
+  char head[64];
+  std::snprintf(head, sizeof head, "%.4g ms into the step", time_ms);
+  std::string text = head;
+  for (const TaskSpan& task : timeline.tasks) {
+    if (task.start_ms <= time_ms && time_ms < task.end_ms) {
+      text += "\n" + task.what;
+      break;
+    }
+  }
+  std::int64_t total = 0;
+  static constexpr std::array<const char*, core::kMemoryKinds> kKinds{"parameters", "gradients", "optimizer state",
+                                                                      "input",      "activations", "transient"};
+  for (std::size_t k = 0; k < core::kMemoryKinds; ++k) {
+    const std::int64_t bytes = timeline.bytes[at][k];
+    total += bytes;
+    if (bytes != 0) text += "\n" + std::string(kKinds[k]) + ": " + core::format_bytes(bytes);
+  }
+  text += "\ntotal: " + core::format_bytes(total);
+  if (total == timeline.peak_bytes) text += " (the peak)";
+  return text;
+}
+
+std::string throughput_hover_text(const ThroughputPoint& point) {
+  char line[160];
+  std::string text;
+  std::snprintf(line, sizeof line, "micro-batch %lld%s", static_cast<long long>(point.micro_batch),
+                point.count > 1 ? (" (" + std::to_string(point.count) + " micro-batches)").c_str() : " (the whole batch)");
+  text += line;
+  text += "\npeak " + core::format_bytes(point.peak_bytes) + (point.fits ? ", fits the budget" : ", over the budget");
+  std::snprintf(line, sizeof line, "\n%.4g s/step, %.4g samples/s", point.step_seconds, point.samples_per_second);
+  text += line;
+  text += "\n" + std::to_string(point.checkpointed_blocks) + " checkpointed block" +
+          (point.checkpointed_blocks == 1 ? "" : "s") + ", " + std::to_string(point.lean_layers) + " lean layer" +
+          (point.lean_layers == 1 ? "" : "s");
+  if (!point.fits) text += "\n(without checkpointing or lean layers: nothing made it fit)";
+  return text;
+}
+
+std::int64_t allowed_bytes(std::int64_t budget_bytes, double margin_fraction) {
+  // As the planner rounds its margin: up, so the allowed bytes are never more than it allows.
+  return budget_bytes - static_cast<std::int64_t>(std::ceil(static_cast<double>(budget_bytes) * margin_fraction));
+}
+
 ThroughputCurve throughput_curve(const planner::PlanOutcome& outcome) {
   ThroughputCurve curve;
   for (const auto& split : outcome.splits) {
     curve.points.push_back({split.micro_batches.front(), static_cast<std::int64_t>(split.micro_batches.size()),
                             split.predicted.samples_per_second, split.predicted.peak_bytes, split.fits,
-                            split.checkpointed_blocks});
+                            split.checkpointed_blocks, split.lean_layers, split.predicted.step_seconds});
   }
   std::sort(curve.points.begin(), curve.points.end(),
             [](const ThroughputPoint& a, const ThroughputPoint& b) { return a.micro_batch < b.micro_batch; });
@@ -87,6 +153,19 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
       result.infeasible_reason = outcome.reason;
       result.smallest_budget = outcome.smallest_budget;
       result.summary = "infeasible: " + outcome.reason + "\n";
+      const bool other_optimizer = !inputs.optimizer.empty() && inputs.optimizer != trace.trace.optimizer.name;
+      result.floor_bytes =
+          core::CostModel(other_optimizer ? planner::with_estimated_optimizer(trace.trace, inputs.optimizer) : trace.trace)
+              .static_bytes();
+      if (outcome.smallest_budget > 0) {
+        planner::PlanRequest least = plan_request(trace, inputs);
+        least.budget_bytes = outcome.smallest_budget;
+        const planner::PlanOutcome attempt = planner::plan_step(trace.trace, least);
+        if (attempt.plan) {
+          result.best_attempt = attempt.plan;
+          result.timeline = memory_timeline(trace.trace, *attempt.plan);
+        }
+      }
     }
   } catch (const core::InputError& e) {
     result.error = e.what();

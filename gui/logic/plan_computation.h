@@ -31,6 +31,14 @@ struct PlanInputs {
 // The request `headroom plan` would make for these inputs.
 planner::PlanRequest plan_request(const TraceDocument& trace, const PlanInputs& inputs);
 
+// What the device is doing over a stretch of the step ("backward of encoder.3.ffn, micro-batch 2 of 4"),
+// so a point on the memory chart can say what it belongs to.
+struct TaskSpan {
+  double start_ms = 0;
+  double end_ms = 0;
+  std::string what;
+};
+
 // Memory over the step, stacked by kind, at most a few thousand points (the highest sample of each
 // time bin is kept, so the peak is never smoothed away). Values are drawn as steps.
 struct MemoryTimeline {
@@ -39,7 +47,12 @@ struct MemoryTimeline {
   std::int64_t peak_bytes = 0;
   double peak_time_ms = 0;
   double step_ms = 0;
+  std::vector<TaskSpan> tasks;  // compute-stream tasks in time order
 };
+
+// The memory chart's tooltip at `time_ms`: the time, the task running then and the bytes of each
+// kind held; empty outside the step.
+std::string memory_hover_text(const MemoryTimeline& timeline, double time_ms);
 
 struct ThroughputPoint {
   std::int64_t micro_batch = 0;  // the largest micro-batch of the split
@@ -48,20 +61,33 @@ struct ThroughputPoint {
   std::int64_t peak_bytes = 0;
   bool fits = false;
   int checkpointed_blocks = 0;
+  int lean_layers = 0;
+  double step_seconds = 0;
 };
+
+// The throughput chart's tooltip for one candidate split.
+std::string throughput_hover_text(const ThroughputPoint& point);
 
 struct ThroughputCurve {
   std::vector<ThroughputPoint> points;  // ascending micro-batch size
   int chosen = -1;                      // index of the plan's split
 };
 
+// What the planner may fill: the budget less its margin.
+std::int64_t allowed_bytes(std::int64_t budget_bytes, double margin_fraction);
+
 struct PlanResult {
   PlanInputs inputs;
   std::optional<core::Plan> plan;
   std::string infeasible_reason;
   std::int64_t smallest_budget = 0;
+  // When nothing fits, the plan the planner would choose at smallest_budget: `timeline` is its
+  // step, so the chart shows how far over the budget the best attempt is instead of nothing.
+  std::optional<core::Plan> best_attempt;
+  // Parameters, gradients and optimizer state: no plan needs less.
+  std::int64_t floor_bytes = 0;
   std::string error;  // a bad request (batch 0, ...): the message
-  MemoryTimeline timeline;
+  MemoryTimeline timeline;  // of `plan`, else of `best_attempt`
   ThroughputCurve throughput;
   std::string summary;  // what `headroom plan` prints
   double compute_ms = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/atomic_file.h"
 #include "core/cost_model.h"
@@ -9,6 +10,7 @@
 #include "core/sha256.h"
 #include "planner/layer_graph.h"
 #include "planner/micro_batch_model.h"
+#include "planner/optimizer_estimate.h"
 #include "planner/plan_search.h"
 
 namespace headroom::gui {
@@ -23,7 +25,11 @@ std::shared_ptr<const TraceDocument> load_trace_document(const std::string& path
   return document;
 }
 
-BudgetRange budget_range(const core::Trace& trace, std::int64_t global_batch) {
+BudgetRange budget_range(const core::Trace& measured, std::int64_t global_batch, const std::string& optimizer) {
+  const bool other_optimizer = !optimizer.empty() && optimizer != measured.optimizer.name;
+  std::optional<core::Trace> estimated;
+  if (other_optimizer) estimated = planner::with_estimated_optimizer(measured, optimizer);
+  const core::Trace& trace = estimated ? *estimated : measured;
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   BudgetRange range;

@@ -28,7 +28,9 @@ struct BudgetRange {
   std::int64_t device_bytes = 0;       // 0 when the trace does not say
   std::int64_t whole_batch_bytes = 0;  // the whole batch without strategies
 };
-BudgetRange budget_range(const core::Trace& trace, std::int64_t global_batch);
+// `optimizer`: the one planned for when it is not the trace's (its state is then estimated, as the
+// planner does); empty: the trace's.
+BudgetRange budget_range(const core::Trace& trace, std::int64_t global_batch, const std::string& optimizer = {});
 
 // A budget slider is logarithmic: the interesting budgets span from megabytes to the device's total.
 inline constexpr int kBudgetSliderSteps = 1000;
