@@ -138,6 +138,21 @@ ThroughputCurve throughput_curve(const planner::PlanOutcome& outcome) {
   return curve;
 }
 
+namespace {
+
+// The planner names its request's fields; the window names its own controls.
+std::string in_window_words(std::string message) {
+  static const std::pair<std::string_view, std::string_view> kControls[] = {
+      {"global_batch: ", "Global batch: "}, {"budget_bytes: ", "Budget: "},
+      {"margin_fraction: ", "Margin: "}, {"strategies: ", "Strategies: "}};
+  for (const auto& [field, control] : kControls) {
+    if (message.starts_with(field)) return std::string(control) + message.substr(field.size());
+  }
+  return message;
+}
+
+}  // namespace
+
 PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
   const auto start = std::chrono::steady_clock::now();
   PlanResult result;
@@ -168,8 +183,8 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
       }
     }
   } catch (const core::InputError& e) {
-    result.error = e.what();
-    result.summary = std::string("cannot plan: ") + e.what() + "\n";
+    result.error = in_window_words(e.what());
+    result.summary = "cannot plan: " + result.error + "\n";
   }
   result.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return result;
