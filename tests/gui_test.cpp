@@ -24,6 +24,7 @@
 #include "core/atomic_file.h"
 #include "core/units.h"
 #include "gui/app/main_window.h"
+#include "planner/strategy_table.h"
 #include "gui/logic/chart_axis.h"
 #include "gui/logic/executor_run.h"
 #include "gui/logic/layer_table_model.h"
@@ -652,6 +653,30 @@ class GuiTest : public QObject {
     QVERIFY(settle(window));
     QCOMPARE(window.current_result()->inputs.budget_bytes, std::int64_t{24} << 30);
     QCOMPARE(presets->currentIndex(), 0);  // ready to choose again
+  }
+
+  void strategyCheckboxesComeFromTheStrategyTable() {
+    MainWindow window;
+    QVERIFY(window.open_trace(committed("cpu-bert.json")));
+    QVERIFY(settle(window));
+    // One checked box per implemented strategy, labelled and explained as the table says.
+    for (const auto& entry : headroom::planner::strategy_table()) {
+      auto* box = window.findChild<QCheckBox*>(QString("strategy_") + QString::fromStdString(std::string(entry.name)));
+      if (!entry.implemented) {
+        QVERIFY(box == nullptr);
+        continue;
+      }
+      QVERIFY(box != nullptr);
+      QCOMPARE(box->text(), QString::fromStdString(std::string(entry.label)));
+      QVERIFY(box->toolTip().startsWith(QString::fromStdString(std::string(entry.summary))));
+      QVERIFY(box->isChecked());
+      QVERIFY(window.current_result()->inputs.strategies.contains(entry.id));
+    }
+    // Unchecking one plans without it.
+    auto* tempo = window.findChild<QCheckBox*>("strategy_tempo");
+    tempo->setChecked(false);
+    QVERIFY(settle(window));
+    QVERIFY(!window.current_result()->inputs.strategies.contains(headroom::planner::Strategy::Tempo));
   }
 
   void switchingTheOptimizerRecomputesTheWholeBatchHint() {

@@ -20,6 +20,7 @@
 #include "core/plan.h"
 #include "core/units.h"
 #include "gui/logic/recent_files.h"
+#include "planner/strategy_table.h"
 
 namespace headroom::gui {
 
@@ -135,21 +136,25 @@ QWidget* MainWindow::build_controls() {
   batch_->setObjectName("batchBox");
   batch_->setRange(1, 1 << 20);
   batch_->setKeyboardTracking(false);
-  micro_batching_ = new QCheckBox("micro-batching (mbp)", step_box);
-  checkpointing_ = new QCheckBox("activation checkpointing", step_box);
-  tempo_ = new QCheckBox("Tempo memory-lean layers", step_box);
-  tempo_->setToolTip("needs a trace with the lean pass (bert, gpt profiled without --no-tempo)");
-  micro_batching_->setChecked(true);
-  checkpointing_->setChecked(true);
-  tempo_->setChecked(true);
+  // One checkbox per strategy the planner can use, as its table describes it.
+  for (const auto& entry : planner::strategy_table()) {
+    if (!entry.implemented) continue;
+    auto* box = new QCheckBox(QString::fromUtf8(entry.label.data(), static_cast<int>(entry.label.size())), step_box);
+    box->setObjectName(QString("strategy_") + QString::fromUtf8(entry.name.data(), static_cast<int>(entry.name.size())));
+    QString tip = QString::fromUtf8(entry.summary.data(), static_cast<int>(entry.summary.size()));
+    if (!entry.needs.empty()) {
+      tip += QString("\nneeds a trace with ") + QString::fromUtf8(entry.needs.data(), static_cast<int>(entry.needs.size()));
+    }
+    box->setToolTip(tip);
+    box->setChecked(true);
+    strategy_boxes_.push_back({entry.id, box});
+  }
   optimizer_ = new QComboBox(step_box);
   optimizer_->setObjectName("optimizerBox");
   optimizer_->addItems({"sgd", "adam"});
   auto* form = new QFormLayout(step_box);
   form->addRow("global batch", batch_);
-  form->addRow("strategies", micro_batching_);
-  form->addRow("", checkpointing_);
-  form->addRow("", tempo_);
+  for (std::size_t i = 0; i < strategy_boxes_.size(); ++i) form->addRow(i == 0 ? "strategies" : "", strategy_boxes_[i].second);
   form->addRow("optimizer", optimizer_);
 
   timing_ = new QLabel(panel);
@@ -174,9 +179,7 @@ QWidget* MainWindow::build_controls() {
     replan();
   };
   connect(batch_, &QSpinBox::valueChanged, this, refresh_and_replan);
-  connect(micro_batching_, &QCheckBox::toggled, this, &MainWindow::replan);
-  connect(checkpointing_, &QCheckBox::toggled, this, &MainWindow::replan);
-  connect(tempo_, &QCheckBox::toggled, this, &MainWindow::replan);
+  for (const auto& [id, box] : strategy_boxes_) connect(box, &QCheckBox::toggled, this, &MainWindow::replan);
   // Another optimizer holds another amount of state, so the whole batch needs another amount.
   connect(optimizer_, &QComboBox::currentTextChanged, this, refresh_and_replan);
   return panel;
@@ -269,9 +272,9 @@ PlanInputs MainWindow::inputs() const {
   in.budget_bytes = budget_->budget();
   in.global_batch = batch_->value();
   in.strategies.clear();
-  if (micro_batching_->isChecked()) in.strategies.insert(planner::Strategy::MicroBatching);
-  if (checkpointing_->isChecked()) in.strategies.insert(planner::Strategy::Checkpointing);
-  if (tempo_->isChecked()) in.strategies.insert(planner::Strategy::Tempo);
+  for (const auto& [id, box] : strategy_boxes_) {
+    if (box->isChecked()) in.strategies.insert(id);
+  }
   in.optimizer = optimizer_->currentText().toStdString();
   return in;
 }

@@ -15,6 +15,8 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "gui/app/budget_control.h"
 #include "gui/app/frozen_column_table.h"
@@ -23,6 +25,7 @@
 #include "gui/app/throughput_chart.h"
 #include "gui/logic/layer_table_model.h"
 #include "gui/logic/plan_coordinator.h"
+#include "planner/strategy_table.h"
 
 namespace headroom::gui {
 
@@ -82,9 +85,7 @@ class MainWindow : public QMainWindow {
   QLabel* budget_note_;
   QPushButton* least_budget_button_;
   QSpinBox* batch_;
-  QCheckBox* micro_batching_;
-  QCheckBox* checkpointing_;
-  QCheckBox* tempo_;
+  std::vector<std::pair<planner::Strategy, QCheckBox*>> strategy_boxes_;
   QComboBox* optimizer_;
   QLabel* timing_;
   MemoryChart* memory_chart_;

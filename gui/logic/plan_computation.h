@@ -21,8 +21,7 @@ struct PlanInputs {
   std::int64_t budget_bytes = 0;
   std::int64_t global_batch = 0;
   // What `headroom plan` applies by default ("all"); Tempo only where the trace measured it.
-  std::set<planner::Strategy> strategies{planner::Strategy::MicroBatching, planner::Strategy::Checkpointing,
-                                         planner::Strategy::Tempo};
+  std::set<planner::Strategy> strategies = planner::all_strategies();
   std::string optimizer;  // empty: the trace's
   double margin_fraction = 0.05;
   bool operator==(const PlanInputs&) const = default;
