@@ -137,4 +137,33 @@ std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, c
   return out;
 }
 
+std::vector<std::string> plan_warnings(const core::Trace& trace, const std::vector<std::int64_t>& micro_batches,
+                                       std::int64_t global_batch) {
+  std::vector<std::string> warnings;
+  const std::int64_t largest = micro_batches.front();
+  if (largest > trace.batch_sizes.back()) {
+    warnings.push_back("micro-batches of " + std::to_string(largest) + " are larger than the largest profiled size (" +
+                       std::to_string(trace.batch_sizes.back()) +
+                       "): their time is extrapolated; profile with --batch-sizes up to " + std::to_string(largest) +
+                       " to measure it");
+  }
+  if (micro_batches.size() > 1) {
+    std::vector<std::string> batchnorm;
+    for (const auto& layer : trace.layers) {
+      if (layer.kind == "batchnorm") batchnorm.push_back(layer.name);
+    }
+    if (!batchnorm.empty()) {
+      std::string names;
+      for (std::size_t i = 0; i < batchnorm.size() && i < 3; ++i) names += (i ? ", " : "") + batchnorm[i];
+      if (batchnorm.size() > 3) names += " and " + std::to_string(batchnorm.size() - 3) + " more";
+      warnings.push_back(std::to_string(batchnorm.size()) + " BatchNorm layer" + (batchnorm.size() > 1 ? "s" : "") +
+                         " (" + names + ") normalize over micro-batches of " + std::to_string(largest) +
+                         " samples, not the global batch of " + std::to_string(global_batch) +
+                         ": statistics and gradients differ from full-batch training (execute with "
+                         "--batchnorm-eval to normalize with running statistics instead)");
+    }
+  }
+  return warnings;
+}
+
 }  // namespace headroom::planner

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/plan.h"
+#include "core/trace.h"
 
 namespace headroom::planner {
 
@@ -51,5 +52,10 @@ std::string infeasible_reason(std::int64_t budget_bytes, std::int64_t limit_byte
 // The plans that lost, best first, at most `count`, each with its verdict against the chosen one.
 std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, const WeighedStep& chosen,
                                        std::size_t count);
+
+// What a user must know about a plan of these micro-batches: times extrapolated past the profiled
+// sizes, BatchNorm normalizing over micro-batches rather than the global batch.
+std::vector<std::string> plan_warnings(const core::Trace& trace, const std::vector<std::int64_t>& micro_batches,
+                                       std::int64_t global_batch);
 
 }  // namespace headroom::planner

@@ -269,6 +269,129 @@ WeighedStep weighed(const Candidate& c, std::int64_t global_batch) {
 
 }  // namespace
 
+namespace {
+
+// What the search is allowed, and the limit it plans to.
+struct SearchSpace {
+  bool micro_batching = false;
+  bool checkpointing = false;
+  bool tempo = false;  // asked for, and the trace has lean layers
+  std::int64_t limit = 0;
+};
+
+// Every split of the global batch, fewest micro-batches first: the fastest way each fits, or its
+// plain prediction when it does not.
+struct Weighing {
+  std::vector<Candidate> fits;       // fewest micro-batches first
+  std::vector<SplitOutcome> splits;  // one per distinct micro-batch size
+};
+
+Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, std::int64_t global_batch,
+                      const SearchSpace& space) {
+  Weighing out;
+  std::int64_t previous_size = -1;
+  const std::int64_t max_count = space.micro_batching ? global_batch : 1;
+  for (std::int64_t n = 1; n <= max_count; ++n) {
+    const std::int64_t size = (global_batch + n - 1) / n;
+    if (size == previous_size) continue;
+    previous_size = size;
+    auto micro = split_batch(global_batch, n);
+    if (auto c = fit(costs, graph, micro, space.limit, space.checkpointing, space.tempo)) {
+      const WeighedStep step = weighed(*c, global_batch);
+      out.splits.push_back({step.micro_batches, true, step.checkpointed_blocks, step.lean_layers, step.predicted});
+      out.fits.push_back(std::move(*c));
+    } else {
+      const Candidate plain{micro, std::vector<bool>(graph.blocks().size(), false), {},
+                            predict_step(costs, graph, micro, std::vector<bool>(graph.blocks().size(), false))};
+      out.splits.push_back({std::move(micro), false, 0, 0, weighed(plain, global_batch).predicted});
+    }
+  }
+  return out;
+}
+
+// The least peak the allowed strategies reach: the smallest micro-batches, and the least limit
+// under which some checkpointing of them fits (found by bisection).
+std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, std::int64_t global_batch,
+                        const SearchSpace& space) {
+  const std::vector<std::int64_t> micro = split_batch(global_batch, space.micro_batching ? global_batch : 1);
+  const std::vector<bool> no_checkpoints(graph.blocks().size(), false);
+  std::int64_t least = predict_step(costs, graph, micro, no_checkpoints).peak_bytes;
+  if (space.tempo) {
+    const auto order = tempo_order(costs, graph, micro.front()).layers;
+    least = std::min(least, predict_step(costs, graph, micro, no_checkpoints,
+                                         lean_prefix(order, order.size(), graph.size())).peak_bytes);
+  }
+  if (!space.checkpointing) return least;
+  std::int64_t lo = costs.static_bytes(), hi = least;
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    // The limit that worked, not the peak found under it: the DP rounds sizes up, so a limit
+    // equal to that peak may not find the same plan again.
+    if (fit(costs, graph, micro, mid, true, space.tempo)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return hi;
+}
+
+// What the explanation needs to say whether memory or speed chose `best`.
+ChoiceFacts choice_facts(const core::CostModel& costs, const LayerGraph& graph, std::int64_t global_batch,
+                         const Candidate& best, const Candidate& largest_fitting) {
+  ChoiceFacts facts;
+  facts.chosen = weighed(best, global_batch);
+  facts.largest_fitting = weighed(largest_fitting, global_batch);
+  const std::vector<bool> no_checkpoints(graph.blocks().size(), false);
+  const Candidate whole{{global_batch}, no_checkpoints, {}, predict_step(costs, graph, {global_batch}, no_checkpoints)};
+  facts.whole_batch = weighed(whole, global_batch);
+  if (best.checkpointed_count() > 0) {
+    facts.peak_without_checkpointing = predict_step(costs, graph, best.micro_batches, no_checkpoints, best.lean).peak_bytes;
+  }
+  if (best.lean_count() > 0) {
+    facts.peak_without_tempo = predict_step(costs, graph, best.micro_batches, best.checkpointed).peak_bytes;
+    facts.lean_candidates = static_cast<int>(graph.lean_candidates().size());
+    const TempoOrder order = tempo_order(costs, graph, best.micro_batches.front());
+    for (std::size_t k = 0; k < order.free; ++k) facts.lean_measured_faster += best.lean[static_cast<std::size_t>(order.layers[k])];
+  }
+  return facts;
+}
+
+// The plan document for the chosen candidate: its choices per layer and block, its prediction,
+// and the warnings it needs.
+core::Plan make_plan(const core::Trace& trace, const LayerGraph& graph, const PlanRequest& request,
+                     std::int64_t margin, const Candidate& best) {
+  core::Plan plan;
+  plan.trace_path = request.trace_path;
+  plan.trace_sha256 = request.trace_sha256;
+  plan.model = trace.model.name;
+  plan.device = trace.device.kind;
+  plan.budget_bytes = request.budget_bytes;
+  plan.margin_bytes = margin;
+  plan.global_batch = request.global_batch;
+  if (best.micro_batches.size() > 1) plan.strategies.push_back(strategy_name(Strategy::MicroBatching));
+  if (best.checkpointed_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Checkpointing));
+  if (best.lean_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Tempo));
+  plan.micro_batches = best.micro_batches;
+  const auto& blocks = graph.blocks();
+  std::vector<bool> layer_checkpointed(trace.layers.size(), false);
+  for (std::size_t k = 0; k < blocks.size(); ++k) {
+    if (!best.checkpointed[k]) continue;
+    plan.checkpointed_blocks.push_back(blocks[k].block);
+    for (int i = blocks[k].first; i <= blocks[k].last; ++i) layer_checkpointed[static_cast<std::size_t>(i)] = true;
+  }
+  for (const auto& layer : trace.layers) {
+    const auto i = static_cast<std::size_t>(layer.id);
+    plan.layers.push_back({layer.id, layer.name, layer_checkpointed[i], !best.lean.empty() && best.lean[i]});
+  }
+  plan.warnings = plan_warnings(trace, best.micro_batches, request.global_batch);
+  plan.predicted = weighed(best, request.global_batch).predicted;
+  plan.peak_at = best.prediction.peak_at;
+  return plan;
+}
+
+}  // namespace
+
 PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   if (!request.optimizer.empty() && request.optimizer != trace.optimizer.name) {
     PlanRequest as_measured = request;
@@ -287,80 +410,36 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   }
   const core::CostModel costs(trace);
   const LayerGraph graph(trace);
-  const bool mbp = request.strategies.contains(Strategy::MicroBatching);
-  const bool checkpointing = request.strategies.contains(Strategy::Checkpointing);
-  const bool tempo = request.strategies.contains(Strategy::Tempo) && !graph.lean_candidates().empty();
   const auto margin_of = [&](std::int64_t budget) {
     return static_cast<std::int64_t>(std::ceil(static_cast<double>(budget) * request.margin_fraction));
   };
   const std::int64_t margin = margin_of(request.budget_bytes);
-  const std::int64_t limit = request.budget_bytes - margin;
-  // The least budget whose limit after the margin holds `peak`.
-  const auto budget_for = [&](std::int64_t peak) {
-    auto budget = static_cast<std::int64_t>(std::ceil(static_cast<double>(peak) / (1.0 - request.margin_fraction)));
-    while (budget - margin_of(budget) < peak) ++budget;
-    return budget;
-  };
+  SearchSpace space;
+  space.micro_batching = request.strategies.contains(Strategy::MicroBatching);
+  space.checkpointing = request.strategies.contains(Strategy::Checkpointing);
+  space.tempo = request.strategies.contains(Strategy::Tempo) && !graph.lean_candidates().empty();
+  space.limit = request.budget_bytes - margin;
 
   PlanOutcome outcome;
-
-  // One candidate per distinct largest micro-batch: n micro-batches split as evenly as possible.
-  std::vector<Candidate> fits;
-  std::int64_t previous_size = -1;
-  const std::int64_t max_count = mbp ? request.global_batch : 1;
-  for (std::int64_t n = 1; n <= max_count; ++n) {
-    const std::int64_t size = (request.global_batch + n - 1) / n;
-    if (size == previous_size) continue;
-    previous_size = size;
-    auto micro = split_batch(request.global_batch, n);
-    const double samples = static_cast<double>(request.global_batch);
-    if (auto c = fit(costs, graph, micro, limit, checkpointing, tempo)) {
-      fits.push_back(*c);
-      outcome.splits.push_back({c->micro_batches, true, c->checkpointed_count(), c->lean_count(),
-                                {c->prediction.peak_bytes, static_cast<double>(c->prediction.step_ns) / 1e9,
-                                 c->samples_per_second(request.global_batch)}});
-    } else {
-      const auto p = predict_step(costs, graph, micro, std::vector<bool>(graph.blocks().size(), false));
-      outcome.splits.push_back({std::move(micro), false, 0, 0,
-                                {p.peak_bytes, static_cast<double>(p.step_ns) / 1e9,
-                                 samples * 1e9 / static_cast<double>(p.step_ns)}});
-    }
-  }
+  Weighing weighing = weigh_splits(costs, graph, request.global_batch, space);
+  outcome.splits = std::move(weighing.splits);
+  std::vector<Candidate>& fits = weighing.fits;
 
   if (fits.empty()) {
-    // The least memory these strategies reach: the smallest micro-batches, and the least peak any
-    // checkpointing of them fits in (found by bisecting the limit given to the search).
-    std::vector<std::int64_t> micro = split_batch(request.global_batch, mbp ? request.global_batch : 1);
-    const std::vector<bool> no_checkpoints(graph.blocks().size(), false);
-    std::int64_t least = predict_step(costs, graph, micro, no_checkpoints).peak_bytes;
-    if (tempo) {
-      const auto order = tempo_order(costs, graph, micro.front()).layers;
-      least = std::min(least, predict_step(costs, graph, micro, no_checkpoints,
-                                           lean_prefix(order, order.size(), graph.size())).peak_bytes);
-    }
-    if (checkpointing) {
-      std::int64_t lo = costs.static_bytes(), hi = least;
-      while (lo < hi) {
-        const std::int64_t mid = lo + (hi - lo) / 2;
-        // The limit that worked, not the peak found under it: the DP rounds sizes up, so a
-        // limit equal to that peak may not find the same plan again.
-        if (fit(costs, graph, micro, mid, true, tempo)) {
-          hi = mid;
-        } else {
-          lo = mid + 1;
-        }
-      }
-      least = hi;
-    }
-    outcome.smallest_budget = budget_for(least);
+    const std::int64_t least = least_peak(costs, graph, request.global_batch, space);
+    // The least budget whose limit after the margin holds that peak.
+    auto budget = static_cast<std::int64_t>(std::ceil(static_cast<double>(least) / (1.0 - request.margin_fraction)));
+    while (budget - margin_of(budget) < least) ++budget;
+    outcome.smallest_budget = budget;
     std::string applied;
     for (const auto s : request.strategies) applied += (applied.empty() ? "" : ",") + strategy_name(s);
-    outcome.reason = infeasible_reason(request.budget_bytes, limit, costs.static_bytes() + costs.optimizer_transient_bytes(),
-                                       applied, least, outcome.smallest_budget);
+    outcome.reason = infeasible_reason(request.budget_bytes, space.limit,
+                                       costs.static_bytes() + costs.optimizer_transient_bytes(), applied, least,
+                                       outcome.smallest_budget);
     return outcome;
   }
 
-  // Splits were tried fewest micro-batches first: the first that fits has the largest micro-batches.
+  // Splits were weighed fewest micro-batches first: the first that fits has the largest micro-batches.
   const Candidate largest_fitting = fits.front();
   std::stable_sort(fits.begin(), fits.end(), [&](const Candidate& a, const Candidate& b) {
     const double ra = a.samples_per_second(request.global_batch), rb = b.samples_per_second(request.global_batch);
@@ -369,76 +448,10 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   });
   const Candidate& best = fits.front();
 
-  core::Plan plan;
-  plan.trace_path = request.trace_path;
-  plan.trace_sha256 = request.trace_sha256;
-  plan.model = trace.model.name;
-  plan.device = trace.device.kind;
-  plan.budget_bytes = request.budget_bytes;
-  plan.margin_bytes = margin;
-  plan.global_batch = request.global_batch;
-  if (best.micro_batches.size() > 1) plan.strategies.push_back("mbp");
-  if (best.checkpointed_count() > 0) plan.strategies.push_back("checkpoint");
-  if (best.lean_count() > 0) plan.strategies.push_back("tempo");
-  plan.micro_batches = best.micro_batches;
-  const auto& blocks = graph.blocks();
-  std::vector<bool> layer_checkpointed(trace.layers.size(), false);
-  for (std::size_t k = 0; k < blocks.size(); ++k) {
-    if (!best.checkpointed[k]) continue;
-    plan.checkpointed_blocks.push_back(blocks[k].block);
-    for (int i = blocks[k].first; i <= blocks[k].last; ++i) layer_checkpointed[static_cast<std::size_t>(i)] = true;
-  }
-  for (const auto& layer : trace.layers) {
-    const auto i = static_cast<std::size_t>(layer.id);
-    plan.layers.push_back({layer.id, layer.name, layer_checkpointed[i], !best.lean.empty() && best.lean[i]});
-  }
-  if (best.micro_batches.front() > trace.batch_sizes.back()) {
-    plan.warnings.push_back("micro-batches of " + std::to_string(best.micro_batches.front()) +
-                            " are larger than the largest profiled size (" + std::to_string(trace.batch_sizes.back()) +
-                            "): their time is extrapolated; profile with --batch-sizes up to " +
-                            std::to_string(best.micro_batches.front()) + " to measure it");
-  }
-  if (best.micro_batches.size() > 1) {
-    std::vector<std::string> batchnorm;
-    for (const auto& layer : trace.layers) {
-      if (layer.kind == "batchnorm") batchnorm.push_back(layer.name);
-    }
-    if (!batchnorm.empty()) {
-      std::string names;
-      for (std::size_t i = 0; i < batchnorm.size() && i < 3; ++i) names += (i ? ", " : "") + batchnorm[i];
-      if (batchnorm.size() > 3) names += " and " + std::to_string(batchnorm.size() - 3) + " more";
-      plan.warnings.push_back(std::to_string(batchnorm.size()) + " BatchNorm layer" + (batchnorm.size() > 1 ? "s" : "") +
-                              " (" + names + ") normalize over micro-batches of " +
-                              std::to_string(best.micro_batches.front()) + " samples, not the global batch of " +
-                              std::to_string(request.global_batch) +
-                              ": statistics and gradients differ from full-batch training (execute with "
-                              "--batchnorm-eval to normalize with running statistics instead)");
-    }
-  }
-  plan.predicted.peak_bytes = best.prediction.peak_bytes;
-  plan.predicted.step_seconds = static_cast<double>(best.prediction.step_ns) / 1e9;
-  plan.predicted.samples_per_second = best.samples_per_second(request.global_batch);
-  plan.peak_at = best.prediction.peak_at;
-
-  ChoiceFacts facts;
-  facts.limit_bytes = limit;
+  core::Plan plan = make_plan(trace, graph, request, margin, best);
+  ChoiceFacts facts = choice_facts(costs, graph, request.global_batch, best, largest_fitting);
+  facts.limit_bytes = space.limit;
   facts.margin_bytes = margin;
-  facts.chosen = weighed(best, request.global_batch);
-  facts.largest_fitting = weighed(largest_fitting, request.global_batch);
-  const std::vector<bool> no_checkpoints(blocks.size(), false);
-  const auto whole = predict_step(costs, graph, {request.global_batch}, no_checkpoints);
-  facts.whole_batch = {{request.global_batch}, 0, 0,
-                       {whole.peak_bytes, static_cast<double>(whole.step_ns) / 1e9,
-                        static_cast<double>(request.global_batch) * 1e9 / static_cast<double>(whole.step_ns)}};
-  if (best.checkpointed_count() > 0) {
-    facts.peak_without_checkpointing = predict_step(costs, graph, best.micro_batches, no_checkpoints, best.lean).peak_bytes;
-  }
-  if (best.lean_count() > 0) {
-    facts.peak_without_tempo = predict_step(costs, graph, best.micro_batches, best.checkpointed).peak_bytes;
-    facts.lean_candidates = static_cast<int>(graph.lean_candidates().size());
-    const TempoOrder order = tempo_order(costs, graph, best.micro_batches.front());
-    for (std::size_t k = 0; k < order.free; ++k) facts.lean_measured_faster += best.lean[static_cast<std::size_t>(order.layers[k])];
-  }
   plan.binding_constraint = binding_constraint(facts);
   std::vector<WeighedStep> losers;
   for (std::size_t i = 1; i < fits.size(); ++i) losers.push_back(weighed(fits[i], request.global_batch));
