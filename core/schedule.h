@@ -10,8 +10,12 @@
 
 namespace headroom::core {
 
-enum class Stream { Compute, HostToDevice, DeviceToHost, Host };
-inline constexpr std::array<std::string_view, 4> kStreamNames{"compute", "host-to-device", "device-to-host", "host"};
+// Where a task runs. Copies overlap compute on their own streams (L2L prefetches the next layer's
+// parameters host-to-device and sends gradients device-to-host); the host runs L2L's optimizer;
+// collectives (data parallel's gradient all-reduce) run beside compute on the communication stream.
+enum class Stream { Compute, HostToDevice, DeviceToHost, Host, Collective };
+inline constexpr std::array<std::string_view, 5> kStreamNames{"compute", "host-to-device", "device-to-host", "host",
+                                                              "collective"};
 
 // What a block of memory is, for the stacked memory timeline.
 enum class MemoryKind { Parameter, Gradient, OptimizerState, Input, Activation, Transient };

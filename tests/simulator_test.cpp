@@ -52,6 +52,70 @@ TEST(Simulator, HandComputedTimelineWithOverlap) {
   EXPECT_DOUBLE_EQ(sim.samples_per_second(), 7 * 1e9 / 14);
 }
 
+// L2L's relay by hand: the device holds one layer's parameters (10 bytes each) at a time beside a
+// resident 100; layer 2's copy overlaps layer 1's compute, gradients go back to the host, where the
+// optimizer steps each layer as its gradients arrive.
+//   t=0   p1 copies host-to-device (+10): 110
+//   t=3   F1 computes (transient 5) while p2 copies (+10): 125, the peak
+//   t=8   F1 ends and frees p1 (-10); g1 goes device-to-host (+4); F2 computes (transient 5): 124
+//   t=10  g1 is on the host (-4); the host optimizer steps layer 1 (10..16)
+//   t=13  F2 ends and frees p2; g2 goes to the host (13..15); the optimizer steps layer 2 (16..22)
+TEST(Simulator, L2lRelayOverlapsCopiesComputeAndTheHostOptimizer) {
+  core::Schedule s;
+  s.resident = {{MemoryKind::Activation, 100}};
+  s.samples = 1;
+  s.tasks = {
+      task("p1", Stream::HostToDevice, 3, {}, {{MemoryKind::Parameter, 10}}, 0, {}),                     // 0
+      task("F1", Stream::Compute, 5, {0}, {}, 5, {{MemoryKind::Parameter, -10}}),                        // 1
+      task("p2", Stream::HostToDevice, 3, {0}, {{MemoryKind::Parameter, 10}}, 0, {}),                    // 2
+      task("g1", Stream::DeviceToHost, 2, {1}, {{MemoryKind::Gradient, 4}}, 0, {{MemoryKind::Gradient, -4}}),  // 3
+      task("F2", Stream::Compute, 5, {1, 2}, {}, 5, {{MemoryKind::Parameter, -10}}),                     // 4
+      task("O1", Stream::Host, 6, {3}, {}, 0, {}),                                                       // 5
+      task("g2", Stream::DeviceToHost, 2, {4}, {{MemoryKind::Gradient, 4}}, 0, {{MemoryKind::Gradient, -4}}),  // 6
+      task("O2", Stream::Host, 6, {6}, {}, 0, {}),                                                       // 7
+  };
+  const auto sim = simulator::simulate(s);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> expected{{0, 3}, {3, 8}, {3, 6}, {8, 10},
+                                                                    {8, 13}, {10, 16}, {13, 15}, {16, 22}};
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(sim.tasks[i].start_ns, expected[i].first) << s.tasks[i].name;
+    EXPECT_EQ(sim.tasks[i].end_ns, expected[i].second) << s.tasks[i].name;
+  }
+  EXPECT_EQ(sim.makespan_ns, 22);
+  EXPECT_EQ(sim.peak_bytes, 125);
+  EXPECT_EQ(sim.peak_time_ns, 3);
+  EXPECT_EQ(sim.memory.back().total(), 100);
+}
+
+// Data parallel by hand: each layer's gradient all-reduce runs on the collective stream as soon as
+// its backward is done, overlapping the next backward; the optimizer waits for every all-reduce.
+//   B2 0..4 (grads +8 at end), AR2 4..10 (bucket +8 while it runs) beside B1 4..7 (+8 at end),
+//   AR1 10..16, optimizer 16..18. Peak at t=7: 50 + 8 + 8 (AR2's bucket) + 8 = 74.
+TEST(Simulator, DataParallelAllReduceOverlapsBackward) {
+  core::Schedule s;
+  s.resident = {{MemoryKind::Parameter, 50}};
+  s.samples = 2;
+  s.tasks = {
+      task("B2", Stream::Compute, 4, {}, {}, 0, {{MemoryKind::Gradient, 8}}),          // 0
+      task("AR2", Stream::Collective, 6, {0}, {}, 8, {}),                             // 1
+      task("B1", Stream::Compute, 3, {0}, {}, 0, {{MemoryKind::Gradient, 8}}),          // 2
+      task("AR1", Stream::Collective, 6, {2}, {}, 8, {}),                             // 3
+      task("step", Stream::Compute, 2, {1, 3}, {}, 0, {{MemoryKind::Gradient, -16}}),  // 4
+  };
+  const auto sim = simulator::simulate(s);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> expected{{0, 4}, {4, 10}, {4, 7}, {10, 16}, {16, 18}};
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(sim.tasks[i].start_ns, expected[i].first) << s.tasks[i].name;
+    EXPECT_EQ(sim.tasks[i].end_ns, expected[i].second) << s.tasks[i].name;
+  }
+  EXPECT_EQ(sim.makespan_ns, 18);
+  EXPECT_EQ(sim.peak_bytes, 74);
+  EXPECT_EQ(sim.memory.back().total(), 50);
+  // Each stream is a lane of its own in the Chrome trace.
+  const auto chrome = simulator::chrome_trace(s, sim, "dp").dump();
+  EXPECT_NE(chrome.find("\"collective\""), std::string::npos);
+}
+
 TEST(Simulator, FreesAtAnInstantComeBeforeAllocations) {
   core::Schedule s;
   s.tasks = {
