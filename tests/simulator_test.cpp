@@ -8,19 +8,6 @@ namespace {
 using core::MemoryKind;
 using core::Stream;
 
-core::Task task(std::string name, Stream stream, std::int64_t duration, std::vector<int> deps,
-                std::vector<core::MemoryChange> at_start, std::int64_t transient, std::vector<core::MemoryChange> at_end) {
-  core::Task t;
-  t.name = std::move(name);
-  t.stream = stream;
-  t.duration_ns = duration;
-  t.dependencies = std::move(deps);
-  t.at_start = std::move(at_start);
-  t.transient_bytes = transient;
-  t.at_end = std::move(at_end);
-  return t;
-}
-
 // Worked by hand:
 //   t=0   A starts on compute (+100, transient 20) and B on host-to-device (+40): 1160
 //   t=5   B ends; D (needs B) starts on device-to-host (+16): 1176, the peak
@@ -32,10 +19,14 @@ TEST(Simulator, HandComputedTimelineWithOverlap) {
   s.resident = {{MemoryKind::Parameter, 1000}};
   s.samples = 7;
   s.tasks = {
-      task("A", Stream::Compute, 10, {}, {{MemoryKind::Activation, 100}}, 20, {{MemoryKind::Activation, -30}}),
-      task("B", Stream::HostToDevice, 5, {}, {{MemoryKind::Input, 40}}, 0, {}),
-      task("C", Stream::Compute, 4, {0, 1}, {}, 10, {{MemoryKind::Activation, -70}, {MemoryKind::Input, -40}}),
-      task("D", Stream::DeviceToHost, 8, {1}, {{MemoryKind::Activation, 16}}, 0, {{MemoryKind::Activation, -16}}),
+      core::Task{.name = "A", .stream = Stream::Compute, .duration_ns = 10,
+                 .at_start = {{MemoryKind::Activation, 100}}, .transient_bytes = 20,
+                 .at_end = {{MemoryKind::Activation, -30}}},
+      core::Task{.name = "B", .stream = Stream::HostToDevice, .duration_ns = 5, .at_start = {{MemoryKind::Input, 40}}},
+      core::Task{.name = "C", .stream = Stream::Compute, .duration_ns = 4, .dependencies = {0, 1},
+                 .transient_bytes = 10, .at_end = {{MemoryKind::Activation, -70}, {MemoryKind::Input, -40}}},
+      core::Task{.name = "D", .stream = Stream::DeviceToHost, .duration_ns = 8, .dependencies = {1},
+                 .at_start = {{MemoryKind::Activation, 16}}, .at_end = {{MemoryKind::Activation, -16}}},
   };
   const auto sim = simulator::simulate(s);
   EXPECT_EQ(sim.makespan_ns, 14);
@@ -55,9 +46,11 @@ TEST(Simulator, HandComputedTimelineWithOverlap) {
 TEST(Simulator, FreesAtAnInstantComeBeforeAllocations) {
   core::Schedule s;
   s.tasks = {
-      task("X", Stream::Compute, 5, {}, {{MemoryKind::Activation, 50}}, 0, {{MemoryKind::Activation, -50}}),
-      task("Z", Stream::HostToDevice, 5, {}, {}, 0, {}),
-      task("Y", Stream::HostToDevice, 1, {}, {{MemoryKind::Activation, 60}}, 0, {{MemoryKind::Activation, -60}}),
+      core::Task{.name = "X", .stream = Stream::Compute, .duration_ns = 5, .at_start = {{MemoryKind::Activation, 50}},
+                 .at_end = {{MemoryKind::Activation, -50}}},
+      core::Task{.name = "Z", .stream = Stream::HostToDevice, .duration_ns = 5},
+      core::Task{.name = "Y", .stream = Stream::HostToDevice, .duration_ns = 1,
+                 .at_start = {{MemoryKind::Activation, 60}}, .at_end = {{MemoryKind::Activation, -60}}},
   };
   const auto sim = simulator::simulate(s);
   EXPECT_EQ(sim.tasks[2].start_ns, 5);
@@ -67,9 +60,9 @@ TEST(Simulator, FreesAtAnInstantComeBeforeAllocations) {
 TEST(Simulator, StreamsRunInOrderAndWaitForDependencies) {
   core::Schedule s;
   s.tasks = {
-      task("copy", Stream::HostToDevice, 7, {}, {}, 0, {}),
-      task("first", Stream::Compute, 2, {0}, {}, 0, {}),
-      task("second", Stream::Compute, 3, {}, {}, 0, {}),  // behind "first" in its stream
+      core::Task{.name = "copy", .stream = Stream::HostToDevice, .duration_ns = 7},
+      core::Task{.name = "first", .stream = Stream::Compute, .duration_ns = 2, .dependencies = {0}},
+      core::Task{.name = "second", .stream = Stream::Compute, .duration_ns = 3},  // behind "first" in its stream
   };
   const auto sim = simulator::simulate(s);
   EXPECT_EQ(sim.tasks[1].start_ns, 7);
@@ -79,15 +72,17 @@ TEST(Simulator, StreamsRunInOrderAndWaitForDependencies) {
 
 TEST(Simulator, RejectsSchedulesThatCannotFinish) {
   core::Schedule s;
-  s.tasks = {task("waits", Stream::Compute, 1, {1}, {}, 0, {}), task("behind", Stream::Compute, 1, {}, {}, 0, {})};
+  s.tasks = {core::Task{.name = "waits", .stream = Stream::Compute, .duration_ns = 1, .dependencies = {1}},
+             core::Task{.name = "behind", .stream = Stream::Compute, .duration_ns = 1}};
   EXPECT_THROW(simulator::simulate(s), std::invalid_argument);
-  s.tasks = {task("dangling", Stream::Compute, 1, {5}, {}, 0, {})};
+  s.tasks = {core::Task{.name = "dangling", .stream = Stream::Compute, .duration_ns = 1, .dependencies = {5}}};
   EXPECT_THROW(simulator::simulate(s), std::invalid_argument);
 }
 
 TEST(Simulator, ChromeTraceHasLanesSpansAndMemory) {
   core::Schedule s;
-  s.tasks = {task("A", Stream::Compute, 2000, {}, {{MemoryKind::Activation, 8}}, 0, {{MemoryKind::Activation, -8}})};
+  s.tasks = {core::Task{.name = "A", .stream = Stream::Compute, .duration_ns = 2000,
+                        .at_start = {{MemoryKind::Activation, 8}}, .at_end = {{MemoryKind::Activation, -8}}}};
   const auto sim = simulator::simulate(s);
   const auto json = simulator::chrome_trace(s, sim, "t");
   int spans = 0, counters = 0;
