@@ -1,18 +1,18 @@
 #include "cli/plan_commands.h"
 
-#include <cmath>
 #include <cstdio>
 #include <iostream>
 
-#include "cli/plan_report.h"
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/plan.h"
 #include "core/sha256.h"
+#include "core/statistics.h"
 #include "core/trace.h"
 #include "core/units.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
+#include "report/plan_report.h"
 #include "simulator/simulator.h"
 
 namespace headroom::cli {
@@ -38,15 +38,9 @@ int run_plan(const PlanArgs& args) {
     return kExitInfeasible;
   }
   core::write_plan_file(args.output, *outcome.plan);
-  std::cout << render_plan_summary(*outcome.plan) << "\nplan written to " << args.output << "\n";
+  std::cout << report::render_plan_summary(*outcome.plan) << "\nplan written to " << args.output << "\n";
   return 0;
 }
-
-namespace {
-
-double relative(double a, double b) { return b != 0 ? std::fabs(a - b) / std::fabs(b) : 0.0; }
-
-}  // namespace
 
 int run_simulate(const SimulateArgs& args) {
   const core::Plan plan = core::read_plan_file(args.plan);
@@ -86,9 +80,9 @@ int run_simulate(const SimulateArgs& args) {
   std::printf("                 planned        simulated      difference\n");
   std::printf("peak             %-14s %-14s %.3f%%\n", core::format_bytes(plan.predicted.peak_bytes).c_str(),
               core::format_bytes(sim.peak_bytes).c_str(),
-              100 * relative(static_cast<double>(sim.peak_bytes), static_cast<double>(plan.predicted.peak_bytes)));
+              100 * core::relative_error(static_cast<double>(sim.peak_bytes), static_cast<double>(plan.predicted.peak_bytes)));
   std::printf("step             %-14.4f %-14.4f %.3f%%\n", plan.predicted.step_seconds, step_seconds,
-              100 * relative(step_seconds, plan.predicted.step_seconds));
+              100 * core::relative_error(step_seconds, plan.predicted.step_seconds));
   std::printf("samples/s        %-14.2f %-14.2f\n", plan.predicted.samples_per_second, sim.samples_per_second());
   std::printf("peak at          %s\n", peak_at.c_str());
   return 0;

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
-#include "cli/plan_report.h"
 #include "core/errors.h"
 #include "planner/plan_schedule.h"
+#include "report/plan_report.h"
 #include "simulator/simulator.h"
 
 namespace headroom::gui {
@@ -82,7 +82,7 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
     if (outcome.plan) {
       result.plan = outcome.plan;
       result.timeline = memory_timeline(trace.trace, *outcome.plan);
-      result.summary = cli::render_plan_summary(*outcome.plan);
+      result.summary = report::render_plan_summary(*outcome.plan);
     } else {
       result.infeasible_reason = outcome.reason;
       result.smallest_budget = outcome.smallest_budget;
