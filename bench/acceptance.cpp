@@ -12,8 +12,8 @@
 #include "core/cost_model.h"
 #include "core/units.h"
 #include "executor/executor.h"
+#include "models/model_source.h"
 #include "planner/micro_batch_model.h"
-#include "models/zoo.h"
 #include "planner/plan_search.h"
 #include "profiler/profiler.h"
 
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     const std::string path = std::string(HEADROOM_TRACES_DIR) + "/" + c.trace;
     core::Trace trace = core::read_trace_file(path);
     if (fresh) {
-      auto model = models::build_zoo_model(trace.model.name, trace.model.config, trace.profile.seed);
+      auto model = models::build_model(trace.model, trace.profile.seed);
       profiler::ProfileOptions options;
       options.batch_sizes = trace.batch_sizes;
       options.optimizer = trace.optimizer.name;

@@ -14,7 +14,7 @@
 #include "models/zoo.h"
 #include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
-#include "profiler/memory_recorder.h"
+#include "runtime/memory_recorder.h"
 #include "profiler/profiler.h"
 
 using namespace headroom;
@@ -29,8 +29,8 @@ core::Trace committed(const std::string& name) {
 // attribution of one forward and backward.
 double kept_per_block(models::Model& model, const models::Batch& batch, bool lean) {
   model.set_all_lean(lean);
-  auto recorder = std::make_shared<profiler::MemoryRecorder>(torch::kCPU);
-  profiler::ScopedMemoryRecording recording(recorder);
+  auto recorder = std::make_shared<runtime::MemoryRecorder>(torch::kCPU);
+  runtime::ScopedMemoryRecording recording(recorder);
   const auto step = profiler::profile_step(model, batch, *recorder, nullptr);
   std::int64_t kept = 0;
   int blocks = 0;

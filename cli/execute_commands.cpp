@@ -3,41 +3,29 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
 
-#include "cli/plan_report.h"
-#include "cli/text_table.h"
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "core/plan.h"
 #include "core/sha256.h"
+#include "core/statistics.h"
 #include "core/atomic_file.h"
 #include "core/units.h"
 #include "executor/executor.h"
-#include "models/zoo.h"
+#include "models/model_source.h"
 #include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
 #include "profiler/profiler.h"
+#include "report/execution_report.h"
+#include "report/plan_report.h"
 
 namespace headroom::cli {
 
 namespace {
-
-std::string percent(double fraction) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1f%%", 100 * fraction);
-  return buffer;
-}
-
-std::string fixed(double v, const char* format) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, format, v);
-  return buffer;
-}
 
 void progress_line(const std::string& what) {
   const bool tty = ::isatty(STDERR_FILENO) != 0;
@@ -49,49 +37,7 @@ void end_progress() {
   if (::isatty(STDERR_FILENO) != 0) std::fprintf(stderr, "\n");
 }
 
-std::string describe_oom(const core::OutOfMemory& o) {
-  std::ostringstream out;
-  out << "out of memory under the " << core::format_bytes(o.budget_bytes) << " budget";
-  if (!o.phase.empty()) out << " in " << o.phase;
-  if (!o.layer.empty()) out << " of " << o.layer;
-  if (o.micro_batch >= 0) out << " (micro-batch " << o.micro_batch << ")";
-  out << ": " << core::format_bytes(o.requested_bytes) << " requested with " << core::format_bytes(o.in_use_bytes)
-      << " in use";
-  return out.str();
-}
-
 }  // namespace
-
-std::string render_report(const core::Report& r) {
-  std::ostringstream out;
-  out << r.model << " on " << r.device_name << ": global batch " << r.global_batch << " as " << r.micro_batches.size()
-      << " micro-batch" << (r.micro_batches.size() > 1 ? "es" : "") << ", " << r.checkpointed_blocks.size()
-      << " checkpointed block" << (r.checkpointed_blocks.size() == 1 ? "" : "s") << ", budget "
-      << (r.budget_bytes > 0 ? core::format_bytes(r.budget_bytes) + " enforced" : std::string("not enforced")) << "\n\n";
-  if (r.status == "out_of_memory" && r.out_of_memory) {
-    out << describe_oom(*r.out_of_memory) << "\n";
-    return out.str();
-  }
-  TextTable table({{"", TextTable::Align::Left}, {"predicted"}, {"measured"}, {"error"}});
-  table.add_row({"peak memory", core::format_bytes(r.predicted.peak_bytes), core::format_bytes(r.measured.peak_bytes),
-                 percent(r.peak_rel_error)});
-  table.add_row({"step time (s)", fixed(r.predicted.step_seconds, "%.4f"), fixed(r.measured.step_seconds, "%.4f"),
-                 percent(std::fabs(r.predicted.step_seconds - r.measured.step_seconds) / r.measured.step_seconds)});
-  table.add_row({"samples/s", fixed(r.predicted.samples_per_second, "%.2f"), fixed(r.measured.samples_per_second, "%.2f"),
-                 percent(r.throughput_rel_error)});
-  out << table.render();
-  out << "\nmedian of " << r.steps << " measured steps";
-  if (r.budget_bytes > 0) out << "; measured peak " << (r.measured.peak_bytes <= r.budget_bytes ? "within" : "OVER") << " the budget";
-  out << "\ngradient check: ";
-  if (r.gradient_check.computed) {
-    out << "max relative difference " << fixed(r.gradient_check.max_rel_diff, "%.2e") << " (" << r.gradient_check.note << ")\n";
-  } else {
-    out << r.gradient_check.note << "\n";
-  }
-  if (r.test_accuracy) out << "test accuracy on " << r.data << " after training: " << fixed(100 * *r.test_accuracy, "%.1f") << "%\n";
-  for (const auto& w : r.warnings) out << "warning: " << w << "\n";
-  return out.str();
-}
 
 int run_execute(const ExecuteArgs& args) {
   const core::Plan plan = core::read_plan_file(args.plan);
@@ -104,12 +50,12 @@ int run_execute(const ExecuteArgs& args) {
   options.data = args.data;
   options.batchnorm_eval = args.batchnorm_eval;
   options.on_progress = progress_line;
-  const core::Report report = executor::execute(plan, trace, args.plan, options);
+  const core::Report executed = executor::execute(plan, trace, args.plan, options);
   end_progress();
-  if (!args.output.empty()) core::write_report_file(args.output, report);
-  std::cout << render_report(report);
-  if (report.status != "ok") {
-    std::cerr << "headroom: " << describe_oom(*report.out_of_memory) << "\n";
+  if (!args.output.empty()) core::write_report_file(args.output, executed);
+  std::cout << report::render_report(executed);
+  if (executed.status != "ok") {
+    std::cerr << "headroom: " << report::describe_out_of_memory(*executed.out_of_memory) << "\n";
     return 1;
   }
   return 0;
@@ -128,7 +74,7 @@ int run_demo(const DemoArgs& args) {
   const std::int64_t batch = 32;
 
   std::cout << "1. profile: bert tiny (2 encoder layers, hidden 128, seq 128) on the CPU\n";
-  models::Model model = models::build_zoo_model("bert", {{"preset", "tiny"}}, 0);
+  models::Model model = models::build_model({"bert", {{"preset", "tiny"}}}, 0);
   profiler::ProfileOptions profile_options;
   // Up to the global batch, so whatever micro-batch the plan picks has a measured time.
   profile_options.batch_sizes = {1, 2, 4, 8, 16, 32};
@@ -168,7 +114,7 @@ int run_demo(const DemoArgs& args) {
   attempt.gradient_check = false;
   const core::Report refused = executor::execute(whole_plan, trace, "(whole batch)", attempt);
   if (refused.out_of_memory) {
-    std::cout << "   the whole batch under this budget: " << describe_oom(*refused.out_of_memory) << "\n\n";
+    std::cout << "   the whole batch under this budget: " << report::describe_out_of_memory(*refused.out_of_memory) << "\n\n";
   } else {
     std::cout << "   the whole batch under this budget ran (measured peak " << core::format_bytes(refused.measured.peak_bytes)
               << "): the budget did not bind\n\n";
@@ -182,20 +128,21 @@ int run_demo(const DemoArgs& args) {
   }
   const std::string plan_path = directory + "/plan.json";
   core::write_plan_file(plan_path, *outcome.plan);
-  std::cout << render_plan_summary(*outcome.plan) << "\n";
+  std::cout << report::render_plan_summary(*outcome.plan) << "\n";
 
   std::cout << "4. execute the plan under the budget\n";
   executor::ExecuteOptions options;
   options.steps = 5;
   options.on_progress = progress_line;
-  const core::Report report = executor::execute(*outcome.plan, trace, plan_path, options);
+  const core::Report executed = executor::execute(*outcome.plan, trace, plan_path, options);
   end_progress();
-  core::write_report_file(directory + "/report.json", report);
-  std::cout << render_report(report);
+  core::write_report_file(directory + "/report.json", executed);
+  std::cout << report::render_report(executed);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << "\nfiles in " << directory << " (trace.json, plan.json, report.json); demo took "
-            << fixed(seconds, "%.1f") << " s\n";
-  return report.status == "ok" ? 0 : 1;
+  char took[32];
+  std::snprintf(took, sizeof took, "%.1f", seconds);
+  std::cout << "\nfiles in " << directory << " (trace.json, plan.json, report.json); demo took " << took << " s\n";
+  return executed.status == "ok" ? 0 : 1;
 }
 
 }  // namespace headroom::cli

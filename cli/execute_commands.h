@@ -3,8 +3,6 @@
 #include <cstdint>
 #include <string>
 
-#include "core/report.h"
-
 namespace headroom::cli {
 
 struct ExecuteArgs {
@@ -23,7 +21,5 @@ struct DemoArgs {
   std::string directory;  // where the trace, plans and reports go; a temporary one if empty
 };
 int run_demo(const DemoArgs& args);
-
-std::string render_report(const core::Report& report);
 
 }  // namespace headroom::cli

@@ -9,14 +9,16 @@
 #include <optional>
 
 #include "cli/execute_commands.h"
+#include "cli/flag_names.h"
 #include "cli/plan_commands.h"
-#include "cli/trace_report.h"
 #include "core/atomic_file.h"
 #include "core/chrome_trace.h"
 #include "core/errors.h"
 #include "core/trace.h"
+#include "models/model_source.h"
 #include "models/zoo.h"
 #include "profiler/profiler.h"
+#include "report/trace_report.h"
 
 namespace {
 
@@ -88,7 +90,7 @@ struct ProfileArgs {
 
 // `gpu_step` receives the last profiled step at the largest batch size when profiling on CUDA.
 core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStepRecord>& gpu_step) {
-  models::Model model = models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed);
+  models::Model model = models::build_model({args.model, parse_settings(args.settings)}, args.options.seed);
   profiler::ProfileOptions options = args.options;
   ProgressPrinter printer(args.model);
   options.on_progress = [&printer](const profiler::Progress& p) { printer(p); };
@@ -102,10 +104,10 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
 void print_trace_summary(const core::Trace& trace) {
   std::cout << trace.model.name << " on " << trace.device.name << ", optimizer " << trace.optimizer.name
             << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads << " threads\n\n"
-            << cli::render_layer_table(trace) << "\n"
-            << cli::render_step_table(trace);
-  if (trace.has_tempo()) std::cout << "\nTempo: the same steps with every memory-lean layer on\n" << cli::render_tempo_table(trace);
-  if (trace.device.is_cuda()) std::cout << "\nGPU (CUPTI)\n" << cli::render_gpu_table(trace);
+            << report::render_layer_table(trace) << "\n"
+            << report::render_step_table(trace);
+  if (trace.has_tempo()) std::cout << "\nTempo: the same steps with every memory-lean layer on\n" << report::render_tempo_table(trace);
+  if (trace.device.is_cuda()) std::cout << "\nGPU (CUPTI)\n" << report::render_gpu_table(trace);
 }
 
 void add_profile_options(CLI::App& command, ProfileArgs& args) {
@@ -233,7 +235,7 @@ int main(int argc, char** argv) {
     }
     return kExitOk;
   } catch (const core::InputError& e) {
-    std::cerr << "headroom: " << e.what() << "\n";
+    std::cerr << "headroom: " << cli::name_flag(e.what()) << "\n";
     return kExitUsage;
   } catch (const c10::Error& e) {
     // libtorch's messages carry a backtrace; its first line is the message.

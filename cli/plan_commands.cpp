@@ -1,43 +1,21 @@
 #include "cli/plan_commands.h"
 
-#include <cmath>
 #include <cstdio>
 #include <iostream>
 
-#include "cli/plan_report.h"
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/plan.h"
 #include "core/sha256.h"
+#include "core/statistics.h"
 #include "core/trace.h"
 #include "core/units.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
+#include "report/plan_report.h"
 #include "simulator/simulator.h"
 
 namespace headroom::cli {
-
-namespace {
-
-// The planner names the request's fields in its errors; on the command line they are flags.
-template <typename Call>
-auto with_flags(Call call) {
-  static const std::pair<std::string_view, std::string_view> kFlags[] = {{"strategies: ", "--strategies: "},
-                                                                         {"global_batch: ", "--batch: "},
-                                                                         {"budget_bytes: ", "--budget: "},
-                                                                         {"margin_fraction: ", "--margin: "}};
-  try {
-    return call();
-  } catch (const core::InputError& e) {
-    const std::string_view message = e.what();
-    for (const auto& [field, flag] : kFlags) {
-      if (message.starts_with(field)) throw core::InputError(std::string(flag) + std::string(message.substr(field.size())));
-    }
-    throw;
-  }
-}
-
-}  // namespace
 
 std::string strategies_help() {
   std::string help = planner::strategy_names() + " (comma-separated) | all | none (none: the whole batch, nothing applied)";
@@ -53,7 +31,7 @@ int run_plan(const PlanArgs& args) {
   request.budget_bytes = core::parse_bytes(args.budget);
   request.global_batch = args.batch;
   request.margin_fraction = args.margin;
-  request.strategies = with_flags([&] { return planner::parse_strategies(args.strategies); });
+  request.strategies = planner::parse_strategies(args.strategies);
   // Asked for by name, a strategy needs what it measures from the trace ("all" takes each where it can).
   for (const auto id : request.strategies) {
     if (args.strategies == "all" || planner::applies_to(id, trace)) continue;
@@ -64,21 +42,15 @@ int run_plan(const PlanArgs& args) {
   request.trace_path = args.trace;
   request.trace_sha256 = core::sha256_hex(core::read_file(args.trace));
   request.optimizer = args.optimizer;
-  const planner::PlanOutcome outcome = with_flags([&] { return planner::plan_step(trace, request); });
+  const planner::PlanOutcome outcome = planner::plan_step(trace, request);
   if (!outcome.plan) {
     std::cerr << "headroom: infeasible: " << outcome.reason << "\n";
     return kExitInfeasible;
   }
   core::write_plan_file(args.output, *outcome.plan);
-  std::cout << render_plan_summary(*outcome.plan) << "\nplan written to " << args.output << "\n";
+  std::cout << report::render_plan_summary(*outcome.plan) << "\nplan written to " << args.output << "\n";
   return 0;
 }
-
-namespace {
-
-double relative(double a, double b) { return b != 0 ? std::fabs(a - b) / std::fabs(b) : 0.0; }
-
-}  // namespace
 
 int run_simulate(const SimulateArgs& args) {
   const core::Plan plan = core::read_plan_file(args.plan);
@@ -118,9 +90,9 @@ int run_simulate(const SimulateArgs& args) {
   std::printf("                 planned        simulated      difference\n");
   std::printf("peak             %-14s %-14s %.3f%%\n", core::format_bytes(plan.predicted.peak_bytes).c_str(),
               core::format_bytes(sim.peak_bytes).c_str(),
-              100 * relative(static_cast<double>(sim.peak_bytes), static_cast<double>(plan.predicted.peak_bytes)));
+              100 * core::relative_error(static_cast<double>(sim.peak_bytes), static_cast<double>(plan.predicted.peak_bytes)));
   std::printf("step             %-14.4f %-14.4f %.3f%%\n", plan.predicted.step_seconds, step_seconds,
-              100 * relative(step_seconds, plan.predicted.step_seconds));
+              100 * core::relative_error(step_seconds, plan.predicted.step_seconds));
   std::printf("samples/s        %-14.2f %-14.2f\n", plan.predicted.samples_per_second, sim.samples_per_second());
   std::printf("peak at          %s\n", peak_at.c_str());
   return 0;

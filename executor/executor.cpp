@@ -4,18 +4,20 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
+#include <memory>
+#include <optional>
 
 #include "core/cost_model.h"
 #include "core/errors.h"
+#include "core/statistics.h"
 #include "core/units.h"
 #include "executor/budget_allocator.h"
 #include "executor/plan_runner.h"
 #include "models/fashion_mnist.h"
-#include "models/zoo.h"
-#include "profiler/host_info.h"
-#include "profiler/memory_recorder.h"
-#include "profiler/profiler.h"
+#include "models/model_source.h"
+#include "runtime/host_info.h"
+#include "runtime/memory_recorder.h"
+#include "runtime/optimizer.h"
 
 namespace headroom::executor {
 
@@ -23,19 +25,24 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double relative_error(double predicted, double measured) {
-  return measured != 0 ? std::fabs(predicted - measured) / std::fabs(measured) : 0.0;
+void progress(const ExecuteOptions& options, const std::string& what) {
+  if (options.on_progress) options.on_progress(what);
+}
+
+void validate(const ExecuteOptions& options) {
+  if (options.steps < 1) throw core::InputError("steps: at least one measured step is needed");
+  if (options.warmup_steps < 0) throw core::InputError("warmup_steps: expected zero or more steps");
 }
 
 torch::Device resolve_device(const std::string& name) {
   if (name == "cpu") return torch::kCPU;
   if (name == "cuda") {
     if (!torch::cuda::is_available()) {
-      throw core::InputError("--device cuda: no CUDA device is available to this libtorch (it may be a CPU-only build)");
+      throw core::InputError("device cuda: no CUDA device is available to this libtorch (it may be a CPU-only build)");
     }
     return torch::kCUDA;
   }
-  throw core::InputError("--device: expected cpu or cuda, got '" + name + "'");
+  throw core::InputError("device: expected cpu or cuda, got '" + name + "'");
 }
 
 void synchronize(torch::Device device) {
@@ -55,22 +62,14 @@ std::int64_t full_batch_estimate(const core::Trace& trace, std::int64_t batch) {
   return bytes + transient;
 }
 
-}  // namespace
-
-core::Report execute(const core::Plan& plan, const core::Trace& trace, const std::string& plan_path,
-                     const ExecuteOptions& options) {
-  if (options.steps < 1) throw core::InputError("--steps: at least one measured step is needed");
-  if (options.warmup_steps < 0) throw core::InputError("--warmup: expected zero or more steps");
-  const torch::Device device = resolve_device(options.device);
-  const auto progress = [&](const std::string& what) {
-    if (options.on_progress) options.on_progress(what);
-  };
-
+// What the report says before anything runs: the plan's side and the warnings that still apply.
+core::Report start_report(const core::Plan& plan, const std::string& plan_path, const ExecuteOptions& options,
+                          torch::Device device) {
   core::Report report;
   report.plan_path = plan_path;
   report.model = plan.model;
   report.device = options.device;
-  report.device_name = device.is_cuda() ? "cuda" : profiler::cpu_device_info().name;
+  report.device_name = device.is_cuda() ? "cuda" : runtime::cpu_device_info().name;
   report.global_batch = plan.global_batch;
   report.micro_batches = plan.micro_batches;
   report.checkpointed_blocks = plan.checkpointed_blocks;
@@ -84,173 +83,243 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
     report.warnings.push_back("BatchNorm ran in eval style: it normalized with running statistics, so micro-batches "
                               "train exactly like the full batch");
   }
+  return report;
+}
 
-  if (options.data != "synthetic" && options.data != "fashion-mnist") {
-    throw core::InputError("--data: expected synthetic or fashion-mnist, got '" + options.data + "'");
-  }
-  // A dataset sits in host memory before the run, outside the device budget.
+struct Datasets {
   std::optional<models::LabelledImages> train, test;
-  if (options.data == "fashion-mnist") {
-    progress("loading Fashion-MNIST");
-    train = models::load_fashion_mnist("train");
-    test = models::load_fashion_mnist("test");
+};
+
+// A dataset sits in host memory before the run, outside the device budget.
+Datasets load_datasets(const ExecuteOptions& options) {
+  if (options.data != "synthetic" && options.data != "fashion-mnist") {
+    throw core::InputError("data: expected synthetic or fashion-mnist, got '" + options.data + "'");
   }
+  Datasets data;
+  if (options.data == "fashion-mnist") {
+    progress(options, "loading Fashion-MNIST");
+    data.train = models::load_fashion_mnist("train");
+    data.test = models::load_fashion_mnist("test");
+  }
+  return data;
+}
 
-  // The budget and the recording start before the model exists, so parameters count too.
-  const bool enforce = options.enforce_budget && device.is_cpu();
-  report.budget_bytes = enforce ? plan.budget_bytes : 0;
-  auto recorder = std::make_shared<profiler::MemoryRecorder>(device.type());
-  profiler::ScopedMemoryRecording recording(recorder);
+// The run's memory: recording and, on the CPU, the budget. Both start before the model exists, so
+// parameters count too; members are destroyed budget first, recording last.
+struct RunMemory {
+  RunMemory(const core::Plan& plan, const ExecuteOptions& options, torch::Device device)
+      : recorder(std::make_shared<runtime::MemoryRecorder>(device.type())), recording(recorder) {
+    BudgetAllocator::clear_last_refusal();
+    if (options.enforce_budget && device.is_cpu()) budget.emplace(plan.budget_bytes);
+  }
+  std::shared_ptr<runtime::MemoryRecorder> recorder;
+  runtime::ScopedMemoryRecording recording;
   std::optional<ScopedBudget> budget;
-  BudgetAllocator::clear_last_refusal();
-  if (enforce) budget.emplace(plan.budget_bytes);
+};
 
+// The traced model, rebuilt from its source and set up the way the plan runs it.
+models::Model prepare_model(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options,
+                            torch::Device device, const std::optional<models::LabelledImages>& train) {
+  models::Model model = models::build_model(trace.model, options.seed);
+  if (model.layers().size() != trace.layers.size()) {
+    throw core::InputError("the zoo's " + trace.model.name + " has " + std::to_string(model.layers().size()) +
+                           " layers but the trace has " + std::to_string(trace.layers.size()));
+  }
+  for (std::size_t i = 0; i < trace.layers.size(); ++i) {
+    if (model.layers()[i].name != trace.layers[i].name) {
+      throw core::InputError("the zoo's " + trace.model.name + " differs from the trace at layer " + std::to_string(i) +
+                             " (" + model.layers()[i].name + " vs " + trace.layers[i].name + ")");
+    }
+  }
+  if (!plan.layers.empty() && plan.layers.size() != trace.layers.size()) {
+    throw core::InputError("the plan chooses for " + std::to_string(plan.layers.size()) + " layers but the trace has " +
+                           std::to_string(trace.layers.size()));
+  }
+  for (const auto& choice : plan.layers) {
+    if (!choice.tempo) continue;
+    if (!model.layers()[static_cast<std::size_t>(choice.id)].has_lean_variant()) {
+      throw core::InputError("the plan makes layer " + choice.name + " lean, but it has no memory-lean variant");
+    }
+    model.set_lean(choice.id, true);
+  }
+  if (train) models::use_dataset(model, *train);
+  model.to(device);
+  model.set_training(true);
+  model.set_batchnorm_eval(options.batchnorm_eval);
+  return model;
+}
+
+// Everything a planned step runs with. Built in place: the runner and the optimizer hold on to the
+// model and its parameters.
+struct PlannedTraining {
+  PlannedTraining(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device,
+                  const std::optional<models::LabelledImages>& train, Position& position)
+      : model(prepare_model(plan, trace, options, device, train)),
+        parameters(model.parameters()),
+        optimizer(runtime::make_optimizer(plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer, parameters)),
+        runner(model, plan.checkpointed_blocks, position) {}
+  PlannedTraining(const PlannedTraining&) = delete;
+  PlannedTraining& operator=(const PlannedTraining&) = delete;
+
+  models::Model model;
+  const std::vector<torch::Tensor> parameters;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  PlanRunner runner;
+};
+
+// From the initial weights: the plan's accumulated gradient against the full batch's, same data,
+// dropout off on both sides so they compute the same function.
+core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& plan, const core::Trace& trace,
+                                   const ExecuteOptions& options, torch::Device device, std::optional<ScopedBudget>& budget) {
+  core::GradientCheck check;
+  models::Model& model = training.model;
+  const auto& parameters = training.parameters;
+  const std::int64_t need = full_batch_estimate(trace, plan.global_batch);
+  const std::int64_t host = runtime::cpu_device_info().total_memory_bytes;
+  if (device.is_cpu() && need > host / 2) {
+    check.note = "not computed: the full batch would need about " + core::format_bytes(need) +
+                 ", more than half of this machine's memory";
+    return check;
+  }
+  progress(options, "gradient check");
+  if (budget) budget->suspend();  // the reference runs without a budget
+  model.set_dropout(false);
+  {
+    // Its batches, gradient copies and comparison are gone before the budget comes back.
+    const auto micro = make_micro_batches(model, plan.micro_batches, options.seed, device);
+    for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+    training.runner.accumulate(micro, plan.global_batch);
+    const auto accumulated = gradients_of(parameters);
+    for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+    {
+      // The reference runs the standard layers: Tempo's must give the same gradients.
+      std::vector<bool> lean;
+      for (const auto& layer : model.layers()) lean.push_back(layer.lean);
+      model.set_all_lean(false);
+      torch::Tensor loss = model.forward(concatenate(micro));
+      loss.backward();
+      for (std::size_t i = 0; i < lean.size(); ++i) {
+        if (lean[i]) model.set_lean(static_cast<int>(i), true);
+      }
+    }
+    const auto full = gradients_of(parameters);
+    for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+    check.max_rel_diff = max_relative_difference(accumulated, full);
+  }
+  model.set_dropout(true);
+  if (budget) budget->resume();
+  check.computed = true;
+  bool batchnorm = false;
+  for (const auto& layer : trace.layers) batchnorm |= layer.kind == "batchnorm";
+  check.note = batchnorm && plan.micro_batches.size() > 1 && !options.batchnorm_eval
+                   ? "BatchNorm normalizes each micro-batch with its own statistics, so the accumulated gradient differs "
+                     "from the full batch's by design; dropout off on both sides"
+                   : std::string("accumulated micro-batch gradients (loss weights b_i/B, checkpointing and Tempo as "
+                                 "planned) against the full batch's with standard layers, same weights and data, dropout "
+                                 "off on both sides") +
+                         (batchnorm ? ", BatchNorm with running statistics" : "");
+  return check;
+}
+
+// One optimizer step as planned: every micro-batch's forward and backward with gradients
+// accumulating, then the optimizer. Between the two is where a data-parallel run all-reduces the
+// accumulated gradients; an L2L relay replaces the micro-batch loop with its layer-major order.
+void train_step(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options, int step,
+                torch::Device device) {
+  training.optimizer->zero_grad();
+  // Each micro-batch's data is made when its turn comes, as a loader would deliver it.
+  for (std::size_t m = 0; m < plan.micro_batches.size(); ++m) {
+    training.runner.set_phase("data", static_cast<int>(m));
+    const auto batch = make_micro_batches(training.model, {plan.micro_batches[m]},
+                                          options.seed + 7919 * static_cast<std::uint64_t>(step + 1) + m, device);
+    training.runner.run_micro_batch(batch.front(), static_cast<int>(m), plan.global_batch);
+  }
+  training.runner.set_phase("optimizer");
+  training.optimizer->step();
+  training.runner.set_phase("idle");
+}
+
+// Warm-up, then measured steps: their times and the highest peak go into the report.
+void run_steps(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options, torch::Device device,
+               runtime::MemoryRecorder& recorder, core::Report& report) {
+  const int total = options.warmup_steps + options.steps;
+  for (int step = 0; step < total; ++step) {
+    const bool measured = step >= options.warmup_steps;
+    progress(options, measured ? "step " + std::to_string(step - options.warmup_steps + 1) + "/" + std::to_string(options.steps)
+                               : "warm-up " + std::to_string(step + 1) + "/" + std::to_string(options.warmup_steps));
+    recorder.reset_peak();
+    synchronize(device);
+    const auto start = Clock::now();
+    train_step(training, plan, options, step, device);
+    synchronize(device);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (measured) {
+      report.step_seconds.push_back(seconds);
+      report.measured.peak_bytes = std::max(report.measured.peak_bytes, recorder.peak());
+      report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, recorder.reserved());
+    }
+  }
+}
+
+// Where and how much, from the runner's position and the budget's last refusal.
+core::OutOfMemory describe_out_of_memory(const Position& position, const std::optional<ScopedBudget>& budget) {
+  const Refusal& refusal = BudgetAllocator::last_refusal();
+  core::OutOfMemory oom;
+  oom.layer = position.layer;
+  oom.phase = position.phase;
+  oom.micro_batch = position.micro_batch;
+  const std::int64_t baseline = budget ? budget->baseline() : 0;
+  oom.requested_bytes = refusal.requested_bytes;
+  oom.in_use_bytes = refusal.in_use_bytes - baseline;
+  oom.budget_bytes = refusal.budget_bytes - baseline;
+  if (refusal.requested_bytes == 0) {
+    // Not the budget's refusal (none was recorded on this thread): the device itself ran out.
+    oom.phase += " (the device ran out; no budget refusal was recorded)";
+    oom.requested_bytes = oom.in_use_bytes = oom.budget_bytes = 0;
+  }
+  return oom;
+}
+
+// The measured figures and their errors against the plan's, from the measured steps.
+void summarize(const core::Plan& plan, core::Report& report) {
+  report.steps = static_cast<int>(report.step_seconds.size());
+  if (report.step_seconds.empty()) return;
+  report.measured.step_seconds = core::median(report.step_seconds);
+  report.measured.samples_per_second = static_cast<double>(plan.global_batch) / report.measured.step_seconds;
+  report.peak_rel_error = core::relative_error(static_cast<double>(report.predicted.peak_bytes),
+                                               static_cast<double>(report.measured.peak_bytes));
+  report.throughput_rel_error = core::relative_error(report.predicted.samples_per_second, report.measured.samples_per_second);
+}
+
+}  // namespace
+
+core::Report execute(const core::Plan& plan, const core::Trace& trace, const std::string& plan_path,
+                     const ExecuteOptions& options) {
+  validate(options);
+  const torch::Device device = resolve_device(options.device);
+  core::Report report = start_report(plan, plan_path, options, device);
+  const Datasets data = load_datasets(options);
+
+  RunMemory memory(plan, options, device);
+  report.budget_bytes = memory.budget ? plan.budget_bytes : 0;
   Position position;
   position.phase = "model";
   try {
-    models::Model model = models::build_zoo_model(trace.model.name, trace.model.config, options.seed);
-    if (model.layers().size() != trace.layers.size()) {
-      throw core::InputError("the zoo's " + trace.model.name + " has " + std::to_string(model.layers().size()) +
-                             " layers but the trace has " + std::to_string(trace.layers.size()));
-    }
-    for (std::size_t i = 0; i < trace.layers.size(); ++i) {
-      if (model.layers()[i].name != trace.layers[i].name) {
-        throw core::InputError("the zoo's " + trace.model.name + " differs from the trace at layer " + std::to_string(i) +
-                               " (" + model.layers()[i].name + " vs " + trace.layers[i].name + ")");
-      }
-    }
-    if (!plan.layers.empty() && plan.layers.size() != trace.layers.size()) {
-      throw core::InputError("the plan chooses for " + std::to_string(plan.layers.size()) + " layers but the trace has " +
-                             std::to_string(trace.layers.size()));
-    }
-    for (const auto& choice : plan.layers) {
-      if (!choice.tempo) continue;
-      if (!model.layers()[static_cast<std::size_t>(choice.id)].has_lean_variant()) {
-        throw core::InputError("the plan makes layer " + choice.name + " lean, but it has no memory-lean variant");
-      }
-      model.set_lean(choice.id, true);
-    }
-    if (train) models::use_dataset(model, *train);
-    model.to(device);
-    model.set_training(true);
-    model.set_batchnorm_eval(options.batchnorm_eval);
-    const auto parameters = model.parameters();
-    auto optimizer = profiler::make_optimizer(plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer, parameters);
-    PlanRunner runner(model, plan.checkpointed_blocks, position);
-
-    // Gradient check, from the initial weights: the plan's accumulated gradient against the full
-    // batch's, same data, dropout off on both sides so they compute the same function.
-    if (options.gradient_check) {
-      const std::int64_t need = full_batch_estimate(trace, plan.global_batch);
-      const std::int64_t host = profiler::cpu_device_info().total_memory_bytes;
-      if (device.is_cpu() && need > host / 2) {
-        report.gradient_check.note = "not computed: the full batch would need about " + core::format_bytes(need) +
-                                     ", more than half of this machine's memory";
-      } else {
-        progress("gradient check");
-        if (budget) budget->suspend();  // the reference runs without a budget
-        model.set_dropout(false);
-        {
-          // Its batches, gradient copies and comparison are gone before the budget comes back.
-          const auto micro = make_micro_batches(model, plan.micro_batches, options.seed, device);
-          for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-          runner.accumulate(micro, plan.global_batch);
-          const auto accumulated = gradients_of(parameters);
-          for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-          {
-            // The reference runs the standard layers: Tempo's must give the same gradients.
-            std::vector<bool> lean;
-            for (const auto& layer : model.layers()) lean.push_back(layer.lean);
-            model.set_all_lean(false);
-            torch::Tensor loss = model.forward(concatenate(micro));
-            loss.backward();
-            for (std::size_t i = 0; i < lean.size(); ++i) {
-              if (lean[i]) model.set_lean(static_cast<int>(i), true);
-            }
-          }
-          const auto full = gradients_of(parameters);
-          for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-          report.gradient_check.max_rel_diff = max_relative_difference(accumulated, full);
-        }
-        model.set_dropout(true);
-        if (budget) budget->resume();
-        report.gradient_check.computed = true;
-        bool batchnorm = false;
-        for (const auto& layer : trace.layers) batchnorm |= layer.kind == "batchnorm";
-        report.gradient_check.note =
-            batchnorm && plan.micro_batches.size() > 1 && !options.batchnorm_eval
-                ? "BatchNorm normalizes each micro-batch with its own statistics, so the accumulated gradient differs "
-                  "from the full batch's by design; dropout off on both sides"
-                : std::string("accumulated micro-batch gradients (loss weights b_i/B, checkpointing and Tempo as "
-                              "planned) against the full batch's with standard layers, same weights and data, dropout "
-                              "off on both sides") +
-                      (batchnorm ? ", BatchNorm with running statistics" : "");
-      }
-    }
-
-    const int total = options.warmup_steps + options.steps;
-    for (int step = 0; step < total; ++step) {
-      const bool measured = step >= options.warmup_steps;
-      progress((measured ? "step " + std::to_string(step - options.warmup_steps + 1) + "/" + std::to_string(options.steps)
-                         : "warm-up " + std::to_string(step + 1) + "/" + std::to_string(options.warmup_steps)));
-      recorder->reset_peak();
-      synchronize(device);
-      const auto start = Clock::now();
-      optimizer->zero_grad();
-      // Each micro-batch's data is made when its turn comes, as a loader would deliver it.
-      for (std::size_t m = 0; m < plan.micro_batches.size(); ++m) {
-        runner.set_phase("data", static_cast<int>(m));
-        const auto batch = make_micro_batches(model, {plan.micro_batches[m]},
-                                              options.seed + 7919 * static_cast<std::uint64_t>(step + 1) + m, device);
-        runner.run_micro_batch(batch.front(), static_cast<int>(m), plan.global_batch);
-      }
-      runner.set_phase("optimizer");
-      optimizer->step();
-      runner.set_phase("idle");
-      synchronize(device);
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (measured) {
-        report.step_seconds.push_back(seconds);
-        report.measured.peak_bytes = std::max(report.measured.peak_bytes, recorder->peak());
-        report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, recorder->reserved());
-      }
-    }
-    if (test) {
-      progress("test accuracy");
-      if (budget) budget->suspend();  // evaluation is not part of the planned step
-      report.test_accuracy = models::accuracy(model, *test);
+    PlannedTraining training(plan, trace, options, device, data.train, position);
+    if (options.gradient_check) report.gradient_check = check_gradient(training, plan, trace, options, device, memory.budget);
+    run_steps(training, plan, options, device, *memory.recorder, report);
+    if (data.test) {
+      progress(options, "test accuracy");
+      if (memory.budget) memory.budget->suspend();  // evaluation is not part of the planned step
+      report.test_accuracy = models::accuracy(training.model, *data.test);
       report.data = "fashion-mnist";
     }
     report.status = "ok";
   } catch (const c10::OutOfMemoryError&) {
-    const Refusal& refusal = BudgetAllocator::last_refusal();
-    core::OutOfMemory oom;
-    oom.layer = position.layer;
-    oom.phase = position.phase;
-    oom.micro_batch = position.micro_batch;
-    const std::int64_t baseline = budget ? budget->baseline() : 0;
-    oom.requested_bytes = refusal.requested_bytes;
-    oom.in_use_bytes = refusal.in_use_bytes - baseline;
-    oom.budget_bytes = refusal.budget_bytes - baseline;
-    if (refusal.requested_bytes == 0) {
-      // Not the budget's refusal (none was recorded on this thread): the device itself ran out.
-      oom.phase += " (the device ran out; no budget refusal was recorded)";
-      oom.requested_bytes = oom.in_use_bytes = oom.budget_bytes = 0;
-    }
-    report.out_of_memory = oom;
+    report.out_of_memory = describe_out_of_memory(position, memory.budget);
     report.status = "out_of_memory";
   }
-
-  report.steps = static_cast<int>(report.step_seconds.size());
-  if (!report.step_seconds.empty()) {
-    std::vector<double> sorted = report.step_seconds;
-    std::sort(sorted.begin(), sorted.end());
-    report.measured.step_seconds = sorted[sorted.size() / 2];
-    report.measured.samples_per_second = static_cast<double>(plan.global_batch) / report.measured.step_seconds;
-    report.peak_rel_error = relative_error(static_cast<double>(report.predicted.peak_bytes),
-                                           static_cast<double>(report.measured.peak_bytes));
-    report.throughput_rel_error = relative_error(report.predicted.samples_per_second, report.measured.samples_per_second);
-  }
+  summarize(plan, report);
   return report;
 }
 

@@ -83,7 +83,7 @@ Config resolve_config(const std::string& model_name, const std::vector<ConfigKey
 std::pair<std::string, std::string> parse_setting(const std::string& item) {
   const auto eq = item.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
-    throw InputError("--set expects key=value, got '" + item + "'");
+    throw InputError("setting: expected key=value, got '" + item + "'");
   }
   return {item.substr(0, eq), item.substr(eq + 1)};
 }

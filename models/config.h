@@ -43,7 +43,7 @@ class Config {
 Config resolve_config(const std::string& model_name, const std::vector<ConfigKey>& keys,
                       const std::vector<Preset>& presets, const std::map<std::string, std::string>& overrides);
 
-// Parses "key=value" as given to --set; throws InputError on a malformed item.
+// Parses one "key=value" setting; throws InputError naming the field "setting" on a malformed item.
 std::pair<std::string, std::string> parse_setting(const std::string& item);
 
 }  // namespace headroom::models

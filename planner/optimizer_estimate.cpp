@@ -12,7 +12,7 @@ double optimizer_state_bytes_per_param(const std::string& optimizer) {
   // (amsgrad off, as the profiler builds it).
   if (optimizer == "sgd") return 4.0;
   if (optimizer == "adam") return 8.0;
-  throw core::InputError("--optimizer: unknown optimizer '" + optimizer + "' (known: sgd, adam)");
+  throw core::InputError("optimizer: unknown optimizer '" + optimizer + "' (known: sgd, adam)");
 }
 
 core::Trace with_estimated_optimizer(const core::Trace& trace, const std::string& optimizer) {

@@ -7,7 +7,11 @@
 #include <chrono>
 
 #include "core/errors.h"
-#include "profiler/host_info.h"
+#include "core/statistics.h"
+#include "models/model_source.h"
+#include "runtime/host_info.h"
+#include "runtime/optimizer.h"
+#include "runtime/tensor_bytes.h"
 #ifdef HEADROOM_WITH_CUDA
 #include "profiler/cupti/cuda_backend.h"
 #endif
@@ -20,16 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 std::int64_t ns_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
-}
-
-std::int64_t median(std::vector<std::int64_t> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-std::int64_t tensor_bytes(const torch::Tensor& t) {
-  return t.defined() ? static_cast<std::int64_t>(t.numel() * t.element_size()) : 0;
 }
 
 // The GPU side of a profiled step; does nothing without a backend. Synchronizing at layer
@@ -60,7 +54,7 @@ class GpuTracking {
 // numbers of the nodes it creates are its own.
 class ForwardAttribution : public models::LayerObserver {
  public:
-  ForwardAttribution(MemoryRecorder& recorder, std::vector<LayerMeasurement>& layers,
+  ForwardAttribution(runtime::MemoryRecorder& recorder, std::vector<LayerMeasurement>& layers,
                      std::vector<std::int64_t>& reserved, GpuTracking& gpu)
       : recorder_(recorder), layers_(layers), reserved_(reserved), gpu_(gpu), seq_begin_(layers.size()),
         seq_end_(layers.size()), start_level_(layers.size()) {}
@@ -86,7 +80,7 @@ class ForwardAttribution : public models::LayerObserver {
     layers_[i].fwd_transient_bytes = recorder_.peak_since_mark() - start_level_[i];
     layers_[i].output_bytes = output.defined() ? static_cast<std::int64_t>(output.storage().nbytes()) : 0;
     seq_end_[i] = at::sequence_number::peek();
-    recorder_.set_owner(MemoryRecorder::kNoOwner);
+    recorder_.set_owner(runtime::MemoryRecorder::kNoOwner);
   }
 
   // Called when forward has ended: a layer leaves behind what was allocated from its start to the
@@ -109,7 +103,7 @@ class ForwardAttribution : public models::LayerObserver {
   }
 
  private:
-  MemoryRecorder& recorder_;
+  runtime::MemoryRecorder& recorder_;
   std::vector<LayerMeasurement>& layers_;
   std::vector<std::int64_t>& reserved_;
   GpuTracking& gpu_;
@@ -124,7 +118,7 @@ class ForwardAttribution : public models::LayerObserver {
 // that layer's. Each node's GPU work is a range of the layer current when it starts.
 class BackwardAttribution {
  public:
-  BackwardAttribution(const ForwardAttribution& forward, MemoryRecorder& recorder,
+  BackwardAttribution(const ForwardAttribution& forward, runtime::MemoryRecorder& recorder,
                       std::vector<LayerMeasurement>& layers, std::vector<std::int64_t>& reserved, GpuTracking& gpu)
       : forward_(forward), recorder_(recorder), layers_(layers), reserved_(reserved), gpu_(gpu) {}
 
@@ -159,7 +153,7 @@ class BackwardAttribution {
   }
 
   const ForwardAttribution& forward_;
-  MemoryRecorder& recorder_;
+  runtime::MemoryRecorder& recorder_;
   std::vector<LayerMeasurement>& layers_;
   std::vector<std::int64_t>& reserved_;
   GpuTracking& gpu_;
@@ -216,7 +210,7 @@ std::int64_t plain_step(const models::Model& model, const models::Batch& batch, 
 
 }  // namespace
 
-StepMeasurement profile_step(const models::Model& model, const models::Batch& batch, MemoryRecorder& recorder,
+StepMeasurement profile_step(const models::Model& model, const models::Batch& batch, runtime::MemoryRecorder& recorder,
                              torch::optim::Optimizer* optimizer, gpu::GpuBackend* gpu_backend) {
   StepMeasurement step;
   const std::size_t layer_count = model.layers().size();
@@ -232,7 +226,7 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
     gpu_backend->activities().flush();  // nothing from before this step
     origin_ns = gpu_backend->activities().now_ns();
   }
-  recorder.set_owner(MemoryRecorder::kNoOwner);
+  recorder.set_owner(runtime::MemoryRecorder::kNoOwner);
   recorder.reset_peak();
   step.allocated_at_step_start = recorder.allocated();
   ForwardAttribution forward(recorder, step.layers, step.fwd_reserved_bytes, gpu);
@@ -324,44 +318,23 @@ SavedTensors detect_saved_tensors(const models::Model& model, const models::Batc
   return saves;
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
-                                                        const std::vector<torch::Tensor>& parameters) {
-  if (name == "sgd") {
-    return std::make_unique<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.01).momentum(0.9));
-  }
-  if (name == "adam") return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(1e-3));
-  throw core::InputError("unknown optimizer '" + name + "' (known: sgd, adam)");
-}
-
-std::int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
-  std::int64_t total = 0;
-  for (const auto& [key, state] : optimizer.state()) {
-    if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state.get())) {
-      total += tensor_bytes(adam->exp_avg()) + tensor_bytes(adam->exp_avg_sq()) + tensor_bytes(adam->max_exp_avg_sq());
-    } else if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state.get())) {
-      total += tensor_bytes(sgd->momentum_buffer());
-    }
-  }
-  return total;
-}
-
 namespace {
 
 void validate(const ProfileOptions& options) {
-  if (options.batch_sizes.empty()) throw core::InputError("--batch-sizes: give at least one batch size");
+  if (options.batch_sizes.empty()) throw core::InputError("batch_sizes: give at least one batch size");
   for (std::size_t i = 0; i < options.batch_sizes.size(); ++i) {
-    if (options.batch_sizes[i] <= 0) throw core::InputError("--batch-sizes: batch sizes must be positive");
+    if (options.batch_sizes[i] <= 0) throw core::InputError("batch_sizes: batch sizes must be positive");
     if (i > 0 && options.batch_sizes[i] <= options.batch_sizes[i - 1]) {
-      throw core::InputError("--batch-sizes: batch sizes must be strictly ascending");
+      throw core::InputError("batch_sizes: batch sizes must be strictly ascending");
     }
   }
   if (options.warmup_steps < 1) {
-    throw core::InputError("--warmup: at least one warm-up step is needed (it allocates the optimizer state)");
+    throw core::InputError("warmup_steps: at least one warm-up step is needed (it allocates the optimizer state)");
   }
-  if (options.repeats < 1) throw core::InputError("--repeats: at least one repeat is needed");
-  if (options.threads < 0) throw core::InputError("--threads: expected 0 (libtorch's default) or a positive count");
+  if (options.repeats < 1) throw core::InputError("repeats: at least one repeat is needed");
+  if (options.threads < 0) throw core::InputError("threads: expected 0 (libtorch's default) or a positive count");
   if (options.device != "cpu" && options.device != "cuda") {
-    throw core::InputError("--device: expected cpu or cuda, got '" + options.device + "'");
+    throw core::InputError("device: expected cpu or cuda, got '" + options.device + "'");
   }
 }
 
@@ -369,11 +342,11 @@ void validate(const ProfileOptions& options) {
 std::unique_ptr<gpu::GpuBackend> make_gpu_backend() {
 #ifdef HEADROOM_WITH_CUDA
   if (!torch::cuda::is_available()) {
-    throw core::InputError("--device cuda: this libtorch sees no CUDA device (a CPU-only libtorch, or no GPU)");
+    throw core::InputError("device cuda: this libtorch sees no CUDA device (a CPU-only libtorch, or no GPU)");
   }
   return cupti::make_cuda_backend(0);
 #else
-  throw core::InputError("--device cuda: this build profiles on the CPU only (configure with -DHEADROOM_WITH_CUDA=ON "
+  throw core::InputError("device cuda: this build profiles on the CPU only (configure with -DHEADROOM_WITH_CUDA=ON "
                          "against a CUDA libtorch; see scripts/gpu-build.sh)");
 #endif
 }
@@ -383,7 +356,7 @@ std::int64_t median_of(const std::vector<StepMeasurement>& runs,
   std::vector<std::int64_t> values;
   values.reserve(runs.size());
   for (const auto& run : runs) values.push_back(field(run));
-  return median(std::move(values));
+  return core::median(std::move(values));
 }
 
 // Per layer GPU numbers for one batch size: times and counts are medians over the repeats, like
@@ -426,22 +399,21 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   model.to(device);
   model.set_training(true);
   const auto parameters = model.parameters();
-  auto optimizer = make_optimizer(options.optimizer, parameters);
+  auto optimizer = runtime::make_optimizer(options.optimizer, parameters);
   const std::size_t layer_count = model.layers().size();
 
   core::Trace trace;
-  trace.model.name = model.name();
-  trace.model.config = model.config().values();
+  trace.model = models::model_source(model);
   if (backend != nullptr) {
     const gpu::DeviceProperties& p = backend->properties();
     trace.device = {"cuda", p.name, p.total_memory_bytes, p.sm_count, p.host_to_device_bytes_per_s,
                     p.device_to_host_bytes_per_s};
   } else {
-    trace.device = cpu_device_info();
+    trace.device = runtime::cpu_device_info();
   }
   trace.framework = {{"torch", TORCH_VERSION}, {"headroom", HEADROOM_VERSION}};
   trace.optimizer.name = options.optimizer;
-  trace.profile = {options.warmup_steps, options.repeats, options.seed, at::get_num_threads(), utc_timestamp_now()};
+  trace.profile = {options.warmup_steps, options.repeats, options.seed, at::get_num_threads(), runtime::utc_timestamp_now()};
   trace.batch_sizes = options.batch_sizes;
   trace.layers.resize(layer_count);
   for (std::size_t i = 0; i < layer_count; ++i) {
@@ -452,7 +424,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     out.kind = layer.kind;
     out.block = layer.block;
     out.inputs = layer.inputs;
-    for (const auto& p : layer.parameters) out.param_bytes += tensor_bytes(p);
+    for (const auto& p : layer.parameters) out.param_bytes += runtime::tensor_bytes(p);
   }
 
   std::vector<std::size_t> lean_layers;
@@ -503,8 +475,8 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     for (int i = 0; i < options.repeats; ++i) {
       plain_ns.push_back(plain_step(model, batch, *optimizer, backend.get()));
       report(plain_phase, b);
-      auto recorder = std::make_shared<MemoryRecorder>(device.type());
-      ScopedMemoryRecording recording(recorder);
+      auto recorder = std::make_shared<runtime::MemoryRecorder>(device.type());
+      runtime::ScopedMemoryRecording recording(recorder);
       // CUPTI records only the profiled steps, so the plain steps stay the overhead's reference.
       if (backend != nullptr) backend->activities().set_enabled(true);
       runs.push_back(profile_step(model, batch, *recorder, optimizer.get(), backend.get()));
@@ -525,14 +497,14 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
         bwd.push_back(run.layers[i].bwd_ns);
       }
       core::LayerSample sample{last.layers[i], b, std::nullopt};
-      sample.fwd_ns = median(fwd);
-      sample.bwd_ns = median(bwd);
+      sample.fwd_ns = core::median(fwd);
+      sample.bwd_ns = core::median(bwd);
       if (backend != nullptr) sample.gpu = gpu_layer_cost(runs, i);
       out.layers.push_back(sample);
     }
 
-    std::int64_t static_bytes = optimizer_state_bytes(*optimizer);
-    for (const auto& p : parameters) static_bytes += tensor_bytes(p) + tensor_bytes(p.grad());
+    std::int64_t static_bytes = runtime::optimizer_state_bytes(*optimizer);
+    for (const auto& p : parameters) static_bytes += runtime::tensor_bytes(p) + runtime::tensor_bytes(p.grad());
     std::vector<std::int64_t> step_ns, optimizer_ns;
     for (const auto& run : runs) {
       step_ns.push_back(run.step_ns);
@@ -540,9 +512,9 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     }
     core::StepSample& step = out.step;
     step.batch = b;
-    step.step_ns = median(step_ns);
-    step.plain_step_ns = median(plain_ns);
-    step.optimizer_ns = median(optimizer_ns);
+    step.step_ns = core::median(step_ns);
+    step.plain_step_ns = core::median(plain_ns);
+    step.optimizer_ns = core::median(optimizer_ns);
     step.optimizer_transient_bytes = last.optimizer_transient_bytes;
     step.static_bytes = static_bytes;
     step.input_bytes = batch.bytes();
@@ -572,7 +544,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
 
   std::int64_t param_elements = 0;
   for (const auto& p : parameters) param_elements += p.numel();
-  trace.optimizer.state_bytes = optimizer_state_bytes(*optimizer);
+  trace.optimizer.state_bytes = runtime::optimizer_state_bytes(*optimizer);
   trace.optimizer.state_bytes_per_param =
       param_elements > 0 ? static_cast<double>(trace.optimizer.state_bytes) / static_cast<double>(param_elements) : 0.0;
   return trace;

@@ -17,7 +17,7 @@
 #include "models/model.h"
 #include "profiler/gpu/activity.h"
 #include "profiler/gpu/backend.h"
-#include "profiler/memory_recorder.h"
+#include "runtime/memory_recorder.h"
 
 namespace headroom::profiler {
 
@@ -79,7 +79,7 @@ struct StepMeasurement {
 // layer by layer. `recorder` must be installed (ScopedMemoryRecording) on this thread. With a GPU
 // backend the device is synchronized at every layer boundary (so a layer's wall time includes its
 // kernels, not only their launches) and CUPTI records what ran, attributed to layers.
-StepMeasurement profile_step(const models::Model& model, const models::Batch& batch, MemoryRecorder& recorder,
+StepMeasurement profile_step(const models::Model& model, const models::Batch& batch, runtime::MemoryRecorder& recorder,
                              torch::optim::Optimizer* optimizer, gpu::GpuBackend* gpu = nullptr);
 
 // What each layer keeps for backward of the tensors it touches: each of its inputs, and its own
@@ -90,11 +90,6 @@ struct SavedTensors {
   std::vector<bool> output;               // per layer
 };
 SavedTensors detect_saved_tensors(const models::Model& model, const models::Batch& batch);
-
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
-                                                        const std::vector<torch::Tensor>& parameters);
-// Bytes of the optimizer's state tensors (momentum, Adam moments).
-std::int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer);
 
 // Profiles `model` (training mode) into a trace. Throws InputError for bad options.
 core::Trace profile(models::Model& model, const ProfileOptions& options);

@@ -9,7 +9,7 @@
 #                                       against PyTorch's libtorch with -DHEADROOM_WITH_CUDA=ON (no
 #                                       GUI, no benchmarks) and builds into DIR (default build/gpu)
 #
-# Then: ctest --test-dir build/gpu, and build/gpu/cli/headroom profile --device cuda ...
+# Then: ctest --test-dir build/gpu, and build/gpu/headroom profile --device cuda ...
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -58,7 +58,7 @@ build() {
     -DCUDAToolkit_ROOT="$cuda_root" \
     -DHEADROOM_WITH_CUDA=ON -DHEADROOM_WITH_GUI=OFF -DHEADROOM_BUILD_BENCH=OFF -DHEADROOM_BUILD_TESTS=ON
   cmake --build "$build_dir" -j "$(nproc)"
-  echo "gpu-build: built $build_dir/cli/headroom"
+  echo "gpu-build: built $build_dir/headroom"
 }
 
 case "${1:-}" in

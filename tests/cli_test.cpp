@@ -55,8 +55,10 @@ TEST(Cli, BadProfileInputsExitWithTwoAndWriteNothing) {
   const std::string o = " -o " + out.string();
   expect_one_line_error(run("profile --model resnet" + o), "unknown model 'resnet'");
   expect_one_line_error(run("profile --model mlp --set depth=abc" + o), "key 'depth'");
-  expect_one_line_error(run("profile --model mlp --set depth" + o), "key=value");
-  expect_one_line_error(run("profile --model mlp --batch-sizes 4,2" + o), "ascending");
+  // The libraries name fields (setting, batch_sizes, warmup_steps, device); the command names its flags.
+  expect_one_line_error(run("profile --model mlp --set depth" + o), "--set: expected key=value");
+  expect_one_line_error(run("profile --model mlp --batch-sizes 4,2" + o), "--batch-sizes: batch sizes must be strictly ascending");
+  expect_one_line_error(run("profile --model mlp --warmup 0" + o), "--warmup: at least one warm-up step");
   expect_one_line_error(run("profile --model mlp --device cuda" + o), "--device cuda");
   EXPECT_FALSE(fs::exists(out));
 }
@@ -206,6 +208,8 @@ TEST(Cli, ExecuteReportsAndRefusesBadInput) {
 
   expect_one_line_error(run("execute /nonexistent/plan.json"), "/nonexistent/plan.json");
   expect_one_line_error(run("execute " + (dir / "p.json").string() + " --data imagenet"), "imagenet");
+  expect_one_line_error(run("execute " + (dir / "p.json").string() + " --steps 0"), "--steps: at least one measured step");
+  expect_one_line_error(run("execute " + (dir / "p.json").string() + " --warmup=-1"), "--warmup: expected zero or more");
   fs::copy_file(trace, dir / "t.json");
   ASSERT_EQ(run("plan " + (dir / "t.json").string() + " --budget 20MiB --batch 64 -o " + (dir / "q.json").string()).exit_code, 0);
   core::write_file_atomically(dir / "t.json", core::read_file(dir / "t.json") + "\n");

@@ -5,6 +5,7 @@
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/report.h"
+#include "core/sha256.h"
 
 namespace headroom {
 namespace {
@@ -59,8 +60,8 @@ TEST(ReportFile, RoundTripsAndNamesTheFirstProblem) {
   r.checkpointed_blocks = {1};
   r.steps = 2;
   r.status = "out_of_memory";
-  r.predicted = {1000, 0.5, 128};
-  r.measured = {1100, 0.25, 256};
+  r.predicted = {.peak_bytes = 1000, .step_seconds = 0.5, .samples_per_second = 128};
+  r.measured = {.peak_bytes = 1100, .step_seconds = 0.25, .samples_per_second = 256};
   r.peak_rel_error = 0.1;
   r.throughput_rel_error = 0.5;
   r.gradient_check = {true, 1e-7, "note"};
@@ -79,6 +80,14 @@ TEST(ReportFile, RoundTripsAndNamesTheFirstProblem) {
   } catch (const core::InputError& e) {
     EXPECT_NE(std::string(e.what()).find("r.json: $.measured.peak_bytes"), std::string::npos) << e.what();
   }
+}
+
+TEST(Sha256, KnownVectors) {
+  EXPECT_EQ(core::sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(core::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(core::sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(core::sha256_hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
 }  // namespace

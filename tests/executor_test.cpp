@@ -244,17 +244,6 @@ TEST(Executor, RejectsBadRequests) {
 namespace headroom {
 namespace {
 
-TEST(FashionMnist, LoadsDebiansFiles) {
-  const auto train = models::load_fashion_mnist("train");
-  EXPECT_EQ(train.images.sizes(), (std::vector<std::int64_t>{60000, 1, 28, 28}));
-  EXPECT_EQ(train.labels.min().item<std::int64_t>(), 0);
-  EXPECT_EQ(train.labels.max().item<std::int64_t>(), 9);
-  EXPECT_NEAR(train.images.mean().item<double>(), 0.0, 0.01);  // normalized with its own statistics
-  EXPECT_EQ(models::load_fashion_mnist("test").images.size(0), 10000);
-  EXPECT_THROW(models::load_fashion_mnist("train", "/nonexistent"), core::InputError);
-  EXPECT_THROW(models::load_fashion_mnist("validation"), core::InputError);
-}
-
 // Five SGD steps on Fashion-MNIST: micro-batches (loss weights b_i/B) and the full batch end with the
 // same weights when BatchNorm normalizes with running statistics (eval style), and not when it
 // normalizes each micro-batch with its own.

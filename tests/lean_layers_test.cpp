@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "models/lean_layers.h"
-#include "profiler/memory_recorder.h"
+#include "runtime/memory_recorder.h"
 
 namespace headroom {
 namespace {
@@ -123,8 +123,8 @@ TEST(LeanAttention, GradientsMatchDropoutThenMatmul) {
 // a fresh non-leaf (as a Linear's output would be) that only f holds on to.
 template <typename F>
 std::int64_t kept_besides_output(F f, const torch::Tensor& source) {
-  auto recorder = std::make_shared<profiler::MemoryRecorder>();
-  profiler::ScopedMemoryRecording recording(recorder);
+  auto recorder = std::make_shared<runtime::MemoryRecorder>();
+  runtime::ScopedMemoryRecording recording(recorder);
   torch::Tensor x = source * 1.0;  // the producer's output, allocated while recording
   torch::Tensor y = f(x);
   x = torch::Tensor();

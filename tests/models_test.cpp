@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
 #include "core/errors.h"
+#include "models/fashion_mnist.h"
+#include "models/model_source.h"
 #include "models/zoo.h"
-#include "profiler/memory_recorder.h"
+#include "runtime/memory_recorder.h"
 
 namespace headroom {
 namespace {
@@ -134,7 +136,7 @@ TEST(ZooConfig, BadInputIsNamed) {
             std::string::npos);
   EXPECT_NE(message([] { models::build_zoo_model("gpt", {{"hidden", "30"}, {"heads", "4"}}); }).find("divisible"),
             std::string::npos);
-  EXPECT_EQ(message([] { models::parse_setting("depth"); }), "--set expects key=value, got 'depth'");
+  EXPECT_EQ(message([] { models::parse_setting("depth"); }), "setting: expected key=value, got 'depth'");
 }
 
 }  // namespace
@@ -165,10 +167,10 @@ TEST(ZooLean, LeanLayersComputeTheSameStepAndKeepLess) {
     const auto run = [&](bool lean, std::int64_t& kept) {
       model.set_all_lean(lean);
       for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
-      auto recorder = std::make_shared<profiler::MemoryRecorder>();
+      auto recorder = std::make_shared<runtime::MemoryRecorder>();
       torch::Tensor loss;
       {
-        profiler::ScopedMemoryRecording recording(recorder);
+        runtime::ScopedMemoryRecording recording(recorder);
         loss = model.forward(batch);
         kept = recorder->allocated();
       }
@@ -196,6 +198,33 @@ TEST(ZooLean, LeanModelTrainsWithDropout) {
   auto loss = model.forward(model.make_batch(2, 5));
   loss.backward();
   EXPECT_TRUE(std::isfinite(loss.item<double>()));
+}
+
+// What the profiler records of a model is enough to build the same model again, as the executor does.
+TEST(ModelSource, RebuildsTheSameModelFromWhatATraceRecords) {
+  const models::Model built = models::build_model({"bert", kSmall.at("bert")}, 2);
+  const models::ModelSource source = models::model_source(built);
+  EXPECT_EQ(source.name, "bert");
+  EXPECT_EQ(source.config.at("hidden"), "32");
+  EXPECT_EQ(source.config.count("layers"), 1U);  // every key, the preset's included, not only the overrides
+  const models::Model rebuilt = models::build_model(source, 2);
+  ASSERT_EQ(rebuilt.layers().size(), built.layers().size());
+  for (std::size_t i = 0; i < built.layers().size(); ++i) EXPECT_EQ(rebuilt.layers()[i].name, built.layers()[i].name);
+  const auto a = built.parameters(), b = rebuilt.parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
+  EXPECT_THROW(models::build_model({"resnet9000", {}}, 0), core::InputError);
+}
+
+TEST(FashionMnist, LoadsDebiansFiles) {
+  const auto train = models::load_fashion_mnist("train");
+  EXPECT_EQ(train.images.sizes(), (std::vector<std::int64_t>{60000, 1, 28, 28}));
+  EXPECT_EQ(train.labels.min().item<std::int64_t>(), 0);
+  EXPECT_EQ(train.labels.max().item<std::int64_t>(), 9);
+  EXPECT_NEAR(train.images.mean().item<double>(), 0.0, 0.01);  // normalized with its own statistics
+  EXPECT_EQ(models::load_fashion_mnist("test").images.size(0), 10000);
+  EXPECT_THROW(models::load_fashion_mnist("train", "/nonexistent"), core::InputError);
+  EXPECT_THROW(models::load_fashion_mnist("validation"), core::InputError);
 }
 
 }  // namespace

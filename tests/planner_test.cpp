@@ -5,7 +5,6 @@
 
 #include "core/cost_model.h"
 #include "core/errors.h"
-#include "core/sha256.h"
 #include "planner/checkpoint_dp.h"
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
@@ -24,36 +23,6 @@ core::Trace committed(const std::string& name) {
 }
 
 const std::vector<std::string> kTraces = {"cpu-mlp.json", "cpu-cnn.json", "cpu-bert.json", "cpu-gpt.json"};
-
-TEST(Sha256, KnownVectors) {
-  EXPECT_EQ(core::sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(core::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(core::sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
-            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  EXPECT_EQ(core::sha256_hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-}
-
-TEST(CostModel, ExactAtSamplesInterpolatedBetween) {
-  const core::Trace trace = committed("cpu-bert.json");
-  const core::CostModel costs(trace);
-  for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) {
-    const std::int64_t b = trace.batch_sizes[k];
-    EXPECT_EQ(costs.micro_batch_ns(b), trace.steps[k].step_ns - trace.steps[k].optimizer_ns);
-    for (std::size_t i = 0; i < trace.layers.size(); ++i) {
-      const auto& s = trace.layers[i].samples[k];
-      const auto c = costs.layer(i, b);
-      EXPECT_EQ(c.kept_bytes, s.kept_bytes) << trace.layers[i].name;
-      EXPECT_EQ(c.fwd_ns, s.fwd_ns) << trace.layers[i].name;
-    }
-  }
-  // Between two samples time is on the line between them; past the last it goes on along the line
-  // through the last two.
-  const std::size_t n = trace.batch_sizes.size();
-  const std::int64_t b1 = trace.batch_sizes[n - 2], b2 = trace.batch_sizes[n - 1];
-  const auto t1 = costs.micro_batch_ns(b1), t2 = costs.micro_batch_ns(b2);
-  EXPECT_NEAR(costs.micro_batch_ns((b1 + b2) / 2), t1 + (t2 - t1) * ((b1 + b2) / 2 - b1) / (b2 - b1), 1);
-  EXPECT_NEAR(costs.micro_batch_ns(2 * b2), t2 + std::max<std::int64_t>(0, t2 - t1) * b2 / (b2 - b1), 1);
-}
 
 // The planner's model of a plain step (one micro-batch, nothing applied) reproduces the peak the
 // profiler measured at every sampled size.

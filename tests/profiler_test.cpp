@@ -8,6 +8,7 @@
 #include "models/layers.h"
 #include "models/zoo.h"
 #include "profiler/profiler.h"
+#include "runtime/optimizer.h"
 
 namespace headroom {
 namespace {
@@ -56,8 +57,8 @@ std::vector<Expected> expected_bytes(std::int64_t b) {
 TEST(Profiler, PerLayerBytesEqualHandComputedValues) {
   for (const std::int64_t b : {1, 3, 8}) {
     SCOPED_TRACE("batch " + std::to_string(b));
-    auto recorder = std::make_shared<profiler::MemoryRecorder>();
-    profiler::ScopedMemoryRecording recording(recorder);
+    auto recorder = std::make_shared<runtime::MemoryRecorder>();
+    runtime::ScopedMemoryRecording recording(recorder);
     // Recording starts before the model exists, so everything allocated is seen.
     models::Model model = make_stack();
     const models::Batch batch = model.make_batch(b, 1);
@@ -123,12 +124,12 @@ TEST(Profiler, LayerTimesArePositiveAndAddUpToTheStep) {
   auto model = models::build_zoo_model(
       "bert", {{"preset", "tiny"}, {"hidden", "64"}, {"heads", "2"}, {"seq", "32"}, {"vocab", "100"}});
   model.set_training(true);
-  auto optimizer = profiler::make_optimizer("adam", model.parameters());
+  auto optimizer = runtime::make_optimizer("adam", model.parameters());
   const auto batch = model.make_batch(4, 1);
-  for (int i = 0; i < 2; ++i) profiler::profile_step(model, batch, *std::make_shared<profiler::MemoryRecorder>(), optimizer.get());
+  for (int i = 0; i < 2; ++i) profiler::profile_step(model, batch, *std::make_shared<runtime::MemoryRecorder>(), optimizer.get());
 
-  auto recorder = std::make_shared<profiler::MemoryRecorder>();
-  profiler::ScopedMemoryRecording recording(recorder);
+  auto recorder = std::make_shared<runtime::MemoryRecorder>();
+  runtime::ScopedMemoryRecording recording(recorder);
   const auto step = profiler::profile_step(model, batch, *recorder, optimizer.get());
   std::int64_t layer_sum = 0;
   for (std::size_t i = 0; i < step.layers.size(); ++i) {
@@ -190,11 +191,11 @@ class FakeGpu : public profiler::gpu::GpuBackend, public profiler::gpu::Activity
 TEST(Profiler, GpuRangesCoverEveryLayerPhaseOnceAndBalance) {
   models::Model model = make_stack();
   model.set_training(true);
-  auto optimizer = profiler::make_optimizer("adam", model.parameters());
+  auto optimizer = runtime::make_optimizer("adam", model.parameters());
   const auto batch = model.make_batch(4, 1);
   FakeGpu gpu;
-  auto recorder = std::make_shared<profiler::MemoryRecorder>();
-  profiler::ScopedMemoryRecording recording(recorder);
+  auto recorder = std::make_shared<runtime::MemoryRecorder>();
+  runtime::ScopedMemoryRecording recording(recorder);
   const auto step = profiler::profile_step(model, batch, *recorder, optimizer.get(), &gpu);
 
   ASSERT_TRUE(step.gpu.has_value());

@@ -8,19 +8,6 @@ namespace {
 using core::MemoryKind;
 using core::Stream;
 
-core::Task task(std::string name, Stream stream, std::int64_t duration, std::vector<int> deps,
-                std::vector<core::MemoryChange> at_start, std::int64_t transient, std::vector<core::MemoryChange> at_end) {
-  core::Task t;
-  t.name = std::move(name);
-  t.stream = stream;
-  t.duration_ns = duration;
-  t.dependencies = std::move(deps);
-  t.at_start = std::move(at_start);
-  t.transient_bytes = transient;
-  t.at_end = std::move(at_end);
-  return t;
-}
-
 // Worked by hand:
 //   t=0   A starts on compute (+100, transient 20) and B on host-to-device (+40): 1160
 //   t=5   B ends; D (needs B) starts on device-to-host (+16): 1176, the peak
@@ -32,10 +19,14 @@ TEST(Simulator, HandComputedTimelineWithOverlap) {
   s.resident = {{MemoryKind::Parameter, 1000}};
   s.samples = 7;
   s.tasks = {
-      task("A", Stream::Compute, 10, {}, {{MemoryKind::Activation, 100}}, 20, {{MemoryKind::Activation, -30}}),
-      task("B", Stream::HostToDevice, 5, {}, {{MemoryKind::Input, 40}}, 0, {}),
-      task("C", Stream::Compute, 4, {0, 1}, {}, 10, {{MemoryKind::Activation, -70}, {MemoryKind::Input, -40}}),
-      task("D", Stream::DeviceToHost, 8, {1}, {{MemoryKind::Activation, 16}}, 0, {{MemoryKind::Activation, -16}}),
+      core::Task{.name = "A", .stream = Stream::Compute, .duration_ns = 10,
+                 .at_start = {{MemoryKind::Activation, 100}}, .transient_bytes = 20,
+                 .at_end = {{MemoryKind::Activation, -30}}},
+      core::Task{.name = "B", .stream = Stream::HostToDevice, .duration_ns = 5, .at_start = {{MemoryKind::Input, 40}}},
+      core::Task{.name = "C", .stream = Stream::Compute, .duration_ns = 4, .dependencies = {0, 1},
+                 .transient_bytes = 10, .at_end = {{MemoryKind::Activation, -70}, {MemoryKind::Input, -40}}},
+      core::Task{.name = "D", .stream = Stream::DeviceToHost, .duration_ns = 8, .dependencies = {1},
+                 .at_start = {{MemoryKind::Activation, 16}}, .at_end = {{MemoryKind::Activation, -16}}},
   };
   const auto sim = simulator::simulate(s);
   EXPECT_EQ(sim.makespan_ns, 14);
@@ -65,14 +56,14 @@ TEST(Simulator, L2lRelayOverlapsCopiesComputeAndTheHostOptimizer) {
   s.resident = {{MemoryKind::Activation, 100}};
   s.samples = 1;
   s.tasks = {
-      task("p1", Stream::HostToDevice, 3, {}, {{MemoryKind::Parameter, 10}}, 0, {}),                     // 0
-      task("F1", Stream::Compute, 5, {0}, {}, 5, {{MemoryKind::Parameter, -10}}),                        // 1
-      task("p2", Stream::HostToDevice, 3, {0}, {{MemoryKind::Parameter, 10}}, 0, {}),                    // 2
-      task("g1", Stream::DeviceToHost, 2, {1}, {{MemoryKind::Gradient, 4}}, 0, {{MemoryKind::Gradient, -4}}),  // 3
-      task("F2", Stream::Compute, 5, {1, 2}, {}, 5, {{MemoryKind::Parameter, -10}}),                     // 4
-      task("O1", Stream::Host, 6, {3}, {}, 0, {}),                                                       // 5
-      task("g2", Stream::DeviceToHost, 2, {4}, {{MemoryKind::Gradient, 4}}, 0, {{MemoryKind::Gradient, -4}}),  // 6
-      task("O2", Stream::Host, 6, {6}, {}, 0, {}),                                                       // 7
+      core::Task{.name = "p1", .stream = Stream::HostToDevice, .duration_ns = 3, .at_start = {{MemoryKind::Parameter, 10}}},                     // 0
+      core::Task{.name = "F1", .stream = Stream::Compute, .duration_ns = 5, .dependencies = {0}, .transient_bytes = 5, .at_end = {{MemoryKind::Parameter, -10}}},                        // 1
+      core::Task{.name = "p2", .stream = Stream::HostToDevice, .duration_ns = 3, .dependencies = {0}, .at_start = {{MemoryKind::Parameter, 10}}},                    // 2
+      core::Task{.name = "g1", .stream = Stream::DeviceToHost, .duration_ns = 2, .dependencies = {1}, .at_start = {{MemoryKind::Gradient, 4}}, .at_end = {{MemoryKind::Gradient, -4}}},  // 3
+      core::Task{.name = "F2", .stream = Stream::Compute, .duration_ns = 5, .dependencies = {1, 2}, .transient_bytes = 5, .at_end = {{MemoryKind::Parameter, -10}}},                     // 4
+      core::Task{.name = "O1", .stream = Stream::Host, .duration_ns = 6, .dependencies = {3}},                                                       // 5
+      core::Task{.name = "g2", .stream = Stream::DeviceToHost, .duration_ns = 2, .dependencies = {4}, .at_start = {{MemoryKind::Gradient, 4}}, .at_end = {{MemoryKind::Gradient, -4}}},  // 6
+      core::Task{.name = "O2", .stream = Stream::Host, .duration_ns = 6, .dependencies = {6}},                                                       // 7
   };
   const auto sim = simulator::simulate(s);
   const std::vector<std::pair<std::int64_t, std::int64_t>> expected{{0, 3}, {3, 8}, {3, 6}, {8, 10},
@@ -96,11 +87,11 @@ TEST(Simulator, DataParallelAllReduceOverlapsBackward) {
   s.resident = {{MemoryKind::Parameter, 50}};
   s.samples = 2;
   s.tasks = {
-      task("B2", Stream::Compute, 4, {}, {}, 0, {{MemoryKind::Gradient, 8}}),          // 0
-      task("AR2", Stream::Collective, 6, {0}, {}, 8, {}),                             // 1
-      task("B1", Stream::Compute, 3, {0}, {}, 0, {{MemoryKind::Gradient, 8}}),          // 2
-      task("AR1", Stream::Collective, 6, {2}, {}, 8, {}),                             // 3
-      task("step", Stream::Compute, 2, {1, 3}, {}, 0, {{MemoryKind::Gradient, -16}}),  // 4
+      core::Task{.name = "B2", .stream = Stream::Compute, .duration_ns = 4, .at_end = {{MemoryKind::Gradient, 8}}},          // 0
+      core::Task{.name = "AR2", .stream = Stream::Collective, .duration_ns = 6, .dependencies = {0}, .transient_bytes = 8},                             // 1
+      core::Task{.name = "B1", .stream = Stream::Compute, .duration_ns = 3, .dependencies = {0}, .at_end = {{MemoryKind::Gradient, 8}}},          // 2
+      core::Task{.name = "AR1", .stream = Stream::Collective, .duration_ns = 6, .dependencies = {2}, .transient_bytes = 8},                             // 3
+      core::Task{.name = "step", .stream = Stream::Compute, .duration_ns = 2, .dependencies = {1, 3}, .at_end = {{MemoryKind::Gradient, -16}}},  // 4
   };
   const auto sim = simulator::simulate(s);
   const std::vector<std::pair<std::int64_t, std::int64_t>> expected{{0, 4}, {4, 10}, {4, 7}, {10, 16}, {16, 18}};
@@ -119,9 +110,11 @@ TEST(Simulator, DataParallelAllReduceOverlapsBackward) {
 TEST(Simulator, FreesAtAnInstantComeBeforeAllocations) {
   core::Schedule s;
   s.tasks = {
-      task("X", Stream::Compute, 5, {}, {{MemoryKind::Activation, 50}}, 0, {{MemoryKind::Activation, -50}}),
-      task("Z", Stream::HostToDevice, 5, {}, {}, 0, {}),
-      task("Y", Stream::HostToDevice, 1, {}, {{MemoryKind::Activation, 60}}, 0, {{MemoryKind::Activation, -60}}),
+      core::Task{.name = "X", .stream = Stream::Compute, .duration_ns = 5, .at_start = {{MemoryKind::Activation, 50}},
+                 .at_end = {{MemoryKind::Activation, -50}}},
+      core::Task{.name = "Z", .stream = Stream::HostToDevice, .duration_ns = 5},
+      core::Task{.name = "Y", .stream = Stream::HostToDevice, .duration_ns = 1,
+                 .at_start = {{MemoryKind::Activation, 60}}, .at_end = {{MemoryKind::Activation, -60}}},
   };
   const auto sim = simulator::simulate(s);
   EXPECT_EQ(sim.tasks[2].start_ns, 5);
@@ -131,9 +124,9 @@ TEST(Simulator, FreesAtAnInstantComeBeforeAllocations) {
 TEST(Simulator, StreamsRunInOrderAndWaitForDependencies) {
   core::Schedule s;
   s.tasks = {
-      task("copy", Stream::HostToDevice, 7, {}, {}, 0, {}),
-      task("first", Stream::Compute, 2, {0}, {}, 0, {}),
-      task("second", Stream::Compute, 3, {}, {}, 0, {}),  // behind "first" in its stream
+      core::Task{.name = "copy", .stream = Stream::HostToDevice, .duration_ns = 7},
+      core::Task{.name = "first", .stream = Stream::Compute, .duration_ns = 2, .dependencies = {0}},
+      core::Task{.name = "second", .stream = Stream::Compute, .duration_ns = 3},  // behind "first" in its stream
   };
   const auto sim = simulator::simulate(s);
   EXPECT_EQ(sim.tasks[1].start_ns, 7);
@@ -143,15 +136,17 @@ TEST(Simulator, StreamsRunInOrderAndWaitForDependencies) {
 
 TEST(Simulator, RejectsSchedulesThatCannotFinish) {
   core::Schedule s;
-  s.tasks = {task("waits", Stream::Compute, 1, {1}, {}, 0, {}), task("behind", Stream::Compute, 1, {}, {}, 0, {})};
+  s.tasks = {core::Task{.name = "waits", .stream = Stream::Compute, .duration_ns = 1, .dependencies = {1}},
+             core::Task{.name = "behind", .stream = Stream::Compute, .duration_ns = 1}};
   EXPECT_THROW(simulator::simulate(s), std::invalid_argument);
-  s.tasks = {task("dangling", Stream::Compute, 1, {5}, {}, 0, {})};
+  s.tasks = {core::Task{.name = "dangling", .stream = Stream::Compute, .duration_ns = 1, .dependencies = {5}}};
   EXPECT_THROW(simulator::simulate(s), std::invalid_argument);
 }
 
 TEST(Simulator, ChromeTraceHasLanesSpansAndMemory) {
   core::Schedule s;
-  s.tasks = {task("A", Stream::Compute, 2000, {}, {{MemoryKind::Activation, 8}}, 0, {{MemoryKind::Activation, -8}})};
+  s.tasks = {core::Task{.name = "A", .stream = Stream::Compute, .duration_ns = 2000,
+                        .at_start = {{MemoryKind::Activation, 8}}, .at_end = {{MemoryKind::Activation, -8}}}};
   const auto sim = simulator::simulate(s);
   const auto json = simulator::chrome_trace(s, sim, "t");
   int spans = 0, counters = 0;

@@ -1,26 +1,41 @@
 #pragma once
 // A small, valid trace built by hand for tests that need one without profiling.
 #include "core/trace.h"
+#include "layer_sample.h"
 
 namespace headroom::testing {
 
 inline core::Trace make_small_trace() {
   core::Trace t;
-  t.model = {"mlp", {{"depth", "1"}, {"hidden", "8"}, {"note", "text value"}}};
-  t.device = {"cpu", "test cpu", 1LL << 34};
+  t.model = {.name = "mlp", .config = {{"depth", "1"}, {"hidden", "8"}, {"note", "text value"}}};
+  t.device = {.kind = "cpu", .name = "test cpu", .total_memory_bytes = 1LL << 34};
   t.framework = {{"torch", "1.13.0"}, {"headroom", "0.1.0"}};
-  t.optimizer = {"adam", 800, 8.0};
-  t.profile = {1, 3, 7, 2, "2026-11-22T00:00:00Z"};
+  t.optimizer = {.name = "adam", .state_bytes = 800, .state_bytes_per_param = 8.0};
+  t.profile = {.warmup_steps = 1, .repeats = 3, .seed = 7, .threads = 2, .recorded_at = "2026-11-22T00:00:00Z"};
   t.batch_sizes = {1, 2};
+  // `per` bytes per sample kept, output and retained in forward; 16 bytes of transient on top.
   const auto sample = [](std::int64_t b, std::int64_t per) {
-    return core::LayerSample{{1000 * b, 2000 * b, per * b, per * b, per * b + 16, 2 * per * b, per * b, -per * b}, b, std::nullopt};
+    return layer_sample(b, {.fwd_ns = 1000 * b,
+                            .bwd_ns = 2000 * b,
+                            .kept_bytes = per * b,
+                            .output_bytes = per * b,
+                            .fwd_transient_bytes = per * b + 16,
+                            .bwd_transient_bytes = 2 * per * b,
+                            .fwd_retained_bytes = per * b,
+                            .bwd_retained_bytes = -per * b});
   };
   t.layers = {
-      {0, "fc", "linear", 0, {core::kModelInput}, {true}, 400, {sample(1, 32), sample(2, 32)}, std::nullopt},
-      {1, "gelu", "gelu", 0, {0}, {true}, 0, {sample(1, 32), sample(2, 32)}, std::nullopt},
-      {2, "loss", "loss", -1, {1, core::kTargetInput}, {false, true}, 0, {sample(1, 4), sample(2, 4)}, std::nullopt},
+      {.id = 0, .name = "fc", .kind = "linear", .block = 0, .inputs = {core::kModelInput}, .saves_inputs = {true},
+       .param_bytes = 400, .samples = {sample(1, 32), sample(2, 32)}},
+      {.id = 1, .name = "gelu", .kind = "gelu", .block = 0, .inputs = {0}, .saves_inputs = {true},
+       .samples = {sample(1, 32), sample(2, 32)}},
+      {.id = 2, .name = "loss", .kind = "loss", .block = -1, .inputs = {1, core::kTargetInput}, .saves_inputs = {false, true},
+       .samples = {sample(1, 4), sample(2, 4)}},
   };
-  t.steps = {{1, 9000, 8000, 500, 300, 5000, 1200, 40, std::nullopt}, {2, 15000, 14000, 500, 300, 6000, 1200, 80, std::nullopt}};
+  t.steps = {{.batch = 1, .step_ns = 9000, .plain_step_ns = 8000, .optimizer_ns = 500, .optimizer_transient_bytes = 300,
+              .peak_bytes = 5000, .static_bytes = 1200, .input_bytes = 40},
+             {.batch = 2, .step_ns = 15000, .plain_step_ns = 14000, .optimizer_ns = 500, .optimizer_transient_bytes = 300,
+              .peak_bytes = 6000, .static_bytes = 1200, .input_bytes = 80}};
   return t;
 }
 
@@ -28,7 +43,7 @@ inline core::Trace make_small_trace() {
 // bytes (output kept by the loss anyway, plus a 1-byte mask) and releases its input.
 inline core::Trace make_small_tempo_trace() {
   core::Trace t = make_small_trace();
-  core::LeanProfile lean{{false}, true, t.layers[1].samples};
+  core::LeanProfile lean{.saves_inputs = {false}, .keeps_output = true, .samples = t.layers[1].samples};
   for (auto& s : lean.samples) {
     s.fwd_ns += 100;
     s.bwd_ns += 300;
@@ -45,14 +60,30 @@ inline core::Trace make_small_tempo_trace() {
 // every sample and step.
 inline core::Trace make_small_cuda_trace() {
   core::Trace t = make_small_trace();
-  t.device = {"cuda", "NVIDIA H100 80GB HBM3", 85'031'714'816, 132, 2.4e10, 2.5e10};
+  t.device = {.kind = "cuda",
+              .name = "NVIDIA H100 80GB HBM3",
+              .total_memory_bytes = 85'031'714'816,
+              .sm_count = 132,
+              .host_to_device_bytes_per_s = 2.4e10,
+              .device_to_host_bytes_per_s = 2.5e10};
   for (auto& layer : t.layers) {
     for (auto& s : layer.samples) {
-      s.gpu = core::GpuLayerCost{s.fwd_ns / 2, s.fwd_ns / 2 + 100, 2, s.bwd_ns / 2, s.bwd_ns / 2 + 200, 3,
-                                 2 << 20, 4 << 20};
+      s.gpu = core::GpuLayerCost{.fwd_kernel_ns = s.fwd_ns / 2,
+                                 .fwd_kernel_span_ns = s.fwd_ns / 2 + 100,
+                                 .fwd_kernels = 2,
+                                 .bwd_kernel_ns = s.bwd_ns / 2,
+                                 .bwd_kernel_span_ns = s.bwd_ns / 2 + 200,
+                                 .bwd_kernels = 3,
+                                 .fwd_reserved_bytes = 2 << 20,
+                                 .bwd_reserved_bytes = 4 << 20};
     }
   }
-  for (auto& step : t.steps) step.gpu = core::GpuStepCost{step.step_ns / 2, 1000, 8 << 20, 2 << 20};
+  for (auto& step : t.steps) {
+    step.gpu = core::GpuStepCost{.kernel_ns = step.step_ns / 2,
+                                 .unattributed_kernel_ns = 1000,
+                                 .peak_reserved_bytes = 8 << 20,
+                                 .device_malloc_bytes = 2 << 20};
+  }
   return t;
 }
 

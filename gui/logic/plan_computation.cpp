@@ -5,12 +5,12 @@
 #include <cmath>
 #include <cstdio>
 
-#include "cli/plan_report.h"
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "core/units.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_schedule.h"
+#include "report/plan_report.h"
 #include "simulator/simulator.h"
 
 namespace headroom::gui {
@@ -163,7 +163,7 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
     if (outcome.plan) {
       result.plan = outcome.plan;
       result.timeline = memory_timeline(trace.trace, *outcome.plan);
-      result.summary = cli::render_plan_summary(*outcome.plan);
+      result.summary = report::render_plan_summary(*outcome.plan);
     } else {
       result.infeasible_reason = outcome.reason;
       result.smallest_budget = outcome.smallest_budget;

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/statistics.h"
 #include "profiler/cupti/cupti_records.h"
 
 namespace headroom::profiler::cupti {
@@ -48,12 +49,6 @@ struct ProbeBuffers {
   }
 };
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
 double measure_bandwidth(ProbeBuffers& buffers, std::int64_t bytes, int repeats, cudaMemcpyKind kind) {
   void* dst = kind == cudaMemcpyHostToDevice ? buffers.device : buffers.host;
   const void* src = kind == cudaMemcpyHostToDevice ? buffers.host : buffers.device;
@@ -69,7 +64,7 @@ double measure_bandwidth(ProbeBuffers& buffers, std::int64_t bytes, int repeats,
     if (ms > 0) rates.push_back(static_cast<double>(bytes) / (static_cast<double>(ms) * 1e-3));
   }
   if (rates.empty()) throw std::runtime_error("CUDA bandwidth probe: every copy timed at 0 ms");
-  return median(rates);
+  return core::median(rates);
 }
 
 }  // namespace

@@ -1,14 +1,14 @@
-#include "cli/plan_report.h"
+#include "report/plan_report.h"
 
 #include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "cli/text_table.h"
 #include "core/units.h"
+#include "report/text_table.h"
 
-namespace headroom::cli {
+namespace headroom::report {
 
 namespace {
 
@@ -79,4 +79,4 @@ std::string render_plan_summary(const core::Plan& plan) {
   return out.str();
 }
 
-}  // namespace headroom::cli
+}  // namespace headroom::report

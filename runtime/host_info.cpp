@@ -1,4 +1,4 @@
-#include "profiler/host_info.h"
+#include "runtime/host_info.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <thread>
 
-namespace headroom::profiler {
+namespace headroom::runtime {
 
 core::DeviceInfo cpu_device_info() {
   core::DeviceInfo info;
@@ -36,4 +36,4 @@ std::string utc_timestamp_now() {
   return buffer;
 }
 
-}  // namespace headroom::profiler
+}  // namespace headroom::runtime

@@ -4,7 +4,7 @@
 
 #include "core/trace.h"
 
-namespace headroom::cli {
+namespace headroom::report {
 
 // One row per layer: params, kept bytes per sample (the slope of an affine fit over the sampled
 // batch sizes), kept bytes and forward/backward time at the largest sampled batch.
@@ -24,4 +24,4 @@ std::string render_tempo_table(const core::Trace& trace);
 // caching allocator's reserve. Empty for a CPU trace.
 std::string render_gpu_table(const core::Trace& trace);
 
-}  // namespace headroom::cli
+}  // namespace headroom::report

@@ -4,8 +4,8 @@
 
 #include "core/plan.h"
 
-namespace headroom::cli {
+namespace headroom::report {
 
 std::string render_plan_summary(const core::Plan& plan);
 
-}  // namespace headroom::cli
+}  // namespace headroom::report

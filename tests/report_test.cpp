@@ -1,14 +1,14 @@
 #include <gtest/gtest.h>
 
-#include "cli/text_table.h"
-#include "cli/trace_report.h"
+#include "report/text_table.h"
+#include "report/trace_report.h"
 #include "trace_fixture.h"
 
 namespace headroom {
 namespace {
 
 TEST(TextTable, AlignsColumns) {
-  cli::TextTable table({{"name", cli::TextTable::Align::Left}, {"bytes"}});
+  report::TextTable table({{"name", report::TextTable::Align::Left}, {"bytes"}});
   table.add_row({"fc", "1.00 KiB"});
   table.add_row({"attention", "12 B"});
   table.add_rule();
@@ -23,7 +23,7 @@ TEST(TextTable, AlignsColumns) {
 }
 
 TEST(TraceReport, LayerTableShowsPerSampleKeptBytesFromTheFit) {
-  const std::string table = cli::render_layer_table(testing::make_small_trace());
+  const std::string table = report::render_layer_table(testing::make_small_trace());
   // fc keeps 32 bytes per sample (32 at batch 1, 64 at batch 2); totals: 68 per sample, 136 at batch 2.
   EXPECT_NE(table.find("0  fc     linear   400 B         32 B    64 B     0.002     0.004\n"), std::string::npos)
       << table;
@@ -32,8 +32,8 @@ TEST(TraceReport, LayerTableShowsPerSampleKeptBytesFromTheFit) {
 }
 
 TEST(TraceReport, GpuTableShowsKernelTimeAgainstWallTime) {
-  EXPECT_EQ(cli::render_gpu_table(testing::make_small_trace()), "");
-  const std::string table = cli::render_gpu_table(testing::make_small_cuda_trace());
+  EXPECT_EQ(report::render_gpu_table(testing::make_small_trace()), "");
+  const std::string table = report::render_gpu_table(testing::make_small_cuda_trace());
   EXPECT_NE(table.find("NVIDIA H100 80GB HBM3: 79.2 GiB, 132 SMs, pinned copies 24.0 GB/s host->device, 25.0 GB/s device->host"),
             std::string::npos)
       << table;
@@ -45,7 +45,7 @@ TEST(TraceReport, GpuTableShowsKernelTimeAgainstWallTime) {
 }
 
 TEST(TraceReport, StepTableShowsOverhead) {
-  const std::string table = cli::render_step_table(testing::make_small_trace());
+  const std::string table = report::render_step_table(testing::make_small_trace());
   EXPECT_NE(table.find("1.12x"), std::string::npos) << table;  // 9000 / 8000 ns
 }
 

@@ -1,8 +1,8 @@
-#include "profiler/memory_recorder.h"
+#include "runtime/memory_recorder.h"
 
 #include <algorithm>
 
-namespace headroom::profiler {
+namespace headroom::runtime {
 
 void MemoryRecorder::reportMemoryUsage(void* ptr, std::int64_t alloc_size, AllocatorTotal /*total_allocated*/,
                                        AllocatorTotal total_reserved, c10::Device device) {
@@ -92,4 +92,4 @@ std::int64_t MemoryRecorder::untracked_frees() const {
   return untracked_frees_;
 }
 
-}  // namespace headroom::profiler
+}  // namespace headroom::runtime

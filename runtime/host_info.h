@@ -4,10 +4,10 @@
 
 #include "core/trace.h"
 
-namespace headroom::profiler {
+namespace headroom::runtime {
 
 core::DeviceInfo cpu_device_info();
 // "2026-11-22T01:46:49Z"
 std::string utc_timestamp_now();
 
-}  // namespace headroom::profiler
+}  // namespace headroom::runtime

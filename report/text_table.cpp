@@ -1,9 +1,9 @@
-#include "cli/text_table.h"
+#include "report/text_table.h"
 
 #include <algorithm>
 #include <stdexcept>
 
-namespace headroom::cli {
+namespace headroom::report {
 
 void TextTable::add_row(std::vector<std::string> cells) {
   if (cells.size() != columns_.size()) throw std::invalid_argument("TextTable: row has the wrong number of cells");
@@ -41,4 +41,4 @@ std::string TextTable::render() const {
   return out;
 }
 
-}  // namespace headroom::cli
+}  // namespace headroom::report

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace headroom::profiler {
+namespace headroom::runtime {
 
 // torch 2.x reports totals as size_t, 1.13 as int64_t.
 #if TORCH_VERSION_MAJOR >= 2
@@ -86,4 +86,4 @@ class ScopedMemoryRecording {
   c10::DebugInfoGuard guard_;
 };
 
-}  // namespace headroom::profiler
+}  // namespace headroom::runtime

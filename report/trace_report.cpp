@@ -1,16 +1,16 @@
-#include "cli/trace_report.h"
+#include "report/trace_report.h"
 
 #include <algorithm>
 #include <cstdio>
 
-#include "cli/text_table.h"
 #include "core/affine_fit.h"
 #include "core/cost_model.h"
 #include "core/units.h"
 #include "planner/layer_graph.h"
 #include "planner/micro_batch_model.h"
+#include "report/text_table.h"
 
-namespace headroom::cli {
+namespace headroom::report {
 
 namespace {
 
@@ -191,4 +191,4 @@ std::string render_tempo_table(const core::Trace& trace) {
   return layers.render() + "\n" + steps.render();
 }
 
-}  // namespace headroom::cli
+}  // namespace headroom::report

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-namespace headroom::cli {
+namespace headroom::report {
 
 class TextTable {
  public:
@@ -24,4 +24,4 @@ class TextTable {
   std::vector<std::vector<std::string>> rows_;  // an empty row is a rule
 };
 
-}  // namespace headroom::cli
+}  // namespace headroom::report

@@ -1,0 +1,25 @@
+#pragma once
+// The one seam between a model and what a trace records of it. The profiler records a model's
+// source in the trace (model_source); the executor and the CLI build models only from a source
+// (build_model). A new kind of model therefore touches this file and nothing that calls it.
+//
+// Today a source is a zoo model: its name and config. Next is a TorchScript file, recorded with its
+// path and sha256: core::ModelInfo gains those fields, build_model loads the file after checking
+// its hash, and model_source returns them for a model it loaded.
+#include <cstdint>
+
+#include "core/trace.h"
+#include "models/model.h"
+
+namespace headroom::models {
+
+using ModelSource = core::ModelInfo;
+
+// The model `source` names, with parameters initialised deterministically from `seed`. Throws
+// InputError naming the model, or the config key it gets wrong.
+Model build_model(const ModelSource& source, std::uint64_t seed);
+
+// What a trace records of where `model` came from: build_model of it rebuilds the same layers.
+ModelSource model_source(const Model& model);
+
+}  // namespace headroom::models

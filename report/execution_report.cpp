@@ -1,0 +1,70 @@
+#include "report/execution_report.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "core/statistics.h"
+#include "core/units.h"
+#include "report/text_table.h"
+
+namespace headroom::report {
+
+namespace {
+
+std::string percent(double fraction) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f%%", 100 * fraction);
+  return buffer;
+}
+
+std::string fixed(double v, const char* format) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, format, v);
+  return buffer;
+}
+
+}  // namespace
+
+std::string describe_out_of_memory(const core::OutOfMemory& o) {
+  std::ostringstream out;
+  out << "out of memory under the " << core::format_bytes(o.budget_bytes) << " budget";
+  if (!o.phase.empty()) out << " in " << o.phase;
+  if (!o.layer.empty()) out << " of " << o.layer;
+  if (o.micro_batch >= 0) out << " (micro-batch " << o.micro_batch << ")";
+  out << ": " << core::format_bytes(o.requested_bytes) << " requested with " << core::format_bytes(o.in_use_bytes)
+      << " in use";
+  return out.str();
+}
+
+std::string render_report(const core::Report& r) {
+  std::ostringstream out;
+  out << r.model << " on " << r.device_name << ": global batch " << r.global_batch << " as " << r.micro_batches.size()
+      << " micro-batch" << (r.micro_batches.size() > 1 ? "es" : "") << ", " << r.checkpointed_blocks.size()
+      << " checkpointed block" << (r.checkpointed_blocks.size() == 1 ? "" : "s") << ", budget "
+      << (r.budget_bytes > 0 ? core::format_bytes(r.budget_bytes) + " enforced" : std::string("not enforced")) << "\n\n";
+  if (r.status == "out_of_memory" && r.out_of_memory) {
+    out << describe_out_of_memory(*r.out_of_memory) << "\n";
+    return out.str();
+  }
+  TextTable table({{"", TextTable::Align::Left}, {"predicted"}, {"measured"}, {"error"}});
+  table.add_row({"peak memory", core::format_bytes(r.predicted.peak_bytes), core::format_bytes(r.measured.peak_bytes),
+                 percent(r.peak_rel_error)});
+  table.add_row({"step time (s)", fixed(r.predicted.step_seconds, "%.4f"), fixed(r.measured.step_seconds, "%.4f"),
+                 percent(core::relative_error(r.predicted.step_seconds, r.measured.step_seconds))});
+  table.add_row({"samples/s", fixed(r.predicted.samples_per_second, "%.2f"), fixed(r.measured.samples_per_second, "%.2f"),
+                 percent(r.throughput_rel_error)});
+  out << table.render();
+  out << "\nmedian of " << r.steps << " measured steps";
+  if (r.budget_bytes > 0) out << "; measured peak " << (r.measured.peak_bytes <= r.budget_bytes ? "within" : "OVER") << " the budget";
+  out << "\ngradient check: ";
+  if (r.gradient_check.computed) {
+    out << "max relative difference " << fixed(r.gradient_check.max_rel_diff, "%.2e") << " (" << r.gradient_check.note << ")\n";
+  } else {
+    out << r.gradient_check.note << "\n";
+  }
+  if (r.test_accuracy) out << "test accuracy on " << r.data << " after training: " << fixed(100 * *r.test_accuracy, "%.1f") << "%\n";
+  for (const auto& w : r.warnings) out << "warning: " << w << "\n";
+  return out.str();
+}
+
+}  // namespace headroom::report

@@ -1,0 +1,53 @@
+#include <gtest/gtest.h>
+
+#include "core/errors.h"
+#include "runtime/host_info.h"
+#include "runtime/memory_recorder.h"
+#include "runtime/optimizer.h"
+#include "runtime/tensor_bytes.h"
+
+namespace headroom {
+namespace {
+
+// The state the planner estimates per parameter (planner/optimizer_estimate) is what these build.
+TEST(Optimizer, StateIsOneOrTwoFloatsPerParameterAfterAStep) {
+  for (const auto& [name, floats] : {std::pair{"sgd", 1}, std::pair{"adam", 2}}) {
+    SCOPED_TRACE(name);
+    const torch::Tensor w = torch::ones({8, 4}, torch::requires_grad());
+    auto optimizer = runtime::make_optimizer(name, {w});
+    EXPECT_EQ(runtime::optimizer_state_bytes(*optimizer), 0);
+    w.sum().backward();
+    optimizer->step();
+    EXPECT_EQ(runtime::optimizer_state_bytes(*optimizer), floats * runtime::tensor_bytes(w));
+  }
+  EXPECT_THROW(runtime::make_optimizer("lamb", {}), core::InputError);
+}
+
+TEST(MemoryRecorder, SeesAllocationsWhileInstalledAndTheirOwners) {
+  auto recorder = std::make_shared<runtime::MemoryRecorder>();
+  {
+    runtime::ScopedMemoryRecording recording(recorder);
+    recorder->set_owner(3);
+    const torch::Tensor kept = torch::empty({1024}, torch::kFloat32);
+    recorder->set_owner(runtime::MemoryRecorder::kNoOwner);
+    {
+      const torch::Tensor transient = torch::empty({2048}, torch::kFloat32);
+    }
+    EXPECT_EQ(recorder->live_bytes_of(3), 4096);
+    EXPECT_EQ(recorder->allocated(), 4096);
+    EXPECT_EQ(recorder->peak(), 4096 + 8192);
+  }
+  const torch::Tensor unseen = torch::empty({4096}, torch::kFloat32);
+  EXPECT_EQ(recorder->allocated(), 0);
+}
+
+TEST(HostInfo, NamesTheCpuAndItsMemory) {
+  const core::DeviceInfo cpu = runtime::cpu_device_info();
+  EXPECT_EQ(cpu.kind, "cpu");
+  EXPECT_NE(cpu.name.find("cores"), std::string::npos) << cpu.name;
+  EXPECT_GT(cpu.total_memory_bytes, 0);
+  EXPECT_EQ(runtime::utc_timestamp_now().size(), std::string("2026-11-22T01:46:49Z").size());
+}
+
+}  // namespace
+}  // namespace headroom
