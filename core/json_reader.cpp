@@ -83,8 +83,9 @@ bool JsonNode::as_bool() const {
 nlohmann::json parse_json(std::string_view text, std::string_view source) {
   try {
     return nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 3, column 5: ...".
+    // Besides parse errors it throws out_of_range for a number too large for a double ("1e400").
     std::string what = e.what();
     const auto pos = what.find("] ");
     if (pos != std::string::npos) what = what.substr(pos + 2);

@@ -40,7 +40,8 @@ class JsonNode {
   std::string path_;
 };
 
-// Parses text as JSON; malformed or truncated text throws InputError naming `source`, line and column.
+// Parses text as JSON; malformed or truncated text throws InputError naming `source`, line and column,
+// and so does a number out of a double's range.
 nlohmann::json parse_json(std::string_view text, std::string_view source);
 
 // Checks the document's "schema" member equals `expected`.

@@ -61,6 +61,18 @@ TEST(TraceJson, TruncatedDocumentIsRejected) {
   }
 }
 
+// Found by fuzzing: nlohmann throws out_of_range, not parse_error, for a number past a double's range.
+TEST(TraceJson, NumberOutOfRangeIsAnInputError) {
+  try {
+    core::parse_json("{\"schema\": \"headroom.trace/1\", \"x\": 4e573}", "huge.json");
+    FAIL() << "a number past a double's range was accepted";
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("huge.json: malformed JSON: ", 0), 0u) << message;
+    EXPECT_NE(message.find("4e573"), std::string::npos) << message;
+  }
+}
+
 TEST(TraceJson, WrongTypeNamesThePath) {
   json document = core::to_json(testing::make_small_trace());
   document["layers"][1]["samples"][0]["fwd_ns"] = "12";
