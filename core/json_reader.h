@@ -28,6 +28,8 @@ class JsonNode {
   std::string as_string() const;
   std::int64_t as_int() const;
   std::int64_t as_non_negative_int() const;
+  // An integer in [min, max]; otherwise "<path>: expected an integer from <min> to <max>, got <v>".
+  std::int64_t as_int_in(std::int64_t min, std::int64_t max) const;
   double as_double() const;
   bool as_bool() const;
   void expect_object() const;

@@ -44,7 +44,7 @@ def cut(trace, keep_blocks, keep_batches):
 
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
-    for name, blocks, batches in [("mlp", 2, 3), ("cnn", 2, 2), ("bert", 2, 3), ("gpt", 2, 2), ("bert", 1, 1)]:
+    for name, blocks, batches in [("mlp", 2, 3), ("mlp", 1, 2), ("cnn", 2, 2), ("bert", 2, 3), ("gpt", 2, 2), ("bert", 1, 1)]:
         trace = json.loads((ROOT / "traces" / f"cpu-{name}.json").read_text())
         small = cut(trace, blocks, batches)
         path = OUT / f"{name}-{blocks}blocks-{batches}sizes.json"

@@ -58,7 +58,12 @@ void check_plan(const core::Trace& trace, const planner::PlanRequest& request, c
     if (read != plan) fuzz::finding("the written plan reads back different");
     const auto schedule = planner::plan_schedule(trace, read, "plan.json");
     const auto sim = simulator::simulate(schedule);
-    if (sim.peak_bytes != plan.predicted.peak_bytes) fuzz::finding("the simulated peak differs from the predicted one");
+    if (sim.peak_bytes != plan.predicted.peak_bytes) {
+      std::fprintf(stderr, "simulated peak %lld at task %d, predicted %lld (%s), micro-batches %zu of %lld\n",
+                   static_cast<long long>(sim.peak_bytes), sim.peak_task, static_cast<long long>(plan.predicted.peak_bytes),
+                   plan.peak_at.c_str(), plan.micro_batches.size(), static_cast<long long>(plan.micro_batches.front()));
+      fuzz::finding("the simulated peak differs from the predicted one");
+    }
   });
 }
 

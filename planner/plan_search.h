@@ -21,6 +21,9 @@ enum class Strategy { MicroBatching, Checkpointing, Tempo };
 std::set<Strategy> parse_strategies(const std::string& text);
 std::string strategy_name(Strategy s);
 
+// The largest global batch plan_step takes: it weighs every micro-batch count up to the batch.
+inline constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 20;
+
 struct PlanRequest {
   std::int64_t budget_bytes = 0;
   std::int64_t global_batch = 0;
@@ -51,7 +54,7 @@ struct PlanOutcome {
   std::vector<SplitOutcome> splits;     // one per distinct micro-batch size, fewest micro-batches first
 };
 
-// Throws InputError for a bad request (batch 0, budget 0, margin outside [0, 0.5]).
+// Throws InputError for a bad request (batch 0 or past kMaxGlobalBatch, budget 0, margin outside [0, 0.5]).
 PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request);
 
 // Micro-batch sizes for `count` micro-batches of `global_batch`, as even as possible, larger first.
