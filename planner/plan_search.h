@@ -22,7 +22,7 @@ std::set<Strategy> parse_strategies(const std::string& text);
 std::string strategy_name(Strategy s);
 
 // The largest global batch plan_step takes: it weighs every micro-batch count up to the batch.
-inline constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 20;
+inline constexpr std::int64_t kMaxGlobalBatch = core::kMaxPlanBatch;
 
 struct PlanRequest {
   std::int64_t budget_bytes = 0;
