@@ -60,3 +60,9 @@ macro(headroom_find_dependencies)
     headroom_require(benchmark DEBIAN libbenchmark-dev WHAT "Google Benchmark" ELSE "configure with -DHEADROOM_BUILD_BENCH=OFF")
   endif()
 endmacro()
+
+# What the torch-free libraries need: all a fuzz build (HEADROOM_BUILD_FUZZERS) compiles.
+macro(headroom_find_fuzz_dependencies)
+  headroom_require(nlohmann_json 3.10 DEBIAN nlohmann-json3-dev WHAT "JSON")
+  headroom_require(Boost 1.74 DEBIAN libboost-graph-dev WHAT "Boost.Graph, for the planner")
+endmacro()

@@ -35,36 +35,44 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
   }
 }
 
-std::int64_t CostModel::interpolate(const std::vector<std::int64_t>& values, std::int64_t batch,
-                                    bool never_falls) const {
+namespace {
+
+// Rounds an interpolated value, held within [lo, hi].
+std::int64_t rounded(double value, std::int64_t lo, std::int64_t hi) {
+  return std::llround(std::clamp(value, static_cast<double>(lo), static_cast<double>(hi)));
+}
+
+std::int64_t rounded_bytes(double value) { return rounded(value, -kMaxTraceBytes, kMaxTraceBytes); }
+std::int64_t rounded_ns(double value) { return rounded(value, 0, kMaxTraceNs); }
+
+}  // namespace
+
+double CostModel::interpolate(const std::vector<std::int64_t>& values, std::int64_t batch, bool never_falls) const {
   const auto& xs = trace_->batch_sizes;
   const std::size_t n = xs.size();
   if (n == 1) {
     // One sample: bytes in proportion to the batch; times too above it, but held flat below it
     // (smaller batches under-use the device), so splitting never looks free.
-    if (never_falls && batch <= xs.back()) return values.back();
-    return static_cast<std::int64_t>(std::llround(static_cast<double>(values.back()) * static_cast<double>(batch) /
-                                                  static_cast<double>(xs.back())));
+    if (never_falls && batch <= xs.back()) return static_cast<double>(values.back());
+    return static_cast<double>(values.back()) * static_cast<double>(batch) / static_cast<double>(xs.back());
   }
   if (batch < xs.front()) {
     // Times are held flat below the smallest sample (small batches under-use the device); bytes
     // go on along the first segment.
-    if (never_falls) return values.front();
+    if (never_falls) return static_cast<double>(values.front());
     const double slope = static_cast<double>(values[1] - values[0]) / static_cast<double>(xs[1] - xs[0]);
-    return static_cast<std::int64_t>(std::llround(static_cast<double>(values[0]) - slope * static_cast<double>(xs[0] - batch)));
+    return static_cast<double>(values[0]) - slope * static_cast<double>(xs[0] - batch);
   }
   if (batch >= xs.back()) {
     double slope = static_cast<double>(values[n - 1] - values[n - 2]) / static_cast<double>(xs[n - 1] - xs[n - 2]);
     // A noisy pair of times can slope down; time never falls with more samples.
     if (never_falls) slope = std::max(0.0, slope);
-    return static_cast<std::int64_t>(
-        std::llround(static_cast<double>(values.back()) + slope * static_cast<double>(batch - xs.back())));
+    return static_cast<double>(values.back()) + slope * static_cast<double>(batch - xs.back());
   }
   const auto hi = static_cast<std::size_t>(std::upper_bound(xs.begin(), xs.end(), batch) - xs.begin());
   const std::size_t lo = hi - 1;
   const double t = static_cast<double>(batch - xs[lo]) / static_cast<double>(xs[hi] - xs[lo]);
-  return static_cast<std::int64_t>(
-      std::llround(static_cast<double>(values[lo]) + t * static_cast<double>(values[hi] - values[lo])));
+  return static_cast<double>(values[lo]) + t * static_cast<double>(values[hi] - values[lo]);
 }
 
 CostModel::Series CostModel::series_of(const std::vector<LayerSample>& samples) {
@@ -83,11 +91,11 @@ CostModel::Series CostModel::series_of(const std::vector<LayerSample>& samples) 
 }
 
 LayerCost CostModel::evaluate(const Series& series, std::int64_t batch) const {
-  const auto at = [&](std::size_t field) { return interpolate(series.bytes[field], batch, false); };
+  const auto at = [&](std::size_t field) { return rounded_bytes(interpolate(series.bytes[field], batch, false)); };
   const auto non_negative = [](std::int64_t v) { return std::max<std::int64_t>(v, 0); };
   LayerCost cost;
-  cost.fwd_ns = interpolate(series.fwd_ns, batch, true);
-  cost.bwd_ns = interpolate(series.bwd_ns, batch, true);
+  cost.fwd_ns = rounded_ns(interpolate(series.fwd_ns, batch, true));
+  cost.bwd_ns = rounded_ns(interpolate(series.bwd_ns, batch, true));
   cost.kept_bytes = non_negative(at(0));
   cost.output_bytes = non_negative(at(1));
   cost.fwd_transient_bytes = non_negative(at(2));
@@ -105,13 +113,17 @@ LayerCost CostModel::lean_layer(std::size_t index, std::int64_t batch) const {
 }
 
 std::int64_t CostModel::input_bytes(std::int64_t batch) const {
-  return std::max<std::int64_t>(interpolate(input_bytes_, batch, false), 0);
+  return rounded(interpolate(input_bytes_, batch, false), 0, kMaxTraceBytes);
 }
 
-std::int64_t CostModel::micro_batch_ns(std::int64_t batch) const { return interpolate(micro_batch_ns_, batch, true); }
+std::int64_t CostModel::micro_batch_ns(std::int64_t batch) const {
+  return rounded(interpolate(micro_batch_ns_, batch, true), 1, kMaxTraceNs);
+}
 
 double CostModel::layer_time_scale(std::int64_t batch) const {
-  return static_cast<double>(micro_batch_ns(batch)) / static_cast<double>(interpolate(layer_sum_ns_, batch, true));
+  // The sum of every layer's times, up to kMaxTraceLayers * 2 * kMaxTraceNs.
+  const double layer_sum = static_cast<double>(rounded(interpolate(layer_sum_ns_, batch, true), 1, std::int64_t{1} << 62));
+  return static_cast<double>(micro_batch_ns(batch)) / layer_sum;
 }
 
 }  // namespace headroom::core

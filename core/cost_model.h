@@ -7,7 +7,8 @@
 // piecewise-linearly between samples, held flat below the smallest sample, and extended past the
 // largest along the line through the last two samples (a fixed cost plus a cost per sample; a
 // proportional extension overstated a CPU step 4 samples past the last one by 2x). Past the largest
-// sample a time is a guess: plans that go there say so.
+// sample a time is a guess: plans that go there say so. A value extended that far past the trace's
+// limits (kMaxTraceBytes, kMaxTraceNs) is held at the limit, so sums over layers stay in 64 bits.
 #include <array>
 #include <optional>
 #include <cstdint>
@@ -50,8 +51,8 @@ class CostModel {
 
  private:
   // Piecewise-linear through the samples; past the last one along the last segment (for times, a
-  // segment that slopes down is held flat).
-  std::int64_t interpolate(const std::vector<std::int64_t>& values, std::int64_t batch, bool never_falls) const;
+  // segment that slopes down is held flat). Unrounded: callers round it into their range.
+  double interpolate(const std::vector<std::int64_t>& values, std::int64_t batch, bool never_falls) const;
 
   const Trace* trace_;
   std::int64_t param_bytes_ = 0;

@@ -70,6 +70,19 @@ std::int64_t JsonNode::as_non_negative_int() const {
   return v;
 }
 
+std::int64_t JsonNode::as_int_in(std::int64_t min, std::int64_t max) const {
+  if (!value_->is_number_integer()) fail("expected an integer, got " + json_type_name(*value_));
+  const auto out_of_range = [&](const std::string& got) {
+    fail("expected an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", got " + got);
+  };
+  if (value_->is_number_unsigned() && value_->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+    out_of_range(std::to_string(value_->get<std::uint64_t>()));
+  }
+  const std::int64_t v = as_int();
+  if (v < min || v > max) out_of_range(std::to_string(v));
+  return v;
+}
+
 double JsonNode::as_double() const {
   if (!value_->is_number()) fail("expected a number, got " + json_type_name(*value_));
   return value_->get<double>();
@@ -83,8 +96,9 @@ bool JsonNode::as_bool() const {
 nlohmann::json parse_json(std::string_view text, std::string_view source) {
   try {
     return nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 3, column 5: ...".
+    // Besides parse errors it throws out_of_range for a number too large for a double ("1e400").
     std::string what = e.what();
     const auto pos = what.find("] ");
     if (pos != std::string::npos) what = what.substr(pos + 2);

@@ -28,6 +28,8 @@ class JsonNode {
   std::string as_string() const;
   std::int64_t as_int() const;
   std::int64_t as_non_negative_int() const;
+  // An integer in [min, max]; otherwise "<path>: expected an integer from <min> to <max>, got <v>".
+  std::int64_t as_int_in(std::int64_t min, std::int64_t max) const;
   double as_double() const;
   bool as_bool() const;
   void expect_object() const;
@@ -40,7 +42,8 @@ class JsonNode {
   std::string path_;
 };
 
-// Parses text as JSON; malformed or truncated text throws InputError naming `source`, line and column.
+// Parses text as JSON; malformed or truncated text throws InputError naming `source`, line and column,
+// and so does a number out of a double's range.
 nlohmann::json parse_json(std::string_view text, std::string_view source);
 
 // Checks the document's "schema" member equals `expected`.

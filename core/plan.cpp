@@ -1,6 +1,6 @@
 #include "core/plan.h"
 
-#include <numeric>
+#include <cstdint>
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
@@ -60,25 +60,35 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     plan.margin_bytes = root.at("margin_bytes").as_non_negative_int();
     plan.global_batch = root.at("global_batch").as_non_negative_int();
     if (plan.global_batch == 0) root.at("global_batch").fail("expected a positive batch size");
+    if (plan.global_batch > kMaxPlanBatch) {
+      root.at("global_batch").fail("expected at most " + std::to_string(kMaxPlanBatch) + ", got " + std::to_string(plan.global_batch));
+    }
     for (const auto& s : root.at("strategies").elements()) plan.strategies.push_back(s.as_string());
     const auto micro = root.at("micro_batches");
+    std::int64_t sum = 0;
     for (const auto& m : micro.elements()) {
       const std::int64_t size = m.as_non_negative_int();
       if (size == 0) m.fail("expected a positive micro-batch size");
+      // Past the global batch the sum can only be wrong; checking here keeps it from overflowing.
+      if (size > plan.global_batch) m.fail("micro-batch of " + std::to_string(size) + " is larger than the global batch");
+      sum += size;
+      if (sum > plan.global_batch) {
+        micro.fail("sizes sum to " + std::to_string(sum) + " or more, not the global batch " + std::to_string(plan.global_batch));
+      }
       plan.micro_batches.push_back(size);
     }
-    const std::int64_t sum = std::accumulate(plan.micro_batches.begin(), plan.micro_batches.end(), std::int64_t{0});
     if (sum != plan.global_batch) {
       micro.fail("sizes sum to " + std::to_string(sum) + ", not the global batch " + std::to_string(plan.global_batch));
     }
     for (const auto& b : root.at("checkpointed_blocks").elements()) {
-      plan.checkpointed_blocks.push_back(static_cast<int>(b.as_non_negative_int()));
+      plan.checkpointed_blocks.push_back(static_cast<int>(b.as_int_in(0, kMaxPlanLayers - 1)));
     }
     const auto layers = root.at("layers").elements();
     for (std::size_t i = 0; i < layers.size(); ++i) {
       LayerChoice choice;
-      choice.id = static_cast<int>(layers[i].at("id").as_int());
-      if (choice.id != static_cast<int>(i)) layers[i].at("id").fail("expected " + std::to_string(i));
+      // Compared as read: an id past int's range must not wrap to the expected one.
+      if (layers[i].at("id").as_int() != static_cast<std::int64_t>(i)) layers[i].at("id").fail("expected " + std::to_string(i));
+      choice.id = static_cast<int>(i);
       choice.name = layers[i].at("name").as_string();
       choice.checkpoint = layers[i].at("checkpoint").as_bool();
       // Plans from before Tempo have no flag: nothing lean.
@@ -94,7 +104,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     for (const auto& r : explanation.at("runner_ups").elements()) {
       RunnerUp up;
       up.micro_batch = r.at("micro_batch").as_non_negative_int();
-      up.checkpointed_blocks = static_cast<int>(r.at("checkpointed_blocks").as_non_negative_int());
+      up.checkpointed_blocks = static_cast<int>(r.at("checkpointed_blocks").as_int_in(0, kMaxPlanLayers));
       up.predicted = read_step_figures(r.at("predicted"));
       up.verdict = r.at("verdict").as_string();
       plan.runner_ups.push_back(up);

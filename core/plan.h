@@ -14,6 +14,11 @@
 namespace headroom::core {
 
 inline constexpr std::string_view kPlanSchema = "headroom.plan/1";
+// The largest global batch a plan may have (the planner takes no more; the reader rejects more, so
+// sums of micro-batch sizes stay small).
+inline constexpr std::int64_t kMaxPlanBatch = std::int64_t{1} << 20;
+// The largest block index or layer id a plan may name (a trace has at most kMaxTraceLayers layers).
+inline constexpr std::int64_t kMaxPlanLayers = std::int64_t{1} << 14;
 
 using PlanPrediction = StepFigures;
 

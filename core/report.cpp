@@ -1,5 +1,7 @@
 #include "core/report.h"
 
+#include <cstdint>
+
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/json_reader.h"
@@ -51,9 +53,9 @@ Report report_from_json(const nlohmann::json& document, std::string_view source)
     r.global_batch = root.at("global_batch").as_non_negative_int();
     for (const auto& m : root.at("micro_batches").elements()) r.micro_batches.push_back(m.as_non_negative_int());
     for (const auto& b : root.at("checkpointed_blocks").elements()) {
-      r.checkpointed_blocks.push_back(static_cast<int>(b.as_non_negative_int()));
+      r.checkpointed_blocks.push_back(static_cast<int>(b.as_int_in(0, INT32_MAX)));
     }
-    r.steps = static_cast<int>(root.at("steps").as_non_negative_int());
+    r.steps = static_cast<int>(root.at("steps").as_int_in(0, INT32_MAX));
     r.status = root.at("status").as_string();
     r.predicted = read_step_figures(root.at("predicted"));
     r.measured = read_step_figures(root.at("measured"));
@@ -73,7 +75,7 @@ Report report_from_json(const nlohmann::json& document, std::string_view source)
     if (root.has("out_of_memory")) {
       const auto o = root.at("out_of_memory");
       r.out_of_memory = OutOfMemory{o.at("layer").as_string(), o.at("phase").as_string(),
-                                    static_cast<int>(o.at("micro_batch").as_int()), o.at("requested_bytes").as_int(),
+                                    static_cast<int>(o.at("micro_batch").as_int_in(-1, INT32_MAX)), o.at("requested_bytes").as_int(),
                                     o.at("in_use_bytes").as_int(), o.at("budget_bytes").as_int()};
     }
     return r;

@@ -158,6 +158,31 @@ int as_count(const JsonNode& node, std::int64_t max = 1 << 30) {
   return static_cast<int>(v);
 }
 
+// A byte count (kMaxTraceBytes), a duration (kMaxTraceNs), a signed change of allocated bytes.
+std::int64_t as_bytes(const JsonNode& node) {
+  const std::int64_t v = node.as_non_negative_int();
+  if (v > kMaxTraceBytes) node.fail("expected at most " + std::to_string(kMaxTraceBytes) + " bytes (16 TiB), got " + std::to_string(v));
+  return v;
+}
+
+std::int64_t as_ns(const JsonNode& node) {
+  const std::int64_t v = node.as_non_negative_int();
+  if (v > kMaxTraceNs) node.fail("expected at most " + std::to_string(kMaxTraceNs) + " ns, got " + std::to_string(v));
+  return v;
+}
+
+std::int64_t as_signed_bytes(const JsonNode& node) {
+  return node.as_int_in(-kMaxTraceBytes, kMaxTraceBytes);
+}
+
+// A batch size: positive, at most kMaxTraceBatch.
+std::int64_t as_batch(const JsonNode& node) {
+  const std::int64_t v = node.as_non_negative_int();
+  if (v == 0) node.fail("expected a positive batch size, got 0");
+  if (v > kMaxTraceBatch) node.fail("expected a batch size of at most " + std::to_string(kMaxTraceBatch) + ", got " + std::to_string(v));
+  return v;
+}
+
 // CUDA traces carry GPU fields on every sample and step; CPU traces carry none.
 void expect_gpu_presence(const JsonNode& node, bool cuda) {
   if (cuda && !node.has("gpu")) node.fail("missing \"gpu\" (a CUDA trace has GPU measurements everywhere)");
@@ -167,30 +192,29 @@ void expect_gpu_presence(const JsonNode& node, bool cuda) {
 GpuLayerCost read_gpu_layer_cost(const JsonNode& node) {
   node.expect_object();
   GpuLayerCost g;
-  g.fwd_kernel_ns = node.at("fwd_kernel_ns").as_non_negative_int();
-  g.fwd_kernel_span_ns = node.at("fwd_kernel_span_ns").as_non_negative_int();
-  g.fwd_kernels = node.at("fwd_kernels").as_non_negative_int();
-  g.bwd_kernel_ns = node.at("bwd_kernel_ns").as_non_negative_int();
-  g.bwd_kernel_span_ns = node.at("bwd_kernel_span_ns").as_non_negative_int();
-  g.bwd_kernels = node.at("bwd_kernels").as_non_negative_int();
-  g.fwd_reserved_bytes = node.at("fwd_reserved_bytes").as_non_negative_int();
-  g.bwd_reserved_bytes = node.at("bwd_reserved_bytes").as_non_negative_int();
+  g.fwd_kernel_ns = as_ns(node.at("fwd_kernel_ns"));
+  g.fwd_kernel_span_ns = as_ns(node.at("fwd_kernel_span_ns"));
+  g.fwd_kernels = as_count(node.at("fwd_kernels"));
+  g.bwd_kernel_ns = as_ns(node.at("bwd_kernel_ns"));
+  g.bwd_kernel_span_ns = as_ns(node.at("bwd_kernel_span_ns"));
+  g.bwd_kernels = as_count(node.at("bwd_kernels"));
+  g.fwd_reserved_bytes = as_bytes(node.at("fwd_reserved_bytes"));
+  g.bwd_reserved_bytes = as_bytes(node.at("bwd_reserved_bytes"));
   return g;
 }
 
 LayerSample read_sample(const JsonNode& node, bool cuda) {
   node.expect_object();
   LayerSample s;
-  s.batch = node.at("batch").as_non_negative_int();
-  if (s.batch == 0) node.at("batch").fail("expected a positive batch size, got 0");
-  s.fwd_ns = node.at("fwd_ns").as_non_negative_int();
-  s.bwd_ns = node.at("bwd_ns").as_non_negative_int();
-  s.kept_bytes = node.at("kept_bytes").as_non_negative_int();
-  s.output_bytes = node.at("output_bytes").as_non_negative_int();
-  s.fwd_transient_bytes = node.at("fwd_transient_bytes").as_non_negative_int();
-  s.bwd_transient_bytes = node.at("bwd_transient_bytes").as_non_negative_int();
-  s.fwd_retained_bytes = node.at("fwd_retained_bytes").as_int();
-  s.bwd_retained_bytes = node.at("bwd_retained_bytes").as_int();
+  s.batch = as_batch(node.at("batch"));
+  s.fwd_ns = as_ns(node.at("fwd_ns"));
+  s.bwd_ns = as_ns(node.at("bwd_ns"));
+  s.kept_bytes = as_bytes(node.at("kept_bytes"));
+  s.output_bytes = as_bytes(node.at("output_bytes"));
+  s.fwd_transient_bytes = as_bytes(node.at("fwd_transient_bytes"));
+  s.bwd_transient_bytes = as_bytes(node.at("bwd_transient_bytes"));
+  s.fwd_retained_bytes = as_signed_bytes(node.at("fwd_retained_bytes"));
+  s.bwd_retained_bytes = as_signed_bytes(node.at("bwd_retained_bytes"));
   expect_gpu_presence(node, cuda);
   if (cuda) s.gpu = read_gpu_layer_cost(node.at("gpu"));
   return s;
@@ -199,21 +223,20 @@ LayerSample read_sample(const JsonNode& node, bool cuda) {
 StepSample read_step(const JsonNode& node, bool cuda) {
   node.expect_object();
   StepSample s;
-  s.batch = node.at("batch").as_non_negative_int();
-  s.step_ns = node.at("step_ns").as_non_negative_int();
-  s.plain_step_ns = node.at("plain_step_ns").as_non_negative_int();
-  s.optimizer_ns = node.at("optimizer_ns").as_non_negative_int();
-  s.optimizer_transient_bytes = node.at("optimizer_transient_bytes").as_non_negative_int();
-  s.peak_bytes = node.at("peak_bytes").as_non_negative_int();
-  s.static_bytes = node.at("static_bytes").as_non_negative_int();
-  s.input_bytes = node.at("input_bytes").as_non_negative_int();
+  s.batch = as_batch(node.at("batch"));
+  s.step_ns = as_ns(node.at("step_ns"));
+  s.plain_step_ns = as_ns(node.at("plain_step_ns"));
+  s.optimizer_ns = as_ns(node.at("optimizer_ns"));
+  s.optimizer_transient_bytes = as_bytes(node.at("optimizer_transient_bytes"));
+  s.peak_bytes = as_bytes(node.at("peak_bytes"));
+  s.static_bytes = as_bytes(node.at("static_bytes"));
+  s.input_bytes = as_bytes(node.at("input_bytes"));
   expect_gpu_presence(node, cuda);
   if (cuda) {
     const auto gpu = node.at("gpu");
     gpu.expect_object();
-    s.gpu = GpuStepCost{gpu.at("kernel_ns").as_non_negative_int(), gpu.at("unattributed_kernel_ns").as_non_negative_int(),
-                        gpu.at("peak_reserved_bytes").as_non_negative_int(),
-                        gpu.at("device_malloc_bytes").as_non_negative_int()};
+    s.gpu = GpuStepCost{as_ns(gpu.at("kernel_ns")), as_ns(gpu.at("unattributed_kernel_ns")),
+                        as_bytes(gpu.at("peak_reserved_bytes")), as_bytes(gpu.at("device_malloc_bytes"))};
   }
   return s;
 }
@@ -238,18 +261,23 @@ std::vector<LayerSample> read_samples(const JsonNode& samples, const std::vector
 LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector<std::int64_t>& batches, bool cuda) {
   node.expect_object();
   LayerProfile layer;
-  layer.id = static_cast<int>(node.at("id").as_int());
-  if (layer.id != expected_id) {
+  // Compared as read: an id past int's range must not wrap to the expected one.
+  const std::int64_t id = node.at("id").as_int();
+  if (id != expected_id) {
     node.at("id").fail("expected " + std::to_string(expected_id) + " (ids are the layer's position), got " +
-                       std::to_string(layer.id));
+                       std::to_string(id));
   }
+  layer.id = expected_id;
   layer.name = node.at("name").as_string();
   if (layer.name.empty()) node.at("name").fail("expected a non-empty name");
   layer.kind = node.at("kind").as_string();
   if (layer.kind.empty()) node.at("kind").fail("expected a non-empty kind");
   const auto block = node.at("block");
-  layer.block = static_cast<int>(block.as_int());
-  if (layer.block < -1) block.fail("expected -1 (no block) or a block index");
+  const std::int64_t block_index = block.as_int();
+  if (block_index < -1 || block_index >= kMaxTraceLayers) {
+    block.fail("expected -1 (no block) or a block index below " + std::to_string(kMaxTraceLayers));
+  }
+  layer.block = static_cast<int>(block_index);
   for (const auto& input : node.at("inputs").elements()) {
     const std::int64_t id = input.as_int();
     if (id != kModelInput && id != kTargetInput && (id < 0 || id >= expected_id)) {
@@ -262,7 +290,7 @@ LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector
     node.at("saves_inputs").fail("expected one entry per input (" + std::to_string(layer.inputs.size()) + "), got " +
                                  std::to_string(layer.saves_inputs.size()));
   }
-  layer.param_bytes = node.at("param_bytes").as_non_negative_int();
+  layer.param_bytes = as_bytes(node.at("param_bytes"));
   layer.samples = read_samples(node.at("samples"), batches, cuda);
   if (node.has("tempo")) {
     const auto tempo = node.at("tempo");
@@ -337,7 +365,7 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
 
     const auto optimizer = root.at("optimizer");
     trace.optimizer.name = optimizer.at("name").as_string();
-    trace.optimizer.state_bytes = optimizer.at("state_bytes").as_non_negative_int();
+    trace.optimizer.state_bytes = as_bytes(optimizer.at("state_bytes"));
     trace.optimizer.state_bytes_per_param = optimizer.at("state_bytes_per_param").as_double();
     if (trace.optimizer.state_bytes_per_param < 0) {
       optimizer.at("state_bytes_per_param").fail("expected a non-negative number");
@@ -352,8 +380,7 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
 
     const auto batch_sizes = root.at("batch_sizes");
     for (const auto& b : batch_sizes.elements()) {
-      const std::int64_t v = b.as_non_negative_int();
-      if (v == 0) b.fail("expected a positive batch size, got 0");
+      const std::int64_t v = as_batch(b);
       if (!trace.batch_sizes.empty() && v <= trace.batch_sizes.back()) {
         b.fail("batch sizes must be strictly ascending");
       }
@@ -363,6 +390,9 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
 
     const auto layers = root.at("layers").elements();
     if (layers.empty()) root.at("layers").fail("expected at least one layer");
+    if (static_cast<std::int64_t>(layers.size()) > kMaxTraceLayers) {
+      root.at("layers").fail("expected at most " + std::to_string(kMaxTraceLayers) + " layers, got " + std::to_string(layers.size()));
+    }
     for (std::size_t i = 0; i < layers.size(); ++i) {
       trace.layers.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes, trace.device.is_cuda()));
     }

@@ -15,6 +15,14 @@ namespace headroom::core {
 
 inline constexpr std::string_view kTraceSchema = "headroom.trace/1";
 
+// Limits of what the trace reader accepts (a value past one is rejected, naming its JSON path). They
+// are far beyond any real measurement and keep the planner's sums of bytes and times over all layers
+// within 64 bits: 16384 layers of 16 TiB each add up to 2^58 bytes.
+inline constexpr std::int64_t kMaxTraceBytes = std::int64_t{1} << 44;  // 16 TiB: any byte count (signed ones in magnitude)
+inline constexpr std::int64_t kMaxTraceNs = std::int64_t{1} << 44;     // about 4.9 hours: any duration
+inline constexpr std::int64_t kMaxTraceBatch = std::int64_t{1} << 20;  // a sampled batch size
+inline constexpr std::int64_t kMaxTraceLayers = std::int64_t{1} << 14;  // 16384 layers
+
 // Special values in LayerProfile::inputs (everything else is an earlier layer's id).
 inline constexpr int kModelInput = -1;  // the batch's input tensor
 inline constexpr int kTargetInput = -2;  // the batch's target tensor (read by the loss layer)
@@ -173,7 +181,7 @@ struct Trace {
 };
 
 nlohmann::json to_json(const Trace& trace);
-// Validates the whole document; throws InputError "<source>: <json path>: <problem>".
+// Validates the whole document, the limits above included; throws InputError "<source>: <json path>: <problem>".
 Trace trace_from_json(const nlohmann::json& document, std::string_view source = "trace");
 
 Trace read_trace_file(const std::filesystem::path& path);

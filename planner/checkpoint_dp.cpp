@@ -35,14 +35,18 @@ ChainSolution solve_checkpoint_dp(const Chain& chain, std::int64_t limit, std::i
   if (chain.base > limit) return {};
 
   constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
-  // best[k][s]: least recompute time for stages < k whose kept sizes (rounded up) add to s units.
-  std::vector<std::vector<std::int64_t>> best(n + 1, std::vector<std::int64_t>(static_cast<std::size_t>(width), kNone));
-  std::vector<std::vector<char>> took_checkpoint(n, std::vector<char>(static_cast<std::size_t>(width), 0));
-  best[0][0] = 0;
+  // best[s] after stage k: least recompute time for stages < k whose kept sizes (rounded up) add to
+  // s units. Only two rows are kept; the choices of every row are, as bits (the table of times for a
+  // chain of a thousand stages is tens of MB, and the search solves it many times).
+  const auto w = static_cast<std::size_t>(width);
+  std::vector<std::int64_t> current(w, kNone), next_row(w, kNone);
+  std::vector<bool> took_checkpoint(n * w, false);
+  current[0] = 0;
   for (std::size_t k = 0; k < n; ++k) {
     const ChainStage& stage = chain.stages[k];
+    std::fill(next_row.begin(), next_row.end(), kNone);
     for (std::int64_t s = 0; s < width; ++s) {
-      const std::int64_t t = best[k][static_cast<std::size_t>(s)];
+      const std::int64_t t = current[static_cast<std::size_t>(s)];
       if (t == kNone) continue;
       // The true prefix is at most s units: checking with s * unit keeps the answer safe.
       const std::int64_t prefix = chain.base + s * unit;
@@ -52,29 +56,31 @@ ChainSolution solve_checkpoint_dp(const Chain& chain, std::int64_t limit, std::i
         const std::int64_t next = s + ceil_div(ck ? stage.checkpointed_bytes : stage.stored_bytes, unit);
         if (next >= width) continue;
         const std::int64_t time = t + (ck ? stage.recompute_ns : 0);
-        auto& slot = best[k + 1][static_cast<std::size_t>(next)];
+        auto& slot = next_row[static_cast<std::size_t>(next)];
         if (time < slot) {
           slot = time;
-          took_checkpoint[k][static_cast<std::size_t>(next)] = ck ? 1 : 0;
+          took_checkpoint[k * w + static_cast<std::size_t>(next)] = ck;
         }
       }
     }
+    current.swap(next_row);
   }
+  const std::vector<std::int64_t>& last = current;
 
   ChainSolution solution;
   std::int64_t end = -1;
   for (std::int64_t s = 0; s < width; ++s) {
-    const std::int64_t t = best[n][static_cast<std::size_t>(s)];
+    const std::int64_t t = last[static_cast<std::size_t>(s)];
     if (t == kNone || chain.base + s * unit + chain.tail_peak > limit) continue;
     // Lower time first; among equal times the smaller kept total (a lower peak at the tail).
-    if (end < 0 || t < best[n][static_cast<std::size_t>(end)]) end = s;
+    if (end < 0 || t < last[static_cast<std::size_t>(end)]) end = s;
   }
   if (end < 0) return solution;
   solution.feasible = true;
   solution.checkpoint.assign(n, false);
-  solution.recompute_ns = best[n][static_cast<std::size_t>(end)];
+  solution.recompute_ns = last[static_cast<std::size_t>(end)];
   for (std::size_t k = n; k-- > 0;) {
-    const bool ck = took_checkpoint[k][static_cast<std::size_t>(end)] != 0;
+    const bool ck = took_checkpoint[k * w + static_cast<std::size_t>(end)];
     solution.checkpoint[k] = ck;
     const ChainStage& stage = chain.stages[k];
     end -= ceil_div(ck ? stage.checkpointed_bytes : stage.stored_bytes, unit);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/saturating.h"
+
 namespace headroom::planner {
 
 const char* op_kind_name(OpKind kind) {
@@ -17,8 +19,10 @@ const char* op_kind_name(OpKind kind) {
 
 namespace {
 
+// A layer's time scaled to the step, held at the trace's limit for one duration (the scale of a
+// trace whose layers measured next to nothing can be huge).
 std::int64_t scaled(std::int64_t ns, double scale) {
-  return static_cast<std::int64_t>(std::llround(static_cast<double>(ns) * scale));
+  return std::llround(std::min(static_cast<double>(ns) * scale, static_cast<double>(core::kMaxTraceNs)));
 }
 
 // For each layer, the block span it belongs to if that block is checkpointed, else nullptr.
@@ -200,7 +204,7 @@ StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& grap
     const auto ops = micro_batch_ops(costs, graph, b, checkpointed, lean);
     const Walk w = walk(ops);
     const std::int64_t count = std::count(micro_batches.begin(), micro_batches.end(), b);
-    p.step_ns += count * w.duration_ns;
+    p.step_ns = core::saturating_add(p.step_ns, core::saturating_mul(count, w.duration_ns));
     const std::int64_t peak = base + costs.input_bytes(b) + w.peak_bytes;
     if (peak > p.peak_bytes) {
       p.peak_bytes = peak;
@@ -209,7 +213,9 @@ StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& grap
                   " (micro-batch of " + std::to_string(b) + ")";
     }
   }
-  p.step_ns += costs.optimizer_ns();
+  p.step_ns = core::saturating_add(p.step_ns, costs.optimizer_ns());
+  // A step takes time even where the trace's layers and optimizer measured none (samples/s stays finite).
+  p.step_ns = std::max<std::int64_t>(p.step_ns, 1);
   return p;
 }
 

@@ -404,6 +404,9 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     return outcome;
   }
   if (request.global_batch <= 0) throw core::InputError("global_batch: expected a positive batch size");
+  if (request.global_batch > kMaxGlobalBatch) {
+    throw core::InputError("global_batch: at most " + std::to_string(kMaxGlobalBatch) + " samples");
+  }
   if (request.budget_bytes <= 0) throw core::InputError("budget_bytes: expected a positive size");
   if (!(request.margin_fraction >= 0.0 && request.margin_fraction <= 0.5)) {
     throw core::InputError("margin_fraction: expected a fraction between 0 and 0.5");

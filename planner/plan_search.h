@@ -16,6 +16,9 @@
 
 namespace headroom::planner {
 
+// The largest global batch plan_step takes: it weighs every micro-batch count up to the batch.
+inline constexpr std::int64_t kMaxGlobalBatch = core::kMaxPlanBatch;
+
 struct PlanRequest {
   std::int64_t budget_bytes = 0;
   std::int64_t global_batch = 0;
@@ -46,8 +49,8 @@ struct PlanOutcome {
   std::vector<SplitOutcome> splits;     // one per distinct micro-batch size, fewest micro-batches first
 };
 
-// Throws InputError naming the request's field for a bad request (global_batch 0, budget_bytes 0,
-// margin_fraction outside [0, 0.5]).
+// Throws InputError naming the request's field for a bad request (global_batch 0 or past
+// kMaxGlobalBatch, budget_bytes 0, margin_fraction outside [0, 0.5]).
 PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request);
 
 // Micro-batch sizes for `count` micro-batches of `global_batch`, as even as possible, larger first.

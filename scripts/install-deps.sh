@@ -3,6 +3,7 @@
 # every find_package of the default build resolves (scripts/dependency-probe, which reads the same
 # list as the build, cmake/dependencies.cmake) and every file the tests read at run time is there.
 # Safe to run again: apt-get skips what is already installed. Needs root (or sudo).
+# --with-fuzzing adds clang and libFuzzer's runtime for scripts/fuzz.sh (CI uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +25,14 @@ packages=(
   # Real data for the cnn model (gzipped IDX files under /usr/share/datasets/fashion-mnist).
   dataset-fashion-mnist
 )
+
+case "${1:-}" in
+  "") ;;
+  --with-fuzzing)
+    # libFuzzer's runtime is only a Recommends of clang's, so --no-install-recommends needs it named.
+    packages+=(clang libclang-rt-14-dev) ;;
+  *) echo "install-deps: unknown option '$1' (known: --with-fuzzing)" >&2; exit 2 ;;
+esac
 
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/chrome_trace.h"
+#include "core/saturating.h"
 
 namespace headroom::simulator {
 
@@ -82,13 +83,17 @@ class Engine {
     total_ += change.bytes;
   }
 
-  void record(std::int64_t time, int task) {
+  void note_peak(std::int64_t time, int task) {
     if (!have_peak_ || total_ > result_.peak_bytes) {
       have_peak_ = true;
       result_.peak_bytes = total_;
       result_.peak_time_ns = time;
       result_.peak_task = task;
     }
+  }
+
+  void record(std::int64_t time, int task) {
+    note_peak(time, task);
     if (options_.record_memory) result_.memory.push_back({time, level_});
   }
 
@@ -106,7 +111,7 @@ class Engine {
       for (const auto& change : t.at_start) apply(change);
       apply({core::MemoryKind::Transient, t.transient_bytes});
       record(now_, task);
-      running_.push({now_ + t.duration_ns, task});
+      running_.push({core::saturating_add(now_, t.duration_ns), task});
     }
   }
 
@@ -115,7 +120,11 @@ class Engine {
     result_.tasks[static_cast<std::size_t>(task)].end_ns = now_;
     busy_[static_cast<std::size_t>(t.stream)] = false;
     apply({core::MemoryKind::Transient, -t.transient_bytes});
-    for (const auto& change : t.at_end) apply(change);
+    // In order: what the task leaves allocated counts before the frees listed after it.
+    for (const auto& change : t.at_end) {
+      apply(change);
+      note_peak(now_, task);
+    }
     record(now_, task);
     for (int k = dependent_offsets_[static_cast<std::size_t>(task)]; k < dependent_offsets_[static_cast<std::size_t>(task) + 1]; ++k) {
       --remaining_deps_[static_cast<std::size_t>(dependents_[static_cast<std::size_t>(k)])];

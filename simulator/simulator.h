@@ -1,8 +1,10 @@
 #pragma once
 // A discrete-event engine for schedules: each stream runs its tasks in order, one at a time; a task
 // starts once its stream is free and its dependencies have finished. Memory changes apply when a
-// task starts and ends, and its transient bytes are held while it runs. Ends at the same instant
-// are processed before starts, so frees come before the allocations that may reuse them.
+// task starts and ends, and its transient bytes are held while it runs. A task's changes at its end
+// apply in order and the peak sees the level after each (an op's own allocation, then the frees
+// listed after it). Ends at the same instant are processed before starts, so frees come before the
+// allocations that may reuse them.
 #include <array>
 #include <cstdint>
 #include <vector>

@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
+#include "core/plan.h"
 #include "core/report.h"
 #include "core/sha256.h"
 
@@ -88,6 +90,59 @@ TEST(Sha256, KnownVectors) {
   EXPECT_EQ(core::sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
   EXPECT_EQ(core::sha256_hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+// Plans and reports whose numbers wrapped or overflowed: a micro-batch sum past int64 (UB), ids and
+// block indexes past int's range that narrowed to accepted ones.
+TEST(PlanFile, NumbersPastTheirRangeAreRejected) {
+  core::Plan plan;
+  plan.trace_path = "t.json";
+  plan.trace_sha256 = std::string(64, '0');
+  plan.budget_bytes = 1 << 30;
+  plan.global_batch = 8;
+  plan.micro_batches = {4, 4};
+  plan.checkpointed_blocks = {1};
+  plan.layers = {{0, "fc", false, false}};
+  plan.runner_ups = {{4, 1, {}, "slower"}};
+  const nlohmann::json good = core::to_json(plan);
+  ASSERT_EQ(core::plan_from_json(good), plan);
+  const std::int64_t huge = std::int64_t{1} << 62;
+  struct Case {
+    std::function<void(nlohmann::json&)> spoil;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {[&](nlohmann::json& d) { d["micro_batches"] = {huge, huge, huge, huge}; }, "$.micro_batches[0]: micro-batch of 4611686018427387904 is larger"},
+      {[&](nlohmann::json& d) { d["global_batch"] = huge; }, "$.global_batch: expected at most 1048576"},
+      {[&](nlohmann::json& d) { d["micro_batches"] = {4, 4, 1}; }, "$.micro_batches: sizes sum to 9 or more, not the global batch 8"},
+      {[&](nlohmann::json& d) { d["layers"][0]["id"] = std::int64_t{1} << 32; }, "$.layers[0].id: expected 0"},
+      {[&](nlohmann::json& d) { d["checkpointed_blocks"] = {(std::int64_t{1} << 32) + 1}; },
+       "$.checkpointed_blocks[0]: expected an integer from 0 to 16383, got 4294967297"},
+      {[&](nlohmann::json& d) { d["explanation"]["runner_ups"][0]["checkpointed_blocks"] = std::int64_t{1} << 32; },
+       "$.explanation.runner_ups[0].checkpointed_blocks: expected an integer from 0"},
+  };
+  for (const auto& c : cases) {
+    nlohmann::json document = good;
+    c.spoil(document);
+    try {
+      core::plan_from_json(document, "p.json");
+      ADD_FAILURE() << "accepted; wanted: " << c.expected;
+    } catch (const core::InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("p.json: " + c.expected, 0), 0u) << "got: " << e.what() << "\nwanted: " << c.expected;
+    }
+  }
+}
+
+TEST(ReportFile, CountsPastIntAreRejected) {
+  core::Report r;
+  r.status = "ok";
+  for (const auto& [path, value] : std::vector<std::pair<std::string, std::int64_t>>{
+           {"/steps", std::int64_t{1} << 32}, {"/checkpointed_blocks/0", std::int64_t{1} << 31}}) {
+    auto document = core::to_json(r);
+    document["checkpointed_blocks"] = nlohmann::json::array({0});
+    document[nlohmann::json::json_pointer(path)] = value;
+    EXPECT_THROW(core::report_from_json(document), core::InputError) << path;
+  }
 }
 
 }  // namespace

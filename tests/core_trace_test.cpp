@@ -61,6 +61,18 @@ TEST(TraceJson, TruncatedDocumentIsRejected) {
   }
 }
 
+// Found by fuzzing: nlohmann throws out_of_range, not parse_error, for a number past a double's range.
+TEST(TraceJson, NumberOutOfRangeIsAnInputError) {
+  try {
+    core::parse_json("{\"schema\": \"headroom.trace/1\", \"x\": 4e573}", "huge.json");
+    FAIL() << "a number past a double's range was accepted";
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("huge.json: malformed JSON: ", 0), 0u) << message;
+    EXPECT_NE(message.find("4e573"), std::string::npos) << message;
+  }
+}
+
 TEST(TraceJson, WrongTypeNamesThePath) {
   json document = core::to_json(testing::make_small_trace());
   document["layers"][1]["samples"][0]["fwd_ns"] = "12";
@@ -96,6 +108,53 @@ TEST(TraceJson, EachProblemNamesItsPath) {
     const std::string message = read_error(document);
     EXPECT_EQ(message.rfind("t.json: " + c.expected, 0), 0u) << "got: " << message << "\nwanted: " << c.expected;
   }
+}
+
+// Found by fuzzing: values within int64 but past any real measurement overflowed the planner's
+// sums (a 2^62-byte input, 2^62 parameter bytes, a -2^62 retained change); ids and block indexes
+// past int's range wrapped to accepted ones. The reader now rejects them, naming the path.
+TEST(TraceJson, ValuesPastTheTraceLimitsAreRejected) {
+  const json good = core::to_json(testing::make_small_trace());
+  const std::int64_t huge = std::int64_t{1} << 62;
+  struct Case {
+    std::function<void(json&)> spoil;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {[&](json& d) { d["steps"][1]["input_bytes"] = huge; }, "$.steps[1].input_bytes: expected at most 17592186044416 bytes"},
+      {[&](json& d) { d["layers"][0]["param_bytes"] = core::kMaxTraceBytes + 1; }, "$.layers[0].param_bytes: expected at most"},
+      {[&](json& d) { d["layers"][1]["samples"][0]["fwd_retained_bytes"] = -huge; },
+       "$.layers[1].samples[0].fwd_retained_bytes: expected an integer from -17592186044416 to 17592186044416, got -4611686018427387904"},
+      {[&](json& d) { d["layers"][1]["samples"][1]["bwd_ns"] = huge; }, "$.layers[1].samples[1].bwd_ns: expected at most 17592186044416 ns"},
+      {[&](json& d) { d["steps"][0]["step_ns"] = huge; }, "$.steps[0].step_ns: expected at most"},
+      {[&](json& d) { d["optimizer"]["state_bytes"] = huge; }, "$.optimizer.state_bytes: expected at most"},
+      {[&](json& d) {
+         d["batch_sizes"][1] = core::kMaxTraceBatch + 1;
+       },
+       "$.batch_sizes[1]: expected a batch size of at most 1048576"},
+      {[](json& d) { d["layers"][1]["id"] = (std::int64_t{1} << 32) + 1; }, "$.layers[1].id: expected 1 (ids are the layer's position), got 4294967297"},
+      {[](json& d) { d["layers"][1]["block"] = std::int64_t{1} << 32; }, "$.layers[1].block: expected -1 (no block) or a block index below 16384"},
+  };
+  for (const auto& c : cases) {
+    json document = good;
+    c.spoil(document);
+    const std::string message = read_error(document);
+    EXPECT_EQ(message.rfind("t.json: " + c.expected, 0), 0u) << "got: " << message << "\nwanted: " << c.expected;
+  }
+  // At the limits it reads.
+  json at_limits = good;
+  at_limits["steps"][1]["input_bytes"] = core::kMaxTraceBytes;
+  at_limits["layers"][1]["samples"][0]["fwd_retained_bytes"] = -core::kMaxTraceBytes;
+  at_limits["layers"][1]["samples"][1]["bwd_ns"] = core::kMaxTraceNs;
+  EXPECT_EQ(read_error(at_limits), "");
+  json too_many = good;
+  for (std::int64_t i = 3; i <= core::kMaxTraceLayers; ++i) {
+    json layer = good["layers"][1];
+    layer["id"] = i;
+    layer["inputs"] = json::array({i - 1});
+    too_many["layers"].push_back(layer);
+  }
+  EXPECT_EQ(read_error(too_many).rfind("t.json: $.layers: expected at most 16384 layers, got 16385", 0), 0u) << read_error(too_many);
 }
 
 TEST(TraceJson, CudaTraceRoundTripKeepsGpuFields) {

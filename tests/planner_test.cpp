@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <random>
 
@@ -314,10 +315,59 @@ TEST(PlanSearch, RejectsBadRequests) {
   const core::Trace trace = committed("cpu-mlp.json");
   EXPECT_THROW(planner::plan_step(trace, request(1 << 30, 0)), core::InputError);
   EXPECT_THROW(planner::plan_step(trace, request(0, 8)), core::InputError);
+  EXPECT_THROW(planner::plan_step(trace, request(1 << 30, planner::kMaxGlobalBatch + 1)), core::InputError);
   EXPECT_THROW(planner::parse_strategies("mbp,warp"), core::InputError);
   EXPECT_THROW(planner::parse_strategies("infcl"), core::InputError);
   EXPECT_EQ(planner::parse_strategies("tempo"), std::set<planner::Strategy>{planner::Strategy::Tempo});
   EXPECT_THROW(planner::parse_strategies(""), core::InputError);
+}
+
+// Found by fuzzing: a trace at the reader's limits (every byte count 16 TiB, every time 4.9 hours,
+// a steep last segment) extended to a large batch overflowed int64 in the cost model's
+// extrapolation, the scaled layer times and the step's sum of micro-batches. Values past the
+// limits are held there and the step's time saturates: the plan is absurd but well-formed.
+TEST(PlanSearch, TraceAtTheLimitsPlansWithoutOverflow) {
+  core::Trace trace = testing::synthetic_chain(8);
+  for (auto& layer : trace.layers) {
+    layer.param_bytes = core::kMaxTraceBytes;
+    for (auto& s : layer.samples) {
+      const bool last = s.batch == trace.batch_sizes.back();
+      s.kept_bytes = s.output_bytes = s.fwd_transient_bytes = s.bwd_transient_bytes = last ? core::kMaxTraceBytes : 0;
+      s.fwd_retained_bytes = last ? core::kMaxTraceBytes : 0;
+      s.bwd_retained_bytes = last ? -core::kMaxTraceBytes : 0;
+      s.fwd_ns = s.bwd_ns = last ? core::kMaxTraceNs : 0;
+    }
+  }
+  for (auto& step : trace.steps) step.step_ns = step.batch == trace.batch_sizes.back() ? core::kMaxTraceNs : 1;
+  const core::CostModel costs(trace);
+  const auto far = costs.layer(0, planner::kMaxGlobalBatch);
+  EXPECT_EQ(far.kept_bytes, core::kMaxTraceBytes);
+  EXPECT_EQ(far.fwd_ns, core::kMaxTraceNs);
+  EXPECT_EQ(costs.micro_batch_ns(planner::kMaxGlobalBatch), core::kMaxTraceNs);
+  for (const std::int64_t batch : {std::int64_t{64}, planner::kMaxGlobalBatch}) {
+    const auto outcome = planner::plan_step(trace, request(std::int64_t{1} << 62, batch, "mbp"));
+    ASSERT_TRUE(outcome.plan) << outcome.reason;
+    const core::Plan& plan = *outcome.plan;
+    EXPECT_GT(plan.predicted.peak_bytes, costs.static_bytes());
+    EXPECT_GT(plan.predicted.step_seconds, 0);
+    EXPECT_TRUE(std::isfinite(plan.predicted.samples_per_second));
+    for (const auto& split : outcome.splits) EXPECT_GT(split.predicted.step_seconds, 0) << split.micro_batches.size();
+  }
+}
+
+// Found by fuzzing: where the layers and the optimizer measured 0 ns the step was predicted to take
+// 0 ns, its samples/s was infinite, and the plan file held null there, which the plan reader refused.
+TEST(PlanSearch, StepOfLayersThatMeasuredNoTimeStillTakesTime) {
+  core::Trace trace = testing::synthetic_chain(8);
+  for (auto& layer : trace.layers) {
+    for (auto& s : layer.samples) s.fwd_ns = s.bwd_ns = 0;
+  }
+  for (auto& step : trace.steps) step.optimizer_ns = 0;
+  const auto outcome = planner::plan_step(trace, request(std::int64_t{1} << 40, 8));
+  ASSERT_TRUE(outcome.plan) << outcome.reason;
+  EXPECT_TRUE(std::isfinite(outcome.plan->predicted.samples_per_second));
+  const auto written = nlohmann::json::parse(core::to_json(*outcome.plan).dump());
+  EXPECT_EQ(core::plan_from_json(written), *outcome.plan);
 }
 
 TEST(LayerGraph, RejectsABlockThatComesBack) {

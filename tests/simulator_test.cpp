@@ -121,6 +121,23 @@ TEST(Simulator, FreesAtAnInstantComeBeforeAllocations) {
   EXPECT_EQ(sim.peak_bytes, 60);  // X's 50 is gone before Y's 60 arrives
 }
 
+// Found by fuzzing the planner: a micro-batch's last op that leaves bytes allocated (a positive
+// retained change) peaks before the frees that end the micro-batch; the planner counted it and
+// the simulator, applying a task's end changes at once, did not.
+TEST(Simulator, PeakSeesEachEndChangeInOrder) {
+  core::Schedule s;
+  s.resident = {{MemoryKind::Parameter, 100}};
+  s.tasks = {core::Task{.name = "last backward", .stream = Stream::Compute, .duration_ns = 3,
+                        .at_start = {{MemoryKind::Input, 10}}, .transient_bytes = 5,
+                        .at_end = {{MemoryKind::Activation, 40}, {MemoryKind::Activation, -40}, {MemoryKind::Input, -10}}}};
+  const auto sim = simulator::simulate(s);
+  EXPECT_EQ(sim.peak_bytes, 150);  // 100 + 10 input + 40 left by the op, before the frees
+  EXPECT_EQ(sim.peak_time_ns, 3);
+  EXPECT_EQ(sim.peak_task, 0);
+  EXPECT_EQ(sim.memory.size(), 3u);  // one sample per event, as before
+  EXPECT_EQ(sim.memory.back().total(), 100);
+}
+
 TEST(Simulator, StreamsRunInOrderAndWaitForDependencies) {
   core::Schedule s;
   s.tasks = {
