@@ -228,9 +228,18 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
                        {MemoryKind::Gradient, costs.gradient_bytes()},
                        {MemoryKind::OptimizerState, costs.optimizer_state_bytes()}};
   const auto& layers = costs.trace().layers;
+  // Micro-batches of one size run the same ops: build them once per distinct size (a split has at
+  // most two).
+  std::vector<std::pair<std::int64_t, std::vector<Op>>> ops_by_size;
+  schedule.tasks.reserve(micro_batches.size() * 2 * layers.size() + 1);
   for (std::size_t m = 0; m < micro_batches.size(); ++m) {
     const std::int64_t b = micro_batches[m];
-    const auto ops = micro_batch_ops(costs, graph, b, checkpointed, lean);
+    auto known = std::find_if(ops_by_size.begin(), ops_by_size.end(), [b](const auto& entry) { return entry.first == b; });
+    if (known == ops_by_size.end()) {
+      ops_by_size.emplace_back(b, micro_batch_ops(costs, graph, b, checkpointed, lean));
+      known = ops_by_size.end() - 1;
+    }
+    const std::vector<Op>& ops = known->second;
     std::int64_t net = 0;
     for (std::size_t k = 0; k < ops.size(); ++k) {
       const Op& op = ops[k];

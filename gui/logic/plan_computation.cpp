@@ -27,6 +27,19 @@ planner::PlanRequest plan_request(const TraceDocument& trace, const PlanInputs& 
   return request;
 }
 
+std::string MemoryTimeline::describe(const TaskSpan& task) const {
+  const std::string& category = categories.at(task.category);
+  if (category == "optimizer") return "optimizer step";
+  std::string what = category;
+  if (task.layer >= 0 && static_cast<std::size_t>(task.layer) < layer_names.size()) {
+    what += " of " + layer_names[static_cast<std::size_t>(task.layer)];
+  }
+  if (task.micro_batch >= 0 && micro_batches > 1) {
+    what += " (micro-batch " + std::to_string(task.micro_batch + 1) + " of " + std::to_string(micro_batches) + ")";
+  }
+  return what;
+}
+
 MemoryTimeline memory_timeline(const core::Trace& trace, const core::Plan& plan, int max_bins) {
   const auto schedule = planner::plan_schedule(trace, plan, "plan");
   const simulator::Simulation sim = simulator::simulate(schedule);
@@ -34,19 +47,18 @@ MemoryTimeline memory_timeline(const core::Trace& trace, const core::Plan& plan,
   timeline.peak_bytes = sim.peak_bytes;
   timeline.peak_time_ms = static_cast<double>(sim.peak_time_ns) / 1e6;
   timeline.step_ms = static_cast<double>(sim.makespan_ns) / 1e6;
-  const std::size_t micro_batches = plan.micro_batches.size();
+  timeline.micro_batches = plan.micro_batches.size();
+  for (const auto& layer : trace.layers) timeline.layer_names.push_back(layer.name);
+  // The compute stream runs its tasks one at a time in schedule order, so they are in time order.
   for (std::size_t i = 0; i < schedule.tasks.size() && i < sim.tasks.size(); ++i) {
     const core::Task& task = schedule.tasks[i];
     if (task.stream != core::Stream::Compute) continue;
-    std::string what = task.category == "optimizer" ? "optimizer step" : task.category + " of " + task.name;
-    if (task.micro_batch >= 0 && micro_batches > 1) {
-      what += " (micro-batch " + std::to_string(task.micro_batch + 1) + " of " + std::to_string(micro_batches) + ")";
-    }
+    auto category = std::find(timeline.categories.begin(), timeline.categories.end(), task.category);
+    if (category == timeline.categories.end()) category = timeline.categories.insert(category, task.category);
     timeline.tasks.push_back({static_cast<double>(sim.tasks[i].start_ns) / 1e6,
-                              static_cast<double>(sim.tasks[i].end_ns) / 1e6, std::move(what)});
+                              static_cast<double>(sim.tasks[i].end_ns) / 1e6, task.layer, task.micro_batch,
+                              static_cast<std::size_t>(category - timeline.categories.begin())});
   }
-  std::stable_sort(timeline.tasks.begin(), timeline.tasks.end(),
-                   [](const TaskSpan& a, const TaskSpan& b) { return a.start_ms < b.start_ms; });
   const std::int64_t span = std::max<std::int64_t>(sim.makespan_ns, 1);
   // Per time bin, the sample with the highest total; the last sample of the step is kept too, so
   // the timeline ends where the step does.
@@ -80,7 +92,7 @@ std::string memory_hover_text(const MemoryTimeline& timeline, double time_ms) {
   std::string text = head;
   for (const TaskSpan& task : timeline.tasks) {
     if (task.start_ms <= time_ms && time_ms < task.end_ms) {
-      text += "\n" + task.what;
+      text += "\n" + timeline.describe(task);
       break;
     }
   }

@@ -30,12 +30,15 @@ struct PlanInputs {
 // The request `headroom plan` would make for these inputs.
 planner::PlanRequest plan_request(const TraceDocument& trace, const PlanInputs& inputs);
 
-// What the device is doing over a stretch of the step ("backward of encoder.3.ffn, micro-batch 2 of 4"),
-// so a point on the memory chart can say what it belongs to.
+// What the device is doing over a stretch of the step, so a point on the memory chart can say what
+// it belongs to ("backward of encoder.3.ffn (micro-batch 2 of 4)"). The words are put together
+// only when a tooltip asks (MemoryTimeline::describe): a step has thousands of tasks.
 struct TaskSpan {
   double start_ms = 0;
   double end_ms = 0;
-  std::string what;
+  int layer = -1;        // -1: not a layer's (the optimizer step)
+  int micro_batch = -1;  // -1: not a micro-batch's
+  std::size_t category = 0;  // index into MemoryTimeline::categories
 };
 
 // Memory over the step, stacked by kind, at most a few thousand points (the highest sample of each
@@ -47,6 +50,10 @@ struct MemoryTimeline {
   double peak_time_ms = 0;
   double step_ms = 0;
   std::vector<TaskSpan> tasks;  // compute-stream tasks in time order
+  std::vector<std::string> categories;   // "forward", "backward", "optimizer", ...
+  std::vector<std::string> layer_names;  // the trace's, by layer id
+  std::size_t micro_batches = 0;
+  std::string describe(const TaskSpan& task) const;
 };
 
 // The memory chart's tooltip at `time_ms`: the time, the task running then and the bytes of each
