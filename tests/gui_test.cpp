@@ -115,6 +115,13 @@ bool settle(MainWindow& window) {
   return !window.coordinator().busy();
 }
 
+// The window at the size the screenshots use, showing `trace`'s plan.
+bool shown_with(MainWindow& window, const char* trace) {
+  window.resize(1400, 880);
+  window.show();
+  return window.open_trace(committed(trace)) && settle(window);
+}
+
 }  // namespace
 
 class GuiTest : public QObject {
@@ -285,10 +292,7 @@ class GuiTest : public QObject {
 
   void mainWindowReplansWhenTheBudgetMoves() {
     MainWindow window;
-    window.resize(1400, 880);
-    window.show();
-    QVERIFY(window.open_trace(committed("cpu-bert.json")));
-    QVERIFY(settle(window));
+    QVERIFY(shown_with(window, "cpu-bert.json"));
     const PlanResult* first = window.current_result();
     QVERIFY(first);
     QVERIFY(first->plan);
@@ -512,10 +516,7 @@ class GuiTest : public QObject {
 
   void throughputAxisOfASlowModelReadsDistinctTicks() {
     MainWindow window;
-    window.resize(1400, 880);
-    window.show();
-    QVERIFY(window.open_trace(committed("cpu-bert-large.json")));
-    QVERIFY(settle(window));
+    QVERIFY(shown_with(window, "cpu-bert-large.json"));
     double fastest = 0;
     for (const auto& p : window.current_result()->throughput.points) fastest = std::max(fastest, p.samples_per_second);
     const QStringList labels = window.throughput_chart()->y_tick_labels();
@@ -528,10 +529,7 @@ class GuiTest : public QObject {
 
   void peakLabelStaysInsideThePlotAndGoesWhenNothingFits() {
     MainWindow window;
-    window.resize(1400, 880);
-    window.show();
-    QVERIFY(window.open_trace(committed("cpu-bert.json")));
-    QVERIFY(settle(window));
+    QVERIFY(shown_with(window, "cpu-bert.json"));
     QVERIFY(QTest::qWaitForWindowExposed(&window));
     const MemoryChart* chart = window.memory_chart();
     // Drawn by the chart as a point label it was clipped, garbled and left behind.
@@ -573,10 +571,7 @@ class GuiTest : public QObject {
 
   void memoryAxisFollowsThePeakAtALargeBudgetAndMarksTheBudget() {
     MainWindow window;
-    window.resize(1400, 880);
-    window.show();
-    QVERIFY(window.open_trace(committed("cpu-bert.json")));
-    QVERIFY(settle(window));
+    QVERIFY(shown_with(window, "cpu-bert.json"));
     const MemoryChart* chart = window.memory_chart();
     // Normal: the budget and the allowed line (budget less the margin) are drawn, within the axis.
     const PlanResult* normal = window.current_result();
@@ -700,10 +695,7 @@ class GuiTest : public QObject {
 
   void infeasibleBudgetShowsTheFloorAndTheLeastPlanAndOffersIt() {
     MainWindow window;
-    window.resize(1400, 880);
-    window.show();
-    QVERIFY(window.open_trace(committed("cpu-bert.json")));
-    QVERIFY(settle(window));
+    QVERIFY(shown_with(window, "cpu-bert.json"));
     QVERIFY(!window.least_budget_button()->isVisible());
     type_budget(window, "100MiB");
     QVERIFY(settle(window));
@@ -803,10 +795,7 @@ class GuiTest : public QObject {
 
   void chartsSayWhatIsUnderTheCursor() {
     MainWindow window;
-    window.resize(1400, 880);
-    window.show();
-    QVERIFY(window.open_trace(committed("cpu-bert.json")));
-    QVERIFY(settle(window));
+    QVERIFY(shown_with(window, "cpu-bert.json"));
     const PlanResult* r = window.current_result();
     // Throughput: the candidate under the cursor.
     for (const auto& p : r->throughput.points) {
@@ -838,10 +827,7 @@ class GuiTest : public QObject {
 
   void screenshotOfTheMainWindow() {
     MainWindow window;
-    window.resize(1400, 880);
-    window.show();
-    QVERIFY(window.open_trace(committed("cpu-bert.json")));
-    QVERIFY(settle(window));
+    QVERIFY(shown_with(window, "cpu-bert.json"));
     // A budget where the larger micro-batches do not fit and the plan checkpoints, so every view
     // has something to show.
     const std::int64_t least = window.current_result()->smallest_budget > 0
