@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     request.budget_bytes = 1;
     const std::int64_t least = planner::plan_step(trace, request).smallest_budget;
     const std::int64_t whole =
-        planner::predict_step(costs, graph, {c.batch}, std::vector<bool>(graph.blocks().size(), false)).peak_bytes;
+        planner::predict_step(costs, graph, {.micro_batches = {c.batch}}).peak_bytes;
     for (const double fraction : {0.1, 0.4, 0.7}) {
       request.budget_bytes = least + static_cast<std::int64_t>(fraction * static_cast<double>(whole - least));
       const auto outcome = planner::plan_step(trace, request);
@@ -64,9 +64,10 @@ int main(int argc, char** argv) {
       options.steps = steps;
       const core::Report r = executor::execute(plan, trace, path, options);
       char plan_text[96];
-      std::snprintf(plan_text, sizeof plan_text, "%zu x %lld%s, %zu ckpt", plan.micro_batches.size(),
-                    static_cast<long long>(plan.micro_batches.front()),
-                    plan.micro_batches.back() != plan.micro_batches.front() ? "*" : "", plan.checkpointed_blocks.size());
+      std::snprintf(plan_text, sizeof plan_text, "%zu x %lld%s, %zu ckpt", plan.choice.micro_batches.size(),
+                    static_cast<long long>(plan.choice.micro_batches.front()),
+                    plan.choice.micro_batches.back() != plan.choice.micro_batches.front() ? "*" : "",
+                    plan.choice.checkpointed_blocks.size());
       if (r.status != "ok") {
         std::printf("| %s | %lld | %s | %s | %s | OUT OF MEMORY | | no | | | | |\n", trace.model.name.c_str(),
                     static_cast<long long>(c.batch), core::format_bytes(plan.budget_bytes).c_str(), plan_text,

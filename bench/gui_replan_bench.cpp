@@ -28,7 +28,7 @@ void replan(benchmark::State& state, const char* file, bool tight) {
       state.SkipWithError("no plan");
       return;
     }
-    micro_batches = result.plan->micro_batches.size();
+    micro_batches = result.plan->choice.micro_batches.size();
     benchmark::DoNotOptimize(result);
   }
   state.counters["layers"] = static_cast<double>(trace->trace.layers.size());

@@ -37,7 +37,7 @@ void time_planning(benchmark::State& state, const core::Trace& trace, const plan
       state.SkipWithError("no plan");
       return;
     }
-    checkpointed = outcome.plan->checkpointed_blocks.size();
+    checkpointed = outcome.plan->choice.checkpointed_blocks.size();
     benchmark::DoNotOptimize(outcome);
   }
   state.counters["layers"] = static_cast<double>(trace.layers.size());

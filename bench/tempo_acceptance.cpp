@@ -95,16 +95,16 @@ int batch() {
     const core::Trace trace = committed(name);
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
-    const std::vector<bool> all = graph.all_lean();
-    const std::vector<bool> none(graph.blocks().size(), false);
+    const core::StepChoice all = graph.all_lean();
+    const core::StepChoice none;
     // Budgets: the standard step's need at the largest sampled batch, times 1, 1.5 and 2 of the
     // part above the static state.
     const std::int64_t top = trace.batch_sizes.back();
     const std::int64_t floor = costs.static_bytes() + costs.optimizer_transient_bytes();
-    const std::int64_t need = planner::predict_step(costs, graph, {top}, none).peak_bytes;
-    const auto per_sample = [&](const std::vector<bool>& lean) {
-      return static_cast<double>(planner::predict_step(costs, graph, {2 * top}, none, lean).peak_bytes -
-                                 planner::predict_step(costs, graph, {top}, none, lean).peak_bytes) /
+    const std::int64_t need = planner::predict_step(costs, graph, none.with_micro_batches({top})).peak_bytes;
+    const auto per_sample = [&](const core::StepChoice& variants) {
+      return static_cast<double>(planner::predict_step(costs, graph, variants.with_micro_batches({2 * top})).peak_bytes -
+                                 planner::predict_step(costs, graph, variants.with_micro_batches({top})).peak_bytes) /
              static_cast<double>(top);
     };
     for (const double scale : {1.0, 2.0, 4.0}) {
@@ -114,7 +114,7 @@ int batch() {
       std::printf("| %s | %s | %lld | %lld | %.2fx | %s | %s |\n", name, core::format_bytes(budget).c_str(),
                   static_cast<long long>(standard), static_cast<long long>(tempo),
                   standard > 0 ? static_cast<double>(tempo) / static_cast<double>(standard) : 0.0,
-                  core::format_bytes(static_cast<std::int64_t>(per_sample(std::vector<bool>{}))).c_str(),
+                  core::format_bytes(static_cast<std::int64_t>(per_sample(none))).c_str(),
                   core::format_bytes(static_cast<std::int64_t>(per_sample(all))).c_str());
       std::fflush(stdout);
     }
@@ -135,10 +135,9 @@ int plans(int steps) {
     const core::Trace trace = committed(c.trace);
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
-    const std::vector<bool> none(graph.blocks().size(), false);
-    const std::vector<bool> all = graph.all_lean();
-    const std::int64_t standard = planner::predict_step(costs, graph, {c.batch}, none).peak_bytes;
-    const std::int64_t lean = planner::predict_step(costs, graph, {c.batch}, none, all).peak_bytes;
+    const core::StepChoice all = graph.all_lean();
+    const std::int64_t standard = planner::predict_step(costs, graph, {.micro_batches = {c.batch}}).peak_bytes;
+    const std::int64_t lean = planner::predict_step(costs, graph, all.with_micro_batches({c.batch})).peak_bytes;
     using S = planner::Strategy;
     struct Budgeted {
       double fraction;  // of the way from the all-lean need to the standard need
@@ -158,14 +157,13 @@ int plans(int steps) {
         continue;
       }
       const core::Plan& plan = *outcome.plan;
-      int lean_layers = 0;
-      for (const auto& layer : plan.layers) lean_layers += layer.tempo;
+      const int lean_layers = plan.choice.lean_count();
       executor::ExecuteOptions options;
       options.steps = steps;
       const core::Report r = executor::execute(plan, trace, path, options);
       char plan_text[96];
-      std::snprintf(plan_text, sizeof plan_text, "%zu x %lld, %zu ckpt", plan.micro_batches.size(),
-                    static_cast<long long>(plan.micro_batches.front()), plan.checkpointed_blocks.size());
+      std::snprintf(plan_text, sizeof plan_text, "%zu x %lld, %zu ckpt", plan.choice.micro_batches.size(),
+                    static_cast<long long>(plan.choice.micro_batches.front()), plan.choice.checkpointed_blocks.size());
       if (r.status != "ok") {
         std::printf("| %s | %lld | %s | %s | %s | %d | %s | OUT OF MEMORY | | no | | | |\n", c.trace,
                     static_cast<long long>(c.batch), core::format_bytes(plan.budget_bytes).c_str(), b.label, plan_text,
@@ -204,11 +202,13 @@ int overhead(int steps) {
     plan.device = "cpu";
     plan.budget_bytes = 1LL << 40;
     plan.global_batch = b;
-    plan.micro_batches = {b};
+    plan.choice.micro_batches = {b};
     plan.predicted = {1, 1, 1};
-    for (const auto& layer : trace.layers) plan.layers.push_back({layer.id, layer.name, false, false});
+    for (const auto& layer : trace.layers) plan.choice.layers.push_back({layer.id, layer.name});
     core::Plan lean = plan;
-    for (auto& layer : lean.layers) layer.tempo = trace.layers[static_cast<std::size_t>(layer.id)].tempo.has_value();
+    for (auto& layer : lean.choice.layers) {
+      if (trace.layers[static_cast<std::size_t>(layer.id)].tempo) layer.variant = core::LayerVariant::Tempo;
+    }
     executor::ExecuteOptions options;
     options.steps = steps;
     options.gradient_check = false;

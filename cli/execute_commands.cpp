@@ -18,6 +18,7 @@
 #include "executor/executor.h"
 #include "models/model_source.h"
 #include "planner/micro_batch_model.h"
+#include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
 #include "profiler/profiler.h"
 #include "report/execution_report.h"
@@ -42,6 +43,8 @@ void end_progress() {
 int run_execute(const ExecuteArgs& args) {
   const core::Plan plan = core::read_plan_file(args.plan);
   const core::Trace trace = core::load_plan_trace(plan, args.plan);
+  // What the plan asks of the trace's layers and blocks is checked before anything runs.
+  planner::check_choice(plan, planner::LayerGraph(trace), args.plan);
   executor::ExecuteOptions options;
   options.steps = args.steps;
   options.warmup_steps = args.warmup;
@@ -92,7 +95,7 @@ int run_demo(const DemoArgs& args) {
   request.trace_sha256 = core::sha256_hex(core::read_file(trace_path));
   request.budget_bytes = 1;
   const std::int64_t least = planner::plan_step(trace, request).smallest_budget;
-  const auto whole = planner::predict_step(costs, graph, {batch}, std::vector<bool>(graph.blocks().size(), false));
+  const auto whole = planner::predict_step(costs, graph, {.micro_batches = {batch}});
   // Well below what the whole batch needs, comfortably above the least any plan needs.
   request.budget_bytes = (least + (whole.peak_bytes - least) * 3 / 10) / (1 << 20) * (1 << 20);
   std::cout << "2. budget: " << core::format_bytes(request.budget_bytes) << " for a batch of " << batch
@@ -105,7 +108,7 @@ int run_demo(const DemoArgs& args) {
   whole_plan.device = "cpu";
   whole_plan.budget_bytes = request.budget_bytes;
   whole_plan.global_batch = batch;
-  whole_plan.micro_batches = {batch};
+  whole_plan.choice.micro_batches = {batch};
   whole_plan.predicted = {whole.peak_bytes, static_cast<double>(whole.step_ns) / 1e9,
                           static_cast<double>(batch) * 1e9 / static_cast<double>(whole.step_ns)};
   executor::ExecuteOptions attempt;

@@ -86,7 +86,7 @@ int run_simulate(const SimulateArgs& args) {
   }
 
   std::printf("simulated %zu tasks of %s (%zu micro-batches)\n\n", schedule.tasks.size(), args.plan.c_str(),
-              plan.micro_batches.size());
+              plan.choice.micro_batches.size());
   std::printf("                 planned        simulated      difference\n");
   std::printf("peak             %-14s %-14s %.3f%%\n", core::format_bytes(plan.predicted.peak_bytes).c_str(),
               core::format_bytes(sim.peak_bytes).c_str(),

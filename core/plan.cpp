@@ -12,8 +12,9 @@ namespace headroom::core {
 
 nlohmann::json to_json(const Plan& plan) {
   nlohmann::json layers = nlohmann::json::array();
-  for (const auto& l : plan.layers) {
-    layers.push_back({{"id", l.id}, {"name", l.name}, {"checkpoint", l.checkpoint}, {"tempo", l.tempo}});
+  for (const auto& l : plan.choice.layers) {
+    layers.push_back(
+        {{"id", l.id}, {"name", l.name}, {"checkpoint", l.checkpoint}, {"variant", variant_name(l.variant)}});
   }
   nlohmann::json runner_ups = nlohmann::json::array();
   for (const auto& r : plan.runner_ups) {
@@ -23,7 +24,7 @@ nlohmann::json to_json(const Plan& plan) {
                           {"verdict", r.verdict}});
   }
   nlohmann::json weights = nlohmann::json::array();
-  for (std::size_t i = 0; i < plan.micro_batches.size(); ++i) weights.push_back(plan.loss_weight(i));
+  for (std::size_t i = 0; i < plan.choice.micro_batches.size(); ++i) weights.push_back(plan.loss_weight(i));
   nlohmann::json document = {
       {"schema", kPlanSchema},
       {"trace", {{"path", plan.trace_path}, {"sha256", plan.trace_sha256}, {"model", plan.model}, {"device", plan.device}}},
@@ -31,9 +32,9 @@ nlohmann::json to_json(const Plan& plan) {
       {"margin_bytes", plan.margin_bytes},
       {"global_batch", plan.global_batch},
       {"strategies", plan.strategies},
-      {"micro_batches", plan.micro_batches},
+      {"micro_batches", plan.choice.micro_batches},
       {"loss_weights", weights},
-      {"checkpointed_blocks", plan.checkpointed_blocks},
+      {"checkpointed_blocks", plan.choice.checkpointed_blocks},
       {"layers", layers},
       {"warnings", plan.warnings},
       {"predicted", to_json(plan.predicted)},
@@ -41,8 +42,26 @@ nlohmann::json to_json(const Plan& plan) {
   };
   // Only when it differs from the trace's, so plans made with the measured optimizer stay as they were.
   if (!plan.optimizer.empty()) document["optimizer"] = plan.optimizer;
+  if (plan.choice.world_size != 1) document["world_size"] = plan.choice.world_size;
   return document;
 }
+
+namespace {
+
+// A layer's variant: `"variant": "tempo"`; plans written before the step choice had a `"tempo"`
+// flag, and plans from before Tempo have neither (standard).
+LayerVariant read_variant(const JsonNode& layer) {
+  if (layer.has("variant")) {
+    if (layer.has("tempo")) layer.at("tempo").fail("give either variant or the older tempo flag, not both");
+    const std::string name = layer.at("variant").as_string();
+    if (const auto variant = variant_named(name)) return *variant;
+    layer.at("variant").fail("unknown layer variant '" + name + "' (expected " + variant_names() + ")");
+  }
+  if (layer.has("tempo") && layer.at("tempo").as_bool()) return LayerVariant::Tempo;
+  return LayerVariant::Standard;
+}
+
+}  // namespace
 
 Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
   try {
@@ -75,25 +94,27 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
       if (sum > plan.global_batch) {
         micro.fail("sizes sum to " + std::to_string(sum) + " or more, not the global batch " + std::to_string(plan.global_batch));
       }
-      plan.micro_batches.push_back(size);
+      plan.choice.micro_batches.push_back(size);
     }
     if (sum != plan.global_batch) {
       micro.fail("sizes sum to " + std::to_string(sum) + ", not the global batch " + std::to_string(plan.global_batch));
     }
     for (const auto& b : root.at("checkpointed_blocks").elements()) {
-      plan.checkpointed_blocks.push_back(static_cast<int>(b.as_int_in(0, kMaxPlanLayers - 1)));
+      plan.choice.checkpointed_blocks.push_back(static_cast<int>(b.as_int_in(0, kMaxPlanLayers - 1)));
     }
     const auto layers = root.at("layers").elements();
     for (std::size_t i = 0; i < layers.size(); ++i) {
-      LayerChoice choice;
+      LayerStep step;
       // Compared as read: an id past int's range must not wrap to the expected one.
       if (layers[i].at("id").as_int() != static_cast<std::int64_t>(i)) layers[i].at("id").fail("expected " + std::to_string(i));
-      choice.id = static_cast<int>(i);
-      choice.name = layers[i].at("name").as_string();
-      choice.checkpoint = layers[i].at("checkpoint").as_bool();
-      // Plans from before Tempo have no flag: nothing lean.
-      if (layers[i].has("tempo")) choice.tempo = layers[i].at("tempo").as_bool();
-      plan.layers.push_back(choice);
+      step.id = static_cast<int>(i);
+      step.name = layers[i].at("name").as_string();
+      step.checkpoint = layers[i].at("checkpoint").as_bool();
+      step.variant = read_variant(layers[i]);
+      plan.choice.layers.push_back(step);
+    }
+    if (root.has("world_size")) {
+      plan.choice.world_size = static_cast<int>(root.at("world_size").as_int_in(1, kMaxWorldSize));
     }
     for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());
     if (root.has("optimizer")) plan.optimizer = root.at("optimizer").as_string();

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/step_choice.h"
 #include "core/step_figures.h"
 
 namespace headroom::core {
@@ -19,16 +20,10 @@ inline constexpr std::string_view kPlanSchema = "headroom.plan/1";
 inline constexpr std::int64_t kMaxPlanBatch = std::int64_t{1} << 20;
 // The largest block index or layer id a plan may name (a trace has at most kMaxTraceLayers layers).
 inline constexpr std::int64_t kMaxPlanLayers = std::int64_t{1} << 14;
+// The most data-parallel replicas a plan may name.
+inline constexpr std::int64_t kMaxWorldSize = 4096;
 
 using PlanPrediction = StepFigures;
-
-struct LayerChoice {
-  int id = 0;
-  std::string name;
-  bool checkpoint = false;  // recomputed in backward as part of a checkpointed block
-  bool tempo = false;       // runs Tempo's memory-lean variant
-  bool operator==(const LayerChoice&) const = default;
-};
 
 // Another plan the search weighed, and why it lost.
 struct RunnerUp {
@@ -47,10 +42,10 @@ struct Plan {
   std::int64_t budget_bytes = 0;
   std::int64_t margin_bytes = 0;  // the plan's peak stays at or below budget - margin
   std::int64_t global_batch = 0;
-  std::vector<std::string> strategies;     // applied (a subset of the allowed ones)
-  std::vector<std::int64_t> micro_batches;  // sizes, summing to global_batch
-  std::vector<int> checkpointed_blocks;
-  std::vector<LayerChoice> layers;
+  std::vector<std::string> strategies;  // applied (a subset of the allowed ones)
+  // How the step runs: micro-batch sizes summing to global_batch, checkpointed blocks, and one
+  // entry per trace layer.
+  StepChoice choice;
   std::vector<std::string> warnings;
   // The optimizer the plan was made for when it is not the trace's (its state then estimated);
   // empty: the trace's.
@@ -65,7 +60,7 @@ struct Plan {
 
   // Loss weight of micro-batch i: b_i / B, which makes accumulated gradients equal the full batch's.
   double loss_weight(std::size_t i) const {
-    return static_cast<double>(micro_batches[i]) / static_cast<double>(global_batch);
+    return static_cast<double>(choice.micro_batches[i]) / static_cast<double>(global_batch);
   }
 };
 

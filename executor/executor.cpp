@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 
 #include "core/cost_model.h"
 #include "core/errors.h"
@@ -71,8 +72,8 @@ core::Report start_report(const core::Plan& plan, const std::string& plan_path, 
   report.device = options.device;
   report.device_name = device.is_cuda() ? "cuda" : runtime::cpu_device_info().name;
   report.global_batch = plan.global_batch;
-  report.micro_batches = plan.micro_batches;
-  report.checkpointed_blocks = plan.checkpointed_blocks;
+  report.micro_batches = plan.choice.micro_batches;
+  report.checkpointed_blocks = plan.choice.checkpointed_blocks;
   report.predicted = {plan.predicted.peak_bytes, plan.predicted.step_seconds, plan.predicted.samples_per_second};
   for (const auto& warning : plan.warnings) {
     // Eval-style BatchNorm is the remedy the plan's BatchNorm warning names; it no longer applies.
@@ -118,6 +119,18 @@ struct RunMemory {
 };
 
 // The traced model, rebuilt from its source and set up the way the plan runs it.
+// Runs each layer as the plan's choice says (Tempo's lean variant or the standard one).
+void use_variants(models::Model& model, const core::StepChoice& choice) {
+  for (const auto& step : choice.layers) {
+    try {
+      model.set_variant(step.id, step.variant);
+    } catch (const std::invalid_argument& e) {
+      throw core::InputError("the plan runs layer " + step.name + " as " + std::string(core::variant_name(step.variant)) +
+                             ": " + e.what());
+    }
+  }
+}
+
 models::Model prepare_model(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options,
                             torch::Device device, const std::optional<models::LabelledImages>& train) {
   models::Model model = models::build_model(trace.model, options.seed);
@@ -131,17 +144,15 @@ models::Model prepare_model(const core::Plan& plan, const core::Trace& trace, co
                              " (" + model.layers()[i].name + " vs " + trace.layers[i].name + ")");
     }
   }
-  if (!plan.layers.empty() && plan.layers.size() != trace.layers.size()) {
-    throw core::InputError("the plan chooses for " + std::to_string(plan.layers.size()) + " layers but the trace has " +
-                           std::to_string(trace.layers.size()));
+  if (plan.choice.world_size != 1) {
+    throw core::InputError("the plan runs " + std::to_string(plan.choice.world_size) +
+                           " data-parallel replicas; this executor runs one");
   }
-  for (const auto& choice : plan.layers) {
-    if (!choice.tempo) continue;
-    if (!model.layers()[static_cast<std::size_t>(choice.id)].has_lean_variant()) {
-      throw core::InputError("the plan makes layer " + choice.name + " lean, but it has no memory-lean variant");
-    }
-    model.set_lean(choice.id, true);
+  if (!plan.choice.layers.empty() && plan.choice.layers.size() != trace.layers.size()) {
+    throw core::InputError("the plan chooses for " + std::to_string(plan.choice.layers.size()) +
+                           " layers but the trace has " + std::to_string(trace.layers.size()));
   }
+  use_variants(model, plan.choice);
   if (train) models::use_dataset(model, *train);
   model.to(device);
   model.set_training(true);
@@ -157,7 +168,7 @@ struct PlannedTraining {
       : model(prepare_model(plan, trace, options, device, train)),
         parameters(model.parameters()),
         optimizer(runtime::make_optimizer(plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer, parameters)),
-        runner(model, plan.checkpointed_blocks, position) {}
+        runner(model, plan.choice.checkpointed_blocks, position) {}
   PlannedTraining(const PlannedTraining&) = delete;
   PlannedTraining& operator=(const PlannedTraining&) = delete;
 
@@ -186,21 +197,17 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
   model.set_dropout(false);
   {
     // Its batches, gradient copies and comparison are gone before the budget comes back.
-    const auto micro = make_micro_batches(model, plan.micro_batches, options.seed, device);
+    const auto micro = make_micro_batches(model, plan.choice.micro_batches, options.seed, device);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
     training.runner.accumulate(micro, plan.global_batch);
     const auto accumulated = gradients_of(parameters);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
     {
-      // The reference runs the standard layers: Tempo's must give the same gradients.
-      std::vector<bool> lean;
-      for (const auto& layer : model.layers()) lean.push_back(layer.lean);
+      // The reference runs the standard layers: the planned variants must give the same gradients.
       model.set_all_lean(false);
       torch::Tensor loss = model.forward(concatenate(micro));
       loss.backward();
-      for (std::size_t i = 0; i < lean.size(); ++i) {
-        if (lean[i]) model.set_lean(static_cast<int>(i), true);
-      }
+      use_variants(model, plan.choice);
     }
     const auto full = gradients_of(parameters);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
@@ -211,7 +218,7 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
   check.computed = true;
   bool batchnorm = false;
   for (const auto& layer : trace.layers) batchnorm |= layer.kind == "batchnorm";
-  check.note = batchnorm && plan.micro_batches.size() > 1 && !options.batchnorm_eval
+  check.note = batchnorm && plan.choice.micro_batches.size() > 1 && !options.batchnorm_eval
                    ? "BatchNorm normalizes each micro-batch with its own statistics, so the accumulated gradient differs "
                      "from the full batch's by design; dropout off on both sides"
                    : std::string("accumulated micro-batch gradients (loss weights b_i/B, checkpointing and Tempo as "
@@ -228,9 +235,9 @@ void train_step(PlannedTraining& training, const core::Plan& plan, const Execute
                 torch::Device device) {
   training.optimizer->zero_grad();
   // Each micro-batch's data is made when its turn comes, as a loader would deliver it.
-  for (std::size_t m = 0; m < plan.micro_batches.size(); ++m) {
+  for (std::size_t m = 0; m < plan.choice.micro_batches.size(); ++m) {
     training.runner.set_phase("data", static_cast<int>(m));
-    const auto batch = make_micro_batches(training.model, {plan.micro_batches[m]},
+    const auto batch = make_micro_batches(training.model, {plan.choice.micro_batches[m]},
                                           options.seed + 7919 * static_cast<std::uint64_t>(step + 1) + m, device);
     training.runner.run_micro_batch(batch.front(), static_cast<int>(m), plan.global_batch);
   }

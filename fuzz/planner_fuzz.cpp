@@ -51,7 +51,7 @@ planner::PlanRequest request_from(const std::uint8_t* bytes, const core::Trace& 
 void check_plan(const core::Trace& trace, const planner::PlanRequest& request, const core::Plan& plan) {
   if (plan.predicted.peak_bytes > plan.budget_bytes - plan.margin_bytes) fuzz::finding("the plan does not fit its budget");
   std::int64_t samples = 0;
-  for (const auto b : plan.micro_batches) samples += b;
+  for (const auto b : plan.choice.micro_batches) samples += b;
   if (samples != request.global_batch) fuzz::finding("the plan's micro-batches do not sum to the global batch");
   fuzz::must_succeed("simulating the written plan", [&] {
     const core::Plan read = core::plan_from_json(core::parse_json(core::to_json(plan).dump(1), "plan.json"), "plan.json");
@@ -61,7 +61,7 @@ void check_plan(const core::Trace& trace, const planner::PlanRequest& request, c
     if (sim.peak_bytes != plan.predicted.peak_bytes) {
       std::fprintf(stderr, "simulated peak %lld at task %d, predicted %lld (%s), micro-batches %zu of %lld\n",
                    static_cast<long long>(sim.peak_bytes), sim.peak_task, static_cast<long long>(plan.predicted.peak_bytes),
-                   plan.peak_at.c_str(), plan.micro_batches.size(), static_cast<long long>(plan.micro_batches.front()));
+                   plan.peak_at.c_str(), plan.choice.micro_batches.size(), static_cast<long long>(plan.choice.micro_batches.front()));
       fuzz::finding("the simulated peak differs from the predicted one");
     }
   });

@@ -52,6 +52,13 @@ void Model::set_lean(int layer, bool lean) {
   l.lean = lean;
 }
 
+void Model::set_variant(int layer, core::LayerVariant variant) {
+  switch (variant) {
+    case core::LayerVariant::Standard: set_lean(layer, false); return;
+    case core::LayerVariant::Tempo: set_lean(layer, true); return;
+  }
+}
+
 void Model::set_all_lean(bool lean) {
   for (auto& layer : layers_) layer.lean = lean && layer.has_lean_variant();
 }

@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "core/step_choice.h"
 #include "core/trace.h"
 #include "models/config.h"
 
@@ -110,6 +111,8 @@ class Model {
   void set_lean(int layer, bool lean);
   // Every layer that has a lean variant on (the others are untouched).
   void set_all_lean(bool lean);
+  // Runs `layer` as the given variant. Throws std::invalid_argument for a variant the layer lacks.
+  void set_variant(int layer, core::LayerVariant variant);
 
   // For each layer, the id of the last layer that reads its output (its own id if none does).
   const std::vector<int>& last_readers() const { return last_readers_; }

@@ -50,6 +50,8 @@ LayerGraph::LayerGraph(const core::Trace& trace) : readers_(trace.layers.size())
       throw core::InputError("block " + std::to_string(layer.block) + " is not contiguous");
     }
   }
+  for (std::size_t k = 0; k < blocks_.size(); ++k) block_index_.emplace_back(blocks_[k].block, k);
+  std::sort(block_index_.begin(), block_index_.end());
   for (auto& span : blocks_) {
     // Checkpointable: the block reads one tensor from outside, and only its last layer is read
     // from outside. Then recomputing it needs just that input.
@@ -130,15 +132,22 @@ std::vector<int> LayerGraph::lean_candidates() const {
   return out;
 }
 
-std::vector<bool> LayerGraph::all_lean() const {
-  std::vector<bool> out(lean_.size(), false);
-  for (std::size_t i = 0; i < lean_.size(); ++i) out[i] = lean_[i].eligible;
+core::StepChoice LayerGraph::all_lean() const {
+  core::StepChoice out;
+  for (std::size_t i = 0; i < lean_.size(); ++i) {
+    if (lean_[i].eligible) out.set_variant(static_cast<int>(i), core::LayerVariant::Tempo);
+  }
   return out;
 }
 
 int LayerGraph::last_reader(int layer) const {
   const auto& r = readers_[static_cast<std::size_t>(layer)];
   return r.empty() ? -1 : *std::max_element(r.begin(), r.end());
+}
+
+const BlockSpan* LayerGraph::block_with_id(int id) const {
+  const auto it = std::lower_bound(block_index_.begin(), block_index_.end(), std::make_pair(id, std::size_t{0}));
+  return it != block_index_.end() && it->first == id ? &blocks_[it->second] : nullptr;
 }
 
 int LayerGraph::first_block_layer() const { return blocks_.empty() ? static_cast<int>(size()) : blocks_.front().first; }

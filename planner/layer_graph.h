@@ -2,8 +2,10 @@
 // The layer graph of a trace: who reads whose output, who keeps it for backward, and which blocks
 // can be checkpointed as a unit.
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/step_choice.h"
 #include "core/trace.h"
 
 namespace headroom::planner {
@@ -45,6 +47,8 @@ class LayerGraph {
   // Whether some reader keeps `layer`'s output for its backward.
   bool output_saved(int layer) const { return saved_[static_cast<std::size_t>(layer)]; }
   const std::vector<BlockSpan>& blocks() const { return blocks_; }
+  // The block the trace numbers `id`, or nullptr.
+  const BlockSpan* block_with_id(int id) const;
   // Tempo: whether the layer's lean variant can be chosen on its own. It can when the trace
   // measured it and its costs do not depend on another layer's choice: no other layer with a lean
   // variant keeps the same input, and an input it releases is freed inside the same block.
@@ -56,8 +60,8 @@ class LayerGraph {
   }
   const HeldOutput& held_output(int layer) const { return lean_[static_cast<std::size_t>(layer)].held; }
   std::vector<int> lean_candidates() const;
-  // One flag per layer: every layer that can be lean, lean.
-  std::vector<bool> all_lean() const;
+  // Every layer that can be lean, lean (a choice of layer variants only).
+  core::StepChoice all_lean() const;
   // Layers before the first block / after the last block.
   int first_block_layer() const;
   int last_block_layer() const;
@@ -67,6 +71,7 @@ class LayerGraph {
   std::vector<bool> saved_;
   std::vector<int> order_;
   std::vector<BlockSpan> blocks_;
+  std::vector<std::pair<int, std::size_t>> block_index_;  // (id, index into blocks_), by id
   struct Lean {
     bool eligible = false;
     std::vector<ReleasedInput> released;

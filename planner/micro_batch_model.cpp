@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
+#include "core/errors.h"
 #include "core/saturating.h"
 
 namespace headroom::planner {
@@ -13,6 +15,10 @@ const char* op_kind_name(OpKind kind) {
     case OpKind::ForwardNoGrad: return "forward (checkpointed, no grad)";
     case OpKind::Recompute: return "recompute";
     case OpKind::Backward: return "backward";
+    case OpKind::LoadInput: return "input";
+    case OpKind::ReleaseLeftovers: return "micro-batch end";
+    case OpKind::ReleaseInput: return "input released";
+    case OpKind::Optimizer: return "optimizer";
   }
   return "?";
 }
@@ -25,14 +31,14 @@ std::int64_t scaled(std::int64_t ns, double scale) {
   return std::llround(std::min(static_cast<double>(ns) * scale, static_cast<double>(core::kMaxTraceNs)));
 }
 
-// For each layer, the block span it belongs to if that block is checkpointed, else nullptr.
-std::vector<const BlockSpan*> checkpointed_span_of(const LayerGraph& graph, const std::vector<bool>& checkpointed,
-                                                   std::size_t layers) {
-  std::vector<const BlockSpan*> span_of(layers, nullptr);
-  const auto& blocks = graph.blocks();
-  for (std::size_t k = 0; k < blocks.size() && k < checkpointed.size(); ++k) {
-    if (!checkpointed[k] || !blocks[k].checkpointable) continue;
-    for (int i = blocks[k].first; i <= blocks[k].last; ++i) span_of[static_cast<std::size_t>(i)] = &blocks[k];
+// For each layer, the block span it belongs to if that block is checkpointed, else nullptr. Block
+// ids the graph lacks or cannot checkpoint are left out (checkpointed_block_flags refuses them).
+std::vector<const BlockSpan*> checkpointed_span_of(const LayerGraph& graph, const std::vector<int>& checkpointed_blocks) {
+  std::vector<const BlockSpan*> span_of(graph.size(), nullptr);
+  for (const int id : checkpointed_blocks) {
+    const BlockSpan* span = graph.block_with_id(id);
+    if (span == nullptr || !span->checkpointable) continue;
+    for (int i = span->first; i <= span->last; ++i) span_of[static_cast<std::size_t>(i)] = span;
   }
   return span_of;
 }
@@ -67,37 +73,69 @@ std::int64_t lean_saved_bytes(const BatchCosts& costs, const LayerGraph& graph, 
 namespace {
 
 std::vector<bool> effective_lean(const LayerGraph& graph, const std::vector<const BlockSpan*>& span_of,
-                                 const std::vector<bool>& lean) {
+                                 const core::StepChoice& choice) {
   std::vector<bool> out(graph.size(), false);
-  for (std::size_t i = 0; i < out.size() && i < lean.size(); ++i) {
-    out[i] = lean[i] && span_of[i] == nullptr && graph.can_be_lean(static_cast<int>(i));
+  for (std::size_t i = 0; i < out.size() && i < choice.layers.size(); ++i) {
+    out[i] = choice.layers[i].variant == core::LayerVariant::Tempo && span_of[i] == nullptr &&
+             graph.can_be_lean(static_cast<int>(i));
   }
   return out;
 }
 
 }  // namespace
 
-std::vector<bool> effective_lean(const LayerGraph& graph, const std::vector<bool>& checkpointed,
-                                 const std::vector<bool>& lean) {
-  if (lean.empty()) return std::vector<bool>(graph.size(), false);
-  return effective_lean(graph, checkpointed_span_of(graph, checkpointed, graph.size()), lean);
+core::StepChoice effective_variants(const LayerGraph& graph, core::StepChoice choice) {
+  const auto lean = effective_lean(graph, checkpointed_span_of(graph, choice.checkpointed_blocks), choice);
+  for (std::size_t i = 0; i < choice.layers.size(); ++i) {
+    if (choice.layers[i].variant == core::LayerVariant::Tempo && !lean[i]) choice.layers[i].variant = core::LayerVariant::Standard;
+  }
+  return choice;
+}
+
+core::StepChoice complete_choice(const core::Trace& trace, const LayerGraph& graph, core::StepChoice choice) {
+  const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
+  choice.checkpointed_blocks.clear();
+  for (const auto& span : graph.blocks()) {
+    if (span_of[static_cast<std::size_t>(span.first)] == &span) choice.checkpointed_blocks.push_back(span.block);
+  }
+  std::vector<core::LayerStep> layers;
+  layers.reserve(trace.layers.size());
+  for (const auto& layer : trace.layers) {
+    const auto i = static_cast<std::size_t>(layer.id);
+    layers.push_back({layer.id, layer.name, span_of[i] != nullptr, choice.variant(layer.id)});
+  }
+  choice.layers = std::move(layers);
+  return choice;
+}
+
+std::vector<bool> checkpointed_block_flags(const LayerGraph& graph, const core::StepChoice& choice,
+                                           const std::string& source) {
+  std::vector<bool> flags(graph.blocks().size(), false);
+  for (const int id : choice.checkpointed_blocks) {
+    const BlockSpan* span = graph.block_with_id(id);
+    if (span == nullptr) throw core::InputError(source + ": $.checkpointed_blocks: the trace has no block " + std::to_string(id));
+    if (!span->checkpointable) {
+      throw core::InputError(source + ": block " + std::to_string(id) + " cannot be checkpointed: " + span->why_not);
+    }
+    flags[static_cast<std::size_t>(span - graph.blocks().data())] = true;
+  }
+  return flags;
 }
 
 std::vector<Op> micro_batch_ops(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
-                                const std::vector<bool>& checkpointed, const std::vector<bool>& lean) {
-  return micro_batch_ops(batch_costs(costs, batch), graph, checkpointed, 0, static_cast<int>(costs.layer_count()) - 1,
-                         lean);
+                                const core::StepChoice& choice) {
+  return micro_batch_ops(batch_costs(costs, batch), graph, choice, 0, static_cast<int>(costs.layer_count()) - 1);
 }
 
-std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph, const std::vector<bool>& checkpointed,
-                                int first, int last, const std::vector<bool>& lean) {
+namespace {
+
+std::vector<Op> layer_ops(const BatchCosts& costs, const LayerGraph& graph, const std::vector<const BlockSpan*>& span_of,
+                          const std::vector<bool>& lean_now, int first, int last) {
   const std::size_t n = costs.layers.size();
   const double scale = costs.scale;
-  const auto span_of = checkpointed_span_of(graph, checkpointed, n);
   // A lean layer runs at its Tempo cost, and an input it no longer keeps is freed by its last
   // reader's forward (measured there as a smaller net change). Without lean layers the costs are
   // used as they are, not copied.
-  const auto lean_now = effective_lean(graph, span_of, lean);
   std::vector<core::LayerCost> adjusted;
   if (std::find(lean_now.begin(), lean_now.end(), true) != lean_now.end()) adjusted = costs.layers;
   const std::vector<core::LayerCost>& cost = adjusted.empty() ? costs.layers : adjusted;
@@ -167,6 +205,14 @@ std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph
   return ops;
 }
 
+}  // namespace
+
+std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph, const core::StepChoice& choice,
+                                int first, int last) {
+  const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
+  return layer_ops(costs, graph, span_of, effective_lean(graph, span_of, choice), first, last);
+}
+
 Walk walk(const std::vector<Op>& ops) {
   Walk w;
   std::int64_t level = 0;
@@ -187,92 +233,133 @@ Walk walk(const std::vector<Op>& ops) {
   return w;
 }
 
-StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph,
-                            const std::vector<std::int64_t>& micro_batches, const std::vector<bool>& checkpointed,
-                            const std::vector<bool>& lean) {
-  StepPrediction p;
-  const std::int64_t base = costs.static_bytes();
-  // The optimizer steps while the last micro-batch's input is still allocated.
-  p.peak_bytes = base + costs.input_bytes(micro_batches.back()) + costs.optimizer_transient_bytes();
-  p.peak_at = "optimizer step";
-  // Micro-batches run one after another and free their activations in between: every micro-batch
-  // of the same size has the same peak, so each distinct size is walked once.
-  std::vector<std::int64_t> sizes = micro_batches;
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  for (const std::int64_t b : sizes) {
-    const auto ops = micro_batch_ops(costs, graph, b, checkpointed, lean);
-    const Walk w = walk(ops);
-    const std::int64_t count = std::count(micro_batches.begin(), micro_batches.end(), b);
-    p.step_ns = core::saturating_add(p.step_ns, core::saturating_mul(count, w.duration_ns));
-    const std::int64_t peak = base + costs.input_bytes(b) + w.peak_bytes;
-    if (peak > p.peak_bytes) {
-      p.peak_bytes = peak;
-      const Op& op = ops[static_cast<std::size_t>(w.peak_op)];
-      p.peak_at = std::string(op_kind_name(op.kind)) + " of " + costs.trace().layers[static_cast<std::size_t>(op.layer)].name +
-                  " (micro-batch of " + std::to_string(b) + ")";
-    }
+StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
+  StepSequence seq;
+  seq.static_bytes = costs.static_bytes();
+  const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
+  const auto lean_now = effective_lean(graph, span_of, choice);
+  const auto& sizes = choice.micro_batches;
+  const int last_layer = static_cast<int>(costs.layer_count()) - 1;
+  // A micro-batch: its input arrives, its layers run, what their measured changes leave over goes
+  // (so every micro-batch starts from the same level), and its input goes, except the last one's,
+  // which stays until the optimizer has stepped. Micro-batches of one size run the same ops: they
+  // are made once per distinct size (a split has at most two).
+  std::vector<std::int64_t> made;
+  const auto ops_for = [&](std::int64_t b) {
+    const auto known = std::find(made.begin(), made.end(), b);
+    if (known != made.end()) return static_cast<std::size_t>(known - made.begin());
+    std::vector<Op> ops{{OpKind::LoadInput, -1, 0, 0, costs.input_bytes(b)}};
+    const auto layers = layer_ops(batch_costs(costs, b), graph, span_of, lean_now, 0, last_layer);
+    ops.insert(ops.end(), layers.begin(), layers.end());
+    std::int64_t net = 0;
+    for (const auto& op : layers) net += op.retained_bytes;
+    ops.push_back({OpKind::ReleaseLeftovers, -1, 0, 0, -net});
+    ops.push_back({OpKind::ReleaseInput, -1, 0, 0, -costs.input_bytes(b)});  // kept by the last micro-batch
+    seq.ops.push_back(std::move(ops));
+    made.push_back(b);
+    return seq.ops.size() - 1;
+  };
+  for (std::size_t m = 0; m < sizes.size();) {
+    const bool last = m + 1 == sizes.size();
+    std::size_t end = m + 1;
+    // A run of one size; the last micro-batch is a segment of its own.
+    while (end + 1 < sizes.size() && sizes[end] == sizes[m]) ++end;
+    seq.segments.push_back({ops_for(sizes[m]), sizes[m], static_cast<std::int64_t>(m), static_cast<std::int64_t>(end - m), last});
+    m = end;
   }
-  p.step_ns = core::saturating_add(p.step_ns, costs.optimizer_ns());
+  // The optimizer steps while the last micro-batch's input is still allocated, then it goes.
+  std::vector<Op> optimizer{{OpKind::Optimizer, -1, costs.optimizer_ns(), costs.optimizer_transient_bytes(), 0}};
+  if (!sizes.empty()) optimizer.push_back({OpKind::ReleaseInput, -1, 0, 0, -costs.input_bytes(sizes.back())});
+  seq.ops.push_back(std::move(optimizer));
+  seq.segments.push_back({seq.ops.size() - 1, 0, static_cast<std::int64_t>(sizes.size()), 1});
+  return seq;
+}
+
+StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
+  const StepSequence seq = step_sequence(costs, graph, choice);
+  StepPrediction p;
+  p.peak_bytes = -1;
+  std::int64_t level = seq.static_bytes;
+  // Segments of one size share their walk (the last micro-batch's kept input changes only what is
+  // left after its ops, not its peak or time).
+  std::vector<std::optional<Walk>> walks(seq.ops.size());
+  for (const auto& segment : seq.segments) {
+    const auto& ops = seq.ops[segment.ops];
+    // A repeated segment ends where it started, so its repetitions peak alike.
+    auto& known = walks[segment.ops];
+    if (!known) known = walk(ops);
+    const Walk& w = *known;
+    p.step_ns = core::saturating_add(p.step_ns, core::saturating_mul(segment.repeat, w.duration_ns));
+    if (level + w.peak_bytes > p.peak_bytes) {
+      p.peak_bytes = level + w.peak_bytes;
+      const Op& op = ops[static_cast<std::size_t>(w.peak_op)];
+      p.peak_at = op.kind == OpKind::Optimizer ? std::string("optimizer step")
+                  : op.layer < 0
+                      ? std::string(op_kind_name(op.kind)) + " (micro-batch of " + std::to_string(segment.batch) + ")"
+                      : std::string(op_kind_name(op.kind)) + " of " +
+                            costs.trace().layers[static_cast<std::size_t>(op.layer)].name + " (micro-batch of " +
+                            std::to_string(segment.batch) + ")";
+    }
+    for (std::size_t k = 0; k + (segment.keeps_input ? 1 : 0) < ops.size(); ++k) level += ops[k].retained_bytes;
+  }
   // A step takes time even where the trace's layers and optimizer measured none (samples/s stays finite).
   p.step_ns = std::max<std::int64_t>(p.step_ns, 1);
   return p;
 }
 
-core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& graph,
-                              const std::vector<std::int64_t>& micro_batches, const std::vector<bool>& checkpointed,
-                              const std::vector<bool>& lean) {
+core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
   using core::MemoryKind;
+  const StepSequence seq = step_sequence(costs, graph, choice);
   core::Schedule schedule;
   schedule.resident = {{MemoryKind::Parameter, costs.param_bytes()},
                        {MemoryKind::Gradient, costs.gradient_bytes()},
                        {MemoryKind::OptimizerState, costs.optimizer_state_bytes()}};
   const auto& layers = costs.trace().layers;
-  // Micro-batches of one size run the same ops: build them once per distinct size (a split has at
-  // most two).
-  std::vector<std::pair<std::int64_t, std::vector<Op>>> ops_by_size;
-  schedule.tasks.reserve(micro_batches.size() * 2 * layers.size() + 1);
-  for (std::size_t m = 0; m < micro_batches.size(); ++m) {
-    const std::int64_t b = micro_batches[m];
-    auto known = std::find_if(ops_by_size.begin(), ops_by_size.end(), [b](const auto& entry) { return entry.first == b; });
-    if (known == ops_by_size.end()) {
-      ops_by_size.emplace_back(b, micro_batch_ops(costs, graph, b, checkpointed, lean));
-      known = ops_by_size.end() - 1;
+  schedule.tasks.reserve(choice.micro_batches.size() * 2 * layers.size() + 1);
+  // Bookkeeping ops take no time: an input's arrival joins the next task's start, releases join
+  // the previous task's end.
+  std::vector<core::MemoryChange> pending_start;
+  const auto at_end_of_last = [&](core::MemoryChange change) {
+    if (schedule.tasks.empty()) {
+      pending_start.push_back(change);
+    } else {
+      schedule.tasks.back().at_end.push_back(change);
     }
-    const std::vector<Op>& ops = known->second;
-    std::int64_t net = 0;
-    for (std::size_t k = 0; k < ops.size(); ++k) {
-      const Op& op = ops[k];
-      core::Task task;
-      task.name = layers[static_cast<std::size_t>(op.layer)].name;
-      task.category = op_kind_name(op.kind);
-      task.duration_ns = op.duration_ns;
-      task.transient_bytes = op.transient_bytes;
-      task.at_end = {{MemoryKind::Activation, op.retained_bytes}};
-      task.layer = op.layer;
-      task.micro_batch = static_cast<int>(m);
-      if (!schedule.tasks.empty()) task.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
-      if (k == 0) task.at_start = {{MemoryKind::Input, costs.input_bytes(b)}};
-      net += op.retained_bytes;
-      if (k + 1 == ops.size()) {
-        // The micro-batch is done: what its measured changes leave over (the loss value and the
-        // like) goes, so every micro-batch starts from the same level; its input goes too, except
-        // the last one's, which stays until the optimizer has stepped.
-        task.at_end.push_back({MemoryKind::Activation, -net});
-        if (m + 1 < micro_batches.size()) task.at_end.push_back({MemoryKind::Input, -costs.input_bytes(b)});
+  };
+  for (const auto& segment : seq.segments) {
+    const auto& ops = seq.ops[segment.ops];
+    const std::size_t count = ops.size() - (segment.keeps_input ? 1 : 0);
+    for (std::int64_t r = 0; r < segment.repeat; ++r) {
+      const int micro_batch = segment.batch > 0 ? static_cast<int>(segment.first + r) : -1;
+      for (std::size_t k = 0; k < count; ++k) {
+        const Op& op = ops[k];
+        switch (op.kind) {
+          case OpKind::LoadInput: pending_start.push_back({MemoryKind::Input, op.retained_bytes}); continue;
+          case OpKind::ReleaseLeftovers: at_end_of_last({MemoryKind::Activation, op.retained_bytes}); continue;
+          case OpKind::ReleaseInput: at_end_of_last({MemoryKind::Input, op.retained_bytes}); continue;
+          default: break;
+        }
+        core::Task task;
+        if (op.kind == OpKind::Optimizer) {
+          task.name = "optimizer." + costs.trace().optimizer.name;
+          task.category = "optimizer";
+        } else {
+          task.name = layers[static_cast<std::size_t>(op.layer)].name;
+          task.category = op_kind_name(op.kind);
+          task.at_end = {{MemoryKind::Activation, op.retained_bytes}};
+          task.layer = op.layer;
+          task.micro_batch = micro_batch;
+        }
+        task.duration_ns = op.duration_ns;
+        task.transient_bytes = op.transient_bytes;
+        task.at_start = std::move(pending_start);
+        pending_start.clear();
+        if (!schedule.tasks.empty()) task.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
+        schedule.tasks.push_back(std::move(task));
       }
-      schedule.tasks.push_back(std::move(task));
     }
   }
-  core::Task optimizer;
-  optimizer.name = "optimizer." + costs.trace().optimizer.name;
-  optimizer.category = "optimizer";
-  optimizer.duration_ns = costs.optimizer_ns();
-  optimizer.transient_bytes = costs.optimizer_transient_bytes();
-  if (!micro_batches.empty()) optimizer.at_end = {{MemoryKind::Input, -costs.input_bytes(micro_batches.back())}};
-  if (!schedule.tasks.empty()) optimizer.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
-  schedule.tasks.push_back(optimizer);
-  for (const auto b : micro_batches) schedule.samples += b;
+  schedule.samples = choice.samples();
   return schedule;
 }
 

@@ -1,22 +1,27 @@
 #pragma once
-// One micro-batch's forward and backward as a sequence of operations with durations, transient
-// peaks and net memory changes, built from a trace's measurements. It is the planner's model of
-// memory and time: the search walks it, and the schedule for the simulator is made from it.
+// One training step as a sequence of operations with durations, transient peaks and net memory
+// changes, built from a trace's measurements and a step choice. It is the planner's one model of
+// memory and time: the plan's prediction walks the sequence, and the simulator's schedule is made
+// from the same sequence, so the two cannot disagree.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/cost_model.h"
 #include "core/schedule.h"
+#include "core/step_choice.h"
 #include "planner/layer_graph.h"
 
 namespace headroom::planner {
 
-enum class OpKind { Forward, ForwardNoGrad, Recompute, Backward };
+// A micro-batch's layer work, and the bookkeeping around it: its input arriving, what its layers'
+// measured changes leave over (the loss value and the like) and its input going once it is done,
+// and the optimizer step.
+enum class OpKind { Forward, ForwardNoGrad, Recompute, Backward, LoadInput, ReleaseLeftovers, ReleaseInput, Optimizer };
 
 struct Op {
   OpKind kind = OpKind::Forward;
-  int layer = 0;
+  int layer = -1;  // -1 for bookkeeping ops
   std::int64_t duration_ns = 0;
   std::int64_t transient_bytes = 0;  // held while the op runs, above the level at its start
   std::int64_t retained_bytes = 0;   // net change of allocated bytes when it ends (signed)
@@ -24,12 +29,12 @@ struct Op {
 
 const char* op_kind_name(OpKind kind);
 
-// The ops of one micro-batch of `batch` samples with the given blocks checkpointed (a flag per
-// LayerGraph block) and the given layers running Tempo's lean variant (a flag per layer; empty:
-// none). A lean flag counts only outside checkpointed blocks, whose recompute runs the standard
-// layers. Layer times are scaled so one micro-batch takes the trace's plain step time.
+// The layer ops of one micro-batch of `batch` samples run as `choice` says (its checkpointed
+// blocks and layer variants; its micro-batches are not read). A lean variant counts only outside
+// checkpointed blocks, whose recompute runs the standard layers. Layer times are scaled so one
+// micro-batch takes the trace's plain step time.
 std::vector<Op> micro_batch_ops(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
-                                const std::vector<bool>& checkpointed, const std::vector<bool>& lean = {});
+                                const core::StepChoice& choice);
 
 // Every layer's cost at one micro-batch size, with the time scale that makes them add up to the
 // plain step: computed once and reused for many choices of checkpointed blocks.
@@ -41,18 +46,44 @@ struct BatchCosts {
 };
 BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch);
 
-// The ops of layers [first, last] only (their forward part, then their backward part, in the
+// The layer ops of layers [first, last] only (their forward part, then their backward part, in the
 // order a whole micro-batch would run them).
-std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph, const std::vector<bool>& checkpointed,
-                                int first, int last, const std::vector<bool>& lean = {});
+std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph, const core::StepChoice& choice,
+                                int first, int last);
 
 // Bytes a layer's lean variant stops keeping from its forward to its backward: its own smaller net
 // change plus the inputs it releases to their last reader.
 std::int64_t lean_saved_bytes(const BatchCosts& costs, const LayerGraph& graph, int layer);
 
-// Which lean flags take effect: eligible layers outside checkpointed blocks.
-std::vector<bool> effective_lean(const LayerGraph& graph, const std::vector<bool>& checkpointed,
-                                 const std::vector<bool>& lean);
+// The choice with only the variants that take effect: Tempo on eligible layers outside
+// checkpointed blocks, standard elsewhere.
+core::StepChoice effective_variants(const LayerGraph& graph, core::StepChoice choice);
+
+// A plan's form of a working choice: one entry per trace layer with its name and whether its
+// block is checkpointed, blocks in the order of the chain.
+core::StepChoice complete_choice(const core::Trace& trace, const LayerGraph& graph, core::StepChoice choice);
+
+// The graph's block indices (into LayerGraph::blocks()) of the choice's checkpointed block ids.
+// Throws InputError (prefixed with `source`) for a block the trace lacks or one that cannot be
+// checkpointed.
+std::vector<bool> checkpointed_block_flags(const LayerGraph& graph, const core::StepChoice& choice,
+                                           const std::string& source = "plan");
+
+// The whole step: each micro-batch's ops in order, then the optimizer. A run of micro-batches of
+// one size shares its ops and is walked once (each micro-batch ends at the level it started from).
+struct StepSequence {
+  struct Segment {
+    std::size_t ops = 0;       // index into `ops`
+    std::int64_t batch = 0;    // micro-batch size; 0 for the optimizer
+    std::int64_t first = 0;    // index of its first micro-batch
+    std::int64_t repeat = 1;   // consecutive micro-batches running these ops
+    bool keeps_input = false;  // the last micro-batch: its ops less the final release of its input
+  };
+  std::vector<std::vector<Op>> ops;  // one list per distinct micro-batch, and the optimizer's
+  std::vector<Segment> segments;
+  std::int64_t static_bytes = 0;  // parameters, gradients and optimizer state, before and after
+};
+StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
 
 struct Walk {
   std::int64_t peak_bytes = 0;  // above the level at the start
@@ -69,14 +100,10 @@ struct StepPrediction {
   std::int64_t step_ns = 0;
   std::string peak_at;  // "backward of layer3.attention (micro-batch of 8)", "optimizer step", ...
 };
-StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph,
-                            const std::vector<std::int64_t>& micro_batches, const std::vector<bool>& checkpointed,
-                            const std::vector<bool>& lean = {});
+StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
 
 // The step as tasks on the compute stream, for the simulator: resident static state, each
 // micro-batch's input and ops, and the optimizer step.
-core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& graph,
-                              const std::vector<std::int64_t>& micro_batches, const std::vector<bool>& checkpointed,
-                              const std::vector<bool>& lean = {});
+core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
 
 }  // namespace headroom::planner

@@ -7,46 +7,31 @@
 
 namespace headroom::planner {
 
-std::vector<bool> checkpoint_flags(const core::Plan& plan, const LayerGraph& graph, const std::string& source) {
-  std::vector<bool> flags(graph.blocks().size(), false);
-  for (const int block : plan.checkpointed_blocks) {
-    bool found = false;
-    for (std::size_t k = 0; k < graph.blocks().size(); ++k) {
-      if (graph.blocks()[k].block != block) continue;
-      if (!graph.blocks()[k].checkpointable) {
-        throw core::InputError(source + ": block " + std::to_string(block) + " cannot be checkpointed: " +
-                               graph.blocks()[k].why_not);
-      }
-      flags[k] = found = true;
-    }
-    if (!found) throw core::InputError(source + ": $.checkpointed_blocks: the trace has no block " + std::to_string(block));
-  }
-  return flags;
-}
-
-std::vector<bool> lean_flags(const core::Plan& plan, const LayerGraph& graph, const std::string& source) {
-  std::vector<bool> flags(graph.size(), false);
-  if (plan.layers.size() != graph.size()) {
-    throw core::InputError(source + ": $.layers: the plan has " + std::to_string(plan.layers.size()) +
+void check_choice(const core::Plan& plan, const LayerGraph& graph, const std::string& source) {
+  const core::StepChoice& choice = plan.choice;
+  checkpointed_block_flags(graph, choice, source);
+  if (choice.layers.size() != graph.size()) {
+    throw core::InputError(source + ": $.layers: the plan has " + std::to_string(choice.layers.size()) +
                            " layers, its trace " + std::to_string(graph.size()));
   }
-  for (const auto& layer : plan.layers) {
-    if (!layer.tempo) continue;
-    if (!graph.can_be_lean(layer.id)) {
-      throw core::InputError(source + ": $.layers[" + std::to_string(layer.id) + "].tempo: layer " + layer.name +
+  for (const auto& layer : choice.layers) {
+    if (layer.variant == core::LayerVariant::Tempo && !graph.can_be_lean(layer.id)) {
+      throw core::InputError(source + ": $.layers[" + std::to_string(layer.id) + "].variant: layer " + layer.name +
                              " has no lean variant the trace measured");
     }
-    flags[static_cast<std::size_t>(layer.id)] = true;
   }
-  return flags;
+  if (choice.world_size != 1) {
+    throw core::InputError(source + ": $.world_size: " + std::to_string(choice.world_size) +
+                           " replicas, but data parallel is not implemented yet (1 only)");
+  }
 }
 
 core::Schedule plan_schedule(const core::Trace& trace, const core::Plan& plan, const std::string& source) {
   const core::Trace planned = plan.optimizer.empty() ? trace : with_estimated_optimizer(trace, plan.optimizer);
   const core::CostModel costs(planned);
   const LayerGraph graph(planned);
-  return build_schedule(costs, graph, plan.micro_batches, checkpoint_flags(plan, graph, source),
-                        lean_flags(plan, graph, source));
+  check_choice(plan, graph, source);
+  return build_schedule(costs, graph, plan.choice);
 }
 
 }  // namespace headroom::planner

@@ -2,7 +2,6 @@
 // A plan's step as a schedule for the simulator, from the plan and its trace: what `headroom
 // simulate` runs and what the GUI draws as the memory timeline.
 #include <string>
-#include <vector>
 
 #include "core/plan.h"
 #include "core/schedule.h"
@@ -11,13 +10,10 @@
 
 namespace headroom::planner {
 
-// One flag per LayerGraph block: is it checkpointed in the plan. Throws InputError (prefixed with
-// `source`) for a block the trace lacks or one that cannot be checkpointed.
-std::vector<bool> checkpoint_flags(const core::Plan& plan, const LayerGraph& graph, const std::string& source);
-
-// One flag per layer: does it run Tempo's lean variant in the plan. Throws InputError for a flag on
-// a layer whose lean variant the trace did not measure (or cannot be chosen alone).
-std::vector<bool> lean_flags(const core::Plan& plan, const LayerGraph& graph, const std::string& source);
+// Checks the plan's step choice against its trace: every checkpointed block exists and can be
+// checkpointed, there is one layer entry per trace layer, and every variant is one the trace
+// measured for that layer (and can be chosen alone). Throws InputError prefixed with `source`.
+void check_choice(const core::Plan& plan, const LayerGraph& graph, const std::string& source);
 
 // The plan's step as tasks, with the optimizer the plan was made for.
 core::Schedule plan_schedule(const core::Trace& trace, const core::Plan& plan, const std::string& source);

@@ -49,12 +49,13 @@ std::size_t find_op(const std::vector<Op>& ops, OpKind kind, int layer) {
 }  // namespace
 
 Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
-                       const std::vector<bool>& lean) {
+                       const core::StepChoice& variants) {
   const auto& blocks = graph.blocks();
   const BatchCosts batch_cost = batch_costs(costs, batch);
   const int layers = static_cast<int>(costs.layer_count());
-  const std::vector<bool> none(blocks.size(), false);
-  const auto stored_ops = micro_batch_ops(batch_cost, graph, none, 0, layers - 1, lean);
+  core::StepChoice choice = variants;
+  choice.checkpointed_blocks.clear();
+  const auto stored_ops = micro_batch_ops(batch_cost, graph, choice, 0, layers - 1);
   const Levels stored = levels_of(stored_ops);
   const std::int64_t absolute = costs.static_bytes() + costs.input_bytes(batch);
 
@@ -98,9 +99,8 @@ Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, st
       // Walk only this stage's ops with the block checkpointed: its forward from the prefix, its
       // recompute and backward from the level the stored walk has there, less what checkpointing
       // stopped this stage from keeping.
-      std::vector<bool> only(blocks.size(), false);
-      only[k] = true;
-      const auto ops = micro_batch_ops(batch_cost, graph, only, first, last, lean);
+      choice.checkpointed_blocks = {blocks[k].block};
+      const auto ops = micro_batch_ops(batch_cost, graph, choice, first, last);
       std::int64_t level = 0, peak = 0;
       std::size_t i = 0;
       for (; i < ops.size() && (ops[i].kind == OpKind::Forward || ops[i].kind == OpKind::ForwardNoGrad); ++i) {
@@ -126,12 +126,10 @@ Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, st
 namespace {
 
 struct Candidate {
-  std::vector<std::int64_t> micro_batches;
-  std::vector<bool> checkpointed;
-  std::vector<bool> lean;  // per layer, as it takes effect (effective_lean); empty: none
+  core::StepChoice choice;  // its layer variants as they take effect (effective_variants)
   StepPrediction prediction;
-  int checkpointed_count() const { return static_cast<int>(std::count(checkpointed.begin(), checkpointed.end(), true)); }
-  int lean_count() const { return static_cast<int>(std::count(lean.begin(), lean.end(), true)); }
+  int checkpointed_count() const { return static_cast<int>(choice.checkpointed_blocks.size()); }
+  int lean_count() const { return choice.lean_count(); }
   double samples_per_second(std::int64_t global_batch) const {
     return static_cast<double>(global_batch) * 1e9 / static_cast<double>(prediction.step_ns);
   }
@@ -173,20 +171,28 @@ TempoOrder tempo_order(const core::CostModel& costs, const LayerGraph& graph, st
   return order;
 }
 
-std::vector<bool> lean_prefix(const std::vector<int>& order, std::size_t count, std::size_t layers) {
-  std::vector<bool> lean(layers, false);
-  for (std::size_t k = 0; k < count && k < order.size(); ++k) lean[static_cast<std::size_t>(order[k])] = true;
-  return lean;
+// `choice` with the first `count` layers of `order` lean and every other layer standard.
+core::StepChoice with_lean_prefix(core::StepChoice choice, const std::vector<int>& order, std::size_t count) {
+  for (auto& layer : choice.layers) layer.variant = core::LayerVariant::Standard;
+  for (std::size_t k = 0; k < count && k < order.size(); ++k) choice.set_variant(order[k], core::LayerVariant::Tempo);
+  return choice;
+}
+
+// Block ids of the flagged stages of the graph's chain.
+std::vector<int> block_ids(const LayerGraph& graph, const std::vector<bool>& flags) {
+  std::vector<int> ids;
+  for (std::size_t k = 0; k < flags.size(); ++k) {
+    if (flags[k]) ids.push_back(graph.blocks()[k].block);
+  }
+  return ids;
 }
 
 // The fastest checkpointing for these micro-batches and lean layers under `limit`, or nothing.
 std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const LayerGraph& graph,
-                                           const std::vector<std::int64_t>& micro, std::int64_t limit,
-                                           const std::vector<bool>& lean) {
-  const std::size_t blocks = graph.blocks().size();
-  if (blocks == 0) return std::nullopt;
-  Candidate c{micro, std::vector<bool>(blocks, false), lean, {}};
-  const Chain chain = checkpoint_chain(costs, graph, c.micro_batches.front(), lean);
+                                           const core::StepChoice& start, std::int64_t limit) {
+  if (graph.blocks().empty()) return std::nullopt;
+  Candidate c{start, {}};
+  const Chain chain = checkpoint_chain(costs, graph, c.choice.micro_batches.front(), start);
   std::int64_t total = 0;
   for (const auto& s : chain.stages) total += std::max(s.stored_bytes, s.checkpointed_bytes);
   const std::int64_t unit = std::max<std::int64_t>(1, total / 4096);
@@ -195,8 +201,8 @@ std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const L
   for (int attempt = 0; attempt < 4; ++attempt) {
     const ChainSolution solution = solve_checkpoint_dp(chain, dp_limit, unit);
     if (!solution.feasible) return std::nullopt;
-    c.checkpointed = solution.checkpoint;
-    c.prediction = predict_step(costs, graph, c.micro_batches, c.checkpointed, lean);
+    c.choice.checkpointed_blocks = block_ids(graph, solution.checkpoint);
+    c.prediction = predict_step(costs, graph, c.choice);
     if (c.prediction.peak_bytes <= limit) return c;
     dp_limit -= c.prediction.peak_bytes - limit;
   }
@@ -210,16 +216,15 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, const Temp
   std::size_t lo = order.free, hi = order.layers.size();
   while (lo < hi) {
     const std::size_t mid = lo + (hi - lo) / 2;
-    const auto lean = lean_prefix(order.layers, mid, graph.size());
-    const auto p = predict_step(costs, graph, c.micro_batches, c.checkpointed, lean);
+    const auto p = predict_step(costs, graph, with_lean_prefix(c.choice, order.layers, mid));
     if (p.peak_bytes <= limit) {
       hi = mid;
     } else {
       lo = mid + 1;
     }
   }
-  c.lean = effective_lean(graph, c.checkpointed, lean_prefix(order.layers, hi, graph.size()));
-  c.prediction = predict_step(costs, graph, c.micro_batches, c.checkpointed, c.lean);
+  c.choice = effective_variants(graph, with_lean_prefix(std::move(c.choice), order.layers, hi));
+  c.prediction = predict_step(costs, graph, c.choice);
 }
 
 // The fastest way to fit these micro-batches under `limit` with the allowed strategies, or
@@ -228,9 +233,9 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, const Temp
 // recomputes standard layers).
 std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, std::vector<std::int64_t> micro,
                              std::int64_t limit, bool allow_checkpointing, bool allow_tempo) {
-  const std::size_t blocks = graph.blocks().size();
-  Candidate plain{std::move(micro), std::vector<bool>(blocks, false), {}, {}};
-  plain.prediction = predict_step(costs, graph, plain.micro_batches, plain.checkpointed);
+  Candidate plain;
+  plain.choice.micro_batches = std::move(micro);
+  plain.prediction = predict_step(costs, graph, plain.choice);
   const bool plain_fits = plain.prediction.peak_bytes <= limit;
   if (plain_fits && !allow_tempo) return plain;
 
@@ -239,11 +244,10 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
     if (!best || c.prediction.step_ns < best->prediction.step_ns) best = std::move(c);
   };
   if (plain_fits) consider(plain);
-  const TempoOrder order = allow_tempo ? tempo_order(costs, graph, plain.micro_batches.front()) : TempoOrder{};
-  const auto all_lean = lean_prefix(order.layers, order.layers.size(), graph.size());
+  const TempoOrder order = allow_tempo ? tempo_order(costs, graph, plain.choice.micro_batches.front()) : TempoOrder{};
+  const auto all_lean = with_lean_prefix(plain.choice, order.layers, order.layers.size());
   if (!order.layers.empty()) {
-    Candidate c = plain;
-    c.prediction = predict_step(costs, graph, c.micro_batches, c.checkpointed, all_lean);
+    Candidate c{all_lean, predict_step(costs, graph, all_lean)};
     if (c.prediction.peak_bytes <= limit) {
       trim_lean(costs, graph, order, limit, c);
       consider(std::move(c));
@@ -251,9 +255,9 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
   }
   // Checkpointing only adds time where the step fits without it.
   if (allow_checkpointing && !plain_fits) {
-    if (auto c = fit_checkpointing(costs, graph, plain.micro_batches, limit, {})) consider(std::move(*c));
+    if (auto c = fit_checkpointing(costs, graph, plain.choice, limit)) consider(std::move(*c));
     if (!order.layers.empty()) {
-      if (auto c = fit_checkpointing(costs, graph, plain.micro_batches, limit, all_lean)) {
+      if (auto c = fit_checkpointing(costs, graph, all_lean, limit)) {
         trim_lean(costs, graph, order, limit, *c);
         consider(std::move(*c));
       }
@@ -263,7 +267,7 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
 }
 
 WeighedStep weighed(const Candidate& c, std::int64_t global_batch) {
-  return {c.micro_batches, c.checkpointed_count(), c.lean_count(),
+  return {c.choice.micro_batches, c.checkpointed_count(), c.lean_count(),
           {c.prediction.peak_bytes, static_cast<double>(c.prediction.step_ns) / 1e9, c.samples_per_second(global_batch)}};
 }
 
@@ -301,8 +305,9 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, std
       out.splits.push_back({step.micro_batches, true, step.checkpointed_blocks, step.lean_layers, step.predicted});
       out.fits.push_back(std::move(*c));
     } else {
-      const Candidate plain{micro, std::vector<bool>(graph.blocks().size(), false), {},
-                            predict_step(costs, graph, micro, std::vector<bool>(graph.blocks().size(), false))};
+      Candidate plain;
+      plain.choice.micro_batches = micro;
+      plain.prediction = predict_step(costs, graph, plain.choice);
       out.splits.push_back({std::move(micro), false, 0, 0, weighed(plain, global_batch).predicted});
     }
   }
@@ -314,12 +319,12 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, std
 std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, std::int64_t global_batch,
                         const SearchSpace& space) {
   const std::vector<std::int64_t> micro = split_batch(global_batch, space.micro_batching ? global_batch : 1);
-  const std::vector<bool> no_checkpoints(graph.blocks().size(), false);
-  std::int64_t least = predict_step(costs, graph, micro, no_checkpoints).peak_bytes;
+  core::StepChoice plain;
+  plain.micro_batches = micro;
+  std::int64_t least = predict_step(costs, graph, plain).peak_bytes;
   if (space.tempo) {
     const auto order = tempo_order(costs, graph, micro.front()).layers;
-    least = std::min(least, predict_step(costs, graph, micro, no_checkpoints,
-                                         lean_prefix(order, order.size(), graph.size())).peak_bytes);
+    least = std::min(least, predict_step(costs, graph, with_lean_prefix(plain, order, order.size())).peak_bytes);
   }
   if (!space.checkpointing) return least;
   std::int64_t lo = costs.static_bytes(), hi = least;
@@ -342,17 +347,20 @@ ChoiceFacts choice_facts(const core::CostModel& costs, const LayerGraph& graph, 
   ChoiceFacts facts;
   facts.chosen = weighed(best, global_batch);
   facts.largest_fitting = weighed(largest_fitting, global_batch);
-  const std::vector<bool> no_checkpoints(graph.blocks().size(), false);
-  const Candidate whole{{global_batch}, no_checkpoints, {}, predict_step(costs, graph, {global_batch}, no_checkpoints)};
+  Candidate whole;
+  whole.choice.micro_batches = {global_batch};
+  whole.prediction = predict_step(costs, graph, whole.choice);
   facts.whole_batch = weighed(whole, global_batch);
   if (best.checkpointed_count() > 0) {
-    facts.peak_without_checkpointing = predict_step(costs, graph, best.micro_batches, no_checkpoints, best.lean).peak_bytes;
+    core::StepChoice without = best.choice;
+    without.checkpointed_blocks.clear();
+    facts.peak_without_checkpointing = predict_step(costs, graph, without).peak_bytes;
   }
   if (best.lean_count() > 0) {
-    facts.peak_without_tempo = predict_step(costs, graph, best.micro_batches, best.checkpointed).peak_bytes;
+    facts.peak_without_tempo = predict_step(costs, graph, with_lean_prefix(best.choice, {}, 0)).peak_bytes;
     facts.lean_candidates = static_cast<int>(graph.lean_candidates().size());
-    const TempoOrder order = tempo_order(costs, graph, best.micro_batches.front());
-    for (std::size_t k = 0; k < order.free; ++k) facts.lean_measured_faster += best.lean[static_cast<std::size_t>(order.layers[k])];
+    const TempoOrder order = tempo_order(costs, graph, best.choice.micro_batches.front());
+    for (std::size_t k = 0; k < order.free; ++k) facts.lean_measured_faster += best.choice.lean(order.layers[k]);
   }
   return facts;
 }
@@ -369,22 +377,11 @@ core::Plan make_plan(const core::Trace& trace, const LayerGraph& graph, const Pl
   plan.budget_bytes = request.budget_bytes;
   plan.margin_bytes = margin;
   plan.global_batch = request.global_batch;
-  if (best.micro_batches.size() > 1) plan.strategies.push_back(strategy_name(Strategy::MicroBatching));
+  if (best.choice.micro_batches.size() > 1) plan.strategies.push_back(strategy_name(Strategy::MicroBatching));
   if (best.checkpointed_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Checkpointing));
   if (best.lean_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Tempo));
-  plan.micro_batches = best.micro_batches;
-  const auto& blocks = graph.blocks();
-  std::vector<bool> layer_checkpointed(trace.layers.size(), false);
-  for (std::size_t k = 0; k < blocks.size(); ++k) {
-    if (!best.checkpointed[k]) continue;
-    plan.checkpointed_blocks.push_back(blocks[k].block);
-    for (int i = blocks[k].first; i <= blocks[k].last; ++i) layer_checkpointed[static_cast<std::size_t>(i)] = true;
-  }
-  for (const auto& layer : trace.layers) {
-    const auto i = static_cast<std::size_t>(layer.id);
-    plan.layers.push_back({layer.id, layer.name, layer_checkpointed[i], !best.lean.empty() && best.lean[i]});
-  }
-  plan.warnings = plan_warnings(trace, best.micro_batches, request.global_batch);
+  plan.choice = complete_choice(trace, graph, best.choice);
+  plan.warnings = plan_warnings(trace, best.choice.micro_batches, request.global_batch);
   plan.predicted = weighed(best, request.global_batch).predicted;
   plan.peak_at = best.prediction.peak_at;
   return plan;

@@ -58,7 +58,8 @@ std::vector<std::int64_t> split_batch(std::int64_t global_batch, std::int64_t co
 
 // The checkpointing problem of one micro-batch size as a chain of blocks (absolute bytes:
 // static state, the micro-batch's input and the layers before the first block are the base).
+// `variants` gives the layer variants (its micro-batches and checkpointed blocks are not read).
 Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
-                       const std::vector<bool>& lean = {});
+                       const core::StepChoice& variants = {});
 
 }  // namespace headroom::planner

@@ -33,23 +33,25 @@ std::string render_plan_summary(const core::Plan& plan) {
       << plan.global_batch << ", budget " << core::format_bytes(plan.budget_bytes) << " (margin "
       << core::format_bytes(plan.margin_bytes) << ")\n\n";
 
-  std::int64_t first = plan.micro_batches.front(), last = plan.micro_batches.back();
+  const auto& micro_batches = plan.choice.micro_batches;
+  const auto& checkpointed = plan.choice.checkpointed_blocks;
+  std::int64_t first = micro_batches.front(), last = micro_batches.back();
   std::size_t of_first = 0;
-  for (const auto b : plan.micro_batches) of_first += b == first;
+  for (const auto b : micro_batches) of_first += b == first;
   out << "  micro-batches    " << of_first << " x " << first;
-  if (last != first) out << " + " << plan.micro_batches.size() - of_first << " x " << last;
+  if (last != first) out << " + " << micro_batches.size() - of_first << " x " << last;
   out << "  (loss weight b_i/B)\n";
   out << "  checkpointed     ";
-  if (plan.checkpointed_blocks.empty()) {
+  if (checkpointed.empty()) {
     out << "none\n";
   } else {
-    out << plan.checkpointed_blocks.size() << " block" << (plan.checkpointed_blocks.size() > 1 ? "s" : "") << ":";
-    for (const int b : plan.checkpointed_blocks) out << " " << b;
+    out << checkpointed.size() << " block" << (checkpointed.size() > 1 ? "s" : "") << ":";
+    for (const int b : checkpointed) out << " " << b;
     out << "\n";
   }
   std::vector<std::string> lean;
-  for (const auto& layer : plan.layers) {
-    if (layer.tempo) lean.push_back(layer.name);
+  for (const auto& layer : plan.choice.layers) {
+    if (layer.variant == core::LayerVariant::Tempo) lean.push_back(layer.name);
   }
   out << "  tempo (lean)     ";
   if (lean.empty()) {

@@ -100,9 +100,9 @@ TEST(PlanFile, NumbersPastTheirRangeAreRejected) {
   plan.trace_sha256 = std::string(64, '0');
   plan.budget_bytes = 1 << 30;
   plan.global_batch = 8;
-  plan.micro_batches = {4, 4};
-  plan.checkpointed_blocks = {1};
-  plan.layers = {{0, "fc", false, false}};
+  plan.choice.micro_batches = {4, 4};
+  plan.choice.checkpointed_blocks = {1};
+  plan.choice.layers = {{.id = 0, .name = "fc"}};
   plan.runner_ups = {{4, 1, {}, "slower"}};
   const nlohmann::json good = core::to_json(plan);
   ASSERT_EQ(core::plan_from_json(good), plan);
@@ -120,6 +120,11 @@ TEST(PlanFile, NumbersPastTheirRangeAreRejected) {
        "$.checkpointed_blocks[0]: expected an integer from 0 to 16383, got 4294967297"},
       {[&](nlohmann::json& d) { d["explanation"]["runner_ups"][0]["checkpointed_blocks"] = std::int64_t{1} << 32; },
        "$.explanation.runner_ups[0].checkpointed_blocks: expected an integer from 0"},
+      {[&](nlohmann::json& d) { d["layers"][0]["variant"] = "fp8"; },
+       "$.layers[0].variant: unknown layer variant 'fp8' (expected standard or tempo)"},
+      {[&](nlohmann::json& d) { d["layers"][0]["tempo"] = true; },
+       "$.layers[0].tempo: give either variant or the older tempo flag, not both"},
+      {[&](nlohmann::json& d) { d["world_size"] = 0; }, "$.world_size: expected an integer from 1 to 4096, got 0"},
   };
   for (const auto& c : cases) {
     nlohmann::json document = good;
@@ -131,6 +136,39 @@ TEST(PlanFile, NumbersPastTheirRangeAreRejected) {
       EXPECT_EQ(std::string(e.what()).rfind("p.json: " + c.expected, 0), 0u) << "got: " << e.what() << "\nwanted: " << c.expected;
     }
   }
+}
+
+// The step choice: variants by name, micro-batches swapped without touching the rest, and a world
+// size that the plan file keeps (written only when it is not 1, so plans of one replica read as before).
+TEST(StepChoice, VariantsMicroBatchesAndWorldSize) {
+  for (const auto v : {core::LayerVariant::Standard, core::LayerVariant::Tempo}) {
+    EXPECT_EQ(core::variant_named(core::variant_name(v)), v);
+  }
+  EXPECT_FALSE(core::variant_named("lean"));
+  EXPECT_EQ(core::variant_names(), "standard or tempo");
+
+  core::StepChoice choice;
+  choice.set_variant(2, core::LayerVariant::Tempo);
+  ASSERT_EQ(choice.layers.size(), 3u);
+  EXPECT_EQ(choice.layers[1].id, 1);
+  EXPECT_TRUE(choice.lean(2));
+  EXPECT_FALSE(choice.lean(0));
+  EXPECT_FALSE(choice.lean(7));  // past the entries: standard
+  EXPECT_EQ(choice.lean_count(), 1);
+  const auto other = choice.with_micro_batches({3, 2});
+  EXPECT_EQ(other.samples(), 5);
+  EXPECT_EQ(other.layers, choice.layers);
+
+  core::Plan plan;
+  plan.trace_path = "t.json";
+  plan.trace_sha256 = std::string(64, '0');
+  plan.global_batch = 4;
+  plan.choice.micro_batches = {4};
+  EXPECT_FALSE(core::to_json(plan).contains("world_size"));
+  plan.choice.world_size = 8;
+  const auto document = core::to_json(plan);
+  EXPECT_EQ(document.at("world_size"), 8);
+  EXPECT_EQ(core::plan_from_json(document), plan);
 }
 
 TEST(ReportFile, CountsPastIntAreRejected) {

@@ -127,8 +127,8 @@ core::Plan plan_for(const core::Trace& trace, std::int64_t budget, std::vector<s
   plan.device = "cpu";
   plan.budget_bytes = budget;
   for (const auto b : micro) plan.global_batch += b;
-  plan.micro_batches = std::move(micro);
-  plan.checkpointed_blocks = std::move(checkpointed);
+  plan.choice.micro_batches = std::move(micro);
+  plan.choice.checkpointed_blocks = std::move(checkpointed);
   plan.predicted = {1, 1, 1};
   return plan;
 }
@@ -187,10 +187,8 @@ TEST(Executor, TempoPlanRunsWhereTheStandardStepIsRefused) {
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   const std::int64_t batch = 16;
-  const std::vector<bool> none(graph.blocks().size(), false);
-  const std::vector<bool> all = graph.all_lean();
-  const std::int64_t standard = planner::predict_step(costs, graph, {batch}, none).peak_bytes;
-  const std::int64_t lean = planner::predict_step(costs, graph, {batch}, none, all).peak_bytes;
+  const std::int64_t standard = planner::predict_step(costs, graph, {.micro_batches = {batch}}).peak_bytes;
+  const std::int64_t lean = planner::predict_step(costs, graph, graph.all_lean().with_micro_batches({batch})).peak_bytes;
   ASSERT_LT(lean, standard);
   planner::PlanRequest request;
   request.global_batch = batch;
@@ -198,8 +196,7 @@ TEST(Executor, TempoPlanRunsWhereTheStandardStepIsRefused) {
   request.strategies = {planner::Strategy::Tempo};
   const auto outcome = planner::plan_step(trace, request);
   ASSERT_TRUE(outcome.plan) << outcome.reason;
-  int lean_layers = 0;
-  for (const auto& layer : outcome.plan->layers) lean_layers += layer.tempo;
+  const int lean_layers = outcome.plan->choice.lean_count();
   EXPECT_GT(lean_layers, 0);
 
   executor::ExecuteOptions options;
@@ -213,8 +210,8 @@ TEST(Executor, TempoPlanRunsWhereTheStandardStepIsRefused) {
   // LayerNorm and attention are exact to fp32 rounding; a lean GELU is off by up to 2.5e-4 in its
   // derivative near the minimum (fp32's rounding of the saved output), which shows in gradients.
   bool lean_gelu = false;
-  for (const auto& layer : outcome.plan->layers) {
-    lean_gelu |= layer.tempo && trace.layers[static_cast<std::size_t>(layer.id)].kind == "gelu";
+  for (const auto& layer : outcome.plan->choice.layers) {
+    lean_gelu |= layer.variant == core::LayerVariant::Tempo && trace.layers[static_cast<std::size_t>(layer.id)].kind == "gelu";
   }
   EXPECT_LT(report.gradient_check.max_rel_diff, lean_gelu ? 1e-4 : 1e-5);
 

@@ -153,11 +153,11 @@ class GuiTest : public QObject {
     checkpointing_only.strategies = {headroom::planner::Strategy::Checkpointing};
     const PlanResult result = compute_plan(*trace, checkpointing_only);
     QVERIFY(result.plan);
-    QVERIFY(!result.plan->checkpointed_blocks.empty());
+    QVERIFY(!result.plan->choice.checkpointed_blocks.empty());
     QSignalSpy changed(&model, &QAbstractItemModel::dataChanged);
     model.set_plan(result.plan);
     QCOMPARE(changed.count(), 1);
-    QCOMPARE(model.timing_batch(), result.plan->micro_batches.front());
+    QCOMPARE(model.timing_batch(), result.plan->choice.micro_batches.front());
     int checkpointed = 0;
     for (int row = 0; row < model.rowCount(); ++row) {
       checkpointed += model.data(model.index(row, LayerTableModel::Choice)).toString() == "checkpointed";
@@ -203,7 +203,7 @@ class GuiTest : public QObject {
     QVERIFY(result.throughput.chosen >= 0);
     const auto& chosen = result.throughput.points[static_cast<std::size_t>(result.throughput.chosen)];
     QVERIFY(chosen.fits);
-    QCOMPARE(chosen.micro_batch, result.plan->micro_batches.front());
+    QCOMPARE(chosen.micro_batch, result.plan->choice.micro_batches.front());
     QCOMPARE(chosen.samples_per_second, result.plan->predicted.samples_per_second);
     QVERIFY(QString::fromStdString(result.summary).contains("predicted peak"));
 
@@ -298,9 +298,9 @@ class GuiTest : public QObject {
     QVERIFY(first->plan);
     const std::int64_t first_budget = first->inputs.budget_bytes;
     const std::int64_t first_peak = first->plan->predicted.peak_bytes;
-    const auto first_micro = first->plan->micro_batches.front();
+    const auto first_micro = first->plan->choice.micro_batches.front();
     const auto lean_layers = [](const headroom::core::Plan& plan) {
-      return std::count_if(plan.layers.begin(), plan.layers.end(), [](const auto& l) { return l.tempo; });
+      return plan.choice.lean_count();
     };
     const auto first_lean = lean_layers(*first->plan);
     const QString first_summary = window.summary_text();
@@ -326,8 +326,8 @@ class GuiTest : public QObject {
     QVERIFY(second->plan->predicted.peak_bytes <= budget);
     QVERIFY(second->plan->predicted.peak_bytes <= first_peak);
     // Less room never means a larger micro-batch or fewer memory-saving choices.
-    QVERIFY(second->plan->micro_batches.front() <= first_micro);
-    QVERIFY(second->plan->micro_batches.front() < first_micro || !second->plan->checkpointed_blocks.empty() ||
+    QVERIFY(second->plan->choice.micro_batches.front() <= first_micro);
+    QVERIFY(second->plan->choice.micro_batches.front() < first_micro || !second->plan->choice.checkpointed_blocks.empty() ||
             lean_layers(*second->plan) >= first_lean);
     QVERIFY(window.summary_text() != first_summary);
     QVERIFY(window.summary_text().contains(QString::fromStdString(core::format_bytes(budget))));
@@ -339,7 +339,7 @@ class GuiTest : public QObject {
     QVERIFY(window.throughput_chart()->infeasible_series()->count() > 0);
     QCOMPARE(window.throughput_chart()->chosen_series()->count(), 1);
     QCOMPARE(window.throughput_chart()->chosen_series()->at(0).y(), second->plan->predicted.samples_per_second);
-    QCOMPARE(window.layer_model()->timing_batch(), second->plan->micro_batches.front());
+    QCOMPARE(window.layer_model()->timing_batch(), second->plan->choice.micro_batches.front());
 
     // The exact field takes what --budget takes.
     QLineEdit* field = window.budget_control()->field();

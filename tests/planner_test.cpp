@@ -33,8 +33,7 @@ TEST(MemoryModel, ReproducesMeasuredPeaks) {
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
     for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) {
-      const auto p = planner::predict_step(costs, graph, {trace.batch_sizes[k]},
-                                           std::vector<bool>(graph.blocks().size(), false));
+      const auto p = planner::predict_step(costs, graph, {.micro_batches = {trace.batch_sizes[k]}});
       const double measured = static_cast<double>(trace.steps[k].peak_bytes);
       EXPECT_NEAR(static_cast<double>(p.peak_bytes) / measured, 1.0, 1e-3) << name << " batch " << trace.batch_sizes[k];
       // The profiled forward and backward plus the optimizer's median time; each layer's scaled time
@@ -128,9 +127,9 @@ TEST(PlanSearch, SplitsEvenlyWithExactLossWeights) {
   EXPECT_EQ(planner::split_batch(8, 8), (std::vector<std::int64_t>(8, 1)));
   core::Plan plan;
   plan.global_batch = 10;
-  plan.micro_batches = planner::split_batch(10, 3);
+  plan.choice.micro_batches = planner::split_batch(10, 3);
   double sum = 0;
-  for (std::size_t i = 0; i < plan.micro_batches.size(); ++i) sum += plan.loss_weight(i);
+  for (std::size_t i = 0; i < plan.choice.micro_batches.size(); ++i) sum += plan.loss_weight(i);
   EXPECT_DOUBLE_EQ(sum, 1.0);
   EXPECT_DOUBLE_EQ(plan.loss_weight(0), 0.4);
 }
@@ -152,7 +151,7 @@ std::vector<std::int64_t> budget_sweep(const core::Trace& trace, std::int64_t ba
   const std::int64_t lo = costs.static_bytes() + costs.optimizer_transient_bytes();
   // Up to past what the whole batch needs once the 5% margin is taken off.
   const std::int64_t hi =
-      planner::predict_step(costs, graph, {batch}, std::vector<bool>(graph.blocks().size(), false)).peak_bytes * 23 / 20;
+      planner::predict_step(costs, graph, {.micro_batches = {batch}}).peak_bytes * 23 / 20;
   std::vector<std::int64_t> budgets;
   for (int i = 0; i <= points; ++i) budgets.push_back(lo + (hi - lo) * i / points);
   return budgets;
@@ -177,7 +176,7 @@ TEST(PlanSearch, PlansFitAndMoreBudgetIsNeverSlower) {
       ++planned;
       const core::Plan& plan = *outcome.plan;
       EXPECT_LE(plan.predicted.peak_bytes, plan.budget_bytes - plan.margin_bytes) << budget;
-      EXPECT_EQ(std::accumulate(plan.micro_batches.begin(), plan.micro_batches.end(), std::int64_t{0}), batch);
+      EXPECT_EQ(std::accumulate(plan.choice.micro_batches.begin(), plan.choice.micro_batches.end(), std::int64_t{0}), batch);
       EXPECT_GE(plan.predicted.samples_per_second, previous_rate * (1 - 1e-12)) << "budget " << budget;
       previous_rate = plan.predicted.samples_per_second;
     }
@@ -258,9 +257,9 @@ TEST(PlanSearch, CheckpointingFitsWhereMicroBatchingAloneCannot) {
     EXPECT_FALSE(planner::plan_step(trace, request(between, 32, "mbp")).plan);
     const auto plan = planner::plan_step(trace, request(between, 32, "mbp,checkpoint")).plan;
     ASSERT_TRUE(plan);
-    EXPECT_FALSE(plan->checkpointed_blocks.empty());
+    EXPECT_FALSE(plan->choice.checkpointed_blocks.empty());
     EXPECT_EQ(plan->strategies, (std::vector<std::string>{"mbp", "checkpoint"}));
-    for (const auto& l : plan->layers) {
+    for (const auto& l : plan->choice.layers) {
       if (l.checkpoint) {
         EXPECT_EQ(l.name.rfind("layer", 0), 0u) << l.name;  // only block layers
       }
@@ -275,7 +274,7 @@ TEST(PlanSearch, FlagsBatchNormUnderMicroBatching) {
   const core::CostModel costs(trace);
   const auto tight = planner::plan_step(trace, request(costs.static_bytes() * 3, 64, "mbp"));
   ASSERT_TRUE(tight.plan);
-  ASSERT_GT(tight.plan->micro_batches.size(), 1u);
+  ASSERT_GT(tight.plan->choice.micro_batches.size(), 1u);
   // One warning for all of them, naming the layers and the remedy.
   std::size_t batchnorm_warnings = 0;
   for (const auto& w : tight.plan->warnings) {
@@ -291,8 +290,8 @@ TEST(PlanSearch, StrategyNoneIsTheWholeBatch) {
   const core::Trace trace = committed("cpu-mlp.json");
   const auto outcome = planner::plan_step(trace, request(1LL << 34, 16, "none"));
   ASSERT_TRUE(outcome.plan);
-  EXPECT_EQ(outcome.plan->micro_batches, (std::vector<std::int64_t>{16}));
-  EXPECT_TRUE(outcome.plan->checkpointed_blocks.empty());
+  EXPECT_EQ(outcome.plan->choice.micro_batches, (std::vector<std::int64_t>{16}));
+  EXPECT_TRUE(outcome.plan->choice.checkpointed_blocks.empty());
   EXPECT_TRUE(outcome.plan->strategies.empty());
 }
 
@@ -386,10 +385,8 @@ TEST(PlanSearch, ChainWithoutLayersAfterTheLastBlock) {
   ASSERT_LT(least.smallest_budget, without.smallest_budget);
   const auto plan = planner::plan_step(trace, request((least.smallest_budget + without.smallest_budget) / 2, 16)).plan;
   ASSERT_TRUE(plan);
-  EXPECT_FALSE(plan->checkpointed_blocks.empty());
-  std::vector<bool> flags(graph.blocks().size(), false);
-  for (const int b : plan->checkpointed_blocks) flags[static_cast<std::size_t>(b)] = true;
-  const auto sim = simulator::simulate(planner::build_schedule(costs, graph, plan->micro_batches, flags));
+  EXPECT_FALSE(plan->choice.checkpointed_blocks.empty());
+  const auto sim = simulator::simulate(planner::build_schedule(costs, graph, plan->choice));
   EXPECT_EQ(sim.peak_bytes, plan->predicted.peak_bytes);
 }
 
@@ -403,18 +400,61 @@ TEST(Simulator, AgreesWithThePlanner) {
     for (const std::int64_t budget : budget_sweep(trace, 24, 8)) {
       const auto outcome = planner::plan_step(trace, request(budget, 24));
       if (!outcome.plan) continue;
-      std::vector<bool> flags(graph.blocks().size(), false);
-      for (std::size_t k = 0; k < graph.blocks().size(); ++k) {
-        for (const int b : outcome.plan->checkpointed_blocks) flags[k] = flags[k] || graph.blocks()[k].block == b;
-      }
-      const auto schedule = planner::build_schedule(costs, graph, outcome.plan->micro_batches, flags,
-                                                    planner::lean_flags(*outcome.plan, graph, name));
+      planner::check_choice(*outcome.plan, graph, name);
+      const auto schedule = planner::build_schedule(costs, graph, outcome.plan->choice);
       const auto sim = simulator::simulate(schedule);
       EXPECT_EQ(sim.peak_bytes, outcome.plan->predicted.peak_bytes) << budget;
       EXPECT_NEAR(static_cast<double>(sim.makespan_ns) / 1e9, outcome.plan->predicted.step_seconds, 1e-9);
       // Memory returns to the resident state after the step.
       EXPECT_EQ(sim.memory.back().total(), costs.static_bytes());
     }
+  }
+}
+
+// One sequence makes both the prediction and the schedule: runs of one micro-batch size share
+// their ops, the last micro-batch keeps its input through the optimizer step, and the schedule has
+// one task per layer op of every micro-batch.
+TEST(StepSequence, PredictionAndScheduleShareIt) {
+  const core::Trace trace = committed("cpu-bert.json");
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  core::StepChoice choice{.micro_batches = {3, 3, 3, 2, 2}};
+  choice.checkpointed_blocks = {graph.blocks().front().block};
+  const auto seq = planner::step_sequence(costs, graph, choice);
+  ASSERT_EQ(seq.segments.size(), 4u);  // 3 x3, 1 x2, the last 2, the optimizer
+  EXPECT_EQ(seq.segments[0].repeat, 3);
+  EXPECT_EQ(seq.segments[1].repeat, 1);
+  EXPECT_EQ(seq.segments[1].ops, seq.segments[2].ops);
+  EXPECT_TRUE(seq.segments[2].keeps_input);
+  EXPECT_EQ(seq.segments[2].first, 4);
+  EXPECT_EQ(seq.segments[3].batch, 0);
+  EXPECT_EQ(seq.ops.size(), 3u);  // two sizes and the optimizer
+
+  const auto schedule = planner::build_schedule(costs, graph, choice);
+  std::size_t layer_ops = 0;
+  for (const auto& segment : seq.segments) {
+    for (const auto& op : seq.ops[segment.ops]) layer_ops += static_cast<std::size_t>(segment.repeat) * (op.layer >= 0);
+  }
+  EXPECT_EQ(schedule.tasks.size(), layer_ops + 1);
+  EXPECT_EQ(schedule.samples, 13);
+  const auto predicted = planner::predict_step(costs, graph, choice);
+  const auto sim = simulator::simulate(schedule);
+  EXPECT_EQ(sim.peak_bytes, predicted.peak_bytes);
+  EXPECT_EQ(sim.makespan_ns, predicted.step_ns);
+  EXPECT_EQ(sim.memory.back().total(), costs.static_bytes());
+}
+
+// A hand-edited plan asking for more than one replica is refused until data parallel lands.
+TEST(StepSequence, WorldSizeOtherThanOneIsRefused) {
+  const core::Trace trace = committed("cpu-mlp.json");
+  auto outcome = planner::plan_step(trace, request(1LL << 40, 4));
+  ASSERT_TRUE(outcome.plan);
+  outcome.plan->choice.world_size = 2;
+  try {
+    planner::plan_schedule(trace, *outcome.plan, "p.json");
+    FAIL() << "expected an InputError";
+  } catch (const core::InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "p.json: $.world_size: 2 replicas, but data parallel is not implemented yet (1 only)");
   }
 }
 
@@ -426,13 +466,12 @@ TEST(Tempo, ModelReproducesTheLeanPassPeaks) {
     ASSERT_TRUE(trace.has_tempo()) << name;
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
-    const std::vector<bool> lean = graph.all_lean();
+    const core::StepChoice lean = graph.all_lean();
     int lean_kinds = 0;
     for (const auto& layer : trace.layers) lean_kinds += layer.tempo.has_value();
     EXPECT_EQ(static_cast<int>(graph.lean_candidates().size()), lean_kinds) << name << ": every lean layer can be chosen alone";
     for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) {
-      const std::vector<bool> none(graph.blocks().size(), false);
-      const auto p = planner::predict_step(costs, graph, {trace.batch_sizes[k]}, none, lean);
+      const auto p = planner::predict_step(costs, graph, lean.with_micro_batches({trace.batch_sizes[k]}));
       EXPECT_NEAR(static_cast<double>(p.peak_bytes) / static_cast<double>(trace.tempo_steps[k].peak_bytes), 1.0, 1e-3)
           << name << " batch " << trace.batch_sizes[k];
     }
@@ -450,10 +489,8 @@ TEST(Tempo, PlannerMakesLayersLeanOnlyAsNeeded) {
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
     const std::int64_t batch = trace.batch_sizes.back();
-    const std::vector<bool> none(graph.blocks().size(), false);
-    const std::vector<bool> all = graph.all_lean();
-    const std::int64_t standard = planner::predict_step(costs, graph, {batch}, none).peak_bytes;
-    const std::int64_t lean = planner::predict_step(costs, graph, {batch}, none, all).peak_bytes;
+    const std::int64_t standard = planner::predict_step(costs, graph, {.micro_batches = {batch}}).peak_bytes;
+    const std::int64_t lean = planner::predict_step(costs, graph, graph.all_lean().with_micro_batches({batch})).peak_bytes;
     ASSERT_LT(lean, standard);
     // A budget whose limit after the 5% margin sits halfway between the two needs.
     const auto budget = static_cast<std::int64_t>(static_cast<double>(lean + standard) / 2 / 0.95);
@@ -461,11 +498,11 @@ TEST(Tempo, PlannerMakesLayersLeanOnlyAsNeeded) {
     const auto outcome = planner::plan_step(trace, request(budget, batch, "tempo"));
     ASSERT_TRUE(outcome.plan) << outcome.reason;
     const core::Plan& plan = *outcome.plan;
-    EXPECT_EQ(plan.micro_batches, std::vector<std::int64_t>{batch});
+    EXPECT_EQ(plan.choice.micro_batches, std::vector<std::int64_t>{batch});
     EXPECT_EQ(plan.strategies, std::vector<std::string>{"tempo"});
     int lean_layers = 0;
-    for (const auto& layer : plan.layers) {
-      if (!layer.tempo) continue;
+    for (const auto& layer : plan.choice.layers) {
+      if (layer.variant != core::LayerVariant::Tempo) continue;
       ++lean_layers;
       EXPECT_TRUE(graph.can_be_lean(layer.id)) << layer.name;
     }
@@ -474,17 +511,24 @@ TEST(Tempo, PlannerMakesLayersLeanOnlyAsNeeded) {
     EXPECT_LE(plan.predicted.peak_bytes, plan.budget_bytes - plan.margin_bytes);
     const auto sim = simulator::simulate(planner::plan_schedule(trace, plan, name));
     EXPECT_EQ(sim.peak_bytes, plan.predicted.peak_bytes);
-    // The choices survive the plan file; a plan from before Tempo (no flags) has nothing lean.
+    // The choices survive the plan file. A plan written before the step choice (a "tempo" flag per
+    // layer) reads the same; one from before Tempo (neither) has nothing lean.
     auto document = core::to_json(plan);
     EXPECT_EQ(core::plan_from_json(document), plan);
-    for (auto& layer : document["layers"]) layer.erase("tempo");
-    for (const auto& layer : core::plan_from_json(document).layers) EXPECT_FALSE(layer.tempo);
+    auto flagged = document;
+    for (auto& layer : flagged["layers"]) {
+      layer["tempo"] = layer["variant"] == "tempo";
+      layer.erase("variant");
+    }
+    EXPECT_EQ(core::plan_from_json(flagged), plan);
+    for (auto& layer : document["layers"]) layer.erase("variant");
+    EXPECT_EQ(core::plan_from_json(document).choice.lean_count(), 0);
 
     // Enough budget for the standard step: lean only where the lean variant was measured no slower.
     const auto roomy = planner::plan_step(trace, request(standard * 2, batch, "tempo"));
     ASSERT_TRUE(roomy.plan);
-    for (const auto& layer : roomy.plan->layers) {
-      if (!layer.tempo) continue;
+    for (const auto& layer : roomy.plan->choice.layers) {
+      if (layer.variant != core::LayerVariant::Tempo) continue;
       const auto i = static_cast<std::size_t>(layer.id);
       const auto s = costs.layer(i, batch), l = costs.lean_layer(i, batch);
       EXPECT_LE(l.fwd_ns + l.bwd_ns, s.fwd_ns + s.bwd_ns) << layer.name;
@@ -515,7 +559,7 @@ TEST(Tempo, NeverMakesAPlanSlower) {
       EXPECT_LE(with.plan->predicted.peak_bytes, with.plan->budget_bytes - with.plan->margin_bytes);
       EXPECT_GE(with.plan->predicted.samples_per_second, without.plan->predicted.samples_per_second * (1 - 1e-12))
           << budget;
-      for (const auto& layer : with.plan->layers) with_tempo += layer.tempo;
+      with_tempo += with.plan->choice.lean_count();
     }
     EXPECT_GT(with_tempo, 0);
   }
@@ -536,12 +580,12 @@ TEST(Tempo, LeanFlagOnALayerWithoutAVariantIsRejected) {
     }
   }
   ASSERT_GE(linear, 0);
-  plan.layers[static_cast<std::size_t>(linear)].tempo = true;
+  plan.choice.layers[static_cast<std::size_t>(linear)].variant = core::LayerVariant::Tempo;
   try {
-    planner::lean_flags(plan, graph, "p.json");
+    planner::check_choice(plan, graph, "p.json");
     FAIL() << "expected an InputError";
   } catch (const core::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("p.json: $.layers[" + std::to_string(linear) + "].tempo"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("p.json: $.layers[" + std::to_string(linear) + "].variant"), std::string::npos)
         << e.what();
   }
 }

@@ -110,9 +110,9 @@ void MemoryChart::show_result(const PlanResult& result) {
 
   if (feasible) {
     chart()->setTitle(QString("memory over one step: %1 micro-batch%2 of %3")
-                          .arg(result.plan->micro_batches.size())
-                          .arg(result.plan->micro_batches.size() > 1 ? "es" : "")
-                          .arg(result.plan->micro_batches.front()));
+                          .arg(result.plan->choice.micro_batches.size())
+                          .arg(result.plan->choice.micro_batches.size() > 1 ? "es" : "")
+                          .arg(result.plan->choice.micro_batches.front()));
   } else if (result.best_attempt) {
     chart()->setTitle(QString("no plan fits %1: the least that fits (shown) needs %2")
                           .arg(bytes_text(budget), bytes_text(result.smallest_budget)));

@@ -116,9 +116,9 @@ void RunPanel::show_staleness() {
                             "Run again to measure the current plan.")
                         .arg(QString::fromStdString(core::format_bytes(p.budget_bytes)))
                         .arg(p.global_batch)
-                        .arg(p.micro_batches.size())
-                        .arg(p.micro_batches.size() > 1 ? "es" : "")
-                        .arg(p.micro_batches.front()));
+                        .arg(p.choice.micro_batches.size())
+                        .arg(p.choice.micro_batches.size() > 1 ? "es" : "")
+                        .arg(p.choice.micro_batches.front()));
   }
   stale_->setVisible(stale);
   const QColor text = stale ? palette().color(QPalette::Disabled, QPalette::Text) : palette().color(QPalette::Text);

@@ -69,14 +69,15 @@ void LayerTableModel::set_plan(const std::optional<core::Plan>& plan) {
 void LayerTableModel::recompute_plan_columns() {
   if (!trace_) return;
   const auto& trace = trace_->trace;
-  timing_batch_ = plan_ ? plan_->micro_batches.front() : trace.batch_sizes.back();
+  timing_batch_ = plan_ ? plan_->choice.micro_batches.front() : trace.batch_sizes.back();
   const core::CostModel costs(trace);
   for (std::size_t i = 0; i < rows_.size(); ++i) {
     const auto cost = costs.layer(i, timing_batch_);
     rows_[i].fwd_ns = cost.fwd_ns;
     rows_[i].bwd_ns = cost.bwd_ns;
-    const core::LayerChoice* choice = plan_ && i < plan_->layers.size() ? &plan_->layers[i] : nullptr;
-    rows_[i].choice = !plan_ ? 0 : (choice != nullptr && choice->checkpoint ? 2 : (choice != nullptr && choice->tempo ? 3 : 1));
+    const core::LayerStep* step = plan_ && i < plan_->choice.layers.size() ? &plan_->choice.layers[i] : nullptr;
+    const bool lean = step != nullptr && step->variant == core::LayerVariant::Tempo;
+    rows_[i].choice = !plan_ ? 0 : (step != nullptr && step->checkpoint ? 2 : (lean ? 3 : 1));
   }
   std::int64_t largest_fwd = 0, largest_bwd = 0;
   for (const Row& row : rows_) {

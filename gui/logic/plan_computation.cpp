@@ -47,7 +47,7 @@ MemoryTimeline memory_timeline(const core::Trace& trace, const core::Plan& plan,
   timeline.peak_bytes = sim.peak_bytes;
   timeline.peak_time_ms = static_cast<double>(sim.peak_time_ns) / 1e6;
   timeline.step_ms = static_cast<double>(sim.makespan_ns) / 1e6;
-  timeline.micro_batches = plan.micro_batches.size();
+  timeline.micro_batches = plan.choice.micro_batches.size();
   for (const auto& layer : trace.layers) timeline.layer_names.push_back(layer.name);
   // The compute stream runs its tasks one at a time in schedule order, so they are in time order.
   for (std::size_t i = 0; i < schedule.tasks.size() && i < sim.tasks.size(); ++i) {
@@ -141,8 +141,8 @@ ThroughputCurve throughput_curve(const planner::PlanOutcome& outcome) {
             [](const ThroughputPoint& a, const ThroughputPoint& b) { return a.micro_batch < b.micro_batch; });
   if (outcome.plan) {
     for (std::size_t i = 0; i < curve.points.size(); ++i) {
-      if (curve.points[i].micro_batch == outcome.plan->micro_batches.front() &&
-          curve.points[i].count == static_cast<std::int64_t>(outcome.plan->micro_batches.size())) {
+      if (curve.points[i].micro_batch == outcome.plan->choice.micro_batches.front() &&
+          curve.points[i].count == static_cast<std::int64_t>(outcome.plan->choice.micro_batches.size())) {
         curve.chosen = static_cast<int>(i);
       }
     }

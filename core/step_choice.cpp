@@ -1,0 +1,56 @@
+#include "core/step_choice.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+namespace headroom::core {
+
+namespace {
+constexpr std::array<std::pair<LayerVariant, std::string_view>, 2> kVariantNames{{
+    {LayerVariant::Standard, "standard"},
+    {LayerVariant::Tempo, "tempo"},
+}};
+}  // namespace
+
+std::string_view variant_name(LayerVariant variant) {
+  for (const auto& [v, name] : kVariantNames) {
+    if (v == variant) return name;
+  }
+  return "?";
+}
+
+std::optional<LayerVariant> variant_named(std::string_view name) {
+  for (const auto& [v, n] : kVariantNames) {
+    if (n == name) return v;
+  }
+  return std::nullopt;
+}
+
+std::string variant_names() {
+  std::string out;
+  for (std::size_t i = 0; i < kVariantNames.size(); ++i) {
+    if (i > 0) out += i + 1 == kVariantNames.size() ? " or " : ", ";
+    out += kVariantNames[i].second;
+  }
+  return out;
+}
+
+std::int64_t StepChoice::samples() const {
+  std::int64_t total = 0;
+  for (const auto b : micro_batches) total += b;
+  return total;
+}
+
+int StepChoice::lean_count() const {
+  return static_cast<int>(
+      std::count_if(layers.begin(), layers.end(), [](const LayerStep& l) { return l.variant == LayerVariant::Tempo; }));
+}
+
+void StepChoice::set_variant(int layer, LayerVariant v) {
+  const auto i = static_cast<std::size_t>(layer);
+  while (layers.size() <= i) layers.push_back({static_cast<int>(layers.size()), {}, false, LayerVariant::Standard});
+  layers[i].variant = v;
+}
+
+}  // namespace headroom::core

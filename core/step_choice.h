@@ -1,0 +1,60 @@
+#pragma once
+// How one training step runs: the value every consumer of a plan reads (the planner's predictor,
+// the simulator's schedule, the plan file, the executor, the desktop app). A technique that changes
+// how a step runs adds its choice here, once, instead of another list beside the others.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace headroom::core {
+
+// Which implementation of a layer runs. Tempo's memory-lean variant keeps less for backward.
+enum class LayerVariant : std::uint8_t { Standard, Tempo };
+
+// As the plan file spells it ("standard", "tempo").
+std::string_view variant_name(LayerVariant variant);
+std::optional<LayerVariant> variant_named(std::string_view name);
+// "standard or tempo", for errors.
+std::string variant_names();
+
+struct LayerStep {
+  int id = 0;
+  std::string name;
+  bool checkpoint = false;  // recomputed in backward as part of a checkpointed block
+  LayerVariant variant = LayerVariant::Standard;
+  bool operator==(const LayerStep&) const = default;
+};
+
+struct StepChoice {
+  std::vector<std::int64_t> micro_batches;  // sizes, in the order they run
+  std::vector<int> checkpointed_blocks;     // block ids as the trace numbers them
+  // By layer id. The planner's working choices may leave it empty or without names (every layer
+  // standard); a plan's choice has one entry per trace layer.
+  std::vector<LayerStep> layers;
+  // Data-parallel replicas, each running these micro-batches (issue 16); 1 until it lands. L2L's
+  // offload placement (where each layer's weights live between uses) joins LayerStep.
+  int world_size = 1;
+
+  bool operator==(const StepChoice&) const = default;
+
+  std::int64_t samples() const;
+  LayerVariant variant(int layer) const {
+    const auto i = static_cast<std::size_t>(layer);
+    return i < layers.size() ? layers[i].variant : LayerVariant::Standard;
+  }
+  bool lean(int layer) const { return variant(layer) == LayerVariant::Tempo; }
+  int lean_count() const;
+  // The same choice for other micro-batches.
+  StepChoice with_micro_batches(std::vector<std::int64_t> sizes) const {
+    StepChoice out = *this;
+    out.micro_batches = std::move(sizes);
+    return out;
+  }
+  // Makes `layer` run `variant` (adding standard entries up to it).
+  void set_variant(int layer, LayerVariant variant);
+};
+
+}  // namespace headroom::core
