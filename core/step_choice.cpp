@@ -6,13 +6,6 @@
 
 namespace headroom::core {
 
-namespace {
-constexpr std::array<std::pair<LayerVariant, std::string_view>, 2> kVariantNames{{
-    {LayerVariant::Standard, "standard"},
-    {LayerVariant::Tempo, "tempo"},
-}};
-}  // namespace
-
 std::string_view variant_name(LayerVariant variant) {
   for (const auto& [v, name] : kVariantNames) {
     if (v == variant) return name;

@@ -2,6 +2,7 @@
 // How one training step runs: the value every consumer of a plan reads (the planner's predictor,
 // the simulator's schedule, the plan file, the executor, the desktop app). A technique that changes
 // how a step runs adds its choice here, once, instead of another list beside the others.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,8 +12,13 @@
 
 namespace headroom::core {
 
-// Which implementation of a layer runs. Tempo's memory-lean variant keeps less for backward.
+// Which implementation of a layer runs. Tempo's memory-lean variant keeps less for backward. A new
+// variant adds its value here and its name to the table below.
 enum class LayerVariant : std::uint8_t { Standard, Tempo };
+inline constexpr auto kVariantNames = std::to_array<std::pair<LayerVariant, std::string_view>>({
+    {LayerVariant::Standard, "standard"},
+    {LayerVariant::Tempo, "tempo"},
+});
 
 // As the plan file spells it ("standard", "tempo").
 std::string_view variant_name(LayerVariant variant);

@@ -7,32 +7,6 @@
 
 namespace headroom::planner {
 
-namespace {
-
-bool has_lean_pass(const core::Trace& trace) { return trace.has_tempo(); }
-
-constexpr std::array<StrategyEntry, 5> kStrategies{{
-    {Strategy::MicroBatching, "mbp", "micro-batching",
-     "splits the global batch into micro-batches run one after another, their mean losses weighted b_i/B so the "
-     "accumulated gradient is the full batch's; costs the device's efficiency at small batches",
-     true, "", nullptr},
-    {Strategy::Checkpointing, "checkpoint", "checkpointing",
-     "keeps only a block's input and runs its forward again in backward; costs one more forward of each "
-     "checkpointed block",
-     true, "", nullptr},
-    {Strategy::Tempo, "tempo", "Tempo (lean layers)",
-     "runs GELU, LayerNorm and attention's dropout as memory-lean variants that keep less for backward; costs "
-     "what the trace measured for each",
-     true, "lean-layer measurements (the model has no lean variants, or it was profiled with --no-tempo)", has_lean_pass},
-    {Strategy::InfCl, "infcl", "Inf-CL (tiled contrastive loss)",
-     "computes a contrastive loss tile by tile without the B x B similarity matrix", false, "", nullptr},
-    {Strategy::L2L, "l2l", "L2L (layer-to-layer offload)",
-     "keeps parameters, gradients and the optimizer on the host and relays one layer at a time to the device", false,
-     "", nullptr},
-}};
-
-}  // namespace
-
 std::span<const StrategyEntry> strategy_table() { return kStrategies; }
 
 const StrategyEntry& strategy_entry(Strategy id) {
