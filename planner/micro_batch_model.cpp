@@ -129,8 +129,9 @@ std::vector<Op> micro_batch_ops(const core::CostModel& costs, const LayerGraph& 
 
 namespace {
 
-std::vector<Op> layer_ops(const BatchCosts& costs, const LayerGraph& graph, const std::vector<const BlockSpan*>& span_of,
-                          const std::vector<bool>& lean_now, int first, int last) {
+// Appends the ops of layers [first, last] to `ops`.
+void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const std::vector<const BlockSpan*>& span_of,
+                      const std::vector<bool>& lean_now, int first, int last, std::vector<Op>& ops) {
   const std::size_t n = costs.layers.size();
   const double scale = costs.scale;
   // A lean layer runs at its Tempo cost, and an input it no longer keeps is freed by its last
@@ -161,8 +162,7 @@ std::vector<Op> layer_ops(const BatchCosts& costs, const LayerGraph& graph, cons
     return (reader >= span.first && reader <= span.last) ? cost[static_cast<std::size_t>(span.input)].output_bytes : 0;
   };
 
-  std::vector<Op> ops;
-  ops.reserve(3 * static_cast<std::size_t>(last - first + 1));
+  ops.reserve(ops.size() + 3 * static_cast<std::size_t>(last - first + 1) + 3);
   for (std::size_t i = static_cast<std::size_t>(first); i <= static_cast<std::size_t>(last); ++i) {
     const auto& c = cost[i];
     const BlockSpan* span = span_of[i];
@@ -202,7 +202,6 @@ std::vector<Op> layer_ops(const BatchCosts& costs, const LayerGraph& graph, cons
     }
     ops.push_back({OpKind::Backward, static_cast<int>(r), scaled(c.bwd_ns, scale), c.bwd_transient_bytes, retained});
   }
-  return ops;
 }
 
 }  // namespace
@@ -210,7 +209,9 @@ std::vector<Op> layer_ops(const BatchCosts& costs, const LayerGraph& graph, cons
 std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph, const core::StepChoice& choice,
                                 int first, int last) {
   const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
-  return layer_ops(costs, graph, span_of, effective_lean(graph, span_of, choice), first, last);
+  std::vector<Op> ops;
+  append_layer_ops(costs, graph, span_of, effective_lean(graph, span_of, choice), first, last, ops);
+  return ops;
 }
 
 Walk walk(const std::vector<Op>& ops) {
@@ -249,10 +250,9 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
     const auto known = std::find(made.begin(), made.end(), b);
     if (known != made.end()) return static_cast<std::size_t>(known - made.begin());
     std::vector<Op> ops{{OpKind::LoadInput, -1, 0, 0, costs.input_bytes(b)}};
-    const auto layers = layer_ops(batch_costs(costs, b), graph, span_of, lean_now, 0, last_layer);
-    ops.insert(ops.end(), layers.begin(), layers.end());
+    append_layer_ops(batch_costs(costs, b), graph, span_of, lean_now, 0, last_layer, ops);
     std::int64_t net = 0;
-    for (const auto& op : layers) net += op.retained_bytes;
+    for (std::size_t k = 1; k < ops.size(); ++k) net += ops[k].retained_bytes;
     ops.push_back({OpKind::ReleaseLeftovers, -1, 0, 0, -net});
     ops.push_back({OpKind::ReleaseInput, -1, 0, 0, -costs.input_bytes(b)});  // kept by the last micro-batch
     seq.ops.push_back(std::move(ops));
