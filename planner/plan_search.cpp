@@ -125,6 +125,14 @@ Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, st
 
 namespace {
 
+// What the search is allowed, and the limit it plans to.
+struct SearchSpace {
+  bool micro_batching = false;
+  bool checkpointing = false;
+  bool tempo = false;  // asked for, and the trace has lean layers
+  std::int64_t limit = 0;
+};
+
 struct Candidate {
   core::StepChoice choice;  // its layer variants as they take effect (effective_variants)
   StepPrediction prediction;
@@ -232,7 +240,8 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, const Temp
 // needed); with checkpointing, of the standard layers or of the lean ones (a checkpointed block
 // recomputes standard layers).
 std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, std::vector<std::int64_t> micro,
-                             std::int64_t limit, bool allow_checkpointing, bool allow_tempo) {
+                             std::int64_t limit, const SearchSpace& space) {
+  const bool allow_checkpointing = space.checkpointing, allow_tempo = space.tempo;
   Candidate plain;
   plain.choice.micro_batches = std::move(micro);
   plain.prediction = predict_step(costs, graph, plain.choice);
@@ -275,14 +284,6 @@ WeighedStep weighed(const Candidate& c, std::int64_t global_batch) {
 
 namespace {
 
-// What the search is allowed, and the limit it plans to.
-struct SearchSpace {
-  bool micro_batching = false;
-  bool checkpointing = false;
-  bool tempo = false;  // asked for, and the trace has lean layers
-  std::int64_t limit = 0;
-};
-
 // Every split of the global batch, fewest micro-batches first: the fastest way each fits, or its
 // plain prediction when it does not.
 struct Weighing {
@@ -300,7 +301,7 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, std
     if (size == previous_size) continue;
     previous_size = size;
     auto micro = split_batch(global_batch, n);
-    if (auto c = fit(costs, graph, micro, space.limit, space.checkpointing, space.tempo)) {
+    if (auto c = fit(costs, graph, micro, space.limit, space)) {
       const WeighedStep step = weighed(*c, global_batch);
       out.splits.push_back({step.micro_batches, true, step.checkpointed_blocks, step.lean_layers, step.predicted});
       out.fits.push_back(std::move(*c));
@@ -332,7 +333,7 @@ std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, s
     const std::int64_t mid = lo + (hi - lo) / 2;
     // The limit that worked, not the peak found under it: the DP rounds sizes up, so a limit
     // equal to that peak may not find the same plan again.
-    if (fit(costs, graph, micro, mid, true, space.tempo)) {
+    if (fit(costs, graph, micro, mid, space)) {
       hi = mid;
     } else {
       lo = mid + 1;
