@@ -72,22 +72,58 @@ std::int64_t lean_saved_bytes(const BatchCosts& costs, const LayerGraph& graph, 
 
 namespace {
 
-std::vector<bool> effective_lean(const LayerGraph& graph, const std::vector<const BlockSpan*>& span_of,
-                                 const core::StepChoice& choice) {
-  std::vector<bool> out(graph.size(), false);
+using core::LayerVariant;
+
+// Whether the trace lets `layer` run `variant` on its own.
+bool variant_applies(const LayerGraph& graph, int layer, LayerVariant variant) {
+  switch (variant) {
+    case LayerVariant::Standard: return true;
+    case LayerVariant::Tempo: return graph.can_be_lean(layer);
+  }
+  return false;
+}
+
+// Each layer's variant as it takes effect: the chosen one where it applies and the layer is outside
+// checkpointed blocks (whose recompute runs the standard layers), else the standard one.
+std::vector<LayerVariant> effective_variant_of(const LayerGraph& graph, const std::vector<const BlockSpan*>& span_of,
+                                               const core::StepChoice& choice) {
+  std::vector<LayerVariant> out(graph.size(), LayerVariant::Standard);
   for (std::size_t i = 0; i < out.size() && i < choice.layers.size(); ++i) {
-    out[i] = choice.layers[i].variant == core::LayerVariant::Tempo && span_of[i] == nullptr &&
-             graph.can_be_lean(static_cast<int>(i));
+    const LayerVariant v = choice.layers[i].variant;
+    if (span_of[i] == nullptr && variant_applies(graph, static_cast<int>(i), v)) out[i] = v;
   }
   return out;
+}
+
+// Layer i's costs when it runs `variant`, and what that moves to other layers. A lean layer runs at
+// its Tempo cost, and an input it no longer keeps is freed by its last reader's forward (measured
+// there as a smaller net change).
+void apply_variant(const BatchCosts& costs, const LayerGraph& graph, std::size_t i, LayerVariant variant,
+                   std::vector<core::LayerCost>& adjusted) {
+  switch (variant) {
+    case LayerVariant::Standard: return;
+    case LayerVariant::Tempo: {
+      adjusted[i] = costs.lean[i];
+      for (const auto& released : graph.released_inputs(static_cast<int>(i))) {
+        adjusted[static_cast<std::size_t>(released.freed_by)].fwd_retained_bytes -=
+            costs.layers[static_cast<std::size_t>(released.producer)].output_bytes;
+      }
+      const HeldOutput& held = graph.held_output(static_cast<int>(i));
+      if (held.released_by >= 0) {
+        auto& releaser = adjusted[static_cast<std::size_t>(held.released_by)];
+        (held.in_backward ? releaser.bwd_retained_bytes : releaser.fwd_retained_bytes) += costs.layers[i].output_bytes;
+      }
+      return;
+    }
+  }
 }
 
 }  // namespace
 
 core::StepChoice effective_variants(const LayerGraph& graph, core::StepChoice choice) {
-  const auto lean = effective_lean(graph, checkpointed_span_of(graph, choice.checkpointed_blocks), choice);
+  const auto effective = effective_variant_of(graph, checkpointed_span_of(graph, choice.checkpointed_blocks), choice);
   for (std::size_t i = 0; i < choice.layers.size(); ++i) {
-    if (choice.layers[i].variant == core::LayerVariant::Tempo && !lean[i]) choice.layers[i].variant = core::LayerVariant::Standard;
+    if (i < effective.size()) choice.layers[i].variant = effective[i];
   }
   return choice;
 }
@@ -131,28 +167,15 @@ namespace {
 
 // Appends the ops of layers [first, last] to `ops`.
 void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const std::vector<const BlockSpan*>& span_of,
-                      const std::vector<bool>& lean_now, int first, int last, std::vector<Op>& ops) {
+                      const std::vector<LayerVariant>& variant, int first, int last, std::vector<Op>& ops) {
   const std::size_t n = costs.layers.size();
   const double scale = costs.scale;
-  // A lean layer runs at its Tempo cost, and an input it no longer keeps is freed by its last
-  // reader's forward (measured there as a smaller net change). Without lean layers the costs are
-  // used as they are, not copied.
+  // With only standard layers the costs are used as they are, not copied.
   std::vector<core::LayerCost> adjusted;
-  if (std::find(lean_now.begin(), lean_now.end(), true) != lean_now.end()) adjusted = costs.layers;
+  const auto other = [](LayerVariant v) { return v != LayerVariant::Standard; };
+  if (std::any_of(variant.begin(), variant.end(), other)) adjusted = costs.layers;
   const std::vector<core::LayerCost>& cost = adjusted.empty() ? costs.layers : adjusted;
-  for (std::size_t i = 0; i < n && !adjusted.empty(); ++i) {
-    if (!lean_now[i]) continue;
-    adjusted[i] = costs.lean[i];
-    for (const auto& released : graph.released_inputs(static_cast<int>(i))) {
-      adjusted[static_cast<std::size_t>(released.freed_by)].fwd_retained_bytes -=
-          costs.layers[static_cast<std::size_t>(released.producer)].output_bytes;
-    }
-    const HeldOutput& held = graph.held_output(static_cast<int>(i));
-    if (held.released_by >= 0) {
-      auto& releaser = adjusted[static_cast<std::size_t>(held.released_by)];
-      (held.in_backward ? releaser.bwd_retained_bytes : releaser.fwd_retained_bytes) += costs.layers[i].output_bytes;
-    }
-  }
+  for (std::size_t i = 0; i < n && !adjusted.empty(); ++i) apply_variant(costs, graph, i, variant[i], adjusted);
 
   // An unsaved block input is freed by its last reader in a normal forward; a checkpoint holds it
   // until the block's backward is done instead.
@@ -210,7 +233,7 @@ std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph
                                 int first, int last) {
   const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
   std::vector<Op> ops;
-  append_layer_ops(costs, graph, span_of, effective_lean(graph, span_of, choice), first, last, ops);
+  append_layer_ops(costs, graph, span_of, effective_variant_of(graph, span_of, choice), first, last, ops);
   return ops;
 }
 
@@ -238,7 +261,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   StepSequence seq;
   seq.static_bytes = costs.static_bytes();
   const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
-  const auto lean_now = effective_lean(graph, span_of, choice);
+  const auto variant = effective_variant_of(graph, span_of, choice);
   const auto& sizes = choice.micro_batches;
   const int last_layer = static_cast<int>(costs.layer_count()) - 1;
   // A micro-batch: its input arrives, its layers run, what their measured changes leave over goes
@@ -250,7 +273,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
     const auto known = std::find(made.begin(), made.end(), b);
     if (known != made.end()) return static_cast<std::size_t>(known - made.begin());
     std::vector<Op> ops{{OpKind::LoadInput, -1, 0, 0, costs.input_bytes(b)}};
-    append_layer_ops(batch_costs(costs, b), graph, span_of, lean_now, 0, last_layer, ops);
+    append_layer_ops(batch_costs(costs, b), graph, span_of, variant, 0, last_layer, ops);
     std::int64_t net = 0;
     for (std::size_t k = 1; k < ops.size(); ++k) net += ops[k].retained_bytes;
     ops.push_back({OpKind::ReleaseLeftovers, -1, 0, 0, -net});
