@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     request.budget_bytes = 1;
     const std::int64_t least = planner::plan_step(trace, request).smallest_budget;
     const std::int64_t whole =
-        planner::predict_step(costs, graph, {.micro_batches = {c.batch}}).peak_bytes;
+        planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({c.batch})).peak_bytes;
     for (const double fraction : {0.1, 0.4, 0.7}) {
       request.budget_bytes = least + static_cast<std::int64_t>(fraction * static_cast<double>(whole - least));
       const auto outcome = planner::plan_step(trace, request);

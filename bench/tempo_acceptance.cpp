@@ -136,7 +136,7 @@ int plans(int steps) {
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
     const core::StepChoice all = graph.all_lean();
-    const std::int64_t standard = planner::predict_step(costs, graph, {.micro_batches = {c.batch}}).peak_bytes;
+    const std::int64_t standard = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({c.batch})).peak_bytes;
     const std::int64_t lean = planner::predict_step(costs, graph, all.with_micro_batches({c.batch})).peak_bytes;
     using S = planner::Strategy;
     struct Budgeted {

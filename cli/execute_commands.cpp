@@ -95,7 +95,7 @@ int run_demo(const DemoArgs& args) {
   request.trace_sha256 = core::sha256_hex(core::read_file(trace_path));
   request.budget_bytes = 1;
   const std::int64_t least = planner::plan_step(trace, request).smallest_budget;
-  const auto whole = planner::predict_step(costs, graph, {.micro_batches = {batch}});
+  const auto whole = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({batch}));
   // Well below what the whole batch needs, comfortably above the least any plan needs.
   request.budget_bytes = (least + (whole.peak_bytes - least) * 3 / 10) / (1 << 20) * (1 << 20);
   std::cout << "2. budget: " << core::format_bytes(request.budget_bytes) << " for a batch of " << batch

@@ -102,7 +102,7 @@ TEST(PlanFile, NumbersPastTheirRangeAreRejected) {
   plan.global_batch = 8;
   plan.choice.micro_batches = {4, 4};
   plan.choice.checkpointed_blocks = {1};
-  plan.choice.layers = {{.id = 0, .name = "fc"}};
+  plan.choice.layers = {{0, "fc", false, core::LayerVariant::Standard}};
   plan.runner_ups = {{4, 1, {}, "slower"}};
   const nlohmann::json good = core::to_json(plan);
   ASSERT_EQ(core::plan_from_json(good), plan);

@@ -187,7 +187,7 @@ TEST(Executor, TempoPlanRunsWhereTheStandardStepIsRefused) {
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   const std::int64_t batch = 16;
-  const std::int64_t standard = planner::predict_step(costs, graph, {.micro_batches = {batch}}).peak_bytes;
+  const std::int64_t standard = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({batch})).peak_bytes;
   const std::int64_t lean = planner::predict_step(costs, graph, graph.all_lean().with_micro_batches({batch})).peak_bytes;
   ASSERT_LT(lean, standard);
   planner::PlanRequest request;

@@ -42,7 +42,7 @@ TEST(GoldenPlans, MatchExpectedFiles) {
     const planner::LayerGraph graph(trace);
     const std::int64_t floor = costs.static_bytes() + costs.optimizer_transient_bytes();
     const std::int64_t whole =
-        planner::predict_step(costs, graph, {.micro_batches = {c.batch}}).peak_bytes;
+        planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({c.batch})).peak_bytes;
     planner::PlanRequest request;
     request.global_batch = c.batch;
     request.strategies = planner::parse_strategies(c.strategies);

@@ -33,7 +33,7 @@ TEST(MemoryModel, ReproducesMeasuredPeaks) {
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
     for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) {
-      const auto p = planner::predict_step(costs, graph, {.micro_batches = {trace.batch_sizes[k]}});
+      const auto p = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({trace.batch_sizes[k]}));
       const double measured = static_cast<double>(trace.steps[k].peak_bytes);
       EXPECT_NEAR(static_cast<double>(p.peak_bytes) / measured, 1.0, 1e-3) << name << " batch " << trace.batch_sizes[k];
       // The profiled forward and backward plus the optimizer's median time; each layer's scaled time
@@ -151,7 +151,7 @@ std::vector<std::int64_t> budget_sweep(const core::Trace& trace, std::int64_t ba
   const std::int64_t lo = costs.static_bytes() + costs.optimizer_transient_bytes();
   // Up to past what the whole batch needs once the 5% margin is taken off.
   const std::int64_t hi =
-      planner::predict_step(costs, graph, {.micro_batches = {batch}}).peak_bytes * 23 / 20;
+      planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({batch})).peak_bytes * 23 / 20;
   std::vector<std::int64_t> budgets;
   for (int i = 0; i <= points; ++i) budgets.push_back(lo + (hi - lo) * i / points);
   return budgets;
@@ -418,7 +418,7 @@ TEST(StepSequence, PredictionAndScheduleShareIt) {
   const core::Trace trace = committed("cpu-bert.json");
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
-  core::StepChoice choice{.micro_batches = {3, 3, 3, 2, 2}};
+  auto choice = core::StepChoice{}.with_micro_batches({3, 3, 3, 2, 2});
   choice.checkpointed_blocks = {graph.blocks().front().block};
   const auto seq = planner::step_sequence(costs, graph, choice);
   ASSERT_EQ(seq.segments.size(), 4u);  // 3 x3, 1 x2, the last 2, the optimizer
@@ -489,7 +489,7 @@ TEST(Tempo, PlannerMakesLayersLeanOnlyAsNeeded) {
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
     const std::int64_t batch = trace.batch_sizes.back();
-    const std::int64_t standard = planner::predict_step(costs, graph, {.micro_batches = {batch}}).peak_bytes;
+    const std::int64_t standard = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({batch})).peak_bytes;
     const std::int64_t lean = planner::predict_step(costs, graph, graph.all_lean().with_micro_batches({batch})).peak_bytes;
     ASSERT_LT(lean, standard);
     // A budget whose limit after the 5% margin sits halfway between the two needs.

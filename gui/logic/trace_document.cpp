@@ -36,7 +36,7 @@ BudgetRange budget_range(const core::Trace& measured, std::int64_t global_batch,
   range.least_bytes = std::max<std::int64_t>(costs.static_bytes(), 1 << 20);
   range.device_bytes = trace.device.total_memory_bytes;
   range.whole_batch_bytes =
-      planner::predict_step(costs, graph, {.micro_batches = {std::max<std::int64_t>(global_batch, 1)}}).peak_bytes;
+      planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({std::max<std::int64_t>(global_batch, 1)})).peak_bytes;
   range.most_bytes = std::max({range.device_bytes, range.whole_batch_bytes * 2, range.least_bytes * 4});
   return range;
 }
