@@ -268,11 +268,17 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   // (so every micro-batch starts from the same level), and its input goes, except the last one's,
   // which stays until the optimizer has stepped. Micro-batches of one size run the same ops: they
   // are made once per distinct size (a split has at most two).
+  // Most steps have one or two sizes.
   std::vector<std::int64_t> made;
+  made.reserve(2);
+  seq.ops.reserve(3);
+  seq.segments.reserve(4);
   const auto ops_for = [&](std::int64_t b) {
     const auto known = std::find(made.begin(), made.end(), b);
     if (known != made.end()) return static_cast<std::size_t>(known - made.begin());
-    std::vector<Op> ops{{OpKind::LoadInput, -1, 0, 0, costs.input_bytes(b)}};
+    std::vector<Op> ops;
+    ops.reserve(3 * costs.layer_count() + 3);
+    ops.push_back({OpKind::LoadInput, -1, 0, 0, costs.input_bytes(b)});
     append_layer_ops(batch_costs(costs, b), graph, span_of, variant, 0, last_layer, ops);
     std::int64_t net = 0;
     for (std::size_t k = 1; k < ops.size(); ++k) net += ops[k].retained_bytes;
