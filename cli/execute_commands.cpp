@@ -44,7 +44,7 @@ int run_execute(const ExecuteArgs& args) {
   const core::Plan plan = core::read_plan_file(args.plan);
   const core::Trace trace = core::load_plan_trace(plan, args.plan);
   // What the plan asks of the trace's layers and blocks is checked before anything runs.
-  planner::check_choice(plan, planner::LayerGraph(trace), args.plan);
+  planner::check_choice(plan, trace, args.plan);
   executor::ExecuteOptions options;
   options.steps = args.steps;
   options.warmup_steps = args.warmup;

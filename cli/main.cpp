@@ -125,6 +125,21 @@ void add_profile_options(CLI::App& command, ProfileArgs& args) {
                    "skip the second pass that measures Tempo's memory-lean layers (bert, gpt); plans then cannot use tempo");
 }
 
+// Where results go is checked before any work: a long profile must not end at a path it cannot
+// write, and a device or FIFO given as an output is refused rather than replaced or waited on.
+void check_outputs(const CLI::App& command) {
+  for (const CLI::Option* option : command.get_options()) {
+    if (option->count() == 0 || option->get_lnames().empty()) continue;
+    const std::string flag = "--" + option->get_lnames().front();
+    if (flag != "--output" && flag != "--chrome") continue;
+    try {
+      core::check_output_path(option->as<std::string>());
+    } catch (const core::InputError& e) {
+      throw core::InputError(flag + ": " + e.what());
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -206,6 +221,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    for (const CLI::App* command : app.get_subcommands()) check_outputs(*command);
     if (app.got_subcommand("models")) {
       print_models();
     } else if (app.got_subcommand(plan)) {

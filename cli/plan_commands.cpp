@@ -28,7 +28,11 @@ std::string strategies_help() {
 int run_plan(const PlanArgs& args) {
   const core::Trace trace = core::read_trace_file(args.trace);
   planner::PlanRequest request;
-  request.budget_bytes = core::parse_bytes(args.budget);
+  try {
+    request.budget_bytes = core::parse_bytes(args.budget);
+  } catch (const core::InputError& e) {
+    throw core::InputError(std::string("--budget: ") + e.what());
+  }
   request.global_batch = args.batch;
   request.margin_fraction = args.margin;
   request.strategies = planner::parse_strategies(args.strategies);

@@ -15,7 +15,21 @@
 
 namespace headroom::core {
 
+void check_output_path(const std::filesystem::path& path) {
+  if (path.empty()) throw InputError("expected a file path, got an empty one");
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw InputError(path.string() + " is not a regular file; an output must be one");
+  }
+  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : ".";
+  if (!std::filesystem::is_directory(directory, error)) {
+    throw InputError(path.string() + ": directory " + directory.string() + " does not exist");
+  }
+}
+
 void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
+  check_output_path(path);
   const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : ".";
   std::string pattern = (directory / ("." + path.filename().string() + ".tmp.XXXXXX")).string();
   const int fd = ::mkstemp(pattern.data());
@@ -52,6 +66,10 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
 }
 
 std::string read_file(const std::filesystem::path& path) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (!std::filesystem::exists(status)) throw InputError(path.string() + ": no such file");
+  if (!std::filesystem::is_regular_file(status)) throw InputError(path.string() + ": not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path.string() + ": cannot open for reading");
   std::ostringstream buffer;

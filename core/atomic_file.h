@@ -5,12 +5,18 @@
 
 namespace headroom::core {
 
-// Writes the whole file or nothing: the content goes to a temporary file in the same directory,
+// Throws InputError unless `path` can name an output file: not empty, not an existing directory,
+// device, FIFO or socket (writing would replace it with a file, or never end), and in a directory
+// that exists.
+void check_output_path(const std::filesystem::path& path);
+
+// Writes the whole file or nothing (after check_output_path): the content goes to a temporary file in the same directory,
 // is flushed to disk, and is renamed over `path`. A failure leaves any previous file untouched and
 // throws std::runtime_error naming the path.
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
 
-// Reads a whole file; throws InputError naming the path when it cannot be read.
+// Reads a whole regular file; throws InputError naming the path when it is missing, not a regular
+// file (a FIFO would block for ever, a device never end) or cannot be read.
 std::string read_file(const std::filesystem::path& path);
 
 }  // namespace headroom::core

@@ -1,5 +1,7 @@
 #include "core/plan.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "core/atomic_file.h"
@@ -75,8 +77,9 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     if (plan.trace_sha256.size() != 64) trace.at("sha256").fail("expected 64 hex digits");
     plan.model = trace.at("model").as_string();
     plan.device = trace.at("device").as_string();
-    plan.budget_bytes = root.at("budget_bytes").as_non_negative_int();
-    plan.margin_bytes = root.at("margin_bytes").as_non_negative_int();
+    // A plan always has a budget; only `execute --no-budget` runs without one.
+    plan.budget_bytes = root.at("budget_bytes").as_int_in(1, kMaxPlanBudget);
+    plan.margin_bytes = root.at("margin_bytes").as_int_in(0, plan.budget_bytes);
     plan.global_batch = root.at("global_batch").as_non_negative_int();
     if (plan.global_batch == 0) root.at("global_batch").fail("expected a positive batch size");
     if (plan.global_batch > kMaxPlanBatch) {
@@ -99,8 +102,29 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     if (sum != plan.global_batch) {
       micro.fail("sizes sum to " + std::to_string(sum) + ", not the global batch " + std::to_string(plan.global_batch));
     }
-    for (const auto& b : root.at("checkpointed_blocks").elements()) {
-      plan.choice.checkpointed_blocks.push_back(static_cast<int>(b.as_int_in(0, kMaxPlanLayers - 1)));
+    // Written for the reader's benefit; the executor weighs by b_i / B, so an edited weight would
+    // mislead.
+    const auto weights = root.at("loss_weights").elements();
+    if (weights.size() != plan.choice.micro_batches.size()) {
+      root.at("loss_weights").fail("expected one weight per micro-batch (" +
+                                   std::to_string(plan.choice.micro_batches.size()) + ")");
+    }
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+      if (std::abs(weights[i].as_double() - plan.loss_weight(i)) > 1e-9) {
+        weights[i].fail("expected b_i / B = " + std::to_string(plan.loss_weight(i)) +
+                        " (weights follow the micro-batch sizes; edit those instead)");
+      }
+    }
+    const auto blocks = root.at("checkpointed_blocks").elements();
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      const int block = static_cast<int>(blocks[i].as_int_in(0, kMaxPlanLayers - 1));
+      auto& chosen = plan.choice.checkpointed_blocks;
+      const auto earlier = std::find(chosen.begin(), chosen.end(), block);
+      if (earlier != chosen.end()) {
+        blocks[i].fail("block " + std::to_string(block) + " is already checkpointed at index " +
+                       std::to_string(earlier - chosen.begin()));
+      }
+      chosen.push_back(block);
     }
     const auto layers = root.at("layers").elements();
     for (std::size_t i = 0; i < layers.size(); ++i) {
@@ -124,7 +148,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     plan.peak_at = explanation.at("peak_at").as_string();
     for (const auto& r : explanation.at("runner_ups").elements()) {
       RunnerUp up;
-      up.micro_batch = r.at("micro_batch").as_non_negative_int();
+      up.micro_batch = r.at("micro_batch").as_int_in(1, kMaxPlanBatch);
       up.checkpointed_blocks = static_cast<int>(r.at("checkpointed_blocks").as_int_in(0, kMaxPlanLayers));
       up.predicted = read_step_figures(r.at("predicted"));
       up.verdict = r.at("verdict").as_string();

@@ -20,6 +20,8 @@ inline constexpr std::string_view kPlanSchema = "headroom.plan/1";
 inline constexpr std::int64_t kMaxPlanBatch = std::int64_t{1} << 20;
 // The largest block index or layer id a plan may name (a trace has at most kMaxTraceLayers layers).
 inline constexpr std::int64_t kMaxPlanLayers = std::int64_t{1} << 14;
+// The largest budget a plan may have (as a trace's byte counts: 16 TiB).
+inline constexpr std::int64_t kMaxPlanBudget = std::int64_t{1} << 44;
 // The most data-parallel replicas a plan may name.
 inline constexpr std::int64_t kMaxWorldSize = 4096;
 

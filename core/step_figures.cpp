@@ -10,11 +10,15 @@ nlohmann::json to_json(const StepFigures& figures) {
 
 StepFigures read_step_figures(const JsonNode& node) {
   StepFigures f;
-  f.peak_bytes = node.at("peak_bytes").as_non_negative_int();
+  // Bounded as a trace's measurements are: a byte count within 2^50, times and rates finite.
+  f.peak_bytes = node.at("peak_bytes").as_int_in(0, std::int64_t{1} << 50);
   f.step_seconds = node.at("step_seconds").as_double();
   f.samples_per_second = node.at("samples_per_second").as_double();
-  if (f.step_seconds < 0) node.at("step_seconds").fail("expected a non-negative number");
-  if (f.samples_per_second < 0) node.at("samples_per_second").fail("expected a non-negative number");
+  constexpr double kMost = 1e12;
+  if (!(f.step_seconds >= 0 && f.step_seconds <= kMost)) node.at("step_seconds").fail("expected a number from 0 to 1e12");
+  if (!(f.samples_per_second >= 0 && f.samples_per_second <= kMost)) {
+    node.at("samples_per_second").fail("expected a number from 0 to 1e12");
+  }
   return f;
 }
 

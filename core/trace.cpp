@@ -1,6 +1,7 @@
 #include "core/trace.h"
 
 #include <algorithm>
+#include <map>
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
@@ -347,7 +348,7 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
       device.at("kind").fail("expected \"cpu\" or \"cuda\", got \"" + trace.device.kind + "\"");
     }
     trace.device.name = device.at("name").as_string();
-    trace.device.total_memory_bytes = device.at("total_memory_bytes").as_non_negative_int();
+    trace.device.total_memory_bytes = as_bytes(device.at("total_memory_bytes"));
     if (trace.device.is_cuda()) {
       trace.device.sm_count = as_count(device.at("sm_count"));
       trace.device.host_to_device_bytes_per_s = device.at("host_to_device_bytes_per_s").as_double();
@@ -362,13 +363,15 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
     for (const auto& [key, value] : framework.raw().items()) {
       trace.framework[key] = JsonNode(value, framework.path() + "." + key).as_string();
     }
+    // What recorded the trace, shown with it.
+    for (const char* key : {"headroom", "torch"}) framework.at(key).as_string();
 
     const auto optimizer = root.at("optimizer");
     trace.optimizer.name = optimizer.at("name").as_string();
     trace.optimizer.state_bytes = as_bytes(optimizer.at("state_bytes"));
     trace.optimizer.state_bytes_per_param = optimizer.at("state_bytes_per_param").as_double();
-    if (trace.optimizer.state_bytes_per_param < 0) {
-      optimizer.at("state_bytes_per_param").fail("expected a non-negative number");
+    if (!(trace.optimizer.state_bytes_per_param >= 0 && trace.optimizer.state_bytes_per_param <= 1024)) {
+      optimizer.at("state_bytes_per_param").fail("expected a number from 0 to 1024");
     }
 
     const auto profile = root.at("profile");
@@ -393,8 +396,15 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
     if (static_cast<std::int64_t>(layers.size()) > kMaxTraceLayers) {
       root.at("layers").fail("expected at most " + std::to_string(kMaxTraceLayers) + " layers, got " + std::to_string(layers.size()));
     }
+    std::map<std::string, std::size_t> names;
     for (std::size_t i = 0; i < layers.size(); ++i) {
       trace.layers.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes, trace.device.is_cuda()));
+      // Plans, reports and the desktop app name layers: a name must say which one.
+      const auto [earlier, fresh] = names.emplace(trace.layers.back().name, i);
+      if (!fresh) {
+        layers[i].at("name").fail("'" + trace.layers.back().name + "' is already the name of layer " +
+                                  std::to_string(earlier->second));
+      }
     }
 
     trace.steps = read_steps(root.at("steps"), trace.batch_sizes, trace.device.is_cuda());

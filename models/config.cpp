@@ -26,6 +26,12 @@ std::int64_t Config::non_negative_int(const std::string& key) const {
   if (used != value.size() || value.empty() || v < 0) {
     throw InputError("model " + model_name_ + ": key '" + key + "' expects a non-negative integer, got '" + value + "'");
   }
+  // No size setting of the zoo goes near this; past it, sizes multiplied together overflow or eat
+  // the machine before a budget could refuse them.
+  if (v > kMaxSetting) {
+    throw InputError("model " + model_name_ + ": key '" + key + "' expects at most " + std::to_string(kMaxSetting) +
+                     ", got " + value);
+  }
   return v;
 }
 

@@ -20,6 +20,9 @@ struct Preset {
   std::map<std::string, std::string> values;
 };
 
+// The largest integer a size setting takes.
+inline constexpr std::int64_t kMaxSetting = std::int64_t{1} << 20;
+
 class Config {
  public:
   Config(std::string model_name, std::map<std::string, std::string> values)

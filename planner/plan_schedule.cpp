@@ -7,13 +7,24 @@
 
 namespace headroom::planner {
 
-void check_choice(const core::Plan& plan, const LayerGraph& graph, const std::string& source) {
+void check_choice(const core::Plan& plan, const core::Trace& trace, const std::string& source) {
   const core::StepChoice& choice = plan.choice;
-  checkpointed_block_flags(graph, choice, source);
-  if (choice.layers.size() != graph.size()) {
-    throw core::InputError(source + ": $.layers: the plan has " + std::to_string(choice.layers.size()) +
-                           " layers, its trace " + std::to_string(graph.size()));
+  if (plan.model != trace.model.name) {
+    throw core::InputError(source + ": $.trace.model: the plan is for " + plan.model + ", its trace profiled " +
+                           trace.model.name);
   }
+  if (choice.layers.size() != trace.layers.size()) {
+    throw core::InputError(source + ": $.layers: the plan has " + std::to_string(choice.layers.size()) +
+                           " layers, its trace " + std::to_string(trace.layers.size()));
+  }
+  for (std::size_t i = 0; i < choice.layers.size(); ++i) {
+    if (choice.layers[i].name != trace.layers[i].name) {
+      throw core::InputError(source + ": $.layers[" + std::to_string(i) + "].name: '" + choice.layers[i].name +
+                             "', but the trace's layer " + std::to_string(i) + " is '" + trace.layers[i].name + "'");
+    }
+  }
+  const LayerGraph graph(trace);
+  checkpointed_block_flags(graph, choice, source);
   for (const auto& layer : choice.layers) {
     if (layer.variant == core::LayerVariant::Tempo && !graph.can_be_lean(layer.id)) {
       throw core::InputError(source + ": $.layers[" + std::to_string(layer.id) + "].variant: layer " + layer.name +
@@ -30,7 +41,7 @@ core::Schedule plan_schedule(const core::Trace& trace, const core::Plan& plan, c
   const core::Trace planned = plan.optimizer.empty() ? trace : with_estimated_optimizer(trace, plan.optimizer);
   const core::CostModel costs(planned);
   const LayerGraph graph(planned);
-  check_choice(plan, graph, source);
+  check_choice(plan, planned, source);
   return build_schedule(costs, graph, plan.choice);
 }
 

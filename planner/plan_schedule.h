@@ -10,10 +10,10 @@
 
 namespace headroom::planner {
 
-// Checks the plan's step choice against its trace: every checkpointed block exists and can be
-// checkpointed, there is one layer entry per trace layer, and every variant is one the trace
+// Checks the plan against its trace: the model and its layers are the trace's (count and names),
+// every checkpointed block exists and can be checkpointed, and every variant is one the trace
 // measured for that layer (and can be chosen alone). Throws InputError prefixed with `source`.
-void check_choice(const core::Plan& plan, const LayerGraph& graph, const std::string& source);
+void check_choice(const core::Plan& plan, const core::Trace& trace, const std::string& source);
 
 // The plan's step as tasks, with the optimizer the plan was made for.
 core::Schedule plan_schedule(const core::Trace& trace, const core::Plan& plan, const std::string& source);

@@ -162,6 +162,7 @@ TEST(StepChoice, VariantsMicroBatchesAndWorldSize) {
   core::Plan plan;
   plan.trace_path = "t.json";
   plan.trace_sha256 = std::string(64, '0');
+  plan.budget_bytes = 1 << 30;
   plan.global_batch = 4;
   plan.choice.micro_batches = {4};
   EXPECT_FALSE(core::to_json(plan).contains("world_size"));

@@ -400,7 +400,7 @@ TEST(Simulator, AgreesWithThePlanner) {
     for (const std::int64_t budget : budget_sweep(trace, 24, 8)) {
       const auto outcome = planner::plan_step(trace, request(budget, 24));
       if (!outcome.plan) continue;
-      planner::check_choice(*outcome.plan, graph, name);
+      planner::check_choice(*outcome.plan, trace, name);
       const auto schedule = planner::build_schedule(costs, graph, outcome.plan->choice);
       const auto sim = simulator::simulate(schedule);
       EXPECT_EQ(sim.peak_bytes, outcome.plan->predicted.peak_bytes) << budget;
@@ -582,7 +582,7 @@ TEST(Tempo, LeanFlagOnALayerWithoutAVariantIsRejected) {
   ASSERT_GE(linear, 0);
   plan.choice.layers[static_cast<std::size_t>(linear)].variant = core::LayerVariant::Tempo;
   try {
-    planner::check_choice(plan, graph, "p.json");
+    planner::check_choice(plan, trace, "p.json");
     FAIL() << "expected an InputError";
   } catch (const core::InputError& e) {
     EXPECT_NE(std::string(e.what()).find("p.json: $.layers[" + std::to_string(linear) + "].variant"), std::string::npos)
