@@ -50,6 +50,7 @@ int run_execute(const ExecuteArgs& args) {
   options.warmup_steps = args.warmup;
   options.device = args.device;
   options.enforce_budget = !args.no_budget;
+  options.host_limit = args.host_limit;
   options.data = args.data;
   options.batchnorm_eval = args.batchnorm_eval;
   options.on_progress = progress_line;

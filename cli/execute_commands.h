@@ -11,6 +11,7 @@ struct ExecuteArgs {
   int warmup = 1;
   std::string device = "cpu";
   bool no_budget = false;
+  bool host_limit = false;
   std::string data = "synthetic";
   bool batchnorm_eval = false;
   std::string output;

@@ -14,6 +14,7 @@
 #include "core/atomic_file.h"
 #include "core/chrome_trace.h"
 #include "core/errors.h"
+#include "core/host_memory.h"
 #include "core/trace.h"
 #include "models/model_source.h"
 #include "models/zoo.h"
@@ -181,7 +182,11 @@ int main(int argc, char** argv) {
   execute->add_option("--steps", execute_args.steps, "measured steps (after warm-up)");
   execute->add_option("--warmup", execute_args.warmup, "unmeasured steps first");
   execute->add_option("--device", execute_args.device, "device to run on")->check(CLI::IsMember({"cpu", "cuda"}));
-  execute->add_flag("--no-budget", execute_args.no_budget, "do not enforce the plan's budget on the CPU");
+  auto* no_budget = execute->add_flag("--no-budget", execute_args.no_budget, "do not enforce the plan's budget on the CPU");
+  execute->add_flag("--host-limit", execute_args.host_limit,
+                    "the budget is this host's memory limit: keep malloc's resident heap (free pages the host-memory "
+                    "regime keeps for speed) within it too, handing free heap back after a step (slower)")
+      ->excludes(no_budget);
   execute->add_option("--data", execute_args.data, "synthetic, or fashion-mnist for the cnn model (reports test accuracy)")
       ->check(CLI::IsMember({"synthetic", "fashion-mnist"}));
   execute->add_flag("--batchnorm-eval", execute_args.batchnorm_eval,
@@ -222,6 +227,9 @@ int main(int argc, char** argv) {
 
   try {
     for (const CLI::App* command : app.get_subcommands()) check_outputs(*command);
+    // From start-up, so everything the process allocates (the model, a dataset) is in the regime
+    // the trace and the report name.
+    core::enter_host_memory_regime();
     if (app.got_subcommand("models")) {
       print_models();
     } else if (app.got_subcommand(plan)) {

@@ -5,6 +5,7 @@
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
+#include "core/host_memory.h"
 #include "core/plan.h"
 #include "core/sha256.h"
 #include "core/statistics.h"
@@ -46,10 +47,16 @@ int run_plan(const PlanArgs& args) {
   request.trace_path = args.trace;
   request.trace_sha256 = core::sha256_hex(core::read_file(args.trace));
   request.optimizer = args.optimizer;
-  const planner::PlanOutcome outcome = planner::plan_step(trace, request);
+  planner::PlanOutcome outcome = planner::plan_step(trace, request);
   if (!outcome.plan) {
     std::cerr << "headroom: infeasible: " << outcome.reason << "\n";
     return kExitInfeasible;
+  }
+  // The plan's times are the trace's: measured in another host-memory regime they may not hold
+  // where this headroom executes it.
+  if (const std::string warning = core::regime_mismatch_warning(trace.host_memory_regime, core::headroom_regime());
+      !warning.empty()) {
+    outcome.plan->warnings.push_back(warning);
   }
   core::write_plan_file(args.output, *outcome.plan);
   std::cout << report::render_plan_summary(*outcome.plan) << "\nplan written to " << args.output << "\n";

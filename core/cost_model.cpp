@@ -15,24 +15,34 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
     lean_layers_.push_back(layer.tempo ? std::optional<Series>(series_of(layer.tempo->samples)) : std::nullopt);
   }
 
-  std::vector<std::int64_t> inputs, optimizer_ns, optimizer_transient;
+  std::vector<std::int64_t> inputs, optimizer_transient;
   for (std::size_t k = 0; k < trace.steps.size(); ++k) {
     const auto& step = trace.steps[k];
     inputs.push_back(step.input_bytes);
-    optimizer_ns.push_back(step.optimizer_ns);
     optimizer_transient.push_back(step.optimizer_transient_bytes);
     std::int64_t layer_sum = 0;
     for (const auto& layer : trace.layers) layer_sum += layer.samples[k].fwd_ns + layer.samples[k].bwd_ns;
     layer_sum_ns_.push_back(std::max<std::int64_t>(layer_sum, 1));
   }
   input_bytes_ = inputs;
-  // The optimizer's work does not depend on the batch: take the median over the samples.
-  std::sort(optimizer_ns.begin(), optimizer_ns.end());
-  optimizer_ns_ = optimizer_ns[optimizer_ns.size() / 2];
   optimizer_transient_bytes_ = *std::max_element(optimizer_transient.begin(), optimizer_transient.end());
+  // The trace reader guarantees sequences for every step or for none.
+  const bool sequences = trace.steps.front().sequence.has_value();
+  std::vector<std::int64_t> once_per_step;
   for (const auto& step : trace.steps) {
-    micro_batch_ns_.push_back(std::max<std::int64_t>(step.step_ns - step.optimizer_ns, 1));
+    if (sequences) {
+      const StepSequence& q = *step.sequence;
+      micro_batch_ns_.push_back(std::max<std::int64_t>(q.micro_batch_ns, 1));
+      // Signed: a first micro-batch measured faster than the later ones takes its difference off.
+      once_per_step.push_back(step.optimizer_ns + q.zero_grad_ns + (q.first_micro_batch_ns - q.micro_batch_ns));
+    } else {
+      micro_batch_ns_.push_back(std::max<std::int64_t>(step.step_ns - step.optimizer_ns, 1));
+      once_per_step.push_back(step.optimizer_ns);
+    }
   }
+  // What a step pays once does not depend on the batch: take the median over the samples.
+  std::sort(once_per_step.begin(), once_per_step.end());
+  optimizer_ns_ = std::max<std::int64_t>(once_per_step[once_per_step.size() / 2], 0);
 }
 
 namespace {

@@ -38,13 +38,20 @@ class CostModel {
   std::int64_t static_bytes() const { return 2 * param_bytes_ + trace_->optimizer.state_bytes; }
 
   std::int64_t input_bytes(std::int64_t batch) const;
+  // What a step pays once, whatever its micro-batches: the optimizer step, and in traces that
+  // measured steps as sequences (StepSequence) also zeroing the gradients and what the step's first
+  // micro-batch costs beyond a later one (caches the optimizer evicted). The median over the batch
+  // sizes. The schedule's optimizer task carries all of it, so a step charges it exactly once.
   std::int64_t optimizer_ns() const { return optimizer_ns_; }
   std::int64_t optimizer_transient_bytes() const { return optimizer_transient_bytes_; }
 
-  // Time of one micro-batch's forward and backward: the profiled step minus its own optimizer step
-  // (medians at that batch size; the profiler's hooks add 1-3%). Not the plain step minus a median
-  // optimizer time: where the optimizer dominates (mlp) that difference of two noisy numbers was
-  // off by 2x. Layer times are scaled to add up to this, taking in the glue between layers.
+  // Time of one micro-batch's forward and backward as the executor runs the micro-batches after a
+  // step's first: the trace's StepSequence::micro_batch_ns (its data made, the loss weighted,
+  // gradients accumulating, no profiler hooks). Traces without sequences: the profiled step minus
+  // its own optimizer step (medians at that batch size; the hooks add 1-3%), not the plain step
+  // minus a median optimizer time: where the optimizer dominates (mlp) that difference of two
+  // noisy numbers was off by 2x. Layer times are scaled to add up to this, taking in the glue
+  // between layers.
   std::int64_t micro_batch_ns(std::int64_t batch) const;
   // micro_batch_ns / the sum of profiled layer times, at `batch`.
   double layer_time_scale(std::int64_t batch) const;

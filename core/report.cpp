@@ -31,6 +31,16 @@ nlohmann::json to_json(const Report& r) {
   if (r.test_accuracy) doc["test_accuracy"] = *r.test_accuracy;
   if (r.gradient_check.computed) doc["gradient_check"]["max_rel_diff"] = r.gradient_check.max_rel_diff;
   if (r.device == "cuda") doc["measured"]["reserved_bytes"] = r.measured_reserved_bytes;
+  if (!r.host_memory_regime.empty()) doc["host_memory"] = {{"regime", r.host_memory_regime}};
+  if (r.host_memory) {
+    const auto& h = *r.host_memory;
+    doc["host_memory"]["resident_start_bytes"] = h.resident_start_bytes;
+    doc["host_memory"]["resident_peak_bytes"] = h.resident_peak_bytes;
+    doc["host_memory"]["heap_start_bytes"] = h.heap_start_bytes;
+    doc["host_memory"]["heap_peak_bytes"] = h.heap_peak_bytes;
+    doc["host_memory"]["heap_free_bytes"] = h.heap_free_bytes;
+    doc["host_memory"]["trims"] = h.trims;
+  }
   if (r.out_of_memory) {
     const auto& o = *r.out_of_memory;
     doc["out_of_memory"] = {{"layer", o.layer},           {"phase", o.phase},
@@ -72,6 +82,21 @@ Report report_from_json(const nlohmann::json& document, std::string_view source)
     for (const auto& s : root.at("step_seconds").elements()) r.step_seconds.push_back(s.as_double());
     r.data = root.at("data").as_string();
     if (root.has("test_accuracy")) r.test_accuracy = root.at("test_accuracy").as_double();
+    if (root.has("host_memory")) {
+      const auto host = root.at("host_memory");
+      host.expect_object();
+      r.host_memory_regime = host.at("regime").as_string();
+      if (host.has("resident_peak_bytes")) {
+        HostMemoryReport h;
+        h.resident_start_bytes = host.at("resident_start_bytes").as_non_negative_int();
+        h.resident_peak_bytes = host.at("resident_peak_bytes").as_non_negative_int();
+        h.heap_start_bytes = host.at("heap_start_bytes").as_non_negative_int();
+        h.heap_peak_bytes = host.at("heap_peak_bytes").as_non_negative_int();
+        h.heap_free_bytes = host.at("heap_free_bytes").as_non_negative_int();
+        h.trims = static_cast<int>(host.at("trims").as_int_in(0, INT32_MAX));
+        r.host_memory = h;
+      }
+    }
     if (root.has("out_of_memory")) {
       const auto o = root.at("out_of_memory");
       r.out_of_memory = OutOfMemory{o.at("layer").as_string(), o.at("phase").as_string(),

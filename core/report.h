@@ -32,6 +32,21 @@ struct OutOfMemory {
   std::int64_t budget_bytes = 0;
 };
 
+// What the host held for a CPU run beyond the bytes libtorch's allocator handed out (the budget's
+// count): the C allocator's resident heap, free pages included (the CPU's counterpart of CUDA's
+// reserved bytes), and the process's whole resident set. Measured over the measured steps: the
+// resident set after every micro-batch and optimizer step, the heap after every step (between
+// hand-backs it only grows, as headroom's regime keeps freed pages; core/host_memory.h).
+struct HostMemoryReport {
+  std::int64_t resident_start_bytes = 0;  // the process's resident set when the run's memory accounting began
+  std::int64_t resident_peak_bytes = 0;   // its highest sample
+  std::int64_t heap_start_bytes = 0;      // malloc's resident heap when the run's memory accounting began
+  std::int64_t heap_peak_bytes = 0;       // its highest sample
+  std::int64_t heap_free_bytes = 0;       // at that sample, resident but not handed out
+  int trims = 0;  // times free heap was handed back to keep the run's heap within its budget
+  bool operator==(const HostMemoryReport&) const = default;
+};
+
 struct Report {
   std::string plan_path;
   std::string model;
@@ -54,6 +69,9 @@ struct Report {
   std::vector<double> step_seconds;  // every measured step
   std::string data = "synthetic";     // where the batches came from
   std::optional<double> test_accuracy;  // after training, on real data
+  // The host-memory regime the run was in (core/host_memory.h); empty in reports from before it was recorded.
+  std::string host_memory_regime;
+  std::optional<HostMemoryReport> host_memory;  // CPU runs that measured steps
 };
 
 nlohmann::json to_json(const Report& report);

@@ -85,6 +85,11 @@ nlohmann::json step_to_json(const StepSample& s) {
                   {"peak_reserved_bytes", s.gpu->peak_reserved_bytes},
                   {"device_malloc_bytes", s.gpu->device_malloc_bytes}};
   }
+  if (s.sequence) {
+    out["sequence"] = {{"micro_batch_ns", s.sequence->micro_batch_ns},
+                       {"first_micro_batch_ns", s.sequence->first_micro_batch_ns},
+                       {"zero_grad_ns", s.sequence->zero_grad_ns}};
+  }
   return out;
 }
 
@@ -143,6 +148,7 @@ nlohmann::json to_json(const Trace& trace) {
       {"layers", std::move(layers)},
       {"steps", std::move(steps)},
   };
+  if (!trace.host_memory_regime.empty()) document["host_memory"] = {{"regime", trace.host_memory_regime}};
   if (trace.has_tempo()) {
     nlohmann::json tempo_steps = nlohmann::json::array();
     for (const auto& s : trace.tempo_steps) tempo_steps.push_back(step_to_json(s));
@@ -239,6 +245,12 @@ StepSample read_step(const JsonNode& node, bool cuda) {
     s.gpu = GpuStepCost{as_ns(gpu.at("kernel_ns")), as_ns(gpu.at("unattributed_kernel_ns")),
                         as_bytes(gpu.at("peak_reserved_bytes")), as_bytes(gpu.at("device_malloc_bytes"))};
   }
+  if (node.has("sequence")) {
+    const auto sequence = node.at("sequence");
+    sequence.expect_object();
+    s.sequence = StepSequence{as_ns(sequence.at("micro_batch_ns")), as_ns(sequence.at("first_micro_batch_ns")),
+                              as_ns(sequence.at("zero_grad_ns"))};
+  }
   return s;
 }
 
@@ -321,6 +333,11 @@ std::vector<StepSample> read_steps(const JsonNode& steps, const std::vector<std:
     if (out[i].batch != batches[i]) {
       steps.elements()[i].at("batch").fail("expected " + std::to_string(batches[i]) + " (batch_sizes order)");
     }
+    // The cost model reads sequences for every batch size or for none.
+    if (out[i].sequence.has_value() != out.front().sequence.has_value()) {
+      steps.elements()[i].fail(out.front().sequence ? "missing \"sequence\" (the first step has one)"
+                                                    : "unexpected \"sequence\" (the first step has none)");
+    }
   }
   return out;
 }
@@ -365,6 +382,13 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
     }
     // What recorded the trace, shown with it.
     for (const char* key : {"headroom", "torch"}) framework.at(key).as_string();
+
+    if (root.has("host_memory")) {
+      const auto host = root.at("host_memory");
+      host.expect_object();
+      trace.host_memory_regime = host.at("regime").as_string();
+      if (trace.host_memory_regime.empty()) host.at("regime").fail("expected a non-empty regime");
+    }
 
     const auto optimizer = root.at("optimizer");
     trace.optimizer.name = optimizer.at("name").as_string();

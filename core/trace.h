@@ -109,6 +109,16 @@ struct GpuStepCost {
   bool operator==(const GpuStepCost&) const = default;
 };
 
+// A step measured as the executor runs one (issue 23): gradients zeroed, micro-batches one after
+// another (each one's data made when its turn comes, its loss weighted, gradients accumulating),
+// then the optimizer. Medians over the repeats; traces from before it have none.
+struct StepSequence {
+  std::int64_t micro_batch_ns = 0;        // a micro-batch after the first: what every further one costs
+  std::int64_t first_micro_batch_ns = 0;  // the step's first micro-batch (after the optimizer ran)
+  std::int64_t zero_grad_ns = 0;          // zeroing the gradients, once per step
+  bool operator==(const StepSequence&) const = default;
+};
+
 // One whole training step at one micro-batch size.
 struct StepSample {
   std::int64_t batch = 0;
@@ -120,6 +130,9 @@ struct StepSample {
   std::int64_t static_bytes = 0;   // parameters + gradients + optimizer state
   std::int64_t input_bytes = 0;    // the batch (input and target tensors)
   std::optional<GpuStepCost> gpu;  // present exactly in CUDA traces
+  // How this batch size runs inside a step of several micro-batches; absent in traces recorded
+  // before the profiler measured it (then micro-batches cost step_ns - optimizer_ns each).
+  std::optional<StepSequence> sequence{};
 
   bool operator==(const StepSample&) const = default;
 };
@@ -163,6 +176,9 @@ struct Trace {
   ModelInfo model;
   DeviceInfo device;
   std::map<std::string, std::string> framework;  // "torch", "headroom" versions
+  // The host-memory regime the trace was measured in (core/host_memory.h); empty in traces from
+  // before it was recorded, which were measured in glibc's default.
+  std::string host_memory_regime;
   OptimizerInfo optimizer;
   ProfileSettings profile;
   std::vector<std::int64_t> batch_sizes;  // ascending

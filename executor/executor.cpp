@@ -10,6 +10,7 @@
 
 #include "core/cost_model.h"
 #include "core/errors.h"
+#include "core/host_memory.h"
 #include "core/statistics.h"
 #include "core/units.h"
 #include "executor/budget_allocator.h"
@@ -109,13 +110,47 @@ Datasets load_datasets(const ExecuteOptions& options) {
 // parameters count too; members are destroyed budget first, recording last.
 struct RunMemory {
   RunMemory(const core::Plan& plan, const ExecuteOptions& options, torch::Device device)
-      : recorder(std::make_shared<runtime::MemoryRecorder>(device.type())), recording(recorder) {
+      : recorder(std::make_shared<runtime::MemoryRecorder>(device.type())), recording(recorder),
+        host_at_start(core::host_memory_usage()) {
     BudgetAllocator::clear_last_refusal();
     if (options.enforce_budget && device.is_cpu()) budget.emplace(plan.budget_bytes);
   }
   std::shared_ptr<runtime::MemoryRecorder> recorder;
   runtime::ScopedMemoryRecording recording;
   std::optional<ScopedBudget> budget;
+  core::HostMemoryUsage host_at_start;
+};
+
+// What the host holds for the run: the process's resident set after every micro-batch and
+// optimizer step, malloc's resident heap after every step (between hand-backs it only grows).
+class HostMemoryWatch {
+ public:
+  explicit HostMemoryWatch(const core::HostMemoryUsage& start) : start_(start) {
+    report_.resident_start_bytes = start.resident_bytes;
+    report_.heap_start_bytes = start.heap_resident_bytes;
+  }
+  void sample_resident() { report_.resident_peak_bytes = std::max(report_.resident_peak_bytes, core::resident_bytes()); }
+  void sample_heap() {
+    const core::HostMemoryUsage now = core::host_memory_usage();
+    report_.resident_peak_bytes = std::max(report_.resident_peak_bytes, now.resident_bytes);
+    if (now.heap_resident_bytes <= report_.heap_peak_bytes) return;
+    report_.heap_peak_bytes = now.heap_resident_bytes;
+    report_.heap_free_bytes = std::max<std::int64_t>(now.heap_resident_bytes - now.malloc_in_use_bytes, 0);
+  }
+  // Where the budget is the host's real limit, malloc's heap is what decides running out (as CUDA's
+  // caching allocator's reserve does on a GPU): its growth since the run began must fit the budget
+  // too. Beyond it, free heap goes back to the system, although the next step then faults it in again.
+  void keep_within(std::int64_t budget_bytes) {
+    if (core::host_memory_usage().heap_resident_bytes - start_.heap_resident_bytes <= budget_bytes) return;
+    core::release_free_host_memory();
+    ++report_.trims;
+  }
+  const core::HostMemoryReport& report() const { return report_; }
+  bool over_budget(std::int64_t budget_bytes) const { return report_.heap_peak_bytes - start_.heap_resident_bytes > budget_bytes; }
+
+ private:
+  core::HostMemoryUsage start_;
+  core::HostMemoryReport report_;
 };
 
 // The traced model, rebuilt from its source and set up the way the plan runs it.
@@ -232,7 +267,7 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
 // accumulating, then the optimizer. Between the two is where a data-parallel run all-reduces the
 // accumulated gradients; an L2L relay replaces the micro-batch loop with its layer-major order.
 void train_step(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options, int step,
-                torch::Device device) {
+                torch::Device device, HostMemoryWatch* host) {
   training.optimizer->zero_grad();
   // Each micro-batch's data is made when its turn comes, as a loader would deliver it.
   for (std::size_t m = 0; m < plan.choice.micro_batches.size(); ++m) {
@@ -240,15 +275,22 @@ void train_step(PlannedTraining& training, const core::Plan& plan, const Execute
     const auto batch = make_micro_batches(training.model, {plan.choice.micro_batches[m]},
                                           options.seed + 7919 * static_cast<std::uint64_t>(step + 1) + m, device);
     training.runner.run_micro_batch(batch.front(), static_cast<int>(m), plan.global_batch);
+    if (host != nullptr) host->sample_resident();
   }
   training.runner.set_phase("optimizer");
   training.optimizer->step();
+  if (host != nullptr) host->sample_heap();
   training.runner.set_phase("idle");
 }
 
 // Warm-up, then measured steps: their times and the highest peak go into the report.
 void run_steps(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options, torch::Device device,
-               runtime::MemoryRecorder& recorder, core::Report& report) {
+               RunMemory& memory, core::Report& report) {
+  runtime::MemoryRecorder& recorder = *memory.recorder;
+  HostMemoryWatch host(memory.host_at_start);
+  // The gradient check's full batch ran without the budget; what the heap kept of it is not the run's.
+  if (report.gradient_check.computed) core::release_free_host_memory();
+  const bool host_limit = memory.budget && options.host_limit;
   const int total = options.warmup_steps + options.steps;
   for (int step = 0; step < total; ++step) {
     const bool measured = step >= options.warmup_steps;
@@ -257,14 +299,22 @@ void run_steps(PlannedTraining& training, const core::Plan& plan, const ExecuteO
     recorder.reset_peak();
     synchronize(device);
     const auto start = Clock::now();
-    train_step(training, plan, options, step, device);
+    train_step(training, plan, options, step, device, measured && device.is_cpu() ? &host : nullptr);
     synchronize(device);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (host_limit) host.keep_within(plan.budget_bytes);
     if (measured) {
       report.step_seconds.push_back(seconds);
       report.measured.peak_bytes = std::max(report.measured.peak_bytes, recorder.peak());
       report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, recorder.reserved());
     }
+  }
+  if (device.is_cpu()) report.host_memory = host.report();
+  if (host_limit && host.over_budget(plan.budget_bytes)) {
+    const auto& h = host.report();
+    report.warnings.push_back("malloc's resident heap grew by " + core::format_bytes(h.heap_peak_bytes - h.heap_start_bytes) +
+                              ", more than the " + core::format_bytes(plan.budget_bytes) +
+                              " budget (fragmentation): on a host whose memory is the limit this run would not fit");
   }
 }
 
@@ -304,7 +354,13 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
                      const ExecuteOptions& options) {
   validate(options);
   const torch::Device device = resolve_device(options.device);
+  // Run in the regime the profiler measured in, and say when the trace was measured in another.
+  const std::string regime = core::enter_host_memory_regime();
   core::Report report = start_report(plan, plan_path, options, device);
+  report.host_memory_regime = regime;
+  if (const std::string warning = core::regime_mismatch_warning(trace.host_memory_regime, regime); !warning.empty()) {
+    report.warnings.push_back(warning);
+  }
   const Datasets data = load_datasets(options);
 
   RunMemory memory(plan, options, device);
@@ -314,7 +370,7 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
   try {
     PlannedTraining training(plan, trace, options, device, data.train, position);
     if (options.gradient_check) report.gradient_check = check_gradient(training, plan, trace, options, device, memory.budget);
-    run_steps(training, plan, options, device, *memory.recorder, report);
+    run_steps(training, plan, options, device, memory, report);
     if (data.test) {
       progress(options, "test accuracy");
       if (memory.budget) memory.budget->suspend();  // evaluation is not part of the planned step

@@ -17,6 +17,10 @@ struct ExecuteOptions {
   int warmup_steps = 1;  // unmeasured steps first (gradients and optimizer state get allocated)
   std::string device = "cpu";
   bool enforce_budget = true;  // on the CPU, refuse allocations past the plan's budget
+  // On the CPU, the budget is this host's real memory limit: malloc's resident heap (free pages
+  // included, which headroom's host-memory regime keeps for speed) is kept within it too, handing
+  // free heap back after a step that grew it past the budget. Off, the heap is measured and reported.
+  bool host_limit = false;
   bool gradient_check = true;
   std::string data = "synthetic";  // or "fashion-mnist" (the cnn model): real images, test accuracy reported
   bool batchnorm_eval = false;     // BatchNorm normalizes with running statistics (micro-batching exact)

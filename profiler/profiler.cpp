@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "core/errors.h"
+#include "core/host_memory.h"
 #include "core/statistics.h"
 #include "models/model_source.h"
 #include "runtime/host_info.h"
@@ -194,30 +195,76 @@ class BackwardCallbackScope {
   at::CallbackHandle handle_;
 };
 
-std::int64_t plain_step(const models::Model& model, const models::Batch& batch, torch::optim::Optimizer& optimizer,
-                        gpu::GpuBackend* gpu) {
-  optimizer.zero_grad();
+// The loss weight of a micro-batch in a step of two equal ones (the executor weights by b_i / B).
+constexpr double kSequenceWeight = 0.5;
+
+void synchronize(gpu::GpuBackend* gpu) {
   if (gpu != nullptr) gpu->synchronize();
+}
+
+struct MicroBatchTimes {
+  std::int64_t data_ns = 0;     // making the micro-batch's data
+  std::int64_t compute_ns = 0;  // its forward and backward
+};
+
+// One micro-batch as the executor runs one: its data made when its turn comes, its loss weighted,
+// gradients accumulating, the loss read back.
+MicroBatchTimes plain_micro_batch(const models::Model& model, std::int64_t b, std::uint64_t seed,
+                                  const std::function<models::Batch(models::Batch)>& on_device, gpu::GpuBackend* gpu) {
+  synchronize(gpu);
   const auto start = Clock::now();
+  const models::Batch batch = on_device(model.make_batch(b, seed));
+  synchronize(gpu);
+  const auto made = Clock::now();
   {
-    torch::Tensor loss = model.forward(batch);
+    torch::Tensor loss = model.forward(batch) * kSequenceWeight;
     loss.backward();
+    (void)loss.item<double>();
   }
-  optimizer.step();
-  if (gpu != nullptr) gpu->synchronize();
+  synchronize(gpu);
+  return {ns_between(start, made), ns_between(made, Clock::now())};
+}
+
+std::int64_t zero_gradients(torch::optim::Optimizer& optimizer, gpu::GpuBackend* gpu) {
+  synchronize(gpu);
+  const auto start = Clock::now();
+  optimizer.zero_grad();
+  synchronize(gpu);
   return ns_between(start, Clock::now());
+}
+
+// A step of two micro-batches without the profiler's hooks, each part timed: what the executor's
+// steps are made of (zeroing, a first micro-batch, further ones, the optimizer).
+struct PlainSequence {
+  std::int64_t zero_grad_ns = 0;
+  MicroBatchTimes first, later;
+  std::int64_t optimizer_ns = 0;
+};
+
+PlainSequence plain_sequence(const models::Model& model, std::int64_t b, std::uint64_t seed,
+                             const std::function<models::Batch(models::Batch)>& on_device, torch::optim::Optimizer& optimizer,
+                             gpu::GpuBackend* gpu) {
+  PlainSequence out;
+  out.zero_grad_ns = zero_gradients(optimizer, gpu);
+  out.first = plain_micro_batch(model, b, seed, on_device, gpu);
+  out.later = plain_micro_batch(model, b, seed + 1, on_device, gpu);
+  const auto start = Clock::now();
+  optimizer.step();
+  synchronize(gpu);
+  out.optimizer_ns = ns_between(start, Clock::now());
+  return out;
 }
 
 }  // namespace
 
 StepMeasurement profile_step(const models::Model& model, const models::Batch& batch, runtime::MemoryRecorder& recorder,
-                             torch::optim::Optimizer* optimizer, gpu::GpuBackend* gpu_backend) {
+                             torch::optim::Optimizer* optimizer, gpu::GpuBackend* gpu_backend, bool zero_grad_first) {
   StepMeasurement step;
   const std::size_t layer_count = model.layers().size();
   step.layers.resize(layer_count);
   step.fwd_reserved_bytes.assign(layer_count, 0);
   step.bwd_reserved_bytes.assign(layer_count, 0);
-  if (optimizer != nullptr) optimizer->zero_grad();
+  if (optimizer != nullptr && zero_grad_first) optimizer->zero_grad();
 
   GpuTracking gpu(gpu_backend);
   gpu.synchronize();
@@ -390,6 +437,8 @@ core::GpuStepCost gpu_step_cost(const std::vector<StepMeasurement>& runs) {
 
 core::Trace profile(models::Model& model, const ProfileOptions& options) {
   validate(options);
+  // Measured in the regime the executor runs in (issue 23); the trace says which.
+  const std::string regime = core::enter_host_memory_regime();
   std::unique_ptr<gpu::GpuBackend> backend = options.device == "cuda" ? make_gpu_backend() : nullptr;
   const torch::Device device = backend != nullptr ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   const auto on_device = [&](models::Batch batch) {
@@ -412,6 +461,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     trace.device = runtime::cpu_device_info();
   }
   trace.framework = {{"torch", TORCH_VERSION}, {"headroom", HEADROOM_VERSION}};
+  trace.host_memory_regime = regime;
   trace.optimizer.name = options.optimizer;
   trace.profile = {options.warmup_steps, options.repeats, options.seed, at::get_num_threads(), runtime::utc_timestamp_now()};
   trace.batch_sizes = options.batch_sizes;
@@ -460,26 +510,38 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     std::vector<core::LayerSample> layers;
     core::StepSample step;
   };
-  // Warm-up, then plain and profiled steps alternating, so drift over the run (caches, allocator
-  // pools, other load) affects both alike and their ratio is the profiler's overhead.
+  // Every step, plain or profiled, runs the way the executor runs one: gradients zeroed, then two
+  // micro-batches, the second accumulating into the first's gradients, then the optimizer. The
+  // profiled micro-batch is the second, so layers are timed warm, as every micro-batch after a
+  // step's first runs; what a step pays once (zeroing, the first micro-batch's extra, the
+  // optimizer) is timed apart in the plain steps. Warm-up steps first, then plain and profiled
+  // steps alternating, so drift over the run (caches, allocator pools, other load) affects both
+  // alike and their ratio is the profiler's overhead.
   const auto measure = [&](const models::Batch& batch, std::int64_t b, bool lean) {
     const char* warmup_phase = lean ? "tempo warmup" : "warmup";
     const char* plain_phase = lean ? "tempo plain" : "plain";
     const char* profile_phase = lean ? "tempo profile" : "profile";
+    const std::uint64_t data_seed = options.seed + 7919 * static_cast<std::uint64_t>(b);
     for (int i = 0; i < options.warmup_steps; ++i) {
-      plain_step(model, batch, *optimizer, backend.get());
+      plain_sequence(model, b, data_seed, on_device, *optimizer, backend.get());
       report(warmup_phase, b);
     }
-    std::vector<std::int64_t> plain_ns;
+    std::vector<std::int64_t> plain_ns, zero_grad_ns, first_ns, later_ns;
     std::vector<StepMeasurement> runs;
     for (int i = 0; i < options.repeats; ++i) {
-      plain_ns.push_back(plain_step(model, batch, *optimizer, backend.get()));
+      const PlainSequence plain = plain_sequence(model, b, data_seed, on_device, *optimizer, backend.get());
+      plain_ns.push_back(plain.later.compute_ns + plain.optimizer_ns);
+      zero_grad_ns.push_back(plain.zero_grad_ns);
+      first_ns.push_back(plain.first.data_ns + plain.first.compute_ns);
+      later_ns.push_back(plain.later.data_ns + plain.later.compute_ns);
       report(plain_phase, b);
+      zero_gradients(*optimizer, backend.get());
+      plain_micro_batch(model, b, data_seed, on_device, backend.get());
       auto recorder = std::make_shared<runtime::MemoryRecorder>(device.type());
       runtime::ScopedMemoryRecording recording(recorder);
       // CUPTI records only the profiled steps, so the plain steps stay the overhead's reference.
       if (backend != nullptr) backend->activities().set_enabled(true);
-      runs.push_back(profile_step(model, batch, *recorder, optimizer.get(), backend.get()));
+      runs.push_back(profile_step(model, batch, *recorder, optimizer.get(), backend.get(), /*zero_grad_first=*/false));
       if (backend != nullptr) backend->activities().set_enabled(false);
       if (recorder->untracked_frees() != 0) {
         throw std::logic_error("profiled step freed memory allocated before it began; its bytes would be wrong");
@@ -515,6 +577,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     step.step_ns = core::median(step_ns);
     step.plain_step_ns = core::median(plain_ns);
     step.optimizer_ns = core::median(optimizer_ns);
+    step.sequence = core::StepSequence{core::median(later_ns), core::median(first_ns), core::median(zero_grad_ns)};
     step.optimizer_transient_bytes = last.optimizer_transient_bytes;
     step.static_bytes = static_bytes;
     step.input_bytes = batch.bytes();

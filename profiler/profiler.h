@@ -78,9 +78,12 @@ struct StepMeasurement {
 // One training step (forward, backward, and an optimizer step if `optimizer` is given) measured
 // layer by layer. `recorder` must be installed (ScopedMemoryRecording) on this thread. With a GPU
 // backend the device is synchronized at every layer boundary (so a layer's wall time includes its
-// kernels, not only their launches) and CUPTI records what ran, attributed to layers.
+// kernels, not only their launches) and CUPTI records what ran, attributed to layers. Without
+// `zero_grad_first` the step's backward accumulates into gradients an earlier micro-batch left, as
+// every micro-batch after a step's first does.
 StepMeasurement profile_step(const models::Model& model, const models::Batch& batch, runtime::MemoryRecorder& recorder,
-                             torch::optim::Optimizer* optimizer, gpu::GpuBackend* gpu = nullptr);
+                             torch::optim::Optimizer* optimizer, gpu::GpuBackend* gpu = nullptr,
+                             bool zero_grad_first = true);
 
 // What each layer keeps for backward of the tensors it touches: each of its inputs, and its own
 // output. Measured by running each layer on fresh copies of its inputs and seeing which copies,

@@ -56,6 +56,16 @@ std::string render_report(const core::Report& r) {
   out << table.render();
   out << "\nmedian of " << r.steps << " measured steps";
   if (r.budget_bytes > 0) out << "; measured peak " << (r.measured.peak_bytes <= r.budget_bytes ? "within" : "OVER") << " the budget";
+  if (r.host_memory) {
+    // Next to the peak libtorch was handed: what the host held for it, the CPU's reserved bytes.
+    const auto& h = *r.host_memory;
+    out << "\nhost memory: malloc's heap " << core::format_bytes(h.heap_peak_bytes) << " resident at most ("
+        << core::format_bytes(h.heap_start_bytes) << " before the model), " << core::format_bytes(h.heap_free_bytes)
+        << " of it free; process " << core::format_bytes(h.resident_peak_bytes) << " (" << core::format_bytes(h.resident_start_bytes)
+        << " before)";
+    if (h.trims > 0) out << "; free heap handed back " << h.trims << " time(s) to keep within the budget";
+  }
+  if (!r.host_memory_regime.empty()) out << "\nhost-memory regime: " << r.host_memory_regime;
   out << "\ngradient check: ";
   if (r.gradient_check.computed) {
     out << "max relative difference " << fixed(r.gradient_check.max_rel_diff, "%.2e") << " (" << r.gradient_check.note << ")\n";

@@ -5,6 +5,7 @@
 
 #include "core/affine_fit.h"
 #include "core/cost_model.h"
+#include "core/host_memory.h"
 #include "core/units.h"
 #include "planner/layer_graph.h"
 #include "planner/micro_batch_model.h"
@@ -125,17 +126,31 @@ std::string render_gpu_table(const core::Trace& trace) {
 }
 
 std::string render_step_table(const core::Trace& trace) {
-  TextTable table({{"batch"}, {"step ms"}, {"plain ms"}, {"overhead"}, {"optimizer ms"}, {"peak"}, {"static"}, {"samples/s"}});
+  const bool sequences = !trace.steps.empty() && trace.steps.front().sequence.has_value();
+  std::vector<TextTable::Column> columns{{"batch"}, {"step ms"}, {"plain ms"}, {"overhead"}, {"optimizer ms"}};
+  if (sequences) {
+    // How a step of several micro-batches spends its time (StepSequence).
+    for (const char* name : {"micro-batch ms", "first ms", "zero-grad ms"}) columns.push_back({name});
+  }
+  for (const char* name : {"peak", "static", "samples/s"}) columns.push_back({name});
+  TextTable table(columns);
   for (const auto& s : trace.steps) {
     char overhead[32], rate[32];
     std::snprintf(overhead, sizeof overhead, "%.2fx",
                   s.plain_step_ns > 0 ? static_cast<double>(s.step_ns) / static_cast<double>(s.plain_step_ns) : 0.0);
     std::snprintf(rate, sizeof rate, "%.1f",
                   s.plain_step_ns > 0 ? static_cast<double>(s.batch) * 1e9 / static_cast<double>(s.plain_step_ns) : 0.0);
-    table.add_row({std::to_string(s.batch), ms(s.step_ns), ms(s.plain_step_ns), overhead, ms(s.optimizer_ns),
-                   core::format_bytes(s.peak_bytes), core::format_bytes(s.static_bytes), rate});
+    std::vector<std::string> row{std::to_string(s.batch), ms(s.step_ns), ms(s.plain_step_ns), overhead, ms(s.optimizer_ns)};
+    if (sequences) {
+      row.push_back(ms(s.sequence->micro_batch_ns));
+      row.push_back(ms(s.sequence->first_micro_batch_ns));
+      row.push_back(ms(s.sequence->zero_grad_ns));
+    }
+    for (auto cell : {core::format_bytes(s.peak_bytes), core::format_bytes(s.static_bytes), std::string(rate)}) row.push_back(cell);
+    table.add_row(row);
   }
-  return table.render();
+  return "host-memory regime: " + (trace.host_memory_regime.empty() ? std::string(core::kUnrecordedRegime) : trace.host_memory_regime) +
+         "\n" + table.render();
 }
 
 std::string render_tempo_table(const core::Trace& trace) {

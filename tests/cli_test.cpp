@@ -217,6 +217,53 @@ TEST(Cli, ExecuteReportsAndRefusesBadInput) {
   fs::remove_all(dir);
 }
 
+// Issue 23: a trace and a report name their host-memory regime; planning or executing a trace
+// measured in another regime (or before regimes were recorded) warns.
+TEST(Cli, ATraceFromAnotherRegimeIsWarnedAbout) {
+  const fs::path dir = fs::temp_directory_path() / "headroom_cli_regime";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto warns = [](const nlohmann::json& plan) {
+    for (const auto& w : plan["warnings"]) {
+      if (w.get<std::string>().find("another host-memory regime") != std::string::npos) return true;
+    }
+    return false;
+  };
+  ASSERT_EQ(run("profile " + kSmallMlp + " -o " + (dir / "t.json").string()).exit_code, 0);
+  auto trace = core::parse_json(core::read_file(dir / "t.json"), "t.json");
+  const std::string regime = trace["host_memory"]["regime"];
+  EXPECT_NE(regime.find("mmap_threshold="), std::string::npos) << regime;
+
+  ASSERT_EQ(run("plan " + (dir / "t.json").string() + " --budget 1GiB --batch 4 -o " + (dir / "p.json").string()).exit_code, 0);
+  EXPECT_FALSE(warns(core::parse_json(core::read_file(dir / "p.json"), "p.json")));
+  const auto ran = run("execute " + (dir / "p.json").string() + " --steps 1 -o " + (dir / "r.json").string());
+  ASSERT_EQ(ran.exit_code, 0) << ran.err;
+  const auto report = core::parse_json(core::read_file(dir / "r.json"), "r.json");
+  EXPECT_EQ(report["host_memory"]["regime"], regime);
+  EXPECT_GT(report["host_memory"]["heap_peak_bytes"].get<std::int64_t>(), 0);
+  EXPECT_NE(ran.out.find("host memory: malloc's heap"), std::string::npos) << ran.out;
+
+  // The committed traces predate regimes.
+  const std::string committed = std::string(HEADROOM_TRACES_DIR) + "/cpu-mlp.json";
+  ASSERT_EQ(run("plan " + committed + " --budget 20MiB --batch 64 -o " + (dir / "q.json").string()).exit_code, 0);
+  EXPECT_TRUE(warns(core::parse_json(core::read_file(dir / "q.json"), "q.json")));
+
+  trace["host_memory"]["regime"] = "libjemalloc.so.2 malloc";
+  core::write_file_atomically(dir / "other.json", trace.dump());
+  const auto planned = run("plan " + (dir / "other.json").string() + " --budget 1GiB --batch 4 -o " + (dir / "o.json").string());
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_NE(planned.out.find("(libjemalloc.so.2 malloc)"), std::string::npos) << planned.out;
+  const auto executed = run("execute " + (dir / "o.json").string() + " --steps 1");
+  ASSERT_EQ(executed.exit_code, 0) << executed.err;
+  EXPECT_NE(executed.out.find("warning: the trace was measured in another host-memory regime (libjemalloc.so.2 malloc)"),
+            std::string::npos)
+      << executed.out;
+
+  const auto both = run("execute " + (dir / "p.json").string() + " --host-limit --no-budget");
+  EXPECT_EQ(both.exit_code, 2) << both.err;
+  fs::remove_all(dir);
+}
+
 TEST(Cli, ModelsListsTheZoo) {
   const CommandResult r = run("models");
   EXPECT_EQ(r.exit_code, 0);

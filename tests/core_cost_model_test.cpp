@@ -6,6 +6,7 @@
 #include "core/cost_model.h"
 #include "core/statistics.h"
 #include "core/trace.h"
+#include "trace_fixture.h"
 
 namespace headroom {
 namespace {
@@ -36,6 +37,27 @@ TEST(CostModel, ExactAtSamplesInterpolatedBetween) {
   const auto t1 = costs.micro_batch_ns(b1), t2 = costs.micro_batch_ns(b2);
   EXPECT_NEAR(costs.micro_batch_ns((b1 + b2) / 2), t1 + (t2 - t1) * ((b1 + b2) / 2 - b1) / (b2 - b1), 1);
   EXPECT_NEAR(costs.micro_batch_ns(2 * b2), t2 + std::max<std::int64_t>(0, t2 - t1) * b2 / (b2 - b1), 1);
+}
+
+// A trace whose steps were measured as sequences of micro-batches: a micro-batch costs what the
+// later ones measured, and what a step pays once (optimizer, zeroing, the first micro-batch's
+// extra) is charged through optimizer_ns, once per step.
+TEST(CostModel, SequencesGiveMicroBatchTimeAndWhatAStepPaysOnce) {
+  core::Trace trace = testing::make_small_trace();
+  trace.steps[0].sequence = core::StepSequence{.micro_batch_ns = 7000, .first_micro_batch_ns = 7400, .zero_grad_ns = 30};
+  trace.steps[1].sequence = core::StepSequence{.micro_batch_ns = 12000, .first_micro_batch_ns = 12400, .zero_grad_ns = 30};
+  const core::CostModel costs(trace);
+  EXPECT_EQ(costs.micro_batch_ns(1), 7000);
+  EXPECT_EQ(costs.micro_batch_ns(2), 12000);
+  EXPECT_EQ(costs.optimizer_ns(), 500 + 30 + 400);
+  // Layer times (3000 ns per sample over the three layers) are scaled to the sequence's micro-batch.
+  EXPECT_DOUBLE_EQ(costs.layer_time_scale(2), 12000.0 / (3 * 6000));
+
+  // The same trace without sequences: the profiled step less its optimizer, and the optimizer alone.
+  const core::Trace old = testing::make_small_trace();
+  const core::CostModel old_costs(old);
+  EXPECT_EQ(old_costs.micro_batch_ns(2), 15000 - 500);
+  EXPECT_EQ(old_costs.optimizer_ns(), 500);
 }
 
 TEST(Statistics, MedianAveragesTheTwoMiddleValuesOfAnEvenCount) {

@@ -84,6 +84,35 @@ TEST(ReportFile, RoundTripsAndNamesTheFirstProblem) {
   }
 }
 
+// The host-memory regime and what the host held (issue 23) read back; reports from before have neither.
+TEST(ReportFile, HostMemoryRoundTripsAndOldReportsReadWithout) {
+  core::Report r;
+  r.plan_path = "plan.json";
+  r.model = "gpt";
+  r.device = "cpu";
+  r.device_name = "test cpu";
+  r.status = "ok";
+  r.host_memory_regime = "glibc 2.36 malloc, mmap_threshold=1073741824, trim_threshold=1073741824";
+  r.host_memory = core::HostMemoryReport{.resident_start_bytes = 180 << 20, .resident_peak_bytes = 390 << 20,
+                                         .heap_start_bytes = 43 << 20, .heap_peak_bytes = 226 << 20,
+                                         .heap_free_bytes = 144 << 20, .trims = 2};
+  const auto document = core::to_json(r);
+  EXPECT_EQ(document["host_memory"]["heap_peak_bytes"], 226 << 20);
+  const core::Report back = core::report_from_json(document);
+  EXPECT_EQ(back.host_memory_regime, r.host_memory_regime);
+  EXPECT_EQ(back.host_memory, r.host_memory);
+
+  auto old = document;
+  old.erase("host_memory");
+  const core::Report old_back = core::report_from_json(old);
+  EXPECT_EQ(old_back.host_memory_regime, "");
+  EXPECT_FALSE(old_back.host_memory.has_value());
+
+  auto broken = document;
+  broken["host_memory"]["trims"] = -1;
+  EXPECT_THROW(core::report_from_json(broken), core::InputError);
+}
+
 TEST(Sha256, KnownVectors) {
   EXPECT_EQ(core::sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(core::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");

@@ -266,5 +266,39 @@ TEST(TraceJson, TempoProfilesRoundTripAndComeInPairs) {
   }
 }
 
+TEST(TraceJson, HostMemoryRegimeRoundTripsAndOldTracesReadWithout) {
+  core::Trace trace = testing::make_small_trace();
+  trace.host_memory_regime = "glibc 2.36 malloc, mmap_threshold=1073741824, trim_threshold=1073741824";
+  const json document = core::to_json(trace);
+  EXPECT_EQ(document["host_memory"]["regime"], trace.host_memory_regime);
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+
+  // A trace from before regimes were recorded has no field and reads as unrecorded.
+  json old = document;
+  old.erase("host_memory");
+  EXPECT_EQ(core::trace_from_json(old).host_memory_regime, "");
+  EXPECT_FALSE(core::to_json(core::trace_from_json(old)).contains("host_memory"));
+
+  json empty = document;
+  empty["host_memory"]["regime"] = "";
+  EXPECT_NE(read_error(empty).find("$.host_memory.regime: expected a non-empty regime"), std::string::npos) << read_error(empty);
+}
+
+TEST(TraceJson, StepSequencesRoundTripAndComeForEveryStepOrNone) {
+  core::Trace trace = testing::make_small_trace();
+  trace.steps[0].sequence = core::StepSequence{.micro_batch_ns = 7000, .first_micro_batch_ns = 7400, .zero_grad_ns = 30};
+  trace.steps[1].sequence = core::StepSequence{.micro_batch_ns = 12000, .first_micro_batch_ns = 12500, .zero_grad_ns = 31};
+  const json document = core::to_json(trace);
+  EXPECT_EQ(document["steps"][1]["sequence"]["first_micro_batch_ns"], 12500);
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+
+  json one_missing = document;
+  one_missing["steps"][1].erase("sequence");
+  EXPECT_NE(read_error(one_missing).find("$.steps[1]: missing \"sequence\""), std::string::npos) << read_error(one_missing);
+  json negative = document;
+  negative["steps"][0]["sequence"]["zero_grad_ns"] = -1;
+  EXPECT_NE(read_error(negative).find("$.steps[0].sequence.zero_grad_ns"), std::string::npos) << read_error(negative);
+}
+
 }  // namespace
 }  // namespace headroom

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/errors.h"
+#include "core/host_memory.h"
 #include "executor/budget_allocator.h"
 #include "executor/executor.h"
 #include "executor/plan_runner.h"
@@ -164,6 +167,36 @@ TEST(Executor, TheWholeBatchIsRefusedWhereThePlanRuns) {
   ASSERT_EQ(planned.status, "ok");
   EXPECT_LE(planned.measured.peak_bytes, budget);
   EXPECT_EQ(executor::BudgetAllocator::instance().limit(), 0);  // lifted after the run
+}
+
+// Issue 23: a report names the host-memory regime it ran in and what the host held next to the
+// peak; a trace measured in another regime gets a warning.
+TEST(Executor, ReportsTheRegimeAndWhatTheHostHeld) {
+  const core::Trace trace = small_bert_trace();
+  executor::ExecuteOptions options;
+  options.steps = 1;
+  options.gradient_check = false;
+  const auto report = executor::execute(plan_for(trace, 1LL << 40, {4, 4}), trace, "t", options);
+  ASSERT_EQ(report.status, "ok");
+  EXPECT_EQ(report.host_memory_regime, core::regime_of_process());
+  for (const auto& w : report.warnings) EXPECT_EQ(w.find("host-memory regime"), std::string::npos) << w;
+  ASSERT_TRUE(report.host_memory.has_value());
+  const auto& h = *report.host_memory;
+  EXPECT_GT(h.resident_start_bytes, 0);
+  EXPECT_GT(h.heap_peak_bytes, 0);
+  // The heap is part of what is resident, sampled at the same moments among others.
+  EXPECT_GE(h.resident_peak_bytes, h.heap_peak_bytes);
+  EXPECT_LE(h.heap_free_bytes, h.heap_peak_bytes);
+  EXPECT_EQ(h.trims, 0);  // only a host limit hands heap back
+
+  core::Trace other = trace;
+  other.host_memory_regime = "libjemalloc.so.2 malloc";
+  const auto warned = executor::execute(plan_for(other, 1LL << 40, {4, 4}), other, "t", options);
+  ASSERT_EQ(warned.status, "ok");
+  const bool named = std::any_of(warned.warnings.begin(), warned.warnings.end(), [](const std::string& w) {
+    return w.find("another host-memory regime (libjemalloc.so.2 malloc)") != std::string::npos;
+  });
+  EXPECT_TRUE(named) << ::testing::PrintToString(warned.warnings);
 }
 
 TEST(Executor, ReportsTheGradientCheck) {

@@ -4,7 +4,9 @@
 #include <mutex>
 
 #include "core/affine_fit.h"
+#include "core/cost_model.h"
 #include "core/errors.h"
+#include "core/host_memory.h"
 #include "models/layers.h"
 #include "models/zoo.h"
 #include "profiler/profiler.h"
@@ -258,6 +260,28 @@ TEST(Profiler, AdamStateIsTwoFloatsPerParameter) {
   std::int64_t largest = 0;
   for (const auto& p : model.parameters()) largest = std::max<std::int64_t>(largest, p.numel() * p.element_size());
   EXPECT_GE(trace.steps[0].optimizer_transient_bytes, largest);
+}
+
+// Issue 23: a trace says which host-memory regime it was measured in (the one profiling enters),
+// and times every batch size as a sequence of micro-batches, the way the executor runs a step.
+TEST(Profiler, RecordsTheRegimeAndTimesStepsAsSequences) {
+  auto model = models::build_zoo_model("mlp", {{"input", "16"}, {"hidden", "32"}, {"depth", "2"}});
+  profiler::ProfileOptions options;
+  options.batch_sizes = {2, 4};
+  options.repeats = 1;
+  const core::Trace trace = profiler::profile(model, options);
+  EXPECT_EQ(trace.host_memory_regime, core::regime_of_process());
+  EXPECT_NE(trace.host_memory_regime.find("mmap_threshold="), std::string::npos) << trace.host_memory_regime;
+  for (const auto& step : trace.steps) {
+    SCOPED_TRACE(step.batch);
+    ASSERT_TRUE(step.sequence.has_value());
+    EXPECT_GT(step.sequence->micro_batch_ns, 0);
+    EXPECT_GT(step.sequence->first_micro_batch_ns, 0);
+    EXPECT_GT(step.sequence->zero_grad_ns, 0);
+  }
+  // What reads the trace back charges a micro-batch what the sequence measured.
+  const core::CostModel costs(trace);
+  EXPECT_EQ(costs.micro_batch_ns(4), trace.steps[1].sequence->micro_batch_ns);
 }
 
 TEST(Profiler, RejectsBadOptions) {

@@ -7,6 +7,7 @@
 
 #include "core/cost_model.h"
 #include "core/errors.h"
+#include "core/host_memory.h"
 #include "core/units.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_schedule.h"
@@ -174,8 +175,13 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
     result.throughput = throughput_curve(outcome);
     if (outcome.plan) {
       result.plan = outcome.plan;
+      // As headroom plan warns: the trace's times may not hold where headroom executes the plan.
+      if (const std::string warning = core::regime_mismatch_warning(trace.trace.host_memory_regime, core::headroom_regime());
+          !warning.empty()) {
+        result.plan->warnings.push_back(warning);
+      }
       result.timeline = memory_timeline(trace.trace, *outcome.plan);
-      result.summary = report::render_plan_summary(*outcome.plan);
+      result.summary = report::render_plan_summary(*result.plan);
     } else {
       result.infeasible_reason = outcome.reason;
       result.smallest_budget = outcome.smallest_budget;

@@ -1,0 +1,188 @@
+// Throughput fidelity (issue 23): does the predicted samples/s hold, and does the planner pick the
+// fastest split? For each zoo model (the configurations scripts/record-traces.sh records): profile
+// it on this machine now, plan at three budgets (tight, middle, loose: 10%, 40% and 70% of the way
+// from the least budget any plan needs to what the whole batch needs), execute each plan twice in
+// alternation (tight, middle, loose, then again), and print predicted against measured samples/s.
+// mlp is profiled up to its global batch, so no plan's time is extrapolated.
+// For gpt and cnn at the tight budget it also executes every micro-batch size that fits with
+// micro-batching alone, to show where the chosen plan ranks.
+//   ./build/default/bench/throughput [--steps N] [--models mlp,cnn,bert,gpt]
+// Prints Markdown tables; exits 1 when a run fails or a throughput error exceeds 15% (the issue's
+// acceptance), so a script can tell.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/cost_model.h"
+#include "core/host_memory.h"
+#include "core/units.h"
+#include "executor/executor.h"
+#include "models/zoo.h"
+#include "planner/micro_batch_model.h"
+#include "planner/plan_search.h"
+#include "profiler/profiler.h"
+
+using namespace headroom;
+
+namespace {
+
+struct Case {
+  std::string model;
+  std::map<std::string, std::string> config;
+  std::vector<std::int64_t> batch_sizes;
+  std::int64_t global_batch;
+  bool sweep;  // execute every split that fits at the tight budget
+};
+
+std::string describe(const core::Plan& plan) {
+  char text[128];
+  std::snprintf(text, sizeof text, "%zu x %lld%s, %zu ckpt, %zu lean", plan.micro_batches.size(),
+                static_cast<long long>(plan.micro_batches.front()),
+                plan.micro_batches.back() != plan.micro_batches.front() ? "*" : "", plan.checkpointed_blocks.size(),
+                static_cast<std::size_t>(std::count_if(plan.layers.begin(), plan.layers.end(),
+                                                       [](const core::LayerChoice& l) { return l.tempo; })));
+  return text;
+}
+
+double measure(const core::Plan& plan, const core::Trace& trace, int steps, int& failures) {
+  executor::ExecuteOptions options;
+  options.steps = steps;
+  options.gradient_check = false;  // the executor tests check gradients; here only speed counts
+  const core::Report r = executor::execute(plan, trace, "(bench)", options);
+  if (r.status != "ok") {
+    ++failures;
+    return 0;
+  }
+  return r.measured.samples_per_second;
+}
+
+double error(double predicted, double measured) { return measured > 0 ? std::fabs(predicted - measured) / measured : 1; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 5;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--steps" && i + 1 < argc) {
+      steps = std::atoi(argv[++i]);
+    } else if (arg == "--models" && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      std::fprintf(stderr, "throughput: unknown argument '%s' (usage: throughput [--steps N] [--models mlp,cnn,bert,gpt])\n",
+                   arg.c_str());
+      return 2;
+    }
+  }
+  if (steps < 1) {
+    std::fprintf(stderr, "throughput: --steps: expected at least 1\n");
+    return 2;
+  }
+  const std::vector<Case> cases = {
+      // Up to the global batch: mlp's plans use micro-batches past 64, whose time would otherwise be
+      // extrapolated (the planner warns), and this bench measures the time model, not the guess.
+      {"mlp", {}, {1, 2, 4, 8, 16, 32, 64, 128, 256}, 256, false},
+      {"cnn", {}, {1, 2, 4, 8, 16, 32, 64}, 128, true},
+      {"bert", {{"preset", "mini"}}, {1, 2, 4, 8, 16}, 32, false},
+      {"gpt", {{"preset", "tiny"}}, {1, 2, 4, 8, 16}, 32, true},
+  };
+  std::printf("host-memory regime: %s\n\n", core::enter_host_memory_regime().c_str());
+  int failures = 0, over = 0;
+  std::vector<std::string> sweeps;
+  std::printf("| model | batch | budget | plan | predicted samples/s | measured 1 | measured 2 | error 1 | error 2 |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto& c : cases) {
+    if (!only.empty() && ("," + only + ",").find("," + c.model + ",") == std::string::npos) continue;
+    models::Model model = models::build_zoo_model(c.model, c.config);
+    profiler::ProfileOptions profile_options;
+    profile_options.batch_sizes = c.batch_sizes;
+    const core::Trace trace = profiler::profile(model, profile_options);
+    const core::CostModel costs(trace);
+    const planner::LayerGraph graph(trace);
+
+    planner::PlanRequest request;
+    request.global_batch = c.global_batch;
+    request.trace_path = "(profiled by the bench)";
+    request.trace_sha256 = std::string(64, '0');
+    request.strategies = {planner::Strategy::MicroBatching, planner::Strategy::Checkpointing};
+    if (trace.has_tempo()) request.strategies.insert(planner::Strategy::Tempo);
+    request.budget_bytes = 1;
+    const std::int64_t least = planner::plan_step(trace, request).smallest_budget;
+    const std::int64_t whole =
+        planner::predict_step(costs, graph, {c.global_batch}, std::vector<bool>(graph.blocks().size(), false)).peak_bytes;
+    std::vector<core::Plan> plans;
+    for (const double fraction : {0.1, 0.4, 0.7}) {
+      request.budget_bytes = least + static_cast<std::int64_t>(fraction * static_cast<double>(whole - least));
+      const auto outcome = planner::plan_step(trace, request);
+      if (!outcome.plan) {
+        std::printf("| %s | %lld | %s | infeasible | | | | | |\n", c.model.c_str(), static_cast<long long>(c.global_batch),
+                    core::format_bytes(request.budget_bytes).c_str());
+        ++failures;
+        continue;
+      }
+      plans.push_back(*outcome.plan);
+    }
+    // Alternating, so drift over the minutes the runs take touches every budget alike.
+    std::vector<std::vector<double>> measured(plans.size());
+    for (int round = 0; round < 2; ++round) {
+      for (std::size_t k = 0; k < plans.size(); ++k) measured[k].push_back(measure(plans[k], trace, steps, failures));
+    }
+    for (std::size_t k = 0; k < plans.size(); ++k) {
+      const double predicted = plans[k].predicted.samples_per_second;
+      const double e1 = error(predicted, measured[k][0]), e2 = error(predicted, measured[k][1]);
+      over += (e1 > 0.15) + (e2 > 0.15);
+      std::printf("| %s | %lld | %s | %s | %.1f | %.1f | %.1f | %.1f%% | %.1f%% |\n", c.model.c_str(),
+                  static_cast<long long>(c.global_batch), core::format_bytes(plans[k].budget_bytes).c_str(),
+                  describe(plans[k]).c_str(), predicted, measured[k][0], measured[k][1], 100 * e1, 100 * e2);
+      std::fflush(stdout);
+    }
+    if (!c.sweep || plans.empty()) continue;
+
+    // Every split that fits the tight budget with micro-batching alone, one per micro-batch size.
+    const core::Plan& chosen = plans.front();
+    const std::int64_t allowed =
+        static_cast<std::int64_t>(static_cast<double>(chosen.budget_bytes) * (1 - request.margin_fraction));
+    struct Run {
+      std::string what;
+      double predicted, measured;
+    };
+    std::vector<Run> runs;
+    std::int64_t last_size = 0;
+    for (std::int64_t n = 1; n <= c.global_batch; ++n) {
+      const auto split = planner::split_batch(c.global_batch, n);
+      if (split.front() == last_size) continue;
+      last_size = split.front();
+      const auto p = planner::predict_step(costs, graph, split, std::vector<bool>(graph.blocks().size(), false));
+      if (p.peak_bytes > allowed) continue;
+      core::Plan plan = chosen;
+      plan.micro_batches = split;
+      plan.checkpointed_blocks.clear();
+      for (auto& layer : plan.layers) layer.tempo = layer.checkpoint = false;
+      plan.predicted = {p.peak_bytes, static_cast<double>(p.step_ns) / 1e9,
+                        static_cast<double>(c.global_batch) * 1e9 / static_cast<double>(p.step_ns)};
+      runs.push_back({describe(plan), plan.predicted.samples_per_second, measure(plan, trace, steps, failures)});
+    }
+    runs.push_back({describe(chosen) + " (chosen)", chosen.predicted.samples_per_second, measure(chosen, trace, steps, failures)});
+    std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.measured > b.measured; });
+    std::string table = "\n" + c.model + " at " + core::format_bytes(chosen.budget_bytes) +
+                        ", batch " + std::to_string(c.global_batch) +
+                        ": every micro-batch size that fits with micro-batching alone, and the chosen plan, fastest first\n\n"
+                        "| rank | plan | predicted samples/s | measured samples/s | error | of the fastest |\n|---|---|---|---|---|---|\n";
+    for (std::size_t k = 0; k < runs.size(); ++k) {
+      char row[256];
+      std::snprintf(row, sizeof row, "| %zu | %s | %.1f | %.1f | %.1f%% | %.0f%% |\n", k + 1, runs[k].what.c_str(),
+                    runs[k].predicted, runs[k].measured, 100 * error(runs[k].predicted, runs[k].measured),
+                    100 * runs[k].measured / runs.front().measured);
+      table += row;
+    }
+    sweeps.push_back(table);
+  }
+  for (const auto& table : sweeps) std::printf("%s", table.c_str());
+  std::printf("\n%d run(s) failed; %d of the budget runs' throughput errors above 15%%\n", failures, over);
+  return failures == 0 && over == 0 ? 0 : 1;
+}

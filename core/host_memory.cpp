@@ -1,0 +1,110 @@
+#include "core/host_memory.h"
+
+#include <dlfcn.h>
+#include <gnu/libc-version.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <filesystem>
+#include <mutex>
+#include <stdexcept>
+
+namespace headroom::core {
+
+namespace {
+
+std::atomic<bool> g_entered{false};
+
+// The shared object that provides `malloc` to this process: glibc's, or one preloaded over it.
+std::string malloc_provider() {
+  void* symbol = ::dlsym(RTLD_DEFAULT, "malloc");
+  Dl_info info{};
+  if (symbol == nullptr || ::dladdr(symbol, &info) == 0 || info.dli_fname == nullptr) return "unknown";
+  return std::filesystem::path(info.dli_fname).filename().string();
+}
+
+bool glibc_malloc() { return malloc_provider().rfind("libc.so", 0) == 0; }
+
+std::string glibc_name() { return std::string("glibc ") + ::gnu_get_libc_version() + " malloc"; }
+
+}  // namespace
+
+std::string headroom_regime() {
+  if (!glibc_malloc()) return malloc_provider() + " malloc";
+  return glibc_name() + ", mmap_threshold=" + std::to_string(kMmapThreshold) + ", trim_threshold=" +
+         std::to_string(kTrimThreshold);
+}
+
+std::string regime_of_process() {
+  if (glibc_malloc() && !g_entered.load()) return glibc_name() + ", dynamic thresholds";
+  return headroom_regime();
+}
+
+std::string enter_host_memory_regime() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!glibc_malloc()) return;  // another allocator's thresholds are not ours to set
+    // Fixing either threshold also stops glibc from moving the mmap threshold on its own.
+    if (::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMmapThreshold)) != 1 ||
+        ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(kTrimThreshold)) != 1) {
+      throw std::runtime_error("host-memory regime: glibc refused mallopt(M_MMAP_THRESHOLD/M_TRIM_THRESHOLD)");
+    }
+    g_entered.store(true);
+  });
+  return regime_of_process();
+}
+
+std::string regime_mismatch_warning(const std::string& recorded, const std::string& current) {
+  if (recorded == current) return {};
+  return "the trace was measured in another host-memory regime (" + (recorded.empty() ? std::string(kUnrecordedRegime) : recorded) +
+         ") than this run's (" + current +
+         "): its times may not hold here; profile again in this regime";
+}
+
+std::int64_t resident_bytes() {
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  long long pages = 0, resident = 0;
+  const bool read = statm != nullptr && std::fscanf(statm, "%lld %lld", &pages, &resident) == 2;
+  if (statm != nullptr) std::fclose(statm);
+  if (!read) throw std::runtime_error("host memory: cannot read /proc/self/statm");
+  return resident * static_cast<std::int64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+namespace {
+
+// The "Rss:" of the [heap] mapping in /proc/self/smaps; 0 before the heap exists.
+std::int64_t main_heap_resident_bytes() {
+  std::ifstream smaps("/proc/self/smaps");
+  if (!smaps) throw std::runtime_error("host memory: cannot read /proc/self/smaps");
+  std::string line;
+  bool in_heap = false;
+  while (std::getline(smaps, line)) {
+    // Mapping headers start with an address range; field lines with a capitalised name.
+    const bool header = !line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') < line.find(' ');
+    if (header) {
+      in_heap = line.size() >= 6 && line.compare(line.size() - 6, 6, "[heap]") == 0;
+    } else if (in_heap && line.rfind("Rss:", 0) == 0) {
+      return std::stoll(line.substr(4)) * 1024;  // "Rss:   1234 kB"
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+HostMemoryUsage host_memory_usage() {
+  HostMemoryUsage usage;
+  usage.resident_bytes = resident_bytes();
+  const struct mallinfo2 info = ::mallinfo2();
+  usage.heap_resident_bytes = main_heap_resident_bytes() + static_cast<std::int64_t>(info.hblkhd);
+  usage.malloc_in_use_bytes = static_cast<std::int64_t>(info.uordblks + info.hblkhd);
+  return usage;
+}
+
+bool release_free_host_memory() { return ::malloc_trim(0) == 1; }
+
+}  // namespace headroom::core
