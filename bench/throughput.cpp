@@ -40,11 +40,10 @@ struct Case {
 
 std::string describe(const core::Plan& plan) {
   char text[128];
-  std::snprintf(text, sizeof text, "%zu x %lld%s, %zu ckpt, %zu lean", plan.micro_batches.size(),
-                static_cast<long long>(plan.micro_batches.front()),
-                plan.micro_batches.back() != plan.micro_batches.front() ? "*" : "", plan.checkpointed_blocks.size(),
-                static_cast<std::size_t>(std::count_if(plan.layers.begin(), plan.layers.end(),
-                                                       [](const core::LayerChoice& l) { return l.tempo; })));
+  const auto& micro = plan.choice.micro_batches;
+  std::snprintf(text, sizeof text, "%zu x %lld%s, %zu ckpt, %d lean", micro.size(), static_cast<long long>(micro.front()),
+                micro.back() != micro.front() ? "*" : "", plan.choice.checkpointed_blocks.size(),
+                plan.choice.lean_count());
   return text;
 }
 
@@ -114,7 +113,7 @@ int main(int argc, char** argv) {
     request.budget_bytes = 1;
     const std::int64_t least = planner::plan_step(trace, request).smallest_budget;
     const std::int64_t whole =
-        planner::predict_step(costs, graph, {c.global_batch}, std::vector<bool>(graph.blocks().size(), false)).peak_bytes;
+        planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({c.global_batch})).peak_bytes;
     std::vector<core::Plan> plans;
     for (const double fraction : {0.1, 0.4, 0.7}) {
       request.budget_bytes = least + static_cast<std::int64_t>(fraction * static_cast<double>(whole - least));
@@ -157,12 +156,15 @@ int main(int argc, char** argv) {
       const auto split = planner::split_batch(c.global_batch, n);
       if (split.front() == last_size) continue;
       last_size = split.front();
-      const auto p = planner::predict_step(costs, graph, split, std::vector<bool>(graph.blocks().size(), false));
+      const auto p = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches(split));
       if (p.peak_bytes > allowed) continue;
       core::Plan plan = chosen;
-      plan.micro_batches = split;
-      plan.checkpointed_blocks.clear();
-      for (auto& layer : plan.layers) layer.tempo = layer.checkpoint = false;
+      plan.choice.micro_batches = split;
+      plan.choice.checkpointed_blocks.clear();
+      for (auto& layer : plan.choice.layers) {
+        layer.variant = core::LayerVariant::Standard;
+        layer.checkpoint = false;
+      }
       plan.predicted = {p.peak_bytes, static_cast<double>(p.step_ns) / 1e9,
                         static_cast<double>(c.global_batch) * 1e9 / static_cast<double>(p.step_ns)};
       runs.push_back({describe(plan), plan.predicted.samples_per_second, measure(plan, trace, steps, failures)});
