@@ -185,5 +185,149 @@ TEST(BadPlan, EveryFieldSpoiledIsNamedOrDocumented) {
   std::printf("plan: %d spoiled documents, %zu accepted\n", s.spoiled, s.accepted.size());
 }
 
+struct CommandResult {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+// Runs the binary; `timeout` ends a command that would hang (a FIFO read) as a failure, not a stuck test.
+CommandResult run(const std::string& args) {
+  const fs::path err_file = fs::temp_directory_path() / "headroom_bad_input.stderr";
+  const std::string command =
+      "timeout 20 " + std::string(HEADROOM_BINARY) + " " + args + " 2>" + err_file.string() + " </dev/null";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) throw std::runtime_error("popen failed");
+  std::string out;
+  std::array<char, 4096> buffer{};
+  while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) out.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, core::read_file(err_file)};
+}
+
+class BadInputCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / "headroom_bad_input";
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    fs::copy_file(kTrace, dir_ / "t.json");
+    const CommandResult r = run("plan " + path("t.json") + " --budget 300MiB --batch 64 -o " + path("p.json"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    plan_ = core::parse_json(core::read_file(dir_ / "p.json"), "p.json");
+    trace_ = core::parse_json(core::read_file(dir_ / "t.json"), "t.json");
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string write(const std::string& name, const json& document) const {
+    core::write_file_atomically(dir_ / name, document.dump());
+    return path(name);
+  }
+  // Exit 2, one line holding `needle`, and the output (made beforehand with known content) unchanged.
+  void expect_refused(const std::string& args, const std::string& needle) {
+    const std::string out = path("out.json");
+    core::write_file_atomically(out, "untouched");
+    const CommandResult r = run(args + " -o " + out);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << args << "\nwanted: " << needle << "\ngot: " << r.err;
+    EXPECT_EQ(core::read_file(out), "untouched") << args;
+    ++refused_;
+  }
+  void TearDown() override { std::printf("%d bad inputs refused\n", refused_); }
+
+  fs::path dir_;
+  json plan_, trace_;
+  int refused_ = 0;
+};
+
+// The rows of the bad-input table (issue 20), and neighbours of each.
+TEST_F(BadInputCli, PlanFilesThatWouldSwitchTheBudgetOffOrDisagreeWithTheirTrace) {
+  json p = plan_;
+  p["budget_bytes"] = 0;
+  expect_refused("execute " + write("b0.json", p) + " --steps 1", "$.budget_bytes: expected an integer from 1");
+  expect_refused("simulate " + path("b0.json"), "$.budget_bytes");
+  for (const json& blocks : {json::array({0, 0}), json::array({std::int64_t{1} << 32})}) {
+    p = plan_;
+    p["checkpointed_blocks"] = blocks;
+    const std::string f = write("blocks.json", p);
+    expect_refused("simulate " + f, "$.checkpointed_blocks[");
+    expect_refused("execute " + f + " --steps 1", "$.checkpointed_blocks[");
+  }
+  p = plan_;
+  p["checkpointed_blocks"] = json::array({7});
+  expect_refused("simulate " + write("noblock.json", p), "the trace has no block 7");
+  p = plan_;
+  p["trace"]["model"] = "gpt";
+  expect_refused("simulate " + write("model.json", p), "$.trace.model: the plan is for gpt, its trace profiled mlp");
+  expect_refused("execute " + path("model.json") + " --steps 1", "$.trace.model");
+  p = plan_;
+  p["layers"] = json::array();
+  expect_refused("simulate " + write("nolayers.json", p), "$.layers: the plan has 0 layers, its trace 10");
+  expect_refused("execute " + path("nolayers.json") + " --steps 1", "$.layers: the plan has 0 layers");
+  p = plan_;
+  p["layers"][2]["name"] = "elsewhere";
+  expect_refused("execute " + write("renamed.json", p) + " --steps 1", "$.layers[2].name: 'elsewhere'");
+  p = plan_;
+  p["loss_weights"][0] = 0.5;
+  expect_refused("execute " + write("weights.json", p) + " --steps 1", "$.loss_weights[0]: expected b_i / B");
+  p = plan_;
+  p["world_size"] = 2;
+  expect_refused("execute " + write("world.json", p) + " --steps 1", "data parallel is not implemented yet");
+}
+
+TEST_F(BadInputCli, TracesWithClashingOrOutOfRangeFields) {
+  json t = trace_;
+  t["layers"][1]["name"] = t["layers"][0]["name"];
+  expect_refused("plan " + write("dup.json", t) + " --budget 300MiB --batch 64",
+                 "$.layers[1].name: '" + t["layers"][0]["name"].get<std::string>() + "' is already the name of layer 0");
+  t = trace_;
+  t["layers"][1]["block"] = 4294967295;
+  expect_refused("plan " + write("block.json", t) + " --budget 300MiB --batch 64", "$.layers[1].block");
+  t = trace_;
+  t["layers"][1]["id"] = std::int64_t{4294967296};
+  expect_refused("plan " + write("id.json", t) + " --budget 300MiB --batch 64", "$.layers[1].id: expected 1");
+  t = trace_;
+  t["model"]["config"]["depth"] = "-2";
+  // The plan reads nothing of the settings; building the model for execute names the key.
+  const std::string trace_file = write("t.json", t);
+  json p = plan_;
+  p["trace"]["sha256"] = core::sha256_hex(core::read_file(trace_file));
+  expect_refused("execute " + write("config.json", p) + " --steps 1", "key 'depth'");
+}
+
+TEST_F(BadInputCli, FlagsAndFilesThatAreNotWhatTheySay) {
+  const std::string trace = path("t.json");
+  expect_refused("plan " + trace + " --budget 300MiB --batch 1099511627776", "--batch: at most 1048576 samples");
+  expect_refused("plan " + trace + " --budget 300MiB --batch 9223372036854775807", "--batch");
+  for (const std::string budget : {"-1", "''", "1e30", "0"}) {
+    expect_refused("plan " + trace + " --budget " + budget + " --batch 64", "--budget");
+  }
+  const std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_refused("plan " + fifo + " --budget 300MiB --batch 64", fifo + ": not a regular file");
+  expect_refused("simulate " + fifo, "not a regular file");
+  expect_refused("plan " + path("missing.json") + " --budget 300MiB --batch 64", "missing.json: no such file");
+  expect_refused("plan " + dir_.string() + " --budget 300MiB --batch 64", "not a regular file");
+
+  // Outputs that are not regular files: refused before any work, the path left as it was.
+  for (const auto& [output, needle] : std::vector<std::pair<std::string, std::string>>{
+           {fifo, "--output: " + fifo + " is not a regular file"},
+           {dir_.string(), "is not a regular file"},
+           {"''", "--output: expected a file path, got an empty one"},
+           {path("no/such/dir/p.json"), "does not exist"}}) {
+    const CommandResult r = run("plan " + trace + " --budget 300MiB --batch 64 -o " + output);
+    EXPECT_EQ(r.exit_code, 2) << output << ": " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+    ++refused_;
+  }
+  struct stat info {};
+  ASSERT_EQ(::stat(fifo.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISFIFO(info.st_mode));
+  const CommandResult chrome = run("simulate " + path("p.json") + " --chrome " + fifo);
+  EXPECT_EQ(chrome.exit_code, 2);
+  EXPECT_NE(chrome.err.find("--chrome: "), std::string::npos) << chrome.err;
+  ++refused_;
+}
+
 }  // namespace
 }  // namespace headroom

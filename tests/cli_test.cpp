@@ -135,8 +135,8 @@ TEST(Cli, BadPlanInputsExitWithTwo) {
   expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 0" + out), "--batch");
   expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies mbp,warp" + out), "'warp'");
   expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies infcl" + out), "not implemented yet");
-  const std::string mlp = std::string(HEADROOM_TRACES_DIR) + "/cpu-mlp.json";
-  expect_one_line_error(run("plan " + mlp + " --budget 1GiB --batch 8 --strategies mbp,tempo" + out),
+  const std::string cnn = std::string(HEADROOM_TRACES_DIR) + "/cpu-cnn.json";
+  expect_one_line_error(run("plan " + cnn + " --budget 1GiB --batch 8 --strategies mbp,tempo" + out),
                         "the trace has no lean-layer measurements");
   EXPECT_FALSE(fs::exists(dir / "p.json"));
   fs::remove_all(dir);
@@ -243,9 +243,11 @@ TEST(Cli, ATraceFromAnotherRegimeIsWarnedAbout) {
   EXPECT_GT(report["host_memory"]["heap_peak_bytes"].get<std::int64_t>(), 0);
   EXPECT_NE(ran.out.find("host memory: malloc's heap"), std::string::npos) << ran.out;
 
-  // The committed traces predate regimes.
-  const std::string committed = std::string(HEADROOM_TRACES_DIR) + "/cpu-mlp.json";
-  ASSERT_EQ(run("plan " + committed + " --budget 20MiB --batch 64 -o " + (dir / "q.json").string()).exit_code, 0);
+  // A trace from before regimes were recorded.
+  auto unrecorded = trace;
+  unrecorded.erase("host_memory");
+  core::write_file_atomically(dir / "old.json", unrecorded.dump());
+  ASSERT_EQ(run("plan " + (dir / "old.json").string() + " --budget 1GiB --batch 4 -o " + (dir / "q.json").string()).exit_code, 0);
   EXPECT_TRUE(warns(core::parse_json(core::read_file(dir / "q.json"), "q.json")));
 
   trace["host_memory"]["regime"] = "libjemalloc.so.2 malloc";
