@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -15,8 +16,13 @@ void check_output_path(const std::filesystem::path& path);
 // throws std::runtime_error naming the path.
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
 
+// The largest file headroom reads: a trace of thousands of layers is a few MiB; parsed JSON takes
+// about ten times its text, so this keeps a bad input's parse well under a GiB.
+inline constexpr std::uintmax_t kMaxInputFileBytes = std::uintmax_t{64} << 20;
+
 // Reads a whole regular file; throws InputError naming the path when it is missing, not a regular
-// file (a FIFO would block for ever, a device never end) or cannot be read.
+// file (a FIFO would block for ever, a device never end), larger than kMaxInputFileBytes or
+// cannot be read.
 std::string read_file(const std::filesystem::path& path);
 
 }  // namespace headroom::core

@@ -308,6 +308,11 @@ TEST_F(BadInputCli, FlagsAndFilesThatAreNotWhatTheySay) {
   expect_refused("simulate " + fifo, "not a regular file");
   expect_refused("plan " + path("missing.json") + " --budget 300MiB --batch 64", "missing.json: no such file");
   expect_refused("plan " + dir_.string() + " --budget 300MiB --batch 64", "not a regular file");
+  // A file too large to be a trace is refused before it is read (sparse: it takes no disk).
+  const fs::path huge = dir_ / "huge.json";
+  core::write_file_atomically(huge, "{");
+  fs::resize_file(huge, std::uintmax_t{1} << 30);
+  expect_refused("plan " + huge.string() + " --budget 300MiB --batch 64", "1024 MiB, more than the 64 MiB headroom reads");
 
   // Outputs that are not regular files: refused before any work, the path left as it was.
   for (const auto& [output, needle] : std::vector<std::pair<std::string, std::string>>{
