@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -83,16 +84,35 @@ void print_models() {
 
 struct ProfileArgs {
   std::string model;
+  std::string batch_sizes;  // as typed: "1,2,4"
   std::vector<std::string> settings;
   profiler::ProfileOptions options;
   std::string output;
   std::string chrome;
 };
 
+// "1,2,4" as sizes. Every item must be a number: CLI11's own splitting skips empty ones ("1,,2").
+std::vector<std::int64_t> parse_batch_sizes(const std::string& text) {
+  std::vector<std::int64_t> sizes;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ',') continue;
+    const std::string item = text.substr(start, i - start);
+    if (item.empty() || item.size() > 8 || item.find_first_not_of("0123456789") != std::string::npos) {
+      throw core::InputError("batch_sizes: item " + std::to_string(sizes.size() + 1) + " of '" + text +
+                             "' is not a batch size (expected positive integers separated by commas)");
+    }
+    sizes.push_back(std::stoll(item));
+    start = i + 1;
+  }
+  return sizes;
+}
+
 // `gpu_step` receives the last profiled step at the largest batch size when profiling on CUDA.
 core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStepRecord>& gpu_step) {
-  models::Model model = models::build_model({args.model, parse_settings(args.settings)}, args.options.seed);
   profiler::ProfileOptions options = args.options;
+  options.batch_sizes = parse_batch_sizes(args.batch_sizes);
+  models::Model model = models::build_model({args.model, parse_settings(args.settings)}, args.options.seed);
   ProgressPrinter printer(args.model);
   options.on_progress = [&printer](const profiler::Progress& p) { printer(p); };
   options.on_gpu_step = [&gpu_step, largest = options.batch_sizes.back()](std::int64_t batch,
@@ -112,10 +132,10 @@ void print_trace_summary(const core::Trace& trace) {
 }
 
 void add_profile_options(CLI::App& command, ProfileArgs& args) {
+  for (const auto b : args.options.batch_sizes) args.batch_sizes += (args.batch_sizes.empty() ? "" : ",") + std::to_string(b);
   command.add_option("--set", args.settings, "model size setting key=value (see `headroom models`)");
   command.add_option("--device", args.options.device, "device to profile on")->check(CLI::IsMember({"cpu", "cuda"}));
-  command.add_option("--batch-sizes", args.options.batch_sizes, "micro-batch sizes to sample, ascending")
-      ->delimiter(',');
+  command.add_option("--batch-sizes", args.batch_sizes, "micro-batch sizes to sample, ascending, e.g. 1,2,4,8");
   command.add_option("--optimizer", args.options.optimizer, "optimizer whose state and step are measured")
       ->check(CLI::IsMember({"sgd", "adam"}));
   command.add_option("--warmup", args.options.warmup_steps, "unmeasured steps per batch size");
@@ -128,13 +148,34 @@ void add_profile_options(CLI::App& command, ProfileArgs& args) {
 
 // Where results go is checked before any work: a long profile must not end at a path it cannot
 // write, and a device or FIFO given as an output is refused rather than replaced or waited on.
+// An output that is one of the command's inputs (a trace or a plan) would be overwritten by it.
 void check_outputs(const CLI::App& command) {
+  std::vector<std::string> inputs;
+  for (const CLI::Option* option : command.get_options()) {
+    if (option->count() > 0 && option->get_lnames().empty() && !option->get_name().empty()) {
+      inputs.push_back(option->as<std::string>());
+    }
+  }
+  std::vector<std::filesystem::path> outputs;
   for (const CLI::Option* option : command.get_options()) {
     if (option->count() == 0 || option->get_lnames().empty()) continue;
     const std::string flag = "--" + option->get_lnames().front();
     if (flag != "--output" && flag != "--chrome") continue;
+    const std::filesystem::path path = option->as<std::string>();
     try {
-      core::check_output_path(option->as<std::string>());
+      core::check_output_path(path);
+      std::error_code error;
+      for (const auto& input : inputs) {
+        if (std::filesystem::equivalent(path, input, error)) {
+          throw core::InputError(path.string() + " is this command's input; write to another file");
+        }
+      }
+      for (const auto& other : outputs) {
+        if (std::filesystem::weakly_canonical(path, error) == std::filesystem::weakly_canonical(other, error)) {
+          throw core::InputError(path.string() + " is also another output of this command");
+        }
+      }
+      outputs.push_back(path);
     } catch (const core::InputError& e) {
       throw core::InputError(flag + ": " + e.what());
     }

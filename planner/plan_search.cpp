@@ -406,6 +406,11 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     throw core::InputError("global_batch: at most " + std::to_string(kMaxGlobalBatch) + " samples");
   }
   if (request.budget_bytes <= 0) throw core::InputError("budget_bytes: expected a positive size");
+  // What a plan file may hold (its reader refuses more), so every plan written reads back.
+  if (request.budget_bytes > core::kMaxPlanBudget) {
+    throw core::InputError("budget_bytes: at most " + core::format_bytes(core::kMaxPlanBudget) + ", got " +
+                           core::format_bytes(request.budget_bytes));
+  }
   if (!(request.margin_fraction >= 0.0 && request.margin_fraction <= 0.5)) {
     throw core::InputError("margin_fraction: expected a fraction between 0 and 0.5");
   }

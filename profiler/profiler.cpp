@@ -371,6 +371,10 @@ void validate(const ProfileOptions& options) {
   if (options.batch_sizes.empty()) throw core::InputError("batch_sizes: give at least one batch size");
   for (std::size_t i = 0; i < options.batch_sizes.size(); ++i) {
     if (options.batch_sizes[i] <= 0) throw core::InputError("batch_sizes: batch sizes must be positive");
+    if (options.batch_sizes[i] > core::kMaxTraceBatch) {
+      throw core::InputError("batch_sizes: at most " + std::to_string(core::kMaxTraceBatch) + " samples, got " +
+                             std::to_string(options.batch_sizes[i]));
+    }
     if (i > 0 && options.batch_sizes[i] <= options.batch_sizes[i - 1]) {
       throw core::InputError("batch_sizes: batch sizes must be strictly ascending");
     }
@@ -379,7 +383,10 @@ void validate(const ProfileOptions& options) {
     throw core::InputError("warmup_steps: at least one warm-up step is needed (it allocates the optimizer state)");
   }
   if (options.repeats < 1) throw core::InputError("repeats: at least one repeat is needed");
-  if (options.threads < 0) throw core::InputError("threads: expected 0 (libtorch's default) or a positive count");
+  if (options.threads < 0 || options.threads > ProfileOptions::kMaxThreads) {
+    throw core::InputError("threads: expected 0 (libtorch's default) to " + std::to_string(ProfileOptions::kMaxThreads) + ", got " +
+                           std::to_string(options.threads));
+  }
   if (options.device != "cpu" && options.device != "cuda") {
     throw core::InputError("device: expected cpu or cuda, got '" + options.device + "'");
   }

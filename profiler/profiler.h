@@ -47,6 +47,8 @@ struct ProfileOptions {
   // own threads, and OpenMP threads on top oversubscribe small machines (bert mini on 2 cores:
   // 2.3x slower steps with 2 intra-op threads than with 1).
   int threads = 0;
+  // Past this a thread pool is only cost: no CPU headroom runs on has as many cores.
+  static constexpr int kMaxThreads = 256;
   // Measure Tempo's lean variants too, where the model has any: a second pass at every batch size
   // with every lean variant on (Model::set_all_lean).
   bool tempo = true;

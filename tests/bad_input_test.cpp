@@ -334,5 +334,37 @@ TEST_F(BadInputCli, FlagsAndFilesThatAreNotWhatTheySay) {
   ++refused_;
 }
 
+// What a user can type that would make the program allocate or spawn without end, and outputs
+// that would clobber an input or each other (issue 22's table): refused before any work.
+TEST_F(BadInputCli, TypedSizesAndOutputsThatClobberAreRefusedAtOnce) {
+  const std::string profile = "profile --model mlp";
+  expect_refused(profile + " --threads 100000 --batch-sizes 1", "--threads: expected 0 (libtorch's default) to 256, got 100000");
+  expect_refused(profile + " --batch-sizes 1,,2", "--batch-sizes: item 2 of '1,,2' is not a batch size");
+  expect_refused(profile + " --batch-sizes ''", "--batch-sizes: item 1");
+  expect_refused(profile + " --batch-sizes 2000000", "--batch-sizes: at most 1048576 samples, got 2000000");
+  expect_refused(profile + " --set hidden=9223372036854775807", "key 'hidden' expects at most 1048576");
+  expect_refused(profile + " --set depth=100000000", "key 'depth' expects at most 1048576");
+
+  const std::string trace_before = core::read_file(dir_ / "t.json");
+  CommandResult r = run("plan " + path("t.json") + " --budget 1GiB --batch 32 -o " + path("t.json"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--output: " + path("t.json") + " is this command's input"), std::string::npos) << r.err;
+  EXPECT_EQ(core::read_file(dir_ / "t.json"), trace_before);
+  core::write_file_atomically(dir_ / "s.json", "untouched");
+  r = run("simulate " + path("p.json") + " -o " + path("s.json") + " --chrome " + path("nodir/x.json"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--chrome: "), std::string::npos) << r.err;
+  EXPECT_EQ(core::read_file(dir_ / "s.json"), "untouched");
+  r = run("simulate " + path("p.json") + " -o " + path("s.json") + " --chrome " + path("s.json"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("is also another output"), std::string::npos) << r.err;
+  // Refused before the profile runs, not after it.
+  r = run("profile --model mlp --batch-sizes 1,2 -o " + path("nodir/t.json"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--output: "), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+  refused_ += 4;
+}
+
 }  // namespace
 }  // namespace headroom
