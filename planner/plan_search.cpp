@@ -442,6 +442,11 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     outcome.reason = infeasible_reason(request.budget_bytes, space.limit,
                                        costs.static_bytes() + costs.optimizer_transient_bytes(), applied, least,
                                        outcome.smallest_budget);
+    if (budget > core::kMaxPlanBudget) {
+      // No plan can be made at it: name it in the reason, offer none.
+      outcome.reason += "; that is more than the " + core::format_bytes(core::kMaxPlanBudget) + " a plan may hold";
+      outcome.smallest_budget = 0;
+    }
     return outcome;
   }
 

@@ -44,7 +44,9 @@ struct SplitOutcome {
 
 struct PlanOutcome {
   std::optional<core::Plan> plan;       // empty when nothing fits
-  std::int64_t smallest_budget = 0;     // when nothing fits: the least budget that would, with these strategies
+  // When nothing fits: the least budget that would, with these strategies; 0 when even that is
+  // more than a plan may hold (core::kMaxPlanBudget).
+  std::int64_t smallest_budget = 0;
   std::string reason;                   // when nothing fits: why, in one line
   std::vector<SplitOutcome> splits;     // one per distinct micro-batch size, fewest micro-batches first
 };
