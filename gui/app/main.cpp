@@ -1,11 +1,11 @@
 // headroom-gui [TRACE.json]: explore the trade-off between memory and speed for a traced model.
-#include <QApplication>
 #include <QCommandLineParser>
 
+#include "gui/app/guarded_application.h"
 #include "gui/app/main_window.h"
 
 int main(int argc, char** argv) {
-  QApplication app(argc, argv);
+  headroom::gui::GuardedApplication app(argc, argv);
   QApplication::setOrganizationName("headroom");
   QApplication::setApplicationName("headroom-gui");
   QApplication::setApplicationVersion(HEADROOM_VERSION);
@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   headroom::gui::MainWindow window;
   window.resize(1400, 880);
   window.show();
+  QObject::connect(&app, &headroom::gui::GuardedApplication::uncaughtError, &window,
+                   [&window](const QString& message) { window.show_error("Unexpected error (the action was abandoned)", message); });
+  // A bad trace here is shown like one opened from the menu: the window stays, empty.
   if (!parser.positionalArguments().isEmpty()) window.open_trace(parser.positionalArguments().front());
   return QApplication::exec();
 }

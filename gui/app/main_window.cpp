@@ -7,12 +7,14 @@
 #include <QFontDatabase>
 #include <QFormLayout>
 #include <QGroupBox>
+#include <QHBoxLayout>
 #include <QHeaderView>
 #include <QMenuBar>
-#include <QMessageBox>
 #include <QMimeData>
 #include <QSignalBlocker>
 #include <QSplitter>
+#include <QStyle>
+#include <QToolButton>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QVBoxLayout>
@@ -20,6 +22,7 @@
 #include "core/plan.h"
 #include "core/units.h"
 #include "gui/logic/recent_files.h"
+#include "planner/plan_search.h"
 #include "planner/strategy_table.h"
 
 namespace headroom::gui {
@@ -62,7 +65,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   summary_->setPlaceholderText("Open a trace (File > Open, or drop a trace.json here) to plan.");
   run_panel_ = new RunPanel(this);
   run_panel_->set_program(find_headroom_executable(QCoreApplication::applicationDirPath()));
-  connect(run_panel_, &RunPanel::error, this, &MainWindow::report_error);
+  connect(run_panel_, &RunPanel::error, this, &MainWindow::show_error);
 
   auto* plan_box = new QGroupBox("Plan", this);
   auto* plan_layout = new QVBoxLayout(plan_box);
@@ -99,11 +102,42 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   main->addWidget(build_controls());
   main->addWidget(right);
   main->setStretchFactor(1, 1);
-  setCentralWidget(main);
+  auto* central = new QWidget(this);
+  auto* central_layout = new QVBoxLayout(central);
+  central_layout->setContentsMargins(0, 0, 0, 0);
+  central_layout->setSpacing(0);
+  central_layout->addWidget(build_error_banner());
+  central_layout->addWidget(main, 1);
+  setCentralWidget(central);
   build_menus();
   statusBar()->showMessage("no trace");
 
   connect(&coordinator_, &PlanCoordinator::planReady, this, &MainWindow::show_result);
+}
+
+QWidget* MainWindow::build_error_banner() {
+  // In the window, not a modal dialog: the window stays usable (and tests headless need no one to
+  // click OK), and the reason stays in view until the user dismisses it or opens a trace.
+  error_banner_ = new QFrame(this);
+  error_banner_->setObjectName("errorBanner");
+  error_banner_->setStyleSheet("#errorBanner { background: #fbe3e4; border-bottom: 1px solid #d9534f; }");
+  error_label_ = new QLabel(error_banner_);
+  error_label_->setObjectName("errorText");
+  error_label_->setWordWrap(true);
+  error_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  error_label_->setStyleSheet("QLabel { color: #8a1f1b; }");
+  auto* dismiss = new QToolButton(error_banner_);
+  dismiss->setObjectName("dismissError");
+  dismiss->setAutoRaise(true);
+  dismiss->setIcon(style()->standardIcon(QStyle::SP_TitleBarCloseButton));
+  dismiss->setToolTip("dismiss");
+  auto* layout = new QHBoxLayout(error_banner_);
+  layout->setContentsMargins(10, 6, 6, 6);
+  layout->addWidget(error_label_, 1);
+  layout->addWidget(dismiss, 0, Qt::AlignTop);
+  connect(dismiss, &QToolButton::clicked, this, &MainWindow::clear_error);
+  error_banner_->hide();
+  return error_banner_;
 }
 
 QWidget* MainWindow::build_controls() {
@@ -134,7 +168,7 @@ QWidget* MainWindow::build_controls() {
   auto* step_box = new QGroupBox("Training step", panel);
   batch_ = new QSpinBox(step_box);
   batch_->setObjectName("batchBox");
-  batch_->setRange(1, 1 << 20);
+  batch_->setRange(1, static_cast<int>(planner::kMaxGlobalBatch));
   batch_->setKeyboardTracking(false);
   // One checkbox per strategy the planner can use, as its table describes it.
   for (const auto& entry : planner::strategy_table()) {
@@ -219,14 +253,26 @@ QString MainWindow::recent_menu_text() const {
 }
 
 bool MainWindow::open_trace(const QString& path) {
+  const QString absolute = QFileInfo(path).absoluteFilePath();
+  // Everything that can fail is computed before anything on screen changes, so a trace that does
+  // not load, or loads but cannot be planned from, leaves the previous trace and its plan as they were.
   std::shared_ptr<const TraceDocument> document;
+  StartingInputs start;
+  int optimizer_index = -1;
+  BudgetRange range;
   try {
-    document = load_trace_document(QFileInfo(path).absoluteFilePath().toStdString());
+    document = load_trace_document(absolute.toStdString());
+    const core::Trace& trace = document->trace;
+    start = starting_inputs(trace);
+    optimizer_index = optimizer_->findText(QString::fromStdString(trace.optimizer.name));
+    const QString optimizer = optimizer_index >= 0 ? optimizer_->itemText(optimizer_index) : optimizer_->currentText();
+    range = budget_range(trace, start.global_batch, optimizer.toStdString());
   } catch (const std::exception& e) {
-    report_error("Cannot open trace", QString::fromUtf8(e.what()));
+    show_error("Cannot open " + QFileInfo(path).fileName(), naming_the_file(absolute, QString::fromUtf8(e.what())));
     return false;
   }
-  trace_ = document;
+  clear_error();
+  trace_ = std::move(document);
   const core::Trace& trace = trace_->trace;
   remember_recent_file(path);
   refresh_recent_menu();
@@ -239,13 +285,11 @@ bool MainWindow::open_trace(const QString& path) {
                             .arg(QString::fromStdString(trace.optimizer.name))
                             .arg(trace.batch_sizes.front())
                             .arg(trace.batch_sizes.back()));
-  const StartingInputs start = starting_inputs(trace);
   {
     const QSignalBlocker b1(batch_), b2(optimizer_), b3(budget_);
     batch_->setValue(static_cast<int>(start.global_batch));
-    const int measured = optimizer_->findText(QString::fromStdString(trace.optimizer.name));
-    if (measured >= 0) optimizer_->setCurrentIndex(measured);
-    refresh_budget_range();
+    if (optimizer_index >= 0) optimizer_->setCurrentIndex(optimizer_index);
+    show_budget_range(range);
     budget_->set_budget(start.budget_bytes);
   }
   controls_->setEnabled(true);
@@ -256,9 +300,23 @@ bool MainWindow::open_trace(const QString& path) {
   return true;
 }
 
+QString MainWindow::naming_the_file(const QString& absolute_path, const QString& message) {
+  // Loading names the file already; what fails after it (planning from the trace's sizes) names
+  // only a field, so the file is put in front.
+  return message.startsWith(absolute_path) ? message : absolute_path + ": " + message;
+}
+
 void MainWindow::refresh_budget_range() {
   if (!trace_) return;
-  const BudgetRange range = budget_range(trace_->trace, batch_->value(), optimizer_->currentText().toStdString());
+  try {
+    show_budget_range(budget_range(trace_->trace, batch_->value(), optimizer_->currentText().toStdString()));
+  } catch (const std::exception& e) {
+    // The slider keeps its previous reach; the re-plan that follows says what the plan makes of it.
+    show_error("Cannot size the budget slider", naming_the_file(QString::fromStdString(trace_->path), QString::fromUtf8(e.what())));
+  }
+}
+
+void MainWindow::show_budget_range(const BudgetRange& range) {
   budget_->set_range(range);
   QString note = range.device_bytes > 0 ? "red mark: device memory " + bytes_text(range.device_bytes) + "; " : QString();
   note += QString("the whole batch (%1) with %2 needs %3")
@@ -312,23 +370,33 @@ void MainWindow::show_result(quint64 generation, std::shared_ptr<const PlanResul
 
 bool MainWindow::save_plan(const QString& path) {
   if (!result_ || !result_->plan) {
-    report_error("Cannot save the plan", "No plan fits the current budget.");
+    show_error("Cannot save the plan", "No plan fits the current budget.");
     return false;
   }
   try {
     core::write_plan_file(path.toStdString(), *result_->plan);
   } catch (const std::exception& e) {
-    report_error("Cannot save the plan", QString::fromUtf8(e.what()));
+    show_error("Cannot save the plan", QString::fromUtf8(e.what()));
     return false;
   }
   statusBar()->showMessage("plan written to " + path);
   return true;
 }
 
-void MainWindow::report_error(const QString& title, const QString& message) {
+void MainWindow::show_error(const QString& title, const QString& message) {
   statusBar()->showMessage(title + ": " + message);
-  QMessageBox::warning(this, title, message);
+  error_label_->setText("<b>" + title.toHtmlEscaped() + "</b><br>" + message.toHtmlEscaped());
+  error_banner_->show();
+  error_text_ = title + "\n" + message;
 }
+
+void MainWindow::clear_error() {
+  error_label_->clear();
+  error_banner_->hide();
+  error_text_.clear();
+}
+
+
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
   if (event->mimeData()->hasUrls() && event->mimeData()->urls().front().isLocalFile()) event->acceptProposedAction();

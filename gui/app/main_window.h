@@ -4,6 +4,7 @@
 // plan or run it.
 #include <QCheckBox>
 #include <QComboBox>
+#include <QFrame>
 #include <QLabel>
 #include <QMainWindow>
 #include <QMenu>
@@ -34,9 +35,18 @@ class MainWindow : public QMainWindow {
  public:
   explicit MainWindow(QWidget* parent = nullptr);
 
-  // Shows a dialog with the reason and keeps the previous trace if the file is bad.
+  // A trace that does not load, or cannot be planned from, is shown as an error naming the file
+  // (and the field where there is one); the previous trace and its plan stay.
   bool open_trace(const QString& path);
   bool save_plan(const QString& path);
+
+  // The window's error display: a banner over the window, not a modal dialog, so nothing waits on
+  // it; it stays until dismissed or a trace opens. Also what the application's last-resort guard
+  // reports through (gui/app/guarded_application.h).
+  void show_error(const QString& title, const QString& message);
+  void clear_error();
+  // The error shown, as plain text (title, newline, message); empty when none is.
+  const QString& error_text() const { return error_text_; }
 
   // For tests.
   const PlanResult* current_result() const { return result_.get(); }
@@ -48,6 +58,7 @@ class MainWindow : public QMainWindow {
   LayerTableModel* layer_model() const { return layer_model_; }
   FrozenColumnTableView* layer_view() const { return layer_view_; }
   QLabel* budget_note() const { return budget_note_; }
+  QLabel* error_label() const { return error_label_; }
   // Shown when nothing fits: sets the budget to the least that does.
   QPushButton* least_budget_button() const { return least_budget_button_; }
   RunPanel* run_panel() const { return run_panel_; }
@@ -73,12 +84,17 @@ class MainWindow : public QMainWindow {
   void refresh_recent_menu();
   // The slider's reach and the whole batch's need follow the trace, batch and optimizer.
   void refresh_budget_range();
-  void report_error(const QString& title, const QString& message);
+  void show_budget_range(const BudgetRange& range);
+  QWidget* build_error_banner();
+  static QString naming_the_file(const QString& absolute_path, const QString& message);
 
   PlanCoordinator coordinator_;
   std::shared_ptr<const TraceDocument> trace_;
   std::shared_ptr<const PlanResult> result_;
 
+  QFrame* error_banner_;
+  QLabel* error_label_;
+  QString error_text_;
   QWidget* controls_;  // disabled until a trace is open
   QLabel* trace_label_;
   BudgetControl* budget_;

@@ -107,17 +107,18 @@ void ExecutorRun::process_finished(int exit_code, QProcess::ExitStatus status) {
     return;
   }
   if (status == QProcess::NormalExit && (exit_code == 0 || exit_code == 1) && QFileInfo::exists(report_path_)) {
+    // Only the read is guarded: an exception from a receiver of `finished` is not a bad report.
     try {
       outcome.report = core::read_report_file(report_path_.toStdString());
-      outcome.status = outcome.report->status == "ok" ? ExecutorOutcome::Status::Ok : ExecutorOutcome::Status::OutOfMemory;
-      outcome.message = stderr_tail_;
-      done_ = true;
-      emit finished(outcome);
-      return;
     } catch (const std::exception& e) {
       fail(QString::fromUtf8(e.what()));
       return;
     }
+    outcome.status = outcome.report->status == "ok" ? ExecutorOutcome::Status::Ok : ExecutorOutcome::Status::OutOfMemory;
+    outcome.message = stderr_tail_;
+    done_ = true;
+    emit finished(outcome);
+    return;
   }
   fail(stderr_tail_.isEmpty() ? QStringLiteral("headroom execute exited with code %1").arg(exit_code)
                               : stderr_tail_.startsWith(QLatin1String("headroom: ")) ? stderr_tail_.mid(10) : stderr_tail_);

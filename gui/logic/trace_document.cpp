@@ -59,7 +59,10 @@ std::int64_t slider_to_budget(int position, const BudgetRange& range) {
 
 StartingInputs starting_inputs(const core::Trace& trace) {
   StartingInputs inputs;
-  inputs.global_batch = 2 * (trace.batch_sizes.empty() ? 8 : trace.batch_sizes.back());
+  // Twice the largest profiled batch, but no more than the planner takes: a trace may be profiled
+  // at up to kMaxTraceBatch, the same bound as kMaxGlobalBatch, and doubling it would ask for a plan
+  // the planner refuses.
+  inputs.global_batch = std::min(2 * (trace.batch_sizes.empty() ? 8 : trace.batch_sizes.back()), planner::kMaxGlobalBatch);
   planner::PlanRequest request;
   request.global_batch = inputs.global_batch;
   request.budget_bytes = 1;

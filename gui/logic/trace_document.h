@@ -37,7 +37,8 @@ inline constexpr int kBudgetSliderSteps = 1000;
 int budget_to_slider(std::int64_t bytes, const BudgetRange& range);
 std::int64_t slider_to_budget(int position, const BudgetRange& range);
 
-// A starting point for a freshly opened trace: twice the largest profiled batch, so there is
+// A starting point for a freshly opened trace: twice the largest profiled batch (at most
+// planner::kMaxGlobalBatch), so there is
 // something to split, under a budget between the least any plan needs and what the whole batch needs.
 struct StartingInputs {
   std::int64_t global_batch = 0;
