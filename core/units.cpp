@@ -17,6 +17,8 @@ std::int64_t parse_bytes(std::string_view text) {
   };
   std::size_t i = 0;
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  if (i < text.size() && text[i] == '-') fail("a size cannot be negative");
+  if (i == text.size()) fail("empty");
   std::size_t number_start = i;
   bool seen_digit = false, seen_dot = false;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {

@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "core/errors.h"
 #include "core/units.h"
 
@@ -20,10 +24,16 @@ TEST(Units, RejectsWhatIsNotASize) {
   for (const char* bad : {"", "MiB", "12MB", "1.2.3GiB", "-5", "1.5", "ten", "99999999999TiB"}) {
     EXPECT_THROW(core::parse_bytes(bad), core::InputError) << bad;
   }
-  try {
-    core::parse_bytes("12MB");
-  } catch (const core::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("'12MB'"), std::string::npos);
+  // Each says what is wrong with it.
+  for (const auto& [bad, why] : std::vector<std::pair<std::string, std::string>>{
+           {"12MB", "'12MB': unknown unit"}, {"-1", "'-1': a size cannot be negative"}, {"", "'': empty"},
+           {"  ", "empty"}, {"MiB", "no number"}}) {
+    try {
+      core::parse_bytes(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const core::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
   }
 }
 
