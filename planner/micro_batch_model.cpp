@@ -32,7 +32,7 @@ std::int64_t scaled(std::int64_t ns, double scale) {
 }
 
 // For each layer, the block span it belongs to if that block is checkpointed, else nullptr. Block
-// ids the graph lacks or cannot checkpoint are left out (checkpointed_block_flags refuses them).
+// ids the graph lacks or cannot checkpoint are left out (check_choice refuses them).
 std::vector<const BlockSpan*> checkpointed_span_of(const LayerGraph& graph, const std::vector<int>& checkpointed_blocks) {
   std::vector<const BlockSpan*> span_of(graph.size(), nullptr);
   for (const int id : checkpointed_blocks) {
@@ -144,24 +144,6 @@ core::StepChoice complete_choice(const core::Trace& trace, const LayerGraph& gra
   return choice;
 }
 
-std::vector<bool> checkpointed_block_flags(const LayerGraph& graph, const core::StepChoice& choice,
-                                           const std::string& source) {
-  std::vector<bool> flags(graph.blocks().size(), false);
-  for (const int id : choice.checkpointed_blocks) {
-    const BlockSpan* span = graph.block_with_id(id);
-    if (span == nullptr) throw core::InputError(source + ": $.checkpointed_blocks: the trace has no block " + std::to_string(id));
-    if (!span->checkpointable) {
-      throw core::InputError(source + ": block " + std::to_string(id) + " cannot be checkpointed: " + span->why_not);
-    }
-    flags[static_cast<std::size_t>(span - graph.blocks().data())] = true;
-  }
-  return flags;
-}
-
-std::vector<Op> micro_batch_ops(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
-                                const core::StepChoice& choice) {
-  return micro_batch_ops(batch_costs(costs, batch), graph, choice, 0, static_cast<int>(costs.layer_count()) - 1);
-}
 
 namespace {
 

@@ -29,13 +29,6 @@ struct Op {
 
 const char* op_kind_name(OpKind kind);
 
-// The layer ops of one micro-batch of `batch` samples run as `choice` says (its checkpointed
-// blocks and layer variants; its micro-batches are not read). A lean variant counts only outside
-// checkpointed blocks, whose recompute runs the standard layers. Layer times are scaled so one
-// micro-batch takes the trace's plain step time.
-std::vector<Op> micro_batch_ops(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
-                                const core::StepChoice& choice);
-
 // Every layer's cost at one micro-batch size, with the time scale that makes them add up to the
 // plain step: computed once and reused for many choices of checkpointed blocks.
 struct BatchCosts {
@@ -46,8 +39,11 @@ struct BatchCosts {
 };
 BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch);
 
-// The layer ops of layers [first, last] only (their forward part, then their backward part, in the
-// order a whole micro-batch would run them).
+// The layer ops of layers [first, last] of one micro-batch at `costs`' size, run as `choice` says
+// (its checkpointed blocks and layer variants; its micro-batches are not read): their forward
+// part, then their backward part, in the order a whole micro-batch would run them. A variant counts
+// only outside checkpointed blocks, whose recompute runs the standard layers. Layer times are
+// scaled so one micro-batch takes the trace's plain step time.
 std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph, const core::StepChoice& choice,
                                 int first, int last);
 
@@ -62,12 +58,6 @@ core::StepChoice effective_variants(const LayerGraph& graph, core::StepChoice ch
 // A plan's form of a working choice: one entry per trace layer with its name and whether its
 // block is checkpointed, blocks in the order of the chain.
 core::StepChoice complete_choice(const core::Trace& trace, const LayerGraph& graph, core::StepChoice choice);
-
-// The graph's block indices (into LayerGraph::blocks()) of the choice's checkpointed block ids.
-// Throws InputError (prefixed with `source`) for a block the trace lacks or one that cannot be
-// checkpointed.
-std::vector<bool> checkpointed_block_flags(const LayerGraph& graph, const core::StepChoice& choice,
-                                           const std::string& source = "plan");
 
 // The whole step: each micro-batch's ops in order, then the optimizer. A run of micro-batches of
 // one size shares its ops and is walked once (each micro-batch ends at the level it started from).

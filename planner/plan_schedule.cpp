@@ -24,7 +24,13 @@ void check_choice(const core::Plan& plan, const core::Trace& trace, const std::s
     }
   }
   const LayerGraph graph(trace);
-  checkpointed_block_flags(graph, choice, source);
+  for (const int id : choice.checkpointed_blocks) {
+    const BlockSpan* span = graph.block_with_id(id);
+    if (span == nullptr) throw core::InputError(source + ": $.checkpointed_blocks: the trace has no block " + std::to_string(id));
+    if (!span->checkpointable) {
+      throw core::InputError(source + ": block " + std::to_string(id) + " cannot be checkpointed: " + span->why_not);
+    }
+  }
   for (const auto& layer : choice.layers) {
     if (layer.variant == core::LayerVariant::Tempo && !graph.can_be_lean(layer.id)) {
       throw core::InputError(source + ": $.layers[" + std::to_string(layer.id) + "].variant: layer " + layer.name +

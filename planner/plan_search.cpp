@@ -241,19 +241,18 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, const Temp
 // recomputes standard layers).
 std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, std::vector<std::int64_t> micro,
                              std::int64_t limit, const SearchSpace& space) {
-  const bool allow_checkpointing = space.checkpointing, allow_tempo = space.tempo;
   Candidate plain;
   plain.choice.micro_batches = std::move(micro);
   plain.prediction = predict_step(costs, graph, plain.choice);
   const bool plain_fits = plain.prediction.peak_bytes <= limit;
-  if (plain_fits && !allow_tempo) return plain;
+  if (plain_fits && !space.tempo) return plain;
 
   std::optional<Candidate> best;
   const auto consider = [&best](Candidate c) {
     if (!best || c.prediction.step_ns < best->prediction.step_ns) best = std::move(c);
   };
   if (plain_fits) consider(plain);
-  const TempoOrder order = allow_tempo ? tempo_order(costs, graph, plain.choice.micro_batches.front()) : TempoOrder{};
+  const TempoOrder order = space.tempo ? tempo_order(costs, graph, plain.choice.micro_batches.front()) : TempoOrder{};
   const auto all_lean = with_lean_prefix(plain.choice, order.layers, order.layers.size());
   if (!order.layers.empty()) {
     Candidate c{all_lean, predict_step(costs, graph, all_lean)};
@@ -263,7 +262,7 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
     }
   }
   // Checkpointing only adds time where the step fits without it.
-  if (allow_checkpointing && !plain_fits) {
+  if (space.checkpointing && !plain_fits) {
     if (auto c = fit_checkpointing(costs, graph, plain.choice, limit)) consider(std::move(*c));
     if (!order.layers.empty()) {
       if (auto c = fit_checkpointing(costs, graph, all_lean, limit)) {

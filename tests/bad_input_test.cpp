@@ -3,9 +3,7 @@
 // `headroom` binary (exit 2, one line naming the problem, no output written or an old one kept).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -19,6 +17,7 @@
 #include "core/trace.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
+#include "run_headroom.h"
 
 namespace headroom {
 namespace {
@@ -185,25 +184,9 @@ TEST(BadPlan, EveryFieldSpoiledIsNamedOrDocumented) {
   std::printf("plan: %d spoiled documents, %zu accepted\n", s.spoiled, s.accepted.size());
 }
 
-struct CommandResult {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
+using testing::CommandResult;
 
-// Runs the binary; `timeout` ends a command that would hang (a FIFO read) as a failure, not a stuck test.
-CommandResult run(const std::string& args) {
-  const fs::path err_file = fs::temp_directory_path() / "headroom_bad_input.stderr";
-  const std::string command =
-      "timeout 20 " + std::string(HEADROOM_BINARY) + " " + args + " 2>" + err_file.string() + " </dev/null";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) throw std::runtime_error("popen failed");
-  std::string out;
-  std::array<char, 4096> buffer{};
-  while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) out.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, core::read_file(err_file)};
-}
+CommandResult run(const std::string& args) { return testing::run_headroom(args, "headroom_bad_input.stderr", 20); }
 
 class BadInputCli : public ::testing::Test {
  protected:

@@ -1,37 +1,22 @@
 // Runs the `headroom` binary as a user would and checks exit codes, error lines and outputs.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 
 #include "core/atomic_file.h"
 #include "core/json_reader.h"
 #include "core/trace.h"
+#include "run_headroom.h"
 
 namespace headroom {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CommandResult {
-  int exit_code;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
+using testing::CommandResult;
 
-CommandResult run(const std::string& args) {
-  const fs::path err_file = fs::temp_directory_path() / "headroom_cli_test.stderr";
-  const std::string command = std::string(HEADROOM_BINARY) + " " + args + " 2>" + err_file.string();
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) throw std::runtime_error("popen failed");
-  std::string out;
-  std::array<char, 4096> buffer{};
-  while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) out.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, core::read_file(err_file)};
-}
+CommandResult run(const std::string& args) { return testing::run_headroom(args, "headroom_cli_test.stderr"); }
 
 // One line naming the problem.
 void expect_one_line_error(const CommandResult& r, const std::string& needle) {
