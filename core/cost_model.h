@@ -35,7 +35,8 @@ class CostModel {
   std::int64_t param_bytes() const { return param_bytes_; }
   std::int64_t gradient_bytes() const { return param_bytes_; }
   std::int64_t optimizer_state_bytes() const { return trace_->optimizer.state_bytes; }
-  std::int64_t static_bytes() const { return 2 * param_bytes_ + trace_->optimizer.state_bytes; }
+  std::int64_t model_extra_bytes() const { return trace_->model_extra_bytes; }
+  std::int64_t static_bytes() const { return 2 * param_bytes_ + trace_->optimizer.state_bytes + trace_->model_extra_bytes; }
 
   std::int64_t input_bytes(std::int64_t batch) const;
   // What a step pays once, whatever its micro-batches: the optimizer step, and in traces that
@@ -44,6 +45,7 @@ class CostModel {
   // sizes. The schedule's optimizer task carries all of it, so a step charges it exactly once.
   std::int64_t optimizer_ns() const { return optimizer_ns_; }
   std::int64_t optimizer_transient_bytes() const { return optimizer_transient_bytes_; }
+  std::int64_t checkpoint_state_bytes() const { return trace_->checkpoint_state_bytes; }
 
   // Time of one micro-batch's forward and backward as the executor runs the micro-batches after a
   // step's first: the trace's StepSequence::micro_batch_ns (its data made, the loss weighted,

@@ -95,6 +95,16 @@ nlohmann::json step_to_json(const StepSample& s) {
 
 }  // namespace
 
+namespace {
+
+nlohmann::json model_to_json(const ModelInfo& model, nlohmann::json config) {
+  nlohmann::json out = {{"name", model.name}, {"config", std::move(config)}};
+  if (model.file) out["file"] = {{"path", model.file->path}, {"sha256", model.file->sha256}};
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const Trace& trace) {
   nlohmann::json config = nlohmann::json::object();
   for (const auto& [k, v] : trace.model.config) config[k] = config_value_to_json(v);
@@ -131,7 +141,7 @@ nlohmann::json to_json(const Trace& trace) {
   }
   nlohmann::json document = {
       {"schema", kTraceSchema},
-      {"model", {{"name", trace.model.name}, {"config", std::move(config)}}},
+      {"model", model_to_json(trace.model, std::move(config))},
       {"device", std::move(device)},
       {"framework", trace.framework},
       {"optimizer",
@@ -149,6 +159,8 @@ nlohmann::json to_json(const Trace& trace) {
       {"steps", std::move(steps)},
   };
   if (!trace.host_memory_regime.empty()) document["host_memory"] = {{"regime", trace.host_memory_regime}};
+  document["checkpoint_state_bytes"] = trace.checkpoint_state_bytes;
+  document["model_extra_bytes"] = trace.model_extra_bytes;
   if (trace.has_tempo()) {
     nlohmann::json tempo_steps = nlohmann::json::array();
     for (const auto& s : trace.tempo_steps) tempo_steps.push_back(step_to_json(s));
@@ -358,6 +370,14 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
     for (const auto& [key, value] : config.raw().items()) {
       trace.model.config[key] = config_value_from_json(JsonNode(value, config.path() + "." + key));
     }
+    if (model.has("file")) {
+      const auto file = model.at("file");
+      ModelFile f{file.at("path").as_string(), file.at("sha256").as_string()};
+      if (f.path.empty() || f.path.size() > 4096) file.at("path").fail("expected a file path of 1 to 4096 characters");
+      const bool hex = f.sha256.size() == 64 && f.sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
+      if (!hex) file.at("sha256").fail("expected 64 lower-case hex digits");
+      trace.model.file = std::move(f);
+    }
 
     const auto device = root.at("device");
     trace.device.kind = device.at("kind").as_string();
@@ -389,6 +409,11 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
       trace.host_memory_regime = host.at("regime").as_string();
       if (trace.host_memory_regime.empty()) host.at("regime").fail("expected a non-empty regime");
     }
+    if (root.has("checkpoint_state_bytes")) {
+      // An RNG state: kilobytes (a CPU generator's is 5 KiB).
+      trace.checkpoint_state_bytes = root.at("checkpoint_state_bytes").as_int_in(0, std::int64_t{1} << 24);
+    }
+    if (root.has("model_extra_bytes")) trace.model_extra_bytes = as_bytes(root.at("model_extra_bytes"));
 
     const auto optimizer = root.at("optimizer");
     trace.optimizer.name = optimizer.at("name").as_string();

@@ -137,9 +137,18 @@ struct StepSample {
   bool operator==(const StepSample&) const = default;
 };
 
+// A model the user brought as a file (TorchScript): where it was and what it held, so a later run
+// loads the same module or says that it changed.
+struct ModelFile {
+  std::string path;    // absolute
+  std::string sha256;  // lower-case hex of the file's bytes
+  bool operator==(const ModelFile&) const = default;
+};
+
 struct ModelInfo {
   std::string name;
   std::map<std::string, std::string> config;  // every key the model was built with, as text
+  std::optional<ModelFile> file;              // set for a user's model; a zoo model has none
   bool operator==(const ModelInfo&) const = default;
 };
 
@@ -187,6 +196,15 @@ struct Trace {
   // The Tempo pass's whole steps (every lean variant on), one per batch size; empty exactly when
   // no layer has a lean profile.
   std::vector<StepSample> tempo_steps;
+  // What a checkpointed block holds besides its input: the RNG state saved in its forward (so
+  // dropout draws the same masks when it runs again), and the same again while it is recomputed
+  // (the current state, put back afterwards). Measured with the allocator hook; 0 in traces from
+  // before it was recorded.
+  std::int64_t checkpoint_state_bytes = 0;
+  // What the model holds besides its parameters, from before the first step to the last: buffers
+  // (BatchNorm's running statistics) and what a loader keeps (a TorchScript module's debug records).
+  // 0 in traces from before it was recorded.
+  std::int64_t model_extra_bytes = 0;
 
   bool operator==(const Trace&) const = default;
 

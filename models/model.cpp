@@ -78,6 +78,24 @@ std::int64_t Model::parameter_bytes() const {
 void Model::set_training(bool training) {
   context_.training = training;
   root_->train(training);
+  if (foreign_) foreign_->set_modes(context_.training, context_.dropout, batchnorm_eval_);
+}
+
+void Model::set_dropout(bool enabled) {
+  context_.dropout = enabled;
+  if (foreign_) foreign_->set_modes(context_.training, context_.dropout, batchnorm_eval_);
+}
+
+void Model::to(torch::Device device) {
+  root_->to(device);
+  if (foreign_) foreign_->to(device);
+}
+
+void Model::set_foreign_modules(std::shared_ptr<ForeignModules> modules, core::ModelFile file, std::int64_t extra_bytes) {
+  foreign_ = std::move(modules);
+  file_ = std::move(file);
+  extra_resident_bytes_ = extra_bytes;
+  foreign_->set_modes(context_.training, context_.dropout, batchnorm_eval_);
 }
 
 Batch Model::make_batch(std::int64_t batch_size, std::uint64_t seed) const {
@@ -99,9 +117,11 @@ std::vector<torch::Tensor> gather_inputs(const Layer& layer, const Batch& batch,
 }
 
 void Model::set_batchnorm_eval(bool eval) {
+  batchnorm_eval_ = eval;
   for (const auto& child : root_->children()) {
     if (dynamic_cast<torch::nn::BatchNorm2dImpl*>(child.get()) != nullptr) child->train(!eval && context_.training);
   }
+  if (foreign_) foreign_->set_modes(context_.training, context_.dropout, batchnorm_eval_);
 }
 
 torch::Tensor Model::forward(const Batch& batch, LayerObserver* observer) const {

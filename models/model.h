@@ -4,6 +4,8 @@
 // later strategies swap a layer's implementation by name.
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +66,18 @@ class LayerObserver {
   virtual void after_layer(int /*layer*/, const torch::Tensor& /*output*/) {}
 };
 
+// Modules that are not headroom's own (a user's TorchScript module): they hold the parameters,
+// move themselves and set their own training modes, which the model's layers cannot reach.
+class ForeignModules {
+ public:
+  virtual ~ForeignModules() = default;
+  virtual std::vector<torch::Tensor> parameters() const = 0;
+  virtual std::vector<torch::Tensor> buffers() const = 0;
+  virtual void to(torch::Device device) = 0;
+  // Training with dropout on or off; BatchNorm with batch statistics or, in eval style, running ones.
+  virtual void set_modes(bool training, bool dropout, bool batchnorm_eval) = 0;
+};
+
 class Model {
  public:
   Model(std::string name, Config config);
@@ -83,14 +97,21 @@ class Model {
   const std::vector<Layer>& layers() const { return layers_; }
   int block_count() const;
 
-  std::vector<torch::Tensor> parameters() const { return root_->parameters(); }
+  std::vector<torch::Tensor> parameters() const { return foreign_ ? foreign_->parameters() : root_->parameters(); }
   // BatchNorm's running statistics and counters.
-  std::vector<torch::Tensor> buffers() const { return root_->buffers(); }
+  std::vector<torch::Tensor> buffers() const { return foreign_ ? foreign_->buffers() : root_->buffers(); }
   std::int64_t parameter_bytes() const;
   void set_training(bool training);
-  void set_dropout(bool enabled) { context_.dropout = enabled; }
+  void set_dropout(bool enabled);
   // Moves parameters and buffers; batches are made on the CPU and moved by the caller.
-  void to(torch::Device device) { root_->to(device); }
+  void to(torch::Device device);
+
+  // The model's layers run modules it does not own (see ForeignModules), loaded from `file`.
+  // `extra_bytes`: what loading them left allocated besides their parameters and buffers.
+  void set_foreign_modules(std::shared_ptr<ForeignModules> modules, core::ModelFile file, std::int64_t extra_bytes);
+  // Allocated for the model's life besides its parameters and buffers (see set_foreign_modules).
+  std::int64_t extra_resident_bytes() const { return extra_resident_bytes_; }
+  const std::optional<core::ModelFile>& file() const { return file_; }
   RunContext context() const { return context_; }
 
   // A synthetic batch with a learnable target, deterministic in (batch_size, seed).
@@ -128,6 +149,10 @@ class Model {
   std::vector<int> last_readers_;
   BatchGenerator batch_generator_;
   RunContext context_;
+  bool batchnorm_eval_ = false;
+  std::shared_ptr<ForeignModules> foreign_;
+  std::optional<core::ModelFile> file_;
+  std::int64_t extra_resident_bytes_ = 0;
 };
 
 // The tensors a layer reads, gathered from the batch and earlier outputs.

@@ -49,6 +49,7 @@ BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch) {
   BatchCosts out;
   out.batch = batch;
   out.scale = costs.layer_time_scale(batch);
+  out.checkpoint_state_bytes = costs.checkpoint_state_bytes();
   out.layers.reserve(costs.layer_count());
   out.lean.reserve(costs.layer_count());
   for (std::size_t i = 0; i < costs.layer_count(); ++i) {
@@ -183,8 +184,10 @@ void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const st
       if (graph.last_reader(j) >= static_cast<int>(i)) live_inside += cost[static_cast<std::size_t>(j)].output_bytes;
     }
     const bool block_output = static_cast<int>(i) == span->last;
-    ops.push_back({OpKind::ForwardNoGrad, static_cast<int>(i), scaled(c.fwd_ns, scale), c.fwd_transient_bytes + live_inside,
-                   block_output ? c.output_bytes : 0});
+    // The block saves the RNG state as it starts and holds it until its backward is done.
+    const std::int64_t state = static_cast<int>(i) == span->first ? costs.checkpoint_state_bytes : 0;
+    ops.push_back({OpKind::ForwardNoGrad, static_cast<int>(i), scaled(c.fwd_ns, scale),
+                   state + c.fwd_transient_bytes + live_inside, state + (block_output ? c.output_bytes : 0)});
   }
   for (std::size_t r = static_cast<std::size_t>(last) + 1; r-- > static_cast<std::size_t>(first);) {
     const auto& c = cost[r];
@@ -196,14 +199,17 @@ void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const st
         std::int64_t retained = ci.fwd_retained_bytes;
         // The block input's free by its last reader does not happen: the checkpoint holds it.
         if (span->input >= 0 && graph.last_reader(span->input) == i) retained += unsaved_input_bytes(*span);
-        ops.push_back({OpKind::Recompute, i, scaled(ci.fwd_ns, scale), ci.fwd_transient_bytes, retained});
+        // The current RNG state is kept aside while the block runs again with the saved one.
+        ops.push_back({OpKind::Recompute, i, scaled(ci.fwd_ns, scale), costs.checkpoint_state_bytes + ci.fwd_transient_bytes,
+                       retained});
       }
       // The recomputed output is held until the block's backward ends, where it is released.
     }
     std::int64_t retained = c.bwd_retained_bytes;
     if (span != nullptr && static_cast<int>(r) == span->first) {
-      // The block's backward is done: the recomputed output and the held input go.
-      retained -= cost[static_cast<std::size_t>(span->last)].output_bytes + unsaved_input_bytes(*span);
+      // The block's backward is done: the recomputed output, the held input and the saved RNG state go.
+      retained -= cost[static_cast<std::size_t>(span->last)].output_bytes + unsaved_input_bytes(*span) +
+                  costs.checkpoint_state_bytes;
     }
     ops.push_back({OpKind::Backward, static_cast<int>(r), scaled(c.bwd_ns, scale), c.bwd_transient_bytes, retained});
   }
@@ -322,7 +328,7 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
   using core::MemoryKind;
   const StepSequence seq = step_sequence(costs, graph, choice);
   core::Schedule schedule;
-  schedule.resident = {{MemoryKind::Parameter, costs.param_bytes()},
+  schedule.resident = {{MemoryKind::Parameter, costs.param_bytes() + costs.model_extra_bytes()},
                        {MemoryKind::Gradient, costs.gradient_bytes()},
                        {MemoryKind::OptimizerState, costs.optimizer_state_bytes()}};
   const auto& layers = costs.trace().layers;

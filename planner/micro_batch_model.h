@@ -36,6 +36,7 @@ struct BatchCosts {
   double scale = 1;
   std::vector<core::LayerCost> layers;
   std::vector<core::LayerCost> lean;  // Tempo's variants (the standard cost where a layer has none)
+  std::int64_t checkpoint_state_bytes = 0;  // the trace's, per checkpointed block
 };
 BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch);
 

@@ -472,6 +472,15 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   trace.optimizer.name = options.optimizer;
   trace.profile = {options.warmup_steps, options.repeats, options.seed, at::get_num_threads(), runtime::utc_timestamp_now()};
   trace.batch_sizes = options.batch_sizes;
+  {
+    // What the executor's checkpointed blocks save: the generator's state, as get_state copies it.
+    auto recorder = std::make_shared<runtime::MemoryRecorder>(device.type());
+    runtime::ScopedMemoryRecording recording(recorder);
+    const torch::Tensor state = at::globalContext().defaultGenerator(device).get_state();
+    trace.checkpoint_state_bytes = recorder->allocated();
+  }
+  trace.model_extra_bytes = model.extra_resident_bytes();
+  for (const auto& b : model.buffers()) trace.model_extra_bytes += runtime::tensor_bytes(b);
   trace.layers.resize(layer_count);
   for (std::size_t i = 0; i < layer_count; ++i) {
     const auto& layer = model.layers()[i];
@@ -572,7 +581,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       out.layers.push_back(sample);
     }
 
-    std::int64_t static_bytes = runtime::optimizer_state_bytes(*optimizer);
+    std::int64_t static_bytes = runtime::optimizer_state_bytes(*optimizer) + trace.model_extra_bytes;
     for (const auto& p : parameters) static_bytes += runtime::tensor_bytes(p) + runtime::tensor_bytes(p.grad());
     std::vector<std::int64_t> step_ns, optimizer_ns;
     for (const auto& run : runs) {

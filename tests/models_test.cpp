@@ -202,7 +202,7 @@ TEST(ZooLean, LeanModelTrainsWithDropout) {
 
 // What the profiler records of a model is enough to build the same model again, as the executor does.
 TEST(ModelSource, RebuildsTheSameModelFromWhatATraceRecords) {
-  const models::Model built = models::build_model({"bert", kSmall.at("bert")}, 2);
+  const models::Model built = models::build_model({"bert", kSmall.at("bert"), std::nullopt}, 2);
   const models::ModelSource source = models::model_source(built);
   EXPECT_EQ(source.name, "bert");
   EXPECT_EQ(source.config.at("hidden"), "32");
@@ -213,7 +213,7 @@ TEST(ModelSource, RebuildsTheSameModelFromWhatATraceRecords) {
   const auto a = built.parameters(), b = rebuilt.parameters();
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
-  EXPECT_THROW(models::build_model({"resnet9000", {}}, 0), core::InputError);
+  EXPECT_THROW(models::build_model({"resnet9000", {}, std::nullopt}, 0), core::InputError);
 }
 
 TEST(FashionMnist, LoadsDebiansFiles) {
