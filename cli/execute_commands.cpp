@@ -17,6 +17,7 @@
 #include "core/units.h"
 #include "executor/executor.h"
 #include "models/model_source.h"
+#include "models/zoo.h"
 #include "planner/micro_batch_model.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
@@ -78,7 +79,7 @@ int run_demo(const DemoArgs& args) {
   const std::int64_t batch = 32;
 
   std::cout << "1. profile: bert tiny (2 encoder layers, hidden 128, seq 128) on the CPU\n";
-  models::Model model = models::build_model({"bert", {{"preset", "tiny"}}}, 0);
+  models::Model model = models::build_zoo_model("bert", {{"preset", "tiny"}}, 0);
   profiler::ProfileOptions profile_options;
   // Up to the global batch, so whatever micro-batch the plan picks has a measured time.
   profile_options.batch_sizes = {1, 2, 4, 8, 16, 32};

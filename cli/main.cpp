@@ -18,6 +18,7 @@
 #include "core/host_memory.h"
 #include "core/trace.h"
 #include "models/model_source.h"
+#include "models/torchscript_model.h"
 #include "models/zoo.h"
 #include "profiler/profiler.h"
 #include "report/trace_report.h"
@@ -84,6 +85,9 @@ void print_models() {
 
 struct ProfileArgs {
   std::string model;
+  // A user's TorchScript module instead of a zoo model, and what it is run with.
+  std::string torchscript;
+  std::string input, target, loss, layers;
   std::string batch_sizes;  // as typed: "1,2,4"
   std::vector<std::string> settings;
   profiler::ProfileOptions options;
@@ -108,12 +112,41 @@ std::vector<std::int64_t> parse_batch_sizes(const std::string& text) {
   return sizes;
 }
 
+// A zoo model or a TorchScript file, and only the flags that go with the one given.
+void check_model_flags(const ProfileArgs& args) {
+  if (args.model.empty() == args.torchscript.empty()) {
+    throw core::InputError("give either --model (a zoo model) or --torchscript (your own module), not " +
+                           std::string(args.model.empty() ? "neither" : "both"));
+  }
+  if (!args.torchscript.empty() && !args.settings.empty()) {
+    throw core::InputError("--set: size settings are for zoo models; a TorchScript module has its own sizes");
+  }
+  if (args.torchscript.empty()) {
+    for (const auto& [flag, value] : {std::pair{"--input", &args.input}, {"--target", &args.target}, {"--loss", &args.loss},
+                                      {"--layers", &args.layers}}) {
+      if (!value->empty()) throw core::InputError(std::string(flag) + ": applies to --torchscript modules only");
+    }
+  } else if (args.input.empty()) {
+    throw core::InputError("--input: give one sample's shape and dtype, e.g. --input 3x224x224:float32");
+  }
+}
+
+std::map<std::string, std::string> torchscript_config(const ProfileArgs& args) {
+  std::map<std::string, std::string> config{{"input", args.input}};
+  if (!args.target.empty()) config["target"] = args.target;
+  if (!args.loss.empty()) config["loss"] = args.loss;
+  if (!args.layers.empty()) config["layers"] = args.layers;
+  return config;
+}
+
 // `gpu_step` receives the last profiled step at the largest batch size when profiling on CUDA.
 core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStepRecord>& gpu_step) {
   profiler::ProfileOptions options = args.options;
   options.batch_sizes = parse_batch_sizes(args.batch_sizes);
-  models::Model model = models::build_model({args.model, parse_settings(args.settings)}, args.options.seed);
-  ProgressPrinter printer(args.model);
+  models::Model model = args.torchscript.empty()
+                            ? models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed)
+                            : models::load_torchscript_model(args.torchscript, torchscript_config(args), args.options.seed);
+  ProgressPrinter printer(model.name());
   options.on_progress = [&printer](const profiler::Progress& p) { printer(p); };
   options.on_gpu_step = [&gpu_step, largest = options.batch_sizes.back()](std::int64_t batch,
                                                                           const profiler::GpuStepRecord& record) {
@@ -152,7 +185,8 @@ void add_profile_options(CLI::App& command, ProfileArgs& args) {
 void check_outputs(const CLI::App& command) {
   std::vector<std::string> inputs;
   for (const CLI::Option* option : command.get_options()) {
-    if (option->count() > 0 && option->get_lnames().empty() && !option->get_name().empty()) {
+    const bool input_file = option->get_lnames().empty() || option->check_lname("torchscript");
+    if (option->count() > 0 && input_file && !option->get_name().empty()) {
       inputs.push_back(option->as<std::string>());
     }
   }
@@ -193,7 +227,20 @@ int main(int argc, char** argv) {
 
   ProfileArgs profile_args;
   auto* profile = app.add_subcommand("profile", "measure a model's per-layer memory and time into a trace");
-  profile->add_option("--model", profile_args.model, "zoo model name")->required();
+  profile->add_option("--model", profile_args.model, "zoo model name (or --torchscript)");
+  profile->add_option("--torchscript", profile_args.torchscript,
+                      "your own model: a TorchScript file whose children, called in order, are its layers");
+  profile->add_option("--input", profile_args.input,
+                      "with --torchscript: one sample's input as SHAPE:DTYPE, e.g. 3x224x224:float32 or 128:int64:0-50257");
+  profile->add_option("--target", profile_args.target,
+                      "with --torchscript: one sample's target as SHAPE:DTYPE (default: from the output and the loss)");
+  profile->add_option("--loss", profile_args.loss,
+                      "with --torchscript: cross-entropy (classes along the output's last dimension; the default), mse, "
+                      "or model (the module returns the loss)")
+      ->check(CLI::IsMember({"cross-entropy", "mse", "model"}));
+  profile->add_option("--layers", profile_args.layers,
+                      "with --torchscript: the children that are the layers, in the order forward calls them, e.g. "
+                      "stem,stage1,head (default: every child forward calls)");
   add_profile_options(*profile, profile_args);
   profile->add_option("-o,--output", profile_args.output, "trace file to write")->required();
   profile->add_option("--chrome", profile_args.chrome,
@@ -283,6 +330,7 @@ int main(int argc, char** argv) {
       return cli::run_demo(demo_args);
     } else if (app.got_subcommand(profile)) {
       const ProfileArgs& args = profile_args;
+      check_model_flags(args);
       std::optional<profiler::GpuStepRecord> gpu_step;
       const core::Trace trace = run_profile(args, gpu_step);
       if (!args.output.empty()) core::write_trace_file(args.output, trace);

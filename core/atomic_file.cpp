@@ -65,15 +65,15 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
   }
 }
 
-std::string read_file(const std::filesystem::path& path) {
+std::string read_file(const std::filesystem::path& path, std::uintmax_t max_bytes) {
   std::error_code error;
   const auto status = std::filesystem::status(path, error);
   if (!std::filesystem::exists(status)) throw InputError(path.string() + ": no such file");
   if (!std::filesystem::is_regular_file(status)) throw InputError(path.string() + ": not a regular file");
   const std::uintmax_t size = std::filesystem::file_size(path, error);
-  if (!error && size > kMaxInputFileBytes) {
+  if (!error && size > max_bytes) {
     throw InputError(path.string() + ": " + std::to_string(size >> 20) + " MiB, more than the " +
-                     std::to_string(kMaxInputFileBytes >> 20) + " MiB headroom reads");
+                     std::to_string(max_bytes >> 20) + " MiB headroom reads");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path.string() + ": cannot open for reading");

@@ -23,6 +23,6 @@ inline constexpr std::uintmax_t kMaxInputFileBytes = std::uintmax_t{64} << 20;
 // Reads a whole regular file; throws InputError naming the path when it is missing, not a regular
 // file (a FIFO would block for ever, a device never end), larger than kMaxInputFileBytes or
 // cannot be read.
-std::string read_file(const std::filesystem::path& path);
+std::string read_file(const std::filesystem::path& path, std::uintmax_t max_bytes = kMaxInputFileBytes);
 
 }  // namespace headroom::core

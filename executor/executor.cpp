@@ -262,7 +262,7 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
   if (budget) budget->resume();
   check.computed = true;
   bool batchnorm = false;
-  for (const auto& layer : trace.layers) batchnorm |= layer.kind == "batchnorm";
+  for (const auto& layer : trace.layers) batchnorm |= layer.kind.find("batchnorm") != std::string::npos;
   check.note = batchnorm && plan.choice.micro_batches.size() > 1 && !options.batchnorm_eval
                    ? "BatchNorm normalizes each micro-batch with its own statistics, so the accumulated gradient differs "
                      "from the full batch's by design; dropout off on both sides"
@@ -392,6 +392,13 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
     }
     report.status = "ok";
   } catch (const c10::OutOfMemoryError&) {
+    report.out_of_memory = describe_out_of_memory(position, memory.budget);
+    report.status = "out_of_memory";
+  } catch (const std::runtime_error& e) {
+    // TorchScript's interpreter rethrows what an op threw as a plain error with the message inside:
+    // the budget's refusal on this thread, or CUDA's own, is still running out of memory.
+    const bool refused = BudgetAllocator::last_refusal().requested_bytes > 0;
+    if (!refused && std::string(e.what()).find("CUDA out of memory") == std::string::npos) throw;
     report.out_of_memory = describe_out_of_memory(position, memory.budget);
     report.status = "out_of_memory";
   }

@@ -3,9 +3,9 @@
 // source in the trace (model_source); the executor and the CLI build models only from a source
 // (build_model). A new kind of model therefore touches this file and nothing that calls it.
 //
-// Today a source is a zoo model: its name and config. Next is a TorchScript file, recorded with its
-// path and sha256: core::ModelInfo gains those fields, build_model loads the file after checking
-// its hash, and model_source returns them for a model it loaded.
+// A source is a zoo model (its name and config) or a user's TorchScript file (its path and sha256,
+// and the input, target, loss and layers it was profiled with as config): build_model loads the
+// file after checking that its hash is the recorded one.
 #include <cstdint>
 
 #include "core/trace.h"

@@ -150,7 +150,7 @@ std::vector<std::string> plan_warnings(const core::Trace& trace, const std::vect
   if (micro_batches.size() > 1) {
     std::vector<std::string> batchnorm;
     for (const auto& layer : trace.layers) {
-      if (layer.kind == "batchnorm") batchnorm.push_back(layer.name);
+      if (layer.kind.find("batchnorm") != std::string::npos) batchnorm.push_back(layer.name);
     }
     if (!batchnorm.empty()) {
       std::string names;

@@ -382,6 +382,10 @@ core::Plan make_plan(const core::Trace& trace, const LayerGraph& graph, const Pl
   if (best.lean_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Tempo));
   plan.choice = complete_choice(trace, graph, best.choice);
   plan.warnings = plan_warnings(trace, best.choice.micro_batches, request.global_batch);
+  if (trace.model.file && request.strategies.count(Strategy::Tempo) > 0) {
+    plan.warnings.push_back("Tempo does not apply to a TorchScript module: its memory-lean layers are headroom's own "
+                            "implementations of the zoo's layers (checkpointing and micro-batching do apply)");
+  }
   plan.predicted = weighed(best, request.global_batch).predicted;
   plan.peak_at = best.prediction.peak_at;
   return plan;

@@ -1,0 +1,52 @@
+#pragma once
+// A user's own model: a TorchScript module (torch.jit.save of torch.jit.script(model)) whose
+// top-level children, called in order, are the layers headroom profiles, plans and executes. Each
+// child is a block of its own (so it can be checkpointed), followed by the loss unless the module
+// computes it. Batches are synthetic, of the shapes the user names.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+
+namespace headroom::models {
+
+// One sample's tensor, as typed: "3x224x224:float32", "128:int64:0-8192" (integers drawn from
+// [0, 8192)), ":int64:0-10" (one integer per sample). The batch dimension is not part of it.
+struct TensorSpec {
+  std::vector<std::int64_t> shape;
+  std::string dtype;  // float32, float64, int64, int32
+  std::int64_t low = 0, high = 0;
+
+  bool is_integer() const { return dtype == "int64" || dtype == "int32"; }
+  std::int64_t elements() const;
+  std::string text() const;
+};
+
+inline constexpr std::size_t kMaxSpecDims = 8;
+// One sample's elements: a synthetic batch must stay a size the machine can make.
+inline constexpr std::int64_t kMaxSampleElements = std::int64_t{1} << 26;
+// A model file is read whole (hashed, then loaded from the same bytes).
+inline constexpr std::int64_t kMaxModelFileBytes = std::int64_t{4} << 30;
+
+// Throws InputError naming `field` (the flag or config key) and the form expected.
+TensorSpec parse_tensor_spec(const std::string& text, const std::string& field);
+
+// The config keys a TorchScript model records (and is rebuilt from):
+//   input   the input's TensorSpec (required)
+//   target  the target's TensorSpec; when absent it is found from the module's output and the loss
+//   loss    cross-entropy (classes along the output's last dimension), mse, or model (the module's
+//           output is the loss, a mean over the batch)
+//   layers  child names, comma-separated; when absent, the children forward calls, in its order
+inline constexpr const char* kTorchScriptKeys[] = {"input", "target", "loss", "layers"};
+
+// Loads the module at `path` and checks it: its children must be called in order, each on the
+// previous one's output (checked on a probe batch against the module's own forward), the input and
+// target must fit. `expected_sha256`, when given, must be the file's hash (a trace recorded it).
+// The returned model's config holds every key resolved (target and layers filled in), so
+// model_source() rebuilds it exactly. Throws InputError with one line naming the problem.
+Model load_torchscript_model(const std::string& path, const std::map<std::string, std::string>& config,
+                             std::uint64_t seed, const std::string& expected_sha256 = "");
+
+}  // namespace headroom::models

@@ -1,0 +1,303 @@
+// A user's own TorchScript module: loaded as a chain of its children, profiled, planned and
+// executed like a zoo model, and every malformed module or flag refused with one line. The modules
+// are scripted here in C++ (torch::jit::Module::define), so these tests need no Python.
+#include <gtest/gtest.h>
+#include <torch/script.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/errors.h"
+#include "executor/executor.h"
+#include "executor/plan_runner.h"
+#include "models/model_source.h"
+#include "models/torchscript_model.h"
+#include "planner/plan_search.h"
+#include "profiler/profiler.h"
+#include "runtime/memory_recorder.h"
+
+namespace headroom {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What torch.jit.script gives every nn.Module and C++ modules lack.
+torch::jit::Module scripted(const std::string& type) {
+  torch::jit::Module m("__torch__." + type);
+  m.register_attribute("training", c10::BoolType::get(), true);
+  return m;
+}
+
+// A linear layer with ReLU, optionally dropout, as its own TorchScript class.
+torch::jit::Module dense(const std::string& type, std::int64_t in, std::int64_t out, double dropout = 0) {
+  torch::jit::Module m = scripted(type);
+  m.register_parameter("weight", (torch::randn({out, in}) / std::sqrt(static_cast<double>(in))).requires_grad_(), false);
+  m.register_parameter("bias", torch::zeros({out}, torch::requires_grad()), false);
+  m.define("def forward(self, x):\n"
+           "    y = torch.relu(torch.matmul(x, self.weight.t()) + self.bias)\n"
+           "    return torch.dropout(y, " + std::to_string(dropout) + ", self.training)\n");
+  return m;
+}
+
+// BatchNorm over features, named so headroom recognises it.
+torch::jit::Module batchnorm(std::int64_t features) {
+  torch::jit::Module m = scripted("MyBatchNorm1d");
+  m.register_parameter("weight", torch::ones({features}, torch::requires_grad()), false);
+  m.register_parameter("bias", torch::zeros({features}, torch::requires_grad()), false);
+  m.register_buffer("running_mean", torch::zeros({features}));
+  m.register_buffer("running_var", torch::ones({features}));
+  m.define("def forward(self, x):\n"
+           "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var, self.training, "
+           "0.1, 1e-5, False)\n");
+  return m;
+}
+
+torch::jit::Module head(std::int64_t in, std::int64_t classes) {
+  torch::jit::Module m = scripted("Head");
+  m.register_parameter("weight", (torch::randn({classes, in}) / std::sqrt(static_cast<double>(in))).requires_grad_(), false);
+  m.define("def forward(self, x):\n    return torch.matmul(x, self.weight.t())\n");
+  return m;
+}
+
+// Children registered in order and a forward given as source.
+fs::path save_module(const std::string& file, const std::vector<std::pair<std::string, torch::jit::Module>>& children,
+                     const std::string& forward) {
+  torch::jit::Module root = scripted("Chain");
+  for (const auto& [name, child] : children) root.register_module(name, child);
+  root.define(forward);
+  const fs::path path = fs::temp_directory_path() / ("headroom-ts-" + std::to_string(::getpid()) + "-" + file);
+  root.save(path.string());
+  return path;
+}
+
+const char* kChainForward =
+    "def forward(self, x):\n"
+    "    x = self.fc1.forward(x)\n"
+    "    x = self.fc2.forward(x)\n"
+    "    return self.out.forward(x)\n";
+
+fs::path mlp_chain(double dropout = 0) {
+  torch::manual_seed(1);
+  return save_module("mlp.pt", {{"fc1", dense("A", 8, 16, dropout)}, {"fc2", dense("B", 16, 16, dropout)}, {"out", head(16, 5)}},
+                     kChainForward);
+}
+
+std::map<std::string, std::string> features_input() { return {{"input", "8:float32"}}; }
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const core::InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(TensorSpec, ParsesShapesDtypesAndRanges) {
+  const auto image = models::parse_tensor_spec("3x224x224:float32", "input");
+  EXPECT_EQ(image.shape, (std::vector<std::int64_t>{3, 224, 224}));
+  EXPECT_EQ(image.dtype, "float32");
+  EXPECT_EQ(image.text(), "3x224x224:float32");
+  const auto tokens = models::parse_tensor_spec("128:int64:0-50257", "input");
+  EXPECT_EQ(tokens.low, 0);
+  EXPECT_EQ(tokens.high, 50257);
+  EXPECT_EQ(tokens.text(), "128:int64:0-50257");
+  const auto label = models::parse_tensor_spec(":int64:0-10", "target");
+  EXPECT_TRUE(label.shape.empty());
+  EXPECT_EQ(label.elements(), 1);
+}
+
+TEST(TensorSpec, RefusesWhatCannotBeMadeNamingTheFlag) {
+  for (const std::string bad : {"", "3x224", "3x0:float32", "3xx4:float32", "-3:float32", "3:float16", "3:int64",
+                                "3:int64:5-5", "3:int64:a-b", "3:float32:0-1", "1048577:float32",
+                                "1024x1024x1024:float32", "1x1x1x1x1x1x1x1x1:float32", "3:int32:0-4294967296"}) {
+    const std::string message = error_of([&] { models::parse_tensor_spec(bad, "input"); });
+    EXPECT_EQ(message.rfind("input: ", 0), 0u) << bad << ": " << message;
+  }
+  EXPECT_NE(error_of([] { models::parse_tensor_spec("3:float16", "input"); }).find("float32, float64, int64, int32"),
+            std::string::npos);
+}
+
+TEST(TorchScriptModel, ChildrenBecomeLayersAndTheLossIsAdded) {
+  const fs::path path = mlp_chain();
+  auto recorder = std::make_shared<runtime::MemoryRecorder>();
+  std::optional<runtime::ScopedMemoryRecording> recording(recorder);
+  models::Model model = models::load_torchscript_model(path.string(), features_input(), 0);
+  // Everything loading leaves allocated is accounted for: the trace's static bytes rest on it.
+  std::int64_t buffers = 0;
+  for (const auto& b : model.buffers()) buffers += static_cast<std::int64_t>(b.nbytes());
+  EXPECT_GT(model.extra_resident_bytes(), 0);
+  EXPECT_EQ(recorder->allocated(), model.parameter_bytes() + buffers + model.extra_resident_bytes());
+  recording.reset();
+  ASSERT_EQ(model.layers().size(), 4u);
+  EXPECT_EQ(model.layers()[0].name, "fc1");
+  EXPECT_EQ(model.layers()[2].name, "out");
+  EXPECT_EQ(model.layers()[3].name, "loss");
+  EXPECT_EQ(model.layers()[1].block, 1);
+  EXPECT_EQ(model.config().values().at("target"), ":int64:0-5");  // classes from the output
+  EXPECT_EQ(model.config().values().at("layers"), "fc1,fc2,out");
+  EXPECT_EQ(model.parameters().size(), 5u);
+
+  // What the trace records rebuilds the same model; a changed file is refused.
+  const models::ModelSource source = models::model_source(model);
+  ASSERT_TRUE(source.file);
+  EXPECT_EQ(source.file->sha256.size(), 64u);
+  const models::Model again = models::build_model(source, 0);
+  const auto batch = model.make_batch(3, 7);
+  EXPECT_TRUE(torch::equal(batch.input, again.make_batch(3, 7).input));
+  EXPECT_TRUE(torch::allclose(model.forward(batch), again.forward(batch)));
+  { std::ofstream(path, std::ios::app) << "x"; }
+  EXPECT_NE(error_of([&] { models::build_model(source, 0); }).find("has changed since the trace was recorded"),
+            std::string::npos);
+  fs::remove(path);
+}
+
+// Micro-batched and checkpointed against one full batch, from the same weights and data.
+double gradient_difference(const fs::path& path, const std::vector<std::int64_t>& micro, const std::vector<int>& checkpointed,
+                           bool dropout_on) {
+  models::Model model = models::load_torchscript_model(path.string(), features_input(), 0);
+  model.set_training(true);
+  model.set_dropout(dropout_on);
+  executor::Position position;
+  executor::PlanRunner runner(model, checkpointed, position);
+  const auto batches = executor::make_micro_batches(model, micro, 5, torch::kCPU);
+  std::int64_t total = 0;
+  for (const auto b : micro) total += b;
+  torch::manual_seed(3);
+  runner.accumulate(batches, total);
+  const auto accumulated = executor::gradients_of(model.parameters());
+  for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
+  if (dropout_on) {
+    // With dropout the reference is the same micro-batches without checkpointing, same RNG.
+    executor::PlanRunner plain(model, {}, position);
+    torch::manual_seed(3);
+    plain.accumulate(batches, total);
+  } else {
+    model.forward(executor::concatenate(batches)).backward();
+  }
+  return executor::max_relative_difference(accumulated, executor::gradients_of(model.parameters()));
+}
+
+TEST(TorchScriptModel, MicroBatchedCheckpointedGradientsEqualTheFullBatch) {
+  const fs::path path = mlp_chain(0.3);
+  EXPECT_LT(gradient_difference(path, {5, 4, 3}, {0, 1}, false), 1e-5);
+  // Dropout inside the module: a checkpointed child draws the same masks when it runs again.
+  EXPECT_LT(gradient_difference(path, {6, 6}, {0, 1}, true), 1e-5);
+  fs::remove(path);
+}
+
+TEST(TorchScriptModel, RecomputingACheckpointedBatchNormLeavesItsStatisticsAsOneRunWould) {
+  torch::manual_seed(2);
+  const fs::path path = save_module("bn.pt", {{"fc1", dense("A", 8, 16)}, {"bn", batchnorm(16)}, {"out", head(16, 5)}},
+                                    "def forward(self, x):\n    return self.out.forward(self.bn.forward(self.fc1.forward(x)))\n");
+  const auto running_mean = [&](const std::vector<int>& checkpointed) {
+    models::Model model = models::load_torchscript_model(path.string(), features_input(), 0);
+    EXPECT_NE(model.layers()[1].kind.find("batchnorm"), std::string::npos);
+    executor::Position position;
+    executor::PlanRunner runner(model, checkpointed, position);
+    runner.accumulate(executor::make_micro_batches(model, {4, 4}, 5, torch::kCPU), 8);
+    return model.buffers()[0].clone();
+  };
+  const torch::Tensor stored = running_mean({});
+  EXPECT_GT(stored.abs().max().item<double>(), 0);  // the statistics moved
+  EXPECT_TRUE(torch::allclose(running_mean({1}), stored, 1e-6, 1e-7));
+  fs::remove(path);
+}
+
+TEST(TorchScriptModel, ProfilesPlansAndExecutesUnderABudget) {
+  const fs::path path = mlp_chain(0.1);
+  models::Model model = models::load_torchscript_model(path.string(), features_input(), 0);
+  profiler::ProfileOptions options;
+  options.batch_sizes = {1, 2, 4, 8};
+  options.repeats = 1;
+  const core::Trace trace = profiler::profile(model, options);
+  ASSERT_TRUE(trace.model.file);
+  EXPECT_EQ(trace.model.name, path.stem().string());
+  EXPECT_FALSE(trace.has_tempo());
+
+  planner::PlanRequest request;
+  request.global_batch = 32;
+  request.budget_bytes = 1;
+  request.strategies.insert(planner::Strategy::Tempo);
+  const auto least = planner::plan_step(trace, request).smallest_budget;
+  ASSERT_GT(least, 0);
+  request.budget_bytes = least * 11 / 10;
+  const auto outcome = planner::plan_step(trace, request);
+  ASSERT_TRUE(outcome.plan);
+  EXPECT_GT(outcome.plan->choice.micro_batches.size(), 1u);
+  bool tempo_note = false;
+  for (const auto& w : outcome.plan->warnings) tempo_note |= w.find("Tempo does not apply") != std::string::npos;
+  EXPECT_TRUE(tempo_note);
+
+  executor::ExecuteOptions run;
+  run.steps = 2;
+  const core::Report report = executor::execute(*outcome.plan, trace, "p.json", run);
+  ASSERT_EQ(report.status, "ok");
+  EXPECT_LE(report.measured.peak_bytes, outcome.plan->budget_bytes);
+  ASSERT_TRUE(report.gradient_check.computed);
+  EXPECT_LT(report.gradient_check.max_rel_diff, 1e-5);
+
+  // The whole batch at the same budget runs out inside the module; the interpreter's wrapping of
+  // the refusal still reads as running out, at a named layer.
+  core::Plan whole = *outcome.plan;
+  whole.choice = whole.choice.with_micro_batches({32});
+  whole.choice.checkpointed_blocks.clear();
+  for (auto& layer : whole.choice.layers) layer.checkpoint = false;
+  run.gradient_check = false;
+  const core::Report refused = executor::execute(whole, trace, "p.json", run);
+  ASSERT_EQ(refused.status, "out_of_memory");
+  EXPECT_FALSE(refused.out_of_memory->layer.empty());
+  EXPECT_GT(refused.out_of_memory->requested_bytes, 0);
+  fs::remove(path);
+}
+
+TEST(TorchScriptModel, MalformedModulesAreRefusedWithOneLine) {
+  const auto refuse = [](const fs::path& path, const std::map<std::string, std::string>& config) {
+    const std::string message = error_of([&] { models::load_torchscript_model(path.string(), config, 0); });
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    return message;
+  };
+  const fs::path text = fs::temp_directory_path() / ("headroom-ts-" + std::to_string(::getpid()) + "-text.pt");
+  { std::ofstream(text) << "not a model"; }
+  EXPECT_NE(refuse(text, features_input()).find("is not a TorchScript module"), std::string::npos);
+  fs::remove(text);
+  EXPECT_NE(refuse(fs::temp_directory_path() / "headroom-no-such.pt", features_input()).find("no such file"), std::string::npos);
+
+  torch::jit::Module lone = scripted("Lone");
+  lone.register_parameter("w", torch::ones({8, 8}), false);
+  lone.define("def forward(self, x):\n    return torch.matmul(x, self.w)\n");
+  const fs::path childless = fs::temp_directory_path() / ("headroom-ts-" + std::to_string(::getpid()) + "-lone.pt");
+  lone.save(childless.string());
+  EXPECT_NE(refuse(childless, features_input()).find("no children"), std::string::npos);
+  fs::remove(childless);
+
+  torch::manual_seed(1);
+  const fs::path residual = save_module("res.pt", {{"fc1", dense("A", 8, 8)}, {"fc2", dense("B", 8, 8)}},
+                                        "def forward(self, x):\n    return self.fc2.forward(self.fc1.forward(x)) + x\n");
+  EXPECT_NE(refuse(residual, features_input()).find("does not compute what the module's forward does"), std::string::npos);
+  fs::remove(residual);
+
+  const fs::path chain = mlp_chain();
+  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"layers", "fc2,fc1,out"}}).find("does not call 'fc2' as layer 1"),
+            std::string::npos);
+  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"layers", "fc1,fc2"}}).find("also calls 'out'"), std::string::npos);
+  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"layers", "fc1,nope,out"}}).find("'nope' is not a child"),
+            std::string::npos);
+  EXPECT_NE(refuse(chain, {{"input", "9:float32"}}).find("fails on a batch of 2 inputs of 9:float32"), std::string::npos);
+  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"target", "3:int64:0-5"}}).find("the loss (cross-entropy) fails"),
+            std::string::npos);
+  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"loss", "model"}}).find("must return the loss"), std::string::npos);
+  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"depth", "3"}}).find("'depth' is not a TorchScript model setting"),
+            std::string::npos);
+  EXPECT_NE(refuse(chain, {}).find("input: give the input's shape"), std::string::npos);
+  fs::remove(chain);
+
+  torch::jit::Module pair = scripted("Pair");
+  pair.define("def forward(self, x, y):\n    return x + y\n");
+  const fs::path two = save_module("two.pt", {{"pair", pair}}, "def forward(self, x):\n    return self.pair.forward(x, x)\n");
+  EXPECT_NE(refuse(two, features_input()).find("layer pair: its forward reads 2 inputs (x, y)"), std::string::npos);
+  fs::remove(two);
+}
+
+}  // namespace
+}  // namespace headroom
