@@ -55,7 +55,8 @@ class ShapeSpec:
         self.high = high
 
     def __str__(self):
-        text = "x".join(str(d) for d in self.dims) + ":" + self.dtype
+        # A per-sample scalar (cross-entropy's target for a [B, C] output) has no dims to join.
+        text = ("x".join(str(d) for d in self.dims) or "scalar") + ":" + self.dtype
         if self.low is not None:
             text += f":{self.low}-{self.high}"
         return text
