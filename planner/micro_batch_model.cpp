@@ -326,9 +326,15 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
                        {MemoryKind::Gradient, costs.gradient_bytes()},
                        {MemoryKind::OptimizerState, costs.optimizer_state_bytes()}};
   const auto& layers = costs.trace().layers;
-  schedule.tasks.reserve(choice.micro_batches.size() * 2 * layers.size() + 1);
+  std::size_t task_count = 0;
+  for (const auto& segment : seq.segments) {
+    for (const Op& op : seq.ops[segment.ops]) task_count += op.layer >= 0 || op.kind == OpKind::Optimizer;
+  }
+  schedule.tasks.reserve(task_count);
+  schedule.repeats.reserve(seq.segments.size());
   // Bookkeeping ops take no time: an input's arrival joins the next task's start, releases join
-  // the previous task's end.
+  // the previous task's end. A segment's bookkeeping stays inside it (it starts with its input's
+  // arrival and ends with the releases), so a repeated segment ends where it started.
   std::vector<core::MemoryChange> pending_start;
   const auto at_end_of_last = [&](core::MemoryChange change) {
     if (schedule.tasks.empty()) {
@@ -340,35 +346,37 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
   for (const auto& segment : seq.segments) {
     const auto& ops = seq.ops[segment.ops];
     const std::size_t count = ops.size() - (segment.keeps_input ? 1 : 0);
-    for (std::int64_t r = 0; r < segment.repeat; ++r) {
-      const int micro_batch = segment.batch > 0 ? static_cast<int>(segment.first + r) : -1;
-      for (std::size_t k = 0; k < count; ++k) {
-        const Op& op = ops[k];
-        switch (op.kind) {
-          case OpKind::LoadInput: pending_start.push_back({MemoryKind::Input, op.retained_bytes}); continue;
-          case OpKind::ReleaseLeftovers: at_end_of_last({MemoryKind::Activation, op.retained_bytes}); continue;
-          case OpKind::ReleaseInput: at_end_of_last({MemoryKind::Input, op.retained_bytes}); continue;
-          default: break;
-        }
-        core::Task task;
-        if (op.kind == OpKind::Optimizer) {
-          task.name = "optimizer." + costs.trace().optimizer.name;
-          task.category = "optimizer";
-        } else {
-          task.name = layers[static_cast<std::size_t>(op.layer)].name;
-          task.category = op_kind_name(op.kind);
-          task.at_end = {{MemoryKind::Activation, op.retained_bytes}};
-          task.layer = op.layer;
-          task.micro_batch = micro_batch;
-        }
-        task.duration_ns = op.duration_ns;
-        task.transient_bytes = op.transient_bytes;
-        task.at_start = std::move(pending_start);
-        pending_start.clear();
-        if (!schedule.tasks.empty()) task.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
-        schedule.tasks.push_back(std::move(task));
+    const auto first_task = static_cast<int>(schedule.tasks.size());
+    // Tasks name their micro-batch as an int; a step of more is refused by the planner's bounds.
+    const int micro_batch = segment.batch > 0 ? static_cast<int>(segment.first) : -1;
+    for (std::size_t k = 0; k < count; ++k) {
+      const Op& op = ops[k];
+      switch (op.kind) {
+        case OpKind::LoadInput: pending_start.push_back({MemoryKind::Input, op.retained_bytes}); continue;
+        case OpKind::ReleaseLeftovers: at_end_of_last({MemoryKind::Activation, op.retained_bytes}); continue;
+        case OpKind::ReleaseInput: at_end_of_last({MemoryKind::Input, op.retained_bytes}); continue;
+        default: break;
       }
+      core::Task task;
+      if (op.kind == OpKind::Optimizer) {
+        task.name = "optimizer." + costs.trace().optimizer.name;
+        task.category = "optimizer";
+      } else {
+        task.name = layers[static_cast<std::size_t>(op.layer)].name;
+        task.category = op_kind_name(op.kind);
+        task.at_end = {{MemoryKind::Activation, op.retained_bytes}};
+        task.layer = op.layer;
+        task.micro_batch = micro_batch;
+      }
+      task.duration_ns = op.duration_ns;
+      task.transient_bytes = op.transient_bytes;
+      task.at_start = std::move(pending_start);
+      pending_start.clear();
+      if (!schedule.tasks.empty()) task.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
+      schedule.tasks.push_back(std::move(task));
     }
+    const int made = static_cast<int>(schedule.tasks.size()) - first_task;
+    if (segment.repeat > 1 && made > 0) schedule.repeats.push_back({first_task, made, segment.repeat});
   }
   schedule.samples = choice.samples();
   return schedule;

@@ -93,7 +93,9 @@ struct StepPrediction {
 StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
 
 // The step as tasks on the compute stream, for the simulator: resident static state, each
-// micro-batch's input and ops, and the optimizer step.
+// micro-batch's input and ops, and the optimizer step. A run of micro-batches of one size is its
+// segment's tasks once with a core::Repeat, so the schedule grows with the layers and the distinct
+// sizes, not with the number of micro-batches.
 core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
 
 }  // namespace headroom::planner
