@@ -52,6 +52,17 @@ void replan_at(benchmark::State& state, const char* file, std::int64_t budget_by
   run_replan(state, *trace, inputs);
 }
 
+// The plan search alone at the same inputs: what compute_plan adds to it (the simulated timeline,
+// the throughput curve, the summary) should not grow with the global batch.
+void search_at(benchmark::State& state, const char* file, std::int64_t budget_bytes, std::int64_t global_batch) {
+  const auto trace = load_trace_document(std::string(HEADROOM_TRACES_DIR "/") + file);
+  PlanInputs inputs;
+  inputs.global_batch = global_batch;
+  inputs.budget_bytes = budget_bytes;
+  const planner::PlanRequest request = plan_request(*trace, inputs);
+  for (auto _ : state) benchmark::DoNotOptimize(planner::plan_step(trace->trace, request));
+}
+
 #define HEADROOM_REPLAN(name, file)                                                                  \
   BENCHMARK_CAPTURE(replan, name##_start, file, false)->Unit(benchmark::kMillisecond);                \
   BENCHMARK_CAPTURE(replan, name##_tight, file, true)->Unit(benchmark::kMillisecond)
@@ -64,11 +75,14 @@ HEADROOM_REPLAN(bert_large, "cpu-bert-large.json");
 
 // Many micro-batches (issue 22): bert large at 7 GiB, batch 8 to 4096; bert at 241 MiB, batch 20,000.
 constexpr std::int64_t kGiB = std::int64_t{1} << 30, kMiB = std::int64_t{1} << 20;
-BENCHMARK_CAPTURE(replan_at, bert_large_7GiB_b8, "cpu-bert-large.json", 7 * kGiB, 8)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(replan_at, bert_large_7GiB_b1024, "cpu-bert-large.json", 7 * kGiB, 1024)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(replan_at, bert_large_7GiB_b4096, "cpu-bert-large.json", 7 * kGiB, 4096)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(replan_at, bert_241MiB_b20000, "cpu-bert.json", 241 * kMiB, 20000)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(replan_at, bert_241MiB_b100000, "cpu-bert.json", 241 * kMiB, 100000)->Unit(benchmark::kMillisecond);
+#define HEADROOM_REPLAN_AT(name, file, budget, batch)                                        \
+  BENCHMARK_CAPTURE(replan_at, name, file, budget, batch)->Unit(benchmark::kMillisecond); \
+  BENCHMARK_CAPTURE(search_at, name, file, budget, batch)->Unit(benchmark::kMillisecond)
+HEADROOM_REPLAN_AT(bert_large_7GiB_b8, "cpu-bert-large.json", 7 * kGiB, 8);
+HEADROOM_REPLAN_AT(bert_large_7GiB_b1024, "cpu-bert-large.json", 7 * kGiB, 1024);
+HEADROOM_REPLAN_AT(bert_large_7GiB_b4096, "cpu-bert-large.json", 7 * kGiB, 4096);
+HEADROOM_REPLAN_AT(bert_241MiB_b20000, "cpu-bert.json", 241 * kMiB, 20000);
+HEADROOM_REPLAN_AT(bert_241MiB_b100000, "cpu-bert.json", 241 * kMiB, 100000);
 
 }  // namespace
 }  // namespace headroom::gui
