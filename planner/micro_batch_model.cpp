@@ -59,6 +59,16 @@ BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch) {
   return out;
 }
 
+const BatchCosts& BatchCostsCache::at(std::int64_t batch) {
+  for (const auto& known : recent_) {
+    if (known.batch == batch) return known;
+  }
+  constexpr std::size_t kKept = 4;
+  if (recent_.size() == kKept) recent_.erase(recent_.begin());
+  recent_.push_back(batch_costs(costs_, batch));
+  return recent_.back();
+}
+
 std::int64_t lean_saved_bytes(const BatchCosts& costs, const LayerGraph& graph, int layer) {
   const auto i = static_cast<std::size_t>(layer);
   std::int64_t saved = costs.layers[i].fwd_retained_bytes - costs.lean[i].fwd_retained_bytes;
@@ -239,7 +249,9 @@ Walk walk(const std::vector<Op>& ops) {
   return w;
 }
 
-StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
+StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
+                           BatchCostsCache* cache) {
+  if (cache != nullptr && &cache->costs() != &costs) cache = nullptr;
   StepSequence seq;
   seq.static_bytes = costs.static_bytes();
   const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
@@ -261,7 +273,11 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
     std::vector<Op> ops;
     ops.reserve(3 * costs.layer_count() + 3);
     ops.push_back({OpKind::LoadInput, -1, 0, 0, costs.input_bytes(b)});
-    append_layer_ops(batch_costs(costs, b), graph, span_of, variant, 0, last_layer, ops);
+    if (cache != nullptr) {
+      append_layer_ops(cache->at(b), graph, span_of, variant, 0, last_layer, ops);
+    } else {
+      append_layer_ops(batch_costs(costs, b), graph, span_of, variant, 0, last_layer, ops);
+    }
     std::int64_t net = 0;
     for (std::size_t k = 1; k < ops.size(); ++k) net += ops[k].retained_bytes;
     ops.push_back({OpKind::ReleaseLeftovers, -1, 0, 0, -net});
@@ -286,8 +302,9 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   return seq;
 }
 
-StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
-  const StepSequence seq = step_sequence(costs, graph, choice);
+StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
+                            BatchCostsCache* cache) {
+  const StepSequence seq = step_sequence(costs, graph, choice, cache);
   StepPrediction p;
   p.peak_bytes = -1;
   std::int64_t level = seq.static_bytes;
