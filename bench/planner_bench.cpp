@@ -1,5 +1,6 @@
 // Speed targets (issue 3): plan bert large at B=1024 with all strategies in <= 100 ms; plan a
-// synthetic 1000-layer chain in <= 2 s; simulate >= 5 million tasks/s.
+// synthetic 1000-layer chain in <= 2 s; simulate >= 5 million tasks/s. Issue 22: a step's schedule
+// and simulation cost the same at 1 and at 20,000 identical micro-batches.
 //   ./build/default/bench/planner_bench
 #include <benchmark/benchmark.h>
 
@@ -83,6 +84,22 @@ void BM_SimulatorThroughput(benchmark::State& state) {
 }
 BENCHMARK(BM_SimulatorThroughput)->Args({1'000'000, 0})->Args({1'000'000, 1})->ArgNames({"tasks", "memory_timeline"})
     ->Unit(benchmark::kMillisecond);
+
+// build_schedule and simulate of bert's step at n micro-batches of 5: flat in n.
+void BM_ScheduleAndSimulateMicroBatches(benchmark::State& state) {
+  const core::Trace trace = core::read_trace_file(HEADROOM_TRACES_DIR "/cpu-bert.json");
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const auto choice = core::StepChoice{}.with_micro_batches(std::vector<std::int64_t>(static_cast<std::size_t>(state.range(0)), 5));
+  std::size_t tasks = 0;
+  for (auto _ : state) {
+    const core::Schedule schedule = planner::build_schedule(costs, graph, choice);
+    tasks = schedule.tasks.size();
+    benchmark::DoNotOptimize(simulator::simulate(schedule));
+  }
+  state.counters["tasks_simulated"] = static_cast<double>(tasks);
+}
+BENCHMARK(BM_ScheduleAndSimulateMicroBatches)->Arg(1)->Arg(20'000)->ArgNames({"micro_batches"})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace headroom

@@ -74,30 +74,54 @@ int run_simulate(const SimulateArgs& args) {
     const auto& t = schedule.tasks[static_cast<std::size_t>(sim.peak_task)];
     peak_at = t.category + " of " + t.name + (t.micro_batch >= 0 ? " (micro-batch " + std::to_string(t.micro_batch) + ")" : "");
   }
+  // Every memory change of the step, but a run of identical micro-batches only once: `repeats`
+  // says which rows are a repetition and how often and how long it runs (schema /2; /1 listed
+  // every repetition, hundreds of MB at thousands of micro-batches).
   nlohmann::json timeline = nlohmann::json::array();
   for (const auto& s : sim.memory) {
     nlohmann::json row = {{"time_ns", s.time_ns}, {"total_bytes", s.total()}};
     for (std::size_t k = 0; k < core::kMemoryKinds; ++k) row[std::string(core::kMemoryKindNames[k])] = s.bytes[k];
     timeline.push_back(row);
   }
+  nlohmann::json repeats = nlohmann::json::array();
+  for (std::size_t k = 0; k < sim.repeats.size() && k < schedule.repeats.size(); ++k) {
+    const simulator::RepeatTiming& r = sim.repeats[k];
+    const core::Task& first = schedule.tasks[static_cast<std::size_t>(schedule.repeats[k].first_task)];
+    repeats.push_back({{"first_micro_batch", first.micro_batch},
+                       {"micro_batches", r.times},
+                       {"tasks_each", schedule.repeats[k].task_count},
+                       {"start_ns", r.start_ns},
+                       {"repetition_ns", r.period_ns},
+                       {"end_ns", r.end_ns},
+                       {"peak_bytes", r.peak_bytes},
+                       {"memory_timeline_rows", {{"first", r.first_sample}, {"count", r.end_sample - r.first_sample}}}});
+  }
   const double step_seconds = static_cast<double>(sim.makespan_ns) / 1e9;
+  const std::int64_t tasks = simulator::tasks_run(schedule);
   const nlohmann::json document = {
-      {"schema", "headroom.simulation/1"},
+      {"schema", "headroom.simulation/2"},
       {"plan", args.plan},
-      {"tasks", schedule.tasks.size()},
+      {"tasks", tasks},
+      {"simulated_tasks", schedule.tasks.size()},
+      {"micro_batches", plan.choice.micro_batches.size()},
       {"simulated", {{"peak_bytes", sim.peak_bytes}, {"step_seconds", step_seconds}, {"samples_per_second", sim.samples_per_second()}}},
       {"planned", {{"peak_bytes", plan.predicted.peak_bytes}, {"step_seconds", plan.predicted.step_seconds},
                    {"samples_per_second", plan.predicted.samples_per_second}}},
       {"peak_at", peak_at},
       {"memory_timeline", timeline},
+      {"repeats", repeats},
   };
   if (!args.output.empty()) core::write_file_atomically(args.output, document.dump(1) + "\n");
   if (!args.chrome.empty()) {
     core::write_file_atomically(args.chrome, simulator::chrome_trace(schedule, sim, plan.model + " plan " + args.plan).dump() + "\n");
   }
 
-  std::printf("simulated %zu tasks of %s (%zu micro-batches)\n\n", schedule.tasks.size(), args.plan.c_str(),
+  std::printf("simulated %lld tasks of %s (%zu micro-batches", static_cast<long long>(tasks), args.plan.c_str(),
               plan.choice.micro_batches.size());
+  if (static_cast<std::int64_t>(schedule.tasks.size()) < tasks) {
+    std::printf("; %zu tasks simulated, a run of identical micro-batches once", schedule.tasks.size());
+  }
+  std::printf(")\n\n");
   std::printf("                 planned        simulated      difference\n");
   std::printf("peak             %-14s %-14s %.3f%%\n", core::format_bytes(plan.predicted.peak_bytes).c_str(),
               core::format_bytes(sim.peak_bytes).c_str(),

@@ -1,7 +1,10 @@
 #pragma once
 // One training step as tasks: each runs on a stream for a duration after its dependencies, and
 // changes memory when it starts, while it runs (a transient peak) and when it ends. The planner
-// builds schedules; the simulator runs them as discrete events.
+// builds schedules; the simulator runs them as discrete events. Identical micro-batches are one
+// run of tasks with a repeat count, so a schedule's size follows the model's layers and the
+// distinct micro-batch sizes, never the number of micro-batches (a contrastive step at a global
+// batch of 64k may have tens of thousands).
 #include <array>
 #include <cstdint>
 #include <string>
@@ -38,12 +41,25 @@ struct Task {
   std::int64_t transient_bytes = 0;  // extra bytes held while the task runs, on top of at_start
   std::vector<MemoryChange> at_end;
   int layer = -1;
-  int micro_batch = -1;
+  int micro_batch = -1;  // in a Repeat: the first repetition's; repetition r runs micro_batch + r
+};
+
+// Tasks [first_task, first_task + task_count) run `times` times back to back. A repeat runs alone:
+// every task before it has finished when it starts, and no task after it starts before its last
+// repetition ends. It must end at the memory, kind by kind, it started from (a micro-batch frees
+// what it allocated). Together these make every repetition the first one shifted in time, which is
+// what lets the simulator run it once. Dependencies inside it name the first repetition's tasks.
+struct Repeat {
+  int first_task = 0;
+  int task_count = 0;
+  std::int64_t times = 1;  // repetitions, the first one included
+  bool operator==(const Repeat&) const = default;
 };
 
 struct Schedule {
   std::vector<MemoryChange> resident;  // allocated before the step and kept (parameters, ...)
   std::vector<Task> tasks;
+  std::vector<Repeat> repeats;  // in task order, disjoint; a task in none runs once
   std::int64_t samples = 0;  // samples the step trains on
 };
 

@@ -60,6 +60,16 @@ BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch) {
   return out;
 }
 
+const BatchCosts& BatchCostsCache::at(std::int64_t batch) {
+  for (const auto& known : recent_) {
+    if (known.batch == batch) return known;
+  }
+  constexpr std::size_t kKept = 4;
+  if (recent_.size() == kKept) recent_.erase(recent_.begin());
+  recent_.push_back(batch_costs(costs_, batch));
+  return recent_.back();
+}
+
 std::int64_t lean_saved_bytes(const BatchCosts& costs, const LayerGraph& graph, int layer) {
   const auto i = static_cast<std::size_t>(layer);
   std::int64_t saved = costs.layers[i].fwd_retained_bytes - costs.lean[i].fwd_retained_bytes;
@@ -245,7 +255,9 @@ Walk walk(const std::vector<Op>& ops) {
   return w;
 }
 
-StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
+StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
+                           BatchCostsCache* cache) {
+  if (cache != nullptr && &cache->costs() != &costs) cache = nullptr;
   StepSequence seq;
   seq.static_bytes = costs.static_bytes();
   const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
@@ -267,7 +279,11 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
     std::vector<Op> ops;
     ops.reserve(3 * costs.layer_count() + 3);
     ops.push_back({OpKind::LoadInput, -1, 0, 0, costs.input_bytes(b)});
-    append_layer_ops(batch_costs(costs, b), graph, span_of, variant, 0, last_layer, ops);
+    if (cache != nullptr) {
+      append_layer_ops(cache->at(b), graph, span_of, variant, 0, last_layer, ops);
+    } else {
+      append_layer_ops(batch_costs(costs, b), graph, span_of, variant, 0, last_layer, ops);
+    }
     std::int64_t net = 0;
     for (std::size_t k = 1; k < ops.size(); ++k) net += ops[k].retained_bytes;
     ops.push_back({OpKind::ReleaseLeftovers, -1, 0, 0, -net});
@@ -292,8 +308,9 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   return seq;
 }
 
-StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
-  const StepSequence seq = step_sequence(costs, graph, choice);
+StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
+                            BatchCostsCache* cache) {
+  const StepSequence seq = step_sequence(costs, graph, choice, cache);
   StepPrediction p;
   p.peak_bytes = -1;
   std::int64_t level = seq.static_bytes;
@@ -332,9 +349,15 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
                        {MemoryKind::Gradient, costs.gradient_bytes()},
                        {MemoryKind::OptimizerState, costs.optimizer_state_bytes()}};
   const auto& layers = costs.trace().layers;
-  schedule.tasks.reserve(choice.micro_batches.size() * 2 * layers.size() + 1);
+  std::size_t task_count = 0;
+  for (const auto& segment : seq.segments) {
+    for (const Op& op : seq.ops[segment.ops]) task_count += op.layer >= 0 || op.kind == OpKind::Optimizer;
+  }
+  schedule.tasks.reserve(task_count);
+  schedule.repeats.reserve(seq.segments.size());
   // Bookkeeping ops take no time: an input's arrival joins the next task's start, releases join
-  // the previous task's end.
+  // the previous task's end. A segment's bookkeeping stays inside it (it starts with its input's
+  // arrival and ends with the releases), so a repeated segment ends where it started.
   std::vector<core::MemoryChange> pending_start;
   const auto at_end_of_last = [&](core::MemoryChange change) {
     if (schedule.tasks.empty()) {
@@ -346,35 +369,37 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
   for (const auto& segment : seq.segments) {
     const auto& ops = seq.ops[segment.ops];
     const std::size_t count = ops.size() - (segment.keeps_input ? 1 : 0);
-    for (std::int64_t r = 0; r < segment.repeat; ++r) {
-      const int micro_batch = segment.batch > 0 ? static_cast<int>(segment.first + r) : -1;
-      for (std::size_t k = 0; k < count; ++k) {
-        const Op& op = ops[k];
-        switch (op.kind) {
-          case OpKind::LoadInput: pending_start.push_back({MemoryKind::Input, op.retained_bytes}); continue;
-          case OpKind::ReleaseLeftovers: at_end_of_last({MemoryKind::Activation, op.retained_bytes}); continue;
-          case OpKind::ReleaseInput: at_end_of_last({MemoryKind::Input, op.retained_bytes}); continue;
-          default: break;
-        }
-        core::Task task;
-        if (op.kind == OpKind::Optimizer) {
-          task.name = "optimizer." + costs.trace().optimizer.name;
-          task.category = "optimizer";
-        } else {
-          task.name = layers[static_cast<std::size_t>(op.layer)].name;
-          task.category = op_kind_name(op.kind);
-          task.at_end = {{MemoryKind::Activation, op.retained_bytes}};
-          task.layer = op.layer;
-          task.micro_batch = micro_batch;
-        }
-        task.duration_ns = op.duration_ns;
-        task.transient_bytes = op.transient_bytes;
-        task.at_start = std::move(pending_start);
-        pending_start.clear();
-        if (!schedule.tasks.empty()) task.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
-        schedule.tasks.push_back(std::move(task));
+    const auto first_task = static_cast<int>(schedule.tasks.size());
+    // Tasks name their micro-batch as an int; a step of more is refused by the planner's bounds.
+    const int micro_batch = segment.batch > 0 ? static_cast<int>(segment.first) : -1;
+    for (std::size_t k = 0; k < count; ++k) {
+      const Op& op = ops[k];
+      switch (op.kind) {
+        case OpKind::LoadInput: pending_start.push_back({MemoryKind::Input, op.retained_bytes}); continue;
+        case OpKind::ReleaseLeftovers: at_end_of_last({MemoryKind::Activation, op.retained_bytes}); continue;
+        case OpKind::ReleaseInput: at_end_of_last({MemoryKind::Input, op.retained_bytes}); continue;
+        default: break;
       }
+      core::Task task;
+      if (op.kind == OpKind::Optimizer) {
+        task.name = "optimizer." + costs.trace().optimizer.name;
+        task.category = "optimizer";
+      } else {
+        task.name = layers[static_cast<std::size_t>(op.layer)].name;
+        task.category = op_kind_name(op.kind);
+        task.at_end = {{MemoryKind::Activation, op.retained_bytes}};
+        task.layer = op.layer;
+        task.micro_batch = micro_batch;
+      }
+      task.duration_ns = op.duration_ns;
+      task.transient_bytes = op.transient_bytes;
+      task.at_start = std::move(pending_start);
+      pending_start.clear();
+      if (!schedule.tasks.empty()) task.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
+      schedule.tasks.push_back(std::move(task));
     }
+    const int made = static_cast<int>(schedule.tasks.size()) - first_task;
+    if (segment.repeat > 1 && made > 0) schedule.repeats.push_back({first_task, made, segment.repeat});
   }
   schedule.samples = choice.samples();
   return schedule;

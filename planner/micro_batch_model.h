@@ -40,6 +40,21 @@ struct BatchCosts {
 };
 BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch);
 
+// The batch costs of the last few micro-batch sizes asked for, for a search that predicts many
+// choices at the same sizes: interpolating every layer's cost is most of a prediction's time, and
+// a split has at most two sizes.
+class BatchCostsCache {
+ public:
+  explicit BatchCostsCache(const core::CostModel& costs) : costs_(costs) {}
+  const core::CostModel& costs() const { return costs_; }
+  // Valid until the next call.
+  const BatchCosts& at(std::int64_t batch);
+
+ private:
+  const core::CostModel& costs_;
+  std::vector<BatchCosts> recent_;  // oldest first
+};
+
 // The layer ops of layers [first, last] of one micro-batch at `costs`' size, run as `choice` says
 // (its checkpointed blocks and layer variants; its micro-batches are not read): their forward
 // part, then their backward part, in the order a whole micro-batch would run them. A variant counts
@@ -74,7 +89,9 @@ struct StepSequence {
   std::vector<Segment> segments;
   std::int64_t static_bytes = 0;  // parameters, gradients and optimizer state, before and after
 };
-StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
+// `cache`, when given and made from `costs`, supplies the batch costs.
+StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
+                           BatchCostsCache* cache = nullptr);
 
 struct Walk {
   std::int64_t peak_bytes = 0;  // above the level at the start
@@ -91,10 +108,13 @@ struct StepPrediction {
   std::int64_t step_ns = 0;
   std::string peak_at;  // "backward of layer3.attention (micro-batch of 8)", "optimizer step", ...
 };
-StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
+StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
+                            BatchCostsCache* cache = nullptr);
 
 // The step as tasks on the compute stream, for the simulator: resident static state, each
-// micro-batch's input and ops, and the optimizer step.
+// micro-batch's input and ops, and the optimizer step. A run of micro-batches of one size is its
+// segment's tasks once with a core::Repeat, so the schedule grows with the layers and the distinct
+// sizes, not with the number of micro-batches.
 core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
 
 }  // namespace headroom::planner

@@ -49,9 +49,9 @@ std::size_t find_op(const std::vector<Op>& ops, OpKind kind, int layer) {
 }  // namespace
 
 Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
-                       const core::StepChoice& variants) {
+                       const core::StepChoice& variants, BatchCostsCache* cache) {
   const auto& blocks = graph.blocks();
-  const BatchCosts batch_cost = batch_costs(costs, batch);
+  const BatchCosts batch_cost = cache != nullptr && &cache->costs() == &costs ? cache->at(batch) : batch_costs(costs, batch);
   const int layers = static_cast<int>(costs.layer_count());
   core::StepChoice choice = variants;
   choice.checkpointed_blocks.clear();
@@ -151,8 +151,8 @@ struct TempoOrder {
   std::size_t free = 0;
 };
 
-TempoOrder tempo_order(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch) {
-  const BatchCosts c = batch_costs(costs, batch);
+TempoOrder tempo_order(const LayerGraph& graph, BatchCostsCache& cache, std::int64_t batch) {
+  const BatchCosts& c = cache.at(batch);
   struct Entry {
     int layer;
     std::int64_t saved;
@@ -196,11 +196,11 @@ std::vector<int> block_ids(const LayerGraph& graph, const std::vector<bool>& fla
 }
 
 // The fastest checkpointing for these micro-batches and lean layers under `limit`, or nothing.
-std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const LayerGraph& graph,
+std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
                                            const core::StepChoice& start, std::int64_t limit) {
   if (graph.blocks().empty()) return std::nullopt;
   Candidate c{start, {}};
-  const Chain chain = checkpoint_chain(costs, graph, c.choice.micro_batches.front(), start);
+  const Chain chain = checkpoint_chain(costs, graph, c.choice.micro_batches.front(), start, &cache);
   std::int64_t total = 0;
   for (const auto& s : chain.stages) total += std::max(s.stored_bytes, s.checkpointed_bytes);
   const std::int64_t unit = std::max<std::int64_t>(1, total / 4096);
@@ -210,7 +210,7 @@ std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const L
     const ChainSolution solution = solve_checkpoint_dp(chain, dp_limit, unit);
     if (!solution.feasible) return std::nullopt;
     c.choice.checkpointed_blocks = block_ids(graph, solution.checkpoint);
-    c.prediction = predict_step(costs, graph, c.choice);
+    c.prediction = predict_step(costs, graph, c.choice, &cache);
     if (c.prediction.peak_bytes <= limit) return c;
     dp_limit -= c.prediction.peak_bytes - limit;
   }
@@ -219,12 +219,12 @@ std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const L
 
 // The fewest of `order`'s first layers lean (but at least its free ones) that still fit `c`'s
 // checkpointing under `limit` (c fits with all of them). Past the free ones, fewer cost less time.
-void trim_lean(const core::CostModel& costs, const LayerGraph& graph, const TempoOrder& order, std::int64_t limit,
-               Candidate& c) {
+void trim_lean(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, const TempoOrder& order,
+               std::int64_t limit, Candidate& c) {
   std::size_t lo = order.free, hi = order.layers.size();
   while (lo < hi) {
     const std::size_t mid = lo + (hi - lo) / 2;
-    const auto p = predict_step(costs, graph, with_lean_prefix(c.choice, order.layers, mid));
+    const auto p = predict_step(costs, graph, with_lean_prefix(c.choice, order.layers, mid), &cache);
     if (p.peak_bytes <= limit) {
       hi = mid;
     } else {
@@ -232,18 +232,19 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, const Temp
     }
   }
   c.choice = effective_variants(graph, with_lean_prefix(std::move(c.choice), order.layers, hi));
-  c.prediction = predict_step(costs, graph, c.choice);
+  c.prediction = predict_step(costs, graph, c.choice, &cache);
 }
 
 // The fastest way to fit these micro-batches under `limit` with the allowed strategies, or
 // nothing: as they are; with Tempo's lean layers (those measured no slower always, the others as
 // needed); with checkpointing, of the standard layers or of the lean ones (a checkpointed block
 // recomputes standard layers).
-std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, std::vector<std::int64_t> micro,
+std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
+                             std::vector<std::int64_t> micro,
                              std::int64_t limit, const SearchSpace& space) {
   Candidate plain;
   plain.choice.micro_batches = std::move(micro);
-  plain.prediction = predict_step(costs, graph, plain.choice);
+  plain.prediction = predict_step(costs, graph, plain.choice, &cache);
   const bool plain_fits = plain.prediction.peak_bytes <= limit;
   if (plain_fits && !space.tempo) return plain;
 
@@ -252,21 +253,21 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
     if (!best || c.prediction.step_ns < best->prediction.step_ns) best = std::move(c);
   };
   if (plain_fits) consider(plain);
-  const TempoOrder order = space.tempo ? tempo_order(costs, graph, plain.choice.micro_batches.front()) : TempoOrder{};
+  const TempoOrder order = space.tempo ? tempo_order(graph, cache, plain.choice.micro_batches.front()) : TempoOrder{};
   const auto all_lean = with_lean_prefix(plain.choice, order.layers, order.layers.size());
   if (!order.layers.empty()) {
-    Candidate c{all_lean, predict_step(costs, graph, all_lean)};
+    Candidate c{all_lean, predict_step(costs, graph, all_lean, &cache)};
     if (c.prediction.peak_bytes <= limit) {
-      trim_lean(costs, graph, order, limit, c);
+      trim_lean(costs, graph, cache, order, limit, c);
       consider(std::move(c));
     }
   }
   // Checkpointing only adds time where the step fits without it.
   if (space.checkpointing && !plain_fits) {
-    if (auto c = fit_checkpointing(costs, graph, plain.choice, limit)) consider(std::move(*c));
+    if (auto c = fit_checkpointing(costs, graph, cache, plain.choice, limit)) consider(std::move(*c));
     if (!order.layers.empty()) {
-      if (auto c = fit_checkpointing(costs, graph, all_lean, limit)) {
-        trim_lean(costs, graph, order, limit, *c);
+      if (auto c = fit_checkpointing(costs, graph, cache, all_lean, limit)) {
+        trim_lean(costs, graph, cache, order, limit, *c);
         consider(std::move(*c));
       }
     }
@@ -290,7 +291,7 @@ struct Weighing {
   std::vector<SplitOutcome> splits;  // one per distinct micro-batch size
 };
 
-Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, std::int64_t global_batch,
+Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
                       const SearchSpace& space) {
   Weighing out;
   std::int64_t previous_size = -1;
@@ -300,14 +301,14 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, std
     if (size == previous_size) continue;
     previous_size = size;
     auto micro = split_batch(global_batch, n);
-    if (auto c = fit(costs, graph, micro, space.limit, space)) {
+    if (auto c = fit(costs, graph, cache, micro, space.limit, space)) {
       const WeighedStep step = weighed(*c, global_batch);
       out.splits.push_back({step.micro_batches, true, step.checkpointed_blocks, step.lean_layers, step.predicted});
       out.fits.push_back(std::move(*c));
     } else {
       Candidate plain;
       plain.choice.micro_batches = micro;
-      plain.prediction = predict_step(costs, graph, plain.choice);
+      plain.prediction = predict_step(costs, graph, plain.choice, &cache);
       out.splits.push_back({std::move(micro), false, 0, 0, weighed(plain, global_batch).predicted});
     }
   }
@@ -316,15 +317,15 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, std
 
 // The least peak the allowed strategies reach: the smallest micro-batches, and the least limit
 // under which some checkpointing of them fits (found by bisection).
-std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, std::int64_t global_batch,
+std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
                         const SearchSpace& space) {
   const std::vector<std::int64_t> micro = split_batch(global_batch, space.micro_batching ? global_batch : 1);
   core::StepChoice plain;
   plain.micro_batches = micro;
-  std::int64_t least = predict_step(costs, graph, plain).peak_bytes;
+  std::int64_t least = predict_step(costs, graph, plain, &cache).peak_bytes;
   if (space.tempo) {
-    const auto order = tempo_order(costs, graph, micro.front()).layers;
-    least = std::min(least, predict_step(costs, graph, with_lean_prefix(plain, order, order.size())).peak_bytes);
+    const auto order = tempo_order(graph, cache, micro.front()).layers;
+    least = std::min(least, predict_step(costs, graph, with_lean_prefix(plain, order, order.size()), &cache).peak_bytes);
   }
   if (!space.checkpointing) return least;
   std::int64_t lo = costs.static_bytes(), hi = least;
@@ -332,7 +333,7 @@ std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, s
     const std::int64_t mid = lo + (hi - lo) / 2;
     // The limit that worked, not the peak found under it: the DP rounds sizes up, so a limit
     // equal to that peak may not find the same plan again.
-    if (fit(costs, graph, micro, mid, space)) {
+    if (fit(costs, graph, cache, micro, mid, space)) {
       hi = mid;
     } else {
       lo = mid + 1;
@@ -342,24 +343,24 @@ std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, s
 }
 
 // What the explanation needs to say whether memory or speed chose `best`.
-ChoiceFacts choice_facts(const core::CostModel& costs, const LayerGraph& graph, std::int64_t global_batch,
+ChoiceFacts choice_facts(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
                          const Candidate& best, const Candidate& largest_fitting) {
   ChoiceFacts facts;
   facts.chosen = weighed(best, global_batch);
   facts.largest_fitting = weighed(largest_fitting, global_batch);
   Candidate whole;
   whole.choice.micro_batches = {global_batch};
-  whole.prediction = predict_step(costs, graph, whole.choice);
+  whole.prediction = predict_step(costs, graph, whole.choice, &cache);
   facts.whole_batch = weighed(whole, global_batch);
   if (best.checkpointed_count() > 0) {
     core::StepChoice without = best.choice;
     without.checkpointed_blocks.clear();
-    facts.peak_without_checkpointing = predict_step(costs, graph, without).peak_bytes;
+    facts.peak_without_checkpointing = predict_step(costs, graph, without, &cache).peak_bytes;
   }
   if (best.lean_count() > 0) {
-    facts.peak_without_tempo = predict_step(costs, graph, with_lean_prefix(best.choice, {}, 0)).peak_bytes;
+    facts.peak_without_tempo = predict_step(costs, graph, with_lean_prefix(best.choice, {}, 0), &cache).peak_bytes;
     facts.lean_candidates = static_cast<int>(graph.lean_candidates().size());
-    const TempoOrder order = tempo_order(costs, graph, best.choice.micro_batches.front());
+    const TempoOrder order = tempo_order(graph, cache, best.choice.micro_batches.front());
     for (std::size_t k = 0; k < order.free; ++k) facts.lean_measured_faster += best.choice.lean(order.layers[k]);
   }
   return facts;
@@ -419,6 +420,7 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   }
   const core::CostModel costs(trace);
   const LayerGraph graph(trace);
+  BatchCostsCache cache(costs);
   const auto margin_of = [&](std::int64_t budget) {
     return static_cast<std::int64_t>(std::ceil(static_cast<double>(budget) * request.margin_fraction));
   };
@@ -430,12 +432,12 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   space.limit = request.budget_bytes - margin;
 
   PlanOutcome outcome;
-  Weighing weighing = weigh_splits(costs, graph, request.global_batch, space);
+  Weighing weighing = weigh_splits(costs, graph, cache, request.global_batch, space);
   outcome.splits = std::move(weighing.splits);
   std::vector<Candidate>& fits = weighing.fits;
 
   if (fits.empty()) {
-    const std::int64_t least = least_peak(costs, graph, request.global_batch, space);
+    const std::int64_t least = least_peak(costs, graph, cache, request.global_batch, space);
     // The least budget whose limit after the margin holds that peak.
     auto budget = static_cast<std::int64_t>(std::ceil(static_cast<double>(least) / (1.0 - request.margin_fraction)));
     while (budget - margin_of(budget) < least) ++budget;
@@ -463,7 +465,7 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   const Candidate& best = fits.front();
 
   core::Plan plan = make_plan(trace, graph, request, margin, best);
-  ChoiceFacts facts = choice_facts(costs, graph, request.global_batch, best, largest_fitting);
+  ChoiceFacts facts = choice_facts(costs, graph, cache, request.global_batch, best, largest_fitting);
   facts.limit_bytes = space.limit;
   facts.margin_bytes = margin;
   plan.binding_constraint = binding_constraint(facts);

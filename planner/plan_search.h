@@ -16,6 +16,8 @@
 
 namespace headroom::planner {
 
+class BatchCostsCache;  // planner/micro_batch_model.h
+
 // The largest global batch plan_step takes: it weighs every micro-batch count up to the batch.
 inline constexpr std::int64_t kMaxGlobalBatch = core::kMaxPlanBatch;
 
@@ -60,8 +62,9 @@ std::vector<std::int64_t> split_batch(std::int64_t global_batch, std::int64_t co
 
 // The checkpointing problem of one micro-batch size as a chain of blocks (absolute bytes:
 // static state, the micro-batch's input and the layers before the first block are the base).
-// `variants` gives the layer variants (its micro-batches and checkpointed blocks are not read).
+// `variants` gives the layer variants (its micro-batches and checkpointed blocks are not read);
+// `cache`, when given and made from `costs`, supplies the batch costs.
 Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
-                       const core::StepChoice& variants = {});
+                       const core::StepChoice& variants = {}, BatchCostsCache* cache = nullptr);
 
 }  // namespace headroom::planner

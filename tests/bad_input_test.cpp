@@ -3,6 +3,7 @@
 // `headroom` binary (exit 2, one line naming the problem, no output written or an old one kept).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -191,7 +192,8 @@ CommandResult run(const std::string& args) { return testing::run_headroom(args, 
 class BadInputCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / "headroom_bad_input";
+    // Per process: ctest -j runs this binary's tests side by side.
+    dir_ = fs::temp_directory_path() / ("headroom_bad_input." + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     fs::copy_file(kTrace, dir_ / "t.json");
@@ -216,7 +218,11 @@ class BadInputCli : public ::testing::Test {
     EXPECT_EQ(core::read_file(out), "untouched") << args;
     ++refused_;
   }
-  void TearDown() override { std::printf("%d bad inputs refused\n", refused_); }
+  void TearDown() override {
+    std::printf("%d bad inputs refused\n", refused_);
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
 
   fs::path dir_;
   json plan_, trace_;

@@ -83,9 +83,52 @@ TEST(Cli, PlanAndSimulateAgree) {
                        (dir / "c.json").string());
   ASSERT_EQ(sim.exit_code, 0) << sim.err;
   const auto result = core::parse_json(core::read_file(dir / "s.json"), "s.json");
+  EXPECT_EQ(result["schema"], "headroom.simulation/2");
   EXPECT_EQ(result["simulated"]["peak_bytes"], result["planned"]["peak_bytes"]);
   EXPECT_GT(result["memory_timeline"].size(), 10u);
+  EXPECT_TRUE(result["repeats"].is_array());
   EXPECT_TRUE(fs::exists(dir / "c.json"));
+  fs::remove_all(dir);
+}
+
+// 20,000 micro-batches simulate as one (issue 22): the outputs list the first micro-batch of a run
+// of identical ones and summarise the rest, so they stay small (the Chrome trace opens in Perfetto).
+TEST(Cli, SimulateSummarisesIdenticalMicroBatches) {
+  const fs::path dir = fs::temp_directory_path() / "headroom_cli_repeats";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto plan = run("plan " + kTrace + " --budget 241MiB --batch 100000 -o " + (dir / "p.json").string());
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const auto planned = core::parse_json(core::read_file(dir / "p.json"), "p.json");
+  ASSERT_EQ(planned["micro_batches"].size(), 20'000u);
+  const auto sim = run("simulate " + (dir / "p.json").string() + " -o " + (dir / "s.json").string() + " --chrome " +
+                       (dir / "c.json").string());
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_NE(sim.out.find("20000 micro-batches"), std::string::npos) << sim.out;
+  const auto result = core::parse_json(core::read_file(dir / "s.json"), "s.json");
+  EXPECT_EQ(result["simulated"]["peak_bytes"], result["planned"]["peak_bytes"]);
+  EXPECT_NEAR(result["simulated"]["step_seconds"].get<double>(), result["planned"]["step_seconds"].get<double>(), 1e-9);
+  EXPECT_EQ(result["micro_batches"], 20'000);
+  ASSERT_EQ(result["repeats"].size(), 1u);
+  const auto& repeat = result["repeats"][0];
+  EXPECT_EQ(repeat["first_micro_batch"], 0);
+  EXPECT_EQ(repeat["micro_batches"], 19'999);
+  EXPECT_EQ(repeat["end_ns"].get<std::int64_t>(),
+            repeat["start_ns"].get<std::int64_t>() + 19'999 * repeat["repetition_ns"].get<std::int64_t>());
+  // Every repetition's tasks counted, one repetition's simulated: the last micro-batch and the
+  // optimizer step are tasks of their own.
+  const std::int64_t each = repeat["tasks_each"];
+  EXPECT_EQ(result["tasks"].get<std::int64_t>(), 20'000 * each + 1);
+  EXPECT_EQ(result["simulated_tasks"].get<std::int64_t>(), 2 * each + 1);
+  const auto rows = repeat["memory_timeline_rows"];
+  EXPECT_EQ(rows["count"].get<std::int64_t>(), 2 * each);  // a start and an end per task
+  EXPECT_LT(result["memory_timeline"].size(), 1000u);
+  EXPECT_LT(fs::file_size(dir / "s.json"), 1u << 20);
+  EXPECT_LT(fs::file_size(dir / "c.json"), 1u << 20);
+  const auto chrome = core::parse_json(core::read_file(dir / "c.json"), "c.json");
+  int summaries = 0;
+  for (const auto& e : chrome["traceEvents"]) summaries += e.value("cat", "") == "repeat";
+  EXPECT_EQ(summaries, 1);
   fs::remove_all(dir);
 }
 

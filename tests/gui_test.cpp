@@ -26,12 +26,16 @@
 #include <stdexcept>
 
 #include "core/atomic_file.h"
+#include "core/cost_model.h"
 #include "core/trace.h"
+#include "expand_repeats.h"
 #include "core/units.h"
 #include "gui/app/guarded_application.h"
 #include "gui/app/main_window.h"
+#include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
 #include "planner/strategy_table.h"
+#include "simulator/simulator.h"
 #include "gui/logic/chart_axis.h"
 #include "gui/logic/executor_run.h"
 #include "gui/logic/layer_table_model.h"
@@ -226,6 +230,78 @@ class GuiTest : public QObject {
     const PlanResult bad = compute_plan(*trace, inputs(300ll << 20, 0));
     QVERIFY(QString::fromStdString(bad.error).startsWith("Global batch: "));
     QVERIFY(!QString::fromStdString(bad.error).contains("--"));
+  }
+
+  // Runs of identical micro-batches are binned from their first one, shifted: the chart's points
+  // are exactly those of the step written out micro-batch by micro-batch, at any number of them
+  // and bins, and stay within the bins.
+  void timelineOfRepeatedMicroBatchesIsTheWrittenOutOne() {
+    const auto trace = load_trace_document(committed("cpu-bert.json").toStdString());
+    const core::CostModel costs(trace->trace);
+    const planner::LayerGraph graph(trace->trace);
+    std::vector<std::string> names;
+    for (const auto& layer : trace->trace.layers) names.push_back(layer.name);
+    for (const std::size_t n : {2, 3, 50, 700, 2000}) {
+      // Two sizes: two runs, each repeated but for the last micro-batch.
+      std::vector<std::int64_t> sizes(n, 5);
+      std::fill(sizes.begin() + static_cast<std::ptrdiff_t>(n / 2), sizes.end(), 4);
+      const auto schedule = planner::build_schedule(costs, graph, core::StepChoice{}.with_micro_batches(sizes));
+      const auto copies = testing::expand_repeats(schedule);
+      const auto sim = simulator::simulate(schedule);
+      const auto written_sim = simulator::simulate(copies);
+      for (const int bins : {800, 37}) {
+        const MemoryTimeline repeated = memory_timeline(schedule, sim, names, n, bins);
+        const MemoryTimeline written = memory_timeline(copies, written_sim, names, n, bins);
+        QVERIFY2(repeated.time_ms == written.time_ms, qPrintable(QString("%1 micro-batches, %2 bins").arg(n).arg(bins)));
+        QVERIFY(repeated.bytes == written.bytes);
+        QVERIFY(repeated.time_ms.size() <= static_cast<std::size_t>(bins) + 2);
+        QCOMPARE(repeated.peak_bytes, written.peak_bytes);
+        QCOMPARE(repeated.peak_time_ms, written.peak_time_ms);
+        QCOMPARE(repeated.step_ms, written.step_ms);
+        QCOMPARE(repeated.tasks.size(), schedule.tasks.size());
+      }
+    }
+    // At 20,000 micro-batches: the hover inside the run names the micro-batch under the cursor.
+    const auto schedule = planner::build_schedule(costs, graph, core::StepChoice{}.with_micro_batches(std::vector<std::int64_t>(20'000, 5)));
+    const MemoryTimeline t = memory_timeline(schedule, simulator::simulate(schedule), names, 20'000);
+    QVERIFY(t.time_ms.size() <= 802);
+    QCOMPARE(t.repeats.size(), std::size_t{1});
+    const RepeatSpan& run = t.repeats.front();
+    QCOMPARE(run.times, std::int64_t{19'999});
+    const double at = run.start_ms + 12'345.5 * run.period_ms;
+    const QString text = QString::fromStdString(memory_hover_text(t, at));
+    QVERIFY2(text.contains("(micro-batch 12346 of 20000)"), qPrintable(text));
+  }
+
+  // The window at thousands of micro-batches: the memory chart draws as many points as at a few.
+  void memoryChartAtThousandsOfMicroBatches() {
+    MainWindow window;
+    QVERIFY(shown_with(window, "cpu-bert.json"));
+    window.batch_box()->setValue(20'000);
+    type_budget(window, "241MiB");
+    QVERIFY(settle(window));
+    const PlanResult* r = window.current_result();
+    QVERIFY(r->plan);
+    QVERIFY(r->plan->choice.micro_batches.size() >= 1000);
+    QVERIFY(window.memory_chart()->top_series()->count() <= 2 * 802);
+    QCOMPARE(r->timeline.peak_bytes, r->plan->predicted.peak_bytes);
+    // After the first micro-batch, the band from the level between micro-batches to their peak.
+    QCOMPARE(r->timeline.repeats.size(), std::size_t{1});
+    const RepeatSpan& run = r->timeline.repeats.front();
+    QVERIFY(run.banded);
+    QVERIFY(run.low_bytes < run.peak_bytes);
+    const QLineSeries* band = window.memory_chart()->band_series();
+    QCOMPARE(band->count(), 4);
+    const double unit = window.memory_chart()->bytes_per_unit();
+    QCOMPARE(band->at(0), QPointF(run.start_ms + run.period_ms, double(run.low_bytes) / unit));
+    QCOMPARE(band->at(2), QPointF(run.end_ms, double(run.peak_bytes) / unit));
+    QVERIFY(window.memory_chart()->legend()->text().contains("repeated"));
+    save_shot(window, "many-micro-batches");
+    // A few micro-batches are drawn one by one: no band.
+    window.batch_box()->setValue(32);
+    QVERIFY(settle(window));
+    QCOMPARE(window.memory_chart()->band_series()->count(), 0);
+    QVERIFY(!window.memory_chart()->legend()->text().contains("repeated"));
   }
 
   void budgetSliderIsLogarithmicAndRoundTrips() {

@@ -1,6 +1,7 @@
 #pragma once
 // Runs the `headroom` binary as a user would, for the tests of the command line.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -20,9 +21,10 @@ struct CommandResult {
 
 // `args` as a shell reads them; stdin is empty and `timeout_s` ends a command that would hang (a
 // FIFO read) as a failure rather than a stuck test. `stderr_name` keeps parallel test binaries'
-// stderr files apart.
+// stderr files apart, and the process id the tests of one binary, which ctest -j runs side by side.
 inline CommandResult run_headroom(const std::string& args, const std::string& stderr_name, int timeout_s = 300) {
-  const std::filesystem::path err_file = std::filesystem::temp_directory_path() / stderr_name;
+  const std::filesystem::path err_file =
+      std::filesystem::temp_directory_path() / (stderr_name + "." + std::to_string(::getpid()));
   const std::string command = "timeout " + std::to_string(timeout_s) + " " + std::string(HEADROOM_BINARY) + " " + args +
                               " 2>" + err_file.string() + " </dev/null";
   FILE* pipe = ::popen(command.c_str(), "r");
@@ -31,7 +33,10 @@ inline CommandResult run_headroom(const std::string& args, const std::string& st
   std::array<char, 4096> buffer{};
   while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) out.append(buffer.data(), n);
   const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, core::read_file(err_file)};
+  CommandResult result{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, core::read_file(err_file)};
+  std::error_code ignored;
+  std::filesystem::remove(err_file, ignored);
+  return result;
 }
 
 }  // namespace headroom::testing

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "expand_repeats.h"
 #include "simulator/simulator.h"
 
 namespace headroom {
@@ -176,6 +177,153 @@ TEST(Simulator, ChromeTraceHasLanesSpansAndMemory) {
   }
   EXPECT_EQ(spans, 1);
   EXPECT_EQ(counters, 3);
+}
+
+// A micro-batch by hand, repeated: its input arrives with A (+10 input, +40 at A's start, transient
+// 5), B frees what A left and the input (-40, -10). Each repetition takes 7 ns and peaks at
+// 100 + 10 + 40 + 5 = 155 (during A); the optimizer's 3 ns follow, with a transient of 60: 160.
+core::Task task(std::string name, std::int64_t duration_ns, Stream stream = Stream::Compute) {
+  core::Task t;
+  t.name = std::move(name);
+  t.duration_ns = duration_ns;
+  t.stream = stream;
+  return t;
+}
+
+core::Schedule repeated_micro_batch(std::int64_t times) {
+  core::Schedule s;
+  s.resident = {{MemoryKind::Parameter, 100}};
+  s.samples = times;
+  s.tasks = {task("A", 4), task("B", 3), task("step", 3)};
+  s.tasks[0].at_start = {{MemoryKind::Input, 10}, {MemoryKind::Activation, 40}};
+  s.tasks[0].transient_bytes = 5;
+  s.tasks[1].dependencies = {0};
+  s.tasks[1].at_end = {{MemoryKind::Activation, -40}, {MemoryKind::Input, -10}};
+  s.tasks[0].micro_batch = s.tasks[1].micro_batch = 0;
+  s.tasks[2].dependencies = {1};
+  s.tasks[2].transient_bytes = 60;
+  s.repeats = {{0, 2, times}};
+  return s;
+}
+
+// A repeat is simulated once and its other repetitions add time: the step of n micro-batches
+// takes n times one's time plus the optimizer's, peaks as one does, and keeps the same number of
+// timings and memory samples whatever n is.
+TEST(Simulator, RepeatRunsOnceAndAddsItsRepetitionsAsTime) {
+  const auto one = simulator::simulate(repeated_micro_batch(1));
+  const auto many = simulator::simulate(repeated_micro_batch(20'000));
+  EXPECT_EQ(one.makespan_ns, 7 + 3);
+  EXPECT_EQ(many.makespan_ns, 20'000 * 7 + 3);
+  EXPECT_EQ(one.peak_bytes, 160);
+  EXPECT_EQ(many.peak_bytes, 160);
+  EXPECT_EQ(many.peak_time_ns, 20'000 * 7);
+  EXPECT_EQ(many.tasks.size(), 3u);
+  EXPECT_EQ(many.memory.size(), one.memory.size());
+  EXPECT_EQ(many.tasks[2].start_ns, 20'000 * 7);  // the optimizer after the last repetition
+  ASSERT_EQ(many.repeats.size(), 1u);
+  const simulator::RepeatTiming& r = many.repeats[0];
+  EXPECT_EQ(r.start_ns, 0);
+  EXPECT_EQ(r.period_ns, 7);
+  EXPECT_EQ(r.end_ns, 20'000 * 7);
+  EXPECT_EQ(r.times, 20'000);
+  EXPECT_EQ(r.peak_bytes, 155);
+  EXPECT_EQ(r.peak_task, 0);
+  EXPECT_EQ(r.first_sample, 1u);  // after the resident state
+  EXPECT_EQ(r.end_sample, 5u);    // A's start and end, B's start and end
+  EXPECT_EQ(many.memory.back().total(), 100);
+  EXPECT_EQ(simulator::tasks_run(repeated_micro_batch(20'000)), 2 * 20'000 + 1);
+}
+
+// Written out, the repetitions simulate to the same step: peak, its time and task, length, and the
+// memory at every sample of the first repetition and after the last.
+TEST(Simulator, RepeatSimulatesAsItsCopiesWould) {
+  for (const std::int64_t times : {1, 2, 3, 50}) {
+    const core::Schedule s = repeated_micro_batch(times);
+    const core::Schedule copies = testing::expand_repeats(s);
+    ASSERT_EQ(copies.tasks.size(), static_cast<std::size_t>(2 * times + 1));
+    const auto repeated = simulator::simulate(s);
+    const auto written = simulator::simulate(copies);
+    EXPECT_EQ(repeated.makespan_ns, written.makespan_ns) << times;
+    EXPECT_EQ(repeated.peak_bytes, written.peak_bytes) << times;
+    EXPECT_EQ(repeated.peak_time_ns, written.peak_time_ns) << times;
+    EXPECT_EQ(s.tasks[static_cast<std::size_t>(repeated.peak_task)].name,
+              copies.tasks[static_cast<std::size_t>(written.peak_task)].name);
+    for (std::size_t i = 0; i < repeated.repeats[0].end_sample; ++i) {
+      EXPECT_EQ(repeated.memory[i].time_ns, written.memory[i].time_ns);
+      EXPECT_EQ(repeated.memory[i].bytes, written.memory[i].bytes);
+    }
+    EXPECT_EQ(repeated.memory.back().bytes, written.memory.back().bytes);
+  }
+}
+
+// A repeat runs alone: a copy on another stream that started before it ends before the repeat
+// starts, and nothing after it overlaps its last repetition.
+TEST(Simulator, RepeatWaitsForEverythingBeforeIt) {
+  core::Schedule s;
+  s.tasks = {task("copy", 10, Stream::HostToDevice), task("work", 2), task("late copy", 1, Stream::HostToDevice)};
+  s.repeats = {{1, 1, 4}};
+  const auto sim = simulator::simulate(s);
+  EXPECT_EQ(sim.tasks[1].start_ns, 10);
+  EXPECT_EQ(sim.repeats[0].end_ns, 18);
+  EXPECT_EQ(sim.tasks[2].start_ns, 18);
+  EXPECT_EQ(sim.makespan_ns, 19);
+}
+
+TEST(Simulator, RejectsRepeatsThatCannotRepeat) {
+  core::Schedule s = repeated_micro_batch(3);
+  s.tasks[1].at_end.pop_back();  // the input stays: each repetition would hold one more
+  try {
+    simulator::simulate(s);
+    FAIL() << "expected invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("repeated tasks 0 to 1 do not end at the memory they started from"), std::string::npos)
+        << e.what();
+  }
+  for (const core::Repeat bad : {core::Repeat{0, 0, 2}, core::Repeat{2, 2, 2}, core::Repeat{0, 2, 0}, core::Repeat{-1, 2, 2}}) {
+    s = repeated_micro_batch(3);
+    s.repeats = {bad};
+    EXPECT_THROW(simulator::simulate(s), std::invalid_argument) << bad.first_task << " " << bad.task_count << " " << bad.times;
+  }
+  s = repeated_micro_batch(3);
+  s.repeats = {{0, 2, 2}, {1, 1, 2}};  // overlapping
+  EXPECT_THROW(simulator::simulate(s), std::invalid_argument);
+}
+
+// The Chrome trace draws a repeat's first repetition and one span for the rest, whatever their
+// number; over that span the memory counter holds a repetition's peak.
+TEST(Simulator, ChromeTraceSummarisesRepetitions) {
+  const auto events = [](std::int64_t times) {
+    const core::Schedule s = repeated_micro_batch(times);
+    return simulator::chrome_trace(s, simulator::simulate(s), "t")["traceEvents"];
+  };
+  const auto many = events(1'000'000);
+  EXPECT_EQ(many.size(), events(2).size());
+  EXPECT_EQ(events(1).size() + 3, many.size());  // the summary span and two counter samples
+  int summaries = 0;
+  for (const auto& e : many) {
+    if (e["ph"] != "X" || e["cat"] != "repeat") continue;
+    ++summaries;
+    EXPECT_EQ(e["name"], "micro-batches 1..999999 (999999 like micro-batch 0)");
+    EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 7 / 1000.0);
+    EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 999'999 * 7 / 1000.0);
+    EXPECT_EQ(e["args"]["repetitions"], 999'999);
+    EXPECT_EQ(e["args"]["repetition_ns"], 7);
+    EXPECT_EQ(e["args"]["peak_bytes"], 155);
+    EXPECT_EQ(e["args"]["last_micro_batch"], 999'999);
+  }
+  EXPECT_EQ(summaries, 1);
+  std::vector<std::pair<double, std::int64_t>> memory;
+  for (const auto& e : many) {
+    if (e["ph"] != "C") continue;
+    std::int64_t total = 0;
+    for (const auto& [kind, bytes] : e["args"].items()) total += bytes.get<std::int64_t>();
+    memory.emplace_back(e["ts"].get<double>(), total);
+  }
+  // ..., the first repetition's end (100), the peak over the rest (155), their end (100), ...
+  const auto summary = std::find(memory.begin(), memory.end(), std::pair<double, std::int64_t>{7 / 1000.0, 155});
+  ASSERT_NE(summary, memory.end());
+  EXPECT_EQ(*(summary - 1), (std::pair<double, std::int64_t>{7 / 1000.0, 100}));
+  EXPECT_EQ(*(summary + 1), (std::pair<double, std::int64_t>{7'000'000 / 1000.0, 100}));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <QtCharts/QLegendMarker>
 
 #include <QMouseEvent>
+#include <QPainter>
+#include <QPixmap>
 #include <QToolTip>
 
 #include <algorithm>
@@ -23,6 +25,18 @@ const std::array<QColor, core::kMemoryKinds> kKindColours{QColor(70, 110, 170), 
 const std::array<const char*, core::kMemoryKinds> kKindLabels{"parameters", "gradients", "optimizer state",
                                                               "input",      "activations", "transient"};
 const QColor kBudgetColour(200, 40, 40);
+const QColor kBandColour(70, 70, 70);
+
+// Hatching over a pale wash: the kinds stay readable beneath, and the band does not read as memory
+// held all along.
+QBrush band_brush() {
+  QPixmap tile(8, 8);
+  tile.fill(QColor(255, 255, 255, 130));
+  QPainter painter(&tile);
+  painter.setPen(QPen(kBandColour, 1));
+  painter.drawLine(0, 8, 8, 0);
+  return QBrush(tile);
+}
 const QColor kAllowedColour(225, 120, 30);
 
 QString bytes_text(std::int64_t bytes) { return QString::fromStdString(core::format_bytes(bytes)); }
@@ -53,7 +67,9 @@ MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
   legend_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   legend_->setContentsMargins(8, 0, 8, 0);
   legend_->setToolTip("allowed: the budget less the planner's margin, which the plan's peak stays under\n"
-                      "floor: parameters, gradients and optimizer state, which no plan goes below");
+                      "floor: parameters, gradients and optimizer state, which no plan goes below\n"
+                      "hatched band: micro-batches like the first one drawn, too many to draw one by one; "
+                      "each rises from the band's foot to its top and falls back");
   chart->setMargins(QMargins(4, 4, 4, 4));
   x_ = new QValueAxis;
   x_->setTitleText("time (ms)");
@@ -71,6 +87,13 @@ MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
     areas_[k]->setBorderColor(kKindColours[k].darker(115));
     chart->addSeries(areas_[k]);
   }
+  band_upper_ = new QLineSeries(chart);
+  band_lower_ = new QLineSeries(chart);
+  band_ = new QAreaSeries(band_upper_, band_lower_);
+  band_->setName("repeated micro-batches");
+  band_->setBrush(band_brush());
+  band_->setPen(QPen(kBandColour, 1));
+  chart->addSeries(band_);
   floor_ = line(chart, "floor", QPen(QColor(40, 40, 40), 1.5, Qt::DashDotLine));
   allowed_ = line(chart, "allowed", QPen(kAllowedColour, 1.5, Qt::DotLine));
   budget_ = line(chart, "budget", QPen(kBudgetColour, 2, Qt::DashLine));
@@ -83,7 +106,7 @@ MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
     s->attachAxis(x_);
     s->attachAxis(y_);
   }
-  update_legend(false, false, true);
+  update_legend(false, false, true, false);
 
   peak_label_ = new QGraphicsSimpleTextItem(chart);
   peak_label_->setZValue(20);
@@ -162,7 +185,17 @@ void MemoryChart::show_result(const PlanResult& result) {
   allowed_->setName("allowed " + bytes_text(allowed));
   floor_->replace(feasible || result.floor_bytes == 0 ? QList<QPointF>{} : level(result.floor_bytes));
   floor_->setName("floor " + bytes_text(result.floor_bytes));
-  update_legend(!feasible && result.floor_bytes > 0, feasible, !scale.budget_off_scale);
+  // The runs too narrow to draw one by one, from their second micro-batch on (the first is drawn).
+  QList<QPointF> band_upper, band_lower;
+  for (const RepeatSpan& run : t.repeats) {
+    if (!run.banded) continue;
+    const double from = run.start_ms + run.period_ms, low = run.low_bytes / unit_, high = run.peak_bytes / unit_;
+    band_upper << QPointF(from, low) << QPointF(from, high) << QPointF(run.end_ms, high) << QPointF(run.end_ms, low);
+    band_lower << QPointF(from, low) << QPointF(from, low) << QPointF(run.end_ms, low) << QPointF(run.end_ms, low);
+  }
+  band_upper_->replace(band_upper);
+  band_lower_->replace(band_lower);
+  update_legend(!feasible && result.floor_bytes > 0, feasible, !scale.budget_off_scale, !band_upper.isEmpty());
 
   if (feasible) {
     peak_->replace(QList<QPointF>{{t.peak_time_ms, t.peak_bytes / unit_}});
@@ -177,7 +210,7 @@ void MemoryChart::show_result(const PlanResult& result) {
   place_labels();
 }
 
-void MemoryChart::update_legend(bool with_floor, bool with_peak, bool with_budget) {
+void MemoryChart::update_legend(bool with_floor, bool with_peak, bool with_budget, bool with_band) {
   // Non-breaking spaces inside an entry, plain ones between: lines break only between entries.
   const auto entry = [](const QColor& colour, const QString& symbol, const QString& name) {
     QString text = name.toHtmlEscaped();
@@ -187,6 +220,7 @@ void MemoryChart::update_legend(bool with_floor, bool with_peak, bool with_budge
   QStringList entries;
   for (std::size_t k = 0; k < core::kMemoryKinds; ++k) entries << entry(kKindColours[k], "\u25A0", kKindLabels[k]);
   if (with_peak) entries << entry(QColor(20, 20, 20), "\u25CF", "peak");
+  if (with_band) entries << entry(kBandColour, "\u25A8", "repeated micro-batches (each rises and falls within)");
   // Box-drawing dashes: the line breaker treats them as letters, so a symbol stays with its name.
   if (with_budget) {
     entries << entry(kBudgetColour, "\u254D\u254D", budget_->name());

@@ -2,6 +2,8 @@
 // The plan's memory over one step, stacked by kind, with the budget, what the margin leaves of it
 // ("allowed") and the peak marked. When nothing fits: the plan at the least budget that would,
 // against the user's budget, and the floor no plan goes below. Hovering says what is held when.
+// Thousands of identical micro-batches are drawn as their first one and a hatched band from the
+// level between them to the peak each reaches.
 #include <QtCharts/QAreaSeries>
 #include <QtCharts/QChartView>
 #include <QtCharts/QLineSeries>
@@ -37,6 +39,7 @@ class MemoryChart : public QChartView {
   const QLineSeries* allowed_series() const { return allowed_; }
   const QLineSeries* floor_series() const { return floor_; }
   const QScatterSeries* peak_series() const { return peak_; }
+  const QLineSeries* band_series() const { return band_upper_; }
   const QGraphicsSimpleTextItem* peak_label() const { return peak_label_; }
   const QGraphicsSimpleTextItem* off_scale_label() const { return off_scale_label_; }
   const QValueAxis* y_axis() const { return y_; }
@@ -47,7 +50,7 @@ class MemoryChart : public QChartView {
 
  private:
   void place_labels();
-  void update_legend(bool with_floor, bool with_peak, bool with_budget);
+  void update_legend(bool with_floor, bool with_peak, bool with_budget, bool with_band);
 
   std::array<QLineSeries*, core::kMemoryKinds> uppers_{};
   std::array<QLineSeries*, core::kMemoryKinds> lowers_{};
@@ -56,6 +59,10 @@ class MemoryChart : public QChartView {
   QLineSeries* allowed_ = nullptr;
   QLineSeries* floor_ = nullptr;
   QScatterSeries* peak_ = nullptr;
+  // Runs of micro-batches too narrow to draw one by one: from each one's low to its peak.
+  QLineSeries* band_upper_ = nullptr;
+  QLineSeries* band_lower_ = nullptr;
+  QAreaSeries* band_ = nullptr;
   // Drawn by hand, not as the scatter's point label: that one is clipped at the plot's edge and
   // leaves stale text behind when the chart redraws only part of itself.
   QGraphicsSimpleTextItem* peak_label_ = nullptr;

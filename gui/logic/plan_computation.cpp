@@ -4,10 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "core/host_memory.h"
+#include "core/saturating.h"
 #include "core/units.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_schedule.h"
@@ -41,43 +43,197 @@ std::string MemoryTimeline::describe(const TaskSpan& task) const {
   return what;
 }
 
+namespace {
+
+// Keeps, per time bin, the first sample with the highest total, and says which bin a time is in.
+class MemoryBins {
+ public:
+  MemoryBins(MemoryTimeline& out, int max_bins, std::int64_t span) : out_(out), max_bins_(max_bins), span_(span) {}
+
+  int bin(std::int64_t time_ns) const {
+    // Exact in integers where the product fits (every step shorter than about four months).
+    const std::int64_t b = time_ns <= std::numeric_limits<std::int64_t>::max() / max_bins_
+                               ? time_ns * max_bins_ / span_
+                               : static_cast<std::int64_t>(static_cast<long double>(time_ns) * max_bins_ / span_);
+    return static_cast<int>(std::min<std::int64_t>(max_bins_ - 1, b));
+  }
+
+  void offer(std::int64_t time_ns, const simulator::MemorySample& sample) {
+    const int b = bin(time_ns);
+    const std::int64_t total = sample.total();
+    if (b != current_ || out_.bytes.empty()) {
+      out_.time_ms.push_back(static_cast<double>(time_ns) / 1e6);
+      out_.bytes.push_back(sample.bytes);
+      current_ = b;
+      current_total_ = total;
+    } else if (total > current_total_) {
+      out_.time_ms.back() = static_cast<double>(time_ns) / 1e6;
+      out_.bytes.back() = sample.bytes;
+      current_total_ = total;
+    }
+  }
+
+ private:
+  MemoryTimeline& out_;
+  std::int64_t max_bins_;
+  std::int64_t span_;
+  int current_ = -1;
+  std::int64_t current_total_ = 0;
+};
+
+// The first highest total among a repetition's samples [a, b), in constant time (a sparse table).
+class FirstHighest {
+ public:
+  explicit FirstHighest(std::vector<std::int64_t> totals) : totals_(std::move(totals)) {
+    const std::size_t n = totals_.size();
+    table_.emplace_back(n);
+    for (std::size_t i = 0; i < n; ++i) table_[0][i] = i;
+    for (std::size_t width = 2; width <= n; width *= 2) {
+      const auto& below = table_.back();
+      std::vector<std::size_t> level(n - width + 1);
+      for (std::size_t i = 0; i < level.size(); ++i) level[i] = pick(below[i], below[i + width / 2]);
+      table_.push_back(std::move(level));
+    }
+  }
+  std::size_t operator()(std::size_t a, std::size_t b) const {
+    std::size_t level = 0;
+    while ((std::size_t{2} << level) <= b - a) ++level;
+    return pick(table_[level][a], table_[level][b - (std::size_t{1} << level)]);
+  }
+
+ private:
+  // Ties go to the earlier sample: the bins keep the first of equals.
+  std::size_t pick(std::size_t left, std::size_t right) const { return totals_[right] > totals_[left] ? right : left; }
+  std::vector<std::int64_t> totals_;
+  std::vector<std::vector<std::size_t>> table_;
+};
+
+// Offers a repeat's samples as if every repetition had been simulated, in time order, but each
+// stretch of a repetition inside one bin is one offer (its first highest sample: the others could
+// not change what the bin keeps), and the repetitions that end in the bin where one lies whole none
+// (they are that one again). So the work follows the bins and the samples of one repetition, not
+// the number of repetitions.
+void offer_repeat(MemoryBins& bins, const std::vector<simulator::MemorySample>& memory, const simulator::RepeatTiming& r) {
+  const auto first = memory.begin() + static_cast<std::ptrdiff_t>(r.first_sample);
+  const std::size_t count = r.end_sample - r.first_sample;
+  std::vector<std::int64_t> offsets(count), totals(count);
+  for (std::size_t j = 0; j < count; ++j) {
+    offsets[j] = first[static_cast<std::ptrdiff_t>(j)].time_ns - r.start_ns;
+    totals[j] = first[static_cast<std::ptrdiff_t>(j)].total();
+  }
+  const FirstHighest highest(std::move(totals));
+  const auto at = [&](std::int64_t rep, std::size_t j) {
+    return core::saturating_add(core::saturating_add(r.start_ns, core::saturating_mul(rep, r.period_ns)), offsets[j]);
+  };
+  const auto offer = [&](std::int64_t rep, std::size_t j) { bins.offer(at(rep, j), first[static_cast<std::ptrdiff_t>(j)]); };
+  for (std::int64_t rep = 0; rep < r.times;) {
+    const int opens = bins.bin(at(rep, 0));
+    if (opens == bins.bin(at(rep, count - 1))) {
+      offer(rep, highest(0, count));
+      // The repetitions after it that end in this bin too: the first one that does not, by bisection.
+      std::int64_t lo = rep + 1, hi = r.times;
+      while (lo < hi) {
+        const std::int64_t mid = lo + (hi - lo) / 2;
+        if (bins.bin(at(mid, count - 1)) > opens) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      rep = lo;
+      continue;
+    }
+    // Across bins: per bin, the samples in it (their end by bisection), one offer each.
+    for (std::size_t j = 0; j < count;) {
+      const int bin = bins.bin(at(rep, j));
+      std::size_t lo = j + 1, hi = count;
+      while (lo < hi) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        if (bins.bin(at(rep, mid)) > bin) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      offer(rep, highest(j, lo));
+      j = lo;
+    }
+    ++rep;
+  }
+}
+
+}  // namespace
+
 MemoryTimeline memory_timeline(const core::Trace& trace, const core::Plan& plan, int max_bins) {
   const auto schedule = planner::plan_schedule(trace, plan, "plan");
-  const simulator::Simulation sim = simulator::simulate(schedule);
+  std::vector<std::string> names;
+  names.reserve(trace.layers.size());
+  for (const auto& layer : trace.layers) names.push_back(layer.name);
+  return memory_timeline(schedule, simulator::simulate(schedule), std::move(names), plan.choice.micro_batches.size(),
+                         max_bins);
+}
+
+MemoryTimeline memory_timeline(const core::Schedule& schedule, const simulator::Simulation& sim,
+                               std::vector<std::string> layer_names, std::size_t micro_batches, int max_bins) {
   MemoryTimeline timeline;
   timeline.peak_bytes = sim.peak_bytes;
   timeline.peak_time_ms = static_cast<double>(sim.peak_time_ns) / 1e6;
   timeline.step_ms = static_cast<double>(sim.makespan_ns) / 1e6;
-  timeline.micro_batches = plan.choice.micro_batches.size();
-  for (const auto& layer : trace.layers) timeline.layer_names.push_back(layer.name);
+  timeline.micro_batches = micro_batches;
+  timeline.layer_names = std::move(layer_names);
   // The compute stream runs its tasks one at a time in schedule order, so they are in time order.
+  std::size_t next_repeat = 0;
   for (std::size_t i = 0; i < schedule.tasks.size() && i < sim.tasks.size(); ++i) {
+    if (next_repeat < schedule.repeats.size() && next_repeat < sim.repeats.size() &&
+        static_cast<int>(i) == schedule.repeats[next_repeat].first_task) {
+      const simulator::RepeatTiming& r = sim.repeats[next_repeat];
+      RepeatSpan span;
+      span.start_ms = static_cast<double>(r.start_ns) / 1e6;
+      span.period_ms = static_cast<double>(r.period_ns) / 1e6;
+      span.end_ms = static_cast<double>(r.end_ns) / 1e6;
+      span.times = r.times;
+      span.first_task = timeline.tasks.size();
+      span.low_bytes = r.end_sample > 0 ? sim.memory[r.end_sample - 1].total() : 0;
+      span.peak_bytes = r.peak_bytes;
+      // Narrower than a few bins, a repetition's rise and fall cannot be told apart on the chart.
+      span.banded = r.times > 1 && static_cast<double>(r.period_ns) * max_bins < 4.0 * static_cast<double>(sim.makespan_ns);
+      timeline.repeats.push_back(span);
+    }
     const core::Task& task = schedule.tasks[i];
-    if (task.stream != core::Stream::Compute) continue;
-    auto category = std::find(timeline.categories.begin(), timeline.categories.end(), task.category);
-    if (category == timeline.categories.end()) category = timeline.categories.insert(category, task.category);
-    timeline.tasks.push_back({static_cast<double>(sim.tasks[i].start_ns) / 1e6,
-                              static_cast<double>(sim.tasks[i].end_ns) / 1e6, task.layer, task.micro_batch,
-                              static_cast<std::size_t>(category - timeline.categories.begin())});
-  }
-  const std::int64_t span = std::max<std::int64_t>(sim.makespan_ns, 1);
-  // Per time bin, the sample with the highest total; the last sample of the step is kept too, so
-  // the timeline ends where the step does.
-  int current_bin = -1;
-  for (const auto& sample : sim.memory) {
-    const int bin = static_cast<int>(std::min<std::int64_t>(max_bins - 1, sample.time_ns * max_bins / span));
-    const double t = static_cast<double>(sample.time_ns) / 1e6;
-    if (bin != current_bin || timeline.bytes.empty()) {
-      timeline.time_ms.push_back(t);
-      timeline.bytes.push_back(sample.bytes);
-      current_bin = bin;
-    } else if (sample.total() > simulator::MemorySample{0, timeline.bytes.back()}.total()) {
-      timeline.time_ms.back() = t;
-      timeline.bytes.back() = sample.bytes;
+    if (task.stream == core::Stream::Compute) {
+      auto category = std::find(timeline.categories.begin(), timeline.categories.end(), task.category);
+      if (category == timeline.categories.end()) category = timeline.categories.insert(category, task.category);
+      timeline.tasks.push_back({static_cast<double>(sim.tasks[i].start_ns) / 1e6,
+                                static_cast<double>(sim.tasks[i].end_ns) / 1e6, task.layer, task.micro_batch,
+                                static_cast<std::size_t>(category - timeline.categories.begin())});
+    }
+    if (next_repeat < schedule.repeats.size() && next_repeat < sim.repeats.size() &&
+        static_cast<std::int64_t>(i) + 1 ==
+            std::int64_t{schedule.repeats[next_repeat].first_task} + schedule.repeats[next_repeat].task_count) {
+      timeline.repeats.back().task_count = timeline.tasks.size() - timeline.repeats.back().first_task;
+      ++next_repeat;
     }
   }
-  if (!sim.memory.empty() && timeline.time_ms.back() != static_cast<double>(sim.memory.back().time_ns) / 1e6) {
-    timeline.time_ms.push_back(static_cast<double>(sim.memory.back().time_ns) / 1e6);
+  // Per time bin, the sample with the highest total; the last sample of the step is kept too, so
+  // the timeline ends where the step does.
+  MemoryBins bins(timeline, max_bins, std::max<std::int64_t>(sim.makespan_ns, 1));
+  std::size_t k = 0;  // the next repeat
+  std::int64_t last_time = 0;
+  for (std::size_t i = 0; i < sim.memory.size();) {
+    while (k < sim.repeats.size() && sim.repeats[k].end_sample <= i && sim.repeats[k].first_sample < i) ++k;
+    if (k < sim.repeats.size() && sim.repeats[k].first_sample == i && sim.repeats[k].end_sample > i) {
+      const simulator::RepeatTiming& r = sim.repeats[k++];
+      offer_repeat(bins, sim.memory, r);
+      last_time = core::saturating_add(sim.memory[r.end_sample - 1].time_ns, core::saturating_mul(r.times - 1, r.period_ns));
+      i = r.end_sample;
+      continue;
+    }
+    bins.offer(sim.memory[i].time_ns, sim.memory[i]);
+    last_time = sim.memory[i].time_ns;
+    ++i;
+  }
+  if (!sim.memory.empty() && timeline.time_ms.back() != static_cast<double>(last_time) / 1e6) {
+    timeline.time_ms.push_back(static_cast<double>(last_time) / 1e6);
     timeline.bytes.push_back(sim.memory.back().bytes);
   }
   return timeline;
@@ -91,9 +247,21 @@ std::string memory_hover_text(const MemoryTimeline& timeline, double time_ms) {
   char head[64];
   std::snprintf(head, sizeof head, "%.4g ms into the step", time_ms);
   std::string text = head;
+  // In a run of identical micro-batches, the task of the first one at the same point of its own.
+  double at_time = time_ms;
+  std::int64_t later = 0;
+  for (const RepeatSpan& repeat : timeline.repeats) {
+    if (repeat.times > 1 && repeat.period_ms > 0 && repeat.start_ms + repeat.period_ms <= time_ms && time_ms < repeat.end_ms) {
+      later = std::min(repeat.times - 1, static_cast<std::int64_t>((time_ms - repeat.start_ms) / repeat.period_ms));
+      at_time = std::max(repeat.start_ms, time_ms - static_cast<double>(later) * repeat.period_ms);
+      break;
+    }
+  }
   for (const TaskSpan& task : timeline.tasks) {
-    if (task.start_ms <= time_ms && time_ms < task.end_ms) {
-      text += "\n" + timeline.describe(task);
+    if (task.start_ms <= at_time && at_time < task.end_ms) {
+      TaskSpan shown = task;
+      if (shown.micro_batch >= 0) shown.micro_batch += static_cast<int>(later);
+      text += "\n" + timeline.describe(shown);
       break;
     }
   }

@@ -14,6 +14,7 @@
 #include "core/schedule.h"
 #include "gui/logic/trace_document.h"
 #include "planner/plan_search.h"
+#include "simulator/simulator.h"
 
 namespace headroom::gui {
 
@@ -41,15 +42,36 @@ struct TaskSpan {
   std::size_t category = 0;  // index into MemoryTimeline::categories
 };
 
+// A run of identical micro-batches: the tasks of its first one (tasks[first_task, first_task +
+// task_count) of MemoryTimeline) recur every period_ms until end_ms, each time the next micro-batch.
+struct RepeatSpan {
+  double start_ms = 0;
+  double period_ms = 0;
+  double end_ms = 0;
+  std::int64_t times = 1;
+  std::size_t first_task = 0;
+  std::size_t task_count = 0;
+  std::int64_t low_bytes = 0;   // the level each repetition starts and ends at
+  std::int64_t peak_bytes = 0;  // the highest each reaches
+  // Too narrow to see one by one (many to a bin): the chart draws repetitions 2..times as a band
+  // from low_bytes to peak_bytes instead of a block at the peak.
+  bool banded = false;
+};
+
 // Memory over the step, stacked by kind, at most a few thousand points (the highest sample of each
-// time bin is kept, so the peak is never smoothed away). Values are drawn as steps.
+// time bin is kept, so the peak is never smoothed away). Values are drawn as steps. A run of
+// identical micro-batches is binned from its first one's samples, shifted, without listing the
+// others: the points are those of every micro-batch listed out, and their number stays within the
+// bins however many micro-batches the step has (where several fit in a bin, the bin holds their
+// common peak: a band at the peak over the run).
 struct MemoryTimeline {
   std::vector<double> time_ms;
   std::vector<std::array<std::int64_t, core::kMemoryKinds>> bytes;  // per point, by core::MemoryKind
   std::int64_t peak_bytes = 0;
   double peak_time_ms = 0;
   double step_ms = 0;
-  std::vector<TaskSpan> tasks;  // compute-stream tasks in time order
+  std::vector<TaskSpan> tasks;  // compute-stream tasks in time order; a repeat's first repetition only
+  std::vector<RepeatSpan> repeats;
   std::vector<std::string> categories;   // "forward", "backward", "optimizer", ...
   std::vector<std::string> layer_names;  // the trace's, by layer id
   std::size_t micro_batches = 0;
@@ -103,6 +125,9 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs);
 
 // Simulates the plan's step and keeps at most `max_bins` bins of it.
 MemoryTimeline memory_timeline(const core::Trace& trace, const core::Plan& plan, int max_bins = 800);
+// The same from a simulated schedule (`layer_names` by layer id, the step's `micro_batches`).
+MemoryTimeline memory_timeline(const core::Schedule& schedule, const simulator::Simulation& sim,
+                               std::vector<std::string> layer_names, std::size_t micro_batches, int max_bins = 800);
 
 ThroughputCurve throughput_curve(const planner::PlanOutcome& outcome);
 
