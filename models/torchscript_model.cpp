@@ -238,7 +238,7 @@ std::int64_t TensorSpec::elements() const {
 }
 
 std::string TensorSpec::text() const {
-  std::string out;
+  std::string out = shape.empty() ? "scalar" : "";
   for (std::size_t i = 0; i < shape.size(); ++i) out += (i > 0 ? "x" : "") + std::to_string(shape[i]);
   out += ":" + dtype;
   if (is_integer()) out += ":" + std::to_string(low) + "-" + std::to_string(high);
@@ -247,11 +247,11 @@ std::string TensorSpec::text() const {
 
 TensorSpec parse_tensor_spec(const std::string& text, const std::string& field) {
   const std::string form = " (expected SHAPE:DTYPE such as 3x224x224:float32, or 128:int64:0-8192 for integers in "
-                           "[0, 8192); SHAPE is one sample's, without the batch dimension)";
+                           "[0, 8192); SHAPE is one sample's, without the batch dimension: scalar for one number)";
   const auto parts = split(text, ':');
   if (parts.size() < 2 || parts.size() > 3) throw core::InputError(field + ": '" + text + "' is not a tensor spec" + form);
   TensorSpec spec;
-  if (!parts[0].empty()) {
+  if (!parts[0].empty() && parts[0] != "scalar") {
     for (const auto& dim : split(parts[0], 'x')) {
       const auto value = parse_count(dim, kMaxSetting);
       if (!value || *value == 0) {

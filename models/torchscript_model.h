@@ -13,7 +13,8 @@
 namespace headroom::models {
 
 // One sample's tensor, as typed: "3x224x224:float32", "128:int64:0-8192" (integers drawn from
-// [0, 8192)), ":int64:0-10" (one integer per sample). The batch dimension is not part of it.
+// [0, 8192)), "scalar:int64:0-10" (one integer per sample; an empty shape means the same). The
+// batch dimension is not part of it.
 struct TensorSpec {
   std::vector<std::int64_t> shape;
   std::string dtype;  // float32, float64, int64, int32

@@ -102,8 +102,10 @@ TEST(TensorSpec, ParsesShapesDtypesAndRanges) {
   EXPECT_EQ(tokens.low, 0);
   EXPECT_EQ(tokens.high, 50257);
   EXPECT_EQ(tokens.text(), "128:int64:0-50257");
-  const auto label = models::parse_tensor_spec(":int64:0-10", "target");
+  const auto label = models::parse_tensor_spec("scalar:int64:0-10", "target");
   EXPECT_TRUE(label.shape.empty());
+  EXPECT_EQ(label.text(), "scalar:int64:0-10");
+  EXPECT_TRUE(models::parse_tensor_spec(":int64:0-10", "target").shape.empty());
   EXPECT_EQ(label.elements(), 1);
 }
 
@@ -134,7 +136,7 @@ TEST(TorchScriptModel, ChildrenBecomeLayersAndTheLossIsAdded) {
   EXPECT_EQ(model.layers()[2].name, "out");
   EXPECT_EQ(model.layers()[3].name, "loss");
   EXPECT_EQ(model.layers()[1].block, 1);
-  EXPECT_EQ(model.config().values().at("target"), ":int64:0-5");  // classes from the output
+  EXPECT_EQ(model.config().values().at("target"), "scalar:int64:0-5");  // classes from the output
   EXPECT_EQ(model.config().values().at("layers"), "fc1,fc2,out");
   EXPECT_EQ(model.parameters().size(), 5u);
 

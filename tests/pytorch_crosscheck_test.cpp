@@ -1,0 +1,162 @@
+// headroom against PyTorch itself (issue 13), on real models exported by examples/: one optimizer
+// step of a micro-batched, checkpointed plan against one full-batch step in Python from the same
+// weights and data, and headroom's measured peak of a plain step against torch.profiler's. Needs
+// Debian's python3-torch and python3-torchvision (scripts/install-examples-deps.sh); skips, saying
+// so, without them.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/atomic_file.h"
+#include "executor/plan_runner.h"
+#include "models/torchscript_model.h"
+#include "profiler/profiler.h"
+#include "runtime/optimizer.h"
+
+namespace headroom {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kExamples = fs::path(HEADROOM_SOURCE_DIR) / "examples";
+
+int run(const std::string& command) {
+  const int status = std::system((command + " > /tmp/headroom-crosscheck.log 2>&1").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string log_text() {
+  std::ifstream in("/tmp/headroom-crosscheck.log");
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+struct Exported {
+  std::string file;
+  std::map<std::string, std::string> config;
+};
+
+class PyTorchCrossCheck : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // The example scripts find Debian's interpreter themselves (exit 77 without torch).
+    const int probe = run("python3 " + (kExamples / "pytorch_step.py").string() + " versions");
+    if (probe != 0) {
+      skip_reason_ = "python3-torch and python3-torchvision are not installed (bash scripts/install-examples-deps.sh): " +
+                     log_text();
+      return;
+    }
+    directory_ = fs::temp_directory_path() / ("headroom-crosscheck-" + std::to_string(::getpid()));
+    fs::create_directories(directory_);
+    const int exported = run("python3 " + (kExamples / "export_torchvision.py").string() +
+                             " --models resnet18,decoder --image-size 32 --vocab 512 --seq 16 --d-model 64 --heads 4 "
+                             "--layers 2 --out " + directory_.string());
+    ASSERT_EQ(exported, 0) << log_text();
+  }
+  static void TearDownTestSuite() {
+    if (!directory_.empty()) fs::remove_all(directory_);
+  }
+  void SetUp() override {
+    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
+  }
+
+  static Exported resnet18() { return {(directory_ / "resnet18.pt").string(), {{"input", "3x32x32:float32"}}}; }
+  static Exported decoder() { return {(directory_ / "decoder.pt").string(), {{"input", "16:int64:0-512"}}}; }
+
+  static nlohmann::json python(const std::string& arguments) {
+    const fs::path out = directory_ / "result.json";
+    const int status = run("python3 " + (kExamples / "pytorch_step.py").string() + " " + arguments + " --out " + out.string());
+    EXPECT_EQ(status, 0) << log_text();
+    return nlohmann::json::parse(core::read_file(out));
+  }
+
+  static inline std::string skip_reason_;
+  static inline fs::path directory_;
+};
+
+// One step as headroom runs a plan: micro-batches of `micro` with `checkpointed` blocks, weights
+// b_i/B, then SGD; BatchNorm on running statistics and dropout off, so the step computes the same
+// function as the full batch. Returns Python's comparison of its weights and gradients.
+nlohmann::json planned_step_against_pytorch(const Exported& exported, const std::vector<std::int64_t>& micro,
+                                            const std::vector<int>& checkpointed, const fs::path& directory,
+                                            const std::function<nlohmann::json(const std::string&)>& python) {
+  models::Model model = models::load_torchscript_model(exported.file, exported.config, 0);
+  model.set_training(true);
+  model.set_batchnorm_eval(true);
+  model.set_dropout(false);
+  executor::Position position;
+  executor::PlanRunner runner(model, checkpointed, position);
+  const auto batches = executor::make_micro_batches(model, micro, 11, torch::kCPU);
+  std::int64_t total = 0;
+  for (const auto b : micro) total += b;
+  const auto parameters = model.parameters();
+  auto optimizer = runtime::make_optimizer("sgd", parameters);
+  optimizer->zero_grad();
+  runner.accumulate(batches, total);
+  const auto gradients = executor::gradients_of(parameters);
+  optimizer->step();
+
+  const models::Batch whole = executor::concatenate(batches);
+  c10::Dict<std::string, torch::Tensor> data;
+  data.insert("input", whole.input);
+  data.insert("target", whole.target);
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    data.insert("param." + std::to_string(i), parameters[i].detach());
+    data.insert("grad." + std::to_string(i), gradients[i]);
+  }
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(data));
+  const fs::path path = directory / "step-data.pt";
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return python("step --model " + exported.file + " --data " + path.string() + " --loss cross-entropy --optimizer sgd");
+}
+
+TEST_F(PyTorchCrossCheck, PlannedStepEndsWithPyTorchsFullBatchWeights) {
+  const auto py = [](const std::string& a) { return python(a); };
+  // resnet18: 6 layers (stem, four stages, head); stages 1 and 2 checkpointed.
+  const auto resnet = planned_step_against_pytorch(resnet18(), {4, 2}, {1, 2}, directory_, py);
+  RecordProperty("resnet18_max_rel_diff", std::to_string(resnet["max_rel_diff"].get<double>()));
+  EXPECT_LE(resnet["max_rel_diff"].get<double>(), 1e-5) << resnet.dump();
+  EXPECT_LE(resnet["max_rel_diff_grad"].get<double>(), 1e-5) << resnet.dump();
+  std::printf("resnet18 32x32, micro-batches 4+2, stages 1-2 checkpointed, SGD: weights %.3g, gradients %.3g\n",
+              resnet["max_rel_diff"].get<double>(), resnet["max_rel_diff_grad"].get<double>());
+
+  // The decoder: embedding, two blocks, head; both blocks checkpointed.
+  const auto gpt = planned_step_against_pytorch(decoder(), {3, 3, 2}, {1, 2}, directory_, py);
+  EXPECT_LE(gpt["max_rel_diff"].get<double>(), 1e-5) << gpt.dump();
+  EXPECT_LE(gpt["max_rel_diff_grad"].get<double>(), 1e-5) << gpt.dump();
+  std::printf("decoder, micro-batches 3+3+2, both blocks checkpointed, SGD: weights %.3g, gradients %.3g\n",
+              gpt["max_rel_diff"].get<double>(), gpt["max_rel_diff_grad"].get<double>());
+}
+
+// headroom's profiled peak of a plain step (static bytes, the batch, the step's highest allocation
+// above its start) against torch.profiler's of the same step in Python.
+TEST_F(PyTorchCrossCheck, PlainStepPeakAgreesWithTorchProfiler) {
+  for (const auto& [exported, batch] : {std::pair{resnet18(), std::int64_t{8}}, {decoder(), std::int64_t{8}}}) {
+    models::Model model = models::load_torchscript_model(exported.file, exported.config, 0);
+    profiler::ProfileOptions options;
+    options.batch_sizes = {batch};
+    options.repeats = 1;
+    options.optimizer = "sgd";
+    const core::Trace trace = profiler::profile(model, options);
+    const core::StepSample& step = trace.steps.front();
+    const nlohmann::json py = python("peak --model " + exported.file + " --input " + exported.config.at("input") +
+                                     " --batch " + std::to_string(batch) + " --optimizer sgd");
+    // Both sides hold parameters, gradients, momentum and buffers; headroom also counts the
+    // module's debug records (what loading keeps), which PyTorch's profiler does not see.
+    const std::int64_t debug_records = model.extra_resident_bytes();
+    const auto headroom_peak = static_cast<double>(step.peak_bytes - debug_records);
+    const double torch_peak = py["peak_bytes"].get<double>();
+    std::printf("%s at batch %lld: headroom %.0f B (static %lld, less %lld B of debug records), torch.profiler %.0f B "
+                "(static %lld): %.2f%%\n",
+                fs::path(exported.file).stem().c_str(), static_cast<long long>(batch), headroom_peak,
+                static_cast<long long>(step.static_bytes), static_cast<long long>(debug_records), torch_peak,
+                py["static_bytes"].get<long long>(), 100 * (headroom_peak - torch_peak) / torch_peak);
+    EXPECT_NEAR(headroom_peak, torch_peak, 0.02 * torch_peak) << py.dump();
+  }
+}
+
+}  // namespace
+}  // namespace headroom
