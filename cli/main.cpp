@@ -139,13 +139,26 @@ std::map<std::string, std::string> torchscript_config(const ProfileArgs& args) {
   return config;
 }
 
+// The loader names its config keys; here they were typed as flags.
+models::Model load_torchscript(const ProfileArgs& args) {
+  try {
+    return models::load_torchscript_model(args.torchscript, torchscript_config(args), args.options.seed);
+  } catch (const core::InputError& e) {
+    const std::string message = e.what();
+    for (const std::string key : models::kTorchScriptKeys) {
+      if (message.rfind(key + ": ", 0) == 0) throw core::InputError("--" + message);
+    }
+    throw;
+  }
+}
+
 // `gpu_step` receives the last profiled step at the largest batch size when profiling on CUDA.
 core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStepRecord>& gpu_step) {
   profiler::ProfileOptions options = args.options;
   options.batch_sizes = parse_batch_sizes(args.batch_sizes);
   models::Model model = args.torchscript.empty()
                             ? models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed)
-                            : models::load_torchscript_model(args.torchscript, torchscript_config(args), args.options.seed);
+                            : load_torchscript(args);
   ProgressPrinter printer(model.name());
   options.on_progress = [&printer](const profiler::Progress& p) { printer(p); };
   options.on_gpu_step = [&gpu_step, largest = options.batch_sizes.back()](std::int64_t batch,

@@ -26,8 +26,13 @@ std::string first_line(const std::string& text) {
 }
 
 std::string error_text(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return first_line(c10->what_without_backtrace());
-  return first_line(e.what());
+  const std::string text = dynamic_cast<const c10::Error*>(&e) != nullptr
+                               ? dynamic_cast<const c10::Error*>(&e)->what_without_backtrace()
+                               : e.what();
+  // The TorchScript interpreter puts its traceback first and the op's own message last.
+  const auto cause = text.rfind("\nRuntimeError: ");
+  if (cause != std::string::npos) return first_line(text.substr(cause + 15));
+  return first_line(text);
 }
 
 // A whole non-negative integer of at most `max`, or nothing.
@@ -312,6 +317,8 @@ Model load_torchscript_model(const std::string& path, const std::map<std::string
   if (loss == "model" && target_it != config.end() && !target_it->second.empty()) {
     throw core::InputError("target: with --loss model the module computes the loss from its input; it reads no target");
   }
+  // Flags first, the file after: a typo costs no load.
+  if (target_it != config.end() && !target_it->second.empty()) parse_tensor_spec(target_it->second, "target");
 
   // The graph executor's optimizations change a module after its first runs (profiling runs, then
   // differentiable subgraphs that save other tensors for backward): off, every run allocates and

@@ -325,6 +325,29 @@ TEST_F(BadInputCli, FlagsAndFilesThatAreNotWhatTheySay) {
 
 // What a user can type that would make the program allocate or spawn without end, and outputs
 // that would clobber an input or each other (issue 22's table): refused before any work.
+// Your own model's flags (issue 13); what a module itself gets wrong is in torchscript_test.cpp.
+TEST_F(BadInputCli, TorchScriptFlagsAndFilesThatAreNotAModule) {
+  core::write_file_atomically(dir_ / "junk.pt", "not a model");
+  const std::string junk = path("junk.pt");
+  expect_refused("profile --torchscript " + path("missing.pt") + " --input 3:float32", "missing.pt: no such file");
+  expect_refused("profile --torchscript " + junk + " --input 3:float32", "junk.pt is not a TorchScript module");
+  expect_refused("profile --torchscript " + dir_.string() + " --input 3:float32", "not a regular file");
+  expect_refused("profile --torchscript " + junk, "--input: give one sample's shape and dtype");
+  expect_refused("profile --model mlp --torchscript " + junk + " --input 3:float32", "either --model");
+  expect_refused("profile --batch-sizes 1", "either --model");
+  expect_refused("profile --torchscript " + junk + " --input 3:float32 --set depth=2", "--set: size settings are for zoo");
+  expect_refused("profile --model mlp --input 3:float32", "--input: applies to --torchscript modules only");
+  expect_refused("profile --model mlp --layers a,b", "--layers: applies to --torchscript modules only");
+  expect_refused("profile --torchscript " + junk + " --input 3:float16", "--input: dtype 'float16' is not supported");
+  expect_refused("profile --torchscript " + junk + " --input 3x0:float32", "--input: dimension '0'");
+  expect_refused("profile --torchscript " + junk + " --input 16:int64", "--input: integers need their range");
+  expect_refused("profile --torchscript " + junk + " --input 16:int64:9-3", "--input: range '9-3'");
+  expect_refused("profile --torchscript " + junk + " --input 3:float32 --target 3:bool", "--target: dtype 'bool'");
+  expect_refused("profile --torchscript " + junk + " --input 3:float32 --loss hinge", "--loss");
+  expect_refused("profile --torchscript " + junk + " --input 3:float32 --loss model --target 3:float32",
+                 "--target: with --loss model");
+}
+
 TEST_F(BadInputCli, TypedSizesAndOutputsThatClobberAreRefusedAtOnce) {
   const std::string profile = "profile --model mlp";
   expect_refused(profile + " --threads 100000 --batch-sizes 1", "--threads: expected 0 (libtorch's default) to 256, got 100000");
