@@ -202,8 +202,9 @@ struct Trace {
   // before it was recorded.
   std::int64_t checkpoint_state_bytes = 0;
   // What the model holds besides its parameters, from before the first step to the last: buffers
-  // (BatchNorm's running statistics) and what a loader keeps (a TorchScript module's debug records).
-  // 0 in traces from before it was recorded.
+  // (BatchNorm's running statistics), tensors its batch generator keeps (a task's teacher), what a
+  // loader keeps (a TorchScript module's debug records). Measured as the model is built; 0 in traces
+  // from before it was recorded.
   std::int64_t model_extra_bytes = 0;
 
   bool operator==(const Trace&) const = default;

@@ -91,10 +91,9 @@ void Model::to(torch::Device device) {
   if (foreign_) foreign_->to(device);
 }
 
-void Model::set_foreign_modules(std::shared_ptr<ForeignModules> modules, core::ModelFile file, std::int64_t extra_bytes) {
+void Model::set_foreign_modules(std::shared_ptr<ForeignModules> modules, core::ModelFile file) {
   foreign_ = std::move(modules);
   file_ = std::move(file);
-  extra_resident_bytes_ = extra_bytes;
   foreign_->set_modes(context_.training, context_.dropout, batchnorm_eval_);
 }
 

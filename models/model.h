@@ -107,10 +107,11 @@ class Model {
   void to(torch::Device device);
 
   // The model's layers run modules it does not own (see ForeignModules), loaded from `file`.
-  // `extra_bytes`: what loading them left allocated besides their parameters and buffers.
-  void set_foreign_modules(std::shared_ptr<ForeignModules> modules, core::ModelFile file, std::int64_t extra_bytes);
-  // Allocated for the model's life besides its parameters and buffers (see set_foreign_modules).
+  void set_foreign_modules(std::shared_ptr<ForeignModules> modules, core::ModelFile file);
+  // Allocated for the model's life besides its parameters: buffers, what its batch generator keeps,
+  // what a loader keeps. Measured as the model is built (models/build_allocations.h).
   std::int64_t extra_resident_bytes() const { return extra_resident_bytes_; }
+  void set_extra_resident_bytes(std::int64_t bytes) { extra_resident_bytes_ = bytes; }
   const std::optional<core::ModelFile>& file() const { return file_; }
   RunContext context() const { return context_; }
 

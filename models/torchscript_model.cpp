@@ -2,7 +2,6 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
-#include <caffe2/serialize/inline_container.h>
 #include <torch/script.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/sha256.h"
+#include "models/build_allocations.h"
 
 namespace headroom::models {
 
@@ -211,22 +211,6 @@ ModelFileBytes read_model_file(const std::string& path, const std::string& expec
   return out;
 }
 
-// Loading keeps every function's debug records (the archive's .debug_pkl files: source ranges for
-// error messages) allocated for the module's life, beside its parameters and buffers: memory the
-// budget counts (the torchscript tests check the sum against what loading allocates).
-std::int64_t retained_debug_bytes(const std::string& bytes) {
-  std::istringstream stream(bytes);
-  caffe2::serialize::PyTorchStreamReader reader(&stream);
-  std::int64_t total = 0;
-  const std::string suffix = ".debug_pkl";
-  for (const auto& name : reader.getAllRecords()) {
-    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      total += static_cast<std::int64_t>(std::get<1>(reader.getRecord(name)));
-    }
-  }
-  return total;
-}
-
 const std::string& required_key(const std::map<std::string, std::string>& config, const std::string& key,
                                 const std::string& why) {
   const auto it = config.find(key);
@@ -299,8 +283,10 @@ TensorSpec parse_tensor_spec(const std::string& text, const std::string& field) 
   return spec;
 }
 
-Model load_torchscript_model(const std::string& path, const std::map<std::string, std::string>& config,
-                             std::uint64_t seed, const std::string& expected_sha256) {
+namespace {
+
+Model load_module(const std::string& path, const std::map<std::string, std::string>& config, std::uint64_t seed,
+                  const std::string& expected_sha256) {
   for (const auto& [key, value] : config) {
     if (std::find(std::begin(kTorchScriptKeys), std::end(kTorchScriptKeys), key) == std::end(kTorchScriptKeys)) {
       throw core::InputError("config: '" + key + "' is not a TorchScript model setting (input, target, loss, layers)");
@@ -327,11 +313,9 @@ Model load_torchscript_model(const std::string& path, const std::map<std::string
   torch::jit::setGraphExecutorOptimize(false);
   ModelFileBytes file = read_model_file(path, expected_sha256);
   torch::jit::Module module;
-  std::int64_t debug_bytes = 0;
   try {
     std::istringstream stream(file.bytes);
     module = torch::jit::load(stream);
-    debug_bytes = retained_debug_bytes(file.bytes);
   } catch (const std::exception& e) {
     throw core::InputError(path + " is not a TorchScript module (save one with torch.jit.save(torch.jit.script(model), "
                            "path)): " + error_text(e));
@@ -487,9 +471,18 @@ Model load_torchscript_model(const std::string& path, const std::map<std::string
                              (target ? " and a target of " + target->text() : std::string()) + ": " + error_text(e));
     }
   }
-  model.set_foreign_modules(std::make_shared<ScriptModules>(module), file.file, debug_bytes);
+  model.set_foreign_modules(std::make_shared<ScriptModules>(module), file.file);
   model.set_training(true);
   return model;
+}
+
+}  // namespace
+
+Model load_torchscript_model(const std::string& path, const std::map<std::string, std::string>& config,
+                             std::uint64_t seed, const std::string& expected_sha256) {
+  // Loading keeps each function's debug records (source ranges for error messages) for the module's
+  // life: memory the budget counts, measured here with the rest.
+  return counting_build_allocations([&] { return load_module(path, config, seed, expected_sha256); });
 }
 
 }  // namespace headroom::models

@@ -1,6 +1,7 @@
 #include "models/zoo.h"
 
 #include "core/errors.h"
+#include "models/build_allocations.h"
 
 namespace headroom::models {
 
@@ -92,7 +93,8 @@ const ZooEntry& find_zoo_entry(const std::string& name) {
 Model build_zoo_model(const std::string& name, const std::map<std::string, std::string>& overrides,
                       std::uint64_t seed) {
   const ZooEntry& entry = find_zoo_entry(name);
-  return entry.build(resolve_config(entry.name, entry.keys, entry.presets, overrides), seed);
+  const Config config = resolve_config(entry.name, entry.keys, entry.presets, overrides);
+  return counting_build_allocations([&] { return entry.build(config, seed); });
 }
 
 }  // namespace headroom::models

@@ -480,7 +480,6 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     trace.checkpoint_state_bytes = recorder->allocated();
   }
   trace.model_extra_bytes = model.extra_resident_bytes();
-  for (const auto& b : model.buffers()) trace.model_extra_bytes += runtime::tensor_bytes(b);
   trace.layers.resize(layer_count);
   for (std::size_t i = 0; i < layer_count; ++i) {
     const auto& layer = model.layers()[i];

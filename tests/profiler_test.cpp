@@ -254,8 +254,11 @@ TEST(Profiler, AdamStateIsTwoFloatsPerParameter) {
   const core::Trace trace = profiler::profile(model, options);
   EXPECT_DOUBLE_EQ(trace.optimizer.state_bytes_per_param, 8.0);
   EXPECT_EQ(trace.optimizer.state_bytes, 2 * model.parameter_bytes());
-  // Parameters, their gradients and Adam's two moments.
-  EXPECT_EQ(trace.steps[0].static_bytes, 4 * model.parameter_bytes());
+  // Parameters, their gradients and Adam's two moments, and what else the model holds (its task's
+  // teacher, kept by the batch generator).
+  EXPECT_GT(model.extra_resident_bytes(), 0);
+  EXPECT_EQ(trace.model_extra_bytes, model.extra_resident_bytes());
+  EXPECT_EQ(trace.steps[0].static_bytes, 4 * model.parameter_bytes() + model.extra_resident_bytes());
   // Adam's update builds per-parameter temporaries (the denominator): at least the largest one.
   std::int64_t largest = 0;
   for (const auto& p : model.parameters()) largest = std::max<std::int64_t>(largest, p.numel() * p.element_size());
