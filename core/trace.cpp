@@ -414,6 +414,7 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
       trace.checkpoint_state_bytes = root.at("checkpoint_state_bytes").as_int_in(0, std::int64_t{1} << 24);
     }
     if (root.has("model_extra_bytes")) trace.model_extra_bytes = as_bytes(root.at("model_extra_bytes"));
+    trace.extras_recorded = root.has("model_extra_bytes") && root.has("checkpoint_state_bytes");
 
     const auto optimizer = root.at("optimizer");
     trace.optimizer.name = optimizer.at("name").as_string();

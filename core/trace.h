@@ -206,6 +206,8 @@ struct Trace {
   // loader keeps (a TorchScript module's debug records). Measured as the model is built; 0 in traces
   // from before it was recorded.
   std::int64_t model_extra_bytes = 0;
+  // False for a trace from before those two were recorded: its plans may predict a few KiB low.
+  bool extras_recorded = true;
 
   bool operator==(const Trace&) const = default;
 

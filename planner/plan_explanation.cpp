@@ -140,6 +140,10 @@ std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, c
 std::vector<std::string> plan_warnings(const core::Trace& trace, const std::vector<std::int64_t>& micro_batches,
                                        std::int64_t global_batch) {
   std::vector<std::string> warnings;
+  if (!trace.extras_recorded) {
+    warnings.push_back("the trace is from before headroom measured what a model holds besides its parameters and "
+                       "what a checkpointed block saves: the predicted peak may be a few KiB low; profile again");
+  }
   const std::int64_t largest = micro_batches.front();
   if (largest > trace.batch_sizes.back()) {
     warnings.push_back("micro-batches of " + std::to_string(largest) + " are larger than the largest profiled size (" +

@@ -104,6 +104,9 @@ bool accepted_on_purpose(const std::string& path, const std::string& what) {
       {"$.profile.seed", "huge"},
       // A plan from before Tempo names no variant: every layer standard.
       {"$.layers[*].variant", "missing"},
+      // A trace from before they were recorded: read as 0, and its plans say so (extras_recorded).
+      {"$.checkpoint_state_bytes", "missing"},
+      {"$.model_extra_bytes", "missing"},
   };
   // The zoo reads a model's settings when it builds the model (execute), and names the key there.
   if (path.rfind("$.model.config.", 0) == 0) return true;
@@ -160,6 +163,25 @@ TEST(BadTrace, EveryFieldSpoiledIsNamedOrDocumented) {
   EXPECT_GT(s.spoiled, 100);
   for (const auto& a : s.accepted) ADD_FAILURE() << "accepted: " << a;
   std::printf("trace: %d spoiled documents, %zu accepted\n", s.spoiled, s.accepted.size());
+}
+
+// A trace from before the model's extra bytes and the checkpoint's RNG state were recorded still
+// plans, and the plan says its peak may be low.
+TEST(OldTrace, PlansSayTheirPeakMayBeLow) {
+  json old = core::parse_json(core::read_file(kTrace), kTrace);
+  old.erase("checkpoint_state_bytes");
+  old.erase("model_extra_bytes");
+  const core::Trace trace = core::trace_from_json(old, "old.json");
+  EXPECT_FALSE(trace.extras_recorded);
+  planner::PlanRequest request;
+  request.global_batch = 64;
+  request.budget_bytes = 1LL << 40;
+  const auto plan = planner::plan_step(trace, request).plan;
+  ASSERT_TRUE(plan);
+  bool warned = false;
+  for (const auto& w : plan->warnings) warned |= w.find("may be a few KiB low") != std::string::npos;
+  EXPECT_TRUE(warned);
+  EXPECT_TRUE(core::trace_from_json(core::parse_json(core::read_file(kTrace), kTrace), "t.json").extras_recorded);
 }
 
 core::Plan mlp_plan() {
