@@ -346,7 +346,8 @@ int main(int argc, char** argv) {
       check_model_flags(args);
       std::optional<profiler::GpuStepRecord> gpu_step;
       const core::Trace trace = run_profile(args, gpu_step);
-      if (!args.output.empty()) core::write_trace_file(args.output, trace);
+      std::vector<std::pair<std::filesystem::path, std::string>> outputs;
+      if (!args.output.empty()) outputs.emplace_back(args.output, core::to_json(trace).dump(1) + "\n");
       if (!args.chrome.empty()) {
         core::ChromeTrace chrome = core::profile_step_chrome(trace, trace.batch_sizes.back());
         if (gpu_step) {
@@ -354,8 +355,9 @@ int main(int argc, char** argv) {
           for (const auto& layer : trace.layers) names.push_back(layer.name);
           profiler::gpu::add_gpu_lanes(chrome, gpu_step->log, gpu_step->ranges, names, gpu_step->origin_ns, 2);
         }
-        core::write_file_atomically(args.chrome, chrome.to_json().dump() + "\n");
+        outputs.emplace_back(args.chrome, chrome.to_json().dump() + "\n");
       }
+      core::write_files_together(outputs);
       print_trace_summary(trace);
       if (!args.output.empty()) std::cout << "\ntrace written to " << args.output << "\n";
     }

@@ -111,10 +111,12 @@ int run_simulate(const SimulateArgs& args) {
       {"memory_timeline", timeline},
       {"repeats", repeats},
   };
-  if (!args.output.empty()) core::write_file_atomically(args.output, document.dump(1) + "\n");
+  std::vector<std::pair<std::filesystem::path, std::string>> outputs;
+  if (!args.output.empty()) outputs.emplace_back(args.output, document.dump(1) + "\n");
   if (!args.chrome.empty()) {
-    core::write_file_atomically(args.chrome, simulator::chrome_trace(schedule, sim, plan.model + " plan " + args.plan).dump() + "\n");
+    outputs.emplace_back(args.chrome, simulator::chrome_trace(schedule, sim, plan.model + " plan " + args.plan).dump() + "\n");
   }
+  core::write_files_together(outputs);
 
   std::printf("simulated %lld tasks of %s (%zu micro-batches", static_cast<long long>(tasks), args.plan.c_str(),
               plan.choice.micro_batches.size());

@@ -28,8 +28,10 @@ void check_output_path(const std::filesystem::path& path) {
   }
 }
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
-  check_output_path(path);
+namespace {
+
+// The content written and synced under a temporary name beside `path`; returns that name.
+std::string stage(const std::filesystem::path& path, std::string_view content) {
   const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : ".";
   std::string pattern = (directory / ("." + path.filename().string() + ".tmp.XXXXXX")).string();
   const int fd = ::mkstemp(pattern.data());
@@ -58,11 +60,33 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
     ::unlink(pattern.c_str());
     throw std::runtime_error("cannot write " + path.string() + ": close: " + std::strerror(errno));
   }
-  if (::rename(pattern.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(pattern.c_str());
-    throw std::runtime_error("cannot write " + path.string() + ": " + std::strerror(err));
+  return pattern;
+}
+
+}  // namespace
+
+void write_files_together(const std::vector<std::pair<std::filesystem::path, std::string>>& files) {
+  for (const auto& [path, content] : files) check_output_path(path);
+  // Every file is written in full before any takes its name: a failure while writing (a full disk,
+  // a directory gone) leaves none of them, and what remains is only renames.
+  std::vector<std::string> staged;
+  try {
+    for (const auto& [path, content] : files) staged.push_back(stage(path, content));
+  } catch (...) {
+    for (const auto& name : staged) ::unlink(name.c_str());
+    throw;
   }
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (::rename(staged[i].c_str(), files[i].first.c_str()) != 0) {
+      const int err = errno;
+      for (std::size_t k = i; k < staged.size(); ++k) ::unlink(staged[k].c_str());
+      throw std::runtime_error("cannot write " + files[i].first.string() + ": " + std::strerror(err));
+    }
+  }
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
+  write_files_together({{path, std::string(content)}});
 }
 
 std::string read_file(const std::filesystem::path& path, std::uintmax_t max_bytes) {

@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace headroom::core {
 
@@ -15,6 +17,12 @@ void check_output_path(const std::filesystem::path& path);
 // is flushed to disk, and is renamed over `path`. A failure leaves any previous file untouched and
 // throws std::runtime_error naming the path.
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
+
+// The outputs of one run, landing together: every file is written and flushed under a temporary
+// name first, and only then renamed over its path, so a failure while writing leaves none of them
+// (and every previous file untouched). Only a rename failing after that (no room for a directory
+// entry) can leave the earlier ones written.
+void write_files_together(const std::vector<std::pair<std::filesystem::path, std::string>>& files);
 
 // The largest file headroom reads: a trace of thousands of layers is a few MiB; parsed JSON takes
 // about ten times its text, so this keeps a bad input's parse well under a GiB.

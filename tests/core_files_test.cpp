@@ -41,6 +41,24 @@ TEST(AtomicFile, FailureLeavesNothingBehind) {
   fs::remove_all(dir);
 }
 
+TEST(AtomicFile, OutputsOfOneRunLandTogetherOrNotAtAll) {
+  const fs::path dir = fresh_directory("headroom_atomic_together");
+  core::write_file_atomically(dir / "s.json", "old");
+  // The second name is valid to check but too long for its temporary (name + 12 characters > 255):
+  // writing fails after the first file was staged, and neither may land.
+  const fs::path long_name = dir / (std::string(250, 'c') + ".json");
+  EXPECT_THROW(core::write_files_together({{dir / "s.json", "new"}, {long_name, "chrome"}}), std::runtime_error);
+  EXPECT_EQ(core::read_file(dir / "s.json"), "old");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}), 1);  // no temporaries
+  // A path refused up front: nothing is written at all.
+  EXPECT_THROW(core::write_files_together({{dir / "s.json", "new"}, {dir / "nodir" / "c.json", "x"}}), core::InputError);
+  EXPECT_EQ(core::read_file(dir / "s.json"), "old");
+  core::write_files_together({{dir / "s.json", "new"}, {dir / "c.json", "chrome"}});
+  EXPECT_EQ(core::read_file(dir / "s.json"), "new");
+  EXPECT_EQ(core::read_file(dir / "c.json"), "chrome");
+  fs::remove_all(dir);
+}
+
 TEST(AtomicFile, ReadingAMissingFileNamesIt) {
   try {
     core::read_file("/nonexistent/headroom.json");
