@@ -8,7 +8,7 @@ import sys
 
 # Debian's python3-torch installs into /usr/lib/python3/dist-packages, which only the system interpreter
 # reads. A python3 earlier on PATH (pyenv, a virtualenv) does not see it, so the scripts re-run themselves
-# with this one rather than fail on a machine where `bash scripts/install-examples-deps.sh` did its job.
+# with this one rather than fail on a machine where `./scripts/install-deps.sh --with-pytorch` did its job.
 SYSTEM_PYTHON = "/usr/bin/python3"
 _REEXEC_MARK = "HEADROOM_EXAMPLES_REEXEC"
 
@@ -36,7 +36,7 @@ def require_torch(prog):
         os.environ[_REEXEC_MARK] = "1"
         os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON] + sys.argv)
     fail(prog, f"cannot import torch ({reason}); install Debian's python3-torch and python3-torchvision "
-               f"with `bash scripts/install-examples-deps.sh` and run with {SYSTEM_PYTHON}", EXIT_NO_TORCH)
+               f"with `./scripts/install-deps.sh --with-pytorch` and run with {SYSTEM_PYTHON}", EXIT_NO_TORCH)
 
 
 # The dtypes headroom's --input/--target accept; integer ones need a value range for synthetic data.

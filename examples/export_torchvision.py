@@ -30,7 +30,7 @@ from torch import nn  # noqa: E402
 try:
     import torchvision  # noqa: E402
 except ImportError as error:
-    common.fail(PROG, f"cannot import torchvision ({error}); run `bash scripts/install-examples-deps.sh`",
+    common.fail(PROG, f"cannot import torchvision ({error}); run `./scripts/install-deps.sh --with-pytorch`",
                 common.EXIT_NO_TORCH)
 
 # nn.TransformerEncoderLayer of torch 1.13 lists batch_first among its TorchScript constants but keeps it

@@ -4,6 +4,9 @@
 # list as the build, cmake/dependencies.cmake) and every file the tests read at run time is there.
 # Safe to run again: apt-get skips what is already installed. Needs root (or sudo).
 # --with-fuzzing adds clang and libFuzzer's runtime for scripts/fuzz.sh (CI uses it).
+# --with-pytorch adds Debian's PyTorch 1.13 and torchvision 0.14 for /usr/bin/python3: the tests that
+# check headroom against PyTorch itself use them (and skip, saying why, without them), and examples/
+# exports real models with them. The build needs no Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,13 +29,18 @@ packages=(
   dataset-fashion-mnist
 )
 
-case "${1:-}" in
-  "") ;;
-  --with-fuzzing)
-    # libFuzzer's runtime is only a Recommends of clang's, so --no-install-recommends needs it named.
-    packages+=(clang libclang-rt-14-dev) ;;
-  *) echo "install-deps: unknown option '$1' (known: --with-fuzzing)" >&2; exit 2 ;;
-esac
+with_pytorch=0
+for option in "$@"; do
+  case "$option" in
+    --with-fuzzing)
+      # libFuzzer's runtime is only a Recommends of clang's, so --no-install-recommends needs it named.
+      packages+=(clang libclang-rt-14-dev) ;;
+    --with-pytorch)
+      packages+=(python3 python3-torch python3-torchvision)
+      with_pytorch=1 ;;
+    *) echo "install-deps: unknown option '$option' (known: --with-fuzzing, --with-pytorch)" >&2; exit 2 ;;
+  esac
+done
 
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
@@ -72,6 +80,23 @@ for entry in "${runtime_files[@]}"; do
     problems=1
   fi
 done
+if [ "$with_pytorch" -eq 1 ]; then
+  # Debian's packages install into /usr/lib/python3/dist-packages, which only the system interpreter
+  # reads: a python3 earlier on PATH (pyenv, a virtualenv) does not see them. Check the system one, and
+  # say which to use when the first python3 on PATH is another.
+  if ! versions=$(/usr/bin/python3 -c 'import torch, torchvision; print(torch.__version__, torchvision.__version__)' 2>&1); then
+    echo "install-deps: /usr/bin/python3 cannot import torch and torchvision: ${versions##*$'\n'}" >&2
+    problems=1
+  else
+    echo "install-deps: /usr/bin/python3 has torch and torchvision ${versions}"
+    first=$(command -v python3 || true)
+    if [ -n "$first" ] && [ "$(readlink -f "$first")" != "$(readlink -f /usr/bin/python3)" ] \
+       && ! "$first" -c 'import torch' >/dev/null 2>&1; then
+      echo "install-deps: note: python3 on PATH is $first, which does not see Debian's torch;" \
+           "the example scripts re-run themselves with /usr/bin/python3, or call that directly"
+    fi
+  fi
+fi
 if [ "$problems" -ne 0 ]; then
   echo "install-deps: the packages above are not enough for the default build and its tests" >&2
   exit 1

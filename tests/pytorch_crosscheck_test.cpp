@@ -1,7 +1,7 @@
 // headroom against PyTorch itself (issue 13), on real models exported by examples/: one optimizer
 // step of a micro-batched, checkpointed plan against one full-batch step in Python from the same
 // weights and data, and headroom's measured peak of a plain step against torch.profiler's. Needs
-// Debian's python3-torch and python3-torchvision (scripts/install-examples-deps.sh); skips, saying
+// Debian's python3-torch and python3-torchvision (scripts/install-deps.sh --with-pytorch); skips, saying
 // so, without them.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -45,7 +45,7 @@ class PyTorchCrossCheck : public ::testing::Test {
     // The example scripts find Debian's interpreter themselves (exit 77 without torch).
     const int probe = run("python3 " + (kExamples / "pytorch_step.py").string() + " versions");
     if (probe != 0) {
-      skip_reason_ = "python3-torch and python3-torchvision are not installed (bash scripts/install-examples-deps.sh): " +
+      skip_reason_ = "python3-torch and python3-torchvision are not installed (./scripts/install-deps.sh --with-pytorch): " +
                      log_text();
       return;
     }
