@@ -78,12 +78,16 @@ std::int64_t Model::parameter_bytes() const {
 void Model::set_training(bool training) {
   context_.training = training;
   root_->train(training);
+  apply_foreign_modes();
+}
+
+void Model::apply_foreign_modes() {
   if (foreign_) foreign_->set_modes(context_.training, context_.dropout, batchnorm_eval_);
 }
 
 void Model::set_dropout(bool enabled) {
   context_.dropout = enabled;
-  if (foreign_) foreign_->set_modes(context_.training, context_.dropout, batchnorm_eval_);
+  apply_foreign_modes();
 }
 
 void Model::to(torch::Device device) {
@@ -94,7 +98,7 @@ void Model::to(torch::Device device) {
 void Model::set_foreign_modules(std::shared_ptr<ForeignModules> modules, core::ModelFile file) {
   foreign_ = std::move(modules);
   file_ = std::move(file);
-  foreign_->set_modes(context_.training, context_.dropout, batchnorm_eval_);
+  apply_foreign_modes();
 }
 
 Batch Model::make_batch(std::int64_t batch_size, std::uint64_t seed) const {
@@ -120,7 +124,7 @@ void Model::set_batchnorm_eval(bool eval) {
   for (const auto& child : root_->children()) {
     if (dynamic_cast<torch::nn::BatchNorm2dImpl*>(child.get()) != nullptr) child->train(!eval && context_.training);
   }
-  if (foreign_) foreign_->set_modes(context_.training, context_.dropout, batchnorm_eval_);
+  apply_foreign_modes();
 }
 
 torch::Tensor Model::forward(const Batch& batch, LayerObserver* observer) const {

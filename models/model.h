@@ -141,6 +141,8 @@ class Model {
 
  private:
   static std::string sanitize(const std::string& name);
+  // Foreign modules keep their own modes: tell them the model's.
+  void apply_foreign_modes();
   torch::Tensor forward_to(const Batch& batch, int last, LayerObserver* observer) const;
 
   std::string name_;

@@ -26,9 +26,8 @@ std::string first_line(const std::string& text) {
 }
 
 std::string error_text(const std::exception& e) {
-  const std::string text = dynamic_cast<const c10::Error*>(&e) != nullptr
-                               ? dynamic_cast<const c10::Error*>(&e)->what_without_backtrace()
-                               : e.what();
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  const std::string text = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
   // The TorchScript interpreter puts its traceback first and the op's own message last.
   const auto cause = text.rfind("\nRuntimeError: ");
   if (cause != std::string::npos) return first_line(text.substr(cause + 15));
