@@ -15,6 +15,13 @@ struct ExecuteArgs {
   std::string data = "synthetic";
   bool batchnorm_eval = false;
   std::string output;
+  // Data parallel: start this many local workers (--devices), or be one worker of a group
+  // launched by hand (--rank, --world-size, --store).
+  int devices = 0;
+  int rank = -1;
+  int world_size = 0;
+  std::string store;
+  bool full_batch_reference = false;
 };
 int run_execute(const ExecuteArgs& args);
 
