@@ -23,6 +23,7 @@
 #include "executor/executor.h"
 #include "models/model_source.h"
 #include "models/zoo.h"
+#include "planner/data_parallel_model.h"
 #include "planner/micro_batch_model.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
@@ -56,7 +57,7 @@ constexpr int kMaxLocalWorkers = 64;
 int check_worker_flags(const ExecuteArgs& args, const core::Plan& plan) {
   const int planned = plan.choice.world_size;
   const bool by_hand = args.rank >= 0 || args.world_size > 0 || !args.store.empty();
-  if (args.devices != 0) {
+  if (args.devices != kDevicesNotGiven) {
     if (by_hand) throw core::InputError("--devices: give either --devices or --rank/--world-size/--store, not both");
     if (args.devices < 1 || args.devices > kMaxLocalWorkers) {
       throw core::InputError("--devices: expected from 1 to " + std::to_string(kMaxLocalWorkers) + " local workers, got " +
@@ -137,8 +138,13 @@ int run_execute(const ExecuteArgs& args) {
   options.data = args.data;
   options.batchnorm_eval = args.batchnorm_eval;
   options.on_progress = progress_line;
-  const core::Report executed = executor::execute(plan, trace, args.plan, options);
+  core::Report executed = executor::execute(plan, trace, args.plan, options);
   end_progress();
+  if (executed.data_parallel && plan.choice.world_size > 1) {
+    const auto timing = planner::plan_allreduce_timing(trace, plan);
+    executed.data_parallel->predicted_allreduce_seconds = static_cast<double>(timing.total_ns) / 1e9;
+    executed.data_parallel->predicted_exposed_allreduce_seconds = static_cast<double>(timing.exposed_ns) / 1e9;
+  }
   // Worker 0 reports for all; the others only say how they ended.
   if (options.rank != 0) {
     if (executed.status != "ok") {

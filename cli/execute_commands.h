@@ -5,6 +5,8 @@
 
 namespace headroom::cli {
 
+inline constexpr int kDevicesNotGiven = -2147483647 - 1;
+
 struct ExecuteArgs {
   std::string plan;
   int steps = 3;
@@ -17,7 +19,7 @@ struct ExecuteArgs {
   std::string output;
   // Data parallel: start this many local workers (--devices), or be one worker of a group
   // launched by hand (--rank, --world-size, --store).
-  int devices = 0;
+  int devices = kDevicesNotGiven;
   int rank = -1;
   int world_size = 0;
   std::string store;

@@ -45,10 +45,16 @@ nlohmann::json to_json(const Report& r) {
     const auto& d = *r.data_parallel;
     nlohmann::json workers = nlohmann::json::array();
     for (const auto& w : d.workers) {
-      workers.push_back({{"rank", w.rank}, {"samples", w.samples}, {"peak_bytes", w.peak_bytes}, {"step_seconds", w.step_seconds}});
+      workers.push_back({{"rank", w.rank},
+                         {"samples", w.samples},
+                         {"peak_bytes", w.peak_bytes},
+                         {"step_seconds", w.step_seconds},
+                         {"allreduce_wait_seconds", w.allreduce_wait_seconds}});
     }
     doc["data_parallel"] = {{"world_size", d.world_size}, {"backend", d.backend},           {"buckets", d.buckets},
-                            {"bucket_bytes", d.bucket_bytes}, {"weight_checks", d.weight_checks}, {"workers", workers}};
+                            {"bucket_bytes", d.bucket_bytes}, {"weight_checks", d.weight_checks}, {"workers", workers},
+                            {"predicted_allreduce_seconds", d.predicted_allreduce_seconds},
+                            {"predicted_exposed_allreduce_seconds", d.predicted_exposed_allreduce_seconds}};
     if (d.full_batch_weights_max_rel_diff) doc["data_parallel"]["full_batch_weights_max_rel_diff"] = *d.full_batch_weights_max_rel_diff;
   }
   if (r.out_of_memory) {
@@ -118,9 +124,12 @@ Report report_from_json(const nlohmann::json& document, std::string_view source)
       if (dp.has("full_batch_weights_max_rel_diff")) {
         d.full_batch_weights_max_rel_diff = dp.at("full_batch_weights_max_rel_diff").as_double();
       }
+      d.predicted_allreduce_seconds = dp.at("predicted_allreduce_seconds").as_double();
+      d.predicted_exposed_allreduce_seconds = dp.at("predicted_exposed_allreduce_seconds").as_double();
       for (const auto& w : dp.at("workers").elements()) {
         d.workers.push_back({static_cast<int>(w.at("rank").as_int_in(0, 4095)), w.at("samples").as_non_negative_int(),
-                             w.at("peak_bytes").as_non_negative_int(), w.at("step_seconds").as_double()});
+                             w.at("peak_bytes").as_non_negative_int(), w.at("step_seconds").as_double(),
+                             w.at("allreduce_wait_seconds").as_double()});
       }
       r.data_parallel = std::move(d);
     }

@@ -53,6 +53,9 @@ struct DataParallelWorker {
   std::int64_t samples = 0;     // its share of the global batch
   std::int64_t peak_bytes = 0;  // its measured peak under its own budget
   double step_seconds = 0;      // its median step
+  // Its median wait, after its last backward, for the buckets' all-reduces still running (and the
+  // sums written back): the all-reduce the backward did not hide.
+  double allreduce_wait_seconds = 0;
   bool operator==(const DataParallelWorker&) const = default;
 };
 struct DataParallelReport {
@@ -64,6 +67,9 @@ struct DataParallelReport {
   // The weights after the run against the same steps run by one process on the full batch (dropout
   // off throughout), when asked for: max over parameters of |a - b|_inf / |b|_inf.
   std::optional<double> full_batch_weights_max_rel_diff;
+  // The plan's all-reduce for worker 0: every bucket's ring time, and what the last backward does not hide.
+  double predicted_allreduce_seconds = 0;
+  double predicted_exposed_allreduce_seconds = 0;
   std::vector<DataParallelWorker> workers;
   bool operator==(const DataParallelReport&) const = default;
 };

@@ -304,7 +304,8 @@ void GradientSync::arm() {
   state_->armed = true;
 }
 
-void GradientSync::finish() {
+double GradientSync::finish() {
+  const auto start = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->armed = false;
@@ -325,6 +326,7 @@ void GradientSync::finish() {
       p.mutable_grad().copy_(b.buffer.narrow(0, b.offsets[slot], p.numel()).view_as(p));
     }
   }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 std::size_t GradientSync::bucket_count() const { return state_->buckets.size(); }

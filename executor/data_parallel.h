@@ -79,8 +79,9 @@ class GradientSync {
 
   // The next backward is the step's last: its gradients go out as they become ready.
   void arm();
-  // Waits for every bucket (starting those backward did not) and writes the sums to the gradients.
-  void finish();
+  // Waits for every bucket (starting those backward did not) and writes the sums to the gradients;
+  // returns the seconds that took.
+  double finish();
   std::size_t bucket_count() const;
   std::int64_t buffer_bytes() const;
 

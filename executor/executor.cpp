@@ -225,6 +225,8 @@ struct PlannedTraining {
   Workers* workers;
   std::unique_ptr<GradientSync> sync;
   int rank;
+  double last_allreduce_wait = 0;             // the last step's
+  std::vector<double> allreduce_waits;        // the measured steps'
 };
 
 // From the initial weights: the plan's accumulated gradient against the full batch's, same data,
@@ -313,7 +315,7 @@ void train_step(PlannedTraining& training, const core::Plan& plan, const Execute
   }
   if (training.sync) {
     training.runner.set_phase("all-reduce");
-    training.sync->finish();
+    training.last_allreduce_wait = training.sync->finish();
   }
   training.runner.set_phase("optimizer");
   training.optimizer->step();
@@ -346,6 +348,7 @@ void run_steps(PlannedTraining& training, const core::Plan& plan, const ExecuteO
     if (host_limit) host.keep_within(plan.budget_bytes);
     if (measured) {
       report.step_seconds.push_back(seconds);
+      training.allreduce_waits.push_back(training.last_allreduce_wait);
       report.measured.peak_bytes = std::max(report.measured.peak_bytes, recorder.peak());
       report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, recorder.reserved());
     }
@@ -392,15 +395,16 @@ double full_batch_reference(PlannedTraining& training, const core::Plan& plan, c
 }
 
 // Every worker's share, peak and median step, in rank 0's report.
-void gather_workers(Workers& workers, const core::Plan& plan, core::Report& report) {
+void gather_workers(Workers& workers, const core::Plan& plan, const std::vector<double>& waits, core::Report& report) {
   const auto share = plan.choice.worker_micro_batches(workers.rank());
   double samples = 0;
   for (const auto b : share) samples += static_cast<double>(b);
   const double step = report.step_seconds.empty() ? 0 : core::median(report.step_seconds);
-  const auto all = workers.gather({samples, static_cast<double>(report.measured.peak_bytes), step});
+  const double wait = waits.empty() ? 0 : core::median(waits);
+  const auto all = workers.gather({samples, static_cast<double>(report.measured.peak_bytes), step, wait});
   for (int r = 0; r < workers.size(); ++r) {
     const auto& w = all[static_cast<std::size_t>(r)];
-    report.data_parallel->workers.push_back({r, std::llround(w[0]), std::llround(w[1]), w[2]});
+    report.data_parallel->workers.push_back({r, std::llround(w[0]), std::llround(w[1]), w[2], w[3]});
   }
 }
 
@@ -479,7 +483,7 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
     if (options.full_batch_reference) training.model.set_dropout(false);
     if (options.gradient_check) report.gradient_check = check_gradient(training, plan, trace, options, device, memory.budget);
     run_steps(training, plan, options, device, memory, report);
-    if (workers) gather_workers(*workers, plan, report);
+    if (workers) gather_workers(*workers, plan, training.allreduce_waits, report);
     if (options.full_batch_reference && training.rank == 0) {
       const double diff = full_batch_reference(training, plan, trace, options, device, memory.budget);
       if (!report.data_parallel) report.data_parallel = core::DataParallelReport{};

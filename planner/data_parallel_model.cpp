@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/units.h"
+#include "planner/optimizer_estimate.h"
 
 namespace headroom::planner {
 
@@ -70,6 +71,17 @@ int append_allreduce_tasks(const core::CostModel& costs, const std::vector<Op>& 
     schedule.tasks.push_back(std::move(task));
   }
   return previous;
+}
+
+AllReduceTiming plan_allreduce_timing(const core::Trace& trace, const core::Plan& plan) {
+  const core::Trace planned = plan.optimizer.empty() ? trace : with_estimated_optimizer(trace, plan.optimizer);
+  const core::CostModel costs(planned);
+  const LayerGraph graph(planned);
+  const StepSequence seq = step_sequence(costs, graph, plan.choice);
+  for (const auto& segment : seq.segments) {
+    if (segment.keeps_input) return allreduce_timing(costs, seq.ops[segment.ops], plan.choice);
+  }
+  return {};
 }
 
 std::vector<std::int64_t> worker_shares(std::int64_t global_batch, int workers) {
