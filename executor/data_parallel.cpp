@@ -122,18 +122,20 @@ core::CollectiveLink measure_loopback_link() {
   worker(0);
   other.join();
   if (failure) std::rethrow_exception(failure);
-  // Least squares of time on bytes: intercept 2 * latency, slope 1 / bandwidth.
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  const double n = static_cast<double>(sizes.size());
+  // Least squares of time on bytes, relative to each time (the sizes span four orders of magnitude,
+  // and the small ones are what tell the latency): intercept 2 * latency, slope 1 / bandwidth.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (std::size_t k = 0; k < sizes.size(); ++k) {
     const double x = static_cast<double>(sizes[k]), y = seconds[k];
-    sx += x;
-    sy += y;
-    sxx += x * x;
-    sxy += x * y;
+    const double w = 1.0 / (y * y);
+    sw += w;
+    sx += w * x;
+    sy += w * y;
+    sxx += w * x * x;
+    sxy += w * x * y;
   }
-  const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
-  const double intercept = (sy - slope * sx) / n;
+  const double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+  const double intercept = (sy - slope * sx) / sw;
   if (!(slope > 0)) throw std::runtime_error("the loopback all-reduce's time did not grow with its size; no link fitted");
   core::CollectiveLink link;
   link.bytes_per_second = 1.0 / slope;
@@ -157,6 +159,9 @@ void check_store_address(const std::string& store) {
 Workers::Workers(const WorkerIdentity& identity, torch::Device device) : identity_(identity) {
   check_store_address(identity.store);
   auto store = open_store(identity);
+  const auto on_device = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  digest_ = torch::zeros({1}, on_device);
+  for (int r = 0; r < identity.world_size; ++r) digests_.push_back(torch::zeros({1}, on_device));
   if (device.is_cuda()) {
 #ifdef HEADROOM_WITH_NCCL
     auto options = c10d::ProcessGroupNCCL::Options::create();
@@ -200,14 +205,16 @@ std::vector<std::vector<double>> Workers::gather(const std::vector<double>& mine
 }
 
 void Workers::check_weights_agree(const std::vector<torch::Tensor>& parameters, const std::string& when) {
-  std::vector<at::Tensor> input{torch::tensor({weights_digest(parameters)}, torch::kInt64)};
-  std::vector<std::vector<at::Tensor>> output(1);
-  for (int r = 0; r < size(); ++r) output[0].push_back(torch::empty({1}, torch::kInt64));
+  digest_.fill_(weights_digest(parameters));
+  std::vector<at::Tensor> input{digest_};
+  std::vector<std::vector<at::Tensor>> output{digests_};
   wait_collective(group_->allgather(output, input), "comparing the workers' weights");
   std::string differ;
-  const std::int64_t reference = output[0][0].item<std::int64_t>();
+  const std::int64_t reference = digests_[0].item<std::int64_t>();
   for (int r = 1; r < size(); ++r) {
-    if (output[0][static_cast<std::size_t>(r)].item<std::int64_t>() != reference) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+    if (digests_[static_cast<std::size_t>(r)].item<std::int64_t>() != reference) {
+      differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+    }
   }
   if (!differ.empty()) {
     throw std::runtime_error("workers disagree on the weights " + when + ": rank(s) " + differ + " differ from rank 0");

@@ -62,6 +62,11 @@ class Workers {
   WorkerIdentity identity_;
   std::string backend_;
   std::shared_ptr<c10d::ProcessGroup> group_;
+  // The weights check's buffers, made once as the workers join (before the run's memory is
+  // counted): Gloo's worker thread may let go of a collective's tensors only after the next step
+  // has begun, where fresh ones would count against it.
+  torch::Tensor digest_;
+  std::vector<torch::Tensor> digests_;
 };
 
 // Gradients in buckets of whole layers (core::gradient_buckets, as the planner groups them), each

@@ -514,6 +514,10 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
 
   core::Plan plan = make_plan(trace, graph, request, margin, best);
   ChoiceFacts facts = choice_facts(costs, graph, cache, batch, best, largest_fitting);
+  // With several workers the facts weigh worker 0's share; a step moves the whole global batch.
+  for (WeighedStep* step : {&facts.chosen, &facts.largest_fitting, &facts.whole_batch}) {
+    step->predicted.samples_per_second *= static_cast<double>(request.global_batch) / static_cast<double>(batch);
+  }
   facts.limit_bytes = space.limit;
   facts.margin_bytes = margin;
   plan.binding_constraint = binding_constraint(facts);
