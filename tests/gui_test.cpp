@@ -445,6 +445,10 @@ class GuiTest : public QObject {
     QVERIFY(window.current_result()->plan);
     QVERIFY(window.summary_text().contains("optimizer state estimated, not measured: profile with --optimizer sgd"));
 
+    // Recent files remember it.
+    QCOMPARE(recent_files().value(0), QFileInfo(committed("cpu-bert.json")).absoluteFilePath());
+    QVERIFY(window.recent_menu_text().contains("cpu-bert.json"));
+
     // Data parallel: two workers share the batch over the typed link; each keeps its buckets.
     QVERIFY(!window.link_edit()->isEnabled());
     window.link_edit()->setText("1GB/s,20us");
@@ -461,10 +465,6 @@ class GuiTest : public QObject {
     window.devices_box()->setValue(1);
     QVERIFY(settle(window));
     QCOMPARE(window.current_result()->plan->choice.world_size, 1);
-
-    // Recent files remember it.
-    QCOMPARE(recent_files().value(0), QFileInfo(committed("cpu-bert.json")).absoluteFilePath());
-    QVERIFY(window.recent_menu_text().contains("cpu-bert.json"));
   }
 
   // Issue 22: no trace, however bad, takes the window down or the plan on screen away. Each one is
