@@ -146,8 +146,17 @@ class GuiTest : public QObject {
   void initTestCase() {
     QStandardPaths::setTestModeEnabled(true);
     QApplication::setOrganizationName("headroom-tests");
-    QApplication::setApplicationName("headroom-gui-tests");
+    // ctest runs each test function as a process of its own, two at a time: each needs settings
+    // (the recent files) of its own, or one's clear() empties the other's list mid-test.
+    QApplication::setApplicationName("headroom-gui-tests-" + QString::number(QCoreApplication::applicationPid()));
     QSettings().clear();
+  }
+
+  void cleanupTestCase() {
+    QSettings settings;
+    settings.clear();
+    settings.sync();
+    QFile::remove(settings.fileName());
   }
 
   void layerTableModelPassesTheModelTesterAndSortsByValue() {
