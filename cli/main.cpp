@@ -365,6 +365,9 @@ int main(int argc, char** argv) {
   } catch (const core::InputError& e) {
     std::cerr << "headroom: " << cli::name_flag(e.what()) << "\n";
     return kExitUsage;
+  } catch (const core::DoesNotFitError& e) {
+    std::cerr << "headroom: " << e.what() << "\n";
+    return cli::kExitInfeasible;
   } catch (const c10::Error& e) {
     // libtorch's messages carry a backtrace; its first line is the message.
     const std::string message = e.what_without_backtrace();
