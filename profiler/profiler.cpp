@@ -639,7 +639,14 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       // TorchScript's interpreter rethrows an op's error as a plain one: the bound's refusal on
       // this thread tells them apart.
       const runtime::Refusal refusal = runtime::BudgetAllocator::last_refusal();
-      if (!host_bound || refusal.requested_bytes == 0) throw;
+      if (!host_bound || refusal.requested_bytes == 0) {
+        // The system refused an allocation below the bound (memory taken by another process
+        // meanwhile): still a runtime failure, but one that says where.
+        const std::string message = e.what();
+        if (message.find("can't allocate memory") == std::string::npos) throw;
+        throw std::runtime_error("profiling batch " + std::to_string(where_batch) + " (" + where +
+                                 "): " + message.substr(0, message.find('\n')));
+      }
       throw core::DoesNotFitError("profiling batch " + std::to_string(where_batch) + " (" + where + "): allocating " +
                                   core::format_bytes(refusal.requested_bytes) + " would pass the " +
                                   core::format_bytes(host_bound->bytes()) + " of host memory available to profiling; " +
