@@ -23,8 +23,12 @@ double Change::fraction() const {
 }
 
 double LayerComparison::largest_memory_delta() const {
+  // Per sample only: a layer's parameters are bytes of another kind (they do not grow with the
+  // batch), and an embedding's would otherwise head every table.
   double largest = 0;
-  for (const auto& c : memory) largest = std::max(largest, std::fabs(c.delta()));
+  for (const auto& c : memory) {
+    if (c.what.find("/sample") != std::string::npos) largest = std::max(largest, std::fabs(c.delta()));
+  }
   return largest;
 }
 

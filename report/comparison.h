@@ -36,7 +36,7 @@ struct LayerComparison {
     bool operator==(const AtBatch&) const = default;
   };
   std::vector<AtBatch> batches;
-  // The largest memory change in bytes, for ordering the table.
+  // The largest change of memory per sample in bytes, for ordering the table.
   double largest_memory_delta() const;
   bool operator==(const LayerComparison&) const = default;
 };
