@@ -199,7 +199,9 @@ int launch_workers(const WorkerLaunch& launch) {
     const Worker& w = workers[r];
     if (!failed(w.status)) continue;
     std::string reason = last_line(dir / ("worker-" + std::to_string(r) + ".log"));
-    if (WIFSIGNALED(w.status) || reason.empty()) reason = describe_status(w.status) + (reason.empty() ? "" : "; " + reason);
+    if (WIFSIGNALED(w.status) || reason.empty()) {
+      reason = describe_status(w.status) + (reason.empty() ? "" : " (its last line: " + reason + ")");
+    }
     reasons[static_cast<int>(r)] = reason;
   }
   for (const auto& [rank, reason] : reasons) {

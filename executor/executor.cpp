@@ -13,11 +13,11 @@
 #include "core/host_memory.h"
 #include "core/statistics.h"
 #include "core/units.h"
-#include "executor/budget_allocator.h"
 #include "executor/data_parallel.h"
 #include "executor/plan_runner.h"
 #include "models/fashion_mnist.h"
 #include "models/model_source.h"
+#include "runtime/budget_allocator.h"
 #include "runtime/host_info.h"
 #include "runtime/memory_recorder.h"
 #include "runtime/optimizer.h"
@@ -27,6 +27,9 @@ namespace headroom::executor {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using runtime::BudgetAllocator;
+using runtime::Refusal;
+using runtime::ScopedBudget;
 
 void progress(const ExecuteOptions& options, const std::string& what) {
   if (options.on_progress) options.on_progress(what);

@@ -7,6 +7,7 @@
 #include "core/errors.h"
 #include "core/units.h"
 #include "planner/data_parallel_model.h"
+#include "planner/device_error.h"
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_explanation.h"
@@ -408,6 +409,10 @@ core::Plan make_plan(const core::Trace& trace, const LayerGraph& graph, const Pl
     }
   }
   plan.warnings = plan_warnings(trace, best.choice.micro_batches, request.global_batch);
+  if (const std::string warning = margin_warning(request.margin_fraction, worst_device_error(core::CostModel(trace), graph));
+      !warning.empty()) {
+    plan.warnings.push_back(warning);
+  }
   if (trace.model.file && request.strategies.count(Strategy::Tempo) > 0) {
     plan.warnings.push_back("Tempo does not apply to a TorchScript module: its memory-lean layers are headroom's own "
                             "implementations of the zoo's layers (checkpointing and micro-batching do apply)");

@@ -44,6 +44,25 @@ TEST(Zoo, EveryModelTrainsOneStep) {
   }
 }
 
+// The size a model's settings are checked by before it is built (issue 22) is the model's own: every
+// parameter, and what the model builds besides, counted exactly, at small sizes and at presets.
+TEST(Zoo, SizeEstimateIsTheBuiltModels) {
+  std::vector<std::pair<std::string, std::map<std::string, std::string>>> configs(kSmall.begin(), kSmall.end());
+  configs.push_back({"mlp", {}});
+  configs.push_back({"cnn", {{"stages", "4"}, {"blocks", "2"}, {"channels", "3"}}});
+  configs.push_back({"bert", {{"preset", "mini"}, {"ffn", "300"}, {"classes", "5"}}});
+  configs.push_back({"gpt", {{"preset", "mini"}, {"seq", "64"}}});
+  for (const auto& [name, overrides] : configs) {
+    SCOPED_TRACE(name);
+    const models::ZooEntry& entry = models::find_zoo_entry(name);
+    const models::Config config = models::resolve_config(name, entry.keys, entry.presets, overrides);
+    const models::SizeEstimate size = entry.estimate(config);
+    models::Model model = models::build_zoo_model(name, overrides);
+    EXPECT_EQ(static_cast<std::int64_t>(size.parameters) * 4, model.parameter_bytes());
+    EXPECT_EQ(static_cast<std::int64_t>(size.built_bytes), model.extra_resident_bytes());
+  }
+}
+
 TEST(Zoo, ModelsAreBlockStructured) {
   const models::Model bert = models::build_zoo_model("bert", kSmall.at("bert"));
   EXPECT_EQ(bert.block_count(), 2);
