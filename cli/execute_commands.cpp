@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <thread>
+
+#include <ATen/Parallel.h>
 
 #include "core/cost_model.h"
 #include "core/errors.h"
@@ -15,9 +18,12 @@
 #include "core/statistics.h"
 #include "core/atomic_file.h"
 #include "core/units.h"
+#include "cli/worker_launch.h"
+#include "executor/data_parallel.h"
 #include "executor/executor.h"
 #include "models/model_source.h"
 #include "models/zoo.h"
+#include "planner/data_parallel_model.h"
 #include "planner/micro_batch_model.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
@@ -41,12 +47,89 @@ void end_progress() {
 
 }  // namespace
 
+namespace {
+
+// The local workers `--devices` may start: each is a whole process with its own model and budget.
+constexpr int kMaxLocalWorkers = 64;
+
+// The data-parallel flags against each other and the plan; returns the workers to launch here
+// (0: this process runs the plan itself).
+int check_worker_flags(const ExecuteArgs& args, const core::Plan& plan) {
+  const int planned = plan.choice.world_size;
+  const bool by_hand = args.rank >= 0 || args.world_size > 0 || !args.store.empty();
+  if (args.devices != kDevicesNotGiven) {
+    if (by_hand) throw core::InputError("--devices: give either --devices or --rank/--world-size/--store, not both");
+    if (args.devices < 1 || args.devices > kMaxLocalWorkers) {
+      throw core::InputError("--devices: expected from 1 to " + std::to_string(kMaxLocalWorkers) + " local workers, got " +
+                             std::to_string(args.devices));
+    }
+    if (args.devices != planned) {
+      throw core::InputError("--devices: the plan is for " + std::to_string(planned) + " worker(s), got " +
+                             std::to_string(args.devices) + " (plan with --devices " + std::to_string(args.devices) + ")");
+    }
+    return args.devices > 1 ? args.devices : 0;
+  }
+  if (by_hand) {
+    if (args.rank < 0 || args.world_size < 1 || args.store.empty()) {
+      throw core::InputError("--rank: a worker launched by hand needs --rank, --world-size and --store together");
+    }
+    if (args.world_size > core::kMaxWorkers) {
+      throw core::InputError("--world-size: expected from 1 to " + std::to_string(core::kMaxWorkers) + ", got " +
+                             std::to_string(args.world_size));
+    }
+    if (args.rank >= args.world_size) {
+      throw core::InputError("--rank: expected from 0 to " + std::to_string(args.world_size - 1) + ", got " +
+                             std::to_string(args.rank));
+    }
+    if (args.world_size != planned) {
+      throw core::InputError("--world-size: the plan is for " + std::to_string(planned) + " worker(s), got " +
+                             std::to_string(args.world_size));
+    }
+    try {
+      executor::check_store_address(args.store);
+    } catch (const core::InputError& e) {
+      throw core::InputError(std::string("--") + e.what());
+    }
+    return 0;
+  }
+  if (planned > 1) {
+    throw core::InputError(args.plan + ": the plan is for " + std::to_string(planned) + " data-parallel workers: run it with "
+                           "--devices " + std::to_string(planned) + " (or --rank/--world-size/--store for each worker)");
+  }
+  return 0;
+}
+
+// What a worker started by --devices runs with: the same flags, less the launch and the report.
+std::vector<std::string> worker_arguments(const ExecuteArgs& args) {
+  std::vector<std::string> out{args.plan, "--steps", std::to_string(args.steps), "--warmup", std::to_string(args.warmup),
+                               "--device", args.device, "--data", args.data};
+  if (args.no_budget) out.push_back("--no-budget");
+  if (args.host_limit) out.push_back("--host-limit");
+  if (args.batchnorm_eval) out.push_back("--batchnorm-eval");
+  if (args.full_batch_reference) out.push_back("--full-batch-reference");
+  return out;
+}
+
+}  // namespace
+
 int run_execute(const ExecuteArgs& args) {
   const core::Plan plan = core::read_plan_file(args.plan);
   const core::Trace trace = core::load_plan_trace(plan, args.plan);
   // What the plan asks of the trace's layers and blocks is checked before anything runs.
   planner::check_choice(plan, trace, args.plan);
+  if (const int local = check_worker_flags(args, plan); local > 0) {
+    return launch_workers({local, worker_arguments(args), args.output});
+  }
   executor::ExecuteOptions options;
+  if (args.world_size > 1) {
+    options.rank = args.rank;
+    options.world_size = args.world_size;
+    options.store = args.store;
+    // Workers on one host share its cores.
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(std::max(1, cores / args.world_size));
+  }
+  options.full_batch_reference = args.full_batch_reference;
   options.steps = args.steps;
   options.warmup_steps = args.warmup;
   options.device = args.device;
@@ -55,8 +138,22 @@ int run_execute(const ExecuteArgs& args) {
   options.data = args.data;
   options.batchnorm_eval = args.batchnorm_eval;
   options.on_progress = progress_line;
-  const core::Report executed = executor::execute(plan, trace, args.plan, options);
+  core::Report executed = executor::execute(plan, trace, args.plan, options);
   end_progress();
+  if (executed.data_parallel && plan.choice.world_size > 1) {
+    const auto timing = planner::plan_allreduce_timing(trace, plan);
+    executed.data_parallel->predicted_allreduce_seconds = static_cast<double>(timing.total_ns) / 1e9;
+    executed.data_parallel->predicted_exposed_allreduce_seconds = static_cast<double>(timing.exposed_ns) / 1e9;
+  }
+  // Worker 0 reports for all; the others only say how they ended.
+  if (options.rank != 0) {
+    if (executed.status != "ok") {
+      std::cerr << "headroom: " << report::describe_out_of_memory(*executed.out_of_memory) << "\n";
+      return 1;
+    }
+    std::cout << "worker " << options.rank << " of " << options.world_size << ": done\n";
+    return 0;
+  }
   if (!args.output.empty()) core::write_report_file(args.output, executed);
   std::cout << report::render_report(executed);
   if (executed.status != "ok") {

@@ -5,6 +5,8 @@
 
 namespace headroom::cli {
 
+inline constexpr int kDevicesNotGiven = -2147483647 - 1;
+
 struct ExecuteArgs {
   std::string plan;
   int steps = 3;
@@ -15,6 +17,13 @@ struct ExecuteArgs {
   std::string data = "synthetic";
   bool batchnorm_eval = false;
   std::string output;
+  // Data parallel: start this many local workers (--devices), or be one worker of a group
+  // launched by hand (--rank, --world-size, --store).
+  int devices = kDevicesNotGiven;
+  int rank = -1;
+  int world_size = 0;
+  std::string store;
+  bool full_batch_reference = false;
 };
 int run_execute(const ExecuteArgs& args);
 

@@ -15,18 +15,23 @@ const std::map<std::string, std::string>& flags_by_field() {
       {"batch_sizes", "--batch-sizes"},
       {"budget", "--budget"},
       {"budget_bytes", "--budget"},
+      {"bucket_cap_bytes", "--bucket-cap"},
       {"data", "--data"},
       {"device", "--device"},
       {"global_batch", "--batch"},
+      {"link", "--link"},
       {"margin", "--margin"},
       {"margin_fraction", "--margin"},
       {"optimizer", "--optimizer"},
+      {"rank", "--rank"},
       {"repeats", "--repeats"},
       {"setting", "--set"},
       {"steps", "--steps"},
       {"strategies", "--strategies"},
       {"threads", "--threads"},
       {"warmup_steps", "--warmup"},
+      {"workers", "--devices"},
+      {"world_size", "--world-size"},
   };
   return flags;
 }

@@ -18,6 +18,7 @@
 #include "core/errors.h"
 #include "core/host_memory.h"
 #include "core/trace.h"
+#include "executor/data_parallel.h"
 #include "models/model_source.h"
 #include "models/torchscript_model.h"
 #include "models/zoo.h"
@@ -94,6 +95,7 @@ struct ProfileArgs {
   profiler::ProfileOptions options;
   std::string output;
   std::string chrome;
+  bool measure_link = false;
 };
 
 // "1,2,4" as sizes. Every item must be a number: CLI11's own splitting skips empty ones ("1,,2").
@@ -257,6 +259,8 @@ int main(int argc, char** argv) {
                       "stem,stage1,head (default: every child forward calls)");
   add_profile_options(*profile, profile_args);
   profile->add_option("-o,--output", profile_args.output, "trace file to write")->required();
+  profile->add_flag("--measure-link", profile_args.measure_link,
+                    "also measure this host's loopback all-reduce (bandwidth, latency) for data-parallel plans");
   profile->add_option("--chrome", profile_args.chrome,
                       "also write the largest batch's profiled step as a Chrome trace (opens in Perfetto); on CUDA with a lane per GPU stream");
 
@@ -270,6 +274,11 @@ int main(int argc, char** argv) {
   plan->add_option("--optimizer", plan_args.optimizer,
                    "plan for this optimizer (default: the trace's); another one's state is estimated, not measured")
       ->check(CLI::IsMember({"sgd", "adam"}));
+  plan->add_option("--devices", plan_args.devices,
+                   "data-parallel workers sharing the global batch, each under the budget (default 1)");
+  plan->add_option("--link", plan_args.link,
+                   "the workers' link as BANDWIDTH,LATENCY, e.g. 25GB/s,5us (default: the trace's, from profile --measure-link)");
+  plan->add_option("--bucket-cap", plan_args.bucket_cap, "gradients are all-reduced in buckets of at least this size (default 25MiB)");
   plan->add_option("-o,--output", plan_args.output, "plan file to write")->required();
 
   cli::SimulateArgs simulate_args;
@@ -293,6 +302,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"synthetic", "fashion-mnist"}));
   execute->add_flag("--batchnorm-eval", execute_args.batchnorm_eval,
                     "BatchNorm normalizes with running statistics, so micro-batches train exactly like the full batch");
+  execute->add_option("--devices", execute_args.devices,
+                      "run a data-parallel plan on this many local worker processes (Gloo over loopback; NCCL on CUDA)");
+  execute->add_option("--rank", execute_args.rank, "run as this worker of a data-parallel group launched by hand");
+  execute->add_option("--world-size", execute_args.world_size, "with --rank: how many workers the group has");
+  execute->add_option("--store", execute_args.store,
+                      "with --rank: where the workers meet: file:PATH (a shared file) or tcp:HOST:PORT (served by rank 0)");
+  execute->add_flag("--full-batch-reference", execute_args.full_batch_reference,
+                    "train with dropout off, then run the same steps in one process on each step's full batch and "
+                    "report how far the weights are apart");
   execute->add_option("-o,--output", execute_args.output, "report file to write");
 
   cli::CompareArgs compare_args;
@@ -364,7 +382,12 @@ int main(int argc, char** argv) {
       const ProfileArgs& args = profile_args;
       check_model_flags(args);
       std::optional<profiler::GpuStepRecord> gpu_step;
-      const core::Trace trace = run_profile(args, gpu_step);
+      core::Trace trace = run_profile(args, gpu_step);
+      if (args.measure_link) {
+        std::cerr << "measuring the loopback link (Gloo all-reduce, 2 workers)\n";
+        trace.link = executor::measure_loopback_link();
+        std::cerr << "link: " << core::format_link(*trace.link) << "\n";
+      }
       std::vector<std::pair<std::filesystem::path, std::string>> outputs;
       if (!args.output.empty()) outputs.emplace_back(args.output, core::to_json(trace).dump(1) + "\n");
       if (!args.chrome.empty()) {

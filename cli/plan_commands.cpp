@@ -47,6 +47,35 @@ int run_plan(const PlanArgs& args) {
   request.trace_path = args.trace;
   request.trace_sha256 = core::sha256_hex(core::read_file(args.trace));
   request.optimizer = args.optimizer;
+  if (args.devices < 1 || args.devices > core::kMaxWorkers) {
+    throw core::InputError("--devices: expected from 1 to " + std::to_string(core::kMaxWorkers) + ", got " +
+                           std::to_string(args.devices));
+  }
+  request.workers = args.devices;
+  if (!args.link.empty()) {
+    try {
+      request.link = core::parse_link(args.link);
+    } catch (const core::InputError& e) {
+      throw core::InputError(std::string("--link: ") + e.what());
+    }
+  } else if (trace.link) {
+    request.link = *trace.link;
+  }
+  if (!args.bucket_cap.empty()) {
+    try {
+      request.bucket_cap_bytes = core::parse_bytes(args.bucket_cap);
+    } catch (const core::InputError& e) {
+      throw core::InputError(std::string("--bucket-cap: ") + e.what());
+    }
+    if (request.bucket_cap_bytes < 1 || request.bucket_cap_bytes > core::kMaxPlanBudget) {
+      throw core::InputError("--bucket-cap: expected from 1 B to 16 TiB, got " + args.bucket_cap);
+    }
+  }
+  if (request.workers > 1 && !request.link.known()) {
+    throw core::InputError(args.trace + ": --devices " + std::to_string(args.devices) +
+                           ": the trace has no measured link (profile with --measure-link) and no --link was given, "
+                           "e.g. --link 25GB/s,5us");
+  }
   planner::PlanOutcome outcome = planner::plan_step(trace, request);
   if (!outcome.plan) {
     std::cerr << "headroom: infeasible: " << outcome.reason << "\n";

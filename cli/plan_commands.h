@@ -13,6 +13,9 @@ struct PlanArgs {
   double margin = 0.05;
   std::string optimizer;  // empty: the trace's
   std::string output;
+  int devices = 1;          // data-parallel workers
+  std::string link;         // "25GB/s,5us"; empty: the trace's measured link
+  std::string bucket_cap;   // empty: 25 MiB
 };
 int run_plan(const PlanArgs& args);
 // --strategies' help, from the planner's strategy table.

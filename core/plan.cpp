@@ -44,7 +44,15 @@ nlohmann::json to_json(const Plan& plan) {
   };
   // Only when it differs from the trace's, so plans made with the measured optimizer stay as they were.
   if (!plan.optimizer.empty()) document["optimizer"] = plan.optimizer;
-  if (plan.choice.world_size != 1) document["world_size"] = plan.choice.world_size;
+  if (plan.choice.world_size != 1) {
+    const auto& c = plan.choice;
+    document["world_size"] = c.world_size;
+    document["data_parallel"] = {
+        {"micro_batches_per_worker", c.micro_batches_per_worker},
+        {"bucket_cap_bytes", c.bucket_cap_bytes},
+        {"link", {{"bytes_per_second", c.link.bytes_per_second}, {"latency_ns", c.link.latency_ns}, {"source", c.link.source}}},
+    };
+  }
   return document;
 }
 
@@ -61,6 +69,36 @@ LayerVariant read_variant(const JsonNode& layer) {
   }
   if (layer.has("tempo") && layer.at("tempo").as_bool()) return LayerVariant::Tempo;
   return LayerVariant::Standard;
+}
+
+// How a data-parallel plan's micro-batches fall to its workers, and what its all-reduce runs over.
+void read_data_parallel(const JsonNode& root, StepChoice& choice) {
+  const auto dp = root.at("data_parallel");
+  if (choice.world_size == 1) dp.fail("given for one worker (world_size 1)");
+  const auto counts = dp.at("micro_batches_per_worker");
+  const auto elements = counts.elements();
+  if (elements.size() != static_cast<std::size_t>(choice.world_size)) {
+    counts.fail("expected one count per worker (" + std::to_string(choice.world_size) + "), got " +
+                std::to_string(elements.size()));
+  }
+  std::size_t total = 0;
+  for (const auto& e : elements) {
+    const auto n = static_cast<int>(e.as_int_in(1, kMaxPlanBatch));
+    choice.micro_batches_per_worker.push_back(n);
+    total += static_cast<std::size_t>(n);
+  }
+  if (total != choice.micro_batches.size()) {
+    counts.fail("counts sum to " + std::to_string(total) + ", but the plan has " +
+                std::to_string(choice.micro_batches.size()) + " micro-batches");
+  }
+  choice.bucket_cap_bytes = dp.at("bucket_cap_bytes").as_int_in(1, kMaxPlanBudget);
+  const auto link = dp.at("link");
+  choice.link.bytes_per_second = link.at("bytes_per_second").as_double();
+  if (!(choice.link.bytes_per_second >= 1 && choice.link.bytes_per_second <= 1e14)) {
+    link.at("bytes_per_second").fail("expected from 1 to 1e14 bytes per second");
+  }
+  choice.link.latency_ns = link.at("latency_ns").as_int_in(0, 10'000'000'000);
+  choice.link.source = link.at("source").as_string();
 }
 
 }  // namespace
@@ -140,6 +178,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     if (root.has("world_size")) {
       plan.choice.world_size = static_cast<int>(root.at("world_size").as_int_in(1, kMaxWorldSize));
     }
+    if (plan.choice.world_size > 1 || root.has("data_parallel")) read_data_parallel(root, plan.choice);
     for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());
     if (root.has("optimizer")) plan.optimizer = root.at("optimizer").as_string();
     plan.predicted = read_step_figures(root.at("predicted"));

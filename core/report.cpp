@@ -41,6 +41,22 @@ nlohmann::json to_json(const Report& r) {
     doc["host_memory"]["heap_free_bytes"] = h.heap_free_bytes;
     doc["host_memory"]["trims"] = h.trims;
   }
+  if (r.data_parallel) {
+    const auto& d = *r.data_parallel;
+    nlohmann::json workers = nlohmann::json::array();
+    for (const auto& w : d.workers) {
+      workers.push_back({{"rank", w.rank},
+                         {"samples", w.samples},
+                         {"peak_bytes", w.peak_bytes},
+                         {"step_seconds", w.step_seconds},
+                         {"allreduce_wait_seconds", w.allreduce_wait_seconds}});
+    }
+    doc["data_parallel"] = {{"world_size", d.world_size}, {"backend", d.backend},           {"buckets", d.buckets},
+                            {"bucket_bytes", d.bucket_bytes}, {"weight_checks", d.weight_checks}, {"workers", workers},
+                            {"predicted_allreduce_seconds", d.predicted_allreduce_seconds},
+                            {"predicted_exposed_allreduce_seconds", d.predicted_exposed_allreduce_seconds}};
+    if (d.full_batch_weights_max_rel_diff) doc["data_parallel"]["full_batch_weights_max_rel_diff"] = *d.full_batch_weights_max_rel_diff;
+  }
   if (r.out_of_memory) {
     const auto& o = *r.out_of_memory;
     doc["out_of_memory"] = {{"layer", o.layer},           {"phase", o.phase},
@@ -96,6 +112,26 @@ Report report_from_json(const nlohmann::json& document, std::string_view source)
         h.trims = static_cast<int>(host.at("trims").as_int_in(0, INT32_MAX));
         r.host_memory = h;
       }
+    }
+    if (root.has("data_parallel")) {
+      const auto dp = root.at("data_parallel");
+      DataParallelReport d;
+      d.world_size = static_cast<int>(dp.at("world_size").as_int_in(1, 4096));
+      d.backend = dp.at("backend").as_string();
+      d.buckets = dp.at("buckets").as_non_negative_int();
+      d.bucket_bytes = dp.at("bucket_bytes").as_non_negative_int();
+      d.weight_checks = static_cast<int>(dp.at("weight_checks").as_int_in(0, INT32_MAX));
+      if (dp.has("full_batch_weights_max_rel_diff")) {
+        d.full_batch_weights_max_rel_diff = dp.at("full_batch_weights_max_rel_diff").as_double();
+      }
+      d.predicted_allreduce_seconds = dp.at("predicted_allreduce_seconds").as_double();
+      d.predicted_exposed_allreduce_seconds = dp.at("predicted_exposed_allreduce_seconds").as_double();
+      for (const auto& w : dp.at("workers").elements()) {
+        d.workers.push_back({static_cast<int>(w.at("rank").as_int_in(0, 4095)), w.at("samples").as_non_negative_int(),
+                             w.at("peak_bytes").as_non_negative_int(), w.at("step_seconds").as_double(),
+                             w.at("allreduce_wait_seconds").as_double()});
+      }
+      r.data_parallel = std::move(d);
     }
     if (root.has("out_of_memory")) {
       const auto o = root.at("out_of_memory");

@@ -47,6 +47,33 @@ struct HostMemoryReport {
   bool operator==(const HostMemoryReport&) const = default;
 };
 
+// A data-parallel run (issue 16): what each worker measured, and the checks across workers.
+struct DataParallelWorker {
+  int rank = 0;
+  std::int64_t samples = 0;     // its share of the global batch
+  std::int64_t peak_bytes = 0;  // its measured peak under its own budget
+  double step_seconds = 0;      // its median step
+  // Its median wait, after its last backward, for the buckets' all-reduces still running (and the
+  // sums written back): the all-reduce the backward did not hide.
+  double allreduce_wait_seconds = 0;
+  bool operator==(const DataParallelWorker&) const = default;
+};
+struct DataParallelReport {
+  int world_size = 1;
+  std::string backend;  // c10d's process group: gloo or nccl
+  std::int64_t buckets = 0;
+  std::int64_t bucket_bytes = 0;  // each worker's communication buffers
+  int weight_checks = 0;          // times every worker's weights were compared bit for bit (and agreed)
+  // The weights after the run against the same steps run by one process on the full batch (dropout
+  // off throughout), when asked for: max over parameters of |a - b|_inf / |b|_inf.
+  std::optional<double> full_batch_weights_max_rel_diff;
+  // The plan's all-reduce for worker 0: every bucket's ring time, and what the last backward does not hide.
+  double predicted_allreduce_seconds = 0;
+  double predicted_exposed_allreduce_seconds = 0;
+  std::vector<DataParallelWorker> workers;
+  bool operator==(const DataParallelReport&) const = default;
+};
+
 struct Report {
   std::string plan_path;
   std::string model;
@@ -72,6 +99,7 @@ struct Report {
   // The host-memory regime the run was in (core/host_memory.h); empty in reports from before it was recorded.
   std::string host_memory_regime;
   std::optional<HostMemoryReport> host_memory;  // CPU runs that measured steps
+  std::optional<DataParallelReport> data_parallel;
 };
 
 nlohmann::json to_json(const Report& report);

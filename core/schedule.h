@@ -61,6 +61,9 @@ struct Schedule {
   std::vector<Task> tasks;
   std::vector<Repeat> repeats;  // in task order, disjoint; a task in none runs once
   std::int64_t samples = 0;  // samples the step trains on
+  // Data-parallel workers the step stands for: the tasks are worker 0's, and the collective
+  // stream's all-reduces run on every worker at once (a collective starts when all have joined).
+  int workers = 1;
 };
 
 }  // namespace headroom::core

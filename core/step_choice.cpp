@@ -35,6 +35,22 @@ std::int64_t StepChoice::samples() const {
   return total;
 }
 
+std::size_t StepChoice::first_micro_batch(int rank) const {
+  std::size_t first = 0;
+  for (int r = 0; r < rank && static_cast<std::size_t>(r) < micro_batches_per_worker.size(); ++r) {
+    first += static_cast<std::size_t>(micro_batches_per_worker[static_cast<std::size_t>(r)]);
+  }
+  return first;
+}
+
+std::vector<std::int64_t> StepChoice::worker_micro_batches(int rank) const {
+  if (micro_batches_per_worker.empty()) return micro_batches;
+  const std::size_t first = std::min(first_micro_batch(rank), micro_batches.size());
+  const auto count = static_cast<std::size_t>(micro_batches_per_worker.at(static_cast<std::size_t>(rank)));
+  const std::size_t end = std::min(first + count, micro_batches.size());
+  return {micro_batches.begin() + static_cast<std::ptrdiff_t>(first), micro_batches.begin() + static_cast<std::ptrdiff_t>(end)};
+}
+
 int StepChoice::lean_count() const {
   return static_cast<int>(
       std::count_if(layers.begin(), layers.end(), [](const LayerStep& l) { return l.variant == LayerVariant::Tempo; }));

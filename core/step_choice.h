@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/collective.h"
+
 namespace headroom::core {
 
 // Which implementation of a layer runs. Tempo's memory-lean variant keeps less for backward. A new
@@ -40,13 +42,22 @@ struct StepChoice {
   // By layer id. The planner's working choices may leave it empty or without names (every layer
   // standard); a plan's choice has one entry per trace layer.
   std::vector<LayerStep> layers;
-  // Data-parallel replicas, each running these micro-batches (issue 16); 1 until it lands. L2L's
-  // offload placement (where each layer's weights live between uses) joins LayerStep.
+  // Data-parallel workers (issue 16). L2L's offload placement (where each layer's weights live
+  // between uses) joins LayerStep.
   int world_size = 1;
+  // With world_size > 1, how many of micro_batches each worker runs, in rank order (worker 0 the
+  // first ones): a plan's micro_batches are the whole global batch, so b_i / B weighs each over it.
+  // Empty: every worker runs micro_batches (the search's working choices weigh one worker).
+  std::vector<int> micro_batches_per_worker;
+  CollectiveLink link;  // what the all-reduce's time is predicted from
+  std::int64_t bucket_cap_bytes = kDefaultBucketCapBytes;
 
   bool operator==(const StepChoice&) const = default;
 
   std::int64_t samples() const;
+  // Worker `rank`'s micro-batches, and the index of its first one in micro_batches.
+  std::vector<std::int64_t> worker_micro_batches(int rank) const;
+  std::size_t first_micro_batch(int rank) const;
   LayerVariant variant(int layer) const {
     const auto i = static_cast<std::size_t>(layer);
     return i < layers.size() ? layers[i].variant : LayerVariant::Standard;

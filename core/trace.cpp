@@ -161,6 +161,11 @@ nlohmann::json to_json(const Trace& trace) {
   if (!trace.host_memory_regime.empty()) document["host_memory"] = {{"regime", trace.host_memory_regime}};
   document["checkpoint_state_bytes"] = trace.checkpoint_state_bytes;
   document["model_extra_bytes"] = trace.model_extra_bytes;
+  if (trace.link) {
+    document["link"] = {{"bytes_per_second", trace.link->bytes_per_second},
+                        {"latency_ns", trace.link->latency_ns},
+                        {"source", trace.link->source}};
+  }
   if (trace.has_tempo()) {
     nlohmann::json tempo_steps = nlohmann::json::array();
     for (const auto& s : trace.tempo_steps) tempo_steps.push_back(step_to_json(s));
@@ -414,6 +419,17 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
       trace.checkpoint_state_bytes = root.at("checkpoint_state_bytes").as_int_in(0, std::int64_t{1} << 24);
     }
     if (root.has("model_extra_bytes")) trace.model_extra_bytes = as_bytes(root.at("model_extra_bytes"));
+    if (root.has("link")) {
+      const auto link = root.at("link");
+      CollectiveLink l;
+      l.bytes_per_second = link.at("bytes_per_second").as_double();
+      if (!(l.bytes_per_second >= 1 && l.bytes_per_second <= 1e14)) {
+        link.at("bytes_per_second").fail("expected from 1 to 1e14 bytes per second");
+      }
+      l.latency_ns = link.at("latency_ns").as_int_in(0, 10'000'000'000);
+      l.source = link.at("source").as_string();
+      trace.link = l;
+    }
     trace.extras_recorded = root.has("model_extra_bytes") && root.has("checkpoint_state_bytes");
 
     const auto optimizer = root.at("optimizer");

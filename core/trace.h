@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/collective.h"
+
 namespace headroom::core {
 
 inline constexpr std::string_view kTraceSchema = "headroom.trace/1";
@@ -208,6 +210,9 @@ struct Trace {
   std::int64_t model_extra_bytes = 0;
   // False for a trace from before those two were recorded: its plans may predict a few KiB low.
   bool extras_recorded = true;
+  // The link data-parallel workers all-reduce over, measured on this host (`profile --measure-link`:
+  // Gloo over loopback); what `plan --devices N` predicts the all-reduce from unless given --link.
+  std::optional<CollectiveLink> link;
 
   bool operator==(const Trace&) const = default;
 

@@ -13,10 +13,11 @@
 #include "core/host_memory.h"
 #include "core/statistics.h"
 #include "core/units.h"
-#include "runtime/budget_allocator.h"
+#include "executor/data_parallel.h"
 #include "executor/plan_runner.h"
 #include "models/fashion_mnist.h"
 #include "models/model_source.h"
+#include "runtime/budget_allocator.h"
 #include "runtime/host_info.h"
 #include "runtime/memory_recorder.h"
 #include "runtime/optimizer.h"
@@ -192,10 +193,6 @@ models::Model prepare_model(const core::Plan& plan, const core::Trace& trace, co
                              " (" + model.layers()[i].name + " vs " + trace.layers[i].name + ")");
     }
   }
-  if (plan.choice.world_size != 1) {
-    throw core::InputError("the plan runs " + std::to_string(plan.choice.world_size) +
-                           " data-parallel replicas; this executor runs one");
-  }
   if (!plan.choice.layers.empty() && plan.choice.layers.size() != trace.layers.size()) {
     throw core::InputError("the plan chooses for " + std::to_string(plan.choice.layers.size()) +
                            " layers but the trace has " + std::to_string(trace.layers.size()));
@@ -212,11 +209,14 @@ models::Model prepare_model(const core::Plan& plan, const core::Trace& trace, co
 // model and its parameters.
 struct PlannedTraining {
   PlannedTraining(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device,
-                  const std::optional<models::LabelledImages>& train, Position& position)
+                  const std::optional<models::LabelledImages>& train, Position& position, Workers* workers = nullptr)
       : model(prepare_model(plan, trace, options, device, train)),
         parameters(model.parameters()),
         optimizer(runtime::make_optimizer(plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer, parameters)),
-        runner(model, plan.choice.checkpointed_blocks, position) {}
+        runner(model, plan.choice.checkpointed_blocks, position),
+        workers(workers),
+        sync(workers != nullptr ? std::make_unique<GradientSync>(model, *workers, plan.choice.bucket_cap_bytes) : nullptr),
+        rank(workers != nullptr ? workers->rank() : 0) {}
   PlannedTraining(const PlannedTraining&) = delete;
   PlannedTraining& operator=(const PlannedTraining&) = delete;
 
@@ -224,6 +224,12 @@ struct PlannedTraining {
   const std::vector<torch::Tensor> parameters;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   PlanRunner runner;
+  // Data parallel: the other workers, and the gradients' exchange with them.
+  Workers* workers;
+  std::unique_ptr<GradientSync> sync;
+  int rank;
+  double last_allreduce_wait = 0;             // the last step's
+  std::vector<double> allreduce_waits;        // the measured steps'
 };
 
 // From the initial weights: the plan's accumulated gradient against the full batch's, same data,
@@ -245,23 +251,33 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
   model.set_dropout(false);
   {
     // Its batches, gradient copies and comparison are gone before the budget comes back.
-    const auto micro = make_micro_batches(model, plan.choice.micro_batches, options.seed, device);
+    // A data-parallel worker accumulates its share and all-reduces it; worker 0 compares the sum.
+    const auto share = plan.choice.worker_micro_batches(training.rank);
+    const std::size_t first = plan.choice.first_micro_batch(training.rank);
+    const auto own = make_micro_batches(model, share, options.seed, device, first);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-    training.runner.accumulate(micro, plan.global_batch);
+    for (std::size_t m = 0; m < own.size(); ++m) {
+      if (training.sync && m + 1 == own.size()) training.sync->arm();
+      training.runner.run_micro_batch(own[m], static_cast<int>(first + m), plan.global_batch);
+    }
+    if (training.sync) training.sync->finish();
+    training.runner.set_phase("idle");
     const auto accumulated = gradients_of(parameters);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-    {
+    // The full batch, on worker 0 only when there are several.
+    if (training.rank == 0) {
+      const auto micro = training.sync ? make_micro_batches(model, plan.choice.micro_batches, options.seed, device) : own;
       // The reference runs the standard layers: the planned variants must give the same gradients.
       model.set_all_lean(false);
       torch::Tensor loss = model.forward(concatenate(micro));
       loss.backward();
       use_variants(model, plan.choice);
+      const auto full = gradients_of(parameters);
+      for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+      check.max_rel_diff = max_relative_difference(accumulated, full);
     }
-    const auto full = gradients_of(parameters);
-    for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-    check.max_rel_diff = max_relative_difference(accumulated, full);
   }
-  model.set_dropout(true);
+  model.set_dropout(!options.full_batch_reference);
   if (budget) budget->resume();
   check.computed = true;
   bool batchnorm = false;
@@ -276,19 +292,33 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
   return check;
 }
 
+// The seed of micro-batch m's data in a step: the same on every worker and in the full-batch reference.
+std::uint64_t step_seed(const ExecuteOptions& options, int step, std::size_t m) {
+  return options.seed + 7919 * static_cast<std::uint64_t>(step + 1) + m;
+}
+
 // One optimizer step as planned: every micro-batch's forward and backward with gradients
 // accumulating, then the optimizer. Between the two is where a data-parallel run all-reduces the
 // accumulated gradients; an L2L relay replaces the micro-batch loop with its layer-major order.
 void train_step(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options, int step,
                 torch::Device device, HostMemoryWatch* host) {
   training.optimizer->zero_grad();
+  // A data-parallel worker runs its share: the global batch's micro-batches first..first+n-1.
+  const auto sizes = plan.choice.worker_micro_batches(training.rank);
+  const std::size_t first = plan.choice.first_micro_batch(training.rank);
   // Each micro-batch's data is made when its turn comes, as a loader would deliver it.
-  for (std::size_t m = 0; m < plan.choice.micro_batches.size(); ++m) {
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const std::size_t m = first + k;
     training.runner.set_phase("data", static_cast<int>(m));
-    const auto batch = make_micro_batches(training.model, {plan.choice.micro_batches[m]},
-                                          options.seed + 7919 * static_cast<std::uint64_t>(step + 1) + m, device);
+    const auto batch = make_micro_batches(training.model, {sizes[k]}, step_seed(options, step, m), device);
+    // The last backward sends each bucket of gradients as it completes.
+    if (training.sync && k + 1 == sizes.size()) training.sync->arm();
     training.runner.run_micro_batch(batch.front(), static_cast<int>(m), plan.global_batch);
     if (host != nullptr) host->sample_resident();
+  }
+  if (training.sync) {
+    training.runner.set_phase("all-reduce");
+    training.last_allreduce_wait = training.sync->finish();
   }
   training.runner.set_phase("optimizer");
   training.optimizer->step();
@@ -321,8 +351,14 @@ void run_steps(PlannedTraining& training, const core::Plan& plan, const ExecuteO
     if (host_limit) host.keep_within(plan.budget_bytes);
     if (measured) {
       report.step_seconds.push_back(seconds);
+      training.allreduce_waits.push_back(training.last_allreduce_wait);
       report.measured.peak_bytes = std::max(report.measured.peak_bytes, recorder.peak());
       report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, recorder.reserved());
+    }
+    // Every worker holds the same weights after every step, bit for bit (checked outside the clock).
+    if (training.workers != nullptr) {
+      training.workers->check_weights_agree(training.parameters, "after step " + std::to_string(step + 1));
+      ++report.data_parallel->weight_checks;
     }
   }
   if (device.is_cpu()) report.host_memory = host.report();
@@ -331,6 +367,47 @@ void run_steps(PlannedTraining& training, const core::Plan& plan, const ExecuteO
     report.warnings.push_back("malloc's resident heap grew by " + core::format_bytes(h.heap_peak_bytes - h.heap_start_bytes) +
                               ", more than the " + core::format_bytes(plan.budget_bytes) +
                               " budget (fragmentation): on a host whose memory is the limit this run would not fit");
+  }
+}
+
+// The same steps in one process, each on its whole global batch (the data every worker's micro-
+// batches drew, concatenated), from the same initial weights, with dropout off as the run had it:
+// how far the run's weights are from these.
+double full_batch_reference(PlannedTraining& training, const core::Plan& plan, const core::Trace& trace,
+                            const ExecuteOptions& options, torch::Device device, std::optional<ScopedBudget>& budget) {
+  progress(options, "full-batch reference");
+  if (budget) budget->suspend();  // the reference is not the planned step
+  Position position;
+  core::Plan standard = plan;
+  for (auto& layer : standard.choice.layers) layer.variant = core::LayerVariant::Standard;
+  PlannedTraining reference(standard, trace, options, device, std::nullopt, position);
+  reference.model.set_dropout(false);
+  const int total = options.warmup_steps + options.steps;
+  for (int step = 0; step < total; ++step) {
+    reference.optimizer->zero_grad();
+    std::vector<models::Batch> batches;
+    for (std::size_t m = 0; m < plan.choice.micro_batches.size(); ++m) {
+      batches.push_back(make_micro_batches(reference.model, {plan.choice.micro_batches[m]}, step_seed(options, step, m), device).front());
+    }
+    reference.model.forward(concatenate(batches)).backward();
+    reference.optimizer->step();
+  }
+  const double diff = max_relative_difference(training.parameters, reference.parameters);
+  if (budget) budget->resume();
+  return diff;
+}
+
+// Every worker's share, peak and median step, in rank 0's report.
+void gather_workers(Workers& workers, const core::Plan& plan, const std::vector<double>& waits, core::Report& report) {
+  const auto share = plan.choice.worker_micro_batches(workers.rank());
+  double samples = 0;
+  for (const auto b : share) samples += static_cast<double>(b);
+  const double step = report.step_seconds.empty() ? 0 : core::median(report.step_seconds);
+  const double wait = waits.empty() ? 0 : core::median(waits);
+  const auto all = workers.gather({samples, static_cast<double>(report.measured.peak_bytes), step, wait});
+  for (int r = 0; r < workers.size(); ++r) {
+    const auto& w = all[static_cast<std::size_t>(r)];
+    report.data_parallel->workers.push_back({r, std::llround(w[0]), std::llround(w[1]), w[2], w[3]});
   }
 }
 
@@ -378,15 +455,43 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
     report.warnings.push_back(warning);
   }
   const Datasets data = load_datasets(options);
+  if (options.world_size != plan.choice.world_size) {
+    throw core::InputError("world_size: the plan is for " + std::to_string(plan.choice.world_size) + " worker(s), got " +
+                           std::to_string(options.world_size));
+  }
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    throw core::InputError("rank: expected from 0 to " + std::to_string(options.world_size - 1) + ", got " +
+                           std::to_string(options.rank));
+  }
+  // The workers join before the budget starts counting: the process group is not the step's memory.
+  std::unique_ptr<Workers> workers;
+  if (options.world_size > 1) {
+    progress(options, "joining " + std::to_string(options.world_size) + " workers");
+    workers = std::make_unique<Workers>(WorkerIdentity{options.rank, options.world_size, options.store}, device);
+    report.data_parallel = core::DataParallelReport{};
+    report.data_parallel->world_size = options.world_size;
+    report.data_parallel->backend = workers->backend();
+  }
 
   RunMemory memory(plan, options, device);
   report.budget_bytes = memory.budget ? plan.budget_bytes : 0;
   Position position;
   position.phase = "model";
   try {
-    PlannedTraining training(plan, trace, options, device, data.train, position);
+    PlannedTraining training(plan, trace, options, device, data.train, position, workers.get());
+    if (training.sync) {
+      report.data_parallel->buckets = static_cast<std::int64_t>(training.sync->bucket_count());
+      report.data_parallel->bucket_bytes = training.sync->buffer_bytes();
+    }
+    if (options.full_batch_reference) training.model.set_dropout(false);
     if (options.gradient_check) report.gradient_check = check_gradient(training, plan, trace, options, device, memory.budget);
     run_steps(training, plan, options, device, memory, report);
+    if (workers) gather_workers(*workers, plan, training.allreduce_waits, report);
+    if (options.full_batch_reference && training.rank == 0) {
+      const double diff = full_batch_reference(training, plan, trace, options, device, memory.budget);
+      if (!report.data_parallel) report.data_parallel = core::DataParallelReport{};
+      report.data_parallel->full_batch_weights_max_rel_diff = diff;
+    }
     if (data.test) {
       progress(options, "test accuracy");
       if (memory.budget) memory.budget->suspend();  // evaluation is not part of the planned step

@@ -25,6 +25,14 @@ struct ExecuteOptions {
   std::string data = "synthetic";  // or "fashion-mnist" (the cnn model): real images, test accuracy reported
   bool batchnorm_eval = false;     // BatchNorm normalizes with running statistics (micro-batching exact)
   std::uint64_t seed = 0;
+  // Data parallel (issue 16): this process is worker `rank` of `world_size`, which find each other
+  // through `store` (executor/data_parallel.h); a plan for N workers needs world_size N.
+  int rank = 0;
+  int world_size = 1;
+  std::string store;
+  // Train with dropout off and afterwards run the same steps in one process on each step's full
+  // batch, from the same initial weights: the report says how far the weights are apart.
+  bool full_batch_reference = false;
   std::function<void(const std::string&)> on_progress;
 };
 

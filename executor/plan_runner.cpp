@@ -177,10 +177,10 @@ double PlanRunner::accumulate(const std::vector<models::Batch>& micro_batches, s
 }
 
 std::vector<models::Batch> make_micro_batches(const models::Model& model, const std::vector<std::int64_t>& sizes,
-                                              std::uint64_t seed, torch::Device device) {
+                                              std::uint64_t seed, torch::Device device, std::size_t first) {
   std::vector<models::Batch> batches;
   for (std::size_t m = 0; m < sizes.size(); ++m) {
-    models::Batch b = model.make_batch(sizes[m], seed * 1000003 + m);
+    models::Batch b = model.make_batch(sizes[m], seed * 1000003 + first + m);
     batches.push_back({b.input.to(device), b.target.to(device)});
   }
   return batches;

@@ -58,8 +58,10 @@ class PlanRunner {
 
 // Micro-batches of the given sizes, made by the model's generator from seeds derived from `seed`,
 // moved to `device`. The full batch is their concatenation.
+// `first`: the index of the first one among a larger batch's micro-batches (a data-parallel
+// worker's share), so each draws the same data wherever it runs.
 std::vector<models::Batch> make_micro_batches(const models::Model& model, const std::vector<std::int64_t>& sizes,
-                                              std::uint64_t seed, torch::Device device);
+                                              std::uint64_t seed, torch::Device device, std::size_t first = 0);
 models::Batch concatenate(const std::vector<models::Batch>& batches);
 
 // max over tensors of |a - b|_inf / |b|_inf (b the reference).

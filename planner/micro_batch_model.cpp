@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/saturating.h"
+#include "planner/data_parallel_model.h"
 
 namespace headroom::planner {
 
@@ -259,10 +260,12 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
                            BatchCostsCache* cache) {
   if (cache != nullptr && &cache->costs() != &costs) cache = nullptr;
   StepSequence seq;
-  seq.static_bytes = costs.static_bytes();
+  // A data-parallel worker also keeps its communication buckets.
+  seq.static_bytes = costs.static_bytes() + bucket_buffer_bytes(costs, choice);
   const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
   const auto variant = effective_variant_of(graph, span_of, choice);
-  const auto& sizes = choice.micro_batches;
+  // Data parallel predicts worker 0, which carries the largest share.
+  const std::vector<std::int64_t> sizes = choice.world_size > 1 ? choice.worker_micro_batches(0) : choice.micro_batches;
   const int last_layer = static_cast<int>(costs.layer_count()) - 1;
   // A micro-batch: its input arrives, its layers run, what their measured changes leave over goes
   // (so every micro-batch starts from the same level), and its input goes, except the last one's,
@@ -335,6 +338,10 @@ StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& grap
                             std::to_string(segment.batch) + ")";
     }
     for (std::size_t k = 0; k + (segment.keeps_input ? 1 : 0) < ops.size(); ++k) level += ops[k].retained_bytes;
+    // The optimizer waits for the last bucket's all-reduce, which the last backward partly hides.
+    if (segment.keeps_input && choice.world_size > 1) {
+      p.step_ns = core::saturating_add(p.step_ns, allreduce_timing(costs, ops, choice).exposed_ns);
+    }
   }
   // A step takes time even where the trace's layers and optimizer measured none (samples/s stays finite).
   p.step_ns = std::max<std::int64_t>(p.step_ns, 1);
@@ -348,6 +355,14 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
   schedule.resident = {{MemoryKind::Parameter, costs.param_bytes() + costs.model_extra_bytes()},
                        {MemoryKind::Gradient, costs.gradient_bytes()},
                        {MemoryKind::OptimizerState, costs.optimizer_state_bytes()}};
+  // A data-parallel worker's communication buckets are counted with the gradients they carry.
+  if (const std::int64_t buckets = bucket_buffer_bytes(costs, choice); buckets > 0) {
+    schedule.resident.push_back({MemoryKind::Gradient, buckets});
+  }
+  schedule.workers = choice.world_size;
+  // The last micro-batch's task per op, where its buckets' all-reduces wait for their backward.
+  std::vector<int> last_task_of_op;
+  int previous_compute = -1;
   const auto& layers = costs.trace().layers;
   std::size_t task_count = 0;
   for (const auto& segment : seq.segments) {
@@ -360,10 +375,10 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
   // arrival and ends with the releases), so a repeated segment ends where it started.
   std::vector<core::MemoryChange> pending_start;
   const auto at_end_of_last = [&](core::MemoryChange change) {
-    if (schedule.tasks.empty()) {
+    if (previous_compute < 0) {
       pending_start.push_back(change);
     } else {
-      schedule.tasks.back().at_end.push_back(change);
+      schedule.tasks[static_cast<std::size_t>(previous_compute)].at_end.push_back(change);
     }
   };
   for (const auto& segment : seq.segments) {
@@ -372,6 +387,13 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
     const auto first_task = static_cast<int>(schedule.tasks.size());
     // Tasks name their micro-batch as an int; a step of more is refused by the planner's bounds.
     const int micro_batch = segment.batch > 0 ? static_cast<int>(segment.first) : -1;
+    if (segment.keeps_input) last_task_of_op.assign(ops.size(), -1);
+    // The optimizer follows the last backward and the last bucket's all-reduce.
+    int last_allreduce = -1;
+    if (segment.batch == 0 && choice.world_size > 1 && seq.segments.size() >= 2) {
+      last_allreduce = append_allreduce_tasks(costs, seq.ops[seq.segments[seq.segments.size() - 2].ops], choice,
+                                              last_task_of_op, schedule);
+    }
     for (std::size_t k = 0; k < count; ++k) {
       const Op& op = ops[k];
       switch (op.kind) {
@@ -395,7 +417,10 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
       task.transient_bytes = op.transient_bytes;
       task.at_start = std::move(pending_start);
       pending_start.clear();
-      if (!schedule.tasks.empty()) task.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
+      if (previous_compute >= 0) task.dependencies = {previous_compute};
+      if (op.kind == OpKind::Optimizer && last_allreduce >= 0) task.dependencies.push_back(last_allreduce);
+      previous_compute = static_cast<int>(schedule.tasks.size());
+      if (segment.keeps_input) last_task_of_op[k] = previous_compute;
       schedule.tasks.push_back(std::move(task));
     }
     const int made = static_cast<int>(schedule.tasks.size()) - first_task;

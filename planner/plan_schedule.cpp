@@ -1,5 +1,8 @@
 #include "planner/plan_schedule.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "planner/micro_batch_model.h"
@@ -37,9 +40,20 @@ void check_choice(const core::Plan& plan, const core::Trace& trace, const std::s
                              " has no lean variant the trace measured");
     }
   }
-  if (choice.world_size != 1) {
-    throw core::InputError(source + ": $.world_size: " + std::to_string(choice.world_size) +
-                           " replicas, but data parallel is not implemented yet (1 only)");
+  if (choice.world_size > 1) {
+    // The plan's predictions are worker 0's: no other worker may carry more.
+    const auto largest = [](const std::vector<std::int64_t>& sizes) {
+      return sizes.empty() ? std::int64_t{0} : *std::max_element(sizes.begin(), sizes.end());
+    };
+    const auto first = choice.worker_micro_batches(0);
+    const std::int64_t first_samples = std::accumulate(first.begin(), first.end(), std::int64_t{0});
+    for (int r = 1; r < choice.world_size; ++r) {
+      const auto sizes = choice.worker_micro_batches(r);
+      if (std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0}) > first_samples || largest(sizes) > largest(first)) {
+        throw core::InputError(source + ": $.data_parallel.micro_batches_per_worker: worker " + std::to_string(r) +
+                               " carries more than worker 0, whose step the plan predicts (put the larger shares first)");
+      }
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/units.h"
+#include "planner/data_parallel_model.h"
 #include "planner/device_error.h"
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
@@ -132,7 +133,17 @@ struct SearchSpace {
   bool checkpointing = false;
   bool tempo = false;  // asked for, and the trace has lean layers
   std::int64_t limit = 0;
+  core::StepChoice base;  // what every choice starts from: data parallel's workers, link and buckets
 };
+
+// A choice with only `c`'s data-parallel settings.
+core::StepChoice data_parallel_only(const core::StepChoice& c) {
+  core::StepChoice out;
+  out.world_size = c.world_size;
+  out.link = c.link;
+  out.bucket_cap_bytes = c.bucket_cap_bytes;
+  return out;
+}
 
 struct Candidate {
   core::StepChoice choice;  // its layer variants as they take effect (effective_variants)
@@ -244,6 +255,7 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
                              std::vector<std::int64_t> micro,
                              std::int64_t limit, const SearchSpace& space) {
   Candidate plain;
+  plain.choice = space.base;
   plain.choice.micro_batches = std::move(micro);
   plain.prediction = predict_step(costs, graph, plain.choice, &cache);
   const bool plain_fits = plain.prediction.peak_bytes <= limit;
@@ -308,6 +320,7 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, Bat
       out.fits.push_back(std::move(*c));
     } else {
       Candidate plain;
+      plain.choice = space.base;
       plain.choice.micro_batches = micro;
       plain.prediction = predict_step(costs, graph, plain.choice, &cache);
       out.splits.push_back({std::move(micro), false, 0, 0, weighed(plain, global_batch).predicted});
@@ -321,7 +334,7 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, Bat
 std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
                         const SearchSpace& space) {
   const std::vector<std::int64_t> micro = split_batch(global_batch, space.micro_batching ? global_batch : 1);
-  core::StepChoice plain;
+  core::StepChoice plain = space.base;
   plain.micro_batches = micro;
   std::int64_t least = predict_step(costs, graph, plain, &cache).peak_bytes;
   if (space.tempo) {
@@ -350,6 +363,7 @@ ChoiceFacts choice_facts(const core::CostModel& costs, const LayerGraph& graph, 
   facts.chosen = weighed(best, global_batch);
   facts.largest_fitting = weighed(largest_fitting, global_batch);
   Candidate whole;
+  whole.choice = data_parallel_only(best.choice);
   whole.choice.micro_batches = {global_batch};
   whole.prediction = predict_step(costs, graph, whole.choice, &cache);
   facts.whole_batch = weighed(whole, global_batch);
@@ -383,6 +397,17 @@ core::Plan make_plan(const core::Trace& trace, const LayerGraph& graph, const Pl
   if (best.checkpointed_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Checkpointing));
   if (best.lean_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Tempo));
   plan.choice = complete_choice(trace, graph, best.choice);
+  if (request.workers > 1) {
+    // Every worker splits its share into as many micro-batches as worker 0 (fewer only where its
+    // share is smaller than that count); the plan lists them all, worker by worker.
+    const auto count = static_cast<std::int64_t>(best.choice.micro_batches.size());
+    plan.choice.micro_batches.clear();
+    for (const std::int64_t share : worker_shares(request.global_batch, request.workers)) {
+      const auto sizes = split_batch(share, std::min(count, share));
+      plan.choice.micro_batches.insert(plan.choice.micro_batches.end(), sizes.begin(), sizes.end());
+      plan.choice.micro_batches_per_worker.push_back(static_cast<int>(sizes.size()));
+    }
+  }
   plan.warnings = plan_warnings(trace, best.choice.micro_batches, request.global_batch);
   if (const std::string warning = margin_warning(request.margin_fraction, worst_device_error(core::CostModel(trace), graph));
       !warning.empty()) {
@@ -423,9 +448,23 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   if (!(request.margin_fraction >= 0.0 && request.margin_fraction <= 0.5)) {
     throw core::InputError("margin_fraction: expected a fraction between 0 and 0.5");
   }
+  if (request.workers < 1 || request.workers > core::kMaxWorkers) {
+    throw core::InputError("workers: expected from 1 to " + std::to_string(core::kMaxWorkers) + ", got " +
+                           std::to_string(request.workers));
+  }
+  if (request.workers > request.global_batch) {
+    throw core::InputError("workers: " + std::to_string(request.workers) + " workers need a global batch of at least " +
+                           std::to_string(request.workers) + ", got " + std::to_string(request.global_batch));
+  }
+  if (request.workers > 1 && !request.link.known()) {
+    throw core::InputError("link: data parallel needs the link's bandwidth and latency (a trace's measured link, or given)");
+  }
+  if (request.bucket_cap_bytes < 1) throw core::InputError("bucket_cap_bytes: expected a positive size");
   const core::CostModel costs(trace);
   const LayerGraph graph(trace);
   BatchCostsCache cache(costs);
+  // With several workers the search weighs worker 0's share, the largest.
+  const std::int64_t batch = worker_shares(request.global_batch, request.workers).front();
   const auto margin_of = [&](std::int64_t budget) {
     return static_cast<std::int64_t>(std::ceil(static_cast<double>(budget) * request.margin_fraction));
   };
@@ -435,14 +474,21 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   space.checkpointing = request.strategies.contains(Strategy::Checkpointing);
   space.tempo = request.strategies.contains(Strategy::Tempo) && !graph.lean_candidates().empty();
   space.limit = request.budget_bytes - margin;
+  space.base.world_size = request.workers;
+  space.base.link = request.link;
+  space.base.bucket_cap_bytes = request.bucket_cap_bytes;
 
   PlanOutcome outcome;
-  Weighing weighing = weigh_splits(costs, graph, cache, request.global_batch, space);
+  Weighing weighing = weigh_splits(costs, graph, cache, batch, space);
   outcome.splits = std::move(weighing.splits);
+  // Each split's step moves the whole global batch through every worker at once.
+  for (auto& split : outcome.splits) {
+    split.predicted.samples_per_second *= static_cast<double>(request.global_batch) / static_cast<double>(batch);
+  }
   std::vector<Candidate>& fits = weighing.fits;
 
   if (fits.empty()) {
-    const std::int64_t least = least_peak(costs, graph, cache, request.global_batch, space);
+    const std::int64_t least = least_peak(costs, graph, cache, batch, space);
     // The least budget whose limit after the margin holds that peak.
     auto budget = static_cast<std::int64_t>(std::ceil(static_cast<double>(least) / (1.0 - request.margin_fraction)));
     while (budget - margin_of(budget) < least) ++budget;
@@ -450,7 +496,9 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     std::string applied;
     for (const auto s : request.strategies) applied += (applied.empty() ? "" : ",") + strategy_name(s);
     outcome.reason = infeasible_reason(request.budget_bytes, space.limit,
-                                       costs.static_bytes() + costs.optimizer_transient_bytes(), applied, least,
+                                       costs.static_bytes() + bucket_buffer_bytes(costs, space.base) +
+                                           costs.optimizer_transient_bytes(),
+                                       applied, least,
                                        outcome.smallest_budget);
     if (budget > core::kMaxPlanBudget) {
       // No plan can be made at it: name it in the reason, offer none.
@@ -470,7 +518,11 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   const Candidate& best = fits.front();
 
   core::Plan plan = make_plan(trace, graph, request, margin, best);
-  ChoiceFacts facts = choice_facts(costs, graph, cache, request.global_batch, best, largest_fitting);
+  ChoiceFacts facts = choice_facts(costs, graph, cache, batch, best, largest_fitting);
+  // With several workers the facts weigh worker 0's share; a step moves the whole global batch.
+  for (WeighedStep* step : {&facts.chosen, &facts.largest_fitting, &facts.whole_batch}) {
+    step->predicted.samples_per_second *= static_cast<double>(request.global_batch) / static_cast<double>(batch);
+  }
   facts.limit_bytes = space.limit;
   facts.margin_bytes = margin;
   plan.binding_constraint = binding_constraint(facts);

@@ -32,6 +32,11 @@ struct PlanRequest {
   // The optimizer to plan for: empty or the trace's own for its measured state; the other one the
   // profiler knows for an estimate of its state (the plan records it and warns).
   std::string optimizer;
+  // Data parallel (issue 16): the global batch is shared by this many workers, each planned under
+  // the budget; their gradients are all-reduced over `link` in buckets of at least bucket_cap_bytes.
+  int workers = 1;
+  core::CollectiveLink link;
+  std::int64_t bucket_cap_bytes = core::kDefaultBucketCapBytes;
 };
 
 // One split of the global batch the search weighed: its fastest checkpointing that fits or, when
@@ -54,7 +59,10 @@ struct PlanOutcome {
 };
 
 // Throws InputError naming the request's field for a bad request (global_batch 0 or past
-// kMaxGlobalBatch, budget_bytes 0, margin_fraction outside [0, 0.5]).
+// kMaxGlobalBatch, budget_bytes 0, margin_fraction outside [0, 0.5], workers outside [1, 4096] or
+// more than the global batch, workers above 1 without a link). With several workers the search
+// weighs worker 0's share (the largest): its splits are worker 0's micro-batches, their samples/s the
+// whole global batch's.
 PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request);
 
 // Micro-batch sizes for `count` micro-batches of `global_batch`, as even as possible, larger first.

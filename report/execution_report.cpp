@@ -72,6 +72,27 @@ std::string render_report(const core::Report& r) {
   } else {
     out << r.gradient_check.note << "\n";
   }
+  if (r.data_parallel) {
+    const auto& d = *r.data_parallel;
+    out << "data parallel: " << d.world_size << " workers (c10d " << d.backend << "), gradients in " << d.buckets
+        << " bucket(s) of " << core::format_bytes(d.bucket_bytes) << " in all; weights identical on every worker, bit for bit, after each of "
+        << d.weight_checks << " steps\n";
+    if (!d.workers.empty()) {
+      TextTable workers({{"worker"}, {"samples"}, {"peak memory"}, {"peak error"}, {"step time (s)"}, {"all-reduce wait (s)"}});
+      for (const auto& w : d.workers) {
+        workers.add_row({std::to_string(w.rank), std::to_string(w.samples), core::format_bytes(w.peak_bytes),
+                         percent(core::relative_error(static_cast<double>(r.predicted.peak_bytes), static_cast<double>(w.peak_bytes))),
+                         fixed(w.step_seconds, "%.4f"), fixed(w.allreduce_wait_seconds, "%.4f")});
+      }
+      out << workers.render();
+      out << "predicted all-reduce " << fixed(d.predicted_allreduce_seconds, "%.4f") << " s per step, "
+          << fixed(d.predicted_exposed_allreduce_seconds, "%.4f") << " s of it after the last backward (the wait)\n";
+    }
+    if (d.full_batch_weights_max_rel_diff) {
+      out << "weights after the run's steps against one process stepping on each step's full batch: max relative difference "
+          << fixed(*d.full_batch_weights_max_rel_diff, "%.2e") << "\n";
+    }
+  }
   if (r.test_accuracy) out << "test accuracy on " << r.data << " after training: " << fixed(100 * *r.test_accuracy, "%.1f") << "%\n";
   for (const auto& w : r.warnings) out << "warning: " << w << "\n";
   return out.str();

@@ -41,6 +41,25 @@ std::string render_plan_summary(const core::Plan& plan) {
   out << "  micro-batches    " << of_first << " x " << first;
   if (last != first) out << " + " << micro_batches.size() - of_first << " x " << last;
   out << "  (loss weight b_i/B)\n";
+  if (plan.choice.world_size > 1) {
+    // Workers whose micro-batches are alike, run by run: "workers 0-1: 2 x 4".
+    const auto& c = plan.choice;
+    out << "  data parallel    " << c.world_size << " workers:";
+    int from = 0;
+    for (int r = 1; r <= c.world_size; ++r) {
+      if (r < c.world_size && c.worker_micro_batches(r) == c.worker_micro_batches(from)) continue;
+      const auto sizes = c.worker_micro_batches(from);
+      std::int64_t samples = 0;
+      for (const auto b : sizes) samples += b;
+      out << (from > 0 ? ";" : "") << (r - 1 > from ? " workers " + std::to_string(from) + "-" + std::to_string(r - 1)
+                                                      : " worker " + std::to_string(from))
+          << " " << samples << " samples as " << sizes.size() << " x " << sizes.front()
+          << (sizes.back() != sizes.front() ? ".." + std::to_string(sizes.back()) : "");
+      from = r;
+    }
+    out << "\n                   gradients all-reduced in buckets of " << core::format_bytes(c.bucket_cap_bytes)
+        << " over a ring, link " << core::format_link(c.link) << " (" << c.link.source << ")\n";
+  }
   out << "  checkpointed     ";
   if (checkpointed.empty()) {
     out << "none\n";

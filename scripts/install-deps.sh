@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config
   libtorch-dev
+  # The headers of c10d's Gloo process group (data parallel on the CPU) include gloo's own.
+  libgloo-dev
   # libtorch's CPU matrix products go through BLAS; without the pthread OpenBLAS they are ~50x slower.
   libopenblas0-pthread
   libboost-graph-dev

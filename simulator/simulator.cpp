@@ -244,10 +244,28 @@ nlohmann::json chrome_trace(const core::Schedule& schedule, const Simulation& si
   constexpr int kPid = 1;
   out.name_process(kPid, title);
   for (std::size_t s = 0; s < kStreams; ++s) out.name_thread(kPid, static_cast<int>(s) + 1, std::string(core::kStreamNames[s]));
+  // Data parallel: a communication lane per worker, each with the all-reduces every worker runs at
+  // once; past kWorkerLanes workers the last lane stands for the rest.
+  constexpr int kWorkerLanes = 16;
+  const int worker_lanes = schedule.workers > 1 ? std::min(schedule.workers, kWorkerLanes) : 0;
+  const int first_worker_lane = static_cast<int>(kStreams) + 1;
+  for (int w = 0; w < worker_lanes; ++w) {
+    const bool rest = w + 1 == worker_lanes && schedule.workers > kWorkerLanes;
+    out.name_thread(kPid, first_worker_lane + w,
+                    rest ? "collective, workers " + std::to_string(w) + ".." + std::to_string(schedule.workers - 1)
+                         : "collective, worker " + std::to_string(w));
+  }
   std::size_t next_repeat = 0;
   for (std::size_t i = 0; i < schedule.tasks.size(); ++i) {
     const auto& t = schedule.tasks[i];
     const auto& timing = simulation.tasks[i];
+    if (t.stream == core::Stream::Collective && worker_lanes > 0) {
+      for (int w = 0; w < worker_lanes; ++w) {
+        out.add_span(kPid, first_worker_lane + w, t.name, t.category, timing.start_ns, timing.end_ns - timing.start_ns,
+                     {{"workers", schedule.workers}});
+      }
+      continue;
+    }
     out.add_span(kPid, static_cast<int>(t.stream) + 1, t.name, t.category, timing.start_ns,
                  timing.end_ns - timing.start_ns, {{"micro_batch", t.micro_batch}, {"transient_bytes", t.transient_bytes}});
     if (next_repeat >= schedule.repeats.size() || next_repeat >= simulation.repeats.size()) continue;

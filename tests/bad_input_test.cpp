@@ -283,7 +283,53 @@ TEST_F(BadInputCli, PlanFilesThatWouldSwitchTheBudgetOffOrDisagreeWithTheirTrace
   expect_refused("execute " + write("weights.json", p) + " --steps 1", "$.loss_weights[0]: expected b_i / B");
   p = plan_;
   p["world_size"] = 2;
-  expect_refused("execute " + write("world.json", p) + " --steps 1", "data parallel is not implemented yet");
+  expect_refused("simulate " + write("world.json", p), "$.data_parallel: missing");
+  expect_refused("execute " + path("world.json") + " --steps 1", "$.data_parallel: missing");
+}
+
+// Data parallel's flags and fields (issue 16).
+TEST_F(BadInputCli, DataParallelFlagsAndFields) {
+  const std::string trace = path("t.json");
+  const std::string plan = " --budget 300MiB --batch 64";
+  for (const std::string devices : {"0", "-1", "4097", "x"}) {
+    expect_refused("plan " + trace + plan + " --devices " + devices + " --link 1GB/s,1us", "--devices");
+  }
+  expect_refused("plan " + trace + " --budget 300MiB --batch 3 --devices 4 --link 1GB/s,1us",
+                 "--devices: 4 workers need a global batch of at least 4, got 3");
+  expect_refused("plan " + trace + plan + " --devices 2", "the trace has no measured link (profile with --measure-link)");
+  for (const std::string link : {"1GB/s", "fast,1us", "1Gb/s,1us", "1GB/s,1", "0GB/s,1us", "1GB/s,-1us"}) {
+    expect_refused("plan " + trace + plan + " --devices 2 --link " + link, "--link: invalid link '");
+  }
+  for (const std::string cap : {"0", "-5", "lots"}) {
+    expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --bucket-cap " + cap, "--bucket-cap");
+  }
+  // A data-parallel plan, and what execute refuses about it.
+  const std::string dp = path("dp.json");
+  ASSERT_EQ(run("plan " + trace + plan + " --devices 2 --link 1GB/s,1us -o " + dp).exit_code, 0);
+  expect_refused("execute " + dp + " --steps 1", "the plan is for 2 data-parallel workers: run it with --devices 2");
+  expect_refused("execute " + dp + " --steps 1 --devices 3", "--devices: the plan is for 2 worker(s), got 3");
+  for (const std::string devices : {"0", "65"}) {
+    expect_refused("execute " + dp + " --steps 1 --devices " + devices, "--devices: expected from 1 to 64 local workers");
+  }
+  expect_refused("execute " + dp + " --steps 1 --devices 2 --rank 0", "--devices: give either --devices or --rank");
+  expect_refused("execute " + dp + " --steps 1 --rank 0", "--rank: a worker launched by hand needs --rank, --world-size and --store");
+  expect_refused("execute " + dp + " --steps 1 --rank 2 --world-size 2 --store file:/tmp/x", "--rank: expected from 0 to 1, got 2");
+  expect_refused("execute " + dp + " --steps 1 --rank 0 --world-size 3 --store file:/tmp/x", "--world-size: the plan is for 2");
+  expect_refused("execute " + dp + " --steps 1 --rank 0 --world-size 5000 --store file:/tmp/x", "--world-size: expected from 1 to 4096");
+  for (const std::string store : {"file:", "tcp:host", "tcp:host:0", "tcp:host:70000", "tcp::12", "http://x", "tcp:h:1x"}) {
+    expect_refused("execute " + dp + " --steps 1 --rank 0 --world-size 2 --store " + store, "--store: ");
+  }
+  json p = core::parse_json(core::read_file(dp), dp);
+  p["data_parallel"]["micro_batches_per_worker"] = json::array({1});
+  expect_refused("simulate " + write("counts.json", p), "$.data_parallel.micro_batches_per_worker: expected one count per worker (2)");
+  p["data_parallel"]["micro_batches_per_worker"] = json::array({1, 0});
+  expect_refused("simulate " + write("zero.json", p), "$.data_parallel.micro_batches_per_worker[1]");
+  p = core::parse_json(core::read_file(dp), dp);
+  p["data_parallel"]["link"]["bytes_per_second"] = 0;
+  expect_refused("simulate " + write("link.json", p), "$.data_parallel.link.bytes_per_second: expected from 1 to 1e14");
+  p = plan_;
+  p["data_parallel"] = p["explanation"];
+  expect_refused("simulate " + write("one.json", p), "$.data_parallel: given for one worker");
 }
 
 TEST_F(BadInputCli, TracesWithClashingOrOutOfRangeFields) {

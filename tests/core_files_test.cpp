@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "core/atomic_file.h"
+#include "core/collective.h"
 #include "core/errors.h"
 #include "core/plan.h"
 #include "core/report.h"
@@ -213,10 +214,19 @@ TEST(StepChoice, VariantsMicroBatchesAndWorldSize) {
   plan.global_batch = 4;
   plan.choice.micro_batches = {4};
   EXPECT_FALSE(core::to_json(plan).contains("world_size"));
+  // Data parallel: every worker's micro-batches, and how many are whose.
+  plan.global_batch = 9;
+  plan.choice.micro_batches = {1, 1, 1, 1, 1, 1, 1, 1, 1};
   plan.choice.world_size = 8;
+  plan.choice.micro_batches_per_worker = {2, 1, 1, 1, 1, 1, 1, 1};
+  plan.choice.link = core::parse_link("25GB/s,5us");
+  plan.choice.bucket_cap_bytes = 1 << 20;
   const auto document = core::to_json(plan);
   EXPECT_EQ(document.at("world_size"), 8);
+  EXPECT_EQ(document.at("data_parallel").at("micro_batches_per_worker").size(), 8u);
   EXPECT_EQ(core::plan_from_json(document), plan);
+  EXPECT_EQ(plan.choice.worker_micro_batches(0), (std::vector<std::int64_t>{1, 1}));
+  EXPECT_EQ(plan.choice.first_micro_batch(3), 4u);
 }
 
 TEST(ReportFile, CountsPastIntAreRejected) {

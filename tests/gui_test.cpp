@@ -457,6 +457,23 @@ class GuiTest : public QObject {
     // Recent files remember it.
     QCOMPARE(recent_files().value(0), QFileInfo(committed("cpu-bert.json")).absoluteFilePath());
     QVERIFY(window.recent_menu_text().contains("cpu-bert.json"));
+
+    // Data parallel: two workers share the batch over the typed link; each keeps its buckets.
+    QVERIFY(!window.link_edit()->isEnabled());
+    window.link_edit()->setText("1GB/s,20us");
+    window.devices_box()->setValue(2);
+    QVERIFY(window.link_edit()->isEnabled());
+    emit window.link_edit()->editingFinished();
+    QVERIFY(settle(window));
+    QCOMPARE(window.current_result()->inputs.workers, 2);
+    QVERIFY(window.current_result()->plan);
+    QCOMPARE(window.current_result()->plan->choice.world_size, 2);
+    QCOMPARE(window.current_result()->plan->choice.link.bytes_per_second, 1e9);
+    QVERIFY(window.summary_text().contains("data parallel    2 workers"));
+    save_shot(window, "devices");
+    window.devices_box()->setValue(1);
+    QVERIFY(settle(window));
+    QCOMPARE(window.current_result()->plan->choice.world_size, 1);
   }
 
   // Issue 24: the open trace against a second one, as `headroom compare` shows it: the layer whose

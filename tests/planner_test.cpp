@@ -549,20 +549,6 @@ TEST(StepSequence, RepeatedScheduleSimulatesAsTheWrittenOutOne) {
   EXPECT_EQ(repeated.memory.back().bytes, written.memory.back().bytes);
 }
 
-// A hand-edited plan asking for more than one replica is refused until data parallel lands.
-TEST(StepSequence, WorldSizeOtherThanOneIsRefused) {
-  const core::Trace trace = committed("cpu-mlp.json");
-  auto outcome = planner::plan_step(trace, request(1LL << 40, 4));
-  ASSERT_TRUE(outcome.plan);
-  outcome.plan->choice.world_size = 2;
-  try {
-    planner::plan_schedule(trace, *outcome.plan, "p.json");
-    FAIL() << "expected an InputError";
-  } catch (const core::InputError& e) {
-    EXPECT_EQ(std::string(e.what()), "p.json: $.world_size: 2 replicas, but data parallel is not implemented yet (1 only)");
-  }
-}
-
 // Tempo: with every lean layer on, the planner's model reproduces the peak the profiler measured
 // in its all-lean pass, at every sampled size (the frees a lean layer moves included).
 TEST(Tempo, ModelReproducesTheLeanPassPeaks) {

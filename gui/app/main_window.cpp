@@ -20,6 +20,7 @@
 #include <QVBoxLayout>
 
 #include "core/plan.h"
+#include "core/errors.h"
 #include "core/units.h"
 #include "gui/logic/recent_files.h"
 #include "planner/plan_search.h"
@@ -186,8 +187,23 @@ QWidget* MainWindow::build_controls() {
   optimizer_ = new QComboBox(step_box);
   optimizer_->setObjectName("optimizerBox");
   optimizer_->addItems({"sgd", "adam"});
+  // Data parallel: workers sharing the global batch, each under the budget, and the link they
+  // all-reduce over (the trace's measured one, or typed as 25GB/s,5us).
+  devices_ = new QSpinBox(step_box);
+  devices_->setObjectName("devicesBox");
+  devices_->setRange(1, core::kMaxWorkers);
+  devices_->setKeyboardTracking(false);
+  devices_->setToolTip("data-parallel workers sharing the global batch, each with the budget; gradients are all-reduced "
+                       "over a ring in buckets while the last micro-batch's backward runs");
+  link_ = new QLineEdit(step_box);
+  link_->setObjectName("linkEdit");
+  link_->setPlaceholderText("25GB/s,5us");
+  link_->setToolTip("the workers' link as BANDWIDTH,LATENCY (filled in from the trace's measured loopback link)");
+  link_->setEnabled(false);
   auto* form = new QFormLayout(step_box);
   form->addRow("global batch", batch_);
+  form->addRow("devices", devices_);
+  form->addRow("link", link_);
   for (std::size_t i = 0; i < strategy_boxes_.size(); ++i) form->addRow(i == 0 ? "strategies" : "", strategy_boxes_[i].second);
   form->addRow("optimizer", optimizer_);
 
@@ -216,6 +232,11 @@ QWidget* MainWindow::build_controls() {
   for (const auto& [id, box] : strategy_boxes_) connect(box, &QCheckBox::toggled, this, &MainWindow::replan);
   // Another optimizer holds another amount of state, so the whole batch needs another amount.
   connect(optimizer_, &QComboBox::currentTextChanged, this, refresh_and_replan);
+  connect(devices_, &QSpinBox::valueChanged, this, [this](int n) {
+    link_->setEnabled(n > 1);
+    replan();
+  });
+  connect(link_, &QLineEdit::editingFinished, this, &MainWindow::replan);
   return panel;
 }
 
@@ -312,6 +333,7 @@ bool MainWindow::open_trace(const QString& path) {
     if (optimizer_index >= 0) optimizer_->setCurrentIndex(optimizer_index);
     show_budget_range(range);
     budget_->set_budget(start.budget_bytes);
+    link_->setText(trace.link ? QString::fromStdString(core::format_link(*trace.link)) : QString());
   }
   controls_->setEnabled(true);
   compare_action_->setEnabled(true);
@@ -356,6 +378,17 @@ PlanInputs MainWindow::inputs() const {
     if (box->isChecked()) in.strategies.insert(id);
   }
   in.optimizer = optimizer_->currentText().toStdString();
+  in.workers = devices_->value();
+  if (in.workers > 1) {
+    // A link that does not parse is marked and the trace's (or none, which the plan then names) used.
+    try {
+      in.link = core::parse_link(link_->text().toStdString());
+      link_->setStyleSheet({});
+    } catch (const core::InputError&) {
+      link_->setStyleSheet("QLineEdit { color: #b00020; }");
+      if (trace_ && trace_->trace.link) in.link = *trace_->trace.link;
+    }
+  }
   return in;
 }
 

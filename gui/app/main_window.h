@@ -6,6 +6,7 @@
 #include <QComboBox>
 #include <QFrame>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMainWindow>
 #include <QMenu>
 #include <QPlainTextEdit>
@@ -57,6 +58,8 @@ class MainWindow : public QMainWindow {
   BudgetControl* budget_control() const { return budget_; }
   QSpinBox* batch_box() const { return batch_; }
   QComboBox* optimizer_box() const { return optimizer_; }
+  QSpinBox* devices_box() const { return devices_; }
+  QLineEdit* link_edit() const { return link_; }
   MemoryChart* memory_chart() const { return memory_chart_; }
   ThroughputChart* throughput_chart() const { return throughput_chart_; }
   LayerTableModel* layer_model() const { return layer_model_; }
@@ -107,6 +110,8 @@ class MainWindow : public QMainWindow {
   QSpinBox* batch_;
   std::vector<std::pair<planner::Strategy, QCheckBox*>> strategy_boxes_;
   QComboBox* optimizer_;
+  QSpinBox* devices_;
+  QLineEdit* link_;
   QLabel* timing_;
   MemoryChart* memory_chart_;
   ThroughputChart* throughput_chart_;

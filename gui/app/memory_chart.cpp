@@ -132,10 +132,14 @@ void MemoryChart::show_result(const PlanResult& result) {
   y_->setTitleText(unit_ == double(1 << 30) ? "memory (GiB)" : "memory (MiB)");
 
   if (feasible) {
-    chart()->setTitle(QString("memory over one step: %1 micro-batch%2 of %3")
-                          .arg(result.plan->choice.micro_batches.size())
-                          .arg(result.plan->choice.micro_batches.size() > 1 ? "es" : "")
-                          .arg(result.plan->choice.micro_batches.front()));
+    // Data parallel: the step drawn is worker 0's, which carries the largest share.
+    const auto& choice = result.plan->choice;
+    const auto mine = choice.worker_micro_batches(0);
+    chart()->setTitle(QString("memory over one step%4: %1 micro-batch%2 of %3")
+                          .arg(mine.size())
+                          .arg(mine.size() > 1 ? "es" : "")
+                          .arg(mine.front())
+                          .arg(choice.world_size > 1 ? QString(" of worker 0 (of %1)").arg(choice.world_size) : QString()));
   } else if (result.best_attempt) {
     chart()->setTitle(QString("no plan fits %1: the least that fits (shown) needs %2")
                           .arg(bytes_text(budget), bytes_text(result.smallest_budget)));

@@ -49,7 +49,7 @@ ExecutorRun::~ExecutorRun() {
 }
 
 void ExecutorRun::start(const QString& program, const QString& plan_path, const QString& report_path, int steps,
-                        int warmup_steps) {
+                        int warmup_steps, int devices) {
   report_path_ = report_path;
   steps_ = steps;
   warmup_ = warmup_steps;
@@ -58,8 +58,10 @@ void ExecutorRun::start(const QString& program, const QString& plan_path, const 
   stderr_tail_.clear();
   partial_line_.clear();
   QFile::remove(report_path);
-  process_.start(program, {QStringLiteral("execute"), plan_path, QStringLiteral("-o"), report_path, QStringLiteral("--steps"),
-                           QString::number(steps), QStringLiteral("--warmup"), QString::number(warmup_steps)});
+  QStringList arguments{QStringLiteral("execute"), plan_path, QStringLiteral("-o"), report_path, QStringLiteral("--steps"),
+                        QString::number(steps), QStringLiteral("--warmup"), QString::number(warmup_steps)};
+  if (devices > 1) arguments << QStringLiteral("--devices") << QString::number(devices);
+  process_.start(program, arguments);
 }
 
 void ExecutorRun::cancel() {

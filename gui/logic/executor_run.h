@@ -38,7 +38,9 @@ class ExecutorRun : public QObject {
   ~ExecutorRun() override;
 
   // Runs `program execute plan -o report --steps N --warmup W`.
-  void start(const QString& program, const QString& plan_path, const QString& report_path, int steps, int warmup_steps);
+  // `devices` above 1: a data-parallel plan's local worker processes (`execute --devices N`).
+  void start(const QString& program, const QString& plan_path, const QString& report_path, int steps, int warmup_steps,
+             int devices = 1);
   void cancel();
   bool running() const { return process_.state() != QProcess::NotRunning; }
 

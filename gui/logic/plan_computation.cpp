@@ -27,6 +27,8 @@ planner::PlanRequest plan_request(const TraceDocument& trace, const PlanInputs& 
   request.trace_path = trace.path;
   request.trace_sha256 = trace.sha256;
   request.optimizer = inputs.optimizer;
+  request.workers = inputs.workers;
+  request.link = inputs.link;
   return request;
 }
 

@@ -25,6 +25,10 @@ struct PlanInputs {
   std::set<planner::Strategy> strategies = planner::all_strategies();
   std::string optimizer;  // empty: the trace's
   double margin_fraction = 0.05;
+  // Data-parallel workers sharing the global batch, and their link (the trace's measured one unless
+  // typed).
+  int workers = 1;
+  core::CollectiveLink link;
   bool operator==(const PlanInputs&) const = default;
 };
 

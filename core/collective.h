@@ -1,0 +1,48 @@
+#pragma once
+// Data parallel's gradient exchange as plain numbers (issue 16): the link the workers all-reduce
+// over, the ring all-reduce's cost on it, and how gradients are grouped into buckets. Torch-free,
+// so the planner, the simulator's schedule and the executor group gradients the same way.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace headroom::core {
+
+// One link of the ring: what one worker sends to the next per second, and the latency of a message.
+struct CollectiveLink {
+  double bytes_per_second = 0;
+  std::int64_t latency_ns = 0;
+  std::string source;  // "measured" (headroom profile over loopback) or "given" (--link)
+  bool operator==(const CollectiveLink&) const = default;
+  bool known() const { return bytes_per_second > 0; }
+};
+
+// Parses "25GB/s,5us": a bandwidth (B/s with k/M/G decimal or Ki/Mi/Gi binary prefixes) and a
+// latency (ns, us, ms or s). Throws InputError naming the text and the accepted form.
+CollectiveLink parse_link(std::string_view text);
+// "25.0 GB/s, 5.00 us".
+std::string format_link(const CollectiveLink& link);
+
+// The most workers a plan or an execution may name (a plan file's world_size has the same bound).
+inline constexpr int kMaxWorkers = 4096;
+// The default bucket size, PyTorch DDP's (25 MiB).
+inline constexpr std::int64_t kDefaultBucketCapBytes = std::int64_t{25} << 20;
+
+// A ring all-reduce of `bytes` over `workers`: reduce-scatter then all-gather, 2(N-1) steps, each
+// sending one N-th of the buffer and paying the latency once. 0 for one worker.
+std::int64_t ring_allreduce_ns(std::int64_t bytes, int workers, const CollectiveLink& link);
+
+// Gradients are exchanged in buckets of whole layers, from the last layer to the first (the order
+// backward produces them): a bucket closes once it holds at least `cap_bytes`. Layers without
+// parameters belong to none.
+struct GradientBucket {
+  int first_layer = 0;  // the lowest layer id in it: its gradient is the bucket's last to be ready
+  int last_layer = 0;
+  std::int64_t bytes = 0;
+  bool operator==(const GradientBucket&) const = default;
+};
+// `layer_bytes[i]`: layer i's gradient bytes. Buckets in the order they become ready.
+std::vector<GradientBucket> gradient_buckets(const std::vector<std::int64_t>& layer_bytes, std::int64_t cap_bytes);
+
+}  // namespace headroom::core

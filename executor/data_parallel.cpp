@@ -1,0 +1,347 @@
+#include "executor/data_parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "core/statistics.h"
+
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef HEADROOM_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "core/collective.h"
+#include "core/errors.h"
+
+namespace headroom::executor {
+
+namespace {
+
+struct TcpAddress {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+TcpAddress tcp_address(const std::string& store) {
+  const std::string rest = store.substr(4);
+  const auto colon = rest.rfind(':');
+  const auto fail = [&] {
+    throw core::InputError("store: expected file:PATH or tcp:HOST:PORT (port 1 to 65535), got '" + store + "'");
+  };
+  if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size()) fail();
+  const std::string port = rest.substr(colon + 1);
+  if (port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) fail();
+  const long value = std::stol(port);
+  if (value < 1 || value > 65535) fail();
+  return {rest.substr(0, colon), static_cast<std::uint16_t>(value)};
+}
+
+c10::intrusive_ptr<c10d::Store> open_store(const WorkerIdentity& id) {
+  if (id.store.rfind("file:", 0) == 0) {
+    return c10::make_intrusive<c10d::FileStore>(id.store.substr(5), id.world_size);
+  }
+  const TcpAddress address = tcp_address(id.store);
+  c10d::TCPStoreOptions options;
+  options.port = address.port;
+  options.isServer = id.rank == 0;
+  options.numWorkers = static_cast<std::size_t>(id.world_size);
+  options.waitWorkers = true;
+  options.timeout = id.timeout;
+  return c10::make_intrusive<c10d::TCPStore>(address.host, options);
+}
+
+// 64-bit FNV-1a over the parameters' bytes, in order.
+std::int64_t weights_digest(const std::vector<torch::Tensor>& parameters) {
+  std::uint64_t hash = 1469598103934665603ull;
+  for (const auto& p : parameters) {
+    const torch::Tensor t = p.detach().to(torch::kCPU).contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+    const std::size_t n = t.numel() * t.element_size();
+    for (std::size_t i = 0; i < n; ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+  }
+  std::int64_t out;
+  std::memcpy(&out, &hash, sizeof out);
+  return out;
+}
+
+// Waits for a collective; its failure names itself as one (the launcher tells a worker that failed
+// on its own from one whose peer went away by this).
+void wait_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+  try {
+    work->wait();
+  } catch (const c10::Error& e) {
+    const std::string message = e.what_without_backtrace();
+    throw std::runtime_error("collective failed in " + what + " (another worker stopped?): " + message.substr(0, message.find('\n')));
+  } catch (const std::exception& e) {
+    throw std::runtime_error("collective failed in " + what + " (another worker stopped?): " + e.what());
+  }
+}
+
+}  // namespace
+
+core::CollectiveLink measure_loopback_link() {
+  constexpr int kRepeats = 7;
+  const std::vector<std::int64_t> sizes{std::int64_t{4} << 10, std::int64_t{64} << 10, std::int64_t{1} << 20,
+                                        std::int64_t{4} << 20, std::int64_t{16} << 20};
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<double> seconds(sizes.size());
+  std::exception_ptr failure;
+  const auto worker = [&](int rank) {
+    try {
+      auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(60000));
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      options->threads = 1;
+      auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, 2, options);
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        std::vector<at::Tensor> tensors{torch::ones({sizes[k] / 4}, torch::kFloat32)};
+        group->allreduce(tensors)->wait();  // warm: connections, buffers
+        std::vector<double> times;
+        for (int r = 0; r < kRepeats; ++r) {
+          group->barrier()->wait();
+          const auto start = std::chrono::steady_clock::now();
+          group->allreduce(tensors)->wait();
+          times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+        if (rank == 0) seconds[k] = core::median(times);
+      }
+    } catch (...) {
+      if (rank == 0) failure = std::current_exception();
+    }
+  };
+  std::thread other(worker, 1);
+  worker(0);
+  other.join();
+  if (failure) std::rethrow_exception(failure);
+  // Least squares of time on bytes, relative to each time (the sizes span four orders of magnitude,
+  // and the small ones are what tell the latency): intercept 2 * latency, slope 1 / bandwidth.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const double x = static_cast<double>(sizes[k]), y = seconds[k];
+    const double w = 1.0 / (y * y);
+    sw += w;
+    sx += w * x;
+    sy += w * y;
+    sxx += w * x * x;
+    sxy += w * x * y;
+  }
+  const double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+  const double intercept = (sy - slope * sx) / sw;
+  if (!(slope > 0)) throw std::runtime_error("the loopback all-reduce's time did not grow with its size; no link fitted");
+  core::CollectiveLink link;
+  link.bytes_per_second = 1.0 / slope;
+  link.latency_ns = std::llround(std::max(intercept, 0.0) / 2 * 1e9);
+  link.source = "measured: Gloo all-reduce over loopback, 2 workers";
+  return link;
+}
+
+void check_store_address(const std::string& store) {
+  if (store.rfind("file:", 0) == 0) {
+    if (store.size() == 5) throw core::InputError("store: file: needs a path, as in file:/tmp/headroom-store");
+    return;
+  }
+  if (store.rfind("tcp:", 0) == 0) {
+    tcp_address(store);
+    return;
+  }
+  throw core::InputError("store: expected file:PATH or tcp:HOST:PORT, got '" + store + "'");
+}
+
+Workers::Workers(const WorkerIdentity& identity, torch::Device device) : identity_(identity) {
+  check_store_address(identity.store);
+  auto store = open_store(identity);
+  const auto on_device = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  digest_ = torch::zeros({1}, on_device);
+  for (int r = 0; r < identity.world_size; ++r) digests_.push_back(torch::zeros({1}, on_device));
+  if (device.is_cuda()) {
+#ifdef HEADROOM_WITH_NCCL
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = identity.timeout;
+    auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, identity.rank, identity.world_size, options);
+    group_ = std::shared_ptr<c10d::ProcessGroup>(group.release(), [](c10d::ProcessGroup* g) { c10::raw::intrusive_ptr::decref(g); });
+    backend_ = "nccl";
+    return;
+#else
+    throw core::InputError("device cuda: data parallel on CUDA uses NCCL, and this build has no NCCL (configure with "
+                           "HEADROOM_WITH_CUDA against a libtorch built with it)");
+#endif
+  }
+  auto options = c10d::ProcessGroupGloo::Options::create(identity.timeout);
+  // Loopback: the workers of `execute --devices N` share this machine.
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  options->threads = 1;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  try {
+    group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, identity.rank, identity.world_size, options);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("collective failed while the workers joined: " + std::string(e.what()).substr(0, 300));
+  }
+  group_ = std::shared_ptr<c10d::ProcessGroup>(group.release(), [](c10d::ProcessGroup* g) { c10::raw::intrusive_ptr::decref(g); });
+  backend_ = "gloo";
+}
+
+Workers::~Workers() = default;
+
+std::vector<std::vector<double>> Workers::gather(const std::vector<double>& mine) {
+  std::vector<at::Tensor> input{torch::tensor(mine, torch::kFloat64)};
+  std::vector<std::vector<at::Tensor>> output(1);
+  for (int r = 0; r < size(); ++r) output[0].push_back(torch::empty({static_cast<std::int64_t>(mine.size())}, torch::kFloat64));
+  wait_collective(group_->allgather(output, input), "gathering the workers' measurements");
+  std::vector<std::vector<double>> out;
+  for (const auto& t : output[0]) {
+    const auto* d = t.data_ptr<double>();
+    out.emplace_back(d, d + t.numel());
+  }
+  return out;
+}
+
+void Workers::check_weights_agree(const std::vector<torch::Tensor>& parameters, const std::string& when) {
+  digest_.fill_(weights_digest(parameters));
+  std::vector<at::Tensor> input{digest_};
+  std::vector<std::vector<at::Tensor>> output{digests_};
+  wait_collective(group_->allgather(output, input), "comparing the workers' weights");
+  std::string differ;
+  const std::int64_t reference = digests_[0].item<std::int64_t>();
+  for (int r = 1; r < size(); ++r) {
+    if (digests_[static_cast<std::size_t>(r)].item<std::int64_t>() != reference) {
+      differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  if (!differ.empty()) {
+    throw std::runtime_error("workers disagree on the weights " + when + ": rank(s) " + differ + " differ from rank 0");
+  }
+}
+
+struct GradientSync::State {
+  struct Bucket {
+    std::vector<torch::Tensor> parameters;
+    std::vector<std::int64_t> offsets;  // element offset of each parameter's gradient in the buffer
+    torch::Tensor buffer;
+    int pending = 0;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  Workers* workers = nullptr;
+  std::vector<Bucket> buckets;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: the hooks live on them
+  std::mutex mutex;
+  bool armed = false;
+  std::size_t next_launch = 0;  // buckets start in order, as on every worker
+
+  void launch_ready() {
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0 && !buckets[next_launch].work) {
+      Bucket& b = buckets[next_launch++];
+      std::vector<at::Tensor> tensors{b.buffer};
+      b.work = workers->group().allreduce(tensors);
+    }
+  }
+
+  void ready(std::size_t bucket, std::size_t slot) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!armed) return;
+    Bucket& b = buckets[bucket];
+    const torch::Tensor& p = b.parameters[slot];
+    b.buffer.narrow(0, b.offsets[slot], p.numel()).copy_(p.grad().reshape({-1}));
+    --b.pending;
+    launch_ready();
+  }
+};
+
+GradientSync::GradientSync(const models::Model& model, Workers& workers, std::int64_t bucket_cap_bytes)
+    : state_(std::make_unique<State>()) {
+  state_->workers = &workers;
+  const auto& layers = model.layers();
+  std::size_t by_layer = 0;
+  std::vector<std::int64_t> layer_bytes;
+  for (const auto& layer : layers) {
+    std::int64_t bytes = 0;
+    for (const auto& p : layer.parameters) bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
+    layer_bytes.push_back(bytes);
+    by_layer += layer.parameters.size();
+  }
+  if (by_layer != model.parameters().size()) {
+    throw core::InputError("data parallel needs the model's parameters held by its layers (the zoo's models); this model's "
+                           "are held by a module of its own");
+  }
+  for (const auto& span : core::gradient_buckets(layer_bytes, bucket_cap_bytes)) {
+    State::Bucket bucket;
+    std::int64_t numel = 0;
+    // Backward reaches the bucket's later layers first; the order inside a bucket does not matter.
+    for (int l = span.last_layer; l >= span.first_layer; --l) {
+      for (const auto& p : layers[static_cast<std::size_t>(l)].parameters) {
+        bucket.parameters.push_back(p);
+        bucket.offsets.push_back(numel);
+        numel += p.numel();
+      }
+    }
+    bucket.buffer = torch::zeros({numel}, bucket.parameters.front().options().requires_grad(false));
+    state_->buckets.push_back(std::move(bucket));
+  }
+  State* state = state_.get();
+  for (std::size_t b = 0; b < state->buckets.size(); ++b) {
+    for (std::size_t slot = 0; slot < state->buckets[b].parameters.size(); ++slot) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(state->buckets[b].parameters[slot]);
+      accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [state, b, slot](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+            state->ready(b, slot);
+            return outputs;
+          }));
+      state->accumulators.push_back(std::move(accumulator));
+    }
+  }
+}
+
+GradientSync::~GradientSync() = default;
+
+void GradientSync::arm() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  for (auto& b : state_->buckets) {
+    b.pending = static_cast<int>(b.parameters.size());
+    b.work.reset();
+  }
+  state_->next_launch = 0;
+  state_->armed = true;
+}
+
+double GradientSync::finish() {
+  const auto start = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->armed = false;
+    for (auto& b : state_->buckets) {
+      if (b.pending > 0) {
+        throw std::runtime_error("a bucket's gradients were not all produced by the last backward (a parameter the "
+                                 "step did not use)");
+      }
+    }
+    state_->launch_ready();
+  }
+  for (auto& b : state_->buckets) {
+    wait_collective(b.work, "the gradients' all-reduce");
+    b.work.reset();
+    // The sum over workers of b_i/B-weighted gradients is the full batch's: the scale is 1.
+    for (std::size_t slot = 0; slot < b.parameters.size(); ++slot) {
+      torch::Tensor p = b.parameters[slot];
+      p.mutable_grad().copy_(b.buffer.narrow(0, b.offsets[slot], p.numel()).view_as(p));
+    }
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::size_t GradientSync::bucket_count() const { return state_->buckets.size(); }
+
+std::int64_t GradientSync::buffer_bytes() const {
+  std::int64_t total = 0;
+  for (const auto& b : state_->buckets) total += b.buffer.numel() * static_cast<std::int64_t>(b.buffer.element_size());
+  return total;
+}
+
+}  // namespace headroom::executor

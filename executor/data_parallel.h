@@ -1,0 +1,98 @@
+#pragma once
+// Data-parallel execution on c10d, PyTorch's own distributed engine (issue 16): the workers' process
+// group (Gloo over loopback on the CPU; NCCL on CUDA where libtorch was built with it), the gradient
+// exchange in buckets that starts during the last micro-batch's backward, and the checks that keep
+// the workers honest (same weights after every step).
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/collective.h"
+#include "models/model.h"
+
+namespace c10d {
+class ProcessGroup;
+}
+
+namespace headroom::executor {
+
+// Who this worker is and how it finds the others.
+struct WorkerIdentity {
+  int rank = 0;
+  int world_size = 1;
+  // "file:PATH" (a c10d::FileStore, what `execute --devices N` uses) or "tcp:HOST:PORT" (a
+  // c10d::TCPStore served by rank 0, for workers launched by hand).
+  std::string store;
+  // How long a collective may wait for the others before it fails (a worker that hangs).
+  std::chrono::milliseconds timeout{std::chrono::minutes(2)};
+};
+
+// Measures the link between two Gloo workers over loopback on this host (two threads of this
+// process, each its own process group): all-reduces of 4 KiB to 16 MiB, the median of several each,
+// fitted to the two-worker ring's time 2 * latency + bytes / bandwidth.
+core::CollectiveLink measure_loopback_link();
+
+// Checks a store address; throws InputError naming `store` and the accepted forms.
+void check_store_address(const std::string& store);
+
+class Workers {
+ public:
+  // Joins the group: blocks until every rank has joined (or the timeout passes). Throws
+  // InputError for a bad address or a device without a backend, std::runtime_error when joining fails.
+  Workers(const WorkerIdentity& identity, torch::Device device);
+  ~Workers();
+  Workers(const Workers&) = delete;
+  Workers& operator=(const Workers&) = delete;
+
+  int rank() const { return identity_.rank; }
+  int size() const { return identity_.world_size; }
+  const std::string& backend() const { return backend_; }
+  c10d::ProcessGroup& group() { return *group_; }
+
+  // Every worker's `mine` (the same length on all), rank by rank.
+  std::vector<std::vector<double>> gather(const std::vector<double>& mine);
+  // Throws std::runtime_error naming the ranks whose parameters differ from rank 0's, bit for bit.
+  void check_weights_agree(const std::vector<torch::Tensor>& parameters, const std::string& when);
+
+ private:
+  WorkerIdentity identity_;
+  std::string backend_;
+  std::shared_ptr<c10d::ProcessGroup> group_;
+  // The weights check's buffers, made once as the workers join (before the run's memory is
+  // counted): Gloo's worker thread may let go of a collective's tensors only after the next step
+  // has begun, where fresh ones would count against it.
+  torch::Tensor digest_;
+  std::vector<torch::Tensor> digests_;
+};
+
+// Gradients in buckets of whole layers (core::gradient_buckets, as the planner groups them), each
+// with its own communication buffer. While armed, a bucket's all-reduce starts as soon as backward
+// has accumulated the last of its gradients, in bucket order; finish() waits for them and writes the
+// sums back. With loss weights b_i / B over the global batch the sum is the full batch's gradient,
+// so the scale after the wait is 1.
+class GradientSync {
+ public:
+  // Throws InputError when the model's parameters are not held by its layers (a TorchScript module).
+  GradientSync(const models::Model& model, Workers& workers, std::int64_t bucket_cap_bytes);
+  ~GradientSync();
+  GradientSync(const GradientSync&) = delete;
+  GradientSync& operator=(const GradientSync&) = delete;
+
+  // The next backward is the step's last: its gradients go out as they become ready.
+  void arm();
+  // Waits for every bucket (starting those backward did not) and writes the sums to the gradients;
+  // returns the seconds that took.
+  double finish();
+  std::size_t bucket_count() const;
+  std::int64_t buffer_bytes() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace headroom::executor

@@ -1,0 +1,93 @@
+#include "planner/data_parallel_model.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/units.h"
+#include "planner/optimizer_estimate.h"
+
+namespace headroom::planner {
+
+std::vector<core::GradientBucket> plan_buckets(const core::CostModel& costs, const core::StepChoice& choice) {
+  std::vector<std::int64_t> bytes;
+  bytes.reserve(costs.layer_count());
+  // fp32 gradients: a layer's gradient is as large as its parameters.
+  for (const auto& layer : costs.trace().layers) bytes.push_back(layer.param_bytes);
+  return core::gradient_buckets(bytes, choice.bucket_cap_bytes);
+}
+
+std::int64_t bucket_buffer_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
+  if (choice.world_size <= 1) return 0;
+  std::int64_t total = 0;
+  for (const auto& b : plan_buckets(costs, choice)) total += b.bytes;
+  return total;
+}
+
+AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice) {
+  AllReduceTiming timing;
+  if (choice.world_size <= 1) return timing;
+  // When each op of the last micro-batch ends, and which op ends each layer's backward.
+  std::vector<std::int64_t> end_of(last_ops.size(), 0);
+  std::vector<std::size_t> backward_op(costs.layer_count(), last_ops.size());
+  std::int64_t clock = 0;
+  for (std::size_t k = 0; k < last_ops.size(); ++k) {
+    clock += last_ops[k].duration_ns;
+    end_of[k] = clock;
+    if (last_ops[k].kind == OpKind::Backward && last_ops[k].layer >= 0) {
+      backward_op[static_cast<std::size_t>(last_ops[k].layer)] = k;
+    }
+  }
+  std::int64_t collective_free = 0;
+  for (const auto& bucket : plan_buckets(costs, choice)) {
+    BucketAllReduce b;
+    b.ready_after_op = std::min(backward_op[static_cast<std::size_t>(bucket.first_layer)], last_ops.size() - 1);
+    b.bytes = bucket.bytes;
+    b.duration_ns = core::ring_allreduce_ns(bucket.bytes, choice.world_size, choice.link);
+    b.start_ns = std::max(end_of[b.ready_after_op], collective_free);
+    b.end_ns = b.start_ns + b.duration_ns;
+    collective_free = b.end_ns;
+    timing.total_ns += b.duration_ns;
+    timing.buckets.push_back(b);
+  }
+  timing.exposed_ns = std::max<std::int64_t>(0, collective_free - clock);
+  return timing;
+}
+
+int append_allreduce_tasks(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice,
+                           const std::vector<int>& task_of_op, core::Schedule& schedule) {
+  const AllReduceTiming timing = allreduce_timing(costs, last_ops, choice);
+  int previous = -1;
+  for (std::size_t k = 0; k < timing.buckets.size(); ++k) {
+    const BucketAllReduce& b = timing.buckets[k];
+    core::Task task;
+    task.name = "all-reduce bucket " + std::to_string(k) + " (" + core::format_bytes(b.bytes) + ")";
+    task.category = "all-reduce";
+    task.stream = core::Stream::Collective;
+    task.duration_ns = b.duration_ns;
+    const int ready = b.ready_after_op < task_of_op.size() ? task_of_op[b.ready_after_op] : -1;
+    if (ready >= 0) task.dependencies.push_back(ready);
+    if (previous >= 0) task.dependencies.push_back(previous);
+    previous = static_cast<int>(schedule.tasks.size());
+    schedule.tasks.push_back(std::move(task));
+  }
+  return previous;
+}
+
+AllReduceTiming plan_allreduce_timing(const core::Trace& trace, const core::Plan& plan) {
+  const core::Trace planned = plan.optimizer.empty() ? trace : with_estimated_optimizer(trace, plan.optimizer);
+  const core::CostModel costs(planned);
+  const LayerGraph graph(planned);
+  const StepSequence seq = step_sequence(costs, graph, plan.choice);
+  for (const auto& segment : seq.segments) {
+    if (segment.keeps_input) return allreduce_timing(costs, seq.ops[segment.ops], plan.choice);
+  }
+  return {};
+}
+
+std::vector<std::int64_t> worker_shares(std::int64_t global_batch, int workers) {
+  std::vector<std::int64_t> shares(static_cast<std::size_t>(workers), global_batch / workers);
+  for (std::int64_t r = 0; r < global_batch % workers; ++r) ++shares[static_cast<std::size_t>(r)];
+  return shares;
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,56 @@
+#pragma once
+// Data parallel in the step's model (issue 16): each worker runs its share of the global batch as
+// micro-batches, and the gradients are all-reduced bucket by bucket over a ring while the last
+// micro-batch's backward is still running; the optimizer waits for the last bucket. Each worker
+// keeps a communication buffer per bucket beside its gradients. The plan and the simulator predict
+// worker 0, which carries the largest share.
+#include <cstdint>
+#include <vector>
+
+#include "core/collective.h"
+#include "core/cost_model.h"
+#include "core/plan.h"
+#include "core/schedule.h"
+#include "core/step_choice.h"
+#include "core/trace.h"
+#include "planner/micro_batch_model.h"
+
+namespace headroom::planner {
+
+// The trace's gradients in buckets (whole layers, last layer first) under the choice's cap.
+std::vector<core::GradientBucket> plan_buckets(const core::CostModel& costs, const core::StepChoice& choice);
+
+// Bytes each worker keeps for its buckets: 0 with one worker.
+std::int64_t bucket_buffer_bytes(const core::CostModel& costs, const core::StepChoice& choice);
+
+// Each bucket's all-reduce within the last micro-batch: it may start once the op that completes the
+// bucket's gradients (the backward of its lowest layer) has ended, and the ring takes `duration_ns`.
+struct BucketAllReduce {
+  std::size_t ready_after_op = 0;  // index into the last micro-batch's ops
+  std::int64_t bytes = 0;
+  std::int64_t duration_ns = 0;
+  std::int64_t start_ns = 0;  // from the start of the last micro-batch: after it is ready and after the bucket before
+  std::int64_t end_ns = 0;
+};
+struct AllReduceTiming {
+  std::vector<BucketAllReduce> buckets;
+  std::int64_t total_ns = 0;    // all buckets' ring time
+  std::int64_t exposed_ns = 0;  // how far the last bucket ends past the last micro-batch's ops
+};
+// `last_ops`: the last micro-batch's ops as the step sequence runs them.
+AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice);
+
+// Appends each bucket's all-reduce as a task on the collective stream, after the task that completes
+// its gradients (`task_of_op`: the last micro-batch's task per op) and after the bucket before.
+// Returns the last one's index, or -1 when there are none.
+int append_allreduce_tasks(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice,
+                           const std::vector<int>& task_of_op, core::Schedule& schedule);
+
+// A plan's all-reduce as its worker 0 runs it (the plan's optimizer; check_choice first).
+AllReduceTiming plan_allreduce_timing(const core::Trace& trace, const core::Plan& plan);
+
+// The shares of `global_batch` over `workers`, larger first: the remainder's extra samples go to
+// the lowest ranks, one each.
+std::vector<std::int64_t> worker_shares(std::int64_t global_batch, int workers);
+
+}  // namespace headroom::planner

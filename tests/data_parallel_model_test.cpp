@@ -1,0 +1,202 @@
+// Data parallel in the planner (issue 16): the link and ring model, the buckets, the split of the
+// global batch over workers, the all-reduce's overlap with the last backward, the buckets' memory,
+// and the simulator agreeing with the plan.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/collective.h"
+#include "core/cost_model.h"
+#include "core/errors.h"
+#include "core/plan.h"
+#include "core/trace.h"
+#include "planner/data_parallel_model.h"
+#include "planner/micro_batch_model.h"
+#include "planner/plan_schedule.h"
+#include "planner/plan_search.h"
+#include "simulator/simulator.h"
+
+namespace headroom {
+namespace {
+
+core::Trace committed(const std::string& name) {
+  return core::read_trace_file(std::string(HEADROOM_TRACES_DIR) + "/" + name);
+}
+
+TEST(CollectiveLink, ParsesBandwidthAndLatency) {
+  const auto link = core::parse_link("25GB/s,5us");
+  EXPECT_DOUBLE_EQ(link.bytes_per_second, 25e9);
+  EXPECT_EQ(link.latency_ns, 5000);
+  EXPECT_EQ(link.source, "given");
+  EXPECT_DOUBLE_EQ(core::parse_link("1.5 GiB/s, 200ns").bytes_per_second, 1.5 * 1073741824.0);
+  EXPECT_EQ(core::parse_link("100MB/s,2ms").latency_ns, 2'000'000);
+  for (const std::string bad : {"", "25GB/s", "25,5us", "25GB/s,5", "-1GB/s,5us", "25GB/s,5us,1", "abc,5us", "0.5B/s,1us",
+                                "1000TB/s,1us", "1GB/s,11s", "nanGB/s,1us"}) {
+    EXPECT_THROW(core::parse_link(bad), core::InputError) << bad;
+  }
+  try {
+    core::parse_link("25Gb/s,5us");
+    FAIL();
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown bandwidth unit 'Gb/s'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CollectiveLink, RingAllReduceCost) {
+  const core::CollectiveLink link{1e9, 10'000, "given"};
+  EXPECT_EQ(core::ring_allreduce_ns(1 << 20, 1, link), 0);
+  // 2 workers: 2 steps of half the buffer each: 2 * (10 us + 524288 B / 1 GB/s) = 1,068,576 ns.
+  EXPECT_EQ(core::ring_allreduce_ns(1 << 20, 2, link), 1'068'576);
+  // 4 workers: 6 steps of a quarter: 6 * (10 us + 262144 ns) = 1,632,864 ns.
+  EXPECT_EQ(core::ring_allreduce_ns(1 << 20, 4, link), 1'632'864);
+}
+
+TEST(GradientBuckets, WholeLayersFromTheLastOne) {
+  // Layer 2 has no parameters; buckets close once they reach 100 bytes.
+  const auto buckets = core::gradient_buckets({40, 80, 0, 30, 90, 10}, 100);
+  ASSERT_EQ(buckets.size(), 3u);
+  EXPECT_EQ(buckets[0], (core::GradientBucket{4, 5, 100}));
+  EXPECT_EQ(buckets[1], (core::GradientBucket{1, 3, 110}));
+  EXPECT_EQ(buckets[2], (core::GradientBucket{0, 0, 40}));
+  EXPECT_EQ(core::gradient_buckets({0, 0}, 100).size(), 0u);
+}
+
+planner::PlanRequest request(std::int64_t budget, std::int64_t batch, int workers) {
+  planner::PlanRequest r;
+  r.budget_bytes = budget;
+  r.global_batch = batch;
+  r.workers = workers;
+  r.link = core::parse_link("1GB/s,20us");
+  r.trace_path = "t.json";
+  r.trace_sha256 = std::string(64, '0');
+  r.strategies = {planner::Strategy::MicroBatching, planner::Strategy::Checkpointing};
+  return r;
+}
+
+// The global batch is shared out with the remainder on the lowest ranks, every micro-batch is
+// weighed b_i / B over the global batch, and the plan reads back equal from its file.
+TEST(DataParallelPlan, SharesTheGlobalBatchOverWorkers) {
+  const core::Trace trace = committed("cpu-bert.json");
+  const core::CostModel costs(trace);
+  // Tight enough that a worker's 13 samples need micro-batches.
+  const planner::LayerGraph graph(trace);
+  const auto whole = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({13}));
+  const auto outcome = planner::plan_step(trace, request(whole.peak_bytes * 3 / 4 + costs.gradient_bytes(), 50, 4));
+  ASSERT_TRUE(outcome.plan) << outcome.reason;
+  const core::Plan& plan = *outcome.plan;
+  const auto& c = plan.choice;
+  EXPECT_EQ(c.world_size, 4);
+  ASSERT_EQ(c.micro_batches_per_worker.size(), 4u);
+  std::vector<std::int64_t> shares;
+  for (int r = 0; r < 4; ++r) {
+    const auto sizes = c.worker_micro_batches(r);
+    shares.push_back(std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0}));
+  }
+  EXPECT_EQ(shares, (std::vector<std::int64_t>{13, 13, 12, 12}));
+  EXPECT_GT(c.worker_micro_batches(0).size(), 1u);
+  EXPECT_EQ(c.samples(), 50);
+  double weights = 0;
+  for (std::size_t i = 0; i < c.micro_batches.size(); ++i) weights += plan.loss_weight(i);
+  EXPECT_NEAR(weights, 1.0, 1e-12);
+  const core::Plan back = core::plan_from_json(core::to_json(plan));
+  EXPECT_EQ(back, plan);
+  planner::check_choice(plan, trace, "p.json");
+}
+
+// The prediction is worker 0's step: its compute, the buckets' memory, and whatever of the
+// all-reduce the last micro-batch's backward does not hide; the simulator agrees to the byte and
+// the nanosecond, with the all-reduces on the collective stream.
+TEST(DataParallelPlan, PredictionAndSimulationAgree) {
+  const core::Trace trace = committed("cpu-bert.json");
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  for (const std::string link : {"100GB/s,1us", "1GB/s,20us", "50MB/s,1ms"}) {
+    SCOPED_TRACE(link);
+    core::StepChoice one = core::StepChoice{}.with_micro_batches({4, 4, 3});
+    core::StepChoice dp = one;
+    dp.world_size = 3;
+    dp.link = core::parse_link(link);
+    dp.bucket_cap_bytes = 1 << 20;
+    const auto single = planner::predict_step(costs, graph, one);
+    const auto parallel = planner::predict_step(costs, graph, dp);
+    // Each worker keeps a buffer per bucket: as many bytes as its gradients.
+    EXPECT_EQ(parallel.peak_bytes - single.peak_bytes, costs.gradient_bytes());
+    const auto seq = planner::step_sequence(costs, graph, dp);
+    const auto& last = seq.ops[seq.segments[seq.segments.size() - 2].ops];
+    const auto timing = planner::allreduce_timing(costs, last, dp);
+    EXPECT_GT(timing.buckets.size(), 1u);
+    EXPECT_EQ(parallel.step_ns - single.step_ns, timing.exposed_ns);
+    EXPECT_LE(timing.exposed_ns, timing.total_ns);
+    const auto schedule = planner::build_schedule(costs, graph, dp);
+    const auto sim = simulator::simulate(schedule);
+    EXPECT_EQ(sim.peak_bytes, parallel.peak_bytes);
+    EXPECT_EQ(sim.makespan_ns, parallel.step_ns);
+    int collectives = 0;
+    for (const auto& t : schedule.tasks) collectives += t.stream == core::Stream::Collective;
+    EXPECT_EQ(collectives, static_cast<int>(timing.buckets.size()));
+    // A lane per worker in the Chrome trace, each with every bucket's all-reduce.
+    const auto chrome = simulator::chrome_trace(schedule, sim, "dp");
+    int lanes = 0, spans = 0;
+    for (const auto& e : chrome["traceEvents"]) {
+      if (e.value("name", "") == "thread_name" &&
+          e["args"]["name"].get<std::string>().rfind("collective, worker", 0) == 0) {
+        ++lanes;
+      }
+      if (e.value("cat", "") == "all-reduce") ++spans;
+    }
+    EXPECT_EQ(lanes, 3);
+    EXPECT_EQ(spans, 3 * collectives);
+  }
+}
+
+// A slow link shows as exposed time, a fast one hides under the last backward.
+TEST(DataParallelPlan, OverlapHidesAFastLinkAndNotASlowOne) {
+  const core::Trace trace = committed("cpu-bert.json");
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  core::StepChoice dp = core::StepChoice{}.with_micro_batches({4, 4});
+  dp.world_size = 2;
+  dp.bucket_cap_bytes = 1 << 20;
+  const auto seq = planner::step_sequence(costs, graph, dp);
+  const auto& last = seq.ops[seq.segments[seq.segments.size() - 2].ops];
+  dp.link = core::parse_link("1TB/s,1ns");
+  const auto fast = planner::allreduce_timing(costs, last, dp);
+  dp.link = core::parse_link("10MB/s,1ms");
+  const auto slow = planner::allreduce_timing(costs, last, dp);
+  // Only the last bucket (the first layers' gradients, ready at the very end) can stick out.
+  EXPECT_LE(fast.exposed_ns, fast.buckets.back().duration_ns);
+  EXPECT_GT(slow.exposed_ns, slow.total_ns / 2);
+}
+
+TEST(DataParallelPlan, BadRequestsAndPlansAreRefused) {
+  const core::Trace trace = committed("cpu-mlp.json");
+  EXPECT_THROW(planner::plan_step(trace, request(1LL << 40, 4, 0)), core::InputError);
+  EXPECT_THROW(planner::plan_step(trace, request(1LL << 40, 4, 5)), core::InputError);
+  EXPECT_THROW(planner::plan_step(trace, request(1LL << 40, 4, 4097)), core::InputError);
+  auto no_link = request(1LL << 40, 4, 2);
+  no_link.link = {};
+  EXPECT_THROW(planner::plan_step(trace, no_link), core::InputError);
+  // A hand-edited plan whose worker 1 carries more than worker 0 (whose step is predicted).
+  auto outcome = planner::plan_step(trace, request(1LL << 40, 5, 2));
+  ASSERT_TRUE(outcome.plan);
+  auto& c = outcome.plan->choice;
+  ASSERT_EQ(c.micro_batches, (std::vector<std::int64_t>{3, 2}));
+  c.micro_batches = {2, 3};
+  try {
+    planner::check_choice(*outcome.plan, trace, "p.json");
+    FAIL() << "expected an InputError";
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("worker 1 carries more than worker 0"), std::string::npos) << e.what();
+  }
+  // The plan file: counts that do not add up to the micro-batches.
+  auto document = core::to_json(*outcome.plan);
+  document["data_parallel"]["micro_batches_per_worker"] = {1, 2};
+  EXPECT_THROW(core::plan_from_json(document), core::InputError);
+  document["data_parallel"]["micro_batches_per_worker"] = {1};
+  EXPECT_THROW(core::plan_from_json(document), core::InputError);
+  document.erase("data_parallel");
+  EXPECT_THROW(core::plan_from_json(document), core::InputError);
+}
+
+}  // namespace
+}  // namespace headroom

@@ -1,0 +1,203 @@
+// `headroom execute --devices N` for real (issue 16): N worker processes on c10d's Gloo over
+// loopback train an mlp. After 3 steps their weights equal one process
+// stepping on each step's full batch; every worker's peak is the plan's; killing a worker mid-step
+// stops them all, names its rank and leaves no report.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "core/cost_model.h"
+#include "core/plan.h"
+#include "core/report.h"
+#include "core/sha256.h"
+#include "core/trace.h"
+#include "planner/layer_graph.h"
+#include "planner/micro_batch_model.h"
+#include "planner/plan_search.h"
+#include "run_headroom.h"
+
+namespace headroom {
+namespace {
+
+namespace fs = std::filesystem;
+
+testing::CommandResult run(const std::string& args) {
+  return testing::run_headroom(args, "headroom_data_parallel_test.stderr");
+}
+
+// The committed mlp's model profiled here with SGD (with momentum) and one thread: Adam turns the
+// last bits of a gradient that float sums leave into whole steps of its learning rate (its first
+// step is lr * sign(g)), so weights are compared after SGD steps; SGD's state is then measured, not
+// estimated, as the peak check needs.
+const std::string& trace_path() {
+  static const std::string path = [] {
+    const fs::path file = fs::temp_directory_path() / ("headroom_dp_trace." + std::to_string(::getpid()) + ".json");
+    const auto r = run("profile --model mlp --set input=256 --set hidden=512 --set depth=4 --optimizer sgd --threads 1 "
+                       "--batch-sizes 1,2,4,8,16 --repeats 2 -o " + file.string());
+    if (r.exit_code != 0) throw std::runtime_error("profiling the mlp failed: " + r.err);
+    return file.string();
+  }();
+  return path;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / (name + "." + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A budget between the least any plan needs and what a worker's whole share needs, so each worker
+// runs its share as several micro-batches.
+std::int64_t tight_budget(const core::Trace& trace, std::int64_t batch, int workers) {
+  planner::PlanRequest r;
+  r.global_batch = batch;
+  r.workers = workers;
+  r.link = core::parse_link("1GB/s,20us");
+  r.budget_bytes = 1;
+  r.strategies = {planner::Strategy::MicroBatching};
+  const std::int64_t least = planner::plan_step(trace, r).smallest_budget;
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  core::StepChoice whole = core::StepChoice{}.with_micro_batches({(batch + workers - 1) / workers});
+  whole.world_size = workers;
+  whole.link = r.link;
+  const std::int64_t need = planner::predict_step(costs, graph, whole).peak_bytes;
+  // Both with the plan's 5% margin.
+  return (least + static_cast<std::int64_t>(static_cast<double>(need) / 0.95)) / 2;
+}
+
+fs::path make_plan(const fs::path& dir, std::int64_t batch, int workers) {
+  const core::Trace trace = core::read_trace_file(trace_path());
+  const fs::path plan = dir / "plan.json";
+  const auto r = run("plan " + trace_path() + " --budget " + std::to_string(tight_budget(trace, batch, workers)) + " --batch " +
+                     std::to_string(batch) + " --strategies mbp --devices " + std::to_string(workers) +
+                     " --link 1GB/s,20us -o " + plan.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return plan;
+}
+
+void weights_equal_the_full_batch_steps(int workers) {
+  const fs::path dir = fresh_dir("headroom_dp_" + std::to_string(workers));
+  const fs::path plan_path = make_plan(dir, 26, workers);
+  const core::Plan plan = core::read_plan_file(plan_path);
+  ASSERT_EQ(plan.choice.world_size, workers);
+  EXPECT_GT(plan.choice.worker_micro_batches(0).size(), 1u) << "the budget should need micro-batches";
+  const fs::path report_path = dir / "report.json";
+  const auto r = run("execute " + plan_path.string() + " --devices " + std::to_string(workers) +
+                     " --steps 3 --warmup 0 --full-batch-reference -o " + report_path.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const core::Report report = core::read_report_file(report_path);
+  ASSERT_TRUE(report.data_parallel);
+  const auto& dp = *report.data_parallel;
+  EXPECT_EQ(dp.world_size, workers);
+  EXPECT_EQ(dp.backend, "gloo");
+  EXPECT_EQ(dp.weight_checks, 3);
+  ASSERT_TRUE(dp.full_batch_weights_max_rel_diff);
+  EXPECT_LE(*dp.full_batch_weights_max_rel_diff, 1e-5);
+  // The exchanged gradient at the start equals the full batch's too.
+  EXPECT_TRUE(report.gradient_check.computed);
+  EXPECT_LE(report.gradient_check.max_rel_diff, 1e-5);
+  ASSERT_EQ(dp.workers.size(), static_cast<std::size_t>(workers));
+  std::int64_t samples = 0;
+  for (const auto& w : dp.workers) {
+    samples += w.samples;
+    // Each worker under its own budget; worker 0 carries the most, so its peak is the plan's and
+    // the others' at most that.
+    EXPECT_LE(w.peak_bytes, plan.budget_bytes) << w.rank;
+    EXPECT_LE(static_cast<double>(w.peak_bytes), 1.02 * static_cast<double>(plan.predicted.peak_bytes)) << w.rank;
+  }
+  EXPECT_EQ(samples, 26);
+  EXPECT_LE(std::abs(report.peak_rel_error), 0.02) << report.measured.peak_bytes << " vs " << plan.predicted.peak_bytes;
+  EXPECT_NE(r.out.find("weights identical on every worker"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
+TEST(DataParallel, TwoWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2); }
+TEST(DataParallel, FourWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(4); }
+
+// The launcher's children: the workers, by rank.
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(text.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+std::string cmdline(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (auto& c : text) {
+    if (c == '\0') c = ' ';
+  }
+  return text;
+}
+
+TEST(DataParallel, KillingAWorkerStopsAllAndNamesItsRank) {
+  const fs::path dir = fresh_dir("headroom_dp_kill");
+  const fs::path plan = make_plan(dir, 26, 2);
+  const fs::path report = dir / "report.json";
+  const fs::path err = dir / "stderr";
+  const pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, STDERR_FILENO);
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, STDOUT_FILENO);
+    ::execl(HEADROOM_BINARY, HEADROOM_BINARY, "execute", plan.c_str(), "--devices", "2", "--steps", "100000", "--warmup", "0",
+            "-o", report.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Wait until the workers are training (worker 1 has started its steps), then kill worker 1.
+  pid_t victim = -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (victim < 0 && std::chrono::steady_clock::now() < deadline) {
+    for (const pid_t child : children_of(launcher)) {
+      if (cmdline(child).find("--rank 1 ") != std::string::npos) victim = child;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(victim, 0) << "no worker 1 appeared";
+  // Past joining, the gradient check and a few steps: mid-step, in all likelihood.
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  const std::vector<pid_t> workers = children_of(launcher);
+  ASSERT_EQ(workers.size(), 2u) << "the workers should still be running";
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  const std::string text = core::read_file(err);
+  EXPECT_NE(text.find("worker rank 1 of 2 failed: killed by signal 9"), std::string::npos) << text;
+  EXPECT_NE(text.find("stopped the others (ranks 0)"), std::string::npos) << text;
+  EXPECT_NE(text.find("no report written"), std::string::npos) << text;
+  EXPECT_FALSE(fs::exists(report));
+  // No worker is left running.
+  for (const pid_t w : workers) EXPECT_NE(::kill(w, 0), 0) << w;
+  EXPECT_TRUE(children_of(launcher).empty());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace headroom
