@@ -11,12 +11,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "core/units.h"
 #include "executor/l2l_relay.h"
 #include "executor/plan_runner.h"
 #include "models/zoo.h"
+#include "planner/l2l_model.h"
+#include "profiler/profiler.h"
 #include "runtime/budget_allocator.h"
 #include "runtime/optimizer.h"
 
@@ -82,6 +86,9 @@ Measured relay(const Settings& s, int layers, bool boundaries_on_host, std::opti
   executor::Position position;
   executor::RelayOptions options;
   options.boundaries_on_host = boundaries_on_host;
+  // Each stage's compute starts once the next one's copy has landed: the peak the planner predicts
+  // (two stages' parameters), not whichever a racing copy thread happens to give.
+  options.settle_prefetch = true;
   executor::L2LRelay relay(*model, options, position);
   Measured m;
   allocator.reset_host_peak();
@@ -97,6 +104,26 @@ Measured relay(const Settings& s, int layers, bool boundaries_on_host, std::opti
   }
   m.host_peak = allocator.host_peak() - host_base;
   return m;
+}
+
+// The planner's prediction of the relay's device-side peak, from a trace profiled at 1, 2, 4 (and
+// the micro-batch size, when larger).
+std::pair<std::int64_t, std::int64_t> predicted(const Settings& s, int layers) {
+  auto model = models::build_zoo_model("bert", bert_config(s, layers), 3);
+  profiler::ProfileOptions options;
+  options.batch_sizes = {1, 2, 4};
+  if (s.micro > 4) options.batch_sizes.push_back(s.micro);
+  options.repeats = 1;
+  options.tempo = false;
+  const core::Trace trace = profiler::profile(model, options);
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  return {planner::predict_l2l_step(costs, graph, sizes(s), false).device_peak_bytes,
+          planner::predict_l2l_step(costs, graph, sizes(s), true).device_peak_bytes};
+}
+
+double error(std::int64_t predicted, std::int64_t measured) {
+  return 100.0 * static_cast<double>(predicted - measured) / static_cast<double>(measured);
 }
 
 int parse(const char* flag, const char* value, int low, int high) {
@@ -130,9 +157,9 @@ int main(int argc, char** argv) {
   }
   std::printf("bert hidden %d, seq %d, %d micro-batches of %d, Adam; device-side peak of one step\n\n", s.hidden, s.seq,
               s.micro_batches, s.micro);
-  std::printf("%6s %12s | %12s %8s | %12s %12s %8s | %12s %8s\n", "layers", "parameters", "ordinary", "step s",
-              "L2L", "L2L host", "step s", "L2L const", "step s");
-  std::printf("%6s %12s | %12s %8s | %12s %12s %8s | %12s %8s\n", "", "", "peak", "", "peak", "side", "", "peak", "");
+  std::printf("%6s %12s | %12s %8s | %12s %8s %12s %8s | %12s %8s %8s\n", "layers", "parameters", "ordinary", "step s",
+              "L2L", "pred err", "L2L host", "step s", "L2L const", "pred err", "step s");
+  std::printf("%6s %12s | %12s %8s | %12s %8s %12s %8s | %12s %8s %8s\n", "", "", "peak", "", "peak", "", "side", "", "peak", "", "");
   std::optional<std::int64_t> first_ordinary, first_l2l, first_const;
   for (const int layers : {4, 8, 16, 32}) {
     std::fflush(stdout);
@@ -144,15 +171,17 @@ int main(int argc, char** argv) {
     const Measured o = ordinary(s, layers);
     const Measured l = relay(s, layers, false);
     const Measured c = relay(s, layers, true);
+    const auto [predicted_device, predicted_const] = predicted(s, layers);
     if (!first_ordinary) {
       first_ordinary = o.device_peak;
       first_l2l = l.device_peak;
       first_const = c.device_peak;
     }
-    std::printf("%6d %12s | %12s %8.3f | %12s %12s %8.3f | %12s %8.3f\n", layers, core::format_bytes(params).c_str(),
-                core::format_bytes(o.device_peak).c_str(), o.step_seconds, core::format_bytes(l.device_peak).c_str(),
+    std::printf("%6d %12s | %12s %8.3f | %12s %+7.2f%% %12s %8.3f | %12s %+7.2f%% %8.3f\n", layers,
+                core::format_bytes(params).c_str(), core::format_bytes(o.device_peak).c_str(), o.step_seconds,
+                core::format_bytes(l.device_peak).c_str(), error(predicted_device, l.device_peak),
                 core::format_bytes(l.host_peak).c_str(), l.step_seconds, core::format_bytes(c.device_peak).c_str(),
-                c.step_seconds);
+                error(predicted_const, c.device_peak), c.step_seconds);
     if (layers == 32) {
       std::printf("\n4 -> 32 layers: ordinary x%.2f, L2L x%.2f, L2L constant-memory x%.2f\n",
                   static_cast<double>(o.device_peak) / static_cast<double>(*first_ordinary),
