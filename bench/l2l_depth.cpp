@@ -6,6 +6,7 @@
 // alone exceed a budget trains under that budget with the relay.
 //
 //   ./build/default/bench/l2l_depth [--hidden 64] [--seq 32] [--micro 4] [--micro-batches 4]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -106,6 +107,31 @@ Measured relay(const Settings& s, int layers, bool boundaries_on_host, std::opti
   return m;
 }
 
+// Median step time of the relay (prefetch and host optimizer overlapping, boundaries on the host)
+// with parameter copies held to `bytes_per_second`.
+double throttled_step_seconds(const Settings& s, int layers, double bytes_per_second) {
+  std::optional<models::Model> model;
+  {
+    runtime::HostScope host;
+    model.emplace(models::build_zoo_model("bert", bert_config(s, layers), 3));
+  }
+  model->set_training(true);
+  executor::Position position;
+  executor::RelayOptions options;
+  options.boundaries_on_host = true;
+  options.copy_bytes_per_second = bytes_per_second;
+  executor::L2LRelay relay(*model, options, position);
+  std::vector<double> times;
+  for (int step = 0; step < 4; ++step) {
+    const auto batches = executor::make_micro_batches(*model, sizes(s), 5 + step, torch::kCPU);
+    const auto start = Clock::now();
+    relay.step(batches, s.micro * s.micro_batches);
+    if (step > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 // The planner's prediction of the relay's device-side peak, from a trace profiled at 1, 2, 4 (and
 // the micro-batch size, when larger).
 std::pair<std::int64_t, std::int64_t> predicted(const Settings& s, int layers) {
@@ -202,5 +228,26 @@ int main(int argc, char** argv) {
               "host %s, step %.3f s\n",
               core::format_bytes(params).c_str(), core::format_bytes(budget).c_str(),
               core::format_bytes(b.device_peak).c_str(), core::format_bytes(b.host_peak).c_str(), b.step_seconds);
+
+  // Copy bandwidth: the step is compute-bound until a stage's parameter copy takes longer than a
+  // stage's compute, then it follows the copies.
+  const int layers = 16;
+  std::int64_t copy_bytes = 0;
+  {
+    const auto model = models::build_zoo_model("bert", bert_config(s, layers), 3);
+    copy_bytes = 2 * model.parameter_bytes();  // every stage in forward and again in backward
+  }
+  std::printf("\n%d layers, boundaries on the host, parameter copies throttled (%s copied per step):\n", layers,
+              core::format_bytes(copy_bytes).c_str());
+  std::printf("%14s %10s %16s\n", "copy bandwidth", "step s", "copies alone s");
+  for (const double mb_per_s : {0.0, 200.0, 50.0, 20.0, 10.0, 5.0}) {
+    std::fflush(stdout);
+    const double seconds = throttled_step_seconds(s, layers, mb_per_s * 1e6);
+    if (mb_per_s == 0) {
+      std::printf("%14s %10.3f %16s\n", "memcpy", seconds, "-");
+    } else {
+      std::printf("%9.0f MB/s %10.3f %16.3f\n", mb_per_s, seconds, static_cast<double>(copy_bytes) / (mb_per_s * 1e6));
+    }
+  }
   return 0;
 }

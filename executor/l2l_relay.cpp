@@ -1,6 +1,8 @@
 #include "executor/l2l_relay.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <unordered_map>
 
 #include "core/errors.h"
@@ -127,10 +129,18 @@ std::vector<torch::Tensor> L2LRelay::host_gradients() const {
 }
 
 std::vector<torch::Tensor> L2LRelay::copy_to_device(int stage) const {
+  const auto start = std::chrono::steady_clock::now();
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> copies;
+  std::int64_t bytes = 0;
   for (const int p : stages_[static_cast<std::size_t>(stage)].parameters) {
     copies.push_back(masters_[static_cast<std::size_t>(p)].detach().clone());
+    bytes += runtime::tensor_bytes(copies.back());
+  }
+  // A slower link, emulated: the copy takes at least what the bytes take at that bandwidth.
+  if (options_.copy_bytes_per_second > 0) {
+    const std::chrono::duration<double> at_bandwidth(static_cast<double>(bytes) / options_.copy_bytes_per_second);
+    std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(at_bandwidth));
   }
   return copies;
 }

@@ -35,6 +35,9 @@ struct RelayOptions {
   // stages' parameters at every peak, as the planner's model assumes (an upper bound that a copy
   // landing late undercuts): deterministic peaks for measuring prediction against measurement.
   bool settle_prefetch = false;
+  // Emulates a slower host-to-device link (bytes/s; 0: as fast as memcpy): each parameter copy takes
+  // at least its bytes at this rate, so a step can be made transfer-bound on purpose.
+  double copy_bytes_per_second = 0;
   // The host optimizer steps a stage on its own thread while the device computes the previous one.
   bool overlap_optimizer = true;
 };
