@@ -459,6 +459,41 @@ class GuiTest : public QObject {
     QVERIFY(window.recent_menu_text().contains("cpu-bert.json"));
   }
 
+  // Issue 24: the open trace against a second one, as `headroom compare` shows it: the layer whose
+  // memory grew first in the table with its change, the summary planned with the window's budget
+  // and batch, the two plans' memory overlaid; a trace that cannot be compared is an error shown.
+  void compareWithASecondTraceShowsTheLayerThatGrew() {
+    MainWindow window;
+    window.resize(1400, 880);
+    window.show();
+    QVERIFY(window.open_trace(committed("cpu-bert.json")));
+    QVERIFY(settle(window));
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    nlohmann::json edited = nlohmann::json::parse(headroom::core::read_file(committed("cpu-bert.json").toStdString()));
+    for (auto& layer : edited["layers"]) {
+      if (layer["name"] != "layer2.ffn_in") continue;
+      for (auto& sample : layer["samples"]) {
+        sample["kept_bytes"] = static_cast<std::int64_t>(std::llround(sample["kept_bytes"].get<double>() * 1.05));
+      }
+    }
+    const QString grown = dir.filePath("grown.json");
+    headroom::core::write_file_atomically(grown.toStdString(), edited.dump());
+    CompareDialog* dialog = window.compare_with(grown);
+    QVERIFY(dialog != nullptr);
+    QCOMPARE(dialog->layer_table()->item(0, 0)->text(), QString("layer2.ffn_in"));
+    QCOMPARE(dialog->layer_table()->item(0, 5)->text(), QString("+5.0%"));
+    QCOMPARE(dialog->layer_table()->rowCount(), 1);
+    QCOMPARE(dialog->chart_view()->chart()->series().size(), 2);
+    QVERIFY(dialog->summary()->text().contains("threshold passed</b>: layer layer2.ffn_in"));
+    QCOMPARE(dialog->comparison().planned.budget_bytes, window.current_result()->inputs.budget_bytes);
+    save_shot(*dialog, "compare-dialog");
+    dialog->close();
+
+    QVERIFY(window.compare_with(dir.filePath("missing.json")) == nullptr);
+    QVERIFY(window.error_text().contains("missing.json"));
+  }
+
   // Issue 22: no trace, however bad, takes the window down or the plan on screen away. Each one is
   // refused with an error in the window naming the file, and the field where there is one.
   void badTracesShowTheErrorAndKeepThePlan() {
