@@ -3,6 +3,11 @@
 // allocator (c10::SetCPUAllocator) that refuses an allocation which would take the bytes in use
 // past the budget, with c10::OutOfMemoryError, as a GPU would. It wraps the default allocator, so
 // the allocator reporting hook still sees every allocation.
+//
+// Host scope: an L2L relay keeps parameters, gradients and optimizer state on the host, which on a
+// GPU is another memory altogether. On the CPU both are the same heap, so allocations made while a
+// HostScope is alive on the allocating thread are counted apart (host_in_use/host_peak): reported,
+// never refused, and not part of in_use/peak, which stay the device side.
 #include <c10/core/Allocator.h>
 
 #include <atomic>
@@ -31,8 +36,14 @@ class BudgetAllocator final : public c10::Allocator {
   std::int64_t in_use() const { return in_use_.load(); }
   std::int64_t peak() const { return peak_.load(); }
   void reset_peak() { peak_.store(in_use_.load()); }
+  // Host-side bytes (allocated inside a HostScope), counted apart from the device side above.
+  std::int64_t host_in_use() const { return host_in_use_.load(); }
+  std::int64_t host_peak() const { return host_peak_.load(); }
+  void reset_host_peak() { host_peak_.store(host_in_use_.load()); }
   static const Refusal& last_refusal();
   static void clear_last_refusal();
+  // Carries a refusal made on a worker thread (an L2L copy thread) over to the thread that reports it.
+  static void set_last_refusal(const Refusal& refusal);
 
   c10::DataPtr allocate(std::size_t bytes) const override;
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
@@ -43,10 +54,27 @@ class BudgetAllocator final : public c10::Allocator {
 
   c10::Allocator* inner_;
   mutable std::mutex mutex_;
-  mutable std::unordered_map<void*, std::pair<c10::DataPtr, std::int64_t>> blocks_;
+  struct Block {
+    c10::DataPtr inner;
+    std::int64_t bytes;
+    bool host;
+  };
+  mutable std::unordered_map<void*, Block> blocks_;
   mutable std::atomic<std::int64_t> in_use_{0};
   mutable std::atomic<std::int64_t> peak_{0};
+  mutable std::atomic<std::int64_t> host_in_use_{0};
+  mutable std::atomic<std::int64_t> host_peak_{0};
   std::atomic<std::int64_t> limit_{0};
+};
+
+// While alive, what this thread allocates is host-side storage (see above). Nests.
+class HostScope {
+ public:
+  HostScope();
+  ~HostScope();
+  HostScope(const HostScope&) = delete;
+  HostScope& operator=(const HostScope&) = delete;
+  static bool active();
 };
 
 // Enforces a budget for its lifetime on what is allocated from its start: memory that already

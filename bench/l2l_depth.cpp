@@ -1,0 +1,253 @@
+// L2L's device-side peak against depth (issue 15): bert at 4, 8, 16 and 32 encoder blocks, one
+// optimizer step of four micro-batches, under ordinary training and under the relay (boundaries
+// stashed on the device, and on the host: L2L's constant-memory variant). On the CPU the device
+// side is what the counting allocator counts outside host scopes; the host side (parameters,
+// gradients, optimizer state of the relay) is reported beside it. Then a model whose parameters
+// alone exceed a budget trains under that budget with the relay.
+//
+//   ./build/default/bench/l2l_depth [--hidden 64] [--seq 32] [--micro 4] [--micro-batches 4]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "core/units.h"
+#include "executor/l2l_relay.h"
+#include "executor/plan_runner.h"
+#include "models/zoo.h"
+#include "planner/l2l_model.h"
+#include "profiler/profiler.h"
+#include "runtime/budget_allocator.h"
+#include "runtime/optimizer.h"
+
+using namespace headroom;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Settings {
+  int hidden = 64, seq = 32, micro = 4, micro_batches = 4;
+};
+
+std::map<std::string, std::string> bert_config(const Settings& s, int layers) {
+  return {{"preset", "tiny"},
+          {"layers", std::to_string(layers)},
+          {"hidden", std::to_string(s.hidden)},
+          {"heads", "2"},
+          {"ffn", std::to_string(4 * s.hidden)},
+          {"seq", std::to_string(s.seq)},
+          {"vocab", "256"}};
+}
+
+struct Measured {
+  std::int64_t device_peak = 0;  // above the level before the model was built
+  std::int64_t host_peak = 0;
+  double step_seconds = 0;
+};
+
+std::vector<std::int64_t> sizes(const Settings& s) { return std::vector<std::int64_t>(static_cast<std::size_t>(s.micro_batches), s.micro); }
+
+// Two steps (the first allocates the optimizer state); the second one's peak and time.
+Measured ordinary(const Settings& s, int layers) {
+  auto& allocator = runtime::BudgetAllocator::instance();
+  const std::int64_t base = allocator.in_use();
+  models::Model model = models::build_zoo_model("bert", bert_config(s, layers), 3);
+  model.set_training(true);
+  auto optimizer = runtime::make_optimizer("adam", model.parameters());
+  executor::Position position;
+  executor::PlanRunner runner(model, {}, position);
+  Measured m;
+  for (int step = 0; step < 2; ++step) {
+    const auto batches = executor::make_micro_batches(model, sizes(s), 5 + step, torch::kCPU);
+    allocator.reset_peak();
+    const auto start = Clock::now();
+    optimizer->zero_grad();
+    runner.accumulate(batches, s.micro * s.micro_batches);
+    optimizer->step();
+    m.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    m.device_peak = allocator.peak() - base;
+  }
+  return m;
+}
+
+Measured relay(const Settings& s, int layers, bool boundaries_on_host, std::optional<std::int64_t> budget = {}) {
+  auto& allocator = runtime::BudgetAllocator::instance();
+  const std::int64_t base = allocator.in_use(), host_base = allocator.host_in_use();
+  std::optional<models::Model> model;
+  {
+    runtime::HostScope host;
+    model.emplace(models::build_zoo_model("bert", bert_config(s, layers), 3));
+  }
+  model->set_training(true);
+  executor::Position position;
+  executor::RelayOptions options;
+  options.boundaries_on_host = boundaries_on_host;
+  // Each stage's compute starts once the next one's copy has landed: the peak the planner predicts
+  // (two stages' parameters), not whichever a racing copy thread happens to give.
+  options.settle_prefetch = true;
+  executor::L2LRelay relay(*model, options, position);
+  Measured m;
+  allocator.reset_host_peak();
+  for (int step = 0; step < 2; ++step) {
+    std::optional<runtime::ScopedBudget> scoped;
+    if (budget) scoped.emplace(*budget);
+    const auto batches = executor::make_micro_batches(*model, sizes(s), 5 + step, torch::kCPU);
+    allocator.reset_peak();
+    const auto start = Clock::now();
+    relay.step(batches, s.micro * s.micro_batches);
+    m.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    m.device_peak = allocator.peak() - base;
+  }
+  m.host_peak = allocator.host_peak() - host_base;
+  return m;
+}
+
+// Median step time of the relay (prefetch and host optimizer overlapping, boundaries on the host)
+// with parameter copies held to `bytes_per_second`.
+double throttled_step_seconds(const Settings& s, int layers, double bytes_per_second) {
+  std::optional<models::Model> model;
+  {
+    runtime::HostScope host;
+    model.emplace(models::build_zoo_model("bert", bert_config(s, layers), 3));
+  }
+  model->set_training(true);
+  executor::Position position;
+  executor::RelayOptions options;
+  options.boundaries_on_host = true;
+  options.copy_bytes_per_second = bytes_per_second;
+  executor::L2LRelay relay(*model, options, position);
+  std::vector<double> times;
+  for (int step = 0; step < 4; ++step) {
+    const auto batches = executor::make_micro_batches(*model, sizes(s), 5 + step, torch::kCPU);
+    const auto start = Clock::now();
+    relay.step(batches, s.micro * s.micro_batches);
+    if (step > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// The planner's prediction of the relay's device-side peak, from a trace profiled at 1, 2, 4 (and
+// the micro-batch size, when larger).
+std::pair<std::int64_t, std::int64_t> predicted(const Settings& s, int layers) {
+  auto model = models::build_zoo_model("bert", bert_config(s, layers), 3);
+  profiler::ProfileOptions options;
+  options.batch_sizes = {1, 2, 4};
+  if (s.micro > 4) options.batch_sizes.push_back(s.micro);
+  options.repeats = 1;
+  options.tempo = false;
+  const core::Trace trace = profiler::profile(model, options);
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  return {planner::predict_l2l_step(costs, graph, sizes(s), false).device_peak_bytes,
+          planner::predict_l2l_step(costs, graph, sizes(s), true).device_peak_bytes};
+}
+
+double error(std::int64_t predicted, std::int64_t measured) {
+  return 100.0 * static_cast<double>(predicted - measured) / static_cast<double>(measured);
+}
+
+int parse(const char* flag, const char* value, int low, int high) {
+  char* end = nullptr;
+  const long v = std::strtol(value, &end, 10);
+  if (end == value || *end != '\0' || v < low || v > high) {
+    std::fprintf(stderr, "%s: expected an integer from %d to %d, got '%s'\n", flag, low, high, value);
+    std::exit(2);
+  }
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings s;
+  for (int i = 1; i < argc; ++i) {
+    const bool has_value = i + 1 < argc;
+    if (std::strcmp(argv[i], "--hidden") == 0 && has_value) {
+      s.hidden = parse("--hidden", argv[++i], 2, 1024);
+    } else if (std::strcmp(argv[i], "--seq") == 0 && has_value) {
+      s.seq = parse("--seq", argv[++i], 1, 1024);
+    } else if (std::strcmp(argv[i], "--micro") == 0 && has_value) {
+      s.micro = parse("--micro", argv[++i], 1, 256);
+    } else if (std::strcmp(argv[i], "--micro-batches") == 0 && has_value) {
+      s.micro_batches = parse("--micro-batches", argv[++i], 1, 64);
+    } else {
+      std::fprintf(stderr, "usage: l2l_depth [--hidden N] [--seq N] [--micro N] [--micro-batches N]\n");
+      return 2;
+    }
+  }
+  std::printf("bert hidden %d, seq %d, %d micro-batches of %d, Adam; device-side peak of one step\n\n", s.hidden, s.seq,
+              s.micro_batches, s.micro);
+  std::printf("%6s %12s | %12s %8s | %12s %8s %12s %8s | %12s %8s %8s\n", "layers", "parameters", "ordinary", "step s",
+              "L2L", "pred err", "L2L host", "step s", "L2L const", "pred err", "step s");
+  std::printf("%6s %12s | %12s %8s | %12s %8s %12s %8s | %12s %8s %8s\n", "", "", "peak", "", "peak", "", "side", "", "peak", "", "");
+  std::optional<std::int64_t> first_ordinary, first_l2l, first_const;
+  for (const int layers : {4, 8, 16, 32}) {
+    std::fflush(stdout);
+    std::int64_t params = 0;
+    {
+      const auto model = models::build_zoo_model("bert", bert_config(s, layers), 3);
+      params = model.parameter_bytes();
+    }
+    const Measured o = ordinary(s, layers);
+    const Measured l = relay(s, layers, false);
+    const Measured c = relay(s, layers, true);
+    const auto [predicted_device, predicted_const] = predicted(s, layers);
+    if (!first_ordinary) {
+      first_ordinary = o.device_peak;
+      first_l2l = l.device_peak;
+      first_const = c.device_peak;
+    }
+    std::printf("%6d %12s | %12s %8.3f | %12s %+7.2f%% %12s %8.3f | %12s %+7.2f%% %8.3f\n", layers,
+                core::format_bytes(params).c_str(), core::format_bytes(o.device_peak).c_str(), o.step_seconds,
+                core::format_bytes(l.device_peak).c_str(), error(predicted_device, l.device_peak),
+                core::format_bytes(l.host_peak).c_str(), l.step_seconds, core::format_bytes(c.device_peak).c_str(),
+                error(predicted_const, c.device_peak), c.step_seconds);
+    if (layers == 32) {
+      std::printf("\n4 -> 32 layers: ordinary x%.2f, L2L x%.2f, L2L constant-memory x%.2f\n",
+                  static_cast<double>(o.device_peak) / static_cast<double>(*first_ordinary),
+                  static_cast<double>(l.device_peak) / static_cast<double>(*first_l2l),
+                  static_cast<double>(c.device_peak) / static_cast<double>(*first_const));
+    }
+  }
+
+  // Parameters alone past the budget: the 32-layer model under a budget of half its parameters.
+  std::int64_t params = 0;
+  {
+    const auto model = models::build_zoo_model("bert", bert_config(s, 32), 3);
+    params = model.parameter_bytes();
+  }
+  const std::int64_t budget = params / 2;
+  const Measured b = relay(s, 32, true, budget);
+  std::printf("\n32 layers, parameters %s, budget %s (half of them): L2L constant-memory trained, device peak %s, "
+              "host %s, step %.3f s\n",
+              core::format_bytes(params).c_str(), core::format_bytes(budget).c_str(),
+              core::format_bytes(b.device_peak).c_str(), core::format_bytes(b.host_peak).c_str(), b.step_seconds);
+
+  // Copy bandwidth: the step is compute-bound until a stage's parameter copy takes longer than a
+  // stage's compute, then it follows the copies.
+  const int layers = 16;
+  std::int64_t copy_bytes = 0;
+  {
+    const auto model = models::build_zoo_model("bert", bert_config(s, layers), 3);
+    copy_bytes = 2 * model.parameter_bytes();  // every stage in forward and again in backward
+  }
+  std::printf("\n%d layers, boundaries on the host, parameter copies throttled (%s copied per step):\n", layers,
+              core::format_bytes(copy_bytes).c_str());
+  std::printf("%14s %10s %16s\n", "copy bandwidth", "step s", "copies alone s");
+  for (const double mb_per_s : {0.0, 200.0, 50.0, 20.0, 10.0, 5.0}) {
+    std::fflush(stdout);
+    const double seconds = throttled_step_seconds(s, layers, mb_per_s * 1e6);
+    if (mb_per_s == 0) {
+      std::printf("%14s %10.3f %16s\n", "memcpy", seconds, "-");
+    } else {
+      std::printf("%9.0f MB/s %10.3f %16.3f\n", mb_per_s, seconds, static_cast<double>(copy_bytes) / (mb_per_s * 1e6));
+    }
+  }
+  return 0;
+}

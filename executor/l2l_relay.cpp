@@ -1,0 +1,379 @@
+#include "executor/l2l_relay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <unordered_map>
+
+#include "core/errors.h"
+#include "runtime/budget_allocator.h"
+#include "runtime/optimizer.h"
+#include "runtime/tensor_bytes.h"
+
+namespace headroom::executor {
+
+namespace {
+
+using runtime::BudgetAllocator;
+using runtime::HostScope;
+
+struct CarriedRefusal {
+  runtime::Refusal refusal;
+};
+
+// A refusal on a worker thread is recorded on that thread; carry it to the one that reports it.
+template <typename F>
+auto carrying_refusal(F work) {
+  return [work = std::move(work)]() mutable {
+    try {
+      return work();
+    } catch (const c10::OutOfMemoryError&) {
+      const runtime::Refusal refusal = BudgetAllocator::last_refusal();
+      throw CarriedRefusal{refusal};
+    }
+  };
+}
+
+}  // namespace
+
+L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& position)
+    : model_(model), options_(std::move(options)), position_(position) {
+  const auto& layers = model.layers();
+  slots_ = model.parameters();
+  std::unordered_map<const void*, int> index_of;
+  for (std::size_t i = 0; i < slots_.size(); ++i) index_of[slots_[i].unsafeGetTensorImpl()] = static_cast<int>(i);
+
+  // Stages: runs of consecutive layers with one block id.
+  std::vector<int> stage_of(layers.size());
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    if (stages_.empty() || layers[i].block != layers[static_cast<std::size_t>(stages_.back().last)].block) {
+      stages_.emplace_back();
+      stages_.back().first = static_cast<int>(i);
+    }
+    stages_.back().last = static_cast<int>(i);
+    stage_of[i] = static_cast<int>(stages_.size()) - 1;
+  }
+  std::vector<int> owner(slots_.size(), -1);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const int s = stage_of[i];
+    for (const auto& p : layers[i].parameters) {
+      const auto it = index_of.find(p.unsafeGetTensorImpl());
+      if (it == index_of.end()) continue;  // not trained (not among the model's parameters)
+      int& o = owner[static_cast<std::size_t>(it->second)];
+      if (o >= 0 && o != s) {
+        throw core::InputError("l2l: layer " + layers[i].name + " shares a parameter with a layer of another stage "
+                               "(tied weights); the relay keeps each stage's parameters apart");
+      }
+      if (o < 0) stages_[static_cast<std::size_t>(s)].parameters.push_back(it->second);
+      o = s;
+    }
+  }
+  for (std::size_t i = 0; i < owner.size(); ++i) {
+    if (owner[i] < 0) {
+      throw core::InputError("l2l: the model has a parameter that belongs to no layer, so no stage would load it");
+    }
+  }
+  first_reader_stage_.assign(layers.size(), -1);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    for (const int j : layers[i].inputs) {
+      if (j < 0 || stage_of[static_cast<std::size_t>(j)] == stage_of[i]) continue;
+      auto& stage = stages_[static_cast<std::size_t>(stage_of[i])];
+      if (std::find(stage.inputs.begin(), stage.inputs.end(), j) == stage.inputs.end()) stage.inputs.push_back(j);
+      auto& producer = stages_[static_cast<std::size_t>(stage_of[static_cast<std::size_t>(j)])];
+      if (std::find(producer.exports.begin(), producer.exports.end(), j) == producer.exports.end()) {
+        producer.exports.push_back(j);
+      }
+      int& first = first_reader_stage_[static_cast<std::size_t>(j)];
+      if (first < 0 || stage_of[i] < first) first = stage_of[i];
+    }
+  }
+
+  // The host copies and their optimizers; the model's own storage goes.
+  torch::NoGradGuard no_grad;
+  HostScope host;
+  for (auto& slot : slots_) {
+    masters_.push_back(slot.detach().clone().requires_grad_(true));
+    slot.mutable_grad() = torch::Tensor();
+    slot.set_data(torch::empty({0}, slot.options()));
+  }
+  for (auto& stage : stages_) {
+    if (stage.parameters.empty()) continue;
+    std::vector<torch::Tensor> own;
+    for (const int p : stage.parameters) own.push_back(masters_[static_cast<std::size_t>(p)]);
+    stage.optimizer = runtime::make_optimizer(options_.optimizer, own);
+  }
+}
+
+L2LRelay::~L2LRelay() {
+  // Outstanding work must not outlive the tensors it touches; its errors no longer matter.
+  if (prefetch_.valid()) prefetch_.wait();
+  for (auto& f : optimizer_steps_) {
+    if (f.valid()) f.wait();
+  }
+}
+
+std::int64_t L2LRelay::largest_stage_parameter_bytes() const {
+  std::int64_t largest = 0;
+  for (const auto& stage : stages_) {
+    std::int64_t bytes = 0;
+    for (const int p : stage.parameters) bytes += runtime::tensor_bytes(masters_[static_cast<std::size_t>(p)]);
+    largest = std::max(largest, bytes);
+  }
+  return largest;
+}
+
+std::vector<torch::Tensor> L2LRelay::host_gradients() const {
+  std::vector<torch::Tensor> grads;
+  for (const auto& m : masters_) grads.push_back(m.grad().defined() ? m.grad() : torch::zeros_like(m));
+  return grads;
+}
+
+std::vector<torch::Tensor> L2LRelay::copy_to_device(int stage) const {
+  const auto start = std::chrono::steady_clock::now();
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> copies;
+  std::int64_t bytes = 0;
+  for (const int p : stages_[static_cast<std::size_t>(stage)].parameters) {
+    copies.push_back(masters_[static_cast<std::size_t>(p)].detach().clone());
+    bytes += runtime::tensor_bytes(copies.back());
+  }
+  // A slower link, emulated: the copy takes at least what the bytes take at that bandwidth.
+  if (options_.copy_bytes_per_second > 0) {
+    const std::chrono::duration<double> at_bandwidth(static_cast<double>(bytes) / options_.copy_bytes_per_second);
+    std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(at_bandwidth));
+  }
+  return copies;
+}
+
+void L2LRelay::start_prefetch(int stage) {
+  if (!options_.prefetch || stage < 0 || stage >= stage_count()) return;
+  if (prefetch_.valid()) prefetch_.wait();
+  prefetching_ = stage;
+  // No host optimizer step touches this stage meanwhile: in backward the stage prefetched is the one
+  // before those being stepped, and a step's forward starts after every step has finished.
+  prefetch_ = std::async(std::launch::async, carrying_refusal([this, stage] { return copy_to_device(stage); }));
+  if (options_.settle_prefetch) prefetch_.wait();
+}
+
+void L2LRelay::load(int stage) {
+  std::vector<torch::Tensor> copies;
+  if (prefetching_ == stage && prefetch_.valid()) {
+    prefetching_ = -1;
+    try {
+      copies = prefetch_.get();
+    } catch (const CarriedRefusal& carried) {
+      BudgetAllocator::set_last_refusal(carried.refusal);
+      position_.layer = model_.layers()[static_cast<std::size_t>(stages_[static_cast<std::size_t>(stage)].first)].name;
+      position_.phase = "prefetch";
+      throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, "headroom budget: prefetching a stage's parameters");
+    }
+  } else {
+    copies = copy_to_device(stage);
+  }
+  const auto& own = stages_[static_cast<std::size_t>(stage)].parameters;
+  for (std::size_t k = 0; k < own.size(); ++k) slots_[static_cast<std::size_t>(own[k])].set_data(copies[k]);
+}
+
+void L2LRelay::unload(int stage) {
+  for (const int p : stages_[static_cast<std::size_t>(stage)].parameters) {
+    auto& slot = slots_[static_cast<std::size_t>(p)];
+    slot.mutable_grad() = torch::Tensor();
+    slot.set_data(torch::empty({0}, slot.options()));
+  }
+}
+
+void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
+  auto& s = stages_[static_cast<std::size_t>(stage)];
+  {
+    HostScope host;
+    torch::NoGradGuard no_grad;
+    for (const int p : s.parameters) {
+      const auto& slot = slots_[static_cast<std::size_t>(p)];
+      auto& master = masters_[static_cast<std::size_t>(p)];
+      if (!slot.grad().defined()) continue;
+      if (master.grad().defined()) {
+        master.mutable_grad().add_(slot.grad());
+      } else {
+        master.mutable_grad() = slot.grad().detach().clone();
+      }
+    }
+  }
+  unload(stage);  // the device copies and gradients go
+  if (!optimize || !s.optimizer) return;
+  auto work = [this, &s] {
+    HostScope host;
+    s.optimizer->step();
+    for (const int p : s.parameters) masters_[static_cast<std::size_t>(p)].mutable_grad() = torch::Tensor();
+  };
+  if (options_.overlap_optimizer) {
+    optimizer_steps_.push_back(std::async(std::launch::async, work));
+  } else {
+    work();
+  }
+}
+
+void L2LRelay::wait_for_optimizer() {
+  for (auto& f : optimizer_steps_) f.get();
+  optimizer_steps_.clear();
+}
+
+torch::Tensor L2LRelay::to_stash(const torch::Tensor& tensor) const {
+  if (!options_.boundaries_on_host) return tensor;
+  HostScope host;
+  return tensor.clone();
+}
+
+torch::Tensor L2LRelay::run_stage(const Stage& stage, const models::Batch& batch, std::vector<torch::Tensor>& outputs,
+                                  bool recomputing) {
+  const auto& layers = model_.layers();
+  const auto& last_readers = model_.last_readers();
+  models::RunContext context = model_.context();
+  context.recomputing = recomputing;
+  for (int i = stage.first; i <= stage.last; ++i) {
+    const auto& layer = layers[static_cast<std::size_t>(i)];
+    position_.layer = layer.name;
+    outputs[static_cast<std::size_t>(i)] = layer.run(models::gather_inputs(layer, batch, outputs), context);
+    // Outputs read only inside the stage go after their last reader, as an eager framework would.
+    for (const int j : layer.inputs) {
+      if (j >= stage.first && last_readers[static_cast<std::size_t>(j)] == i &&
+          std::find(stage.exports.begin(), stage.exports.end(), j) == stage.exports.end()) {
+        outputs[static_cast<std::size_t>(j)] = torch::Tensor();
+      }
+    }
+  }
+  return outputs[static_cast<std::size_t>(stage.last)];
+}
+
+double L2LRelay::step(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch) {
+  return run(micro_batches, global_batch, true);
+}
+
+double L2LRelay::accumulate(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch) {
+  for (auto& m : masters_) m.mutable_grad() = torch::Tensor();
+  return run(micro_batches, global_batch, false);
+}
+
+double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch, bool optimize) {
+  const auto& layers = model_.layers();
+  const std::size_t n = micro_batches.size();
+  const int last_stage = stage_count() - 1;
+  // Per micro-batch: the outputs later stages read (stashed), the gradients arriving at them, and
+  // each stage's RNG state at its forward.
+  std::vector<std::vector<torch::Tensor>> stash(n, std::vector<torch::Tensor>(layers.size()));
+  std::vector<std::vector<torch::Tensor>> grads(n, std::vector<torch::Tensor>(layers.size()));
+  std::vector<std::vector<torch::Tensor>> rng(static_cast<std::size_t>(stage_count()), std::vector<torch::Tensor>(n));
+  const torch::Device device = micro_batches.empty() ? torch::Device(torch::kCPU) : micro_batches.front().input.device();
+  auto generator = at::globalContext().defaultGenerator(device);
+  double loss_total = 0;
+
+  // Forward: stage by stage, every micro-batch, nothing kept for backward but the stash.
+  start_prefetch(0);
+  for (int s = 0; s <= last_stage; ++s) {
+    const Stage& stage = stages_[static_cast<std::size_t>(s)];
+    load(s);
+    start_prefetch(s < last_stage ? s + 1 : -1);
+    for (std::size_t m = 0; m < n; ++m) {
+      position_.phase = "forward";
+      position_.micro_batch = static_cast<int>(m);
+      {
+        HostScope host;
+        rng[static_cast<std::size_t>(s)][m] = generator.get_state();
+      }
+      torch::NoGradGuard no_grad;
+      std::vector<torch::Tensor> outputs(layers.size());
+      for (const int j : stage.inputs) outputs[static_cast<std::size_t>(j)] = stash[m][static_cast<std::size_t>(j)];
+      const torch::Tensor out = run_stage(stage, micro_batches[m], outputs, false);
+      for (const int j : stage.exports) stash[m][static_cast<std::size_t>(j)] = to_stash(outputs[static_cast<std::size_t>(j)]);
+      if (s == last_stage) {
+        loss_total += out.item<double>() * static_cast<double>(micro_batches[m].size()) / static_cast<double>(global_batch);
+      }
+    }
+    // The last stage stays: backward starts with it.
+    if (s < last_stage) unload(s);
+  }
+
+  // Backward: stages in reverse, each re-run from its stashed inputs with the forward's RNG state.
+  for (int s = last_stage; s >= 0; --s) {
+    const Stage& stage = stages_[static_cast<std::size_t>(s)];
+    if (s < last_stage) load(s);
+    start_prefetch(s - 1);
+    for (std::size_t m = 0; m < n; ++m) {
+      position_.phase = "recompute";
+      position_.micro_batch = static_cast<int>(m);
+      std::vector<torch::Tensor> outputs(layers.size());
+      std::vector<torch::Tensor> leaves;
+      for (const int j : stage.inputs) {
+        const torch::Tensor& stashed = stash[m][static_cast<std::size_t>(j)];
+        torch::Tensor leaf = (options_.boundaries_on_host ? stashed.clone() : stashed).detach();
+        if (stashed.is_floating_point()) leaf.requires_grad_(true);
+        outputs[static_cast<std::size_t>(j)] = leaf;
+        leaves.push_back(leaf);
+      }
+      torch::Tensor out;
+      {
+        struct RngRestore {
+          at::Generator generator;
+          torch::Tensor resume;
+          ~RngRestore() { generator.set_state(resume); }
+        } restore{generator, generator.get_state()};
+        generator.set_state(rng[static_cast<std::size_t>(s)][m]);
+        torch::AutoGradMode grad_mode(true);
+        out = run_stage(stage, micro_batches[m], outputs, true);
+      }
+      position_.phase = "backward";
+      std::vector<torch::Tensor> roots, seeds;
+      if (s == last_stage) {
+        roots.push_back(out);
+        seeds.push_back(torch::full_like(out, static_cast<double>(micro_batches[m].size()) /
+                                                  static_cast<double>(global_batch)));
+      }
+      for (const int j : stage.exports) {
+        auto& g = grads[m][static_cast<std::size_t>(j)];
+        const auto& o = outputs[static_cast<std::size_t>(j)];
+        if (g.defined() && o.requires_grad()) {
+          roots.push_back(o);
+          seeds.push_back(options_.boundaries_on_host ? g.clone() : g);
+        }
+        g = torch::Tensor();
+      }
+      outputs.clear();
+      out = torch::Tensor();
+      if (!roots.empty() && std::any_of(roots.begin(), roots.end(), [](const auto& r) { return r.requires_grad(); })) {
+        torch::autograd::backward(roots, seeds);
+      }
+      roots.clear();
+      seeds.clear();
+      for (std::size_t k = 0; k < stage.inputs.size(); ++k) {
+        const int j = stage.inputs[k];
+        const torch::Tensor g = leaves[k].grad();
+        if (!g.defined()) continue;
+        auto& into = grads[m][static_cast<std::size_t>(j)];
+        if (!into.defined()) {
+          into = options_.boundaries_on_host ? to_stash(g) : g;
+        } else {
+          into.add_(g);
+        }
+      }
+      leaves.clear();
+      // A stashed output is needed until its earliest reader has run backward.
+      for (const int j : stage.inputs) {
+        if (first_reader_stage_[static_cast<std::size_t>(j)] == s) stash[m][static_cast<std::size_t>(j)] = torch::Tensor();
+      }
+    }
+    position_.phase = "gradient offload";
+    offload_gradients_and_step(s, optimize);
+  }
+  position_.phase = "optimizer";
+  wait_for_optimizer();
+  position_.phase = "idle";
+  position_.layer.clear();
+  return loss_total;
+}
+
+void L2LRelay::restore_model_parameters() {
+  wait_for_optimizer();
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < slots_.size(); ++i) slots_[i].set_data(masters_[i].detach().clone());
+}
+
+}  // namespace headroom::executor

@@ -1,0 +1,107 @@
+#pragma once
+// L2L's relay (Pudipeddi et al.): parameters, gradients and optimizer state live on the host (the
+// "eager param server"); the device holds only the stage running and the next one's parameters,
+// prefetched on a copy thread. Forward runs stage s over every micro-batch before stage s+1,
+// stashing what later stages read; backward runs the stages in reverse, re-running each stage's
+// forward from its stashed inputs (with the forward's RNG state, so dropout draws the same masks),
+// copies the stage's gradients to the host, and a host optimizer thread steps that stage while the
+// device works on the one before.
+//
+// A stage is a model block (consecutive layers with one block id), and each run of layers outside
+// any block (embeddings, head and loss) is a stage too. On the CPU "host" means allocated inside a
+// runtime::HostScope: counted apart from the budget, which then measures the device side alone.
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "executor/plan_runner.h"
+#include "models/model.h"
+
+namespace headroom::executor {
+
+struct RelayOptions {
+  std::string optimizer = "adam";  // sgd or adam, as runtime::make_optimizer builds them
+  // L2L's constant-memory variant: stashed stage boundaries (and their gradients) wait on the host,
+  // so device memory does not grow with depth at all.
+  bool boundaries_on_host = false;
+  // The next stage's parameters are copied on a copy thread while the current one computes; off,
+  // the copy happens when the stage is needed.
+  bool prefetch = true;
+  // The stage's compute starts once the next stage's copy has landed, so the device holds both
+  // stages' parameters at every peak, as the planner's model assumes (an upper bound that a copy
+  // landing late undercuts): deterministic peaks for measuring prediction against measurement.
+  bool settle_prefetch = false;
+  // Emulates a slower host-to-device link (bytes/s; 0: as fast as memcpy): each parameter copy takes
+  // at least its bytes at this rate, so a step can be made transfer-bound on purpose.
+  double copy_bytes_per_second = 0;
+  // The host optimizer steps a stage on its own thread while the device computes the previous one.
+  bool overlap_optimizer = true;
+};
+
+class L2LRelay {
+ public:
+  // Moves the model's parameters to the host (their device storage is released) and builds one
+  // host optimizer per stage. Throws InputError when a parameter belongs to no layer or to layers
+  // of two stages (tied weights), which the relay cannot keep in one place.
+  L2LRelay(models::Model& model, RelayOptions options, Position& position);
+  ~L2LRelay();
+  L2LRelay(const L2LRelay&) = delete;
+  L2LRelay& operator=(const L2LRelay&) = delete;
+
+  // One optimizer step over the micro-batches (each mean loss weighted b_i / B). Returns the loss.
+  double step(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch);
+  // The same forward and backward without the optimizer: the gradients stay on the host
+  // (host_gradients()), for checking against ordinary training.
+  double accumulate(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch);
+
+  // The host copies, in model.parameters() order: the weights training has produced.
+  const std::vector<torch::Tensor>& host_parameters() const { return masters_; }
+  std::vector<torch::Tensor> host_gradients() const;
+  int stage_count() const { return static_cast<int>(stages_.size()); }
+  // Parameter bytes of the largest stage: what one stage's copy costs on the device.
+  std::int64_t largest_stage_parameter_bytes() const;
+
+  // Copies the host weights back into the model's own parameters (on the device), e.g. to
+  // evaluate or checkpoint after training; the relay must not step again afterwards.
+  void restore_model_parameters();
+
+ private:
+  struct Stage {
+    int first = 0, last = 0;      // layer ids
+    std::vector<int> parameters;  // indices into slots_/masters_
+    std::vector<int> inputs;      // earlier layers' outputs it reads (not the batch)
+    std::vector<int> exports;     // its layers' outputs later stages read
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+  };
+
+  double run(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch, bool optimize);
+  // The stage's parameters as device copies, made on the calling thread.
+  std::vector<torch::Tensor> copy_to_device(int stage) const;
+  void start_prefetch(int stage);
+  void load(int stage);
+  void unload(int stage);
+  void offload_gradients_and_step(int stage, bool optimize);
+  void wait_for_optimizer();
+  // Runs the stage's layers on one micro-batch; `outputs` holds earlier stages' stashed outputs and
+  // receives this stage's exports (and the loss, for the last stage).
+  torch::Tensor run_stage(const Stage& stage, const models::Batch& batch, std::vector<torch::Tensor>& outputs,
+                          bool recomputing);
+  torch::Tensor to_stash(const torch::Tensor& tensor) const;
+
+  models::Model& model_;
+  RelayOptions options_;
+  Position& position_;
+  std::vector<torch::Tensor> slots_;    // the model's parameters: device storage while loaded, empty otherwise
+  std::vector<torch::Tensor> masters_;  // host copies
+  std::vector<Stage> stages_;
+  std::vector<int> first_reader_stage_;  // per layer: the earliest later stage that reads its output (-1 none)
+  int prefetching_ = -1;
+  std::future<std::vector<torch::Tensor>> prefetch_;
+  std::vector<std::future<void>> optimizer_steps_;
+};
+
+}  // namespace headroom::executor

@@ -1,0 +1,241 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <optional>
+
+#include "core/errors.h"
+#include "executor/l2l_relay.h"
+#include "executor/plan_runner.h"
+#include "models/zoo.h"
+#include "planner/l2l_model.h"
+#include "profiler/profiler.h"
+#include "runtime/budget_allocator.h"
+#include "runtime/optimizer.h"
+
+namespace headroom {
+namespace {
+
+const std::map<std::string, std::string> kBertTiny = {
+    {"preset", "tiny"}, {"hidden", "32"}, {"heads", "2"}, {"seq", "16"}, {"vocab", "64"}};
+
+std::vector<models::Batch> step_batches(const models::Model& model, const std::vector<std::int64_t>& sizes, int step) {
+  return executor::make_micro_batches(model, sizes, 11 + static_cast<std::uint64_t>(step), torch::kCPU);
+}
+
+std::int64_t total(const std::vector<std::int64_t>& sizes) {
+  std::int64_t b = 0;
+  for (const auto s : sizes) b += s;
+  return b;
+}
+
+// Ordinary training: every micro-batch through the whole model, gradients accumulating, one
+// optimizer step over all parameters. Dropout off, so both orders compute the same function.
+std::vector<torch::Tensor> ordinary_weights(const std::string& optimizer, const std::vector<std::int64_t>& sizes,
+                                            int steps) {
+  models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
+  model.set_training(true);
+  model.set_dropout(false);
+  auto opt = runtime::make_optimizer(optimizer, model.parameters());
+  executor::Position position;
+  executor::PlanRunner runner(model, {}, position);
+  for (int step = 0; step < steps; ++step) {
+    opt->zero_grad();
+    runner.accumulate(step_batches(model, sizes, step), total(sizes));
+    opt->step();
+  }
+  std::vector<torch::Tensor> weights;
+  for (const auto& p : model.parameters()) weights.push_back(p.detach().clone());
+  return weights;
+}
+
+std::vector<torch::Tensor> relay_weights(const std::string& optimizer, const std::vector<std::int64_t>& sizes, int steps,
+                                         executor::RelayOptions options) {
+  models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
+  model.set_training(true);
+  model.set_dropout(false);
+  options.optimizer = optimizer;
+  executor::Position position;
+  executor::L2LRelay relay(model, options, position);
+  EXPECT_EQ(relay.stage_count(), 4);  // embeddings, two encoder blocks, pooler-head-loss
+  for (int step = 0; step < steps; ++step) relay.step(step_batches(model, sizes, step), total(sizes));
+  std::vector<torch::Tensor> weights;
+  for (const auto& p : relay.host_parameters()) weights.push_back(p.detach().clone());
+  return weights;
+}
+
+TEST(L2L, WeightsAfterThreeAdamStepsEqualOrdinaryTraining) {
+  const std::vector<std::int64_t> sizes = {3, 2, 3};  // uneven: the b_i / B weights matter
+  const auto reference = ordinary_weights("adam", sizes, 3);
+  const auto initial = relay_weights("adam", sizes, 0, {});
+  // The steps moved the weights: equality below is not that of untouched ones.
+  EXPECT_GT(executor::max_relative_difference(initial, reference), 1e-3);
+  for (const bool on_host : {false, true}) {
+    for (const bool overlap : {false, true}) {
+      executor::RelayOptions options;
+      options.boundaries_on_host = on_host;
+      options.prefetch = overlap;
+      options.overlap_optimizer = overlap;
+      const auto relayed = relay_weights("adam", sizes, 3, options);
+      const double diff = executor::max_relative_difference(relayed, reference);
+      std::printf("boundaries on host %d, overlap %d: max relative difference %.3g\n", on_host, overlap, diff);
+      EXPECT_LE(diff, 1e-5)
+          << "boundaries on host " << on_host << ", overlap " << overlap;
+    }
+  }
+}
+
+TEST(L2L, WeightsAfterThreeSgdStepsEqualOrdinaryTraining) {
+  const std::vector<std::int64_t> sizes = {4, 4};
+  EXPECT_LE(executor::max_relative_difference(relay_weights("sgd", sizes, 3, {}), ordinary_weights("sgd", sizes, 3)), 1e-5);
+}
+
+TEST(L2L, GradientsEqualTheFullBatch) {
+  models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
+  model.set_training(true);
+  model.set_dropout(false);
+  const std::vector<std::int64_t> sizes = {2, 3, 3};
+  const auto batches = step_batches(model, sizes, 0);
+  model.forward(executor::concatenate(batches)).backward();
+  const auto full = executor::gradients_of(model.parameters());
+  executor::Position position;
+  executor::L2LRelay relay(model, {}, position);
+  relay.accumulate(batches, total(sizes));
+  EXPECT_LE(executor::max_relative_difference(relay.host_gradients(), full), 1e-5);
+}
+
+// Dropout on: the backward's recompute must draw the forward's masks. Two relays from the same
+// weights and RNG state give the same gradients, and they differ from a run whose masks differ.
+TEST(L2L, RecomputeDrawsTheForwardsDropoutMasks) {
+  auto gradients = [](std::uint64_t rng_seed) {
+    models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
+    model.set_training(true);
+    executor::Position position;
+    executor::L2LRelay relay(model, {}, position);
+    const auto batches = step_batches(model, {4, 4}, 0);
+    torch::manual_seed(rng_seed);
+    relay.accumulate(batches, 8);
+    std::vector<torch::Tensor> g;
+    for (const auto& t : relay.host_gradients()) g.push_back(t.clone());
+    return g;
+  };
+  const auto a = gradients(1), b = gradients(1), c = gradients(2);
+  EXPECT_EQ(executor::max_relative_difference(a, b), 0.0);
+  EXPECT_GT(executor::max_relative_difference(a, c), 1e-3);
+}
+
+TEST(BudgetAllocator, HostScopeIsCountedApartAndNeverRefused) {
+  auto& allocator = runtime::BudgetAllocator::instance();
+  const std::int64_t device_before = allocator.in_use(), host_before = allocator.host_in_use();
+  {
+    runtime::ScopedBudget budget(8192);
+    torch::Tensor host;
+    {
+      runtime::HostScope scope;
+      host = torch::empty({4096}, torch::kFloat32);  // 16 KiB: past the budget, but host-side
+    }
+    EXPECT_EQ(allocator.host_in_use() - host_before, 16384);
+    EXPECT_EQ(allocator.in_use(), device_before);
+    torch::Tensor device = torch::empty({1024}, torch::kFloat32);  // the budget still holds on the device
+    EXPECT_EQ(allocator.in_use() - device_before, 4096);
+    EXPECT_THROW(torch::empty({2048}, torch::kFloat32), c10::OutOfMemoryError);
+  }
+  EXPECT_EQ(allocator.in_use(), device_before);
+  EXPECT_EQ(allocator.host_in_use(), host_before);
+}
+
+// The seed paper's point: a model whose parameters alone exceed the device trains, the device
+// holding about two stages' parameters and one stage's activations.
+TEST(L2L, ModelWhoseParametersExceedTheBudgetTrains) {
+  // Wide and short: parameters, not activations, are what the device cannot hold.
+  const std::map<std::string, std::string> config = {{"preset", "tiny"}, {"layers", "8"}, {"hidden", "256"},
+                                                     {"heads", "2"},     {"seq", "8"},     {"vocab", "64"}};
+  const std::vector<std::int64_t> sizes = {2, 2};
+  auto& allocator = runtime::BudgetAllocator::instance();
+  std::optional<models::Model> model;
+  {
+    runtime::HostScope host;  // built on the host, as an eager param server holds it
+    model.emplace(models::build_zoo_model("bert", config, 3));
+  }
+  model->set_training(true);
+  model->set_dropout(false);  // so ordinary training below computes the same function
+  const std::int64_t parameter_bytes = model->parameter_bytes();
+  const std::int64_t budget = parameter_bytes / 2;
+  {
+    runtime::ScopedBudget scoped(budget);
+    EXPECT_THROW(models::build_zoo_model("bert", config, 3), c10::OutOfMemoryError);
+  }
+  executor::Position position;
+  executor::L2LRelay relay(*model, {}, position);
+  {
+    runtime::ScopedBudget scoped(budget);
+    const std::int64_t baseline = scoped.baseline();
+    allocator.reset_peak();
+    for (int step = 0; step < 3; ++step) relay.step(step_batches(*model, sizes, step), total(sizes));
+    EXPECT_LE(allocator.peak() - baseline, budget);
+    EXPECT_GT(allocator.peak() - baseline, 0);
+  }
+  // What it trained to is what ordinary training, without a budget, trains to.
+  models::Model reference = models::build_zoo_model("bert", config, 3);
+  reference.set_training(true);
+  reference.set_dropout(false);
+  auto optimizer = runtime::make_optimizer("adam", reference.parameters());
+  executor::PlanRunner runner(reference, {}, position);
+  for (int step = 0; step < 3; ++step) {
+    optimizer->zero_grad();
+    runner.accumulate(step_batches(reference, sizes, step), total(sizes));
+    optimizer->step();
+  }
+  EXPECT_LE(executor::max_relative_difference(relay.host_parameters(), reference.parameters()), 1e-5);
+}
+
+// The planner's model of the relay against the relay's measured device-side peak, both variants.
+TEST(L2L, PredictedDevicePeakBoundsTheMeasuredOne) {
+  const std::map<std::string, std::string> config = {{"preset", "tiny"}, {"layers", "4"}, {"hidden", "32"},
+                                                     {"heads", "2"},     {"seq", "16"},    {"vocab", "64"}};
+  core::Trace trace;
+  {
+    auto model = models::build_zoo_model("bert", config, 0);
+    profiler::ProfileOptions options;
+    options.batch_sizes = {1, 2, 4};
+    options.repeats = 1;
+    options.tempo = false;
+    trace = profiler::profile(model, options);
+  }
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  auto& allocator = runtime::BudgetAllocator::instance();
+  for (const bool on_host : {false, true}) {
+    const std::vector<std::int64_t> sizes = {4, 4, 3};
+    const auto predicted = planner::predict_l2l_step(costs, graph, sizes, on_host);
+    std::optional<models::Model> model;
+    {
+      runtime::HostScope host;
+      model.emplace(models::build_zoo_model("bert", config, 0));
+    }
+    model->set_training(true);
+    executor::Position position;
+    executor::RelayOptions options;
+    options.boundaries_on_host = on_host;
+    options.settle_prefetch = true;
+    executor::L2LRelay relay(*model, options, position);
+    EXPECT_EQ(relay.stage_count(), static_cast<int>(planner::l2l_stages(trace).size()));
+    EXPECT_EQ(relay.largest_stage_parameter_bytes(), predicted.largest_stage_parameter_bytes);
+    std::int64_t measured = 0;
+    for (int step = 0; step < 2; ++step) {
+      const std::int64_t base = allocator.in_use();
+      const auto batches = step_batches(*model, sizes, step);
+      allocator.reset_peak();
+      relay.step(batches, total(sizes));
+      measured = allocator.peak() - base;
+    }
+    const double error = static_cast<double>(predicted.device_peak_bytes - measured) / static_cast<double>(measured);
+    std::printf("boundaries on %s: predicted %lld, measured %lld (%+.2f%%) at %s\n", on_host ? "host" : "device",
+                static_cast<long long>(predicted.device_peak_bytes), static_cast<long long>(measured), 100 * error,
+                predicted.peak_at.c_str());
+    EXPECT_GE(predicted.device_peak_bytes, measured);
+    EXPECT_LE(error, 0.02);
+  }
+}
+
+}  // namespace
+}  // namespace headroom
