@@ -45,6 +45,9 @@ nlohmann::json to_json(const Plan& plan) {
   // Only when it differs from the trace's, so plans made with the measured optimizer stay as they were.
   if (!plan.optimizer.empty()) document["optimizer"] = plan.optimizer;
   if (plan.choice.world_size != 1) document["world_size"] = plan.choice.world_size;
+  if (plan.choice.loss_tiles) {
+    document["loss_tiles"] = {{"rows", plan.choice.loss_tiles->rows}, {"cols", plan.choice.loss_tiles->cols}};
+  }
   return document;
 }
 
@@ -139,6 +142,10 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     }
     if (root.has("world_size")) {
       plan.choice.world_size = static_cast<int>(root.at("world_size").as_int_in(1, kMaxWorldSize));
+    }
+    if (root.has("loss_tiles")) {
+      const auto tiles = root.at("loss_tiles");
+      plan.choice.loss_tiles = LossTiles{tiles.at("rows").as_int_in(1, kMaxPlanBatch), tiles.at("cols").as_int_in(1, kMaxPlanBatch)};
     }
     for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());
     if (root.has("optimizer")) plan.optimizer = root.at("optimizer").as_string();

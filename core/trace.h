@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/contrastive_profile.h"
+
 namespace headroom::core {
 
 inline constexpr std::string_view kTraceSchema = "headroom.trace/1";
@@ -208,6 +210,8 @@ struct Trace {
   std::int64_t model_extra_bytes = 0;
   // False for a trace from before those two were recorded: its plans may predict a few KiB low.
   bool extras_recorded = true;
+  // A contrastive model's loss measured alone (zoo `clip`): present exactly for such models.
+  std::optional<ContrastiveProfile> contrastive_loss;
 
   bool operator==(const Trace&) const = default;
 

@@ -14,6 +14,7 @@
 #include "core/statistics.h"
 #include "core/units.h"
 #include "executor/budget_allocator.h"
+#include "executor/grad_cache.h"
 #include "executor/plan_runner.h"
 #include "models/fashion_mnist.h"
 #include "models/model_source.h"
@@ -61,6 +62,9 @@ std::int64_t full_batch_estimate(const core::Trace& trace, std::int64_t batch) {
     bytes += std::max<std::int64_t>(0, c.fwd_retained_bytes);
     transient = std::max({transient, c.fwd_transient_bytes, c.bwd_transient_bytes});
   }
+  // A contrastive loss's B x B logits, their exponentials and gradient, which the per-layer fits
+  // (affine in the batch) do not hold.
+  if (trace.contrastive_loss) transient = std::max(transient, 4 * 4 * batch * batch);
   return bytes + transient;
 }
 
@@ -163,6 +167,11 @@ class HostMemoryWatch {
   double sampling_seconds_ = 0;
 };
 
+// A contrastive model micro-batched: its towers run under a gradient cache (executor/grad_cache.h).
+bool uses_grad_cache(const models::Model& model, const core::Plan& plan) {
+  return plan.choice.micro_batches.size() > 1 && contrastive_layer(model) >= 0;
+}
+
 // The traced model, rebuilt from its source and set up the way the plan runs it.
 // Runs each layer as the plan's choice says (Tempo's lean variant or the standard one).
 void use_variants(models::Model& model, const core::StepChoice& choice) {
@@ -198,6 +207,12 @@ models::Model prepare_model(const core::Plan& plan, const core::Trace& trace, co
                            " layers but the trace has " + std::to_string(trace.layers.size()));
   }
   use_variants(model, plan.choice);
+  // A contrastive loss runs tiled as the plan says (Inf-CL), or standard.
+  if (const int loss = contrastive_layer(model); loss >= 0) {
+    model.layers()[static_cast<std::size_t>(loss)].contrastive->tiles = plan.choice.loss_tiles;
+  } else if (plan.choice.loss_tiles) {
+    throw core::InputError("the plan tiles a contrastive loss, but " + trace.model.name + " has none");
+  }
   if (train) models::use_dataset(model, *train);
   model.to(device);
   model.set_training(true);
@@ -244,15 +259,23 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
     // Its batches, gradient copies and comparison are gone before the budget comes back.
     const auto micro = make_micro_batches(model, plan.choice.micro_batches, options.seed, device);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-    training.runner.accumulate(micro, plan.global_batch);
+    if (uses_grad_cache(model, plan)) {
+      grad_cache_accumulate(model, training.runner, micro.size(), [&](std::size_t m) { return micro[m]; },
+                            plan.global_batch, device);
+    } else {
+      training.runner.accumulate(micro, plan.global_batch);
+    }
     const auto accumulated = gradients_of(parameters);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
     {
-      // The reference runs the standard layers: the planned variants must give the same gradients.
+      // The reference runs the standard layers and loss: the planned variants must give the same gradients.
       model.set_all_lean(false);
+      const int contrastive = contrastive_layer(model);
+      if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles.reset();
       torch::Tensor loss = model.forward(concatenate(micro));
       loss.backward();
       use_variants(model, plan.choice);
+      if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles = plan.choice.loss_tiles;
     }
     const auto full = gradients_of(parameters);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
@@ -279,13 +302,26 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
 void train_step(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options, int step,
                 torch::Device device, HostMemoryWatch* host) {
   training.optimizer->zero_grad();
-  // Each micro-batch's data is made when its turn comes, as a loader would deliver it.
-  for (std::size_t m = 0; m < plan.choice.micro_batches.size(); ++m) {
-    training.runner.set_phase("data", static_cast<int>(m));
-    const auto batch = make_micro_batches(training.model, {plan.choice.micro_batches[m]},
-                                          options.seed + 7919 * static_cast<std::uint64_t>(step + 1) + m, device);
-    training.runner.run_micro_batch(batch.front(), static_cast<int>(m), plan.global_batch);
+  if (uses_grad_cache(training.model, plan)) {
+    // A contrastive model's micro-batches run twice around the loss over the whole batch.
+    grad_cache_accumulate(
+        training.model, training.runner, plan.choice.micro_batches.size(),
+        [&](std::size_t m) {
+          return make_micro_batches(training.model, {plan.choice.micro_batches[m]},
+                                    options.seed + 7919 * static_cast<std::uint64_t>(step + 1) + m, device)
+              .front();
+        },
+        plan.global_batch, device);
     if (host != nullptr) host->sample_resident();
+  } else {
+    // Each micro-batch's data is made when its turn comes, as a loader would deliver it.
+    for (std::size_t m = 0; m < plan.choice.micro_batches.size(); ++m) {
+      training.runner.set_phase("data", static_cast<int>(m));
+      const auto batch = make_micro_batches(training.model, {plan.choice.micro_batches[m]},
+                                            options.seed + 7919 * static_cast<std::uint64_t>(step + 1) + m, device);
+      training.runner.run_micro_batch(batch.front(), static_cast<int>(m), plan.global_batch);
+      if (host != nullptr) host->sample_resident();
+    }
   }
   training.runner.set_phase("optimizer");
   training.optimizer->step();

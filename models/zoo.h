@@ -32,6 +32,7 @@ Model build_mlp(const Config& config, std::uint64_t seed);
 Model build_cnn(const Config& config, std::uint64_t seed);
 Model build_bert(const Config& config, std::uint64_t seed);
 Model build_gpt(const Config& config, std::uint64_t seed);
+Model build_clip(const Config& config, std::uint64_t seed);
 
 // Data that does not depend on the batch seed (a teacher, class templates) uses this fixed seed,
 // so every batch poses the same task.

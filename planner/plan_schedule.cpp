@@ -2,6 +2,7 @@
 
 #include "core/cost_model.h"
 #include "core/errors.h"
+#include "planner/infcl_model.h"
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 
@@ -40,6 +41,18 @@ void check_choice(const core::Plan& plan, const core::Trace& trace, const std::s
   if (choice.world_size != 1) {
     throw core::InputError(source + ": $.world_size: " + std::to_string(choice.world_size) +
                            " replicas, but data parallel is not implemented yet (1 only)");
+  }
+  if (choice.loss_tiles && !trace.contrastive_loss) {
+    throw core::InputError(source + ": $.loss_tiles: the trace's model has no contrastive loss to tile");
+  }
+  if (choice.loss_tiles) {
+    const ContrastiveLossModel loss(*trace.contrastive_loss);
+    if (!loss.measured(*choice.loss_tiles)) {
+      std::string measured;
+      for (const auto& t : loss.tiles()) measured += (measured.empty() ? "" : ", ") + std::to_string(t.rows) + "x" + std::to_string(t.cols);
+      throw core::InputError(source + ": $.loss_tiles: the trace measured no " + std::to_string(choice.loss_tiles->rows) +
+                             "x" + std::to_string(choice.loss_tiles->cols) + " tile (measured: " + measured + ")");
+    }
   }
 }
 

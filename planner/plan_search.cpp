@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/units.h"
+#include "planner/infcl_model.h"
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_explanation.h"
@@ -131,6 +132,10 @@ struct SearchSpace {
   bool checkpointing = false;
   bool tempo = false;  // asked for, and the trace has lean layers
   std::int64_t limit = 0;
+  // A contrastive model's loss: each option in turn (the standard loss, and Inf-CL's measured
+  // tiles when asked for), or the one in `tiles` when this is empty.
+  std::vector<std::optional<core::LossTiles>> loss_options;
+  std::optional<core::LossTiles> tiles;
 };
 
 struct Candidate {
@@ -242,8 +247,21 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, BatchCosts
 std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
                              std::vector<std::int64_t> micro,
                              std::int64_t limit, const SearchSpace& space) {
+  if (!space.loss_options.empty()) {
+    // The loss and the towers' micro-batches are chosen together: the fastest pair that fits.
+    std::optional<Candidate> best;
+    SearchSpace one = space;
+    one.loss_options.clear();
+    for (const auto& tiles : space.loss_options) {
+      one.tiles = tiles;
+      auto c = fit(costs, graph, cache, micro, limit, one);
+      if (c && (!best || c->prediction.step_ns < best->prediction.step_ns)) best = std::move(c);
+    }
+    return best;
+  }
   Candidate plain;
   plain.choice.micro_batches = std::move(micro);
+  plain.choice.loss_tiles = space.tiles;
   plain.prediction = predict_step(costs, graph, plain.choice, &cache);
   const bool plain_fits = plain.prediction.peak_bytes <= limit;
   if (plain_fits && !space.tempo) return plain;
@@ -381,12 +399,14 @@ core::Plan make_plan(const core::Trace& trace, const LayerGraph& graph, const Pl
   if (best.choice.micro_batches.size() > 1) plan.strategies.push_back(strategy_name(Strategy::MicroBatching));
   if (best.checkpointed_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Checkpointing));
   if (best.lean_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Tempo));
+  if (best.choice.loss_tiles) plan.strategies.push_back(strategy_name(Strategy::InfCl));
   plan.choice = complete_choice(trace, graph, best.choice);
   plan.warnings = plan_warnings(trace, best.choice.micro_batches, request.global_batch);
   if (trace.model.file && request.strategies.count(Strategy::Tempo) > 0) {
     plan.warnings.push_back("Tempo does not apply to a TorchScript module: its memory-lean layers are headroom's own "
                             "implementations of the zoo's layers (checkpointing and micro-batching do apply)");
   }
+  if (const std::string scheme = contrastive_scheme(trace, best.choice); !scheme.empty()) plan.warnings.push_back(scheme);
   plan.predicted = weighed(best, request.global_batch).predicted;
   plan.peak_at = best.prediction.peak_at;
   return plan;
@@ -430,6 +450,13 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   space.checkpointing = request.strategies.contains(Strategy::Checkpointing);
   space.tempo = request.strategies.contains(Strategy::Tempo) && !graph.lean_candidates().empty();
   space.limit = request.budget_bytes - margin;
+  if (const auto loss = contrastive_loss_model(trace)) {
+    space.loss_options.push_back(std::nullopt);
+    for (const auto& tiles : loss->tiles()) {
+      const bool fits_batch = tiles.rows <= request.global_batch && tiles.cols <= request.global_batch;
+      if (request.strategies.contains(Strategy::InfCl) && fits_batch) space.loss_options.push_back(tiles);
+    }
+  }
 
   PlanOutcome outcome;
   Weighing weighing = weigh_splits(costs, graph, cache, request.global_batch, space);
