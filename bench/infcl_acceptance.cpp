@@ -3,9 +3,10 @@
 //       tiled loss against the standard one: loss and gradients of q, k and the log-scale, with tiles
 //       that divide the batch and tiles that do not
 //   ./build/default/bench/infcl_acceptance memory [--batches 4096,16384,65536] [--dim 512] [--tiles 1024x1024]
-//                                                 [--standard-limit 20GiB] [--repeats 3]
+//                                                 [--standard-limit 20GiB] [--tiled-max 65536] [--repeats 3]
 //       the loss alone (forward and backward of given embeddings), standard and tiled: peak bytes
-//       (allocator hook) and time; the standard loss runs only where its B x B buffers fit the limit
+//       (allocator hook) and time; the standard loss runs only where its B x B buffers fit the limit,
+//       the tiled one up to --tiled-max; past those the peak is fitted through the runs, and says so
 //   ./build/default/bench/infcl_acceptance step [--batches 4096] [--micro 1024] [--tiles 1000x777] [--set k=v,...]
 //       zoo `clip`: one SGD step under the gradient cache (micro-batches of --micro, tiled loss)
 //       against the full-batch step with the standard loss, from the same weights and data (dropout
@@ -45,6 +46,7 @@ struct Options {
   std::int64_t standard_limit = std::int64_t{20} << 30;
   int repeats = 3;
   std::int64_t micro = 1024;
+  std::int64_t tiled_limit = 65536;  // larger batches' tiled peaks are fitted, not run
   std::map<std::string, std::string> settings;
 };
 
@@ -123,44 +125,91 @@ int equal(const Options& o) {
   return worst <= 1e-5 ? 0 : 1;
 }
 
+// The polynomial through (x_i, y_i), at x (two points: a line, three: a parabola).
+double through(const std::vector<std::pair<double, double>>& points, double x) {
+  double sum = 0;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    double term = points[i].second;
+    for (std::size_t j = 0; j < points.size(); ++j) {
+      if (j != i) term *= (x - points[j].first) / (points[i].first - points[j].first);
+    }
+    sum += term;
+  }
+  return sum;
+}
+
 int memory(const Options& o) {
-  std::printf("| B | D | standard peak | standard s | tiled (%lldx%lld) peak | tiled s | memory standard/tiled | time tiled/standard |\n",
+  struct Row {
+    std::int64_t batch;
+    std::optional<Run> standard, tiled;
+    double standard_s = 0, tiled_s = 0;
+  };
+  std::vector<Row> rows;
+  for (const std::int64_t b : o.batches) {
+    Row row{b, std::nullopt, std::nullopt};
+    if (3 * b * b * 4 > o.standard_limit && b > o.tiled_limit) {
+      rows.push_back(std::move(row));
+      continue;
+    }
+    const auto q = unit_rows(b, o.dim, 1), k = unit_rows(b, o.dim, 2);
+    // The standard loss holds the logits and, in backward, their exponentials and gradient: at
+    // least three B x B fp32 buffers at once.
+    const int repeats = b <= 16384 ? o.repeats : 1;
+    if (3 * b * b * 4 <= o.standard_limit) {
+      std::vector<double> seconds;
+      for (int r = 0; r < repeats; ++r) {
+        row.standard = run_loss(q, k, std::nullopt, false);
+        seconds.push_back(row.standard->seconds);
+      }
+      row.standard_s = core::median(seconds);
+    }
+    if (b <= o.tiled_limit) {
+      std::vector<double> seconds;
+      for (int r = 0; r < repeats; ++r) {
+        row.tiled = run_loss(q, k, o.tiles, false);
+        seconds.push_back(row.tiled->seconds);
+      }
+      row.tiled_s = core::median(seconds);
+    }
+    std::fprintf(stderr, "B=%lld done\n", static_cast<long long>(b));
+    rows.push_back(std::move(row));
+  }
+  // Where a loss was not run: its peak from the runs that were (standard: the parabola through the
+  // three largest, tiled: the line through the two largest), marked as fitted.
+  std::vector<std::pair<double, double>> standard_points, tiled_points;
+  for (const auto& r : rows) {
+    if (r.standard) standard_points.emplace_back(static_cast<double>(r.batch), static_cast<double>(r.standard->peak_bytes));
+    if (r.tiled) tiled_points.emplace_back(static_cast<double>(r.batch), static_cast<double>(r.tiled->peak_bytes));
+  }
+  if (standard_points.size() > 3) standard_points.erase(standard_points.begin(), standard_points.end() - 3);
+  if (tiled_points.size() > 2) tiled_points.erase(tiled_points.begin(), tiled_points.end() - 2);
+  std::printf("| B | D | standard peak | standard s | tiled (%lldx%lld) peak | tiled s | memory standard / tiled | time tiled / standard |\n",
               static_cast<long long>(o.tiles.rows), static_cast<long long>(o.tiles.cols));
   std::printf("|---|---|---|---|---|---|---|---|\n");
-  for (const std::int64_t b : o.batches) {
-    const auto q = unit_rows(b, o.dim, 1), k = unit_rows(b, o.dim, 2);
-    // The standard loss holds the logits, the exponentials of one log-sum-exp and the logits'
-    // gradient at once: at least three B x B fp32 buffers.
-    const std::int64_t standard_floor = 3 * b * b * 4;
-    const int repeats = b <= 16384 ? o.repeats : 1;
-    std::optional<Run> standard;
-    std::vector<double> standard_s, tiled_s;
-    if (standard_floor <= o.standard_limit) {
-      for (int r = 0; r < repeats; ++r) {
-        Run run = run_loss(q, k, std::nullopt, false);
-        standard_s.push_back(run.seconds);
-        standard = run;
-      }
-    }
-    Run tiled;
-    for (int r = 0; r < repeats; ++r) {
-      tiled = run_loss(q, k, o.tiles, false);
-      tiled_s.push_back(tiled.seconds);
-    }
-    const double ts = core::median(tiled_s);
-    if (standard) {
-      const double ss = core::median(standard_s);
-      std::printf("| %lld | %lld | %s | %.2f | %s | %.2f | %.0fx | %.2f |\n", static_cast<long long>(b),
-                  static_cast<long long>(o.dim), core::format_bytes(standard->peak_bytes).c_str(), ss,
-                  core::format_bytes(tiled.peak_bytes).c_str(), ts,
-                  static_cast<double>(standard->peak_bytes) / static_cast<double>(tiled.peak_bytes), ts / ss);
-    } else {
-      std::printf("| %lld | %lld | not run: needs more than %s (> %s) | - | %s | %.2f | > %.0fx | - |\n",
-                  static_cast<long long>(b), static_cast<long long>(o.dim), core::format_bytes(standard_floor).c_str(),
-                  core::format_bytes(o.standard_limit).c_str(), core::format_bytes(tiled.peak_bytes).c_str(), ts,
-                  static_cast<double>(standard_floor) / static_cast<double>(tiled.peak_bytes));
-    }
-    std::fflush(stdout);
+  for (const auto& r : rows) {
+    const bool fit_standard = !r.standard && standard_points.size() == 3;
+    const bool fit_tiled = !r.tiled && tiled_points.size() == 2;
+    const double standard = r.standard ? static_cast<double>(r.standard->peak_bytes)
+                            : fit_standard ? through(standard_points, static_cast<double>(r.batch)) : 0;
+    const double tiled = r.tiled ? static_cast<double>(r.tiled->peak_bytes)
+                         : fit_tiled ? through(tiled_points, static_cast<double>(r.batch)) : 0;
+    const auto bytes = [](double v, bool measured, bool fitted) {
+      if (measured) return core::format_bytes(static_cast<std::int64_t>(v));
+      if (fitted) return core::format_bytes(static_cast<std::int64_t>(v)) + " (fitted, not run)";
+      return std::string("not run");
+    };
+    const auto seconds = [](double v, bool measured) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.2f", v);
+      return measured ? std::string(text) : std::string("-");
+    };
+    char ratio[32] = "-", time_ratio[32] = "-";
+    if (standard > 0 && tiled > 0) std::snprintf(ratio, sizeof ratio, "%.0fx", standard / tiled);
+    if (r.standard && r.tiled) std::snprintf(time_ratio, sizeof time_ratio, "%.2f", r.tiled_s / r.standard_s);
+    std::printf("| %lld | %lld | %s | %s | %s | %s | %s | %s |\n", static_cast<long long>(r.batch),
+                static_cast<long long>(o.dim), bytes(standard, r.standard.has_value(), fit_standard).c_str(),
+                seconds(r.standard_s, r.standard.has_value()).c_str(), bytes(tiled, r.tiled.has_value(), fit_tiled).c_str(),
+                seconds(r.tiled_s, r.tiled.has_value()).c_str(), ratio, time_ratio);
   }
   return 0;
 }
@@ -232,6 +281,7 @@ int main(int argc, char** argv) {
       } else if (flag == "--standard-limit") o.standard_limit = core::parse_bytes(value);
       else if (flag == "--repeats") o.repeats = std::stoi(value);
       else if (flag == "--micro") o.micro = std::stoll(value);
+      else if (flag == "--tiled-max") o.tiled_limit = std::stoll(value);
       else if (flag == "--set") {
         std::stringstream in(value);
         std::string item;
@@ -253,7 +303,7 @@ int main(int argc, char** argv) {
     return equal(o);
   }
   if (mode == "memory") {
-    if (o.batches.empty()) o.batches = {4096, 16384, 65536};
+    if (o.batches.empty()) o.batches = {4096, 8192, 16384, 65536, 262144};
     return memory(o);
   }
   if (mode == "step") {

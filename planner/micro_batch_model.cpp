@@ -259,18 +259,22 @@ Walk walk(const std::vector<Op>& ops) {
 
 namespace {
 
-// The loss layer's forward and backward ops at `cost` (its own model's, not interpolated).
-void use_loss_cost(std::vector<Op>& ops, int loss_layer, const core::LayerCost& cost) {
+// The loss layer's forward and backward ops at `cost` (its own model's, not interpolated); with
+// `at_least_as_measured`, no shorter than the step's own measurement of the layer made them.
+void use_loss_cost(std::vector<Op>& ops, int loss_layer, const core::LayerCost& cost, bool at_least_as_measured) {
   for (Op& op : ops) {
-    if (op.layer != loss_layer) continue;
-    if (op.kind == OpKind::Forward) op = {op.kind, op.layer, cost.fwd_ns, cost.fwd_transient_bytes, cost.fwd_retained_bytes};
-    if (op.kind == OpKind::Backward) op = {op.kind, op.layer, cost.bwd_ns, cost.bwd_transient_bytes, cost.bwd_retained_bytes};
+    if (op.layer != loss_layer || (op.kind != OpKind::Forward && op.kind != OpKind::Backward)) continue;
+    const bool fwd = op.kind == OpKind::Forward;
+    const std::int64_t ns = fwd ? cost.fwd_ns : cost.bwd_ns;
+    op = {op.kind, op.layer, at_least_as_measured ? std::max(op.duration_ns, ns) : ns,
+          fwd ? cost.fwd_transient_bytes : cost.bwd_transient_bytes, fwd ? cost.fwd_retained_bytes : cost.bwd_retained_bytes};
   }
 }
 
-// The loss over a whole (micro-)batch: the loss measured alone, fitted, and the loss layer as the
-// step measured it at the profiled sizes (where it also holds a few hundred bytes the loss alone
-// does not), whichever holds more in each field.
+// The loss over a whole batch: the loss measured alone, fitted, and the loss layer as the step
+// measured it at the profiled sizes (where it also holds a few hundred bytes the loss alone does
+// not, and at large batches runs slower than the loss alone scaled by B^2), whichever holds more
+// in each field (and takes longer: use_loss_cost).
 core::LayerCost whole_loss_cost(const core::LayerCost& in_step, core::LayerCost alone) {
   alone.fwd_transient_bytes = std::max(alone.fwd_transient_bytes, in_step.fwd_transient_bytes);
   alone.fwd_retained_bytes = std::max(alone.fwd_retained_bytes, in_step.fwd_retained_bytes);
@@ -357,9 +361,12 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
     append_layer_ops(batch_cost, graph, span_of, variant, 0, last_layer, ops);
     if (loss_model) {
       const int loss = loss_model->layer();
-      use_loss_cost(ops, loss,
-                    grad_cache ? loss_model->surrogate(b)
-                               : whole_loss_cost(batch_cost.layers[static_cast<std::size_t>(loss)], loss_model->loss(b, choice.loss_tiles)));
+      if (grad_cache) {
+        use_loss_cost(ops, loss, loss_model->surrogate(b), false);
+      } else {
+        use_loss_cost(ops, loss, whole_loss_cost(batch_cost.layers[static_cast<std::size_t>(loss)], loss_model->loss(b, choice.loss_tiles)),
+                      true);
+      }
     }
     std::int64_t net = 0;
     for (std::size_t k = 1; k < ops.size(); ++k) net += ops[k].retained_bytes;

@@ -25,6 +25,8 @@ planner::PlanRequest request(std::int64_t budget, std::int64_t batch, const std:
   r.global_batch = batch;
   r.margin_fraction = 0;
   r.strategies = planner::parse_strategies(strategies);
+  r.trace_path = "cpu-clip.json";
+  r.trace_sha256 = std::string(64, '0');
   return r;
 }
 

@@ -24,7 +24,7 @@ core::Trace committed(const std::string& name) {
   return core::read_trace_file(fs::path(HEADROOM_TRACES_DIR) / name);
 }
 
-const std::vector<std::string> kTraces = {"cpu-mlp.json", "cpu-cnn.json", "cpu-bert.json", "cpu-gpt.json"};
+const std::vector<std::string> kTraces = {"cpu-mlp.json", "cpu-cnn.json", "cpu-bert.json", "cpu-gpt.json", "cpu-clip.json"};
 
 // The planner's model of a plain step (one micro-batch, nothing applied) reproduces the peak the
 // profiler measured at every sampled size.
