@@ -289,6 +289,11 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
   check.note = batchnorm && plan.choice.micro_batches.size() > 1 && !options.batchnorm_eval
                    ? "BatchNorm normalizes each micro-batch with its own statistics, so the accumulated gradient differs "
                      "from the full batch's by design; dropout off on both sides"
+                   : uses_grad_cache(model, plan)
+                   ? std::string("gradient-cache gradients (towers micro-batched, the loss over the whole batch ") +
+                         (plan.choice.loss_tiles ? "tiled" : "standard") +
+                         ", checkpointing and Tempo as planned) against the full batch's with standard layers and the "
+                         "standard loss, same weights and data, dropout off on both sides"
                    : std::string("accumulated micro-batch gradients (loss weights b_i/B, checkpointing and Tempo as "
                                  "planned) against the full batch's with standard layers, same weights and data, dropout "
                                  "off on both sides") +
