@@ -11,6 +11,7 @@
 
 #include "cli/execute_commands.h"
 #include "cli/flag_names.h"
+#include "cli/compare_commands.h"
 #include "cli/plan_commands.h"
 #include "core/atomic_file.h"
 #include "core/chrome_trace.h"
@@ -294,6 +295,22 @@ int main(int argc, char** argv) {
                     "BatchNorm normalizes with running statistics, so micro-batches train exactly like the full batch");
   execute->add_option("-o,--output", execute_args.output, "report file to write");
 
+  cli::CompareArgs compare_args;
+  auto* compare = app.add_subcommand(
+      "compare", "what changed between two traces, plans or reports (memory per layer and sample, time, what fits), with CI thresholds");
+  compare->add_option("base", compare_args.base, "BASE: a trace, plan or report")->required();
+  compare->add_option("new", compare_args.next, "NEW: the same kind of file")->required();
+  compare->add_option("--budget", compare_args.budget,
+                      "traces: plan both under this budget (default: BASE's step peak at the largest common batch)");
+  compare->add_option("--batch", compare_args.batch, "traces: plan both at this global batch (default: the largest common batch)");
+  compare->add_option("--max-memory-growth", compare_args.max_memory_growth,
+                      "exit 4 when a layer's or the model's memory per sample grows more than this (default 1%)");
+  compare->add_option("--max-slowdown", compare_args.max_slowdown,
+                      "exit 4 when the step time per sample grows more than this, e.g. 10% (default: not checked; CPU "
+                      "timing is noisy)");
+  compare->add_option("--format", compare_args.format, "text (default) or markdown, for a pull-request comment");
+  compare->add_option("-o,--output", compare_args.output, "also write the comparison as JSON (schema headroom.compare/1)");
+
   cli::DemoArgs demo_args;
   auto* demo = app.add_subcommand(
       "demo", "the whole loop on bert tiny: profile, the whole batch refused under a budget, plan, execute");
@@ -339,6 +356,8 @@ int main(int argc, char** argv) {
       return cli::run_simulate(simulate_args);
     } else if (app.got_subcommand(execute)) {
       return cli::run_execute(execute_args);
+    } else if (app.got_subcommand(compare)) {
+      return cli::run_compare(compare_args);
     } else if (app.got_subcommand(demo)) {
       return cli::run_demo(demo_args);
     } else if (app.got_subcommand(profile)) {
@@ -365,6 +384,9 @@ int main(int argc, char** argv) {
   } catch (const core::InputError& e) {
     std::cerr << "headroom: " << cli::name_flag(e.what()) << "\n";
     return kExitUsage;
+  } catch (const core::DoesNotFitError& e) {
+    std::cerr << "headroom: " << e.what() << "\n";
+    return cli::kExitInfeasible;
   } catch (const c10::Error& e) {
     // libtorch's messages carry a backtrace; its first line is the message.
     const std::string message = e.what_without_backtrace();

@@ -5,6 +5,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstdio>
@@ -106,5 +107,46 @@ HostMemoryUsage host_memory_usage() {
 }
 
 bool release_free_host_memory() { return ::malloc_trim(0) == 1; }
+
+namespace {
+
+// The first whole number in `path`'s first line, or nothing ("max" in a cgroup file).
+std::optional<std::int64_t> read_number(const std::string& path) {
+  std::ifstream file(path);
+  std::string word;
+  if (!(file >> word) || word.empty() || !std::isdigit(static_cast<unsigned char>(word[0]))) return std::nullopt;
+  try {
+    return std::stoll(word);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::int64_t available_host_memory_bytes() {
+  std::int64_t available = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    if (line.rfind("MemAvailable:", 0) == 0) {
+      available = std::stoll(line.substr(13)) * 1024;  // "MemAvailable:   1234 kB"
+      break;
+    }
+  }
+  // cgroup v2: this process's group, as /proc/self/cgroup names it ("0::/path").
+  std::ifstream cgroup("/proc/self/cgroup");
+  while (std::getline(cgroup, line)) {
+    if (line.rfind("0::", 0) != 0) continue;
+    const std::string dir = "/sys/fs/cgroup" + line.substr(3);
+    const auto max = read_number(dir + "/memory.max");
+    const auto current = read_number(dir + "/memory.current");
+    if (max && current) {
+      const std::int64_t left = std::max<std::int64_t>(0, *max - *current);
+      available = available > 0 ? std::min(available, left) : left;
+    }
+  }
+  return available;
+}
 
 }  // namespace headroom::core

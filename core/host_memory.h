@@ -58,6 +58,10 @@ HostMemoryUsage host_memory_usage();
 // Only the resident set: cheap enough to read after every micro-batch.
 std::int64_t resident_bytes();
 
+// What the system can still give this process: /proc/meminfo's MemAvailable, or less where this
+// process's cgroup (a container's memory.max) leaves less. 0 when neither can be read.
+std::int64_t available_host_memory_bytes();
+
 // Hands free heap memory back to the system (malloc_trim); true when some was.
 bool release_free_host_memory();
 

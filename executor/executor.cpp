@@ -13,8 +13,8 @@
 #include "core/host_memory.h"
 #include "core/statistics.h"
 #include "core/units.h"
-#include "executor/budget_allocator.h"
 #include "executor/grad_cache.h"
+#include "runtime/budget_allocator.h"
 #include "executor/plan_runner.h"
 #include "models/fashion_mnist.h"
 #include "models/model_source.h"
@@ -27,6 +27,9 @@ namespace headroom::executor {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using runtime::BudgetAllocator;
+using runtime::Refusal;
+using runtime::ScopedBudget;
 
 void progress(const ExecuteOptions& options, const std::string& what) {
   if (options.on_progress) options.on_progress(what);

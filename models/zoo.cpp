@@ -1,6 +1,13 @@
 #include "models/zoo.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
 #include "core/errors.h"
+#include "core/host_memory.h"
+#include "core/units.h"
 #include "models/build_allocations.h"
 
 namespace headroom::models {
@@ -50,7 +57,8 @@ std::vector<ZooEntry> make_zoo() {
         {"depth", "4", "number of linear + GELU blocks"},
         {"classes", "10", "output classes"}},
        {},
-       &build_mlp},
+       &build_mlp,
+       &estimate_mlp},
       {"cnn",
        "ResNet-style CNN (conv, BatchNorm, ReLU, residual skips); target: class of a noisy class template",
        {{"image", "28", "image height and width"},
@@ -60,17 +68,20 @@ std::vector<ZooEntry> make_zoo() {
         {"blocks", "1", "residual blocks per stage"},
         {"classes", "10", "output classes"}},
        {},
-       &build_cnn},
+       &build_cnn,
+       &estimate_cnn},
       {"bert",
        "Transformer encoder (post-LN BERT) with sequence classification; target: first token mod classes",
        transformer_keys("mini", "30522", true),
        transformer_presets(false),
-       &build_bert},
+       &build_bert,
+       &estimate_bert},
       {"gpt",
        "Transformer decoder (pre-LN GPT) with causal attention; target: the next token of arithmetic sequences",
        transformer_keys("tiny", "8192", false),
        transformer_presets(true),
-       &build_gpt},
+       &build_gpt,
+       &estimate_gpt},
       {"clip",
        "CLIP-style pair of towers (CNN images, Transformer encoder captions) under a symmetric contrastive loss with a "
        "learnable log-scale; pairs: a concept's image template plus noise with its caption, a tenth of its tokens "
@@ -87,8 +98,28 @@ std::vector<ZooEntry> make_zoo() {
         {"dim", "32", "embedding dimension of both towers' projections"},
         {"concepts", "1024", "distinct image-caption concepts"}},
        {},
-       &build_clip},
+       &build_clip,
+       &estimate_clip},
   };
+}
+
+// The least that training the model needs: fp32 parameters, their gradients, what it builds.
+void check_size(const ZooEntry& entry, const Config& config, const std::map<std::string, std::string>& overrides) {
+  const SizeEstimate size = entry.estimate(config);
+  const double needed = 8 * size.parameters + size.built_bytes;
+  std::int64_t available = core::available_host_memory_bytes();
+  if (available <= 0) available = static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+  if (needed <= static_cast<double>(available)) return;
+  std::string settings;
+  for (const auto& [key, value] : overrides) settings += (settings.empty() ? "" : ", ") + key + "=" + value;
+  char parameters[32];
+  std::snprintf(parameters, sizeof parameters, "%.3g", size.parameters);
+  const double capped = std::min(needed, 9e18);  // format_bytes takes an int64; past it the size is absurd anyway
+  throw core::InputError("model " + entry.name + ": " + (settings.empty() ? "its default settings" : "the settings " + settings) +
+                         " make about " + parameters + " parameters, which with their gradients and what the model builds need " +
+                         (capped < needed ? "over " : "") + core::format_bytes(static_cast<std::int64_t>(capped)) +
+                         ", more than the " + core::format_bytes(available) +
+                         " of memory this host has available; choose smaller settings");
 }
 
 }  // namespace
@@ -111,6 +142,7 @@ Model build_zoo_model(const std::string& name, const std::map<std::string, std::
                       std::uint64_t seed) {
   const ZooEntry& entry = find_zoo_entry(name);
   const Config config = resolve_config(entry.name, entry.keys, entry.presets, overrides);
+  check_size(entry, config, overrides);
   return counting_build_allocations([&] { return entry.build(config, seed); });
 }
 

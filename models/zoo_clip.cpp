@@ -25,6 +25,26 @@ int add_normalize(Model& model, const std::string& name, int input) {
 
 }  // namespace
 
+SizeEstimate estimate_clip(const Config& config) {
+  const auto image = static_cast<double>(config.positive_int("image"));
+  const auto channels = static_cast<double>(config.positive_int("channels"));
+  const auto width = static_cast<double>(config.positive_int("width"));
+  const auto seq = static_cast<double>(config.positive_int("seq"));
+  const auto vocab = static_cast<double>(config.positive_int("vocab"));
+  const auto hidden = static_cast<double>(config.positive_int("hidden"));
+  const auto layers = static_cast<double>(config.positive_int("layers"));
+  const auto dim = static_cast<double>(config.positive_int("dim"));
+  const auto concepts = static_cast<double>(config.positive_int("concepts"));
+  // Convolutions without bias, projections with; per encoder block: qkv, the attention output, two
+  // LayerNorms and the feed-forward pair; the log-scale.
+  const double image_tower = 9 * channels * width + 9 * width * 2 * width + (2 * width + 1) * dim;
+  const double block = (hidden + 1) * 3 * hidden + (hidden + 1) * hidden + 4 * hidden + (hidden + 1) * 4 * hidden +
+                       (4 * hidden + 1) * hidden;
+  const double text_tower = (vocab + seq) * hidden + layers * block + (hidden + 1) * dim;
+  // The task: fp32 image templates and int64 captions per concept.
+  return {image_tower + text_tower + 1, 4 * concepts * channels * image * image + 8 * concepts * seq};
+}
+
 Model build_clip(const Config& config, std::uint64_t seed) {
   const std::int64_t image = config.positive_int("image");
   const std::int64_t channels = config.positive_int("channels");

@@ -3,6 +3,32 @@
 
 namespace headroom::models {
 
+SizeEstimate estimate_cnn(const Config& config) {
+  const auto image = static_cast<double>(config.positive_int("image"));
+  const auto channels = static_cast<double>(config.positive_int("channels"));
+  const auto width = static_cast<double>(config.positive_int("width"));
+  const std::int64_t stages = config.positive_int("stages");
+  const auto blocks = static_cast<double>(config.positive_int("blocks"));
+  const auto classes = static_cast<double>(config.positive_int("classes"));
+  // Convolutions have no bias; a BatchNorm has a scale and a shift per channel (parameters) and a
+  // running mean and variance per channel and a step count (what it builds besides).
+  double parameters = 9 * channels * width + 2 * width;  // the stem
+  double batchnorm_bytes = 8 * width + 8;
+  double in = width;
+  for (std::int64_t s = 0; s < stages && parameters < 1e30; ++s) {
+    const double out = s == 0 ? width : 2 * in;
+    parameters += 9 * in * out + 9 * out * out + 4 * out + (blocks - 1) * (18 * out * out + 4 * out);
+    batchnorm_bytes += 2 * blocks * (8 * out + 8);
+    if (s > 0) {  // the first block of a later stage halves the resolution: its skip is projected
+      parameters += in * out + 2 * out;
+      batchnorm_bytes += 8 * out + 8;
+    }
+    in = out;
+  }
+  parameters += (in + 1) * classes;
+  return {parameters, 4 * classes * channels * image * image + batchnorm_bytes};
+}
+
 Model build_cnn(const Config& config, std::uint64_t seed) {
   const std::int64_t image = config.positive_int("image");
   const std::int64_t channels = config.positive_int("channels");

@@ -3,6 +3,14 @@
 
 namespace headroom::models {
 
+SizeEstimate estimate_mlp(const Config& config) {
+  const auto input = static_cast<double>(config.positive_int("input"));
+  const auto hidden = static_cast<double>(config.positive_int("hidden"));
+  const auto depth = static_cast<double>(config.positive_int("depth"));
+  const auto classes = static_cast<double>(config.positive_int("classes"));
+  return {(input + 1) * hidden + (depth - 1) * (hidden + 1) * hidden + (hidden + 1) * classes, 4 * input * classes};
+}
+
 Model build_mlp(const Config& config, std::uint64_t seed) {
   const std::int64_t input = config.positive_int("input");
   const std::int64_t hidden = config.positive_int("hidden");

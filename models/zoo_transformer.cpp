@@ -61,7 +61,34 @@ int add_feed_forward(Model& model, const std::string& p, const TransformerSize& 
   return add_dropout(model, p + "ffn_dropout", s.dropout, {y, at.block});
 }
 
+// Embeddings, then per block: qkv, attention output, feed-forward in and out, two LayerNorms.
+double transformer_parameters(const Config& config) {
+  const auto layers = static_cast<double>(config.positive_int("layers"));
+  const auto hidden = static_cast<double>(config.positive_int("hidden"));
+  const std::int64_t ffn_setting = config.non_negative_int("ffn");
+  const double ffn = ffn_setting == 0 ? 4 * hidden : static_cast<double>(ffn_setting);
+  const auto seq = static_cast<double>(config.positive_int("seq"));
+  const auto vocab = static_cast<double>(config.positive_int("vocab"));
+  const double block = (hidden + 1) * 3 * hidden + (hidden + 1) * hidden + (hidden + 1) * ffn + (ffn + 1) * hidden + 4 * hidden;
+  return (vocab + seq) * hidden + 2 * hidden + layers * block;
+}
+
 }  // namespace
+
+SizeEstimate estimate_bert(const Config& config) {
+  const auto hidden = static_cast<double>(config.positive_int("hidden"));
+  const auto classes = static_cast<double>(config.positive_int("classes"));
+  return {transformer_parameters(config) + (hidden + 1) * hidden + (hidden + 1) * classes, 0};
+}
+
+SizeEstimate estimate_gpt(const Config& config) {
+  const auto layers = static_cast<double>(config.positive_int("layers"));
+  const auto hidden = static_cast<double>(config.positive_int("hidden"));
+  const auto seq = static_cast<double>(config.positive_int("seq"));
+  const auto vocab = static_cast<double>(config.positive_int("vocab"));
+  // The LM head has no bias; every block's causal mask is seq x seq bools.
+  return {transformer_parameters(config) + hidden * vocab, layers * seq * seq};
+}
 
 Model build_bert(const Config& config, std::uint64_t seed) {
   const TransformerSize s = read_size(config);

@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/units.h"
+#include "planner/device_error.h"
 #include "planner/infcl_model.h"
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
@@ -402,6 +403,10 @@ core::Plan make_plan(const core::Trace& trace, const LayerGraph& graph, const Pl
   if (best.choice.loss_tiles) plan.strategies.push_back(strategy_name(Strategy::InfCl));
   plan.choice = complete_choice(trace, graph, best.choice);
   plan.warnings = plan_warnings(trace, best.choice.micro_batches, request.global_batch);
+  if (const std::string warning = margin_warning(request.margin_fraction, worst_device_error(core::CostModel(trace), graph));
+      !warning.empty()) {
+    plan.warnings.push_back(warning);
+  }
   if (trace.model.file && request.strategies.count(Strategy::Tempo) > 0) {
     plan.warnings.push_back("Tempo does not apply to a TorchScript module: its memory-lean layers are headroom's own "
                             "implementations of the zoo's layers (checkpointing and micro-batching do apply)");

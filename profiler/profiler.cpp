@@ -6,11 +6,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <optional>
 
 #include "core/errors.h"
 #include "core/host_memory.h"
+#include "core/units.h"
 #include "core/statistics.h"
 #include "models/model_source.h"
+#include "runtime/budget_allocator.h"
 #include "runtime/host_info.h"
 #include "runtime/optimizer.h"
 #include "runtime/tensor_bytes.h"
@@ -256,6 +260,49 @@ PlainSequence plain_sequence(const models::Model& model, std::int64_t b, std::ui
   return out;
 }
 
+// What profiling may allocate on the host, and what a batch needs of it. On the CPU the host's
+// memory is the device's: a batch it cannot hold is refused before it runs (exit 3, naming the
+// largest that fits), and an allocation past it anywhere fails with its batch and phase, from the
+// counting allocator, instead of the system's out-of-memory killer ending the process.
+class HostBound {
+ public:
+  // Leaves some of what is available for what libtorch does not allocate (threads, malloc's free
+  // heap, the trace being built).
+  static std::int64_t usable(std::int64_t available) {
+    return available - std::max<std::int64_t>(std::int64_t{512} << 20, available / 20);
+  }
+
+  explicit HostBound(std::int64_t bytes) : bytes_(bytes), budget_(bytes) {}
+  std::int64_t bytes() const { return bytes_; }
+  std::int64_t allocated_since_start() const { return runtime::BudgetAllocator::instance().in_use() - budget_.baseline(); }
+
+  // A micro-batch's need above the model's state, affine in the batch (DESIGN.md, "Fits"), from
+  // two measured ones; `state_bytes` is the state allocated since the bound began (gradients) and
+  // still to come (the optimizer's).
+  void learn(std::int64_t b1, std::int64_t need1, std::int64_t b2, std::int64_t need2, std::int64_t state_bytes) {
+    per_sample_ = static_cast<double>(need2 - need1) / static_cast<double>(b2 - b1);
+    fixed_ = static_cast<double>(need1) - per_sample_ * static_cast<double>(b1) + static_cast<double>(state_bytes);
+    known_ = per_sample_ > 0;
+  }
+  bool known() const { return known_; }
+  // What profiling batch `b` holds at its highest, of the bound.
+  double need(std::int64_t b) const { return fixed_ + per_sample_ * static_cast<double>(b); }
+  std::int64_t largest_batch() const {
+    return known_ ? static_cast<std::int64_t>(std::max(0.0, (static_cast<double>(bytes_) - fixed_) / per_sample_)) : 0;
+  }
+  std::string largest_text() const {
+    const std::int64_t b = largest_batch();
+    return b > 0 ? "the largest batch that fits is about " + std::to_string(b)
+                 : "not even a batch of 1 fits";
+  }
+
+ private:
+  std::int64_t bytes_;
+  runtime::ScopedBudget budget_;
+  double fixed_ = 0, per_sample_ = 0;
+  bool known_ = false;
+};
+
 }  // namespace
 
 StepMeasurement profile_step(const models::Model& model, const models::Batch& batch, runtime::MemoryRecorder& recorder,
@@ -368,6 +415,25 @@ SavedTensors detect_saved_tensors(const models::Model& model, const models::Batc
 
 namespace {
 
+// What profiling a batch of `b` allocates above what is allocated before it (the gradients already
+// exist): its phases as profile() runs them, each with the batch it holds alive meanwhile.
+std::int64_t profiling_need(const models::Model& model, std::int64_t b, std::uint64_t seed,
+                            const std::function<models::Batch(models::Batch)>& on_device) {
+  auto recorder = std::make_shared<runtime::MemoryRecorder>();
+  runtime::ScopedMemoryRecording recording(recorder);
+  recorder->reset_peak();
+  const std::int64_t start = recorder->allocated();
+  {
+    const models::Batch batch = on_device(model.make_batch(b, seed));
+    detect_saved_tensors(model, batch);
+  }
+  {
+    const models::Batch held = on_device(model.make_batch(b, seed));
+    plain_micro_batch(model, b, seed + 1, on_device, nullptr);
+  }
+  return recorder->peak() - start;
+}
+
 void validate(const ProfileOptions& options) {
   if (options.batch_sizes.empty()) throw core::InputError("batch_sizes: give at least one batch size");
   for (std::size_t i = 0; i < options.batch_sizes.size(); ++i) {
@@ -384,6 +450,7 @@ void validate(const ProfileOptions& options) {
     throw core::InputError("warmup_steps: at least one warm-up step is needed (it allocates the optimizer state)");
   }
   if (options.repeats < 1) throw core::InputError("repeats: at least one repeat is needed");
+  if (options.host_memory_bytes < 0) throw core::InputError("host_memory_bytes: expected 0 (what the host has) or more");
   if (options.threads < 0 || options.threads > ProfileOptions::kMaxThreads) {
     throw core::InputError("threads: expected 0 (libtorch's default) to " + std::to_string(ProfileOptions::kMaxThreads) + ", got " +
                            std::to_string(options.threads));
@@ -508,19 +575,101 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     if (options.on_progress) options.on_progress(progress);
   };
 
-  const models::Batch first_batch = on_device(model.make_batch(options.batch_sizes.front(), options.seed));
-  const auto saves = detect_saved_tensors(model, first_batch);
-  for (std::size_t i = 0; i < layer_count; ++i) trace.layers[i].saves_inputs = saves.inputs[i];
-  report("inputs", options.batch_sizes.front());
-  if (!lean_layers.empty()) {
-    model.set_all_lean(true);
-    const auto lean_saves = detect_saved_tensors(model, first_batch);
-    model.set_all_lean(false);
-    for (const std::size_t i : lean_layers) {
-      trace.layers[i].tempo = core::LeanProfile{lean_saves.inputs[i], lean_saves.output[i] && !saves.output[i], {}};
+  std::optional<HostBound> host_bound;
+  if (backend == nullptr) {
+    const std::int64_t available = core::available_host_memory_bytes();
+    if (available <= 0) throw std::runtime_error("profiling: cannot read the host's available memory (/proc/meminfo)");
+    std::int64_t bound = HostBound::usable(available);
+    if (options.host_memory_bytes > 0) bound = std::min(bound, options.host_memory_bytes);
+    host_bound.emplace(bound);
+    const std::uint64_t probe_seed = options.seed + 104729;
+    const auto probe = [&](std::int64_t b) {
+      runtime::BudgetAllocator::clear_last_refusal();
+      try {
+        return profiling_need(model, b, probe_seed, on_device);
+      } catch (const std::exception&) {
+        if (runtime::BudgetAllocator::last_refusal().requested_bytes == 0) throw;
+        throw core::DoesNotFitError("profiling: a batch of " + std::to_string(b) + " does not fit in the " +
+                                    core::format_bytes(host_bound->bytes()) + " of host memory available to profiling");
+      }
+    };
+    // Doubling batches from the smallest requested or 2 (BatchNorm cannot train on one sample, so a
+    // user who asks for 1 has a model that can), after one that makes the gradients, up to the
+    // largest requested or a small share of the bound: memory is affine in the batch only roughly
+    // at the smallest sizes (an mlp's need per sample grew by a third from batches of 1-2 to
+    // 512-2048), so the slope is taken from the two largest probed.
+    const std::int64_t probe_cap = std::min<std::int64_t>(host_bound->bytes() / 16, std::int64_t{64} << 20);
+    std::int64_t b1 = std::min<std::int64_t>(options.batch_sizes.front(), 2);
+    probe(b1);
+    std::int64_t need1 = probe(b1), b2 = 2 * b1, need2 = probe(b2);
+    while (need2 < probe_cap && 2 * b2 <= options.batch_sizes.back()) {
+      b1 = b2;
+      need1 = need2;
+      b2 *= 2;
+      need2 = probe(b2);
     }
-    report("tempo inputs", options.batch_sizes.front());
+    zero_gradients(*optimizer, nullptr);
+    std::int64_t parameter_bytes = 0, largest_parameter = 0;
+    for (const auto& p : parameters) {
+      parameter_bytes += runtime::tensor_bytes(p);
+      largest_parameter = std::max(largest_parameter, runtime::tensor_bytes(p));
+    }
+    // Adam keeps two moments per parameter, SGD with momentum one; the step's temporaries are a few
+    // of the largest parameter's size.
+    const std::int64_t optimizer_state = (options.optimizer == "adam" ? 2 : 1) * parameter_bytes + 2 * largest_parameter;
+    const std::int64_t gradients = host_bound->allocated_since_start();
+    host_bound->learn(b1, need1, b2, need2, gradients + optimizer_state);
+    for (const std::int64_t b : options.batch_sizes) {
+      if (host_bound->known() && host_bound->need(b) > static_cast<double>(host_bound->bytes())) {
+        throw core::DoesNotFitError("profiling batch " + std::to_string(b) + " needs about " +
+                                    core::format_bytes(static_cast<std::int64_t>(std::min(host_bound->need(b), 9e18))) +
+                                    " of host memory (from profiling batches of " + std::to_string(b1) + " and " + std::to_string(b2) + "), more than the " +
+                                    core::format_bytes(host_bound->bytes()) + " available to profiling; " +
+                                    host_bound->largest_text());
+      }
+    }
   }
+  // Where the work is, so running out of host memory can say where it happened and what fits.
+  std::string where = "inputs";
+  std::int64_t where_batch = options.batch_sizes.front();
+  const auto within_host_memory = [&](const std::function<void()>& work) {
+    runtime::BudgetAllocator::clear_last_refusal();
+    try {
+      work();
+    } catch (const std::exception& e) {
+      // TorchScript's interpreter rethrows an op's error as a plain one: the bound's refusal on
+      // this thread tells them apart.
+      const runtime::Refusal refusal = runtime::BudgetAllocator::last_refusal();
+      if (!host_bound || refusal.requested_bytes == 0) {
+        // The system refused an allocation below the bound (memory taken by another process
+        // meanwhile): still a runtime failure, but one that says where.
+        const std::string message = e.what();
+        if (message.find("can't allocate memory") == std::string::npos) throw;
+        throw std::runtime_error("profiling batch " + std::to_string(where_batch) + " (" + where +
+                                 "): " + message.substr(0, message.find('\n')));
+      }
+      throw core::DoesNotFitError("profiling batch " + std::to_string(where_batch) + " (" + where + "): allocating " +
+                                  core::format_bytes(refusal.requested_bytes) + " would pass the " +
+                                  core::format_bytes(host_bound->bytes()) + " of host memory available to profiling; " +
+                                  host_bound->largest_text());
+    }
+  };
+  within_host_memory([&] {
+    const models::Batch first_batch = on_device(model.make_batch(options.batch_sizes.front(), options.seed));
+    const auto saves = detect_saved_tensors(model, first_batch);
+    for (std::size_t i = 0; i < layer_count; ++i) trace.layers[i].saves_inputs = saves.inputs[i];
+    report("inputs", options.batch_sizes.front());
+    if (!lean_layers.empty()) {
+      where = "tempo inputs";
+      model.set_all_lean(true);
+      const auto lean_saves = detect_saved_tensors(model, first_batch);
+      model.set_all_lean(false);
+      for (const std::size_t i : lean_layers) {
+        trace.layers[i].tempo = core::LeanProfile{lean_saves.inputs[i], lean_saves.output[i] && !saves.output[i], {}};
+      }
+      report("tempo inputs", options.batch_sizes.front());
+    }
+  });
 
   struct Measured {
     std::vector<core::LayerSample> layers;
@@ -538,6 +687,8 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     const char* plain_phase = lean ? "tempo plain" : "plain";
     const char* profile_phase = lean ? "tempo profile" : "profile";
     const std::uint64_t data_seed = options.seed + 7919 * static_cast<std::uint64_t>(b);
+    where_batch = b;
+    where = warmup_phase;
     for (int i = 0; i < options.warmup_steps; ++i) {
       plain_sequence(model, b, data_seed, on_device, *optimizer, backend.get());
       report(warmup_phase, b);
@@ -545,6 +696,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     std::vector<std::int64_t> plain_ns, zero_grad_ns, first_ns, later_ns;
     std::vector<StepMeasurement> runs;
     for (int i = 0; i < options.repeats; ++i) {
+      where = plain_phase;
       const PlainSequence plain = plain_sequence(model, b, data_seed, on_device, *optimizer, backend.get());
       plain_ns.push_back(plain.later.compute_ns + plain.optimizer_ns);
       zero_grad_ns.push_back(plain.zero_grad_ns);
@@ -553,6 +705,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       report(plain_phase, b);
       zero_gradients(*optimizer, backend.get());
       plain_micro_batch(model, b, data_seed, on_device, backend.get());
+      where = profile_phase;
       auto recorder = std::make_shared<runtime::MemoryRecorder>(device.type());
       runtime::ScopedMemoryRecording recording(recorder);
       // CUPTI records only the profiled steps, so the plain steps stay the overhead's reference.
@@ -608,17 +761,21 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   };
 
   for (const std::int64_t b : options.batch_sizes) {
-    const models::Batch batch = on_device(model.make_batch(b, options.seed + static_cast<std::uint64_t>(b)));
-    Measured standard = measure(batch, b, false);
-    for (std::size_t i = 0; i < layer_count; ++i) trace.layers[i].samples.push_back(standard.layers[i]);
-    trace.steps.push_back(standard.step);
-    if (lean_layers.empty()) continue;
-    // The Tempo pass right after the standard one at the same batch, so their times compare.
-    model.set_all_lean(true);
-    Measured lean = measure(batch, b, true);
-    model.set_all_lean(false);
-    for (const std::size_t i : lean_layers) trace.layers[i].tempo->samples.push_back(lean.layers[i]);
-    trace.tempo_steps.push_back(lean.step);
+    within_host_memory([&] {
+      where_batch = b;
+      where = "data";
+      const models::Batch batch = on_device(model.make_batch(b, options.seed + static_cast<std::uint64_t>(b)));
+      Measured standard = measure(batch, b, false);
+      for (std::size_t i = 0; i < layer_count; ++i) trace.layers[i].samples.push_back(standard.layers[i]);
+      trace.steps.push_back(standard.step);
+      if (lean_layers.empty()) return;
+      // The Tempo pass right after the standard one at the same batch, so their times compare.
+      model.set_all_lean(true);
+      Measured lean = measure(batch, b, true);
+      model.set_all_lean(false);
+      for (const std::size_t i : lean_layers) trace.layers[i].tempo->samples.push_back(lean.layers[i]);
+      trace.tempo_steps.push_back(lean.step);
+    });
   }
 
   if (contrastive_loss_layer(model) >= 0) {

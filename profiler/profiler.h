@@ -52,6 +52,9 @@ struct ProfileOptions {
   // Measure Tempo's lean variants too, where the model has any: a second pass at every batch size
   // with every lean variant on (Model::set_all_lean).
   bool tempo = true;
+  // On the CPU profiling stays within the host's available memory (less a reserve); a positive
+  // value here lowers that bound further (tests), never raises it.
+  std::int64_t host_memory_bytes = 0;
   std::function<void(const Progress&)> on_progress;
   // CUDA only: called with the last profiled step of each batch size.
   std::function<void(std::int64_t batch, const GpuStepRecord&)> on_gpu_step;

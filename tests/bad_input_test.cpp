@@ -408,6 +408,24 @@ TEST_F(BadInputCli, TypedSizesAndOutputsThatClobberAreRefusedAtOnce) {
   expect_refused(profile + " --batch-sizes 2000000", "--batch-sizes: at most 1048576 samples, got 2000000");
   expect_refused(profile + " --set hidden=9223372036854775807", "key 'hidden' expects at most 1048576");
   expect_refused(profile + " --set depth=100000000", "key 'depth' expects at most 1048576");
+  // Each setting in range, together past any host: the model's size is estimated before it is built.
+  expect_refused(profile + " --set depth=1048576 --set hidden=1048576",
+                 "model mlp: the settings depth=1048576, hidden=1048576 make about 1.15e+18 parameters");
+  expect_refused("profile --model cnn --set stages=64", "of memory this host has available; choose smaller settings");
+  expect_refused("profile --model gpt --set seq=1048576", "model gpt: the settings seq=1048576 make about");
+  {
+    // A batch no host holds (bert mini's attention scores alone: 275 GB at 2^20 samples) is refused
+    // from two small micro-batches' memory, before it runs: exit 3 naming what fits.
+    const std::string out = path("out.json");
+    core::write_file_atomically(out, "untouched");
+    const CommandResult big = run("profile --model bert --set preset=mini --batch-sizes 4,1048576 -o " + out);
+    EXPECT_EQ(big.exit_code, 3) << big.err;
+    EXPECT_EQ(std::count(big.err.begin(), big.err.end(), '\n'), 1) << big.err;
+    EXPECT_NE(big.err.find("profiling batch 1048576 needs about"), std::string::npos) << big.err;
+    EXPECT_NE(big.err.find("the largest batch that fits is about "), std::string::npos) << big.err;
+    EXPECT_EQ(core::read_file(out), "untouched");
+    ++refused_;
+  }
 
   const std::string trace_before = core::read_file(dir_ / "t.json");
   CommandResult r = run("plan " + path("t.json") + " --budget 1GiB --batch 32 -o " + path("t.json"));

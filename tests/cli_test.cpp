@@ -1,6 +1,7 @@
 // Runs the `headroom` binary as a user would and checks exit codes, error lines and outputs.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -302,6 +303,90 @@ TEST(Cli, ModelsListsTheZoo) {
   for (const char* name : {"mlp", "cnn", "bert", "gpt", "preset", "large"}) {
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
   }
+}
+
+// `headroom compare` (issue 24): the CI recipe run for real. A committed trace against itself
+// passes; the same trace with one layer's kept bytes 5% higher fails with exit 4, and that layer is
+// the first row of the memory table; plans, reports, Markdown, JSON and bad input.
+TEST(Cli, CompareFailsTheBuildOnMemoryGrowthNamingTheLayer) {
+  const fs::path dir = fs::temp_directory_path() / ("headroom_cli_compare." + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string bert = std::string(HEADROOM_TRACES_DIR) + "/cpu-bert.json";
+  CommandResult r = run("compare " + bert + " " + bert);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("PASS: no threshold passed"), std::string::npos) << r.out;
+
+  nlohmann::json edited = core::parse_json(core::read_file(bert), "cpu-bert.json");
+  for (auto& layer : edited["layers"]) {
+    if (layer["name"] != "layer2.ffn_in") continue;
+    for (auto& sample : layer["samples"]) {
+      sample["kept_bytes"] = static_cast<std::int64_t>(std::llround(sample["kept_bytes"].get<double>() * 1.05));
+    }
+  }
+  const std::string grown = (dir / "grown.json").string();
+  core::write_file_atomically(grown, edited.dump());
+  const std::string json_out = (dir / "compare.json").string();
+  r = run("compare " + bert + " " + grown + " -o " + json_out);
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  // The memory table's first row, after its header and rule, is the edited layer.
+  const auto table = r.out.find("Memory by layer, largest change first\n");
+  ASSERT_NE(table, std::string::npos) << r.out;
+  std::size_t line = table;
+  for (int i = 0; i < 3; ++i) line = r.out.find('\n', line) + 1;
+  EXPECT_EQ(r.out.substr(line, r.out.find('\n', line) - line).rfind("layer2.ffn_in ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("FAIL (exit 4): layer layer2.ffn_in: kept bytes/sample +5.0%"), std::string::npos) << r.out;
+  const nlohmann::json written = core::parse_json(core::read_file(json_out), "compare.json");
+  EXPECT_EQ(written["schema"], "headroom.compare/1");
+  EXPECT_EQ(written["passed"], false);
+  EXPECT_EQ(written["layers"][0]["name"], "layer2.ffn_in");
+  // A looser threshold lets it through; Markdown for a pull-request comment.
+  r = run("compare " + bert + " " + grown + " --max-memory-growth 6% --format markdown");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| layer2.ffn_in | kept bytes/sample | 524288 | 550502 | +26214 | +5.0% |"), std::string::npos) << r.out;
+  // Times from another host-memory regime are left out, and a slowdown check then cannot run.
+  edited["host_memory"]["regime"] = "another regime";
+  const std::string elsewhere = (dir / "elsewhere.json").string();
+  core::write_file_atomically(elsewhere, edited.dump());
+  r = run("compare " + bert + " " + elsewhere + " --max-memory-growth 6%");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("times left out: the traces were measured in different host-memory regimes"), std::string::npos);
+  expect_one_line_error(run("compare " + bert + " " + elsewhere + " --max-slowdown 10%"), "--max-slowdown: times left out");
+
+  // Two plans of the same trace at two budgets.
+  const std::string tight = (dir / "tight.json").string(), loose = (dir / "loose.json").string();
+  ASSERT_EQ(run("plan " + bert + " --budget 260MiB --batch 32 -o " + tight).exit_code, 0);
+  ASSERT_EQ(run("plan " + bert + " --budget 600MiB --batch 32 -o " + loose).exit_code, 0);
+  r = run("compare " + tight + " " + loose + " --max-memory-growth 200%");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("micro-batches"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("predicted peak bytes"), std::string::npos) << r.out;
+  EXPECT_EQ(run("compare " + tight + " " + loose).exit_code, 4);
+
+  // Bad input: kinds that differ, a missing file, a threshold that is not a percentage, a flag for traces.
+  expect_one_line_error(run("compare " + bert + " " + tight), "a plan, but " + bert + " is a trace");
+  expect_one_line_error(run("compare " + bert + " " + (dir / "missing.json").string()), "missing.json: no such file");
+  expect_one_line_error(run("compare " + bert + " " + bert + " --max-memory-growth lots"), "--max-memory-growth: expected a percentage");
+  expect_one_line_error(run("compare " + bert + " " + bert + " --max-memory-growth -1%"), "--max-memory-growth");
+  expect_one_line_error(run("compare " + bert + " " + bert + " --format html"), "--format: expected text or markdown");
+  expect_one_line_error(run("compare " + tight + " " + loose + " --budget 1GiB"), "--budget: applies to comparing traces only");
+  expect_one_line_error(run("compare " + bert + " " + bert + " -o " + bert), "is this command's input");
+  fs::remove_all(dir);
+}
+
+// bert mini (the committed trace) against bert tiny: two blocks fewer and every width halved.
+TEST(Cli, CompareListsRemovedAndChangedLayers) {
+  const fs::path dir = fs::temp_directory_path() / ("headroom_cli_compare_models." + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string tiny = (dir / "tiny.json").string();
+  ASSERT_EQ(run("profile --model bert --set preset=tiny --batch-sizes 1,2 --repeats 1 --no-tempo -o " + tiny).exit_code, 0);
+  const std::string bert = std::string(HEADROOM_TRACES_DIR) + "/cpu-bert.json";
+  const CommandResult r = run("compare " + bert + " " + tiny + " --max-memory-growth 1000%");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("removed layers: layer2.qkv"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layer3.ffn_ln"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layer0.ffn_in "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("batch sizes in common: 1,2"), std::string::npos) << r.out;
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 
 #include "core/errors.h"
 #include "core/host_memory.h"
-#include "executor/budget_allocator.h"
+#include "runtime/budget_allocator.h"
 #include "executor/executor.h"
 #include "executor/plan_runner.h"
 #include "models/fashion_mnist.h"
@@ -106,15 +106,15 @@ TEST(Executor, CheckpointingCountsEachBatchOnceInBatchNormStatistics) {
 }
 
 TEST(BudgetAllocator, RefusesPastTheBudgetAndCounts) {
-  auto& allocator = executor::BudgetAllocator::instance();
+  auto& allocator = runtime::BudgetAllocator::instance();
   const std::int64_t before = allocator.in_use();
   {
     torch::Tensor a = torch::empty({1024}, torch::kFloat32);  // 4 KiB
     EXPECT_EQ(allocator.in_use() - before, 4096);
-    executor::ScopedBudget budget(10000);  // on top of what is in use now
+    runtime::ScopedBudget budget(10000);  // on top of what is in use now
     torch::Tensor b = torch::empty({2048}, torch::kFloat32);  // 8 KiB fits
     EXPECT_THROW(torch::empty({1024}, torch::kFloat32), c10::OutOfMemoryError);
-    EXPECT_EQ(executor::BudgetAllocator::last_refusal().requested_bytes, 4096);
+    EXPECT_EQ(runtime::BudgetAllocator::last_refusal().requested_bytes, 4096);
   }
   EXPECT_EQ(allocator.in_use(), before);
   EXPECT_EQ(allocator.limit(), 0);
@@ -166,7 +166,7 @@ TEST(Executor, TheWholeBatchIsRefusedWhereThePlanRuns) {
   const auto planned = executor::execute(plan_for(trace, budget, {8, 8, 8, 8}, {0}), trace, "t", options);
   ASSERT_EQ(planned.status, "ok");
   EXPECT_LE(planned.measured.peak_bytes, budget);
-  EXPECT_EQ(executor::BudgetAllocator::instance().limit(), 0);  // lifted after the run
+  EXPECT_EQ(runtime::BudgetAllocator::instance().limit(), 0);  // lifted after the run
 }
 
 // Issue 23: a report names the host-memory regime it ran in and what the host held next to the

@@ -146,8 +146,17 @@ class GuiTest : public QObject {
   void initTestCase() {
     QStandardPaths::setTestModeEnabled(true);
     QApplication::setOrganizationName("headroom-tests");
-    QApplication::setApplicationName("headroom-gui-tests");
+    // ctest runs each test function as a process of its own, two at a time: each needs settings
+    // (the recent files) of its own, or one's clear() empties the other's list mid-test.
+    QApplication::setApplicationName("headroom-gui-tests-" + QString::number(QCoreApplication::applicationPid()));
     QSettings().clear();
+  }
+
+  void cleanupTestCase() {
+    QSettings settings;
+    settings.clear();
+    settings.sync();
+    QFile::remove(settings.fileName());
   }
 
   void layerTableModelPassesTheModelTesterAndSortsByValue() {
@@ -448,6 +457,41 @@ class GuiTest : public QObject {
     // Recent files remember it.
     QCOMPARE(recent_files().value(0), QFileInfo(committed("cpu-bert.json")).absoluteFilePath());
     QVERIFY(window.recent_menu_text().contains("cpu-bert.json"));
+  }
+
+  // Issue 24: the open trace against a second one, as `headroom compare` shows it: the layer whose
+  // memory grew first in the table with its change, the summary planned with the window's budget
+  // and batch, the two plans' memory overlaid; a trace that cannot be compared is an error shown.
+  void compareWithASecondTraceShowsTheLayerThatGrew() {
+    MainWindow window;
+    window.resize(1400, 880);
+    window.show();
+    QVERIFY(window.open_trace(committed("cpu-bert.json")));
+    QVERIFY(settle(window));
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    nlohmann::json edited = nlohmann::json::parse(headroom::core::read_file(committed("cpu-bert.json").toStdString()));
+    for (auto& layer : edited["layers"]) {
+      if (layer["name"] != "layer2.ffn_in") continue;
+      for (auto& sample : layer["samples"]) {
+        sample["kept_bytes"] = static_cast<std::int64_t>(std::llround(sample["kept_bytes"].get<double>() * 1.05));
+      }
+    }
+    const QString grown = dir.filePath("grown.json");
+    headroom::core::write_file_atomically(grown.toStdString(), edited.dump());
+    CompareDialog* dialog = window.compare_with(grown);
+    QVERIFY(dialog != nullptr);
+    QCOMPARE(dialog->layer_table()->item(0, 0)->text(), QString("layer2.ffn_in"));
+    QCOMPARE(dialog->layer_table()->item(0, 5)->text(), QString("+5.0%"));
+    QCOMPARE(dialog->layer_table()->rowCount(), 1);
+    QCOMPARE(dialog->chart_view()->chart()->series().size(), 2);
+    QVERIFY(dialog->summary()->text().contains("threshold passed</b>: layer layer2.ffn_in"));
+    QCOMPARE(dialog->comparison().planned.budget_bytes, window.current_result()->inputs.budget_bytes);
+    save_shot(*dialog, "compare-dialog");
+    dialog->close();
+
+    QVERIFY(window.compare_with(dir.filePath("missing.json")) == nullptr);
+    QVERIFY(window.error_text().contains("missing.json"));
   }
 
   // Issue 22: no trace, however bad, takes the window down or the plan on screen away. Each one is

@@ -7,6 +7,7 @@
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "planner/checkpoint_dp.h"
+#include "planner/device_error.h"
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_schedule.h"
@@ -209,6 +210,44 @@ TEST(PlanSearch, SplitsCoverEveryMicroBatchSizeAndTheChosenPlanIsTheFastestThatF
   EXPECT_DOUBLE_EQ(fastest_fit, outcome.plan->predicted.samples_per_second);
   // Without micro-batching there is one split, the whole batch.
   EXPECT_EQ(planner::plan_step(trace, request(1LL << 34, 32, "none")).splits.size(), 1u);
+}
+
+// A margin below the worst error the trace's device showed gets a warning naming it (issue 22). On
+// the CPU the prediction is an upper bound of every profiled step, so margin 0 is enough; a device
+// whose allocator reserves more than it hands out (CUDA's reserve, here 3% above one step's peak)
+// needs a margin that covers it.
+TEST(PlanSearch, AMarginBelowTheDevicesErrorIsWarnedAbout) {
+  core::Trace trace = committed("cpu-bert.json");
+  const auto has_margin_warning = [](const core::Plan& plan) {
+    for (const auto& w : plan.warnings) {
+      if (w.rfind("the margin (", 0) == 0) return true;
+    }
+    return false;
+  };
+  auto r = request(300 << 20, 32);
+  r.margin_fraction = 0;
+  auto outcome = planner::plan_step(trace, r);
+  ASSERT_TRUE(outcome.plan);
+  EXPECT_FALSE(has_margin_warning(*outcome.plan));
+  EXPECT_EQ(planner::worst_device_error(core::CostModel(trace), planner::LayerGraph(trace)).fraction, 0);
+
+  auto& step = trace.steps.at(1);
+  step.gpu = core::GpuStepCost{};
+  step.gpu->peak_reserved_bytes = step.peak_bytes + step.peak_bytes * 3 / 100;
+  const auto error = planner::worst_device_error(core::CostModel(trace), planner::LayerGraph(trace));
+  EXPECT_EQ(error.batch, step.batch);
+  EXPECT_NEAR(error.fraction, 0.03, 1e-4);
+  outcome = planner::plan_step(trace, r);
+  ASSERT_TRUE(outcome.plan);
+  ASSERT_TRUE(has_margin_warning(*outcome.plan));
+  EXPECT_NE(outcome.plan->warnings.back().find("(0.0%) is below the worst error measured on this trace's device (3.0"),
+            std::string::npos)
+      << outcome.plan->warnings.back();
+  EXPECT_NE(outcome.plan->warnings.back().find("use --margin 3.0% or more"), std::string::npos) << outcome.plan->warnings.back();
+  r.margin_fraction = 0.05;
+  outcome = planner::plan_step(trace, r);
+  ASSERT_TRUE(outcome.plan);
+  EXPECT_FALSE(has_margin_warning(*outcome.plan));
 }
 
 TEST(PlanSearch, AnotherOptimizerIsEstimatedAndSaysSo) {

@@ -287,6 +287,36 @@ TEST(Profiler, RecordsTheRegimeAndTimesStepsAsSequences) {
   EXPECT_EQ(costs.micro_batch_ns(4), trace.steps[1].sequence->micro_batch_ns);
 }
 
+// Profiling on the CPU stays within the host's memory (issue 22): a batch past it is refused from
+// two small micro-batches before it runs, naming the largest that fits, and that one runs; an
+// allocation past it fails cleanly as not fitting, never as the system's out-of-memory kill.
+TEST(Profiler, StaysWithinTheHostsMemory) {
+  auto model = models::build_zoo_model("mlp", {{"input", "64"}, {"hidden", "256"}, {"depth", "2"}});
+  profiler::ProfileOptions options;
+  options.repeats = 1;
+  options.host_memory_bytes = 16 << 20;
+  options.batch_sizes = {2, 100000};
+  std::string message;
+  try {
+    profiler::profile(model, options);
+  } catch (const core::DoesNotFitError& e) {
+    message = e.what();
+  }
+  const std::string marker = "the largest batch that fits is about ";
+  ASSERT_NE(message.find("profiling batch 100000 needs about"), std::string::npos) << "[" << message << "]";
+  const auto at = message.find(marker);
+  ASSERT_NE(at, std::string::npos) << message;
+  const std::int64_t largest = std::stoll(message.substr(at + marker.size()));
+  EXPECT_GT(largest, 100);
+  options.batch_sizes = {largest * 9 / 10};
+  const core::Trace trace = profiler::profile(model, options);
+  EXPECT_LE(trace.steps[0].peak_bytes - trace.steps[0].static_bytes, options.host_memory_bytes);
+
+  options.batch_sizes = {2};
+  options.host_memory_bytes = 4096;
+  EXPECT_THROW(profiler::profile(model, options), core::DoesNotFitError);
+}
+
 TEST(Profiler, RejectsBadOptions) {
   auto model = make_stack();
   const auto rejects = [&](auto change) {

@@ -231,6 +231,11 @@ void MainWindow::build_menus() {
     if (!path.isEmpty()) save_plan(path);
   });
   save_action_->setEnabled(false);
+  compare_action_ = file->addAction("&Compare with trace...", this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, "Compare with trace", {}, "headroom traces (*.json);;All files (*)");
+    if (!path.isEmpty()) compare_with(path);
+  });
+  compare_action_->setEnabled(false);
   file->addSeparator();
   file->addAction("&Quit", QKeySequence::Quit, this, &QWidget::close);
   refresh_recent_menu();
@@ -250,6 +255,22 @@ QString MainWindow::recent_menu_text() const {
   QStringList items;
   for (const QAction* a : recent_menu_->actions()) items << a->text();
   return items.join('\n');
+}
+
+CompareDialog* MainWindow::compare_with(const QString& path) {
+  if (!trace_) return nullptr;
+  const QString absolute = QFileInfo(path).absoluteFilePath();
+  CompareDialog* dialog = nullptr;
+  try {
+    const auto next = load_trace_document(absolute.toStdString());
+    dialog = new CompareDialog(*trace_, *next, inputs(), this);
+  } catch (const std::exception& e) {
+    show_error("Cannot compare with " + QFileInfo(path).fileName(), naming_the_file(absolute, QString::fromUtf8(e.what())));
+    return nullptr;
+  }
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->show();
+  return dialog;
 }
 
 bool MainWindow::open_trace(const QString& path) {
@@ -293,6 +314,7 @@ bool MainWindow::open_trace(const QString& path) {
     budget_->set_budget(start.budget_bytes);
   }
   controls_->setEnabled(true);
+  compare_action_->setEnabled(true);
   layer_model_->set_trace(trace_);
   run_panel_->clear_results();
   statusBar()->showMessage("opened " + path);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gui/app/budget_control.h"
+#include "gui/app/compare_dialog.h"
 #include "gui/app/frozen_column_table.h"
 #include "gui/app/memory_chart.h"
 #include "gui/app/run_panel.h"
@@ -39,6 +40,9 @@ class MainWindow : public QMainWindow {
   // (and the field where there is one); the previous trace and its plan stay.
   bool open_trace(const QString& path);
   bool save_plan(const QString& path);
+  // Compares the open trace (BASE) with the one at `path` (NEW) in a dialog, planned with the
+  // window's budget and batch; an error is shown as for opening. Returns the dialog, or null.
+  CompareDialog* compare_with(const QString& path);
 
   // The window's error display: a banner over the window, not a modal dialog, so nothing waits on
   // it; it stays until dismissed or a trace opens. Also what the application's last-resort guard
@@ -114,6 +118,7 @@ class MainWindow : public QMainWindow {
   RunPanel* run_panel_;
   QMenu* recent_menu_ = nullptr;
   QAction* save_action_ = nullptr;
+  QAction* compare_action_ = nullptr;
 };
 
 }  // namespace headroom::gui

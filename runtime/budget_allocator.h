@@ -10,7 +10,7 @@
 #include <mutex>
 #include <unordered_map>
 
-namespace headroom::executor {
+namespace headroom::runtime {
 
 // The last allocation the budget refused on this thread.
 struct Refusal {
@@ -70,4 +70,4 @@ class ScopedBudget {
   std::int64_t limit_;
 };
 
-}  // namespace headroom::executor
+}  // namespace headroom::runtime

@@ -1,4 +1,4 @@
-#include "executor/budget_allocator.h"
+#include "runtime/budget_allocator.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
@@ -7,7 +7,7 @@
 
 #include "core/units.h"
 
-namespace headroom::executor {
+namespace headroom::runtime {
 
 namespace {
 thread_local Refusal t_last_refusal;
@@ -74,4 +74,4 @@ void BudgetAllocator::release(void* ptr) {
   // `inner` frees the memory through the default allocator when it goes out of scope here.
 }
 
-}  // namespace headroom::executor
+}  // namespace headroom::runtime
