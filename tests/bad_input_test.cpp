@@ -297,6 +297,13 @@ TEST_F(BadInputCli, PlanFilesThatWouldSwitchTheBudgetOffOrDisagreeWithTheirTrace
   p = plan_;
   p["checkpointed_blocks"] = json::array({7});
   expect_refused("simulate " + write("noblock.json", p), "the trace has no block 7");
+  // Inf-CL's tiles on a model without a contrastive loss, and tiles past any batch.
+  p = plan_;
+  p["loss_tiles"] = {{"rows", 4}, {"cols", 4}};
+  expect_refused("simulate " + write("tiles.json", p), "$.loss_tiles: the trace's model has no contrastive loss");
+  expect_refused("execute " + path("tiles.json") + " --steps 1", "contrastive loss");
+  p["loss_tiles"] = {{"rows", 0}, {"cols", 4}};
+  expect_refused("simulate " + write("tiles0.json", p), "$.loss_tiles.rows: expected an integer from 1");
   p = plan_;
   p["trace"]["model"] = "gpt";
   expect_refused("simulate " + write("model.json", p), "$.trace.model: the plan is for gpt, its trace profiled mlp");
