@@ -53,6 +53,9 @@ nlohmann::json to_json(const Plan& plan) {
         {"link", {{"bytes_per_second", c.link.bytes_per_second}, {"latency_ns", c.link.latency_ns}, {"source", c.link.source}}},
     };
   }
+  if (plan.choice.loss_tiles) {
+    document["loss_tiles"] = {{"rows", plan.choice.loss_tiles->rows}, {"cols", plan.choice.loss_tiles->cols}};
+  }
   return document;
 }
 
@@ -179,6 +182,10 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
       plan.choice.world_size = static_cast<int>(root.at("world_size").as_int_in(1, kMaxWorldSize));
     }
     if (plan.choice.world_size > 1 || root.has("data_parallel")) read_data_parallel(root, plan.choice);
+    if (root.has("loss_tiles")) {
+      const auto tiles = root.at("loss_tiles");
+      plan.choice.loss_tiles = LossTiles{tiles.at("rows").as_int_in(1, kMaxPlanBatch), tiles.at("cols").as_int_in(1, kMaxPlanBatch)};
+    }
     for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());
     if (root.has("optimizer")) plan.optimizer = root.at("optimizer").as_string();
     plan.predicted = read_step_figures(root.at("predicted"));

@@ -36,6 +36,14 @@ struct LayerStep {
   bool operator==(const LayerStep&) const = default;
 };
 
+// Inf-CL's tile of the contrastive loss (DESIGN.md §3): rows of the image embeddings per block,
+// text embeddings per column tile.
+struct LossTiles {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  bool operator==(const LossTiles&) const = default;
+};
+
 struct StepChoice {
   std::vector<std::int64_t> micro_batches;  // sizes, in the order they run
   std::vector<int> checkpointed_blocks;     // block ids as the trace numbers them
@@ -51,6 +59,10 @@ struct StepChoice {
   std::vector<int> micro_batches_per_worker;
   CollectiveLink link;  // what the all-reduce's time is predicted from
   std::int64_t bucket_cap_bytes = kDefaultBucketCapBytes;
+  // A contrastive model's loss (the trace has a contrastive_loss profile): tiled as Inf-CL with
+  // these tiles, or the standard B x B loss when unset. Its towers run under a gradient cache
+  // whenever there is more than one micro-batch, so the loss always sees the whole batch.
+  std::optional<LossTiles> loss_tiles;
 
   bool operator==(const StepChoice&) const = default;
 

@@ -171,6 +171,7 @@ nlohmann::json to_json(const Trace& trace) {
     for (const auto& s : trace.tempo_steps) tempo_steps.push_back(step_to_json(s));
     document["tempo_steps"] = std::move(tempo_steps);
   }
+  if (trace.contrastive_loss) document["contrastive_loss"] = to_json(*trace.contrastive_loss);
   return document;
 }
 
@@ -482,6 +483,9 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
       trace.tempo_steps = read_steps(root.at("tempo_steps"), trace.batch_sizes, trace.device.is_cuda());
     } else if (lean_layers) {
       root.fail("missing \"tempo_steps\" (layers have \"tempo\" profiles)");
+    }
+    if (root.has("contrastive_loss")) {
+      trace.contrastive_loss = read_contrastive_profile(root.at("contrastive_loss"), trace.layers.size());
     }
     return trace;
   } catch (const InputError& e) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/collective.h"
+#include "core/contrastive_profile.h"
 
 namespace headroom::core {
 
@@ -213,6 +214,8 @@ struct Trace {
   // The link data-parallel workers all-reduce over, measured on this host (`profile --measure-link`:
   // Gloo over loopback); what `plan --devices N` predicts the all-reduce from unless given --link.
   std::optional<CollectiveLink> link;
+  // A contrastive model's loss measured alone (zoo `clip`): present exactly for such models.
+  std::optional<ContrastiveProfile> contrastive_loss;
 
   bool operator==(const Trace&) const = default;
 

@@ -14,6 +14,7 @@
 #include "core/statistics.h"
 #include "core/units.h"
 #include "executor/data_parallel.h"
+#include "executor/grad_cache.h"
 #include "executor/plan_runner.h"
 #include "models/fashion_mnist.h"
 #include "models/model_source.h"
@@ -65,6 +66,9 @@ std::int64_t full_batch_estimate(const core::Trace& trace, std::int64_t batch) {
     bytes += std::max<std::int64_t>(0, c.fwd_retained_bytes);
     transient = std::max({transient, c.fwd_transient_bytes, c.bwd_transient_bytes});
   }
+  // A contrastive loss's B x B logits, their exponentials and gradient, which the per-layer fits
+  // (affine in the batch) do not hold.
+  if (trace.contrastive_loss) transient = std::max(transient, 4 * 4 * batch * batch);
   return bytes + transient;
 }
 
@@ -167,6 +171,11 @@ class HostMemoryWatch {
   double sampling_seconds_ = 0;
 };
 
+// A contrastive model micro-batched: its towers run under a gradient cache (executor/grad_cache.h).
+bool uses_grad_cache(const models::Model& model, const core::Plan& plan) {
+  return plan.choice.micro_batches.size() > 1 && contrastive_layer(model) >= 0;
+}
+
 // The traced model, rebuilt from its source and set up the way the plan runs it.
 // Runs each layer as the plan's choice says (Tempo's lean variant or the standard one).
 void use_variants(models::Model& model, const core::StepChoice& choice) {
@@ -198,6 +207,12 @@ models::Model prepare_model(const core::Plan& plan, const core::Trace& trace, co
                            " layers but the trace has " + std::to_string(trace.layers.size()));
   }
   use_variants(model, plan.choice);
+  // A contrastive loss runs tiled as the plan says (Inf-CL), or standard.
+  if (const int loss = contrastive_layer(model); loss >= 0) {
+    model.layers()[static_cast<std::size_t>(loss)].contrastive->tiles = plan.choice.loss_tiles;
+  } else if (plan.choice.loss_tiles) {
+    throw core::InputError("the plan tiles a contrastive loss, but " + trace.model.name + " has none");
+  }
   if (train) models::use_dataset(model, *train);
   model.to(device);
   model.set_training(true);
@@ -256,22 +271,32 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
     const std::size_t first = plan.choice.first_micro_batch(training.rank);
     const auto own = make_micro_batches(model, share, options.seed, device, first);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-    for (std::size_t m = 0; m < own.size(); ++m) {
-      if (training.sync && m + 1 == own.size()) training.sync->arm();
-      training.runner.run_micro_batch(own[m], static_cast<int>(first + m), plan.global_batch);
+    if (uses_grad_cache(model, plan)) {
+      // A contrastive model runs on one worker (data parallel is refused for it): its micro-batches
+      // go twice around the loss over the whole batch.
+      grad_cache_accumulate(model, training.runner, own.size(), [&](std::size_t m) { return own[m]; }, plan.global_batch,
+                            device);
+    } else {
+      for (std::size_t m = 0; m < own.size(); ++m) {
+        if (training.sync && m + 1 == own.size()) training.sync->arm();
+        training.runner.run_micro_batch(own[m], static_cast<int>(first + m), plan.global_batch);
+      }
+      if (training.sync) training.sync->finish();
     }
-    if (training.sync) training.sync->finish();
     training.runner.set_phase("idle");
     const auto accumulated = gradients_of(parameters);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
     // The full batch, on worker 0 only when there are several.
     if (training.rank == 0) {
       const auto micro = training.sync ? make_micro_batches(model, plan.choice.micro_batches, options.seed, device) : own;
-      // The reference runs the standard layers: the planned variants must give the same gradients.
+      // The reference runs the standard layers and loss: the planned variants must give the same gradients.
       model.set_all_lean(false);
+      const int contrastive = contrastive_layer(model);
+      if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles.reset();
       torch::Tensor loss = model.forward(concatenate(micro));
       loss.backward();
       use_variants(model, plan.choice);
+      if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles = plan.choice.loss_tiles;
       const auto full = gradients_of(parameters);
       for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
       check.max_rel_diff = max_relative_difference(accumulated, full);
@@ -285,6 +310,11 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
   check.note = batchnorm && plan.choice.micro_batches.size() > 1 && !options.batchnorm_eval
                    ? "BatchNorm normalizes each micro-batch with its own statistics, so the accumulated gradient differs "
                      "from the full batch's by design; dropout off on both sides"
+                   : uses_grad_cache(model, plan)
+                   ? std::string("gradient-cache gradients (towers micro-batched, the loss over the whole batch ") +
+                         (plan.choice.loss_tiles ? "tiled" : "standard") +
+                         ", checkpointing and Tempo as planned) against the full batch's with standard layers and the "
+                         "standard loss, same weights and data, dropout off on both sides"
                    : std::string("accumulated micro-batch gradients (loss weights b_i/B, checkpointing and Tempo as "
                                  "planned) against the full batch's with standard layers, same weights and data, dropout "
                                  "off on both sides") +
@@ -303,18 +333,30 @@ std::uint64_t step_seed(const ExecuteOptions& options, int step, std::size_t m) 
 void train_step(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options, int step,
                 torch::Device device, HostMemoryWatch* host) {
   training.optimizer->zero_grad();
-  // A data-parallel worker runs its share: the global batch's micro-batches first..first+n-1.
-  const auto sizes = plan.choice.worker_micro_batches(training.rank);
-  const std::size_t first = plan.choice.first_micro_batch(training.rank);
-  // Each micro-batch's data is made when its turn comes, as a loader would deliver it.
-  for (std::size_t k = 0; k < sizes.size(); ++k) {
-    const std::size_t m = first + k;
-    training.runner.set_phase("data", static_cast<int>(m));
-    const auto batch = make_micro_batches(training.model, {sizes[k]}, step_seed(options, step, m), device);
-    // The last backward sends each bucket of gradients as it completes.
-    if (training.sync && k + 1 == sizes.size()) training.sync->arm();
-    training.runner.run_micro_batch(batch.front(), static_cast<int>(m), plan.global_batch);
+  if (uses_grad_cache(training.model, plan)) {
+    // A contrastive model's micro-batches run twice around the loss over the whole batch (on one
+    // worker: data parallel is refused for it).
+    grad_cache_accumulate(
+        training.model, training.runner, plan.choice.micro_batches.size(),
+        [&](std::size_t m) {
+          return make_micro_batches(training.model, {plan.choice.micro_batches[m]}, step_seed(options, step, m), device).front();
+        },
+        plan.global_batch, device);
     if (host != nullptr) host->sample_resident();
+  } else {
+    // A data-parallel worker runs its share: the global batch's micro-batches first..first+n-1.
+    const auto sizes = plan.choice.worker_micro_batches(training.rank);
+    const std::size_t first = plan.choice.first_micro_batch(training.rank);
+    // Each micro-batch's data is made when its turn comes, as a loader would deliver it.
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      const std::size_t m = first + k;
+      training.runner.set_phase("data", static_cast<int>(m));
+      const auto batch = make_micro_batches(training.model, {sizes[k]}, step_seed(options, step, m), device);
+      // The last backward sends each bucket of gradients as it completes.
+      if (training.sync && k + 1 == sizes.size()) training.sync->arm();
+      training.runner.run_micro_batch(batch.front(), static_cast<int>(m), plan.global_batch);
+      if (host != nullptr) host->sample_resident();
+    }
   }
   if (training.sync) {
     training.runner.set_phase("all-reduce");

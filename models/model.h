@@ -14,6 +14,7 @@
 #include "core/step_choice.h"
 #include "core/trace.h"
 #include "models/config.h"
+#include "models/contrastive_loss.h"
 
 namespace headroom::models {
 
@@ -42,6 +43,8 @@ struct Layer {
   LayerForward lean_forward;
   bool lean = false;  // run lean_forward instead of forward
   std::vector<torch::Tensor> parameters;  // the layer's own
+  // Set for a contrastive loss layer (zoo `clip`): how it runs, shared with the step's driver.
+  std::shared_ptr<ContrastiveLossSettings> contrastive;
 
   bool has_lean_variant() const { return static_cast<bool>(lean_forward); }
   torch::Tensor run(const std::vector<torch::Tensor>& inputs, const RunContext& context) const {

@@ -82,6 +82,24 @@ std::vector<ZooEntry> make_zoo() {
        transformer_presets(true),
        &build_gpt,
        &estimate_gpt},
+      {"clip",
+       "CLIP-style pair of towers (CNN images, Transformer encoder captions) under a symmetric contrastive loss with a "
+       "learnable log-scale; pairs: a concept's image template plus noise with its caption, a tenth of its tokens "
+       "replaced",
+       {{"image", "16", "image height and width"},
+        {"channels", "1", "image channels"},
+        {"width", "8", "channels of the image tower's first convolution (doubled by the second)"},
+        {"seq", "8", "caption length"},
+        {"vocab", "256", "vocabulary size"},
+        {"hidden", "32", "text tower width"},
+        {"heads", "2", "attention heads (divide hidden)"},
+        {"layers", "1", "text tower blocks"},
+        {"dropout", "0.1", "dropout probability in the text tower"},
+        {"dim", "32", "embedding dimension of both towers' projections"},
+        {"concepts", "1024", "distinct image-caption concepts"}},
+       {},
+       &build_clip,
+       &estimate_clip},
   };
 }
 

@@ -42,10 +42,12 @@ Model build_mlp(const Config& config, std::uint64_t seed);
 Model build_cnn(const Config& config, std::uint64_t seed);
 Model build_bert(const Config& config, std::uint64_t seed);
 Model build_gpt(const Config& config, std::uint64_t seed);
+Model build_clip(const Config& config, std::uint64_t seed);
 SizeEstimate estimate_mlp(const Config& config);
 SizeEstimate estimate_cnn(const Config& config);
 SizeEstimate estimate_bert(const Config& config);
 SizeEstimate estimate_gpt(const Config& config);
+SizeEstimate estimate_clip(const Config& config);
 
 // Data that does not depend on the batch seed (a teacher, class templates) uses this fixed seed,
 // so every batch poses the same task.

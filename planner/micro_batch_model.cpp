@@ -7,6 +7,7 @@
 #include "core/errors.h"
 #include "core/saturating.h"
 #include "planner/data_parallel_model.h"
+#include "planner/infcl_model.h"
 
 namespace headroom::planner {
 
@@ -20,6 +21,7 @@ const char* op_kind_name(OpKind kind) {
     case OpKind::ReleaseLeftovers: return "micro-batch end";
     case OpKind::ReleaseInput: return "input released";
     case OpKind::Optimizer: return "optimizer";
+    case OpKind::GradientCache: return "gradient cache";
   }
   return "?";
 }
@@ -256,6 +258,75 @@ Walk walk(const std::vector<Op>& ops) {
   return w;
 }
 
+namespace {
+
+// The loss layer's forward and backward ops at `cost` (its own model's, not interpolated); with
+// `at_least_as_measured`, no shorter than the step's own measurement of the layer made them.
+void use_loss_cost(std::vector<Op>& ops, int loss_layer, const core::LayerCost& cost, bool at_least_as_measured) {
+  for (Op& op : ops) {
+    if (op.layer != loss_layer || (op.kind != OpKind::Forward && op.kind != OpKind::Backward)) continue;
+    const bool fwd = op.kind == OpKind::Forward;
+    const std::int64_t ns = fwd ? cost.fwd_ns : cost.bwd_ns;
+    op = {op.kind, op.layer, at_least_as_measured ? std::max(op.duration_ns, ns) : ns,
+          fwd ? cost.fwd_transient_bytes : cost.bwd_transient_bytes, fwd ? cost.fwd_retained_bytes : cost.bwd_retained_bytes};
+  }
+}
+
+// The loss over a whole batch: the loss measured alone, fitted, and the loss layer as the step
+// measured it at the profiled sizes (where it also holds a few hundred bytes the loss alone does
+// not, and at large batches runs slower than the loss alone scaled by B^2), whichever holds more
+// in each field (and takes longer: use_loss_cost).
+core::LayerCost whole_loss_cost(const core::LayerCost& in_step, core::LayerCost alone) {
+  alone.fwd_transient_bytes = std::max(alone.fwd_transient_bytes, in_step.fwd_transient_bytes);
+  alone.fwd_retained_bytes = std::max(alone.fwd_retained_bytes, in_step.fwd_retained_bytes);
+  alone.bwd_transient_bytes = std::max(alone.bwd_transient_bytes, in_step.bwd_transient_bytes);
+  alone.bwd_retained_bytes = std::max(alone.bwd_retained_bytes, in_step.bwd_retained_bytes);
+  return alone;
+}
+
+// A contrastive model's micro-batched step (infcl_model.h): the cache, every micro-batch's
+// embeddings without grad, the loss over the whole batch, every micro-batch again with grad from
+// the cached gradients (each its input, its ops, what they leave and its input going, so a run of
+// one size repeats), the cache going, the optimizer.
+template <typename OpsFor>
+void append_grad_cache_step(const core::CostModel& costs, const LayerGraph& graph, const ContrastiveLossModel& model,
+                            const core::StepChoice& choice, BatchCostsCache* cache, OpsFor& ops_for, StepSequence& seq) {
+  const auto& sizes = choice.micro_batches;
+  const std::int64_t global = choice.samples();
+  const std::int64_t held = gradient_cache_bytes(model, global, sizes.size(), costs.checkpoint_state_bytes());
+  seq.ops.push_back({{OpKind::GradientCache, -1, 0, 0, held}});
+  seq.segments.push_back({seq.ops.size() - 1, 0, 0, 1, false});
+  const auto runs = [&](auto&& segment_of) {
+    for (std::size_t m = 0; m < sizes.size();) {
+      std::size_t end = m + 1;
+      while (end < sizes.size() && sizes[end] == sizes[m]) ++end;
+      seq.segments.push_back({segment_of(sizes[m]), sizes[m], static_cast<std::int64_t>(m), static_cast<std::int64_t>(end - m), false});
+      m = end;
+    }
+  };
+  std::vector<std::pair<std::int64_t, std::size_t>> embedding_made;
+  runs([&](std::int64_t b) {
+    for (const auto& [size, index] : embedding_made) {
+      if (size == b) return index;
+    }
+    std::vector<Op> ops{{OpKind::LoadInput, -1, 0, 0, costs.input_bytes(b)}};
+    const auto embed = cache != nullptr ? embedding_ops(cache->at(b), graph, model.layer())
+                                        : embedding_ops(batch_costs(costs, b), graph, model.layer());
+    ops.insert(ops.end(), embed.begin(), embed.end());
+    ops.push_back({OpKind::ReleaseInput, -1, 0, 0, -costs.input_bytes(b)});
+    seq.ops.push_back(std::move(ops));
+    embedding_made.emplace_back(b, seq.ops.size() - 1);
+    return seq.ops.size() - 1;
+  });
+  seq.ops.push_back(cached_loss_ops(model, global, choice.loss_tiles));
+  seq.segments.push_back({seq.ops.size() - 1, global, 0, 1, false});
+  runs([&](std::int64_t b) { return ops_for(b); });
+  seq.ops.push_back({{OpKind::GradientCache, -1, 0, 0, -held}, {OpKind::Optimizer, -1, costs.optimizer_ns(), costs.optimizer_transient_bytes(), 0}});
+  seq.segments.push_back({seq.ops.size() - 1, 0, static_cast<std::int64_t>(sizes.size()), 1, false});
+}
+
+}  // namespace
+
 StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
                            BatchCostsCache* cache) {
   if (cache != nullptr && &cache->costs() != &costs) cache = nullptr;
@@ -272,29 +343,46 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   // which stays until the optimizer has stepped. Micro-batches of one size run the same ops: they
   // are made once per distinct size (a split has at most two).
   // Most steps have one or two sizes.
-  std::vector<std::int64_t> made;
+  std::vector<std::pair<std::int64_t, std::size_t>> made;  // size, index into seq.ops
   made.reserve(2);
   seq.ops.reserve(3);
   seq.segments.reserve(4);
+  // A contrastive model's loss layer costs what its own model says: the whole loss in a plain step,
+  // the gradient cache's surrogate in a micro-batched one (infcl_model.h).
+  const auto loss_model = contrastive_loss_model(costs.trace());
+  const bool grad_cache = loss_model && sizes.size() > 1;
   const auto ops_for = [&](std::int64_t b) {
-    const auto known = std::find(made.begin(), made.end(), b);
-    if (known != made.end()) return static_cast<std::size_t>(known - made.begin());
+    for (const auto& [size, index] : made) {
+      if (size == b) return index;
+    }
     std::vector<Op> ops;
     ops.reserve(3 * costs.layer_count() + 3);
     ops.push_back({OpKind::LoadInput, -1, 0, 0, costs.input_bytes(b)});
-    if (cache != nullptr) {
-      append_layer_ops(cache->at(b), graph, span_of, variant, 0, last_layer, ops);
-    } else {
-      append_layer_ops(batch_costs(costs, b), graph, span_of, variant, 0, last_layer, ops);
+    std::optional<BatchCosts> made_here;
+    if (cache == nullptr) made_here = batch_costs(costs, b);
+    const BatchCosts& batch_cost = cache != nullptr ? cache->at(b) : *made_here;
+    append_layer_ops(batch_cost, graph, span_of, variant, 0, last_layer, ops);
+    if (loss_model) {
+      const int loss = loss_model->layer();
+      if (grad_cache) {
+        use_loss_cost(ops, loss, loss_model->surrogate(b), false);
+      } else {
+        use_loss_cost(ops, loss, whole_loss_cost(batch_cost.layers[static_cast<std::size_t>(loss)], loss_model->loss(b, choice.loss_tiles)),
+                      true);
+      }
     }
     std::int64_t net = 0;
     for (std::size_t k = 1; k < ops.size(); ++k) net += ops[k].retained_bytes;
     ops.push_back({OpKind::ReleaseLeftovers, -1, 0, 0, -net});
     ops.push_back({OpKind::ReleaseInput, -1, 0, 0, -costs.input_bytes(b)});  // kept by the last micro-batch
     seq.ops.push_back(std::move(ops));
-    made.push_back(b);
+    made.emplace_back(b, seq.ops.size() - 1);
     return seq.ops.size() - 1;
   };
+  if (grad_cache) {
+    append_grad_cache_step(costs, graph, *loss_model, choice, cache, ops_for, seq);
+    return seq;
+  }
   for (std::size_t m = 0; m < sizes.size();) {
     const bool last = m + 1 == sizes.size();
     std::size_t end = m + 1;
@@ -366,7 +454,9 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
   const auto& layers = costs.trace().layers;
   std::size_t task_count = 0;
   for (const auto& segment : seq.segments) {
-    for (const Op& op : seq.ops[segment.ops]) task_count += op.layer >= 0 || op.kind == OpKind::Optimizer;
+    for (const Op& op : seq.ops[segment.ops]) {
+      task_count += op.layer >= 0 || op.kind == OpKind::Optimizer || op.kind == OpKind::GradientCache;
+    }
   }
   schedule.tasks.reserve(task_count);
   schedule.repeats.reserve(seq.segments.size());
@@ -406,6 +496,11 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
       if (op.kind == OpKind::Optimizer) {
         task.name = "optimizer." + costs.trace().optimizer.name;
         task.category = "optimizer";
+      } else if (op.kind == OpKind::GradientCache) {
+        // A task of its own, so the cache is allocated before a run of micro-batches starts.
+        task.name = "gradient cache";
+        task.category = op_kind_name(op.kind);
+        task.at_end = {{MemoryKind::Activation, op.retained_bytes}};
       } else {
         task.name = layers[static_cast<std::size_t>(op.layer)].name;
         task.category = op_kind_name(op.kind);

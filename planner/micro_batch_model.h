@@ -17,7 +17,9 @@ namespace headroom::planner {
 // A micro-batch's layer work, and the bookkeeping around it: its input arriving, what its layers'
 // measured changes leave over (the loss value and the like) and its input going once it is done,
 // and the optimizer step.
-enum class OpKind { Forward, ForwardNoGrad, Recompute, Backward, LoadInput, ReleaseLeftovers, ReleaseInput, Optimizer };
+// GradientCache: a contrastive model's embedding cache and RNG states allocated or released (Inf-CL,
+// planner/infcl_model.h).
+enum class OpKind { Forward, ForwardNoGrad, Recompute, Backward, LoadInput, ReleaseLeftovers, ReleaseInput, Optimizer, GradientCache };
 
 struct Op {
   OpKind kind = OpKind::Forward;

@@ -5,6 +5,7 @@
 
 #include "core/cost_model.h"
 #include "core/errors.h"
+#include "planner/infcl_model.h"
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 
@@ -40,6 +41,9 @@ void check_choice(const core::Plan& plan, const core::Trace& trace, const std::s
                              " has no lean variant the trace measured");
     }
   }
+  if (choice.world_size > 1 && trace.contrastive_loss) {
+    throw core::InputError(source + ": $.world_size: data parallel with a contrastive loss (ring Inf-CL) is not implemented");
+  }
   if (choice.world_size > 1) {
     // The plan's predictions are worker 0's: no other worker may carry more.
     const auto largest = [](const std::vector<std::int64_t>& sizes) {
@@ -53,6 +57,18 @@ void check_choice(const core::Plan& plan, const core::Trace& trace, const std::s
         throw core::InputError(source + ": $.data_parallel.micro_batches_per_worker: worker " + std::to_string(r) +
                                " carries more than worker 0, whose step the plan predicts (put the larger shares first)");
       }
+    }
+  }
+  if (choice.loss_tiles && !trace.contrastive_loss) {
+    throw core::InputError(source + ": $.loss_tiles: the trace's model has no contrastive loss to tile");
+  }
+  if (choice.loss_tiles) {
+    const ContrastiveLossModel loss(*trace.contrastive_loss);
+    if (!loss.measured(*choice.loss_tiles)) {
+      std::string measured;
+      for (const auto& t : loss.tiles()) measured += (measured.empty() ? "" : ", ") + std::to_string(t.rows) + "x" + std::to_string(t.cols);
+      throw core::InputError(source + ": $.loss_tiles: the trace measured no " + std::to_string(choice.loss_tiles->rows) +
+                             "x" + std::to_string(choice.loss_tiles->cols) + " tile (measured: " + measured + ")");
     }
   }
 }

@@ -8,6 +8,7 @@
 #include "core/units.h"
 #include "planner/data_parallel_model.h"
 #include "planner/device_error.h"
+#include "planner/infcl_model.h"
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_explanation.h"
@@ -134,6 +135,10 @@ struct SearchSpace {
   bool tempo = false;  // asked for, and the trace has lean layers
   std::int64_t limit = 0;
   core::StepChoice base;  // what every choice starts from: data parallel's workers, link and buckets
+  // A contrastive model's loss: each option in turn (the standard loss, and Inf-CL's measured
+  // tiles when asked for), or the one in `tiles` when this is empty.
+  std::vector<std::optional<core::LossTiles>> loss_options;
+  std::optional<core::LossTiles> tiles;
 };
 
 // A choice with only `c`'s data-parallel settings.
@@ -254,9 +259,22 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, BatchCosts
 std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
                              std::vector<std::int64_t> micro,
                              std::int64_t limit, const SearchSpace& space) {
+  if (!space.loss_options.empty()) {
+    // The loss and the towers' micro-batches are chosen together: the fastest pair that fits.
+    std::optional<Candidate> best;
+    SearchSpace one = space;
+    one.loss_options.clear();
+    for (const auto& tiles : space.loss_options) {
+      one.tiles = tiles;
+      auto c = fit(costs, graph, cache, micro, limit, one);
+      if (c && (!best || c->prediction.step_ns < best->prediction.step_ns)) best = std::move(c);
+    }
+    return best;
+  }
   Candidate plain;
   plain.choice = space.base;
   plain.choice.micro_batches = std::move(micro);
+  plain.choice.loss_tiles = space.tiles;
   plain.prediction = predict_step(costs, graph, plain.choice, &cache);
   const bool plain_fits = plain.prediction.peak_bytes <= limit;
   if (plain_fits && !space.tempo) return plain;
@@ -396,6 +414,7 @@ core::Plan make_plan(const core::Trace& trace, const LayerGraph& graph, const Pl
   if (best.choice.micro_batches.size() > 1) plan.strategies.push_back(strategy_name(Strategy::MicroBatching));
   if (best.checkpointed_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Checkpointing));
   if (best.lean_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Tempo));
+  if (best.choice.loss_tiles) plan.strategies.push_back(strategy_name(Strategy::InfCl));
   plan.choice = complete_choice(trace, graph, best.choice);
   if (request.workers > 1) {
     // Every worker splits its share into as many micro-batches as worker 0 (fewer only where its
@@ -417,6 +436,7 @@ core::Plan make_plan(const core::Trace& trace, const LayerGraph& graph, const Pl
     plan.warnings.push_back("Tempo does not apply to a TorchScript module: its memory-lean layers are headroom's own "
                             "implementations of the zoo's layers (checkpointing and micro-batching do apply)");
   }
+  if (const std::string scheme = contrastive_scheme(trace, best.choice); !scheme.empty()) plan.warnings.push_back(scheme);
   plan.predicted = weighed(best, request.global_batch).predicted;
   plan.peak_at = best.prediction.peak_at;
   return plan;
@@ -456,6 +476,12 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     throw core::InputError("workers: " + std::to_string(request.workers) + " workers need a global batch of at least " +
                            std::to_string(request.workers) + ", got " + std::to_string(request.global_batch));
   }
+  // Each worker would compute the loss over its own share only: a contrastive loss couples the
+  // whole batch, so across workers it needs the ring Inf-CL (issue 16, item 4), not built yet.
+  if (request.workers > 1 && trace.contrastive_loss) {
+    throw core::InputError("workers: data parallel with a contrastive loss needs the loss over every worker's embeddings "
+                           "(ring Inf-CL), which is not implemented; plan " + trace.model.name + " on one device");
+  }
   if (request.workers > 1 && !request.link.known()) {
     throw core::InputError("link: data parallel needs the link's bandwidth and latency (a trace's measured link, or given)");
   }
@@ -477,6 +503,13 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   space.base.world_size = request.workers;
   space.base.link = request.link;
   space.base.bucket_cap_bytes = request.bucket_cap_bytes;
+  if (const auto loss = contrastive_loss_model(trace)) {
+    space.loss_options.push_back(std::nullopt);
+    for (const auto& tiles : loss->tiles()) {
+      const bool fits_batch = tiles.rows <= request.global_batch && tiles.cols <= request.global_batch;
+      if (request.strategies.contains(Strategy::InfCl) && fits_batch) space.loss_options.push_back(tiles);
+    }
+  }
 
   PlanOutcome outcome;
   Weighing weighing = weigh_splits(costs, graph, cache, batch, space);

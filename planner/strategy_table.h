@@ -27,6 +27,7 @@ struct StrategyEntry {
 };
 
 inline bool has_lean_pass(const core::Trace& trace) { return trace.has_tempo(); }
+inline bool has_contrastive_loss(const core::Trace& trace) { return trace.contrastive_loss.has_value(); }
 
 // The table. A new technique adds its id to the enum above and its entry here.
 inline constexpr auto kStrategies = std::to_array<StrategyEntry>({
@@ -43,7 +44,9 @@ inline constexpr auto kStrategies = std::to_array<StrategyEntry>({
      "what the trace measured for each",
      true, "lean-layer measurements (the model has no lean variants, or it was profiled with --no-tempo)", has_lean_pass},
     {Strategy::InfCl, "infcl", "Inf-CL (tiled contrastive loss)",
-     "computes a contrastive loss tile by tile without the B x B similarity matrix", false, "", nullptr},
+     "computes a contrastive loss tile by tile without the B x B similarity matrix, keeping two tiles and O(B) "
+     "vectors; costs one more matrix product per tile in backward (tiles chosen from those the trace measured)",
+     true, "contrastive loss measurements (the model has no contrastive loss)", has_contrastive_loss},
     {Strategy::L2L, "l2l", "L2L (layer-to-layer offload)",
      "keeps parameters, gradients and the optimizer on the host and relays one layer at a time to the device", false,
      "", nullptr},

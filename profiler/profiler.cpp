@@ -1,4 +1,5 @@
 #include "profiler/profiler.h"
+#include "profiler/contrastive_profile.h"
 
 #include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
@@ -777,6 +778,10 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     });
   }
 
+  if (contrastive_loss_layer(model) >= 0) {
+    if (options.on_progress) options.on_progress({"contrastive loss", 0, progress.step, progress.total});
+    trace.contrastive_loss = profile_contrastive_loss(model, device, {});
+  }
   std::int64_t param_elements = 0;
   for (const auto& p : parameters) param_elements += p.numel();
   trace.optimizer.state_bytes = runtime::optimizer_state_bytes(*optimizer);

@@ -1,5 +1,6 @@
 #include "report/plan_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -40,7 +41,11 @@ std::string render_plan_summary(const core::Plan& plan) {
   for (const auto b : micro_batches) of_first += b == first;
   out << "  micro-batches    " << of_first << " x " << first;
   if (last != first) out << " + " << micro_batches.size() - of_first << " x " << last;
-  out << "  (loss weight b_i/B)\n";
+  // A contrastive model's micro-batches share one loss over the whole batch (a gradient cache).
+  out << (std::any_of(plan.warnings.begin(), plan.warnings.end(),
+                      [](const std::string& w) { return w.rfind("contrastive step: gradient cache", 0) == 0; })
+              ? "  (gradient cache: one loss over the whole batch)\n"
+              : "  (loss weight b_i/B)\n");
   if (plan.choice.world_size > 1) {
     // Workers whose micro-batches are alike, run by run: "workers 0-1: 2 x 4".
     const auto& c = plan.choice;

@@ -16,3 +16,4 @@ record cpu-cnn        --model cnn --batch-sizes 1,2,4,8,16,32,64
 record cpu-bert       --model bert --set preset=mini --batch-sizes 1,2,4,8,16
 record cpu-gpt        --model gpt --set preset=tiny --batch-sizes 1,2,4,8,16
 record cpu-bert-large --model bert --set preset=large --batch-sizes 1,2,4 --repeats 2
+record cpu-clip       --model clip --batch-sizes 256,1024,4096,16384 --repeats 3

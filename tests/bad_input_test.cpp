@@ -107,6 +107,8 @@ bool accepted_on_purpose(const std::string& path, const std::string& what) {
       // A trace from before they were recorded: read as 0, and its plans say so (extras_recorded).
       {"$.checkpoint_state_bytes", "missing"},
       {"$.model_extra_bytes", "missing"},
+      {"$.contrastive_loss.samples[*].fwd_retained_bytes", "negative"},
+      {"$.contrastive_loss.samples[*].bwd_retained_bytes", "negative"},
   };
   // The zoo reads a model's settings when it builds the model (execute), and names the key there.
   if (path.rfind("$.model.config.", 0) == 0) return true;
@@ -130,10 +132,10 @@ struct Sweep {
 
 // Reads each spoiled document with `read`; an InputError must name the spoiled field's JSON path
 // (or the object that lost it).
-Sweep sweep(const json& good, const std::function<void(const json&)>& read) {
+Sweep sweep(const json& good, const std::function<void(const json&)>& read, const std::string& under = "") {
   Sweep out;
   std::vector<json::json_pointer> paths;
-  leaves(good, json::json_pointer(), paths);
+  leaves(under.empty() ? good : good.at(json::json_pointer(under)), json::json_pointer(under), paths);
   for (const auto& at : paths) {
     for (const auto& spoiling : spoilings()) {
       json document = good;
@@ -163,6 +165,34 @@ TEST(BadTrace, EveryFieldSpoiledIsNamedOrDocumented) {
   EXPECT_GT(s.spoiled, 100);
   for (const auto& a : s.accepted) ADD_FAILURE() << "accepted: " << a;
   std::printf("trace: %d spoiled documents, %zu accepted\n", s.spoiled, s.accepted.size());
+}
+
+// A contrastive model's loss profile (clip), field by field.
+TEST(BadTrace, EveryContrastiveLossFieldSpoiledIsNamedOrDocumented) {
+  const std::string clip = std::string(HEADROOM_TRACES_DIR) + "/cpu-clip.json";
+  const json good = core::parse_json(core::read_file(clip), clip);
+  const Sweep s = sweep(good, [](const json& d) { core::trace_from_json(d, "t.json"); }, "/contrastive_loss");
+  EXPECT_GT(s.spoiled, 40);
+  for (const auto& a : s.accepted) ADD_FAILURE() << "accepted: " << a;
+}
+
+// A clip plan with Inf-CL's tiles, field by field, against its trace.
+TEST(BadPlan, EveryFieldOfAnInfClPlanSpoiledIsNamedOrDocumented) {
+  const std::string clip = std::string(HEADROOM_TRACES_DIR) + "/cpu-clip.json";
+  const core::Trace trace = core::read_trace_file(clip);
+  planner::PlanRequest request;
+  request.global_batch = 65536;
+  request.budget_bytes = std::int64_t{2} << 30;
+  request.trace_path = clip;
+  request.trace_sha256 = core::sha256_hex(core::read_file(clip));
+  request.strategies = planner::all_strategies();
+  const auto plan = planner::plan_step(trace, request).plan;
+  ASSERT_TRUE(plan && plan->choice.loss_tiles);
+  const Sweep s = sweep(core::to_json(*plan), [&](const json& d) {
+    planner::check_choice(core::plan_from_json(d, "p.json"), trace, "p.json");
+  });
+  EXPECT_GT(s.spoiled, 50);
+  for (const auto& a : s.accepted) ADD_FAILURE() << "accepted: " << a;
 }
 
 // A trace from before the model's extra bytes and the checkpoint's RNG state were recorded still
@@ -267,6 +297,13 @@ TEST_F(BadInputCli, PlanFilesThatWouldSwitchTheBudgetOffOrDisagreeWithTheirTrace
   p = plan_;
   p["checkpointed_blocks"] = json::array({7});
   expect_refused("simulate " + write("noblock.json", p), "the trace has no block 7");
+  // Inf-CL's tiles on a model without a contrastive loss, and tiles past any batch.
+  p = plan_;
+  p["loss_tiles"] = {{"rows", 4}, {"cols", 4}};
+  expect_refused("simulate " + write("tiles.json", p), "$.loss_tiles: the trace's model has no contrastive loss");
+  expect_refused("execute " + path("tiles.json") + " --steps 1", "contrastive loss");
+  p["loss_tiles"] = {{"rows", 0}, {"cols", 4}};
+  expect_refused("simulate " + write("tiles0.json", p), "$.loss_tiles.rows: expected an integer from 1");
   p = plan_;
   p["trace"]["model"] = "gpt";
   expect_refused("simulate " + write("model.json", p), "$.trace.model: the plan is for gpt, its trace profiled mlp");

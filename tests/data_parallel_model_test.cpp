@@ -75,6 +75,25 @@ planner::PlanRequest request(std::int64_t budget, std::int64_t batch, int worker
 
 // The global batch is shared out with the remainder on the lowest ranks, every micro-batch is
 // weighed b_i / B over the global batch, and the plan reads back equal from its file.
+// A contrastive loss couples the whole batch: split over workers without the ring Inf-CL, each
+// would train on the loss of its own share. Refused, in the search and in a hand-edited plan.
+TEST(DataParallelPlan, AContrastiveLossIsRefusedUntilTheRingInfClExists) {
+  const core::Trace trace = committed("cpu-clip.json");
+  try {
+    planner::plan_step(trace, request(std::int64_t{1} << 30, 64, 2));
+    FAIL() << "planned a contrastive model over 2 workers";
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("ring Inf-CL"), std::string::npos) << e.what();
+  }
+  auto one = request(std::int64_t{1} << 30, 64, 1);
+  const auto outcome = planner::plan_step(trace, one);
+  ASSERT_TRUE(outcome.plan) << outcome.reason;
+  core::Plan edited = *outcome.plan;
+  edited.choice.world_size = 2;
+  edited.choice.micro_batches_per_worker = {static_cast<int>(edited.choice.micro_batches.size()), 0};
+  EXPECT_THROW(planner::plan_schedule(trace, edited, "p.json"), core::InputError);
+}
+
 TEST(DataParallelPlan, SharesTheGlobalBatchOverWorkers) {
   const core::Trace trace = committed("cpu-bert.json");
   const core::CostModel costs(trace);

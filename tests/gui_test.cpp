@@ -921,6 +921,41 @@ class GuiTest : public QObject {
     QVERIFY(!window.current_result()->inputs.strategies.contains(headroom::planner::Strategy::Tempo));
   }
 
+  // Inf-CL: clip at a batch of 65,536 under 64 MiB, where the standard loss alone needs tens of
+  // GiB. The plan tiles the loss and micro-batches the towers under a gradient cache; the memory
+  // chart shows the cache, the towers' no-grad pass and the loss over the whole batch as tasks.
+  void clipPlanShowsTheGradientCacheAndTheLossPhase() {
+    MainWindow window;
+    QVERIFY(shown_with(window, "cpu-clip.json"));
+    QVERIFY(window.findChild<QCheckBox*>("strategy_infcl") != nullptr);
+    window.batch_box()->setValue(65536);
+    QVERIFY(settle(window));
+    type_budget(window, "64MiB");
+    QVERIFY(settle(window));
+    const PlanResult* result = window.current_result();
+    QVERIFY(result && result->plan);
+    QVERIFY(result->plan->choice.loss_tiles.has_value());
+    QVERIFY(result->plan->choice.micro_batches.size() > 1);
+    QCOMPARE(result->timeline.peak_bytes, result->plan->predicted.peak_bytes);
+    const auto& timeline = result->timeline;
+    const int loss = window.trace()->trace.contrastive_loss->layer;
+    const auto category = [&](const std::string& name) {
+      const auto it = std::find(timeline.categories.begin(), timeline.categories.end(), name);
+      return it == timeline.categories.end() ? timeline.categories.size() : static_cast<std::size_t>(it - timeline.categories.begin());
+    };
+    int loss_tasks = 0, cache_tasks = 0, no_grad = 0;
+    for (const auto& task : timeline.tasks) {
+      loss_tasks += task.layer == loss && task.category == category("forward");
+      cache_tasks += task.category == category("gradient cache");
+      no_grad += task.category == category("forward (checkpointed, no grad)");
+    }
+    QVERIFY(loss_tasks >= 1);  // the loss over the whole batch (and the surrogate in the repeated micro-batch)
+    QVERIFY(cache_tasks >= 2);  // allocated, and gone before the optimizer
+    QVERIFY(no_grad > 0);
+    QVERIFY(window.summary_text().contains("gradient cache over"));
+    save_shot(window, "clip-infcl");
+  }
+
   void switchingTheOptimizerRecomputesTheWholeBatchHint() {
     MainWindow window;
     QVERIFY(window.open_trace(committed("cpu-bert.json")));

@@ -17,6 +17,7 @@ const std::map<std::string, std::map<std::string, std::string>> kSmall = {
     {"cnn", {{"image", "12"}, {"width", "4"}, {"stages", "2"}}},
     {"bert", {{"preset", "tiny"}, {"hidden", "32"}, {"heads", "2"}, {"seq", "8"}, {"vocab", "50"}}},
     {"gpt", {{"preset", "tiny"}, {"hidden", "32"}, {"heads", "2"}, {"seq", "8"}, {"vocab", "50"}}},
+    {"clip", {{"image", "8"}, {"width", "4"}, {"hidden", "16"}, {"concepts", "16"}}},
 };
 
 TEST(Zoo, EveryModelTrainsOneStep) {
@@ -40,7 +41,7 @@ TEST(Zoo, EveryModelTrainsOneStep) {
       for (const auto& p : layer.parameters) layer_params += p.numel() * p.element_size();
     }
     EXPECT_EQ(layer_params, model.parameter_bytes());
-    EXPECT_EQ(model.layers().back().kind, "loss");
+    EXPECT_EQ(model.layers().back().kind, entry.name == "clip" ? "contrastive_loss" : "loss");
   }
 }
 
@@ -52,6 +53,7 @@ TEST(Zoo, SizeEstimateIsTheBuiltModels) {
   configs.push_back({"cnn", {{"stages", "4"}, {"blocks", "2"}, {"channels", "3"}}});
   configs.push_back({"bert", {{"preset", "mini"}, {"ffn", "300"}, {"classes", "5"}}});
   configs.push_back({"gpt", {{"preset", "mini"}, {"seq", "64"}}});
+  configs.push_back({"clip", {{"channels", "3"}, {"layers", "2"}, {"dim", "48"}}});
   for (const auto& [name, overrides] : configs) {
     SCOPED_TRACE(name);
     const models::ZooEntry& entry = models::find_zoo_entry(name);
@@ -143,7 +145,7 @@ TEST(ZooConfig, BadInputIsNamed) {
     return std::string("no error");
   };
   EXPECT_EQ(message([] { models::build_zoo_model("resnet9000", {}); }),
-            "unknown model 'resnet9000' (known: mlp, cnn, bert, gpt)");
+            "unknown model 'resnet9000' (known: mlp, cnn, bert, gpt, clip)");
   EXPECT_NE(message([] { models::build_zoo_model("mlp", {{"width", "3"}}); }).find("unknown key 'width'"),
             std::string::npos);
   EXPECT_EQ(message([] { models::build_zoo_model("mlp", {{"depth", "two"}}); }),

@@ -25,7 +25,7 @@ core::Trace committed(const std::string& name) {
   return core::read_trace_file(fs::path(HEADROOM_TRACES_DIR) / name);
 }
 
-const std::vector<std::string> kTraces = {"cpu-mlp.json", "cpu-cnn.json", "cpu-bert.json", "cpu-gpt.json"};
+const std::vector<std::string> kTraces = {"cpu-mlp.json", "cpu-cnn.json", "cpu-bert.json", "cpu-gpt.json", "cpu-clip.json"};
 
 // The planner's model of a plain step (one micro-batch, nothing applied) reproduces the peak the
 // profiler measured at every sampled size.
@@ -359,7 +359,8 @@ TEST(PlanSearch, RejectsBadRequests) {
   EXPECT_THROW(planner::plan_step(trace, request(core::kMaxPlanBudget + 1, 8)), core::InputError);
   EXPECT_TRUE(planner::plan_step(trace, request(core::kMaxPlanBudget, 8)).plan);
   EXPECT_THROW(planner::parse_strategies("mbp,warp"), core::InputError);
-  EXPECT_THROW(planner::parse_strategies("infcl"), core::InputError);
+  EXPECT_THROW(planner::parse_strategies("l2l"), core::InputError);
+  EXPECT_EQ(planner::parse_strategies("infcl"), std::set<planner::Strategy>{planner::Strategy::InfCl});
   EXPECT_EQ(planner::parse_strategies("tempo"), std::set<planner::Strategy>{planner::Strategy::Tempo});
   EXPECT_THROW(planner::parse_strategies(""), core::InputError);
 }
