@@ -75,15 +75,21 @@ Measured ordinary(const Settings& s, int layers) {
   return m;
 }
 
-Measured relay(const Settings& s, int layers, bool boundaries_on_host, std::optional<std::int64_t> budget = {}) {
-  auto& allocator = runtime::BudgetAllocator::instance();
-  const std::int64_t base = allocator.in_use(), host_base = allocator.host_in_use();
+// bert built in host scope (its parameters host-side, as the relay keeps them), in training mode.
+std::optional<models::Model> host_built_bert(const Settings& s, int layers) {
   std::optional<models::Model> model;
   {
     runtime::HostScope host;
     model.emplace(models::build_zoo_model("bert", bert_config(s, layers), 3));
   }
   model->set_training(true);
+  return model;
+}
+
+Measured relay(const Settings& s, int layers, bool boundaries_on_host, std::optional<std::int64_t> budget = {}) {
+  auto& allocator = runtime::BudgetAllocator::instance();
+  const std::int64_t base = allocator.in_use(), host_base = allocator.host_in_use();
+  std::optional<models::Model> model = host_built_bert(s, layers);
   executor::Position position;
   executor::RelayOptions options;
   options.boundaries_on_host = boundaries_on_host;
@@ -110,12 +116,7 @@ Measured relay(const Settings& s, int layers, bool boundaries_on_host, std::opti
 // Median step time of the relay (prefetch and host optimizer overlapping, boundaries on the host)
 // with parameter copies held to `bytes_per_second`.
 double throttled_step_seconds(const Settings& s, int layers, double bytes_per_second) {
-  std::optional<models::Model> model;
-  {
-    runtime::HostScope host;
-    model.emplace(models::build_zoo_model("bert", bert_config(s, layers), 3));
-  }
-  model->set_training(true);
+  std::optional<models::Model> model = host_built_bert(s, layers);
   executor::Position position;
   executor::RelayOptions options;
   options.boundaries_on_host = true;

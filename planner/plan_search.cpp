@@ -401,7 +401,7 @@ ChoiceFacts choice_facts(const core::CostModel& costs, const LayerGraph& graph, 
 
 // The plan document for the chosen candidate: its choices per layer and block, its prediction,
 // and the warnings it needs.
-core::Plan make_plan(const core::Trace& trace, const LayerGraph& graph, const PlanRequest& request,
+core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, const LayerGraph& graph, const PlanRequest& request,
                      std::int64_t margin, const Candidate& best) {
   core::Plan plan;
   plan.trace_path = request.trace_path;
@@ -428,7 +428,7 @@ core::Plan make_plan(const core::Trace& trace, const LayerGraph& graph, const Pl
     }
   }
   plan.warnings = plan_warnings(trace, best.choice.micro_batches, request.global_batch);
-  if (const std::string warning = margin_warning(request.margin_fraction, worst_device_error(core::CostModel(trace), graph));
+  if (const std::string warning = margin_warning(request.margin_fraction, worst_device_error(costs, graph));
       !warning.empty()) {
     plan.warnings.push_back(warning);
   }
@@ -550,7 +550,7 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   });
   const Candidate& best = fits.front();
 
-  core::Plan plan = make_plan(trace, graph, request, margin, best);
+  core::Plan plan = make_plan(trace, costs, graph, request, margin, best);
   ChoiceFacts facts = choice_facts(costs, graph, cache, batch, best, largest_fitting);
   // With several workers the facts weigh worker 0's share; a step moves the whole global batch.
   for (WeighedStep* step : {&facts.chosen, &facts.largest_fitting, &facts.whole_batch}) {

@@ -290,12 +290,18 @@ std::string join_ints(const std::vector<int>& xs) {
   return s.empty() ? "none" : s;
 }
 
-std::string lean_layers(const core::StepChoice& choice) {
+std::string join_names(const std::vector<std::string>& names) {
   std::string s;
-  for (const auto& layer : choice.layers) {
-    if (layer.variant != core::LayerVariant::Standard) s += (s.empty() ? "" : ",") + layer.name;
-  }
+  for (const auto& name : names) s += (s.empty() ? "" : ",") + name;
   return s.empty() ? "none" : s;
+}
+
+std::string lean_layers(const core::StepChoice& choice) {
+  std::vector<std::string> names;
+  for (const auto& layer : choice.layers) {
+    if (layer.variant != core::LayerVariant::Standard) names.push_back(layer.name);
+  }
+  return join_names(names);
 }
 
 std::string micro_batches(const std::vector<std::int64_t>& micro) {
@@ -333,10 +339,7 @@ ChoiceComparison compare_plans(const core::Plan& base, const core::Plan& next, c
   add_row(out, "micro-batches", micro_batches(base.choice.micro_batches), micro_batches(next.choice.micro_batches));
   add_row(out, "checkpointed blocks", join_ints(base.choice.checkpointed_blocks), join_ints(next.choice.checkpointed_blocks));
   add_row(out, "lean layers", lean_layers(base.choice), lean_layers(next.choice));
-  std::string bs, ns;
-  for (const auto& s : base.strategies) bs += (bs.empty() ? "" : ",") + s;
-  for (const auto& s : next.strategies) ns += (ns.empty() ? "" : ",") + s;
-  add_row(out, "strategies", bs.empty() ? "none" : bs, ns.empty() ? "none" : ns);
+  add_row(out, "strategies", join_names(base.strategies), join_names(next.strategies));
   out.peak = {"predicted peak bytes", static_cast<double>(base.predicted.peak_bytes), static_cast<double>(next.predicted.peak_bytes)};
   out.samples_per_second = {"predicted samples/s", base.predicted.samples_per_second, next.predicted.samples_per_second};
   check(out, thresholds, out.peak, out.samples_per_second);
