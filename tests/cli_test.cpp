@@ -7,6 +7,7 @@
 
 #include "core/atomic_file.h"
 #include "core/json_reader.h"
+#include "core/report.h"
 #include "core/trace.h"
 #include "run_headroom.h"
 
@@ -294,6 +295,27 @@ TEST(Cli, ATraceFromAnotherRegimeIsWarnedAbout) {
 
   const auto both = run("execute " + (dir / "p.json").string() + " --host-limit --no-budget");
   EXPECT_EQ(both.exit_code, 2) << both.err;
+  fs::remove_all(dir);
+}
+
+// `headroom demo` end to end, as a newcomer runs it first: the whole batch is refused under the
+// budget, the plan runs within it with its peak predicted, and every file it names exists.
+TEST(Cli, DemoRefusesTheWholeBatchAndRunsThePlanWithinTheBudget) {
+  const CommandResult r = run("demo");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("the whole batch under this budget: "), std::string::npos) << r.out;
+  const std::string marker = "files in ";
+  const std::size_t at = r.out.find(marker);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::size_t from = at + marker.size();
+  const fs::path dir = r.out.substr(from, r.out.find(" (", from) - from);
+  ASSERT_TRUE(fs::exists(dir / "trace.json") && fs::exists(dir / "plan.json")) << dir;
+  const core::Report report = core::read_report_file(dir / "report.json");
+  EXPECT_EQ(report.status, "ok");
+  EXPECT_GT(report.budget_bytes, 0);
+  EXPECT_LE(report.measured.peak_bytes, report.budget_bytes);
+  EXPECT_LE(report.peak_rel_error, 0.02);
+  EXPECT_GE(report.steps, 5);  // at least two seconds as predicted, and never fewer than five steps
   fs::remove_all(dir);
 }
 
