@@ -27,6 +27,8 @@
 #include "models/zoo.h"
 #include "planner/data_parallel_model.h"
 #include "planner/micro_batch_model.h"
+#include "planner/l2l_model.h"
+#include "planner/optimizer_estimate.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
 #include "profiler/profiler.h"
@@ -146,6 +148,13 @@ int run_execute(const ExecuteArgs& args) {
     const auto timing = planner::plan_allreduce_timing(trace, plan);
     executed.data_parallel->predicted_allreduce_seconds = static_cast<double>(timing.total_ns) / 1e9;
     executed.data_parallel->predicted_exposed_allreduce_seconds = static_cast<double>(timing.exposed_ns) / 1e9;
+  }
+  if (executed.l2l && plan.choice.l2l) {
+    const core::Trace planned = plan.optimizer.empty() ? trace : planner::with_estimated_optimizer(trace, plan.optimizer);
+    const core::CostModel costs(planned);
+    executed.l2l->predicted_host_bytes =
+        planner::predict_l2l_step(costs, planner::LayerGraph(planned), plan.choice.micro_batches, plan.choice.l2l->boundaries_on_host)
+            .host_bytes;
   }
   // Worker 0 reports for all; the others only say how they ended.
   if (options.rank != 0) {

@@ -1,5 +1,6 @@
 #include "cli/plan_commands.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -11,6 +12,8 @@
 #include "core/statistics.h"
 #include "core/trace.h"
 #include "core/units.h"
+#include "planner/l2l_model.h"
+#include "planner/plan_explanation.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
 #include "report/plan_report.h"
@@ -25,6 +28,34 @@ std::string strategies_help() {
   }
   return help;
 }
+
+namespace {
+
+// The largest model the budget trains with L2L, both variants: at the plan's micro-batches when it
+// is an L2L plan, else at the finest split the strategies allow (the least device peak).
+std::string l2l_capacity(const core::Trace& trace, const core::Plan& plan, const planner::PlanRequest& request) {
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const bool micro_batching = request.strategies.contains(planner::Strategy::MicroBatching);
+  const auto micro =
+      plan.choice.l2l ? plan.choice.micro_batches
+                      : planner::split_batch(request.global_batch,
+                                             micro_batching ? std::min<std::int64_t>(request.global_batch,
+                                                                                     planner::kMaxL2LMicroBatches)
+                                                            : 1);
+  const std::int64_t limit = plan.budget_bytes - plan.margin_bytes;
+  std::string out = "\nlargest model L2L trains under " + core::format_bytes(plan.budget_bytes) +
+                    " (estimate: this model with its largest block repeated; L2L's device memory grows with depth only "
+                    "by the stashed block boundaries, its host memory by each block's parameters, gradients and "
+                    "optimizer state):\n";
+  for (const bool on_host : {false, true}) {
+    const auto capacity = planner::largest_l2l_model(costs, graph, micro, on_host, limit, request.host_memory_bytes);
+    out += "  " + planner::l2l_capacity_line(capacity, on_host, micro, request.host_memory_bytes) + "\n";
+  }
+  return out;
+}
+
+}  // namespace
 
 int run_plan(const PlanArgs& args) {
   const core::Trace trace = core::read_trace_file(args.trace);
@@ -41,6 +72,10 @@ int run_plan(const PlanArgs& args) {
   for (const auto id : request.strategies) {
     if (args.strategies == "all" || planner::applies_to(id, trace)) continue;
     const auto& entry = planner::strategy_entry(id);
+    if (id == planner::Strategy::L2L) {
+      throw core::InputError(args.trace + ": --strategies l2l: the relay cannot run " + trace.model.name + ": " +
+                             planner::l2l_refusal(trace));
+    }
     throw core::InputError(args.trace + ": --strategies " + std::string(entry.name) + ": the trace has no " +
                            std::string(entry.needs) + "; model " + trace.model.name);
   }
@@ -52,6 +87,9 @@ int run_plan(const PlanArgs& args) {
                            std::to_string(args.devices));
   }
   request.workers = args.devices;
+  // L2L's host side must fit this machine's memory (or its container's).
+  const bool l2l = request.strategies.contains(planner::Strategy::L2L);
+  if (l2l) request.host_memory_bytes = core::available_host_memory_bytes();
   if (!args.link.empty()) {
     try {
       request.link = core::parse_link(args.link);
@@ -89,6 +127,7 @@ int run_plan(const PlanArgs& args) {
   }
   core::write_plan_file(args.output, *outcome.plan);
   std::cout << report::render_plan_summary(*outcome.plan) << "\nplan written to " << args.output << "\n";
+  if (l2l) std::cout << l2l_capacity(trace, *outcome.plan, request);
   return 0;
 }
 

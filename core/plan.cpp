@@ -56,6 +56,7 @@ nlohmann::json to_json(const Plan& plan) {
   if (plan.choice.loss_tiles) {
     document["loss_tiles"] = {{"rows", plan.choice.loss_tiles->rows}, {"cols", plan.choice.loss_tiles->cols}};
   }
+  if (plan.choice.l2l) document["l2l"] = {{"boundaries", plan.choice.l2l->boundaries_on_host ? "host" : "device"}};
   return document;
 }
 
@@ -185,6 +186,12 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     if (root.has("loss_tiles")) {
       const auto tiles = root.at("loss_tiles");
       plan.choice.loss_tiles = LossTiles{tiles.at("rows").as_int_in(1, kMaxPlanBatch), tiles.at("cols").as_int_in(1, kMaxPlanBatch)};
+    }
+    if (root.has("l2l")) {
+      const auto boundaries = root.at("l2l").at("boundaries");
+      const std::string where = boundaries.as_string();
+      if (where != "device" && where != "host") boundaries.fail("expected device or host, got '" + where + "'");
+      plan.choice.l2l = RelayChoice{where == "host"};
     }
     for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());
     if (root.has("optimizer")) plan.optimizer = root.at("optimizer").as_string();

@@ -57,6 +57,14 @@ nlohmann::json to_json(const Report& r) {
                             {"predicted_exposed_allreduce_seconds", d.predicted_exposed_allreduce_seconds}};
     if (d.full_batch_weights_max_rel_diff) doc["data_parallel"]["full_batch_weights_max_rel_diff"] = *d.full_batch_weights_max_rel_diff;
   }
+  if (r.l2l) {
+    const auto& l = *r.l2l;
+    doc["l2l"] = {{"boundaries", l.boundaries_on_host ? "host" : "device"},
+                  {"stages", l.stages},
+                  {"largest_stage_parameter_bytes", l.largest_stage_parameter_bytes},
+                  {"predicted_host_bytes", l.predicted_host_bytes},
+                  {"measured_host_peak_bytes", l.measured_host_peak_bytes}};
+  }
   if (r.out_of_memory) {
     const auto& o = *r.out_of_memory;
     doc["out_of_memory"] = {{"layer", o.layer},           {"phase", o.phase},
@@ -132,6 +140,18 @@ Report report_from_json(const nlohmann::json& document, std::string_view source)
                              w.at("allreduce_wait_seconds").as_double()});
       }
       r.data_parallel = std::move(d);
+    }
+    if (root.has("l2l")) {
+      const auto l = root.at("l2l");
+      RelayReport relay;
+      const std::string where = l.at("boundaries").as_string();
+      if (where != "device" && where != "host") l.at("boundaries").fail("expected device or host, got '" + where + "'");
+      relay.boundaries_on_host = where == "host";
+      relay.stages = static_cast<int>(l.at("stages").as_int_in(0, INT32_MAX));
+      relay.largest_stage_parameter_bytes = l.at("largest_stage_parameter_bytes").as_non_negative_int();
+      relay.predicted_host_bytes = l.at("predicted_host_bytes").as_non_negative_int();
+      relay.measured_host_peak_bytes = l.at("measured_host_peak_bytes").as_non_negative_int();
+      r.l2l = relay;
     }
     if (root.has("out_of_memory")) {
       const auto o = root.at("out_of_memory");

@@ -74,6 +74,18 @@ struct DataParallelReport {
   bool operator==(const DataParallelReport&) const = default;
 };
 
+// An L2L run (issue 15): the device held the running stages, the host everything else.
+struct RelayReport {
+  bool boundaries_on_host = false;
+  int stages = 0;
+  std::int64_t largest_stage_parameter_bytes = 0;
+  // Parameters, gradients, optimizer state (and stashed boundaries, with boundaries on the host):
+  // the planner's figure, and the highest the host scope held over the measured steps.
+  std::int64_t predicted_host_bytes = 0;
+  std::int64_t measured_host_peak_bytes = 0;
+  bool operator==(const RelayReport&) const = default;
+};
+
 struct Report {
   std::string plan_path;
   std::string model;
@@ -100,6 +112,7 @@ struct Report {
   std::string host_memory_regime;
   std::optional<HostMemoryReport> host_memory;  // CPU runs that measured steps
   std::optional<DataParallelReport> data_parallel;
+  std::optional<RelayReport> l2l;
 };
 
 nlohmann::json to_json(const Report& report);

@@ -44,14 +44,21 @@ struct LossTiles {
   bool operator==(const LossTiles&) const = default;
 };
 
+// L2L's relay (issue 15, executor/l2l_relay.h): parameters, gradients and optimizer state live on
+// the host and the step runs stage by stage, every micro-batch through a stage before the next. The
+// outputs later stages read are stashed on the device, or on the host (the constant-memory variant).
+struct RelayChoice {
+  bool boundaries_on_host = false;
+  bool operator==(const RelayChoice&) const = default;
+};
+
 struct StepChoice {
   std::vector<std::int64_t> micro_batches;  // sizes, in the order they run
   std::vector<int> checkpointed_blocks;     // block ids as the trace numbers them
   // By layer id. The planner's working choices may leave it empty or without names (every layer
   // standard); a plan's choice has one entry per trace layer.
   std::vector<LayerStep> layers;
-  // Data-parallel workers (issue 16). L2L's offload placement (where each layer's weights live
-  // between uses) joins LayerStep.
+  // Data-parallel workers (issue 16).
   int world_size = 1;
   // With world_size > 1, how many of micro_batches each worker runs, in rank order (worker 0 the
   // first ones): a plan's micro_batches are the whole global batch, so b_i / B weighs each over it.
@@ -63,6 +70,8 @@ struct StepChoice {
   // these tiles, or the standard B x B loss when unset. Its towers run under a gradient cache
   // whenever there is more than one micro-batch, so the loss always sees the whole batch.
   std::optional<LossTiles> loss_tiles;
+  // Set: the step runs as L2L's relay (no checkpointing, standard layers, one worker).
+  std::optional<RelayChoice> l2l;
 
   bool operator==(const StepChoice&) const = default;
 

@@ -15,6 +15,7 @@
 #include "core/units.h"
 #include "executor/data_parallel.h"
 #include "executor/grad_cache.h"
+#include "executor/l2l_execute.h"
 #include "executor/plan_runner.h"
 #include "models/fashion_mnist.h"
 #include "models/model_source.h"
@@ -504,6 +505,12 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
   if (options.rank < 0 || options.rank >= options.world_size) {
     throw core::InputError("rank: expected from 0 to " + std::to_string(options.world_size - 1) + ", got " +
                            std::to_string(options.rank));
+  }
+  // L2L's relay replaces the whole step (executor/l2l_execute.h).
+  if (plan.choice.l2l) {
+    execute_relay(plan, trace, options, report);
+    summarize(plan, report);
+    return report;
   }
   // The workers join before the budget starts counting: the process group is not the step's memory.
   std::unique_ptr<Workers> workers;

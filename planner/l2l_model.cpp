@@ -2,9 +2,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
+#include "planner/strategy_table.h"
+
 namespace headroom::planner {
+
+std::string l2l_refusal(const core::Trace& trace) {
+  if (trace.contrastive_loss) {
+    return "its contrastive loss couples every micro-batch, and the relay computes each micro-batch's loss alone";
+  }
+  if (trace.model.file) return "it is a TorchScript module, and the relay runs only the zoo's models stage by stage";
+  for (const auto& layer : trace.layers) {
+    if (layer.kind.find("batchnorm") != std::string::npos) {
+      return "its BatchNorm layer " + layer.name + " would update its running statistics twice (forward and recompute)";
+    }
+  }
+  return "";
+}
+
+bool relay_can_run(const core::Trace& trace) { return l2l_refusal(trace).empty(); }
 
 std::vector<L2LStage> l2l_stages(const core::Trace& trace) {
   std::vector<L2LStage> stages;
@@ -34,10 +52,19 @@ namespace {
 
 std::int64_t scaled(std::int64_t ns, double scale) { return std::llround(static_cast<double>(ns) * scale); }
 
+// The host steps stage s while the device works on stage s-1; stage 0's step has nothing to hide
+// behind: its share of the trace's optimizer time (by parameter bytes) is exposed.
+std::int64_t exposed_host_optimizer_ns(const L2LPrediction& p, std::int64_t first_stage_bytes, std::int64_t total_bytes) {
+  if (total_bytes <= 0) return 0;
+  return std::llround(static_cast<double>(p.host_optimizer_ns) * static_cast<double>(first_stage_bytes) /
+                      static_cast<double>(total_bytes));
+}
+
 }  // namespace
 
 L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& graph,
-                               const std::vector<std::int64_t>& micro_batches, bool boundaries_on_host) {
+                               const std::vector<std::int64_t>& micro_batches, bool boundaries_on_host,
+                               std::vector<L2LOp>* ops) {
   const core::Trace& trace = costs.trace();
   const auto stages = l2l_stages(trace);
   const std::size_t n = micro_batches.size();
@@ -54,11 +81,14 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
     }
   }
 
+  // A split has at most two sizes: each size's layer costs are interpolated once.
   std::map<std::int64_t, std::vector<core::LayerCost>> by_batch;
+  std::map<std::int64_t, double> scale_of;
   const auto cost = [&](int layer, std::int64_t b) -> const core::LayerCost& {
     auto& layers = by_batch[b];
     if (layers.empty()) {
       for (std::size_t i = 0; i < costs.layer_count(); ++i) layers.push_back(costs.layer(i, b));
+      scale_of[b] = costs.layer_time_scale(b);
     }
     return layers[static_cast<std::size_t>(layer)];
   };
@@ -72,17 +102,27 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
 
   L2LPrediction p;
   p.device_peak_bytes = -1;
-  const auto consider = [&](std::int64_t bytes, const std::string& phase, int s, std::size_t m) {
+  p.stages = static_cast<int>(stages.size());
+  // Each op as it starts: the device's bytes by kind and what the op holds above them.
+  const auto emit = [&](OpKind kind, int layer, int s, std::size_t m, std::int64_t duration, std::int64_t input,
+                        std::int64_t parameters, std::int64_t gradients, std::int64_t activations, std::int64_t transient) {
+    p.compute_ns += duration;
+    const std::int64_t bytes = input + parameters + gradients + activations + transient;
+    if (ops != nullptr) {
+      ops->push_back({kind, layer, s, static_cast<int>(m), duration, input, parameters, gradients, activations, transient});
+    }
     if (bytes <= p.device_peak_bytes) return;
     p.device_peak_bytes = bytes;
     const auto& stage = stages[static_cast<std::size_t>(s)];
-    p.peak_at = phase + " of stage " + std::to_string(s) + " (" + trace.layers[static_cast<std::size_t>(stage.first)].name +
-                ".." + trace.layers[static_cast<std::size_t>(stage.last)].name + "), micro-batch " + std::to_string(m);
+    p.peak_at = std::string(kind == OpKind::ForwardNoGrad ? "forward" : kind == OpKind::Recompute ? "recompute" : "backward") +
+                " of stage " + std::to_string(s) + " (" + trace.layers[static_cast<std::size_t>(stage.first)].name + ".." +
+                trace.layers[static_cast<std::size_t>(stage.last)].name + "), micro-batch " + std::to_string(m);
   };
 
   std::int64_t base = 0;  // every micro-batch's input, made as the step starts
   for (const auto b : micro_batches) base += costs.input_bytes(b);
   std::int64_t stash = 0;  // stashed boundaries on the device
+  std::int64_t host_stash = 0;
   std::vector<std::vector<bool>> stashed(n, std::vector<bool>(trace.layers.size(), false));
 
   // Forward without grad, stage by stage; the next stage's parameters arrive meanwhile.
@@ -94,7 +134,7 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
       std::int64_t live = 0;  // this stage's outputs still to be read
       for (int i = stage.first; i <= stage.last; ++i) {
         const auto& c = cost(i, b);
-        consider(base + stash + params + live + c.fwd_transient_bytes, "forward", s, m);
+        emit(OpKind::ForwardNoGrad, i, s, m, scaled(c.fwd_ns, scale_of[b]), base, params, 0, stash + live, c.fwd_transient_bytes);
         live += c.output_bytes;
         for (const int j : trace.layers[static_cast<std::size_t>(i)].inputs) {
           if (j >= stage.first && graph.last_reader(j) == i &&
@@ -102,12 +142,12 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
             live -= out(j, b);
           }
         }
-        p.compute_ns += scaled(c.fwd_ns, costs.layer_time_scale(b));
       }
       for (const int j : stage.exports) stashed[m][static_cast<std::size_t>(j)] = true;
-      if (!boundaries_on_host) stash += sum_out(stage.exports, b);
+      (boundaries_on_host ? host_stash : stash) += sum_out(stage.exports, b);
     }
   }
+  p.host_stash_bytes = boundaries_on_host ? host_stash : 0;
 
   // Backward in reverse: each stage re-run with grad from its stashed inputs, then backpropagated;
   // the previous stage's parameters arrive meanwhile, and the stage's gradients build up until they
@@ -121,23 +161,24 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
     std::int64_t gradients = 0;
     for (std::size_t m = 0; m < n; ++m) {
       const std::int64_t b = micro_batches[m];
-      const double scale = costs.layer_time_scale(b);
       // The constant-memory variant brings the stage's inputs and the gradients at its outputs over.
       const std::int64_t brought = boundaries_on_host ? sum_out(stage.inputs, b) + sum_out(stage.exports, b) : 0;
       std::int64_t level = base + stash + boundary_grads + params + gradients + brought;
+      const auto activations = [&] { return level - base - params - gradients; };
       for (int i = stage.first; i <= stage.last; ++i) {
         const auto& c = cost(i, b);
-        consider(level + c.fwd_transient_bytes, "recompute", s, m);
+        emit(OpKind::Recompute, i, s, m, scaled(c.fwd_ns, scale_of[b]), base, params, gradients, activations(),
+             c.fwd_transient_bytes);
         level += c.fwd_retained_bytes;
         // A stage input's free by its last reader does not happen: the stash holds it.
         for (const int j : trace.layers[static_cast<std::size_t>(i)].inputs) {
           if (j >= 0 && j < stage.first && graph.last_reader(j) == i && !graph.output_saved(j)) level += out(j, b);
         }
-        p.compute_ns += scaled(c.fwd_ns, scale);
       }
       for (int r = stage.last; r >= stage.first; --r) {
         const auto& c = cost(r, b);
-        consider(level + c.bwd_transient_bytes, "backward", s, m);
+        emit(OpKind::Backward, r, s, m, scaled(c.bwd_ns, scale_of[b]), base, params, gradients, activations(),
+             c.bwd_transient_bytes);
         level += c.bwd_retained_bytes;
         // The gradient arriving at an exported output was freed by this backward in the profiled
         // step; here the relay holds it (it seeded the stage's backward) until the stage is done.
@@ -146,7 +187,6 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
           level += trace.layers[static_cast<std::size_t>(r)].param_bytes;
           gradients += trace.layers[static_cast<std::size_t>(r)].param_bytes;
         }
-        p.compute_ns += scaled(c.bwd_ns, scale);
       }
       // What stays: the gradients at the stage's inputs; what goes: those at its outputs, and the
       // stashed inputs this stage was the first to read.
@@ -164,17 +204,120 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
     total_params += stage.parameter_bytes;
     p.largest_stage_parameter_bytes = std::max(p.largest_stage_parameter_bytes, stage.parameter_bytes);
   }
-  p.host_bytes = 2 * total_params + costs.optimizer_state_bytes();
+  p.host_bytes = 2 * total_params + costs.optimizer_state_bytes() + p.host_stash_bytes;
   // Forward loads every stage, backward every stage but the last (still loaded); gradients go back.
   p.copy_bytes = 2 * total_params - param(last_stage) + total_params;
   p.host_optimizer_ns = costs.optimizer_ns();
-  // The host steps stage s while the device works on stage s-1; stage 0's step has nothing to hide behind.
-  const std::int64_t exposed =
-      total_params > 0 ? std::llround(static_cast<double>(p.host_optimizer_ns) * static_cast<double>(param(0)) /
-                                      static_cast<double>(total_params))
-                       : 0;
-  p.step_ns = std::max<std::int64_t>(p.compute_ns + exposed, 1);
+  p.step_ns = std::max<std::int64_t>(p.compute_ns + exposed_host_optimizer_ns(p, param(0), total_params), 1);
   return p;
+}
+
+StepPrediction l2l_step_prediction(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
+  const auto p = predict_l2l_step(costs, graph, choice.micro_batches, choice.l2l && choice.l2l->boundaries_on_host);
+  return {std::max<std::int64_t>(p.device_peak_bytes, 0), p.step_ns, p.peak_at};
+}
+
+core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
+  using core::MemoryKind;
+  std::vector<L2LOp> ops;
+  const auto p = predict_l2l_step(costs, graph, choice.micro_batches, choice.l2l && choice.l2l->boundaries_on_host, &ops);
+  const auto& layers = costs.trace().layers;
+  core::Schedule schedule;
+  schedule.samples = choice.samples();
+  schedule.tasks.reserve(ops.size() + 1);
+  L2LOp before;  // nothing on the device
+  before.input_bytes = before.parameter_bytes = before.gradient_bytes = before.activation_bytes = 0;
+  const auto changes = [](const L2LOp& from, const L2LOp& to) {
+    std::vector<core::MemoryChange> out;
+    const std::pair<MemoryKind, std::int64_t> deltas[] = {
+        {MemoryKind::Input, to.input_bytes - from.input_bytes},
+        {MemoryKind::Parameter, to.parameter_bytes - from.parameter_bytes},
+        {MemoryKind::Gradient, to.gradient_bytes - from.gradient_bytes},
+        {MemoryKind::Activation, to.activation_bytes - from.activation_bytes}};
+    for (const auto& [kind, bytes] : deltas) {
+      if (bytes != 0) out.push_back({kind, bytes});
+    }
+    return out;
+  };
+  for (const L2LOp& op : ops) {
+    core::Task task;
+    task.name = layers[static_cast<std::size_t>(op.layer)].name;
+    task.category = op.kind == OpKind::ForwardNoGrad ? "forward (no grad)" : op_kind_name(op.kind);
+    task.duration_ns = op.duration_ns;
+    task.transient_bytes = op.transient_bytes;
+    task.at_start = changes(before, op);
+    task.layer = op.layer;
+    task.micro_batch = op.micro_batch;
+    if (!schedule.tasks.empty()) task.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
+    schedule.tasks.push_back(std::move(task));
+    before = op;
+  }
+  // The step ends with the device empty again; the host's step of stage 0 is what nothing hides.
+  L2LOp empty;
+  if (!schedule.tasks.empty()) schedule.tasks.back().at_end = changes(before, empty);
+  core::Task optimizer;
+  optimizer.name = "optimizer." + costs.trace().optimizer.name + " (host, stage 0)";
+  optimizer.category = "optimizer";
+  optimizer.stream = core::Stream::Host;
+  optimizer.duration_ns = p.step_ns - p.compute_ns;
+  if (!schedule.tasks.empty()) optimizer.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
+  schedule.tasks.push_back(std::move(optimizer));
+  return schedule;
+}
+
+L2LCapacity largest_l2l_model(const core::CostModel& costs, const LayerGraph& graph,
+                              const std::vector<std::int64_t>& micro_batches, bool boundaries_on_host,
+                              std::int64_t device_limit_bytes, std::int64_t host_memory_bytes) {
+  const core::Trace& trace = costs.trace();
+  const auto p = predict_l2l_step(costs, graph, micro_batches, boundaries_on_host);
+  L2LCapacity c;
+  c.device_peak_bytes = p.device_peak_bytes;
+  c.fits = p.device_peak_bytes <= device_limit_bytes && (host_memory_bytes <= 0 || p.host_bytes <= host_memory_bytes);
+  std::int64_t total_params = 0;
+  for (const auto& layer : trace.layers) total_params += layer.param_bytes;
+  // Parameter bytes per element: the optimizer's state per element says how many elements there are.
+  const auto& optimizer = trace.optimizer;
+  if (optimizer.state_bytes > 0 && optimizer.state_bytes_per_param > 0) {
+    c.bytes_per_parameter = static_cast<double>(total_params) /
+                            (static_cast<double>(optimizer.state_bytes) / optimizer.state_bytes_per_param);
+  }
+  const auto stages = l2l_stages(trace);
+  const L2LStage* block = nullptr;
+  for (const auto& stage : stages) {
+    if (trace.layers[static_cast<std::size_t>(stage.first)].block < 0) continue;
+    if (block == nullptr || stage.parameter_bytes > block->parameter_bytes) block = &stage;
+  }
+  c.parameters = static_cast<double>(total_params) / c.bytes_per_parameter;
+  if (!c.fits || block == nullptr) {
+    c.bound = !c.fits ? (p.device_peak_bytes > device_limit_bytes ? "device budget" : "host memory") : "the model has no blocks to repeat";
+    return c;
+  }
+  c.block = trace.layers[static_cast<std::size_t>(block->first)].name + ".." + trace.layers[static_cast<std::size_t>(block->last)].name;
+  c.block_parameter_bytes = block->parameter_bytes;
+  std::int64_t stash = 0;
+  for (const auto b : micro_batches) {
+    for (const int j : block->exports) stash += costs.layer(static_cast<std::size_t>(j), b).output_bytes;
+  }
+  c.device_bytes_per_block = boundaries_on_host ? 0 : stash;
+  const double state_per_param_byte =
+      total_params > 0 ? static_cast<double>(costs.optimizer_state_bytes()) / static_cast<double>(total_params) : 0;
+  c.host_bytes_per_block = 2 * block->parameter_bytes +
+                           std::llround(state_per_param_byte * static_cast<double>(block->parameter_bytes)) +
+                           (boundaries_on_host ? stash : 0);
+  constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t by_device =
+      c.device_bytes_per_block > 0 ? (device_limit_bytes - p.device_peak_bytes) / c.device_bytes_per_block : kNone;
+  const std::int64_t by_host =
+      host_memory_bytes > 0 && c.host_bytes_per_block > 0 ? (host_memory_bytes - p.host_bytes) / c.host_bytes_per_block : kNone;
+  c.extra_blocks = std::min(by_device, by_host);
+  if (c.extra_blocks == kNone) {
+    c.unbounded = true;
+    c.extra_blocks = 0;
+    return c;
+  }
+  c.bound = by_device <= by_host ? "device budget" : "host memory";
+  c.parameters += static_cast<double>(c.extra_blocks) * static_cast<double>(block->parameter_bytes) / c.bytes_per_parameter;
+  return c;
 }
 
 }  // namespace headroom::planner

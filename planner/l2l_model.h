@@ -10,7 +10,10 @@
 #include <vector>
 
 #include "core/cost_model.h"
+#include "core/schedule.h"
+#include "core/step_choice.h"
 #include "planner/layer_graph.h"
+#include "planner/micro_batch_model.h"
 
 namespace headroom::planner {
 
@@ -21,8 +24,31 @@ struct L2LStage {
   std::vector<int> exports;         // its layers read by later stages
 };
 
+// Why L2L's relay cannot run the traced model, in one phrase ("" when it can): a contrastive loss
+// couples every micro-batch (the relay computes each one's loss alone), BatchNorm would update its
+// running statistics twice (forward and recompute), and a TorchScript module's layers are not the
+// zoo's that the relay runs one stage at a time.
+std::string l2l_refusal(const core::Trace& trace);
+
 // The stages the relay forms from the trace's block ids, as the executor forms them from the model's.
 std::vector<L2LStage> l2l_stages(const core::Trace& trace);
+
+// The most micro-batches an L2L step may have: the relay holds every micro-batch's input and one
+// RNG state per stage and micro-batch on the device, and its model walks every micro-batch.
+inline constexpr std::size_t kMaxL2LMicroBatches = 1024;
+
+// One op of the relay's step on the device: the bytes on the device by kind as it starts, and what
+// it holds above them while it runs.
+struct L2LOp {
+  OpKind kind = OpKind::Forward;  // ForwardNoGrad, Recompute or Backward
+  int layer = 0;
+  int stage = 0;
+  int micro_batch = 0;
+  std::int64_t duration_ns = 0;
+  std::int64_t input_bytes = 0, parameter_bytes = 0, gradient_bytes = 0, activation_bytes = 0;
+  std::int64_t transient_bytes = 0;
+  std::int64_t level() const { return input_bytes + parameter_bytes + gradient_bytes + activation_bytes; }
+};
 
 struct L2LPrediction {
   std::int64_t device_peak_bytes = 0;
@@ -33,10 +59,43 @@ struct L2LPrediction {
   std::int64_t host_optimizer_ns = 0;   // the trace's optimizer step: on the host, overlapped but for the first stage's
   std::int64_t step_ns = 0;             // compute plus what cannot overlap (the first stage's host optimizer step)
   std::int64_t largest_stage_parameter_bytes = 0;
+  std::int64_t host_stash_bytes = 0;    // the constant-memory variant's stash at its largest (in host_bytes)
+  int stages = 0;
 };
 
 // `boundaries_on_host`: L2L's constant-memory variant (stash and boundary gradients on the host).
+// `ops`, when given, receives the step's device ops in order (for the simulator's schedule).
 L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& graph,
-                               const std::vector<std::int64_t>& micro_batches, bool boundaries_on_host);
+                               const std::vector<std::int64_t>& micro_batches, bool boundaries_on_host,
+                               std::vector<L2LOp>* ops = nullptr);
+
+// predict_step's answer for a choice with `l2l` set.
+StepPrediction l2l_step_prediction(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
+
+// build_schedule's for a choice with `l2l` set: the relay's ops on the compute stream, memory by
+// kind (parameters: the stages on the device; gradients: the running stage's), then the part of
+// the host optimizer's step nothing hides (stage 0's) on the host stream. Copies are not tasks yet.
+core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
+
+// The largest model of this trace's kind that L2L can train at these micro-batches: the trace's
+// model with its largest block repeated (L2L's device memory does not grow with the parameters of
+// more blocks, only with their stashed outputs when boundaries stay on the device); the device
+// limit bounds the stash, the host memory the parameters, gradients and optimizer state.
+struct L2LCapacity {
+  bool fits = false;              // the trace's model itself fits under the device limit
+  std::int64_t device_peak_bytes = 0;   // the trace's model's predicted peak
+  std::string block;              // "layer3.qkv..layer3.ffn_ln": the block repeated
+  std::int64_t block_parameter_bytes = 0;
+  std::int64_t device_bytes_per_block = 0;  // stash a block adds on the device
+  std::int64_t host_bytes_per_block = 0;    // parameters, gradients, optimizer state (and stash) it adds on the host
+  std::int64_t extra_blocks = 0;  // blocks added to the trace's model
+  bool unbounded = false;         // neither the device nor (an unknown) host memory bounds it
+  std::string bound;              // "device budget" or "host memory"
+  double parameters = 0;          // parameter count of the largest model (elements)
+  double bytes_per_parameter = 4; // parameter bytes per element (from the optimizer state when measured)
+};
+L2LCapacity largest_l2l_model(const core::CostModel& costs, const LayerGraph& graph,
+                              const std::vector<std::int64_t>& micro_batches, bool boundaries_on_host,
+                              std::int64_t device_limit_bytes, std::int64_t host_memory_bytes);
 
 }  // namespace headroom::planner

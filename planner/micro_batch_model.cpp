@@ -8,6 +8,7 @@
 #include "core/saturating.h"
 #include "planner/data_parallel_model.h"
 #include "planner/infcl_model.h"
+#include "planner/l2l_model.h"
 
 namespace headroom::planner {
 
@@ -401,6 +402,8 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
 
 StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
                             BatchCostsCache* cache) {
+  // L2L's relay runs stage-major, every micro-batch through a stage before the next (l2l_model.h).
+  if (choice.l2l) return l2l_step_prediction(costs, graph, choice);
   const StepSequence seq = step_sequence(costs, graph, choice, cache);
   StepPrediction p;
   p.peak_bytes = -1;
@@ -438,6 +441,7 @@ StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& grap
 
 core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
   using core::MemoryKind;
+  if (choice.l2l) return l2l_schedule(costs, graph, choice);
   const StepSequence seq = step_sequence(costs, graph, choice);
   core::Schedule schedule;
   schedule.resident = {{MemoryKind::Parameter, costs.param_bytes() + costs.model_extra_bytes()},

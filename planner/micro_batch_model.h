@@ -91,7 +91,8 @@ struct StepSequence {
   std::vector<Segment> segments;
   std::int64_t static_bytes = 0;  // parameters, gradients and optimizer state, before and after
 };
-// `cache`, when given and made from `costs`, supplies the batch costs.
+// `cache`, when given and made from `costs`, supplies the batch costs. An L2L step (choice.l2l) is
+// not a sequence of micro-batches: predict_step and build_schedule take it to planner/l2l_model.h.
 StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
                            BatchCostsCache* cache = nullptr);
 

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "core/units.h"
+#include "planner/l2l_model.h"
 
 namespace headroom::planner {
 
@@ -39,6 +40,7 @@ std::string with_what(const WeighedStep& step) {
   std::string out;
   if (step.checkpointed_blocks > 0) out += plural(step.checkpointed_blocks, "checkpointed block");
   if (step.lean_layers > 0) out += (out.empty() ? "" : " and ") + plural(step.lean_layers, "lean layer");
+  if (step.l2l) out += (out.empty() ? "" : " and ") + std::string("L2L's relay");
   return out.empty() ? "nothing applied" : out;
 }
 
@@ -49,6 +51,7 @@ std::string describe(const WeighedStep& step) {
   out << step.micro_batches.size() << " micro-batch" << (step.micro_batches.size() > 1 ? "es" : "") << " of "
       << micro_batch_size(step) << ", " << plural(step.checkpointed_blocks, "checkpointed block");
   if (step.lean_layers > 0) out << ", " << plural(step.lean_layers, "lean layer");
+  if (step.l2l) out << ", L2L with boundaries on the " << (step.l2l->boundaries_on_host ? "host" : "device");
   return out.str();
 }
 
@@ -56,7 +59,8 @@ std::string binding_constraint(const ChoiceFacts& f) {
   const WeighedStep& chosen = f.chosen;
   const double chosen_rate = chosen.predicted.samples_per_second;
   const bool whole_fits = f.whole_batch.predicted.peak_bytes <= f.limit_bytes;
-  const bool as_is = chosen.micro_batches.size() == 1 && chosen.checkpointed_blocks == 0 && chosen.lean_layers == 0;
+  const bool as_is =
+      chosen.micro_batches.size() == 1 && chosen.checkpointed_blocks == 0 && chosen.lean_layers == 0 && !chosen.l2l;
   const std::string room = core::format_bytes(f.limit_bytes) + " left after the " + core::format_bytes(f.margin_bytes) +
                            " margin";
   if (as_is) {
@@ -89,6 +93,10 @@ std::string binding_constraint(const ChoiceFacts& f) {
            " faster: " + rate(chosen_rate);
   } else if (chosen.micro_batches.size() > 1) {
     why += "; micro-batches of " + micro_batch_size(chosen) + " are the largest that fit";
+  }
+  if (chosen.l2l) {
+    why += std::string("; they run as L2L's relay (boundaries on the ") + (chosen.l2l->boundaries_on_host ? "host" : "device") +
+           "), the device holding two blocks' parameters instead of the model's parameters, gradients and optimizer state";
   }
   if (f.peak_without_checkpointing) {
     why += "; without checkpointing micro-batches of " + micro_batch_size(chosen) + " need " +
@@ -135,6 +143,63 @@ std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, c
     out.push_back(up);
   }
   return out;
+}
+
+std::string l2l_note(const L2LPrediction& p, bool boundaries_on_host) {
+  return "L2L: parameters, gradients and optimizer state" + std::string(boundaries_on_host ? " and the stashed block boundaries" : "") +
+         " live on the host (" + core::format_bytes(p.host_bytes) + "); the device holds two of the " +
+         std::to_string(p.stages) + " stages' parameters (the largest " + core::format_bytes(p.largest_stage_parameter_bytes) +
+         "), " + (boundaries_on_host ? "" : "the stashed block boundaries, ") +
+         "every micro-batch's input and one stage's work; every stage runs its forward twice, and the predicted time "
+         "leaves out the " + core::format_bytes(p.copy_bytes) + " of copies per step";
+}
+
+namespace {
+
+// "12.3M parameters"
+std::string parameter_count(double count) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(count >= 1e12 ? 2 : 1);
+  if (count >= 1e12) {
+    out << count / 1e12 << "T";
+  } else if (count >= 1e9) {
+    out << count / 1e9 << "B";
+  } else if (count >= 1e6) {
+    out << count / 1e6 << "M";
+  } else {
+    out.precision(0);
+    out << count;
+  }
+  return out.str() + " parameters";
+}
+
+}  // namespace
+
+std::string l2l_capacity_line(const L2LCapacity& c, bool boundaries_on_host, const std::vector<std::int64_t>& micro_batches,
+                              std::int64_t host_memory_bytes) {
+  std::string where = std::string("boundaries on the ") + (boundaries_on_host ? "host" : "device") + ", " +
+                      std::to_string(micro_batches.size()) + " micro-batch" + (micro_batches.size() == 1 ? "" : "es") +
+                      " of " + std::to_string(micro_batches.front());
+  if (micro_batches.back() != micro_batches.front()) where += "/" + std::to_string(micro_batches.back());
+  if (!c.fits) {
+    return "with " + where + ": not even this model (" + parameter_count(c.parameters) + "; device peak " +
+           core::format_bytes(c.device_peak_bytes) + "): bound by the " + c.bound;
+  }
+  if (c.block.empty()) return "with " + where + ": this model (" + parameter_count(c.parameters) + "); " + c.bound;
+  const double per_block = static_cast<double>(c.block_parameter_bytes) / c.bytes_per_parameter;
+  std::string line = "with " + where + ": ";
+  if (c.unbounded) {
+    return line + "no limit from the device (each block like " + c.block + ", " + parameter_count(per_block) +
+           ", adds nothing to its peak of " + core::format_bytes(c.device_peak_bytes) + ") and the host's memory is unknown";
+  }
+  line += "about " + parameter_count(c.parameters) + " (this model with " + std::to_string(c.extra_blocks) +
+          " more blocks like " + c.block + ", " + parameter_count(per_block) + " each); bound by the " + c.bound;
+  if (c.bound == "host memory") line += " (" + core::format_bytes(host_memory_bytes) + " available)";
+  line += ": a block adds " + core::format_bytes(c.host_bytes_per_block) + " on the host and " +
+          (c.device_bytes_per_block > 0 ? core::format_bytes(c.device_bytes_per_block) + " of stashed boundaries on the device"
+                                        : std::string("nothing on the device"));
+  return line;
 }
 
 std::vector<std::string> plan_warnings(const core::Trace& trace, const std::vector<std::int64_t>& micro_batches,

@@ -17,9 +17,10 @@ struct WeighedStep {
   int checkpointed_blocks = 0;
   int lean_layers = 0;
   core::PlanPrediction predicted;
+  std::optional<core::RelayChoice> l2l;  // run as L2L's relay
 };
 
-// "2 micro-batches of 16, 1 checkpointed block, 3 lean layers"
+// "2 micro-batches of 16, 1 checkpointed block, 3 lean layers" ("..., L2L with boundaries on the host")
 std::string describe(const WeighedStep& step);
 
 struct ChoiceFacts {
@@ -52,6 +53,17 @@ std::string infeasible_reason(std::int64_t budget_bytes, std::int64_t limit_byte
 // The plans that lost, best first, at most `count`, each with its verdict against the chosen one.
 std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, const WeighedStep& chosen,
                                        std::size_t count);
+
+struct L2LPrediction;  // planner/l2l_model.h
+// What an L2L plan does with memory, for its warnings: what lives on the host and what the device
+// holds, and that its time leaves out the copies.
+std::string l2l_note(const L2LPrediction& prediction, bool boundaries_on_host);
+
+struct L2LCapacity;  // planner/l2l_model.h
+// One line on the largest model L2L trains at `micro_batches` (boundaries on the device or host):
+// its parameter count, how it was estimated and what bounds it.
+std::string l2l_capacity_line(const L2LCapacity& capacity, bool boundaries_on_host,
+                              const std::vector<std::int64_t>& micro_batches, std::int64_t host_memory_bytes);
 
 // What a user must know about a plan of these micro-batches: times extrapolated past the profiled
 // sizes, BatchNorm normalizing over micro-batches rather than the global batch.

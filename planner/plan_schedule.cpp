@@ -6,10 +6,36 @@
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "planner/infcl_model.h"
+#include "planner/l2l_model.h"
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 
 namespace headroom::planner {
+
+namespace {
+
+// An L2L plan: a model the relay can run, as one worker, with standard layers and nothing checkpointed.
+void check_l2l_choice(const core::Plan& plan, const core::Trace& trace, const std::string& source) {
+  const core::StepChoice& choice = plan.choice;
+  if (const std::string why = l2l_refusal(trace); !why.empty()) {
+    throw core::InputError(source + ": $.l2l: the relay cannot run " + trace.model.name + ": " + why);
+  }
+  if (choice.world_size > 1) throw core::InputError(source + ": $.l2l: L2L with data parallel (world_size > 1) is not implemented");
+  if (!choice.checkpointed_blocks.empty()) {
+    throw core::InputError(source + ": $.l2l: the relay recomputes every block already; give no checkpointed_blocks");
+  }
+  for (const auto& layer : choice.layers) {
+    if (layer.variant != core::LayerVariant::Standard) {
+      throw core::InputError(source + ": $.layers[" + std::to_string(layer.id) + "].variant: the relay runs standard layers only");
+    }
+  }
+  if (choice.micro_batches.size() > kMaxL2LMicroBatches) {
+    throw core::InputError(source + ": $.micro_batches: an L2L step takes at most " + std::to_string(kMaxL2LMicroBatches) +
+                           " micro-batches, got " + std::to_string(choice.micro_batches.size()));
+  }
+}
+
+}  // namespace
 
 void check_choice(const core::Plan& plan, const core::Trace& trace, const std::string& source) {
   const core::StepChoice& choice = plan.choice;
@@ -59,6 +85,7 @@ void check_choice(const core::Plan& plan, const core::Trace& trace, const std::s
       }
     }
   }
+  if (choice.l2l) check_l2l_choice(plan, trace, source);
   if (choice.loss_tiles && !trace.contrastive_loss) {
     throw core::InputError(source + ": $.loss_tiles: the trace's model has no contrastive loss to tile");
   }

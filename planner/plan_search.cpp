@@ -9,6 +9,7 @@
 #include "planner/data_parallel_model.h"
 #include "planner/device_error.h"
 #include "planner/infcl_model.h"
+#include "planner/l2l_model.h"
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_explanation.h"
@@ -139,6 +140,8 @@ struct SearchSpace {
   // tiles when asked for), or the one in `tiles` when this is empty.
   std::vector<std::optional<core::LossTiles>> loss_options;
   std::optional<core::LossTiles> tiles;
+  bool l2l = false;                // asked for, and the relay can run the model
+  std::int64_t host_memory = 0;    // what L2L's host side may fill (0: not checked)
 };
 
 // A choice with only `c`'s data-parallel settings.
@@ -234,6 +237,23 @@ std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const L
   return std::nullopt;
 }
 
+// L2L's relay for these micro-batches (standard layers, nothing checkpointed): stage boundaries on
+// the device where that fits, else on the host (constant memory in depth), or nothing.
+std::optional<Candidate> fit_l2l(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& plain,
+                                 std::int64_t limit, std::int64_t host_memory) {
+  if (plain.micro_batches.size() > kMaxL2LMicroBatches) return std::nullopt;
+  for (const bool on_host : {false, true}) {
+    const auto p = predict_l2l_step(costs, graph, plain.micro_batches, on_host);
+    if (p.device_peak_bytes > limit || (host_memory > 0 && p.host_bytes > host_memory)) continue;
+    Candidate c{plain, {p.device_peak_bytes, p.step_ns, p.peak_at}};
+    c.choice.checkpointed_blocks.clear();
+    for (auto& layer : c.choice.layers) layer.variant = core::LayerVariant::Standard;
+    c.choice.l2l = core::RelayChoice{on_host};
+    return c;
+  }
+  return std::nullopt;
+}
+
 // The fewest of `order`'s first layers lean (but at least its free ones) that still fit `c`'s
 // checkpointing under `limit` (c fits with all of them). Past the free ones, fewer cost less time.
 void trim_lean(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, const TempoOrder& order,
@@ -303,12 +323,17 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
       }
     }
   }
+  // L2L runs every block's forward twice, so it is never faster than the same split as it is.
+  if (space.l2l && !plain_fits) {
+    if (auto c = fit_l2l(costs, graph, plain.choice, limit, space.host_memory)) consider(std::move(*c));
+  }
   return best;
 }
 
 WeighedStep weighed(const Candidate& c, std::int64_t global_batch) {
   return {c.choice.micro_batches, c.checkpointed_count(), c.lean_count(),
-          {c.prediction.peak_bytes, static_cast<double>(c.prediction.step_ns) / 1e9, c.samples_per_second(global_batch)}};
+          {c.prediction.peak_bytes, static_cast<double>(c.prediction.step_ns) / 1e9, c.samples_per_second(global_batch)},
+          c.choice.l2l};
 }
 
 }  // namespace
@@ -359,8 +384,14 @@ std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, B
     const auto order = tempo_order(graph, cache, micro.front()).layers;
     least = std::min(least, predict_step(costs, graph, with_lean_prefix(plain, order, order.size()), &cache).peak_bytes);
   }
+  if (space.l2l) {
+    // The relay's least: its finest split, boundaries on the host (where the host holds them).
+    const auto finest = split_batch(global_batch, std::min<std::int64_t>(global_batch, kMaxL2LMicroBatches));
+    const auto p = predict_l2l_step(costs, graph, finest, true);
+    if (space.host_memory <= 0 || p.host_bytes <= space.host_memory) least = std::min(least, p.device_peak_bytes);
+  }
   if (!space.checkpointing) return least;
-  std::int64_t lo = costs.static_bytes(), hi = least;
+  std::int64_t lo = std::min(costs.static_bytes(), least), hi = least;
   while (lo < hi) {
     const std::int64_t mid = lo + (hi - lo) / 2;
     // The limit that worked, not the peak found under it: the DP rounds sizes up, so a limit
@@ -415,6 +446,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
   if (best.checkpointed_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Checkpointing));
   if (best.lean_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Tempo));
   if (best.choice.loss_tiles) plan.strategies.push_back(strategy_name(Strategy::InfCl));
+  if (best.choice.l2l) plan.strategies.push_back(strategy_name(Strategy::L2L));
   plan.choice = complete_choice(trace, graph, best.choice);
   if (request.workers > 1) {
     // Every worker splits its share into as many micro-batches as worker 0 (fewer only where its
@@ -437,6 +469,10 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
                             "implementations of the zoo's layers (checkpointing and micro-batching do apply)");
   }
   if (const std::string scheme = contrastive_scheme(trace, best.choice); !scheme.empty()) plan.warnings.push_back(scheme);
+  if (best.choice.l2l) {
+    plan.warnings.push_back(l2l_note(predict_l2l_step(costs, graph, best.choice.micro_batches, best.choice.l2l->boundaries_on_host),
+                                     best.choice.l2l->boundaries_on_host));
+  }
   plan.predicted = weighed(best, request.global_batch).predicted;
   plan.peak_at = best.prediction.peak_at;
   return plan;
@@ -503,6 +539,16 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   space.base.world_size = request.workers;
   space.base.link = request.link;
   space.base.bucket_cap_bytes = request.bucket_cap_bytes;
+  if (request.strategies.contains(Strategy::L2L)) {
+    // Named by itself it must apply (the CLI says so first); with others it applies where it can.
+    if (request.workers > 1) {
+      throw core::InputError("strategies: l2l with data parallel (" + std::to_string(request.workers) +
+                             " workers) is not implemented; plan L2L on one device");
+    }
+    if (request.host_memory_bytes < 0) throw core::InputError("host_memory_bytes: expected zero (not checked) or more");
+    space.l2l = relay_can_run(trace);
+    space.host_memory = request.host_memory_bytes;
+  }
   if (const auto loss = contrastive_loss_model(trace)) {
     space.loss_options.push_back(std::nullopt);
     for (const auto& tiles : loss->tiles()) {

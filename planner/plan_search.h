@@ -37,6 +37,9 @@ struct PlanRequest {
   int workers = 1;
   core::CollectiveLink link;
   std::int64_t bucket_cap_bytes = core::kDefaultBucketCapBytes;
+  // L2L (with Strategy::L2L): the host memory its parameters, gradients and optimizer state (and
+  // stashed boundaries) may fill; 0: not checked.
+  std::int64_t host_memory_bytes = 0;
 };
 
 // One split of the global batch the search weighed: its fastest checkpointing that fits or, when

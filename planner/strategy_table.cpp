@@ -30,7 +30,7 @@ std::string strategy_names(bool implemented_only) {
 std::set<Strategy> all_strategies() {
   std::set<Strategy> out;
   for (const auto& entry : kStrategies) {
-    if (entry.implemented) out.insert(entry.id);
+    if (entry.implemented && entry.in_all) out.insert(entry.id);
   }
   return out;
 }

@@ -93,6 +93,14 @@ std::string render_report(const core::Report& r) {
           << fixed(*d.full_batch_weights_max_rel_diff, "%.2e") << "\n";
     }
   }
+  if (r.l2l) {
+    const auto& l = *r.l2l;
+    out << "L2L: " << l.stages << " stages (the largest " << core::format_bytes(l.largest_stage_parameter_bytes)
+        << " of parameters), boundaries on the " << (l.boundaries_on_host ? "host" : "device") << "; the peak above is the device side's; host side: "
+        << core::format_bytes(l.measured_host_peak_bytes) << " at most (parameters, gradients, optimizer state"
+        << (l.boundaries_on_host ? ", stashed boundaries" : "") << " and the optimizer's temporaries); the plan holds room for "
+        << core::format_bytes(l.predicted_host_bytes) << " (every stage's gradients at once, no temporaries)\n";
+  }
   if (r.test_accuracy) out << "test accuracy on " << r.data << " after training: " << fixed(100 * *r.test_accuracy, "%.1f") << "%\n";
   for (const auto& w : r.warnings) out << "warning: " << w << "\n";
   return out.str();

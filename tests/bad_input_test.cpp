@@ -237,6 +237,22 @@ TEST(BadPlan, EveryFieldSpoiledIsNamedOrDocumented) {
   std::printf("plan: %d spoiled documents, %zu accepted\n", s.spoiled, s.accepted.size());
 }
 
+// An L2L plan (issue 15), field by field: its relay field too.
+TEST(BadPlan, EveryFieldOfAnL2LPlanSpoiledIsNamedOrDocumented) {
+  const core::Trace trace = core::read_trace_file(kTrace);
+  json good = core::to_json(mlp_plan());
+  good["checkpointed_blocks"] = json::array();
+  for (auto& layer : good["layers"]) {
+    layer["checkpoint"] = false;
+    layer["variant"] = "standard";
+  }
+  good["l2l"] = {{"boundaries", "host"}};
+  planner::check_choice(core::plan_from_json(good, "p.json"), trace, "p.json");
+  const Sweep s = sweep(good, [&](const json& d) { planner::check_choice(core::plan_from_json(d, "p.json"), trace, "p.json"); });
+  EXPECT_GT(s.spoiled, 50);
+  for (const auto& a : s.accepted) ADD_FAILURE() << "accepted: " << a;
+}
+
 using testing::CommandResult;
 
 CommandResult run(const std::string& args) { return testing::run_headroom(args, "headroom_bad_input.stderr", 20); }
@@ -367,6 +383,41 @@ TEST_F(BadInputCli, DataParallelFlagsAndFields) {
   p = plan_;
   p["data_parallel"] = p["explanation"];
   expect_refused("simulate " + write("one.json", p), "$.data_parallel: given for one worker");
+}
+
+// L2L's strategy, plan field and execution options (issue 15).
+TEST_F(BadInputCli, L2LPlansTheRelayCannotRun) {
+  json p = plan_;
+  p["l2l"] = {{"boundaries", "gpu"}};
+  expect_refused("simulate " + write("l2l-where.json", p), "$.l2l.boundaries: expected device or host, got 'gpu'");
+  expect_refused("execute " + path("l2l-where.json") + " --steps 1", "$.l2l.boundaries");
+  p["l2l"] = "device";
+  expect_refused("simulate " + write("l2l-type.json", p), "$.l2l");
+  p = plan_;
+  p["l2l"] = {{"boundaries", "device"}};
+  p["checkpointed_blocks"] = json::array({1});
+  expect_refused("simulate " + write("l2l-ckpt.json", p), "$.l2l: the relay recomputes every block already");
+  expect_refused("execute " + path("l2l-ckpt.json") + " --steps 1", "$.l2l: the relay recomputes every block already");
+  p = plan_;
+  p["l2l"] = {{"boundaries", "device"}};
+  p["checkpointed_blocks"] = json::array();
+  for (auto& layer : p["layers"]) {
+    layer["checkpoint"] = false;
+    layer["variant"] = "standard";
+  }
+  expect_refused("execute " + write("l2l-ref.json", p) + " --steps 1 --full-batch-reference",
+                 "full-batch-reference: not implemented for an L2L plan");
+  expect_refused("execute " + path("l2l-ref.json") + " --steps 1 --host-limit", "host-limit: an L2L plan keeps");
+  // The cnn's BatchNorm: refused as a strategy by name and as a hand-edited plan field.
+  fs::copy_file(std::string(HEADROOM_TRACES_DIR) + "/cpu-cnn.json", dir_ / "cnn.json");
+  expect_refused("plan " + path("cnn.json") + " --budget 300MiB --batch 64 --strategies mbp,l2l",
+                 "--strategies l2l: the relay cannot run cnn: its BatchNorm layer stem.bn");
+  ASSERT_EQ(run("plan " + path("cnn.json") + " --budget 300MiB --batch 64 --strategies mbp -o " + path("cnn-plan.json")).exit_code, 0);
+  p = core::parse_json(core::read_file(dir_ / "cnn-plan.json"), "cnn-plan.json");
+  p["l2l"] = {{"boundaries", "device"}};
+  const std::string relayed = write("cnn-l2l.json", p);
+  expect_refused("simulate " + relayed, "$.l2l: the relay cannot run cnn: its BatchNorm layer stem.bn");
+  expect_refused("execute " + relayed + " --steps 1", "$.l2l: the relay cannot run cnn");
 }
 
 TEST_F(BadInputCli, TracesWithClashingOrOutOfRangeFields) {

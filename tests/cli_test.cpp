@@ -164,7 +164,8 @@ TEST(Cli, BadPlanInputsExitWithTwo) {
   expect_one_line_error(run("plan " + kTrace + " --budget 12MB --batch 8" + out), "'12MB'");
   expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 0" + out), "--batch");
   expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies mbp,warp" + out), "'warp'");
-  expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies l2l" + out), "not implemented yet");
+  expect_one_line_error(run("plan " + std::string(HEADROOM_TRACES_DIR) + "/cpu-cnn.json --budget 1GiB --batch 8 --strategies l2l" + out),
+                        "--strategies l2l: the relay cannot run cnn: its BatchNorm layer");
   expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies mbp,infcl" + out),
                         "the trace has no contrastive loss measurements");
   const std::string cnn = std::string(HEADROOM_TRACES_DIR) + "/cpu-cnn.json";

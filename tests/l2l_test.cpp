@@ -3,11 +3,14 @@
 #include <cstdio>
 #include <optional>
 
+#include "core/cost_model.h"
 #include "core/errors.h"
+#include "executor/executor.h"
 #include "executor/l2l_relay.h"
 #include "executor/plan_runner.h"
 #include "models/zoo.h"
 #include "planner/l2l_model.h"
+#include "planner/plan_search.h"
 #include "profiler/profiler.h"
 #include "runtime/budget_allocator.h"
 #include "runtime/optimizer.h"
@@ -235,6 +238,62 @@ TEST(L2L, PredictedDevicePeakBoundsTheMeasuredOne) {
     EXPECT_GE(predicted.device_peak_bytes, measured);
     EXPECT_LE(error, 0.02);
   }
+}
+
+// `headroom execute` of an L2L plan: the planner picks the relay where nothing else fits, and the
+// executor runs it under the plan's device budget, its peak as predicted, its gradients the full batch's.
+TEST(L2L, ExecuteRunsTheRelayPlanUnderItsBudget) {
+  const std::map<std::string, std::string> config = {{"preset", "tiny"}, {"layers", "4"}, {"hidden", "128"},
+                                                     {"heads", "2"},     {"seq", "16"},   {"vocab", "64"}};
+  core::Trace trace;
+  {
+    auto model = models::build_zoo_model("bert", config, 0);
+    profiler::ProfileOptions options;
+    options.batch_sizes = {1, 2, 4, 8};  // up to the global batch: every micro-batch size measured
+    options.repeats = 1;
+    options.tempo = false;
+    trace = profiler::profile(model, options);
+  }
+  planner::PlanRequest request;
+  request.global_batch = 8;
+  request.trace_path = "t.json";
+  request.trace_sha256 = std::string(64, '0');
+  request.budget_bytes = 1;
+  request.strategies = planner::parse_strategies("mbp,checkpoint");
+  const std::int64_t ordinary = planner::plan_step(trace, request).smallest_budget;
+  request.strategies = planner::parse_strategies("mbp,checkpoint,l2l");
+  const std::int64_t relayed = planner::plan_step(trace, request).smallest_budget;
+  ASSERT_LT(relayed, ordinary);
+  request.budget_bytes = (relayed + ordinary) / 2;
+  const auto outcome = planner::plan_step(trace, request);
+  ASSERT_TRUE(outcome.plan && outcome.plan->choice.l2l) << outcome.reason;
+  const core::Plan& plan = *outcome.plan;
+
+  executor::ExecuteOptions options;
+  options.steps = 2;
+  options.warmup_steps = 1;
+  const core::Report report = executor::execute(plan, trace, "p.json", options);
+  ASSERT_EQ(report.status, "ok");
+  ASSERT_TRUE(report.l2l);
+  EXPECT_EQ(report.budget_bytes, plan.budget_bytes);
+  EXPECT_GT(report.measured.peak_bytes, 0);
+  EXPECT_LE(report.measured.peak_bytes, plan.budget_bytes);
+  // Within 2% (the bound). Not always above: at one micro-batch of 8, hidden 128, the relay
+  // measures 512 B (b x seq floats) more than the model predicts, unexplained yet (see the note).
+  EXPECT_LE(report.peak_rel_error, 0.02);
+  ASSERT_TRUE(report.gradient_check.computed);
+  EXPECT_LE(report.gradient_check.max_rel_diff, 1e-5);
+  // The host held the training state: at least the parameters and Adam's state (each stage's
+  // gradients live there only from its offload to its optimizer step).
+  const core::CostModel costs(trace);
+  EXPECT_GE(report.l2l->measured_host_peak_bytes, costs.param_bytes() + costs.optimizer_state_bytes());
+  EXPECT_EQ(report.l2l->stages, static_cast<int>(planner::l2l_stages(trace).size()));
+  std::printf("L2L plan of %zu micro-batches of %lld, %s, budget %lld: predicted peak %lld, measured %lld (%.2f%%), gradient check %.2e, host %lld\n",
+              plan.choice.micro_batches.size(), static_cast<long long>(plan.choice.micro_batches.front()),
+              plan.choice.l2l->boundaries_on_host ? "host boundaries" : "device boundaries",
+              static_cast<long long>(plan.budget_bytes), static_cast<long long>(report.predicted.peak_bytes),
+              static_cast<long long>(report.measured.peak_bytes), 100 * report.peak_rel_error,
+              report.gradient_check.max_rel_diff, static_cast<long long>(report.l2l->measured_host_peak_bytes));
 }
 
 }  // namespace

@@ -181,7 +181,8 @@ QWidget* MainWindow::build_controls() {
       tip += QString("\nneeds a trace with ") + QString::fromUtf8(entry.needs.data(), static_cast<int>(entry.needs.size()));
     }
     box->setToolTip(tip);
-    box->setChecked(true);
+    // Those outside "all" (L2L, which moves the training state to the host) start unchecked.
+    box->setChecked(entry.in_all);
     strategy_boxes_.push_back({entry.id, box});
   }
   optimizer_ = new QComboBox(step_box);

@@ -24,6 +24,8 @@ planner::PlanRequest plan_request(const TraceDocument& trace, const PlanInputs& 
   request.global_batch = inputs.global_batch;
   request.margin_fraction = inputs.margin_fraction;
   request.strategies = inputs.strategies;
+  // L2L's training state must fit this machine's memory, as `headroom plan` checks it.
+  if (inputs.strategies.contains(planner::Strategy::L2L)) request.host_memory_bytes = core::available_host_memory_bytes();
   request.trace_path = trace.path;
   request.trace_sha256 = trace.sha256;
   request.optimizer = inputs.optimizer;

@@ -1,0 +1,153 @@
+#include "executor/l2l_execute.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "core/errors.h"
+#include "executor/l2l_relay.h"
+#include "executor/plan_runner.h"
+#include "models/model_source.h"
+#include "runtime/budget_allocator.h"
+
+namespace headroom::executor {
+
+namespace {
+
+using runtime::BudgetAllocator;
+
+void progress(const ExecuteOptions& options, const std::string& what) {
+  if (options.on_progress) options.on_progress(what);
+}
+
+// What the relay does not run with yet, refused before anything is built.
+void check_options(const ExecuteOptions& options) {
+  if (options.device != "cpu") {
+    throw core::InputError("device " + options.device + ": an L2L plan runs on the CPU only (the relay's pinned host "
+                           "memory and copy stream for CUDA are not written)");
+  }
+  if (options.data != "synthetic") throw core::InputError("data: an L2L plan trains on synthetic data only");
+  if (options.full_batch_reference) {
+    throw core::InputError("full-batch-reference: not implemented for an L2L plan (its gradient check compares the "
+                           "relay's gradients with the full batch's)");
+  }
+  if (options.host_limit) {
+    throw core::InputError("host-limit: an L2L plan keeps its training state in host memory, outside the budget by design");
+  }
+  if (options.batchnorm_eval) throw core::InputError("batchnorm-eval: the relay does not run BatchNorm models");
+}
+
+// The traced model, built on the host (its parameters are the relay's to place).
+models::Model host_model(const core::Trace& trace, std::uint64_t seed) {
+  runtime::HostScope host;
+  models::Model model = models::build_model(trace.model, seed);
+  if (model.layers().size() != trace.layers.size()) {
+    throw core::InputError("the zoo's " + trace.model.name + " has " + std::to_string(model.layers().size()) +
+                           " layers but the trace has " + std::to_string(trace.layers.size()));
+  }
+  for (std::size_t i = 0; i < trace.layers.size(); ++i) {
+    if (model.layers()[i].name != trace.layers[i].name) {
+      throw core::InputError("the zoo's " + trace.model.name + " differs from the trace at layer " + std::to_string(i) +
+                             " (" + model.layers()[i].name + " vs " + trace.layers[i].name + ")");
+    }
+  }
+  model.set_training(true);
+  return model;
+}
+
+// The relay's accumulated gradients against one full-batch backward of the same model, same
+// weights and data, dropout off on both sides; both run before the budget starts.
+core::GradientCheck check_gradient(L2LRelay& relay, models::Model& model, const core::Plan& plan, const core::Trace& trace,
+                                   const ExecuteOptions& options) {
+  progress(options, "gradient check");
+  core::GradientCheck check;
+  model.set_dropout(false);
+  const auto batches = make_micro_batches(model, plan.choice.micro_batches, options.seed, torch::kCPU);
+  relay.accumulate(batches, plan.global_batch);
+  std::vector<torch::Tensor> relayed;
+  for (const auto& g : relay.host_gradients()) relayed.push_back(g.clone());
+  // Training starts from no gradients.
+  for (auto parameter : relay.host_parameters()) parameter.mutable_grad() = torch::Tensor();
+  model.set_dropout(true);
+
+  models::Model reference = models::build_model(trace.model, options.seed);
+  reference.set_training(true);
+  reference.set_dropout(false);
+  reference.forward(concatenate(batches)).backward();
+  check.max_rel_diff = max_relative_difference(relayed, gradients_of(reference.parameters()));
+  check.computed = true;
+  check.note = std::string("L2L's relay (stage by stage, every stage re-run from its stashed inputs, boundaries on the ") +
+               (plan.choice.l2l->boundaries_on_host ? "host" : "device") +
+               ") against one full-batch backward of the same weights and data, dropout off on both sides";
+  return check;
+}
+
+}  // namespace
+
+void execute_relay(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, core::Report& report) {
+  check_options(options);
+  auto& allocator = BudgetAllocator::instance();
+  BudgetAllocator::clear_last_refusal();
+  const std::int64_t host_before = allocator.host_in_use();
+  models::Model model = host_model(trace, options.seed);
+  Position position;
+  RelayOptions relay_options;
+  relay_options.optimizer = plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer;
+  relay_options.boundaries_on_host = plan.choice.l2l->boundaries_on_host;
+  // Each stage waits for the next one's parameters to land before it computes: the device then
+  // holds two stages' parameters at every peak, the bound the plan predicts; a copy landing later
+  // would only lower the peak, by chance (on the CPU a copy is a memcpy, so little overlap is lost).
+  relay_options.settle_prefetch = true;
+  L2LRelay relay(model, relay_options, position);
+  core::RelayReport relay_report;
+  relay_report.boundaries_on_host = relay_options.boundaries_on_host;
+  relay_report.stages = relay.stage_count();
+  relay_report.largest_stage_parameter_bytes = relay.largest_stage_parameter_bytes();
+  if (options.gradient_check) report.gradient_check = check_gradient(relay, model, plan, trace, options);
+
+  std::optional<runtime::ScopedBudget> budget;
+  if (options.enforce_budget) budget.emplace(plan.budget_bytes);
+  report.budget_bytes = budget ? plan.budget_bytes : 0;
+  const int total = options.warmup_steps + options.steps;
+  try {
+    for (int step = 0; step < total; ++step) {
+      const bool measured = step >= options.warmup_steps;
+      progress(options, measured ? "step " + std::to_string(step - options.warmup_steps + 1) + "/" + std::to_string(options.steps)
+                                 : "warm-up " + std::to_string(step + 1) + "/" + std::to_string(options.warmup_steps));
+      // Every micro-batch's input is on the device for the whole step, as the plan counts it.
+      const std::int64_t before = allocator.in_use();
+      position.phase = "data";
+      const auto batches = make_micro_batches(model, plan.choice.micro_batches,
+                                              options.seed + 7919 * static_cast<std::uint64_t>(step + 1), torch::kCPU);
+      allocator.reset_peak();
+      allocator.reset_host_peak();
+      const auto start = std::chrono::steady_clock::now();
+      relay.step(batches, plan.global_batch);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!measured) continue;
+      report.step_seconds.push_back(seconds);
+      report.measured.peak_bytes = std::max(report.measured.peak_bytes, allocator.peak() - before);
+      relay_report.measured_host_peak_bytes =
+          std::max(relay_report.measured_host_peak_bytes, allocator.host_peak() - host_before);
+    }
+    report.status = "ok";
+  } catch (const c10::OutOfMemoryError&) {
+    const runtime::Refusal& refusal = BudgetAllocator::last_refusal();
+    const std::int64_t baseline = budget ? budget->baseline() : 0;
+    core::OutOfMemory oom;
+    oom.layer = position.layer;
+    oom.phase = position.phase;
+    oom.micro_batch = position.micro_batch;
+    oom.requested_bytes = refusal.requested_bytes;
+    oom.in_use_bytes = refusal.in_use_bytes - baseline;
+    oom.budget_bytes = refusal.budget_bytes - baseline;
+    report.out_of_memory = oom;
+    report.status = "out_of_memory";
+  }
+  report.l2l = relay_report;
+  report.warnings.push_back("L2L ran with each stage waiting for the next one's parameters before computing (the peak "
+                            "the plan predicts); the device-side peak is what the budget allocator counted outside "
+                            "host scopes, the host side is reported apart");
+}
+
+}  // namespace headroom::executor

@@ -1,0 +1,19 @@
+#pragma once
+// Executing an L2L plan (issue 15): the model built on the host, L2L's relay (l2l_relay.h) running
+// the plan's steps under its device budget. On the CPU the device side is what the budget allocator
+// counts outside host scopes; the report's peak is that side's, and the host's bytes are reported
+// beside it (runtime/budget_allocator.h).
+#include "core/plan.h"
+#include "core/report.h"
+#include "core/trace.h"
+#include "executor/executor.h"
+
+namespace headroom::executor {
+
+// Runs the plan (plan.choice.l2l set) and fills `report`, which execute() started with the plan's
+// side: the measured steps, the device peak, the gradient check, the relay's host bytes, or where
+// the budget refused. Throws InputError for options the relay does not run with (a device other
+// than the CPU, real data, a full-batch reference, the host limit) and for a model it cannot run.
+void execute_relay(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, core::Report& report);
+
+}  // namespace headroom::executor

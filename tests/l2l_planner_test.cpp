@@ -1,0 +1,205 @@
+// L2L as a planner strategy (issue 15): chosen when it is the only plan that fits, never when an
+// ordinary one does, its plan field read back, its schedule simulated to its prediction, and the
+// largest model a budget trains with it. Torch-free, on the committed bert trace.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/cost_model.h"
+#include "core/errors.h"
+#include "core/plan.h"
+#include "planner/l2l_model.h"
+#include "planner/micro_batch_model.h"
+#include "planner/plan_schedule.h"
+#include "planner/plan_search.h"
+#include "simulator/simulator.h"
+
+namespace headroom {
+namespace {
+
+core::Trace bert_trace() { return core::read_trace_file(std::filesystem::path(HEADROOM_TRACES_DIR) / "cpu-bert.json"); }
+
+planner::PlanRequest request_for(std::int64_t budget, const std::string& strategies) {
+  planner::PlanRequest request;
+  request.global_batch = 16;
+  request.budget_bytes = budget;
+  request.strategies = planner::parse_strategies(strategies);
+  request.trace_path = "traces/cpu-bert.json";
+  request.trace_sha256 = std::string(64, '0');
+  return request;
+}
+
+TEST(L2LPlanner, StrategyIsNamedNotPartOfAll) {
+  EXPECT_FALSE(planner::parse_strategies("all").contains(planner::Strategy::L2L));
+  EXPECT_TRUE(planner::parse_strategies("mbp,l2l").contains(planner::Strategy::L2L));
+  EXPECT_TRUE(planner::applies_to(planner::Strategy::L2L, bert_trace()));
+}
+
+// Below what micro-batching and checkpointing can reach, only the relay fits; it is then the plan,
+// with its device peak under the limit and the host holding the training state.
+TEST(L2LPlanner, ChosenWhenNothingElseFits) {
+  const core::Trace trace = bert_trace();
+  const auto ordinary = planner::plan_step(trace, request_for(1, "mbp,checkpoint"));
+  ASSERT_FALSE(ordinary.plan);
+  const std::int64_t least_ordinary = ordinary.smallest_budget;
+  // Half of what the ordinary plans need at least: still room for the relay's two stages.
+  const auto outcome = planner::plan_step(trace, request_for(least_ordinary / 2, "mbp,checkpoint,l2l"));
+  ASSERT_FALSE(planner::plan_step(trace, request_for(least_ordinary / 2, "mbp,checkpoint")).plan);
+  ASSERT_TRUE(outcome.plan) << outcome.reason;
+  const core::Plan& plan = *outcome.plan;
+  ASSERT_TRUE(plan.choice.l2l);
+  EXPECT_TRUE(plan.choice.checkpointed_blocks.empty());
+  EXPECT_NE(std::find(plan.strategies.begin(), plan.strategies.end(), "l2l"), plan.strategies.end());
+  EXPECT_LE(plan.predicted.peak_bytes, plan.budget_bytes - plan.margin_bytes);
+  const core::CostModel costs(trace);
+  EXPECT_LT(plan.predicted.peak_bytes, costs.static_bytes()) << "the device holds less than the model's training state";
+  bool noted = false;
+  for (const auto& w : plan.warnings) noted |= w.rfind("L2L:", 0) == 0;
+  EXPECT_TRUE(noted);
+  EXPECT_NE(plan.binding_constraint.find("L2L's relay"), std::string::npos) << plan.binding_constraint;
+  // The least budget the search names when nothing fits takes the relay into account.
+  const auto too_small = planner::plan_step(trace, request_for(1, "mbp,checkpoint,l2l"));
+  ASSERT_FALSE(too_small.plan);
+  EXPECT_LT(too_small.smallest_budget, least_ordinary);
+  EXPECT_TRUE(planner::plan_step(trace, request_for(too_small.smallest_budget, "mbp,checkpoint,l2l")).plan);
+  EXPECT_FALSE(planner::plan_step(trace, request_for(too_small.smallest_budget - 1, "mbp,checkpoint,l2l")).plan);
+}
+
+// The relay runs every block's forward twice: where an ordinary plan fits, allowing L2L changes the
+// plan's step in nothing (its explanation may name relays of larger micro-batches it beat).
+TEST(L2LPlanner, NotChosenWhereAnOrdinaryPlanFits) {
+  const core::Trace trace = bert_trace();
+  const std::int64_t least = planner::plan_step(trace, request_for(1, "mbp,checkpoint")).smallest_budget;
+  for (const double factor : {1.0, 1.5, 3.0}) {
+    const auto budget = static_cast<std::int64_t>(static_cast<double>(least) * factor);
+    const auto without = planner::plan_step(trace, request_for(budget, "mbp,checkpoint"));
+    const auto with = planner::plan_step(trace, request_for(budget, "mbp,checkpoint,l2l"));
+    ASSERT_TRUE(without.plan && with.plan);
+    EXPECT_EQ(without.plan->choice, with.plan->choice);
+    EXPECT_EQ(without.plan->predicted, with.plan->predicted);
+    EXPECT_EQ(without.plan->warnings, with.plan->warnings);
+    for (const auto& up : with.plan->runner_ups) {
+      EXPECT_LT(up.predicted.samples_per_second, with.plan->predicted.samples_per_second) << up.verdict;
+    }
+  }
+}
+
+// Where the host cannot hold the training state, the relay is not a plan.
+TEST(L2LPlanner, HostMemoryBoundsTheRelay) {
+  const core::Trace trace = bert_trace();
+  const std::int64_t least = planner::plan_step(trace, request_for(1, "mbp,checkpoint")).smallest_budget;
+  auto request = request_for(least / 2, "mbp,checkpoint,l2l");
+  request.host_memory_bytes = core::CostModel(trace).static_bytes() / 2;
+  EXPECT_FALSE(planner::plan_step(trace, request).plan);
+  request.host_memory_bytes = -1;
+  EXPECT_THROW(planner::plan_step(trace, request), core::InputError);
+  auto parallel = request_for(least / 2, "mbp,l2l");
+  parallel.workers = 2;
+  parallel.link = {1e9, 1000, "given"};
+  EXPECT_THROW(planner::plan_step(trace, parallel), core::InputError);
+}
+
+TEST(L2LPlanner, PlanFieldReadsBack) {
+  const core::Trace trace = bert_trace();
+  const std::int64_t least = planner::plan_step(trace, request_for(1, "mbp,checkpoint")).smallest_budget;
+  const auto outcome = planner::plan_step(trace, request_for(least / 2, "mbp,l2l"));
+  ASSERT_TRUE(outcome.plan);
+  for (const bool on_host : {false, true}) {
+    core::Plan plan = *outcome.plan;
+    plan.choice.l2l = core::RelayChoice{on_host};
+    const auto json = core::to_json(plan);
+    EXPECT_EQ(json.at("l2l").at("boundaries"), on_host ? "host" : "device");
+    EXPECT_EQ(core::plan_from_json(json), plan);
+  }
+  core::Plan plain = *outcome.plan;
+  plain.choice.l2l.reset();
+  EXPECT_FALSE(core::to_json(plain).contains("l2l"));
+}
+
+// The simulator's schedule of an L2L step is the planner's walk: same peak to the byte, same time.
+TEST(L2LPlanner, ScheduleSimulatesToThePrediction) {
+  const core::Trace trace = bert_trace();
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  for (const bool on_host : {false, true}) {
+    core::StepChoice choice;
+    choice.micro_batches = {6, 5, 5};
+    choice.l2l = core::RelayChoice{on_host};
+    const auto predicted = planner::predict_step(costs, graph, choice);
+    const auto direct = planner::predict_l2l_step(costs, graph, choice.micro_batches, on_host);
+    EXPECT_EQ(predicted.peak_bytes, direct.device_peak_bytes);
+    EXPECT_EQ(predicted.step_ns, direct.step_ns);
+    const auto schedule = planner::build_schedule(costs, graph, choice);
+    const auto sim = simulator::simulate(schedule);
+    EXPECT_EQ(sim.peak_bytes, predicted.peak_bytes) << "boundaries on host " << on_host;
+    EXPECT_EQ(sim.makespan_ns, predicted.step_ns);
+    // The device ends the step empty: every change it saw is undone.
+    EXPECT_EQ(sim.memory.back().total(), 0);
+  }
+}
+
+// The largest-model estimate: the trace's model plus repeated blocks, bounded by the device (the
+// stash each block adds) or by the host (each block's training state).
+TEST(L2LPlanner, LargestModelFollowsTheBounds) {
+  const core::Trace trace = bert_trace();
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const std::vector<std::int64_t> micro = {4, 4, 4, 4};
+  const auto alone = planner::predict_l2l_step(costs, graph, micro, false);
+  const std::int64_t host = 8 * costs.static_bytes();
+  // The device bound: a limit of the model's peak plus exactly ten blocks' stash.
+  const auto probe = planner::largest_l2l_model(costs, graph, micro, false, alone.device_peak_bytes, host);
+  ASSERT_TRUE(probe.fits);
+  ASSERT_GT(probe.device_bytes_per_block, 0);
+  const auto ten = planner::largest_l2l_model(costs, graph, micro, false,
+                                              alone.device_peak_bytes + 10 * probe.device_bytes_per_block, 0);
+  EXPECT_EQ(ten.extra_blocks, 10);
+  EXPECT_EQ(ten.bound, "device budget");
+  EXPECT_NEAR(ten.parameters, static_cast<double>(costs.param_bytes() + 10 * ten.block_parameter_bytes) / 4.0, 1.0);
+  EXPECT_DOUBLE_EQ(ten.bytes_per_parameter, 4.0);  // fp32, from the optimizer state per element
+  // Boundaries on the host: the device does not bound depth; the host does, or nothing known does.
+  const auto on_host = planner::largest_l2l_model(costs, graph, micro, true, alone.device_peak_bytes, host);
+  EXPECT_EQ(on_host.device_bytes_per_block, 0);
+  EXPECT_EQ(on_host.bound, "host memory");
+  const auto state = planner::predict_l2l_step(costs, graph, micro, true).host_bytes;
+  EXPECT_EQ(on_host.extra_blocks, (host - state) / on_host.host_bytes_per_block);
+  EXPECT_TRUE(planner::largest_l2l_model(costs, graph, micro, true, alone.device_peak_bytes, 0).unbounded);
+  // Below the model's own peak: not even it.
+  EXPECT_FALSE(planner::largest_l2l_model(costs, graph, micro, false, alone.device_peak_bytes - 1, host).fits);
+}
+
+// A plan that asks the relay for what it cannot run is refused with one line naming why.
+TEST(L2LPlanner, HandEditedPlansTheRelayCannotRunAreRefused) {
+  const core::Trace trace = bert_trace();
+  const std::int64_t least = planner::plan_step(trace, request_for(1, "mbp,checkpoint")).smallest_budget;
+  const auto outcome = planner::plan_step(trace, request_for(least / 2, "mbp,l2l"));
+  ASSERT_TRUE(outcome.plan);
+  const auto refusal = [&](core::Plan plan, const core::Trace& against) -> std::string {
+    try {
+      planner::check_choice(plan, against, "p.json");
+    } catch (const core::InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(refusal(*outcome.plan, trace), "");
+  core::Plan checkpointed = *outcome.plan;
+  checkpointed.choice.checkpointed_blocks = {0};
+  EXPECT_NE(refusal(checkpointed, trace).find("$.l2l: the relay recomputes every block"), std::string::npos);
+  core::Plan lean = *outcome.plan;
+  lean.choice.layers[10].variant = core::LayerVariant::Tempo;
+  EXPECT_NE(refusal(lean, trace).find("standard layers only"), std::string::npos) << refusal(lean, trace);
+  // The cnn has BatchNorm: its plan with l2l is refused, naming the layer.
+  const core::Trace cnn = core::read_trace_file(std::filesystem::path(HEADROOM_TRACES_DIR) / "cpu-cnn.json");
+  EXPECT_FALSE(planner::applies_to(planner::Strategy::L2L, cnn));
+  const auto cnn_plan = planner::plan_step(cnn, request_for(core::CostModel(cnn).static_bytes() * 4, "mbp"));
+  ASSERT_TRUE(cnn_plan.plan);
+  core::Plan relayed = *cnn_plan.plan;
+  relayed.choice.l2l = core::RelayChoice{};
+  const std::string why = refusal(relayed, cnn);
+  EXPECT_NE(why.find("p.json: $.l2l: the relay cannot run cnn: its BatchNorm layer"), std::string::npos) << why;
+  EXPECT_EQ(why.find('\n'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace headroom
