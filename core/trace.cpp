@@ -134,8 +134,9 @@ nlohmann::json to_json(const Trace& trace) {
   nlohmann::json device = {{"kind", trace.device.kind},
                            {"name", trace.device.name},
                            {"total_memory_bytes", trace.device.total_memory_bytes}};
-  if (trace.device.is_cuda()) {
-    device["sm_count"] = trace.device.sm_count;
+  if (trace.device.is_cuda()) device["sm_count"] = trace.device.sm_count;
+  // CUDA: pinned host<->device copies; the CPU (traces since L2L's copy lanes): memcpy.
+  if (trace.device.is_cuda() || trace.device.host_to_device_bytes_per_s > 0) {
     device["host_to_device_bytes_per_s"] = trace.device.host_to_device_bytes_per_s;
     device["device_to_host_bytes_per_s"] = trace.device.device_to_host_bytes_per_s;
   }
@@ -392,12 +393,14 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
     }
     trace.device.name = device.at("name").as_string();
     trace.device.total_memory_bytes = as_bytes(device.at("total_memory_bytes"));
-    if (trace.device.is_cuda()) {
-      trace.device.sm_count = as_count(device.at("sm_count"));
+    if (trace.device.is_cuda()) trace.device.sm_count = as_count(device.at("sm_count"));
+    // A CPU trace from before the memcpy bandwidth was measured has none (0: copies not timed).
+    if (trace.device.is_cuda() || device.has("host_to_device_bytes_per_s") || device.has("device_to_host_bytes_per_s")) {
       trace.device.host_to_device_bytes_per_s = device.at("host_to_device_bytes_per_s").as_double();
       trace.device.device_to_host_bytes_per_s = device.at("device_to_host_bytes_per_s").as_double();
       for (const char* key : {"host_to_device_bytes_per_s", "device_to_host_bytes_per_s"}) {
-        if (device.at(key).as_double() <= 0) device.at(key).fail("expected a positive bandwidth");
+        const double v = device.at(key).as_double();
+        if (!(v > 0 && v <= 1e14)) device.at(key).fail("expected a positive bandwidth, at most 1e14 bytes/s");
       }
     }
 

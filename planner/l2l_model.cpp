@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 
@@ -52,12 +53,73 @@ namespace {
 
 std::int64_t scaled(std::int64_t ns, double scale) { return std::llround(static_cast<double>(ns) * scale); }
 
-// The host steps stage s while the device works on stage s-1; stage 0's step has nothing to hide
-// behind: its share of the trace's optimizer time (by parameter bytes) is exposed.
-std::int64_t exposed_host_optimizer_ns(const L2LPrediction& p, std::int64_t first_stage_bytes, std::int64_t total_bytes) {
-  if (total_bytes <= 0) return 0;
-  return std::llround(static_cast<double>(p.host_optimizer_ns) * static_cast<double>(first_stage_bytes) /
-                      static_cast<double>(total_bytes));
+// Per stage: its parameters' copy in, its gradients' copy out, and its host optimizer step (the
+// trace's optimizer time by parameter bytes).
+struct StageTransfers {
+  std::vector<std::int64_t> in_ns, out_ns, optimizer_ns;
+};
+
+StageTransfers stage_transfers(const core::CostModel& costs, const std::vector<L2LStage>& stages) {
+  const auto& device = costs.trace().device;
+  std::int64_t total = 0;
+  for (const auto& stage : stages) total += stage.parameter_bytes;
+  StageTransfers t;
+  const auto at = [](std::int64_t bytes, double per_second) {
+    return per_second > 0 ? std::llround(static_cast<double>(bytes) / per_second * 1e9) : std::int64_t{0};
+  };
+  for (const auto& stage : stages) {
+    t.in_ns.push_back(at(stage.parameter_bytes, device.host_to_device_bytes_per_s));
+    t.out_ns.push_back(at(stage.parameter_bytes, device.device_to_host_bytes_per_s));
+    t.optimizer_ns.push_back(total > 0 ? std::llround(static_cast<double>(costs.optimizer_ns()) *
+                                                      static_cast<double>(stage.parameter_bytes) / static_cast<double>(total))
+                                       : 0);
+  }
+  return t;
+}
+
+struct RelayLanes {
+  std::int64_t step_ns = 0;
+  std::int64_t copy_ns = 0;
+};
+
+// The relay's order (executor/l2l_relay.cpp): stage s loads once its copy has landed and stage s-1
+// has computed, then starts the copy of the next stage (with kRelaySettlesPrefetch it computes only
+// once that copy has landed too); in backward the last stage stays loaded, each stage's gradients go
+// out on the compute thread and the host optimizer steps the stage after them, one stage at a time.
+RelayLanes relay_lanes(const core::CostModel& costs, const std::vector<L2LStage>& stages,
+                       const std::vector<std::int64_t>& forward_ns, const std::vector<std::int64_t>& backward_ns) {
+  const StageTransfers t = stage_transfers(costs, stages);
+  const int last = static_cast<int>(stages.size()) - 1;
+  RelayLanes lanes;
+  if (last < 0) return lanes;
+  const auto in = [&](int s) { return t.in_ns[static_cast<std::size_t>(s)]; };
+  std::int64_t compute_end = 0, copy_end = in(0);
+  lanes.copy_ns += in(0);
+  for (int s = 0; s <= last; ++s) {
+    const std::int64_t load = std::max(compute_end, copy_end);
+    std::int64_t start = load;
+    if (s < last) {
+      copy_end = load + in(s + 1);
+      lanes.copy_ns += in(s + 1);
+      if (kRelaySettlesPrefetch) start = copy_end;
+    }
+    compute_end = start + forward_ns[static_cast<std::size_t>(s)];
+  }
+  std::int64_t host_end = 0;
+  for (int s = last; s >= 0; --s) {
+    const std::int64_t load = s == last ? compute_end : std::max(compute_end, copy_end);
+    std::int64_t start = load;
+    if (s > 0) {
+      copy_end = load + in(s - 1);
+      lanes.copy_ns += in(s - 1);
+      if (kRelaySettlesPrefetch) start = copy_end;
+    }
+    compute_end = start + backward_ns[static_cast<std::size_t>(s)] + t.out_ns[static_cast<std::size_t>(s)];
+    lanes.copy_ns += t.out_ns[static_cast<std::size_t>(s)];
+    host_end = std::max(host_end, compute_end) + t.optimizer_ns[static_cast<std::size_t>(s)];
+  }
+  lanes.step_ns = std::max(compute_end, host_end);
+  return lanes;
 }
 
 }  // namespace
@@ -104,9 +166,11 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   p.device_peak_bytes = -1;
   p.stages = static_cast<int>(stages.size());
   // Each op as it starts: the device's bytes by kind and what the op holds above them.
+  std::vector<std::int64_t> forward_ns(stages.size(), 0), backward_ns(stages.size(), 0);
   const auto emit = [&](OpKind kind, int layer, int s, std::size_t m, std::int64_t duration, std::int64_t input,
                         std::int64_t parameters, std::int64_t gradients, std::int64_t activations, std::int64_t transient) {
     p.compute_ns += duration;
+    (kind == OpKind::ForwardNoGrad ? forward_ns : backward_ns)[static_cast<std::size_t>(s)] += duration;
     const std::int64_t bytes = input + parameters + gradients + activations + transient;
     if (ops != nullptr) {
       ops->push_back({kind, layer, s, static_cast<int>(m), duration, input, parameters, gradients, activations, transient});
@@ -208,8 +272,40 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   // Forward loads every stage, backward every stage but the last (still loaded); gradients go back.
   p.copy_bytes = 2 * total_params - param(last_stage) + total_params;
   p.host_optimizer_ns = costs.optimizer_ns();
-  p.step_ns = std::max<std::int64_t>(p.compute_ns + exposed_host_optimizer_ns(p, param(0), total_params), 1);
+  const RelayLanes lanes = relay_lanes(costs, stages, forward_ns, backward_ns);
+  p.copy_ns = lanes.copy_ns;
+  p.step_ns = std::max<std::int64_t>(lanes.step_ns, 1);
+  const std::pair<const char*, std::int64_t> busy[] = {
+      {"compute", p.compute_ns}, {"transfer", p.copy_ns}, {"host optimizer", p.host_optimizer_ns}};
+  const auto* top = &busy[0];
+  for (const auto& lane : busy) {
+    if (lane.second > top->second) top = &lane;
+  }
+  std::int64_t second = 0;
+  for (const auto& lane : busy) {
+    if (&lane != top) second = std::max(second, lane.second);
+  }
+  p.bound = top->first;
+  p.bound_ratio = second > 0 ? static_cast<double>(top->second) / static_cast<double>(second) : 0;
   return p;
+}
+
+std::string describe_l2l_bound(const L2LPrediction& p) {
+  const auto seconds = [](std::int64_t ns) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.4f s", static_cast<double>(ns) / 1e9);
+    return std::string(buffer);
+  };
+  std::string out = p.bound + "-bound";
+  if (p.bound_ratio > 0) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, " (%.1fx the next lane)", p.bound_ratio);
+    out += ratio;
+  }
+  out += ": compute " + seconds(p.compute_ns) + ", copies " +
+         (p.copy_ns > 0 ? seconds(p.copy_ns) : std::string("not timed (the trace measured no copy bandwidth)")) +
+         ", host optimizer " + seconds(p.host_optimizer_ns) + "; step " + seconds(p.step_ns);
+  return out;
 }
 
 StepPrediction l2l_step_prediction(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
@@ -220,13 +316,14 @@ StepPrediction l2l_step_prediction(const core::CostModel& costs, const LayerGrap
 core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
   using core::MemoryKind;
   std::vector<L2LOp> ops;
-  const auto p = predict_l2l_step(costs, graph, choice.micro_batches, choice.l2l && choice.l2l->boundaries_on_host, &ops);
+  predict_l2l_step(costs, graph, choice.micro_batches, choice.l2l && choice.l2l->boundaries_on_host, &ops);
   const auto& layers = costs.trace().layers;
+  const auto stages = l2l_stages(costs.trace());
+  const StageTransfers transfers = stage_transfers(costs, stages);
+  const int last = static_cast<int>(stages.size()) - 1;
   core::Schedule schedule;
   schedule.samples = choice.samples();
-  schedule.tasks.reserve(ops.size() + 1);
-  L2LOp before;  // nothing on the device
-  before.input_bytes = before.parameter_bytes = before.gradient_bytes = before.activation_bytes = 0;
+  schedule.tasks.reserve(ops.size() + 4 * stages.size());
   const auto changes = [](const L2LOp& from, const L2LOp& to) {
     std::vector<core::MemoryChange> out;
     const std::pair<MemoryKind, std::int64_t> deltas[] = {
@@ -239,7 +336,66 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
     }
     return out;
   };
+  const auto add = [&](core::Task task) {
+    schedule.tasks.push_back(std::move(task));
+    return static_cast<int>(schedule.tasks.size()) - 1;
+  };
+  const auto stage_name = [&](int s) {
+    const auto& stage = stages[static_cast<std::size_t>(s)];
+    return layers[static_cast<std::size_t>(stage.first)].name + ".." + layers[static_cast<std::size_t>(stage.last)].name;
+  };
+  // The copies, gradients going out and host optimizer steps, ordered as relay_lanes orders them.
+  const auto copy_in = [&](int s, std::vector<int> deps) {
+    core::Task task;
+    task.name = "parameters of " + stage_name(s);
+    task.category = "prefetch";
+    task.stream = core::Stream::HostToDevice;
+    task.duration_ns = transfers.in_ns[static_cast<std::size_t>(s)];
+    task.dependencies = std::move(deps);
+    return add(std::move(task));
+  };
+  int last_compute = -1, copy = copy_in(0, {});
+  std::vector<int> arrived(stages.size(), -1);  // the copy task that brought stage s in, this pass
+  arrived[0] = copy;
+  L2LOp before;
+  int current = -1;
+  bool backward = false;
+  const auto finish_backward_stage = [&](int s) {
+    core::Task out;
+    out.name = "gradients of " + stage_name(s);
+    out.category = "gradient offload";
+    out.stream = core::Stream::DeviceToHost;
+    out.duration_ns = transfers.out_ns[static_cast<std::size_t>(s)];
+    out.dependencies = {last_compute};
+    last_compute = add(std::move(out));
+    core::Task step;
+    step.name = "optimizer." + costs.trace().optimizer.name + " of " + stage_name(s);
+    step.category = "optimizer";
+    step.stream = core::Stream::Host;
+    step.duration_ns = transfers.optimizer_ns[static_cast<std::size_t>(s)];
+    step.dependencies = {last_compute};
+    add(std::move(step));
+  };
   for (const L2LOp& op : ops) {
+    const bool op_backward = op.kind != OpKind::ForwardNoGrad;
+    std::vector<int> deps;
+    if (op.stage != current || op_backward != backward) {
+      if (backward && op_backward) finish_backward_stage(current);
+      const bool entering_backward = op_backward && !backward;
+      backward = op_backward;
+      current = op.stage;
+      if (entering_backward) std::fill(arrived.begin(), arrived.end(), -1);
+      // Loading: the stage's own copy (none for the last stage in backward: it stayed).
+      if (arrived[static_cast<std::size_t>(current)] >= 0) deps.push_back(arrived[static_cast<std::size_t>(current)]);
+      const int next = backward ? current - 1 : current + 1;
+      if (next >= 0 && next <= last) {
+        std::vector<int> copy_deps{copy};
+        if (last_compute >= 0) copy_deps.push_back(last_compute);
+        copy = copy_in(next, std::move(copy_deps));
+        arrived[static_cast<std::size_t>(next)] = copy;
+        if (kRelaySettlesPrefetch) deps.push_back(copy);
+      }
+    }
     core::Task task;
     task.name = layers[static_cast<std::size_t>(op.layer)].name;
     task.category = op.kind == OpKind::ForwardNoGrad ? "forward (no grad)" : op_kind_name(op.kind);
@@ -248,20 +404,14 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
     task.at_start = changes(before, op);
     task.layer = op.layer;
     task.micro_batch = op.micro_batch;
-    if (!schedule.tasks.empty()) task.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
-    schedule.tasks.push_back(std::move(task));
+    if (last_compute >= 0) deps.push_back(last_compute);
+    task.dependencies = std::move(deps);
+    last_compute = add(std::move(task));
     before = op;
   }
-  // The step ends with the device empty again; the host's step of stage 0 is what nothing hides.
-  L2LOp empty;
-  if (!schedule.tasks.empty()) schedule.tasks.back().at_end = changes(before, empty);
-  core::Task optimizer;
-  optimizer.name = "optimizer." + costs.trace().optimizer.name + " (host, stage 0)";
-  optimizer.category = "optimizer";
-  optimizer.stream = core::Stream::Host;
-  optimizer.duration_ns = p.step_ns - p.compute_ns;
-  if (!schedule.tasks.empty()) optimizer.dependencies = {static_cast<int>(schedule.tasks.size()) - 1};
-  schedule.tasks.push_back(std::move(optimizer));
+  // The step ends with the device empty again.
+  if (last_compute >= 0) schedule.tasks[static_cast<std::size_t>(last_compute)].at_end = changes(before, L2LOp{});
+  if (backward) finish_backward_stage(current);
   return schedule;
 }
 

@@ -56,12 +56,28 @@ struct L2LPrediction {
   std::int64_t host_bytes = 0;          // parameters, gradients and optimizer state on the host
   std::int64_t compute_ns = 0;          // forward, recompute and backward of every stage and micro-batch
   std::int64_t copy_bytes = 0;          // parameters to the device (twice per step) and gradients back
-  std::int64_t host_optimizer_ns = 0;   // the trace's optimizer step: on the host, overlapped but for the first stage's
-  std::int64_t step_ns = 0;             // compute plus what cannot overlap (the first stage's host optimizer step)
+  // The three lanes of the relay's step (l2l_schedule draws them): the device computing, the copies
+  // (parameters in at the trace's host-to-device bandwidth, gradients out at its device-to-host one;
+  // 0 where the trace measured none), the host optimizer stepping each stage (the trace's optimizer
+  // time shared by parameter bytes: a CPU trace measured it on the host).
+  std::int64_t copy_ns = 0;
+  std::int64_t host_optimizer_ns = 0;
+  std::int64_t step_ns = 0;             // the three lanes as the relay orders them
+  std::string bound;                    // the lane busy longest: "compute", "transfer" or "host optimizer"
+  double bound_ratio = 0;               // its busy time over the next lane's
   std::int64_t largest_stage_parameter_bytes = 0;
   std::int64_t host_stash_bytes = 0;    // the constant-memory variant's stash at its largest (in host_bytes)
   int stages = 0;
 };
+
+// How the relay's lanes wait for each other, as executor/l2l_execute.cpp runs it: a stage computes
+// once the next stage's parameters have landed (settle_prefetch), so copies do not overlap compute;
+// gradients go to the host on the compute thread; the host optimizer steps stage after stage.
+inline constexpr bool kRelaySettlesPrefetch = true;
+
+// "compute-bound (3.2x the next lane): compute 0.4274 s, copies 0.1326 s, host optimizer 0.0198 s;
+// step 0.5741 s": the lane busy longest, by how much, and each lane's time.
+std::string describe_l2l_bound(const L2LPrediction& prediction);
 
 // `boundaries_on_host`: L2L's constant-memory variant (stash and boundary gradients on the host).
 // `ops`, when given, receives the step's device ops in order (for the simulator's schedule).

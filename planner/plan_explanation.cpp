@@ -146,12 +146,16 @@ std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, c
 }
 
 std::string l2l_note(const L2LPrediction& p, bool boundaries_on_host) {
-  return "L2L: parameters, gradients and optimizer state" + std::string(boundaries_on_host ? " and the stashed block boundaries" : "") +
+  return std::string(boundaries_on_host ? "L2L: parameters, gradients, optimizer state and the stashed block boundaries"
+                                        : "L2L: parameters, gradients and optimizer state") +
          " live on the host (" + core::format_bytes(p.host_bytes) + "); the device holds two of the " +
          std::to_string(p.stages) + " stages' parameters (the largest " + core::format_bytes(p.largest_stage_parameter_bytes) +
          "), " + (boundaries_on_host ? "" : "the stashed block boundaries, ") +
-         "every micro-batch's input and one stage's work; every stage runs its forward twice, and the predicted time "
-         "leaves out the " + core::format_bytes(p.copy_bytes) + " of copies per step";
+         "every micro-batch's input and one stage's work; every stage runs its forward twice; " +
+         (p.copy_ns > 0 ? "the step is predicted " + describe_l2l_bound(p) + " (" + core::format_bytes(p.copy_bytes) +
+                              " of copies)"
+                        : "the predicted time leaves out the " + core::format_bytes(p.copy_bytes) +
+                              " of copies (the trace measured no copy bandwidth; profile again to time them)");
 }
 
 namespace {
@@ -167,6 +171,8 @@ std::string parameter_count(double count) {
     out << count / 1e9 << "B";
   } else if (count >= 1e6) {
     out << count / 1e6 << "M";
+  } else if (count >= 1e3) {
+    out << count / 1e3 << "K";
   } else {
     out.precision(0);
     out << count;

@@ -574,9 +574,11 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     outcome.smallest_budget = budget;
     std::string applied;
     for (const auto s : request.strategies) applied += (applied.empty() ? "" : ",") + strategy_name(s);
+    // With L2L the training state is not the device's floor: the relay keeps it on the host.
     outcome.reason = infeasible_reason(request.budget_bytes, space.limit,
-                                       costs.static_bytes() + bucket_buffer_bytes(costs, space.base) +
-                                           costs.optimizer_transient_bytes(),
+                                       space.l2l ? 0
+                                                 : costs.static_bytes() + bucket_buffer_bytes(costs, space.base) +
+                                                       costs.optimizer_transient_bytes(),
                                        applied, least,
                                        outcome.smallest_budget);
     if (budget > core::kMaxPlanBudget) {

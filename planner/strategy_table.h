@@ -24,8 +24,8 @@ struct StrategyEntry {
   // nothing more), and the test for it; "all" skips a strategy whose needs the trace lacks.
   std::string_view needs;
   bool (*trace_has_what_it_needs)(const core::Trace&) = nullptr;
-  // Part of "all". L2L is not: it moves the training state to the host (which then must hold it),
-  // and its time leaves out the copies (no copy bandwidth is measured yet), so it is asked for by name.
+  // Part of "all". L2L is not: it moves the training state to the host (which then must hold it) and
+  // is never faster than a plan that fits without it, so it is asked for by name.
   bool in_all = true;
 };
 
@@ -55,7 +55,7 @@ inline constexpr auto kStrategies = std::to_array<StrategyEntry>({
     {Strategy::L2L, "l2l", "L2L (layer-to-layer offload)",
      "keeps parameters, gradients and optimizer state on the host and runs the step block by block, every "
      "micro-batch through a block before the next, with two blocks' parameters on the device; costs one more forward "
-     "of every block and the copies (not in the predicted time yet); not part of all",
+     "of every block and the copies (timed at the trace's copy bandwidth); not part of all",
      true, "model the relay can run (a zoo model without BatchNorm or a contrastive loss)", relay_can_run, false},
 });
 

@@ -3,6 +3,7 @@
 // largest model a budget trains with it. Torch-free, on the committed bert trace.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "core/cost_model.h"
@@ -135,6 +136,36 @@ TEST(L2LPlanner, ScheduleSimulatesToThePrediction) {
     EXPECT_EQ(sim.makespan_ns, predicted.step_ns);
     // The device ends the step empty: every change it saw is undone.
     EXPECT_EQ(sim.memory.back().total(), 0);
+  }
+}
+
+// With a copy bandwidth (a CPU trace's memcpy, a CUDA trace's pinned copies) the schedule has copy
+// and host-optimizer lanes; the simulator's step is the planner's, and the bound follows the bandwidth.
+TEST(L2LPlanner, CopyLanesNameTheBound) {
+  core::Trace trace = bert_trace();
+  const planner::LayerGraph graph(trace);
+  core::StepChoice choice;
+  choice.micro_batches = {8, 8};
+  choice.l2l = core::RelayChoice{false};
+  std::int64_t previous_step = 0;
+  for (const double bandwidth : {1e12, 1e9, 1e7}) {
+    trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = bandwidth;
+    const core::CostModel costs(trace);
+    const auto p = planner::predict_l2l_step(costs, graph, choice.micro_batches, false);
+    const auto sim = simulator::simulate(planner::build_schedule(costs, graph, choice));
+    EXPECT_EQ(sim.makespan_ns, p.step_ns) << bandwidth;
+    EXPECT_EQ(sim.peak_bytes, p.device_peak_bytes);
+    // Parameters in twice (but the last stage's once), gradients out once.
+    EXPECT_NEAR(static_cast<double>(p.copy_ns), static_cast<double>(p.copy_bytes) / bandwidth * 1e9, 1e-6 * static_cast<double>(p.copy_ns) + 20);
+    EXPECT_GT(p.step_ns, previous_step);
+    previous_step = p.step_ns;
+    std::printf("%.0e B/s: %s\n", bandwidth, planner::describe_l2l_bound(p).c_str());
+    if (bandwidth == 1e12) {
+      EXPECT_EQ(p.bound, "compute");
+    }
+    if (bandwidth == 1e7) {
+      EXPECT_EQ(p.bound, "transfer");
+    }
   }
 }
 
