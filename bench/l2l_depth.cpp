@@ -113,13 +113,15 @@ Measured relay(const Settings& s, int layers, bool boundaries_on_host, std::opti
   return m;
 }
 
-// Median step time of the relay (prefetch and host optimizer overlapping, boundaries on the host)
-// with parameter copies held to `bytes_per_second`.
+// Median step time of the relay (boundaries on the host, host optimizer overlapping, each stage
+// waiting for the next one's copy as `headroom execute` runs it) with parameter copies held to
+// `bytes_per_second`.
 double throttled_step_seconds(const Settings& s, int layers, double bytes_per_second) {
   std::optional<models::Model> model = host_built_bert(s, layers);
   executor::Position position;
   executor::RelayOptions options;
   options.boundaries_on_host = true;
+  options.settle_prefetch = true;
   options.copy_bytes_per_second = bytes_per_second;
   executor::L2LRelay relay(*model, options, position);
   std::vector<double> times;
@@ -133,16 +135,20 @@ double throttled_step_seconds(const Settings& s, int layers, double bytes_per_se
   return times[times.size() / 2];
 }
 
-// The planner's prediction of the relay's device-side peak, from a trace profiled at 1, 2, 4 (and
-// the micro-batch size, when larger).
-std::pair<std::int64_t, std::int64_t> predicted(const Settings& s, int layers) {
+// A trace profiled at 1, 2, 4 (and the micro-batch size, when larger).
+core::Trace profiled(const Settings& s, int layers, int repeats) {
   auto model = models::build_zoo_model("bert", bert_config(s, layers), 3);
   profiler::ProfileOptions options;
   options.batch_sizes = {1, 2, 4};
   if (s.micro > 4) options.batch_sizes.push_back(s.micro);
-  options.repeats = 1;
+  options.repeats = repeats;
   options.tempo = false;
-  const core::Trace trace = profiler::profile(model, options);
+  return profiler::profile(model, options);
+}
+
+// The planner's prediction of the relay's device-side peak.
+std::pair<std::int64_t, std::int64_t> predicted(const Settings& s, int layers) {
+  const core::Trace trace = profiled(s, layers, 1);
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   return {planner::predict_l2l_step(costs, graph, sizes(s), false).device_peak_bytes,
@@ -238,17 +244,30 @@ int main(int argc, char** argv) {
     const auto model = models::build_zoo_model("bert", bert_config(s, layers), 3);
     copy_bytes = 2 * model.parameter_bytes();  // every stage in forward and again in backward
   }
-  std::printf("\n%d layers, boundaries on the host, parameter copies throttled (%s copied per step):\n", layers,
-              core::format_bytes(copy_bytes).c_str());
-  std::printf("%14s %10s %16s\n", "copy bandwidth", "step s", "copies alone s");
+  // The planner's lanes at each bandwidth: the trace's times (3 repeats), its copy-in bandwidth set to
+  // the throttle's (memcpy's measured one without a throttle).
+  const core::Trace measured_trace = profiled(s, layers, 3);
+  const planner::LayerGraph graph(measured_trace);
+  std::printf("\n%d layers, boundaries on the host, parameter copies throttled (%s copied in per step); memcpy "
+              "measured at %.2f GB/s by the profiler:\n",
+              layers, core::format_bytes(copy_bytes).c_str(), measured_trace.device.host_to_device_bytes_per_s / 1e9);
+  std::printf("%14s %10s %10s %8s  %s\n", "copy bandwidth", "step s", "predicted", "error", "predicted bound");
   for (const double mb_per_s : {0.0, 200.0, 50.0, 20.0, 10.0, 5.0}) {
     std::fflush(stdout);
     const double seconds = throttled_step_seconds(s, layers, mb_per_s * 1e6);
+    core::Trace trace = measured_trace;
+    if (mb_per_s > 0) trace.device.host_to_device_bytes_per_s = mb_per_s * 1e6;
+    const core::CostModel costs(trace);
+    const auto p = planner::predict_l2l_step(costs, graph, sizes(s), true);
+    const double predicted_seconds = static_cast<double>(p.step_ns) / 1e9;
+    char bandwidth[32];
     if (mb_per_s == 0) {
-      std::printf("%14s %10.3f %16s\n", "memcpy", seconds, "-");
+      std::snprintf(bandwidth, sizeof bandwidth, "memcpy");
     } else {
-      std::printf("%9.0f MB/s %10.3f %16.3f\n", mb_per_s, seconds, static_cast<double>(copy_bytes) / (mb_per_s * 1e6));
+      std::snprintf(bandwidth, sizeof bandwidth, "%.0f MB/s", mb_per_s);
     }
+    std::printf("%14s %10.3f %10.3f %+7.1f%%  %s\n", bandwidth, seconds, predicted_seconds,
+                100 * (predicted_seconds - seconds) / seconds, planner::describe_l2l_bound(p).c_str());
   }
   return 0;
 }
