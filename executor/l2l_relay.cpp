@@ -297,6 +297,17 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
     const Stage& stage = stages_[static_cast<std::size_t>(s)];
     if (s < last_stage) load(s);
     start_prefetch(s - 1);
+    {
+      // The stage's gradients exist before its first backward, as in the step the profiler measured
+      // (it accumulated into gradients already there): autograd then adds into them in place and
+      // never holds a new gradient beside the op's temporaries, so the planner's walk bounds the peak.
+      torch::NoGradGuard no_grad;
+      position_.phase = "gradients";
+      for (const int p : stage.parameters) {
+        auto& slot = slots_[static_cast<std::size_t>(p)];
+        slot.mutable_grad() = torch::zeros_like(slot);
+      }
+    }
     for (std::size_t m = 0; m < n; ++m) {
       position_.phase = "recompute";
       position_.micro_batch = static_cast<int>(m);

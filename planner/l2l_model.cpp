@@ -214,15 +214,15 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   p.host_stash_bytes = boundaries_on_host ? host_stash : 0;
 
   // Backward in reverse: each stage re-run with grad from its stashed inputs, then backpropagated;
-  // the previous stage's parameters arrive meanwhile, and the stage's gradients build up until they
-  // go to the host as the stage ends.
+  // the previous stage's parameters arrive meanwhile, and the stage's gradients, there from its
+  // start, go to the host as it ends.
   std::int64_t boundary_grads = 0;  // gradients waiting at stage boundaries, on the device
   for (int s = last_stage; s >= 0; --s) {
     const auto& stage = stages[static_cast<std::size_t>(s)];
     const std::int64_t params = param(s) + param(s - 1);
-    // The stage's gradients: its first micro-batch's backward keeps each layer's parameter gradient
-    // as it is made (the profiled steps accumulated into gradients already there); later ones add to them.
-    std::int64_t gradients = 0;
+    // The stage's gradients, zeroed as its backward starts (the relay makes them there, as the
+    // profiled step had them before its backward); every micro-batch adds to them in place.
+    const std::int64_t gradients = stage.parameter_bytes;
     for (std::size_t m = 0; m < n; ++m) {
       const std::int64_t b = micro_batches[m];
       // The constant-memory variant brings the stage's inputs and the gradients at its outputs over.
@@ -247,10 +247,6 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
         // The gradient arriving at an exported output was freed by this backward in the profiled
         // step; here the relay holds it (it seeded the stage's backward) until the stage is done.
         if (std::find(stage.exports.begin(), stage.exports.end(), r) != stage.exports.end()) level += out(r, b);
-        if (m == 0) {
-          level += trace.layers[static_cast<std::size_t>(r)].param_bytes;
-          gradients += trace.layers[static_cast<std::size_t>(r)].param_bytes;
-        }
       }
       // What stays: the gradients at the stage's inputs; what goes: those at its outputs, and the
       // stashed inputs this stage was the first to read.

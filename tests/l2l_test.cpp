@@ -278,8 +278,7 @@ TEST(L2L, ExecuteRunsTheRelayPlanUnderItsBudget) {
   EXPECT_EQ(report.budget_bytes, plan.budget_bytes);
   EXPECT_GT(report.measured.peak_bytes, 0);
   EXPECT_LE(report.measured.peak_bytes, plan.budget_bytes);
-  // Within 2% (the bound). Not always above: at one micro-batch of 8, hidden 128, the relay
-  // measures 512 B (b x seq floats) more than the model predicts, unexplained yet (see the note).
+  EXPECT_GE(report.predicted.peak_bytes, report.measured.peak_bytes);
   EXPECT_LE(report.peak_rel_error, 0.02);
   ASSERT_TRUE(report.gradient_check.computed);
   EXPECT_LE(report.gradient_check.max_rel_diff, 1e-5);
