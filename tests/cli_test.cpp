@@ -1,5 +1,6 @@
 // Runs the `headroom` binary as a user would and checks exit codes, error lines and outputs.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -252,6 +253,35 @@ TEST(Cli, ExecuteReportsAndRefusesBadInput) {
 
 // Issue 23: a trace and a report name their host-memory regime; planning or executing a trace
 // measured in another regime (or before regimes were recorded) warns.
+// L2L end to end (issue 15): a budget below what micro-batching and checkpointing need, the relay
+// planned, simulated and executed within it, the device peak as predicted.
+TEST(Cli, L2LPlanRunsTheRelayWithinItsBudget) {
+  const fs::path dir = fs::temp_directory_path() / ("headroom_cli_l2l." + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string trace = std::string(HEADROOM_TRACES_DIR) + "/cpu-mlp.json";
+  const std::string plan = (dir / "p.json").string();
+  const auto ordinary = run("plan " + trace + " --budget 4.3MiB --batch 8 --strategies mbp,checkpoint -o " + plan);
+  EXPECT_EQ(ordinary.exit_code, 3) << ordinary.err;
+  const auto planned = run("plan " + trace + " --budget 4.3MiB --batch 8 --strategies mbp,checkpoint,l2l -o " + plan);
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_NE(planned.out.find("largest model L2L trains under 4.30 MiB"), std::string::npos) << planned.out;
+  EXPECT_TRUE(core::parse_json(core::read_file(plan), plan).contains("l2l"));
+  const auto simulated = run("simulate " + plan);
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+  EXPECT_NE(simulated.out.find("0.000%"), std::string::npos) << simulated.out;
+  const auto executed = run("execute " + plan + " --steps 2 -o " + (dir / "r.json").string());
+  ASSERT_EQ(executed.exit_code, 0) << executed.err;
+  EXPECT_NE(executed.out.find("L2L: "), std::string::npos) << executed.out;
+  const auto report = core::parse_json(core::read_file(dir / "r.json"), "r.json");
+  EXPECT_EQ(report["status"], "ok");
+  EXPECT_LE(report["measured"]["peak_bytes"].get<std::int64_t>(), report["budget_bytes"].get<std::int64_t>());
+  EXPECT_LE(report["errors"]["peak_rel"].get<double>(), 0.02);
+  EXPECT_LT(report["gradient_check"]["max_rel_diff"].get<double>(), 1e-5);
+  EXPECT_GT(report["l2l"]["measured_host_peak_bytes"].get<std::int64_t>(), report["measured"]["peak_bytes"].get<std::int64_t>());
+  fs::remove_all(dir);
+}
+
 TEST(Cli, ATraceFromAnotherRegimeIsWarnedAbout) {
   const fs::path dir = fs::temp_directory_path() / "headroom_cli_regime";
   fs::remove_all(dir);
