@@ -957,6 +957,28 @@ class GuiTest : public QObject {
     save_shot(window, "clip-infcl");
   }
 
+  // L2L (issue 15): checked by the user, under a budget no ordinary plan fits, the plan is the relay
+  // and the chart draws its step (parameters of two stages on the device, the copies' lanes).
+  void l2lPlanIsChosenWhereNothingElseFits() {
+    MainWindow window;
+    QVERIFY(shown_with(window, "cpu-mlp.json"));
+    window.batch_box()->setValue(8);
+    QVERIFY(settle(window));
+    type_budget(window, "4.3MiB");
+    QVERIFY(settle(window));
+    QVERIFY(window.current_result() && !window.current_result()->plan);
+    auto* l2l = window.findChild<QCheckBox*>("strategy_l2l");
+    QVERIFY(l2l != nullptr && !l2l->isChecked());
+    l2l->setChecked(true);
+    QVERIFY(settle(window));
+    const PlanResult* result = window.current_result();
+    QVERIFY(result && result->plan);
+    QVERIFY(result->plan->choice.l2l.has_value());
+    QCOMPARE(result->timeline.peak_bytes, result->plan->predicted.peak_bytes);
+    QVERIFY(window.summary_text().contains("L2L: "));
+    save_shot(window, "l2l");
+  }
+
   void switchingTheOptimizerRecomputesTheWholeBatchHint() {
     MainWindow window;
     QVERIFY(window.open_trace(committed("cpu-bert.json")));
