@@ -284,6 +284,32 @@ TEST(TraceJson, HostMemoryRegimeRoundTripsAndOldTracesReadWithout) {
   EXPECT_NE(read_error(empty).find("$.host_memory.regime: expected a non-empty regime"), std::string::npos) << read_error(empty);
 }
 
+// A CPU trace's memcpy bandwidth (L2L's copies, issue 15): round-trips, older traces read without
+// it (copies untimed), and a bad value names its path.
+TEST(TraceJson, CpuCopyBandwidthRoundTripsAndOldTracesReadWithout) {
+  core::Trace trace = testing::make_small_trace();
+  ASSERT_FALSE(trace.device.is_cuda());
+  trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 2e10;
+  const json document = core::to_json(trace);
+  EXPECT_EQ(document["device"]["host_to_device_bytes_per_s"], 2e10);
+  EXPECT_FALSE(document["device"].contains("sm_count"));
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+  json old = document;
+  old["device"].erase("host_to_device_bytes_per_s");
+  old["device"].erase("device_to_host_bytes_per_s");
+  EXPECT_EQ(core::trace_from_json(old).device.host_to_device_bytes_per_s, 0);
+  EXPECT_FALSE(core::to_json(core::trace_from_json(old))["device"].contains("host_to_device_bytes_per_s"));
+  for (const double bad : {0.0, -1.0, 1e300}) {
+    json spoiled = document;
+    spoiled["device"]["device_to_host_bytes_per_s"] = bad;
+    EXPECT_NE(read_error(spoiled).find("$.device.device_to_host_bytes_per_s: expected a positive bandwidth"), std::string::npos)
+        << read_error(spoiled);
+  }
+  json half = document;
+  half["device"].erase("device_to_host_bytes_per_s");
+  EXPECT_NE(read_error(half).find("$.device.device_to_host_bytes_per_s: missing"), std::string::npos) << read_error(half);
+}
+
 TEST(TraceJson, StepSequencesRoundTripAndComeForEveryStepOrNone) {
   core::Trace trace = testing::make_small_trace();
   trace.steps[0].sequence = core::StepSequence{.micro_batch_ns = 7000, .first_micro_batch_ns = 7400, .zero_grad_ns = 30};

@@ -254,6 +254,9 @@ TEST(L2L, ExecuteRunsTheRelayPlanUnderItsBudget) {
     options.tempo = false;
     trace = profiler::profile(model, options);
   }
+  // The CPU's copy bandwidth, which times L2L's copies: memcpy, measured by the profiler.
+  EXPECT_GT(trace.device.host_to_device_bytes_per_s, 1e8);
+  EXPECT_EQ(trace.device.device_to_host_bytes_per_s, trace.device.host_to_device_bytes_per_s);
   planner::PlanRequest request;
   request.global_batch = 8;
   request.trace_path = "t.json";
