@@ -436,7 +436,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
     plan.warnings.push_back("Tempo does not apply to a TorchScript module: its memory-lean layers are headroom's own "
                             "implementations of the zoo's layers (checkpointing and micro-batching do apply)");
   }
-  if (const std::string scheme = contrastive_scheme(trace, best.choice); !scheme.empty()) plan.warnings.push_back(scheme);
+  if (const std::string scheme = contrastive_scheme(trace, plan.choice); !scheme.empty()) plan.warnings.push_back(scheme);
   plan.predicted = weighed(best, request.global_batch).predicted;
   plan.peak_at = best.prediction.peak_at;
   return plan;
@@ -475,12 +475,6 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   if (request.workers > request.global_batch) {
     throw core::InputError("workers: " + std::to_string(request.workers) + " workers need a global batch of at least " +
                            std::to_string(request.workers) + ", got " + std::to_string(request.global_batch));
-  }
-  // Each worker would compute the loss over its own share only: a contrastive loss couples the
-  // whole batch, so across workers it needs the ring Inf-CL (issue 16, item 4), not built yet.
-  if (request.workers > 1 && trace.contrastive_loss) {
-    throw core::InputError("workers: data parallel with a contrastive loss needs the loss over every worker's embeddings "
-                           "(ring Inf-CL), which is not implemented; plan " + trace.model.name + " on one device");
   }
   if (request.workers > 1 && !request.link.known()) {
     throw core::InputError("link: data parallel needs the link's bandwidth and latency (a trace's measured link, or given)");

@@ -1,0 +1,68 @@
+#include "planner/ring_infcl_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/saturating.h"
+
+namespace headroom::planner {
+
+namespace {
+
+// One block of `bytes` from a worker to the next: a message's latency plus its bytes at the link's rate.
+std::int64_t transfer_ns(std::int64_t bytes, const core::CollectiveLink& link) {
+  return core::saturating_add(link.latency_ns,
+                              std::llround(std::min(static_cast<double>(bytes) / link.bytes_per_second * 1e9, 9e18)));
+}
+
+std::int64_t scaled(std::int64_t ns, double f) { return std::llround(std::min(static_cast<double>(ns) * f, 9e18)); }
+
+}  // namespace
+
+RingBuffers ring_buffer_bytes(const ContrastiveLossModel& model, std::int64_t largest_share, int workers) {
+  if (workers <= 1) return {};
+  const std::int64_t block = model.embedding_bytes(largest_share), lse = largest_share * 4;
+  // Two workers: step 0 folds the worker's own block while the other's arrives; step 1 folds that
+  // one and sends it home. More: a middle step holds a received block and the next one.
+  if (workers == 2) return {block + lse, 2 * block + lse};
+  return {2 * (block + lse), 3 * block + 2 * lse};
+}
+
+RingTime ring_exposed_ns(const ContrastiveLossModel& model, const RingLossShape& shape, std::int64_t fold_ns,
+                         std::int64_t gradient_ns) {
+  RingTime t;
+  const int n = shape.workers;
+  if (n <= 1) return t;
+  const std::int64_t block = model.embedding_bytes(shape.largest_share), lse = shape.largest_share * 4;
+  const std::int64_t keys = transfer_ns(block, shape.link), lses = transfer_ns(lse, shape.link),
+                     grads = transfer_ns(block, shape.link);
+  // Per ring step: the k block travels while the worker computes; its lse (forward) or dk
+  // (backward) goes once the step's compute has finished with it; the last step sends them home.
+  const std::int64_t fold_step = fold_ns / n, gradient_step = gradient_ns / n;
+  t.forward_ns = (n - 1) * std::max<std::int64_t>(0, keys - fold_step) + n * lses;
+  t.backward_ns = (n - 1) * std::max<std::int64_t>(0, std::max(keys, lses) - gradient_step) + n * grads;
+  // The shares' all-gather before, the loss's all-reduce after.
+  t.forward_ns = core::saturating_add(t.forward_ns, 2 * core::ring_allreduce_ns(8 * n, n, shape.link));
+  return t;
+}
+
+std::vector<Op> ring_loss_ops(const ContrastiveLossModel& model, const RingLossShape& shape,
+                              const std::optional<core::LossTiles>& tiles) {
+  // Memory: what the loss holds at this worker's rows (embeddings, lse, gradients, tiles); without
+  // tiles one tile per pair of blocks, about the standard loss at a share.
+  core::LayerCost c = model.loss(shape.rows, tiles);
+  const RingBuffers ring = ring_buffer_bytes(model, shape.largest_share, shape.workers);
+  // Time: its rows against every column, the single-process loss's time over the whole batch in
+  // proportion, and what the ring's transfers add.
+  const core::LayerCost whole = model.loss(shape.global_batch, tiles);
+  const double share = static_cast<double>(shape.rows) / static_cast<double>(shape.global_batch);
+  const std::int64_t fold = scaled(whole.fwd_ns, share), gradient = scaled(whole.bwd_ns, share);
+  const RingTime exposed = ring_exposed_ns(model, shape, fold, gradient);
+  return {{OpKind::Forward, model.layer(), core::saturating_add(fold, exposed.forward_ns),
+           core::saturating_add(c.fwd_transient_bytes, ring.forward), c.fwd_retained_bytes},
+          {OpKind::Backward, model.layer(), core::saturating_add(gradient, exposed.backward_ns),
+           core::saturating_add(c.bwd_transient_bytes, ring.backward), c.bwd_retained_bytes},
+          {OpKind::GradientCache, -1, 0, 0, -(c.fwd_retained_bytes + c.bwd_retained_bytes)}};
+}
+
+}  // namespace headroom::planner
