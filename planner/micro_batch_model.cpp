@@ -295,9 +295,12 @@ void append_grad_cache_step(const core::CostModel& costs, const LayerGraph& grap
   // A data-parallel worker (worker 0, the largest share) caches its own rows; its loss is the ring's.
   const bool ring = choice.world_size > 1;
   const auto sizes = ring ? choice.worker_micro_batches(0) : choice.micro_batches;
-  const std::int64_t global = choice.samples();
   std::int64_t rows = 0;
   for (const auto b : sizes) rows += b;
+  // The plan lists every worker's micro-batches; the search weighs worker 0's alone, where the
+  // global batch is about its share times the workers (the plan's prediction is the exact one).
+  const std::int64_t global =
+      ring && choice.micro_batches_per_worker.empty() ? rows * choice.world_size : choice.samples();
   const std::int64_t held = gradient_cache_bytes(model, rows, sizes.size(), costs.checkpoint_state_bytes());
   seq.ops.push_back({{OpKind::GradientCache, -1, 0, 0, held}});
   seq.segments.push_back({seq.ops.size() - 1, 0, 0, 1, false});

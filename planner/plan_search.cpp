@@ -439,6 +439,15 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
   if (const std::string scheme = contrastive_scheme(trace, plan.choice); !scheme.empty()) plan.warnings.push_back(scheme);
   plan.predicted = weighed(best, request.global_batch).predicted;
   plan.peak_at = best.prediction.peak_at;
+  // The ring Inf-CL's time depends on the global batch, which the search's worker-0 choice only
+  // approximates (its share times the workers): the plan states the expanded choice's prediction.
+  if (plan.choice.world_size > 1 && trace.contrastive_loss) {
+    Candidate expanded = best;
+    expanded.choice = plan.choice;
+    expanded.prediction = predict_step(costs, graph, plan.choice);
+    plan.predicted = weighed(expanded, request.global_batch).predicted;
+    plan.peak_at = expanded.prediction.peak_at;
+  }
   return plan;
 }
 
