@@ -328,7 +328,9 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
                      "from the full batch's by design; dropout off on both sides"
                    : uses_grad_cache(model, plan)
                    ? std::string("gradient-cache gradients (towers micro-batched, the loss over the whole batch ") +
-                         (plan.choice.loss_tiles ? "tiled" : "standard") +
+                         (training.ring ? std::string("as Inf-CL's ring across the workers") +
+                                              (plan.choice.loss_tiles ? ", tiled" : "")
+                                        : std::string(plan.choice.loss_tiles ? "tiled" : "standard")) +
                          ", checkpointing and Tempo as planned) against the full batch's with standard layers and the "
                          "standard loss, same weights and data, dropout off on both sides"
                    : std::string("accumulated micro-batch gradients (loss weights b_i/B, checkpointing and Tempo as "
