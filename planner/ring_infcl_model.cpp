@@ -23,9 +23,13 @@ RingBuffers ring_buffer_bytes(const ContrastiveLossModel& model, std::int64_t la
   if (workers <= 1) return {};
   const std::int64_t block = model.embedding_bytes(largest_share), lse = largest_share * 4;
   // Two workers: step 0 folds the worker's own block while the other's arrives; step 1 folds that
-  // one and sends it home. More: a middle step holds a received block and the next one.
-  if (workers == 2) return {block + lse, 2 * block + lse};
-  return {2 * (block + lse), 3 * block + 2 * lse};
+  // one and sends it home. More: a middle step holds a received block and the next one. Backward
+  // the dk going on takes the place of the dk one process holds, and its successor is made once the
+  // step's tiles are gone: the loss alone measured one block and three lse vectors above one process
+  // at its rows with two workers, two and four with three (D = 512, 4096 rows, tiles of 256 and
+  // 1024; D = 32 with 1024 tiles needed one and two lse fewer).
+  const std::int64_t blocks = workers == 2 ? 1 : 2;
+  return {blocks * (block + lse), blocks * block + (blocks + 2) * lse};
 }
 
 RingTime ring_exposed_ns(const ContrastiveLossModel& model, const RingLossShape& shape, std::int64_t fold_ns,

@@ -4,10 +4,9 @@
 //
 // Each worker holds its share's embeddings and their gradients (the loss model at its own rows),
 // plus the ring's blocks in flight (blocks of the largest share's rows), beyond what one process
-// holds for its rows: forward the block it folds and the next one arriving, with their columns'
-// lse; backward the block, the next one and the next dk arriving, with their lse (the dk going on
-// takes the place of the dk one process holds). With two workers a step never holds a received
-// block and the next one at once: one block (and lse) fewer each way. Its compute is its rows against the whole batch (its share
+// holds for its rows: a received block and the next one arriving, with their columns' lse (the dk
+// going on takes the place of the dk one process holds). With two workers a step never holds a
+// received block and the next one at once: one block. Its compute is its rows against the whole batch (its share
 // of the single-process loss's B^2 time), and every step of the ring moves a block over the link:
 // the k blocks while the worker computes (hidden up to the step's compute), the columns' lse and dk
 // after it (exposed).

@@ -100,8 +100,8 @@ TEST(DataParallelPlan, AContrastiveModelRunsTheRingInfCl) {
     const auto own = loss.loss(33, dp.loss_tiles), whole = loss.loss(65, dp.loss_tiles);
     const auto buffers = planner::ring_buffer_bytes(loss, 33, 2);
     EXPECT_EQ(buffers.forward, loss.embedding_bytes(33) + 33 * 4);
-    EXPECT_EQ(buffers.backward, 2 * loss.embedding_bytes(33) + 33 * 4);
-    EXPECT_EQ(planner::ring_buffer_bytes(loss, 33, 4).backward, 3 * loss.embedding_bytes(33) + 2 * 33 * 4);
+    EXPECT_EQ(buffers.backward, loss.embedding_bytes(33) + 3 * 33 * 4);
+    EXPECT_EQ(planner::ring_buffer_bytes(loss, 33, 4).backward, 2 * loss.embedding_bytes(33) + 4 * 33 * 4);
     EXPECT_EQ(planner::ring_buffer_bytes(loss, 33, 1).backward, 0);
     EXPECT_EQ(ops[0].transient_bytes, own.fwd_transient_bytes + buffers.forward);
     EXPECT_EQ(ops[1].transient_bytes, own.bwd_transient_bytes + buffers.backward);

@@ -15,7 +15,9 @@
 #include <thread>
 
 #include "models/contrastive_loss.h"
+#include "planner/ring_infcl_model.h"
 #include "ring_infcl_data.h"
+#include "runtime/memory_recorder.h"
 
 extern char** environ;
 
@@ -187,6 +189,34 @@ TEST(RingInfCl, ScaleOfAHundredDoesNotOverflowAcrossWorkers) {
               rel(ring.dscale, exact.dscale), rel(standard.dq, exact.dq), rel(standard.dk, exact.dk),
               rel(standard.dscale, exact.dscale), std::abs(ring.loss - tiled.loss) / tiled.loss, rel(ring.dq, tiled.dq),
               rel(ring.dk, tiled.dk), rel(ring.dscale, tiled.dscale));
+}
+
+// What the planner charges a worker for the ring (planner/ring_infcl_model.h) is what the ring
+// holds: worker 0's peak = one process's tiled loss at worker 0's rows + the ring's buffers.
+TEST(RingInfCl, EachWorkerHoldsItsRowsLossPlusThePlannedRingBuffers) {
+  for (const int workers : {2, 3}) {
+    SCOPED_TRACE(std::to_string(workers) + " workers");
+    const RingCase c{workers, 512 * workers, 256, {128, 128}, std::log(1 / 0.07), "unit"};
+    std::vector<double> losses;
+    const LossAndGrads ring = run_ring(c, losses);
+    // One process's tiled loss over worker 0's 512 rows, measured as the worker measures its ring.
+    torch::Tensor q = ring_test::embeddings(c.kind, 512, c.dim, 4).requires_grad_(true);
+    torch::Tensor k = ring_test::embeddings(c.kind, 512, c.dim, 5).requires_grad_(true);
+    torch::Tensor t = torch::full({}, c.log_scale).requires_grad_(true);
+    auto recorder = std::make_shared<runtime::MemoryRecorder>();
+    {
+      runtime::ScopedMemoryRecording recording(recorder);
+      models::contrastive_loss_tiled(q, k, t, c.tiles).backward();
+    }
+    const planner::ContrastiveLossModel model(core::ContrastiveProfile{0, c.dim, {}});
+    const double predicted =
+        static_cast<double>(recorder->peak() + planner::ring_buffer_bytes(model, 512, workers).backward);
+    std::printf("ring N=%d, 512 rows each, D=%lld: worker 0 peak %.0f B, one process at 512 rows %lld B + planned ring "
+                "buffers = %.0f B (%+.3f%%)\n",
+                workers, static_cast<long long>(c.dim), ring.peak_bytes.front(), static_cast<long long>(recorder->peak()),
+                predicted, 100 * (predicted - ring.peak_bytes.front()) / ring.peak_bytes.front());
+    EXPECT_LE(std::abs(predicted - ring.peak_bytes.front()) / ring.peak_bytes.front(), 0.01);
+  }
 }
 
 }  // namespace
