@@ -17,6 +17,40 @@ std::int64_t transfer_ns(std::int64_t bytes, const core::CollectiveLink& link) {
 
 std::int64_t scaled(std::int64_t ns, double f) { return std::llround(std::min(static_cast<double>(ns) * f, 9e18)); }
 
+// The loss at this worker's rows as the ring tiles it: the plan's tiles, or one tile per pair of
+// blocks without them, and never more than a block's rows either way. A tile's measured memory is
+// affine in the batch (infcl_model.h): a part that grows with the rows and the tile buffers; the
+// buffers are scaled to the tile the ring really uses (from the measured tile given, or the
+// smallest measured one).
+core::LayerCost rows_loss(const ContrastiveLossModel& model, const RingLossShape& shape,
+                          const std::optional<core::LossTiles>& tiles) {
+  core::LossTiles measured{0, 0};
+  if (tiles) {
+    measured = *tiles;
+  } else {
+    for (const auto& t : model.tiles()) {
+      if (measured.rows == 0 || t.rows * t.cols < measured.rows * measured.cols) measured = t;
+    }
+    if (measured.rows == 0) return model.loss(shape.rows, std::nullopt);  // no tiles measured: the standard fit
+  }
+  const std::int64_t rows = std::min(measured.rows, shape.rows), cols = std::min(measured.cols, shape.largest_share);
+  const std::int64_t used_rows = tiles ? rows : shape.rows, used_cols = tiles ? cols : shape.largest_share;
+  const double area = static_cast<double>(used_rows) * static_cast<double>(used_cols) /
+                      (static_cast<double>(measured.rows) * static_cast<double>(measured.cols));
+  if (area == 1.0) return model.loss(shape.rows, measured);
+  // Two points of the line (at the rows and twice them) give the part that grows and the buffers.
+  const core::LayerCost at = model.loss(shape.rows, measured), twice = model.loss(2 * shape.rows, measured);
+  core::LayerCost cost = at;
+  const auto rescale = [&](std::int64_t a, std::int64_t b) {
+    const std::int64_t grows = b - a;  // slope times the rows
+    const std::int64_t buffers = a - grows;
+    return grows + static_cast<std::int64_t>(std::ceil(static_cast<double>(buffers) * area));
+  };
+  cost.fwd_transient_bytes = std::max<std::int64_t>(0, rescale(at.fwd_transient_bytes, twice.fwd_transient_bytes));
+  cost.bwd_transient_bytes = std::max<std::int64_t>(0, rescale(at.bwd_transient_bytes, twice.bwd_transient_bytes));
+  return cost;
+}
+
 }  // namespace
 
 RingBuffers ring_buffer_bytes(const ContrastiveLossModel& model, std::int64_t largest_share, int workers) {
@@ -52,13 +86,16 @@ RingTime ring_exposed_ns(const ContrastiveLossModel& model, const RingLossShape&
 
 std::vector<Op> ring_loss_ops(const ContrastiveLossModel& model, const RingLossShape& shape,
                               const std::optional<core::LossTiles>& tiles) {
-  // Memory: what the loss holds at this worker's rows (embeddings, lse, gradients, tiles); without
-  // tiles one tile per pair of blocks, about the standard loss at a share.
-  core::LayerCost c = model.loss(shape.rows, tiles);
+  // Memory: what the loss holds at this worker's rows (embeddings, lse, gradients, tiles).
+  const core::LayerCost c = rows_loss(model, shape, tiles);
   const RingBuffers ring = ring_buffer_bytes(model, shape.largest_share, shape.workers);
   // Time: its rows against every column, the single-process loss's time over the whole batch in
   // proportion, and what the ring's transfers add.
-  const core::LayerCost whole = model.loss(shape.global_batch, tiles);
+  // Without tiles the ring's tiles are a block's rows: the time of the whole loss measured with the
+  // largest measured tile stands for it (tiles change the time little; issue 14's measurements).
+  std::optional<core::LossTiles> timed = tiles;
+  if (!timed && !model.tiles().empty()) timed = model.tiles().back();
+  const core::LayerCost whole = model.loss(shape.global_batch, timed);
   const double share = static_cast<double>(shape.rows) / static_cast<double>(shape.global_batch);
   const std::int64_t fold = scaled(whole.fwd_ns, share), gradient = scaled(whole.bwd_ns, share);
   const RingTime exposed = ring_exposed_ns(model, shape, fold, gradient);
