@@ -17,12 +17,14 @@ std::int64_t transfer_ns(std::int64_t bytes, const core::CollectiveLink& link) {
 
 std::int64_t scaled(std::int64_t ns, double f) { return std::llround(std::min(static_cast<double>(ns) * f, 9e18)); }
 
+}  // namespace
+
 // The loss at this worker's rows as the ring tiles it: the plan's tiles, or one tile per pair of
 // blocks without them, and never more than a block's rows either way. A tile's measured memory is
 // affine in the batch (infcl_model.h): a part that grows with the rows and the tile buffers; the
 // buffers are scaled to the tile the ring really uses (from the measured tile given, or the
 // smallest measured one).
-core::LayerCost rows_loss(const ContrastiveLossModel& model, const RingLossShape& shape,
+core::LayerCost ring_rows_loss(const ContrastiveLossModel& model, const RingLossShape& shape,
                           const std::optional<core::LossTiles>& tiles) {
   core::LossTiles measured{0, 0};
   if (tiles) {
@@ -50,8 +52,6 @@ core::LayerCost rows_loss(const ContrastiveLossModel& model, const RingLossShape
   cost.bwd_transient_bytes = std::max<std::int64_t>(0, rescale(at.bwd_transient_bytes, twice.bwd_transient_bytes));
   return cost;
 }
-
-}  // namespace
 
 RingBuffers ring_buffer_bytes(const ContrastiveLossModel& model, std::int64_t largest_share, int workers) {
   if (workers <= 1) return {};
@@ -87,7 +87,7 @@ RingTime ring_exposed_ns(const ContrastiveLossModel& model, const RingLossShape&
 std::vector<Op> ring_loss_ops(const ContrastiveLossModel& model, const RingLossShape& shape,
                               const std::optional<core::LossTiles>& tiles) {
   // Memory: what the loss holds at this worker's rows (embeddings, lse, gradients, tiles).
-  const core::LayerCost c = rows_loss(model, shape, tiles);
+  const core::LayerCost c = ring_rows_loss(model, shape, tiles);
   const RingBuffers ring = ring_buffer_bytes(model, shape.largest_share, shape.workers);
   // Time: its rows against every column, the single-process loss's time over the whole batch in
   // proportion, and what the ring's transfers add.

@@ -29,6 +29,11 @@ struct RingLossShape {
   core::CollectiveLink link;
 };
 
+// The loss at the worker's rows as the ring tiles it (the plan's tiles, or one tile per pair of
+// blocks), never wider than a block: a measured tile's line, its tile buffers scaled to that tile.
+core::LayerCost ring_rows_loss(const ContrastiveLossModel& model, const RingLossShape& shape,
+                               const std::optional<core::LossTiles>& tiles);
+
 // Bytes the ring holds beyond the loss at the worker's own rows, forward and backward.
 struct RingBuffers {
   std::int64_t forward = 0, backward = 0;

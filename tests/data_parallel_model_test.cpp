@@ -96,8 +96,14 @@ TEST(DataParallelPlan, AContrastiveModelRunsTheRingInfCl) {
     const auto seq = planner::step_sequence(costs, graph, dp);
     // The loss phase: worker 0's rows, the ring's buffers on top, its share of the whole loss's time
     // plus the transfers.
-    const auto ops = planner::ring_loss_ops(loss, {33, 33, 65, 2, dp.link}, dp.loss_tiles);
-    const auto own = loss.loss(33, dp.loss_tiles), whole = loss.loss(65, dp.loss_tiles);
+    const planner::RingLossShape shape{33, 33, 65, 2, dp.link};
+    const auto ops = planner::ring_loss_ops(loss, shape, dp.loss_tiles);
+    const auto own = planner::ring_rows_loss(loss, shape, dp.loss_tiles), whole = loss.loss(65, dp.loss_tiles);
+    // The measured tile is wider than a share: its buffers shrink to the tile the ring uses; a tile
+    // a share holds is the measured line itself.
+    EXPECT_LT(own.bwd_transient_bytes, loss.loss(33, dp.loss_tiles).bwd_transient_bytes);
+    const auto wide = planner::ring_rows_loss(loss, {2048, 2048, 4096, 2, dp.link}, dp.loss_tiles);
+    EXPECT_EQ(wide.bwd_transient_bytes, loss.loss(2048, dp.loss_tiles).bwd_transient_bytes);
     const auto buffers = planner::ring_buffer_bytes(loss, 33, 2);
     EXPECT_EQ(buffers.forward, loss.embedding_bytes(33) + 33 * 4);
     EXPECT_EQ(buffers.backward, loss.embedding_bytes(33) + 3 * 33 * 4);
