@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "models/contrastive_loss.h"
@@ -40,57 +42,77 @@ struct LossAndGrads {
   std::vector<double> peak_bytes, seconds;  // per worker: the loss's forward and backward
 };
 
-// Starts every worker, waits for all (killing them after a minute: a hung ring must fail, not hang
-// the test) and collects their results: the loss of each, the gradients rank after rank, the
-// log-scale's gradient summed.
-LossAndGrads run_ring(const RingCase& c, std::vector<double>& losses) {
-  const fs::path dir = fs::temp_directory_path() / ("headroom_ring_infcl." + std::to_string(::getpid()) + "." +
-                                                    std::to_string(c.workers) + c.kind);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+struct Spawned {
+  std::vector<int> status;  // waitpid's, per rank
+  fs::path dir;
+};
+
+// Starts every worker (rank `vanishing`, if any, exits once the shares are exchanged), each one's
+// stderr in DIR/rankR.err, and waits for all, killing them after a minute.
+Spawned spawn_ring(const RingCase& c, int vanishing = -1) {
+  Spawned out;
+  out.dir = fs::temp_directory_path() / ("headroom_ring_infcl." + std::to_string(::getpid()) + "." +
+                                         std::to_string(c.workers) + c.kind + std::to_string(vanishing));
+  fs::remove_all(out.dir);
+  fs::create_directories(out.dir);
   std::vector<pid_t> pids;
   for (int r = 0; r < c.workers; ++r) {
     std::vector<std::string> args{HEADROOM_RING_WORKER,
                                   std::to_string(r),
                                   std::to_string(c.workers),
-                                  (dir / "store").string(),
+                                  (out.dir / "store").string(),
                                   std::to_string(c.batch),
                                   std::to_string(c.dim),
                                   std::to_string(c.tiles.rows),
                                   std::to_string(c.tiles.cols),
                                   std::to_string(c.log_scale),
                                   c.kind,
-                                  (dir / ("rank" + std::to_string(r) + ".pt")).string()};
+                                  (out.dir / ("rank" + std::to_string(r) + ".pt")).string()};
+    if (r == vanishing) args.push_back("--vanish");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    const std::string err = (out.dir / ("rank" + std::to_string(r) + ".err")).string();
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     pid_t pid = 0;
-    EXPECT_EQ(::posix_spawn(&pid, HEADROOM_RING_WORKER, nullptr, nullptr, argv.data(), environ), 0);
+    EXPECT_EQ(::posix_spawn(&pid, HEADROOM_RING_WORKER, &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
     pids.push_back(pid);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  std::vector<int> status(pids.size(), -1);
+  out.status.assign(pids.size(), -1);
   std::size_t left = pids.size();
   while (left > 0) {
     for (std::size_t r = 0; r < pids.size(); ++r) {
-      if (status[r] != -1) continue;
+      if (out.status[r] != -1) continue;
       int s = 0;
       if (::waitpid(pids[r], &s, WNOHANG) == pids[r]) {
-        status[r] = s;
+        out.status[r] = s;
         --left;
       }
     }
     if (left > 0 && std::chrono::steady_clock::now() > deadline) {
       for (std::size_t r = 0; r < pids.size(); ++r) {
-        if (status[r] == -1) ::kill(pids[r], SIGKILL);
+        if (out.status[r] == -1) ::kill(pids[r], SIGKILL);
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  return out;
+}
+
+// Runs every worker and collects their results: the loss of each, the gradients rank after rank,
+// the log-scale's gradient summed.
+LossAndGrads run_ring(const RingCase& c, std::vector<double>& losses) {
+  const Spawned spawned = spawn_ring(c);
+  const std::vector<int>& status = spawned.status;
+  const fs::path& dir = spawned.dir;
   LossAndGrads out;
   std::vector<torch::Tensor> dq, dk;
   out.dscale = torch::zeros({});
-  for (std::size_t r = 0; r < pids.size(); ++r) {
+  for (std::size_t r = 0; r < status.size(); ++r) {
     EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0) << "worker " << r << " status " << status[r];
     std::vector<torch::Tensor> saved;
     torch::load(saved, (dir / ("rank" + std::to_string(r) + ".pt")).string());
@@ -217,6 +239,27 @@ TEST(RingInfCl, EachWorkerHoldsItsRowsLossPlusThePlannedRingBuffers) {
                 predicted, 100 * (predicted - ring.peak_bytes.front()) / ring.peak_bytes.front());
     EXPECT_LE(std::abs(predicted - ring.peak_bytes.front()) / ring.peak_bytes.front(), 0.01);
   }
+}
+
+// A worker that goes away while the blocks travel: the others fail at once, naming the ring's
+// transfer as a collective's failure (the launcher's sign of a consequence, not a cause).
+TEST(RingInfCl, AWorkerThatVanishesMidRingFailsTheOthers) {
+  const RingCase c{3, 96, 16, {16, 16}, std::log(1 / 0.07), "unit"};
+  const auto start = std::chrono::steady_clock::now();
+  const Spawned spawned = spawn_ring(c, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  ASSERT_TRUE(WIFEXITED(spawned.status[1]));
+  EXPECT_EQ(WEXITSTATUS(spawned.status[1]), 3);
+  for (const int r : {0, 2}) {
+    ASSERT_TRUE(WIFEXITED(spawned.status[static_cast<std::size_t>(r)])) << r;
+    EXPECT_EQ(WEXITSTATUS(spawned.status[static_cast<std::size_t>(r)]), 1) << r;
+    const std::string err = [&] {
+      std::ifstream in(spawned.dir / ("rank" + std::to_string(r) + ".err"));
+      return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    }();
+    EXPECT_NE(err.find("collective failed in the ring loss's"), std::string::npos) << r << ": " << err;
+  }
+  fs::remove_all(spawned.dir);
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 // saves the loss and its gradients for the test to compare with the single-process loss, with the
 // bytes the loss's forward and backward allocated at most above its inputs and their wall time.
 //
-//   headroom_ring_infcl_worker RANK WORLD STORE_PATH BATCH DIM TILE_ROWS TILE_COLS LOG_SCALE KIND OUT
+//   headroom_ring_infcl_worker RANK WORLD STORE_PATH BATCH DIM TILE_ROWS TILE_COLS LOG_SCALE KIND OUT [--vanish]
+//
+// --vanish: the worker exits once the ring's shares are exchanged, before any block travels (a
+// worker that dies mid-loss).
 #include <chrono>
 #include <cstdlib>
 #include <exception>
@@ -20,7 +23,8 @@
 
 int main(int argc, char** argv) {
   using namespace headroom;
-  if (argc != 11) {
+  const bool vanish = argc == 12 && std::string(argv[11]) == "--vanish";
+  if (argc != 11 && !vanish) {
     std::cerr << "usage: headroom_ring_infcl_worker RANK WORLD STORE_PATH BATCH DIM TILE_ROWS TILE_COLS LOG_SCALE KIND OUT\n";
     return 2;
   }
@@ -37,6 +41,10 @@ int main(int argc, char** argv) {
     torch::Tensor q = ring_test::embeddings(kind, batch, dim, 4).narrow(0, first, rows).clone().requires_grad_(true);
     torch::Tensor k = ring_test::embeddings(kind, batch, dim, 5).narrow(0, first, rows).clone().requires_grad_(true);
     torch::Tensor t = torch::full({}, log_scale).requires_grad_(true);
+    if (vanish) {
+      peers.all_gather(rows);
+      std::_Exit(3);
+    }
     auto recorder = std::make_shared<runtime::MemoryRecorder>();
     torch::Tensor loss;
     const auto start = std::chrono::steady_clock::now();
