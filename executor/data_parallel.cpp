@@ -301,14 +301,28 @@ GradientSync::GradientSync(const models::Model& model, Workers& workers, std::in
 
 GradientSync::~GradientSync() = default;
 
-void GradientSync::arm() {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  for (auto& b : state_->buckets) {
-    b.pending = static_cast<int>(b.parameters.size());
-    b.work.reset();
+void GradientSync::arm(const std::vector<torch::Tensor>& final_already) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    for (auto& b : state_->buckets) {
+      b.pending = static_cast<int>(b.parameters.size());
+      b.work.reset();
+    }
+    state_->next_launch = 0;
+    state_->armed = true;
   }
-  state_->next_launch = 0;
-  state_->armed = true;
+  for (const auto& p : final_already) {
+    bool found = false;
+    for (std::size_t b = 0; b < state_->buckets.size() && !found; ++b) {
+      for (std::size_t slot = 0; slot < state_->buckets[b].parameters.size() && !found; ++slot) {
+        if (!state_->buckets[b].parameters[slot].is_same(p)) continue;
+        if (!p.grad().defined()) throw std::logic_error("GradientSync::arm: a parameter said to be final has no gradient");
+        state_->ready(b, slot);
+        found = true;
+      }
+    }
+    if (!found) throw std::logic_error("GradientSync::arm: a parameter said to be final is in no bucket");
+  }
 }
 
 double GradientSync::finish() {

@@ -82,8 +82,10 @@ class GradientSync {
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
 
-  // The next backward is the step's last: its gradients go out as they become ready.
-  void arm();
+  // The next backward is the step's last: its gradients go out as they become ready. `final_already`:
+  // parameters whose gradient is complete before it and that it does not reach (a gradient-cache
+  // step's loss layer, whose log-scale gets its gradient from the loss over the whole batch).
+  void arm(const std::vector<torch::Tensor>& final_already = {});
   // Waits for every bucket (starting those backward did not) and writes the sums to the gradients;
   // returns the seconds that took.
   double finish();

@@ -17,6 +17,7 @@
 #include "executor/grad_cache.h"
 #include "executor/l2l_execute.h"
 #include "executor/plan_runner.h"
+#include "executor/ring_peers.h"
 #include "models/fashion_mnist.h"
 #include "models/model_source.h"
 #include "runtime/budget_allocator.h"
@@ -172,9 +173,10 @@ class HostMemoryWatch {
   double sampling_seconds_ = 0;
 };
 
-// A contrastive model micro-batched: its towers run under a gradient cache (executor/grad_cache.h).
+// A contrastive model micro-batched, or data parallel: its towers run under a gradient cache
+// (executor/grad_cache.h); a worker's loss is the ring's over every worker's embeddings.
 bool uses_grad_cache(const models::Model& model, const core::Plan& plan) {
-  return plan.choice.micro_batches.size() > 1 && contrastive_layer(model) >= 0;
+  return (plan.choice.micro_batches.size() > 1 || plan.choice.world_size > 1) && contrastive_layer(model) >= 0;
 }
 
 // The traced model, rebuilt from its source and set up the way the plan runs it.
@@ -232,6 +234,7 @@ struct PlannedTraining {
         runner(model, plan.choice.checkpointed_blocks, position),
         workers(workers),
         sync(workers != nullptr ? std::make_unique<GradientSync>(model, *workers, plan.choice.bucket_cap_bytes) : nullptr),
+        ring(attach_ring(model, workers)),
         rank(workers != nullptr ? workers->rank() : 0) {}
   PlannedTraining(const PlannedTraining&) = delete;
   PlannedTraining& operator=(const PlannedTraining&) = delete;
@@ -243,10 +246,24 @@ struct PlannedTraining {
   // Data parallel: the other workers, and the gradients' exchange with them.
   Workers* workers;
   std::unique_ptr<GradientSync> sync;
+  std::unique_ptr<GroupRingPeers> ring;  // a contrastive loss's, across the workers
   int rank;
   double last_allreduce_wait = 0;             // the last step's
   std::vector<double> allreduce_waits;        // the measured steps'
 };
+
+std::int64_t samples_of(const std::vector<std::int64_t>& sizes) {
+  std::int64_t total = 0;
+  for (const auto b : sizes) total += b;
+  return total;
+}
+
+// A gradient-cache step on a data-parallel worker arms the exchange before its last backward; the
+// loss layer's gradient is complete by then.
+std::function<void()> arm_before_last_backward(PlannedTraining& training) {
+  if (!training.sync) return {};
+  return [&training] { training.sync->arm(loss_layer_parameters(training.model)); };
+}
 
 // From the initial weights: the plan's accumulated gradient against the full batch's, same data,
 // dropout off on both sides so they compute the same function.
@@ -273,17 +290,17 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
     const auto own = make_micro_batches(model, share, options.seed, device, first);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
     if (uses_grad_cache(model, plan)) {
-      // A contrastive model runs on one worker (data parallel is refused for it): its micro-batches
-      // go twice around the loss over the whole batch.
-      grad_cache_accumulate(model, training.runner, own.size(), [&](std::size_t m) { return own[m]; }, plan.global_batch,
-                            device);
+      // A contrastive model's micro-batches go twice around the loss over the whole batch (the
+      // ring's across workers).
+      grad_cache_accumulate(model, training.runner, own.size(), [&](std::size_t m) { return own[m]; },
+                            samples_of(share), device, arm_before_last_backward(training));
     } else {
       for (std::size_t m = 0; m < own.size(); ++m) {
         if (training.sync && m + 1 == own.size()) training.sync->arm();
         training.runner.run_micro_batch(own[m], static_cast<int>(first + m), plan.global_batch);
       }
-      if (training.sync) training.sync->finish();
     }
+    if (training.sync) training.sync->finish();
     training.runner.set_phase("idle");
     const auto accumulated = gradients_of(parameters);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
@@ -294,8 +311,7 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
       model.set_all_lean(false);
       const int contrastive = contrastive_layer(model);
       if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles.reset();
-      torch::Tensor loss = model.forward(concatenate(micro));
-      loss.backward();
+      without_ring(model, [&] { model.forward(concatenate(micro)).backward(); });
       use_variants(model, plan.choice);
       if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles = plan.choice.loss_tiles;
       const auto full = gradients_of(parameters);
@@ -313,7 +329,9 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
                      "from the full batch's by design; dropout off on both sides"
                    : uses_grad_cache(model, plan)
                    ? std::string("gradient-cache gradients (towers micro-batched, the loss over the whole batch ") +
-                         (plan.choice.loss_tiles ? "tiled" : "standard") +
+                         (training.ring ? std::string("as Inf-CL's ring across the workers") +
+                                              (plan.choice.loss_tiles ? ", tiled" : "")
+                                        : std::string(plan.choice.loss_tiles ? "tiled" : "standard")) +
                          ", checkpointing and Tempo as planned) against the full batch's with standard layers and the "
                          "standard loss, same weights and data, dropout off on both sides"
                    : std::string("accumulated micro-batch gradients (loss weights b_i/B, checkpointing and Tempo as "
@@ -335,14 +353,16 @@ void train_step(PlannedTraining& training, const core::Plan& plan, const Execute
                 torch::Device device, HostMemoryWatch* host) {
   training.optimizer->zero_grad();
   if (uses_grad_cache(training.model, plan)) {
-    // A contrastive model's micro-batches run twice around the loss over the whole batch (on one
-    // worker: data parallel is refused for it).
+    // A contrastive model's micro-batches run twice around the loss over the whole batch; a
+    // data-parallel worker runs its share, the loss over every worker's through the ring.
+    const auto sizes = plan.choice.worker_micro_batches(training.rank);
+    const std::size_t first = plan.choice.first_micro_batch(training.rank);
     grad_cache_accumulate(
-        training.model, training.runner, plan.choice.micro_batches.size(),
-        [&](std::size_t m) {
-          return make_micro_batches(training.model, {plan.choice.micro_batches[m]}, step_seed(options, step, m), device).front();
+        training.model, training.runner, sizes.size(),
+        [&](std::size_t k) {
+          return make_micro_batches(training.model, {sizes[k]}, step_seed(options, step, first + k), device).front();
         },
-        plan.global_batch, device);
+        samples_of(sizes), device, arm_before_last_backward(training));
     if (host != nullptr) host->sample_resident();
   } else {
     // A data-parallel worker runs its share: the global batch's micro-batches first..first+n-1.

@@ -12,8 +12,8 @@ int contrastive_layer(const models::Model& model) {
 }
 
 double grad_cache_accumulate(const models::Model& model, PlanRunner& runner, std::size_t count,
-                             const std::function<models::Batch(std::size_t)>& batch_of, std::int64_t global_batch,
-                             torch::Device device) {
+                             const std::function<models::Batch(std::size_t)>& batch_of, std::int64_t rows,
+                             torch::Device device, const std::function<void()>& before_last_backward) {
   using Mode = models::ContrastiveLossSettings::Mode;
   const int id = contrastive_layer(model);
   if (id < 0) throw std::logic_error("grad_cache_accumulate: the model has no contrastive loss");
@@ -34,7 +34,7 @@ double grad_cache_accumulate(const models::Model& model, PlanRunner& runner, std
   std::vector<torch::Tensor> states;
   states.reserve(count);
   settings.mode = Mode::Capture;
-  settings.cache_rows = global_batch;
+  settings.cache_rows = rows;
   settings.cached_q = settings.cached_k = torch::Tensor();
   std::int64_t offset = 0;
   for (std::size_t m = 0; m < count; ++m) {
@@ -49,7 +49,7 @@ double grad_cache_accumulate(const models::Model& model, PlanRunner& runner, std
     }
     offset += batch.size();
   }
-  if (offset != global_batch) throw std::logic_error("grad_cache_accumulate: micro-batches do not add up to the batch");
+  if (offset != rows) throw std::logic_error("grad_cache_accumulate: micro-batches do not add up to the batch");
   const torch::Tensor resume = generator.get_state();
 
   runner.set_phase("loss");
@@ -76,6 +76,7 @@ double grad_cache_accumulate(const models::Model& model, PlanRunner& runner, std
     runner.set_phase("forward", static_cast<int>(m));
     torch::Tensor surrogate = runner.forward(batch);
     runner.set_phase("backward", static_cast<int>(m));
+    if (m + 1 == count && before_last_backward) before_last_backward();
     surrogate.backward();
     offset += batch.size();
   }

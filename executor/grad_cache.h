@@ -19,9 +19,13 @@ namespace headroom::executor {
 int contrastive_layer(const models::Model& model);
 
 // Runs steps 1-3 for `count` micro-batches (`batch_of(m)` makes micro-batch m, called twice per
-// micro-batch); gradients accumulate into the parameters. Returns the loss over the whole batch.
+// micro-batch) of `rows` samples in all; gradients accumulate into the parameters. Returns the loss
+// over the whole batch. A data-parallel worker passes its share: its cache holds its rows, the loss
+// layer runs the ring over every worker's (models/ring_contrastive_loss.h), and
+// `before_last_backward` (when set) runs before the last micro-batch's backward, where the
+// gradients' exchange is armed.
 double grad_cache_accumulate(const models::Model& model, PlanRunner& runner, std::size_t count,
-                             const std::function<models::Batch(std::size_t)>& batch_of, std::int64_t global_batch,
-                             torch::Device device);
+                             const std::function<models::Batch(std::size_t)>& batch_of, std::int64_t rows,
+                             torch::Device device, const std::function<void()>& before_last_backward = {});
 
 }  // namespace headroom::executor

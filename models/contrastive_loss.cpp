@@ -1,5 +1,7 @@
 #include "models/contrastive_loss.h"
 
+#include "models/ring_contrastive_loss.h"
+
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -124,6 +126,11 @@ torch::Tensor run_contrastive_layer(const torch::Tensor& q, const torch::Tensor&
   using Mode = ContrastiveLossSettings::Mode;
   switch (settings.mode) {
     case Mode::Loss:
+      if (settings.ring != nullptr) {
+        return contrastive_loss_ring(q, k, log_scale,
+                                     settings.tiles.value_or(LossTiles{q.size(0), std::numeric_limits<std::int64_t>::max()}),
+                                     *settings.ring);
+      }
       return settings.tiles ? contrastive_loss_tiled(q, k, log_scale, *settings.tiles)
                             : contrastive_loss_standard(q, k, log_scale);
     case Mode::Capture: {

@@ -17,6 +17,8 @@
 
 namespace headroom::models {
 
+class RingPeers;  // models/ring_contrastive_loss.h
+
 // Rows of q~ per block, rows of k per column tile: the plan's choice (core/step_choice.h).
 using LossTiles = core::LossTiles;
 
@@ -39,6 +41,9 @@ struct ContrastiveLossSettings {
   enum class Mode { Loss, Capture, Surrogate };
   Mode mode = Mode::Loss;
   std::optional<LossTiles> tiles;
+  // Data parallel: the loss runs as Inf-CL's ring over these workers (models/ring_contrastive_loss.h),
+  // with `tiles`, or one tile per pair of blocks when there are none.
+  RingPeers* ring = nullptr;
   std::int64_t offset = 0;
   // [B, D]: embeddings (Capture; allocated by the first capture with `cache_rows` rows) or their
   // gradients (Surrogate).

@@ -9,6 +9,7 @@
 #include "planner/data_parallel_model.h"
 #include "planner/infcl_model.h"
 #include "planner/l2l_model.h"
+#include "planner/ring_infcl_model.h"
 
 namespace headroom::planner {
 
@@ -292,9 +293,16 @@ core::LayerCost whole_loss_cost(const core::LayerCost& in_step, core::LayerCost 
 template <typename OpsFor>
 void append_grad_cache_step(const core::CostModel& costs, const LayerGraph& graph, const ContrastiveLossModel& model,
                             const core::StepChoice& choice, BatchCostsCache* cache, OpsFor& ops_for, StepSequence& seq) {
-  const auto& sizes = choice.micro_batches;
-  const std::int64_t global = choice.samples();
-  const std::int64_t held = gradient_cache_bytes(model, global, sizes.size(), costs.checkpoint_state_bytes());
+  // A data-parallel worker (worker 0, the largest share) caches its own rows; its loss is the ring's.
+  const bool ring = choice.world_size > 1;
+  const auto sizes = ring ? choice.worker_micro_batches(0) : choice.micro_batches;
+  std::int64_t rows = 0;
+  for (const auto b : sizes) rows += b;
+  // The plan lists every worker's micro-batches; the search weighs worker 0's alone, where the
+  // global batch is about its share times the workers (the plan's prediction is the exact one).
+  const std::int64_t global =
+      ring && choice.micro_batches_per_worker.empty() ? rows * choice.world_size : choice.samples();
+  const std::int64_t held = gradient_cache_bytes(model, rows, sizes.size(), costs.checkpoint_state_bytes());
   seq.ops.push_back({{OpKind::GradientCache, -1, 0, 0, held}});
   seq.segments.push_back({seq.ops.size() - 1, 0, 0, 1, false});
   const auto runs = [&](auto&& segment_of) {
@@ -319,10 +327,28 @@ void append_grad_cache_step(const core::CostModel& costs, const LayerGraph& grap
     embedding_made.emplace_back(b, seq.ops.size() - 1);
     return seq.ops.size() - 1;
   });
-  seq.ops.push_back(cached_loss_ops(model, global, choice.loss_tiles));
+  seq.ops.push_back(ring ? ring_loss_ops(model, {rows, rows, global, choice.world_size, choice.link}, choice.loss_tiles)
+                         : cached_loss_ops(model, global, choice.loss_tiles));
   seq.segments.push_back({seq.ops.size() - 1, global, 0, 1, false});
-  runs([&](std::int64_t b) { return ops_for(b); });
-  seq.ops.push_back({{OpKind::GradientCache, -1, 0, 0, -held}, {OpKind::Optimizer, -1, costs.optimizer_ns(), costs.optimizer_transient_bytes(), 0}});
+  if (!ring) {
+    runs([&](std::int64_t b) { return ops_for(b); });
+    seq.ops.push_back({{OpKind::GradientCache, -1, 0, 0, -held}, {OpKind::Optimizer, -1, costs.optimizer_ns(), costs.optimizer_transient_bytes(), 0}});
+    seq.segments.push_back({seq.ops.size() - 1, 0, static_cast<std::int64_t>(sizes.size()), 1, false});
+    return;
+  }
+  // Data parallel: the last micro-batch is a segment of its own whose backward sends the gradients'
+  // buckets (its input goes with the optimizer's segment, as in the plain step).
+  const std::vector<std::int64_t> all_but_last(sizes.begin(), sizes.end() - 1);
+  for (std::size_t m = 0; m < all_but_last.size();) {
+    std::size_t end = m + 1;
+    while (end < all_but_last.size() && all_but_last[end] == all_but_last[m]) ++end;
+    seq.segments.push_back({ops_for(sizes[m]), sizes[m], static_cast<std::int64_t>(m), static_cast<std::int64_t>(end - m), false});
+    m = end;
+  }
+  seq.segments.push_back({ops_for(sizes.back()), sizes.back(), static_cast<std::int64_t>(sizes.size() - 1), 1, true});
+  seq.ops.push_back({{OpKind::ReleaseInput, -1, 0, 0, -costs.input_bytes(sizes.back())},
+                     {OpKind::GradientCache, -1, 0, 0, -held},
+                     {OpKind::Optimizer, -1, costs.optimizer_ns(), costs.optimizer_transient_bytes(), 0}});
   seq.segments.push_back({seq.ops.size() - 1, 0, static_cast<std::int64_t>(sizes.size()), 1, false});
 }
 
@@ -351,7 +377,8 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   // A contrastive model's loss layer costs what its own model says: the whole loss in a plain step,
   // the gradient cache's surrogate in a micro-batched one (infcl_model.h).
   const auto loss_model = contrastive_loss_model(costs.trace());
-  const bool grad_cache = loss_model && sizes.size() > 1;
+  // Data parallel always caches: the loss over every worker's embeddings is the ring's.
+  const bool grad_cache = loss_model && (sizes.size() > 1 || choice.world_size > 1);
   const auto ops_for = [&](std::int64_t b) {
     for (const auto& [size, index] : made) {
       if (size == b) return index;
@@ -484,7 +511,7 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
     if (segment.keeps_input) last_task_of_op.assign(ops.size(), -1);
     // The optimizer follows the last backward and the last bucket's all-reduce.
     int last_allreduce = -1;
-    if (segment.batch == 0 && choice.world_size > 1 && seq.segments.size() >= 2) {
+    if (segment.batch == 0 && &segment == &seq.segments.back() && choice.world_size > 1 && seq.segments.size() >= 2) {
       last_allreduce = append_allreduce_tasks(costs, seq.ops[seq.segments[seq.segments.size() - 2].ops], choice,
                                               last_task_of_op, schedule);
     }

@@ -67,9 +67,6 @@ void check_choice(const core::Plan& plan, const core::Trace& trace, const std::s
                              " has no lean variant the trace measured");
     }
   }
-  if (choice.world_size > 1 && trace.contrastive_loss) {
-    throw core::InputError(source + ": $.world_size: data parallel with a contrastive loss (ring Inf-CL) is not implemented");
-  }
   if (choice.world_size > 1) {
     // The plan's predictions are worker 0's: no other worker may carry more.
     const auto largest = [](const std::vector<std::int64_t>& sizes) {

@@ -468,13 +468,22 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
     plan.warnings.push_back("Tempo does not apply to a TorchScript module: its memory-lean layers are headroom's own "
                             "implementations of the zoo's layers (checkpointing and micro-batching do apply)");
   }
-  if (const std::string scheme = contrastive_scheme(trace, best.choice); !scheme.empty()) plan.warnings.push_back(scheme);
+  if (const std::string scheme = contrastive_scheme(trace, plan.choice); !scheme.empty()) plan.warnings.push_back(scheme);
   if (best.choice.l2l) {
     plan.warnings.push_back(l2l_note(predict_l2l_step(costs, graph, best.choice.micro_batches, best.choice.l2l->boundaries_on_host),
                                      best.choice.l2l->boundaries_on_host));
   }
   plan.predicted = weighed(best, request.global_batch).predicted;
   plan.peak_at = best.prediction.peak_at;
+  // The ring Inf-CL's time depends on the global batch, which the search's worker-0 choice only
+  // approximates (its share times the workers): the plan states the expanded choice's prediction.
+  if (plan.choice.world_size > 1 && trace.contrastive_loss) {
+    Candidate expanded = best;
+    expanded.choice = plan.choice;
+    expanded.prediction = predict_step(costs, graph, plan.choice);
+    plan.predicted = weighed(expanded, request.global_batch).predicted;
+    plan.peak_at = expanded.prediction.peak_at;
+  }
   return plan;
 }
 
@@ -511,12 +520,6 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   if (request.workers > request.global_batch) {
     throw core::InputError("workers: " + std::to_string(request.workers) + " workers need a global batch of at least " +
                            std::to_string(request.workers) + ", got " + std::to_string(request.global_batch));
-  }
-  // Each worker would compute the loss over its own share only: a contrastive loss couples the
-  // whole batch, so across workers it needs the ring Inf-CL (issue 16, item 4), not built yet.
-  if (request.workers > 1 && trace.contrastive_loss) {
-    throw core::InputError("workers: data parallel with a contrastive loss needs the loss over every worker's embeddings "
-                           "(ring Inf-CL), which is not implemented; plan " + trace.model.name + " on one device");
   }
   if (request.workers > 1 && !request.link.known()) {
     throw core::InputError("link: data parallel needs the link's bandwidth and latency (a trace's measured link, or given)");

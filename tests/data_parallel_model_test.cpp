@@ -11,6 +11,8 @@
 #include "core/plan.h"
 #include "core/trace.h"
 #include "planner/data_parallel_model.h"
+#include "planner/infcl_model.h"
+#include "planner/ring_infcl_model.h"
 #include "planner/micro_batch_model.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
@@ -75,23 +77,83 @@ planner::PlanRequest request(std::int64_t budget, std::int64_t batch, int worker
 
 // The global batch is shared out with the remainder on the lowest ranks, every micro-batch is
 // weighed b_i / B over the global batch, and the plan reads back equal from its file.
-// A contrastive loss couples the whole batch: split over workers without the ring Inf-CL, each
-// would train on the loss of its own share. Refused, in the search and in a hand-edited plan.
-TEST(DataParallelPlan, AContrastiveLossIsRefusedUntilTheRingInfClExists) {
+// A contrastive loss couples the whole batch: over workers it runs as Inf-CL's ring. Each worker
+// caches its share's embeddings, computes its rows' loss against every block and holds the ring's
+// blocks in flight; the prediction is worker 0's and the simulator agrees with it.
+TEST(DataParallelPlan, AContrastiveModelRunsTheRingInfCl) {
   const core::Trace trace = committed("cpu-clip.json");
-  try {
-    planner::plan_step(trace, request(std::int64_t{1} << 30, 64, 2));
-    FAIL() << "planned a contrastive model over 2 workers";
-  } catch (const core::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("ring Inf-CL"), std::string::npos) << e.what();
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const planner::ContrastiveLossModel loss(*trace.contrastive_loss);
+  for (const std::string link : {"100GB/s,1us", "50MB/s,1ms"}) {
+    SCOPED_TRACE(link);
+    // 2 workers, 65 pairs: worker 0 caches 33 (as 17 + 16), worker 1 32.
+    core::StepChoice dp = core::StepChoice{}.with_micro_batches({17, 16, 16, 16});
+    dp.world_size = 2;
+    dp.micro_batches_per_worker = {2, 2};
+    dp.link = core::parse_link(link);
+    dp.loss_tiles = loss.tiles().front();
+    const auto seq = planner::step_sequence(costs, graph, dp);
+    // The loss phase: worker 0's rows, the ring's buffers on top, its share of the whole loss's time
+    // plus the transfers.
+    const planner::RingLossShape shape{33, 33, 65, 2, dp.link};
+    const auto ops = planner::ring_loss_ops(loss, shape, dp.loss_tiles);
+    const auto own = planner::ring_rows_loss(loss, shape, dp.loss_tiles), whole = loss.loss(65, dp.loss_tiles);
+    // The measured tile is wider than a share: its buffers shrink to the tile the ring uses; a tile
+    // a share holds is the measured line itself.
+    EXPECT_LT(own.bwd_transient_bytes, loss.loss(33, dp.loss_tiles).bwd_transient_bytes);
+    const auto wide = planner::ring_rows_loss(loss, {2048, 2048, 4096, 2, dp.link}, dp.loss_tiles);
+    EXPECT_EQ(wide.bwd_transient_bytes, loss.loss(2048, dp.loss_tiles).bwd_transient_bytes);
+    const auto buffers = planner::ring_buffer_bytes(loss, 33, 2);
+    EXPECT_EQ(buffers.forward, loss.embedding_bytes(33) + 33 * 4);
+    EXPECT_EQ(buffers.backward, loss.embedding_bytes(33) + 3 * 33 * 4);
+    EXPECT_EQ(planner::ring_buffer_bytes(loss, 33, 4).backward, 2 * loss.embedding_bytes(33) + 4 * 33 * 4);
+    EXPECT_EQ(planner::ring_buffer_bytes(loss, 33, 1).backward, 0);
+    EXPECT_EQ(ops[0].transient_bytes, own.fwd_transient_bytes + buffers.forward);
+    EXPECT_EQ(ops[1].transient_bytes, own.bwd_transient_bytes + buffers.backward);
+    EXPECT_GT(ops[0].duration_ns, std::llround(static_cast<double>(whole.fwd_ns) * 33 / 65) - 1);
+    bool found = false;
+    for (const auto& list : seq.ops) {
+      if (list.size() == 3 && list[0].kind == planner::OpKind::Forward && list[0].layer == loss.layer()) {
+        EXPECT_EQ(list[0].transient_bytes, ops[0].transient_bytes);
+        EXPECT_EQ(list[0].duration_ns, ops[0].duration_ns);
+        found = true;
+      }
+    }
+    EXPECT_TRUE(found) << "no ring loss phase in the step";
+    // The last micro-batch sends the buckets: its own segment, before the optimizer's.
+    ASSERT_GE(seq.segments.size(), 3u);
+    EXPECT_TRUE(seq.segments[seq.segments.size() - 2].keeps_input);
+    const auto predicted = planner::predict_step(costs, graph, dp);
+    const auto schedule = planner::build_schedule(costs, graph, dp);
+    const auto sim = simulator::simulate(schedule);
+    EXPECT_EQ(sim.peak_bytes, predicted.peak_bytes);
+    EXPECT_EQ(sim.makespan_ns, predicted.step_ns);
   }
-  auto one = request(std::int64_t{1} << 30, 64, 1);
-  const auto outcome = planner::plan_step(trace, one);
-  ASSERT_TRUE(outcome.plan) << outcome.reason;
-  core::Plan edited = *outcome.plan;
-  edited.choice.world_size = 2;
-  edited.choice.micro_batches_per_worker = {static_cast<int>(edited.choice.micro_batches.size()), 0};
-  EXPECT_THROW(planner::plan_schedule(trace, edited, "p.json"), core::InputError);
+  // A slower link costs the ring time; the plan search plans it, and a plan file of it checks.
+  core::StepChoice fast = core::StepChoice{}.with_micro_batches({17, 16, 16, 16}), slow;
+  fast.world_size = 2;
+  fast.micro_batches_per_worker = {2, 2};
+  fast.loss_tiles = loss.tiles().front();
+  slow = fast;
+  fast.link = core::parse_link("100GB/s,1us");
+  slow.link = core::parse_link("50MB/s,1ms");
+  EXPECT_GT(planner::predict_step(costs, graph, slow).step_ns, planner::predict_step(costs, graph, fast).step_ns);
+  // An uneven split (4095 over 2 and 4), where the search's worker-0 view of the global batch is
+  // not exact: the plan states what simulating it gives.
+  for (const int workers : {2, 4}) {
+    auto r = request(12 << 20, 4095, workers);
+    r.strategies.insert(planner::Strategy::InfCl);
+    r.margin_fraction = 0;
+    const auto outcome = planner::plan_step(trace, r);
+    ASSERT_TRUE(outcome.plan) << outcome.reason;
+    EXPECT_EQ(outcome.plan->choice.world_size, workers);
+    const auto sim = simulator::simulate(planner::plan_schedule(trace, *outcome.plan, "p.json"));
+    EXPECT_EQ(sim.peak_bytes, outcome.plan->predicted.peak_bytes);
+    EXPECT_NEAR(static_cast<double>(sim.makespan_ns) / 1e9, outcome.plan->predicted.step_seconds, 1e-9);
+    EXPECT_NE(outcome.plan->warnings.back().find("the loss over all 4095 pairs once as Inf-CL's ring"), std::string::npos)
+        << outcome.plan->warnings.back();
+  }
 }
 
 TEST(DataParallelPlan, SharesTheGlobalBatchOverWorkers) {
