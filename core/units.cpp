@@ -1,5 +1,6 @@
 #include "core/units.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cmath>
@@ -66,6 +67,18 @@ std::string format_bytes(std::int64_t bytes) {
   else if (value < 100) std::snprintf(buffer, sizeof buffer, "%s%.1f %s", sign, value, kUnits[unit]);
   else std::snprintf(buffer, sizeof buffer, "%s%.0f %s", sign, value, kUnits[unit]);
   return buffer;
+}
+
+std::string format_bytes_at_least(std::int64_t bytes) {
+  std::int64_t shown = bytes;
+  std::string text = format_bytes(shown);
+  // Three significant digits: a step of a twentieth of a percent reaches the next shown value in
+  // at most twenty steps.
+  while (bytes > 0 && parse_bytes(text) < bytes) {
+    shown += std::max<std::int64_t>(1, shown / 2000);
+    text = format_bytes(shown);
+  }
+  return text;
 }
 
 std::string format_duration_ns(std::int64_t ns) {

@@ -123,7 +123,7 @@ std::string infeasible_reason(std::int64_t budget_bytes, std::int64_t limit_byte
                                       "optimizer's temporaries (" + core::format_bytes(floor_bytes) + ")"
                                     : "") +
          "; with strategies " + (strategies.empty() ? "none" : strategies) + " the step needs at least " +
-         core::format_bytes(least_peak) + ", so the budget must be at least " + core::format_bytes(smallest_budget);
+         core::format_bytes(least_peak) + ", so the budget must be at least " + core::format_bytes_at_least(smallest_budget);
 }
 
 std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, const WeighedStep& chosen,

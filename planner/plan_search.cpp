@@ -1,6 +1,7 @@
 #include "planner/plan_search.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <sstream>
 
@@ -374,16 +375,54 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, Bat
 
 // The least peak the allowed strategies reach: the smallest micro-batches, and the least limit
 // under which some checkpointing of them fits (found by bisection).
+// The least peak at one split without checkpointing: as it is, with every lean layer, and (for a
+// contrastive model) with each loss option.
+std::int64_t least_unchecked_peak(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
+                                  const std::vector<std::int64_t>& micro, const SearchSpace& space) {
+  std::vector<std::optional<core::LossTiles>> losses = space.loss_options;
+  if (losses.empty()) losses.push_back(space.tiles);
+  std::int64_t least = std::numeric_limits<std::int64_t>::max();
+  for (const auto& tiles : losses) {
+    core::StepChoice plain = space.base;
+    plain.micro_batches = micro;
+    plain.loss_tiles = tiles;
+    least = std::min(least, predict_step(costs, graph, plain, &cache).peak_bytes);
+    if (space.tempo) {
+      const auto order = tempo_order(graph, cache, micro.front()).layers;
+      least = std::min(least, predict_step(costs, graph, with_lean_prefix(plain, order, order.size()), &cache).peak_bytes);
+    }
+  }
+  return least;
+}
+
+// The split whose peak is least. Finer splits hold less, except under the gradient cache, which
+// keeps every micro-batch's RNG state and embeddings: there the peak falls and then rises with the
+// count, so the counts are walked on a coarse grid and the best one's neighbours.
+std::vector<std::int64_t> least_split(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
+                                      std::int64_t global_batch, const SearchSpace& space) {
+  const std::int64_t finest = space.micro_batching ? global_batch : 1;
+  if (space.loss_options.empty() && !space.tiles) return split_batch(global_batch, finest);
+  const auto peak_of = [&](std::int64_t count) {
+    return least_unchecked_peak(costs, graph, cache, split_batch(global_batch, count), space);
+  };
+  std::int64_t best = finest, best_peak = peak_of(finest);
+  for (std::int64_t count = 1; count < finest; count = std::max(count + 1, count * 5 / 4)) {
+    if (const std::int64_t p = peak_of(count); p < best_peak) best = count, best_peak = p;
+  }
+  for (const std::int64_t step : {std::int64_t{-1}, std::int64_t{1}}) {
+    for (std::int64_t count = best + step; count >= 1 && count <= finest; count += step) {
+      const std::int64_t p = peak_of(count);
+      if (p >= best_peak) break;
+      best = count, best_peak = p;
+    }
+  }
+  return split_batch(global_batch, best);
+}
+
 std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
                         const SearchSpace& space) {
-  const std::vector<std::int64_t> micro = split_batch(global_batch, space.micro_batching ? global_batch : 1);
-  core::StepChoice plain = space.base;
-  plain.micro_batches = micro;
-  std::int64_t least = predict_step(costs, graph, plain, &cache).peak_bytes;
-  if (space.tempo) {
-    const auto order = tempo_order(graph, cache, micro.front()).layers;
-    least = std::min(least, predict_step(costs, graph, with_lean_prefix(plain, order, order.size()), &cache).peak_bytes);
-  }
+  const std::vector<std::int64_t> micro = least_split(costs, graph, cache, global_batch, space);
+  std::int64_t least = least_unchecked_peak(costs, graph, cache, micro, space);
   if (space.l2l) {
     // The relay's least: its finest split, boundaries on the host (where the host holds them).
     const auto finest = split_batch(global_batch, std::min<std::int64_t>(global_batch, kMaxL2LMicroBatches));

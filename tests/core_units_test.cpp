@@ -53,5 +53,17 @@ TEST(Units, FormatsDurations) {
   EXPECT_EQ(core::format_duration_ns(1'230'000'000), "1.23 s");
 }
 
+// A least budget shown to a user reads back as at least itself, so typing it as shown works.
+TEST(Units, AtLeastFormattingReadsBackAsAtLeastTheBytes) {
+  EXPECT_EQ(core::format_bytes_at_least(5 << 20), "5.00 MiB");
+  EXPECT_EQ(core::format_bytes_at_least(5'330'000), "5.09 MiB");  // 5.083 MiB: format_bytes says 5.08
+  EXPECT_EQ(core::format_bytes_at_least(0), "0 B");
+  for (std::int64_t bytes = 1; bytes < (std::int64_t{1} << 42); bytes = bytes * 37 / 16 + 11) {
+    const std::string text = core::format_bytes_at_least(bytes);
+    EXPECT_GE(core::parse_bytes(text), bytes) << text;
+    EXPECT_LE(core::parse_bytes(text), bytes + bytes / 100 + 1) << text;  // one step of the last digit at most
+  }
+}
+
 }  // namespace
 }  // namespace headroom

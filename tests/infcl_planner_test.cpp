@@ -84,6 +84,20 @@ TEST(InfClPlanner, PlansTilesAndMicroBatchesWhereTheStandardLossCannotFit) {
   EXPECT_EQ(core::plan_from_json(core::to_json(plan), "p.json").choice, plan.choice);
 }
 
+// Where nothing fits, the least budget named is one that fits, and it is least: the gradient cache
+// keeps every micro-batch's RNG state, so the finest split is not the leanest (the search named
+// 25.5 MiB for 4096 pairs while 12 MiB fitted).
+TEST(InfClPlanner, TheLeastBudgetNamedIsTheLeastThatFits) {
+  const core::Trace trace = clip_trace();
+  const std::int64_t batch = 4096;
+  const auto none = planner::plan_step(trace, request(std::int64_t{4} << 20, batch, "all"));
+  ASSERT_FALSE(none.plan);
+  const std::int64_t least = none.smallest_budget;
+  ASSERT_GT(least, 0);
+  EXPECT_TRUE(planner::plan_step(trace, request(least, batch, "all")).plan) << least;
+  EXPECT_FALSE(planner::plan_step(trace, request(least * 99 / 100, batch, "all")).plan) << least;
+}
+
 // The gradient-cache step as the simulator runs it peaks and lasts as the planner predicts, and
 // ends with only the static state; its runs of one micro-batch size repeat.
 TEST(InfClPlanner, SimulatorAgreesOnTheGradientCacheStep) {
