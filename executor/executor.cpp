@@ -194,17 +194,7 @@ void use_variants(models::Model& model, const core::StepChoice& choice) {
 
 models::Model prepare_model(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options,
                             torch::Device device, const std::optional<models::LabelledImages>& train) {
-  models::Model model = models::build_model(trace.model, options.seed);
-  if (model.layers().size() != trace.layers.size()) {
-    throw core::InputError("the zoo's " + trace.model.name + " has " + std::to_string(model.layers().size()) +
-                           " layers but the trace has " + std::to_string(trace.layers.size()));
-  }
-  for (std::size_t i = 0; i < trace.layers.size(); ++i) {
-    if (model.layers()[i].name != trace.layers[i].name) {
-      throw core::InputError("the zoo's " + trace.model.name + " differs from the trace at layer " + std::to_string(i) +
-                             " (" + model.layers()[i].name + " vs " + trace.layers[i].name + ")");
-    }
-  }
+  models::Model model = models::build_traced_model(trace, options.seed);
   if (!plan.choice.layers.empty() && plan.choice.layers.size() != trace.layers.size()) {
     throw core::InputError("the plan chooses for " + std::to_string(plan.choice.layers.size()) +
                            " layers but the trace has " + std::to_string(trace.layers.size()));

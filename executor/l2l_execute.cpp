@@ -40,17 +40,7 @@ void check_options(const ExecuteOptions& options) {
 // The traced model, built on the host (its parameters are the relay's to place).
 models::Model host_model(const core::Trace& trace, std::uint64_t seed) {
   runtime::HostScope host;
-  models::Model model = models::build_model(trace.model, seed);
-  if (model.layers().size() != trace.layers.size()) {
-    throw core::InputError("the zoo's " + trace.model.name + " has " + std::to_string(model.layers().size()) +
-                           " layers but the trace has " + std::to_string(trace.layers.size()));
-  }
-  for (std::size_t i = 0; i < trace.layers.size(); ++i) {
-    if (model.layers()[i].name != trace.layers[i].name) {
-      throw core::InputError("the zoo's " + trace.model.name + " differs from the trace at layer " + std::to_string(i) +
-                             " (" + model.layers()[i].name + " vs " + trace.layers[i].name + ")");
-    }
-  }
+  models::Model model = models::build_traced_model(trace, seed);
   model.set_training(true);
   return model;
 }

@@ -19,6 +19,10 @@ using ModelSource = core::ModelInfo;
 // InputError naming the model, or the config key it gets wrong.
 Model build_model(const ModelSource& source, std::uint64_t seed);
 
+// build_model of the trace's source, checked to have the trace's layers by name and count (a zoo
+// that changed since the trace was recorded is refused with InputError naming the first difference).
+Model build_traced_model(const core::Trace& trace, std::uint64_t seed);
+
 // What a trace records of where `model` came from: build_model of it rebuilds the same layers.
 ModelSource model_source(const Model& model);
 
