@@ -76,22 +76,7 @@ struct TiledContrastiveLoss : public torch::autograd::Function<TiledContrastiveL
     // dL/dlse is 1/(2B) for every row and every column lse.
     const torch::Tensor per_lse = g / (2 * b);
     torch::Tensor dqs = at::zeros_like(qs), dk = at::zeros_like(k);
-    for (std::int64_t r0 = 0; r0 < batch; r0 += rows) {
-      const std::int64_t rb = std::min(rows, batch - r0);
-      const torch::Tensor qb = qs.narrow(0, r0, rb);
-      torch::Tensor dqb = dqs.narrow(0, r0, rb);
-      const torch::Tensor lse_r = lse_rows.narrow(0, r0, rb).unsqueeze(1);
-      for (std::int64_t c0 = 0; c0 < batch; c0 += cols) {
-        const std::int64_t cb = std::min(cols, batch - c0);
-        const torch::Tensor kb = k.narrow(0, c0, cb);
-        torch::Tensor x = at::mm(qb, kb.t());
-        // P = exp(x - lse_row) dlse_row + exp(x - lse_col) dlse_col: each term at most dlse.
-        torch::Tensor p = at::sub(x, lse_r).exp_();
-        p.add_(x.sub_(lse_cols.narrow(0, c0, cb).unsqueeze(0)).exp_()).mul_(per_lse);
-        dqb.addmm_(p, kb);
-        dk.narrow(0, c0, cb).addmm_(p.t(), qb);
-      }
-    }
+    accumulate_tile_gradients(qs, k, lse_rows, lse_cols, per_lse, {rows, cols}, dqs, dk);
     // The positives: d(-mean_i x_ii)/dq~_i = -k_i / B, and -q~_i / B for k_i.
     const torch::Tensor per_positive = g / b;
     dqs.addcmul_(k, per_positive, -1);
@@ -101,6 +86,28 @@ struct TiledContrastiveLoss : public torch::autograd::Function<TiledContrastiveL
 };
 
 }  // namespace
+
+void accumulate_tile_gradients(const torch::Tensor& qs, const torch::Tensor& kb, const torch::Tensor& lse_rows,
+                               const torch::Tensor& lse_cols, const torch::Tensor& per_lse, LossTiles tiles,
+                               torch::Tensor& dqs, torch::Tensor& dkb) {
+  const std::int64_t rows = qs.size(0), cols = kb.size(0);
+  for (std::int64_t r0 = 0; r0 < rows; r0 += tiles.rows) {
+    const std::int64_t rb = std::min(tiles.rows, rows - r0);
+    const torch::Tensor qb = qs.narrow(0, r0, rb);
+    torch::Tensor dqb = dqs.narrow(0, r0, rb);
+    const torch::Tensor lse_r = lse_rows.narrow(0, r0, rb).unsqueeze(1);
+    for (std::int64_t c0 = 0; c0 < cols; c0 += tiles.cols) {
+      const std::int64_t cb = std::min(tiles.cols, cols - c0);
+      const torch::Tensor kt = kb.narrow(0, c0, cb);
+      torch::Tensor x = at::mm(qb, kt.t());
+      // Each term at most per_lse: exp of a logit less its lse.
+      torch::Tensor p = at::sub(x, lse_r).exp_();
+      p.add_(x.sub_(lse_cols.narrow(0, c0, cb).unsqueeze(0)).exp_()).mul_(per_lse);
+      dqb.addmm_(p, kt);
+      dkb.narrow(0, c0, cb).addmm_(p.t(), qb);
+    }
+  }
+}
 
 torch::Tensor contrastive_loss_standard(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& log_scale) {
   check_embeddings(q, k);

@@ -32,6 +32,13 @@ torch::Tensor contrastive_loss_standard(const torch::Tensor& q, const torch::Ten
 torch::Tensor contrastive_loss_tiled(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& log_scale,
                                      LossTiles tiles);
 
+// The backward of Inf-CL's tiles, for the tiled loss (kb = all of k) and for the ring (kb = the block
+// passing through): each tile's logits x = q~ kt^T recomputed, P = (exp(x - lse_row) +
+// exp(x - lse_col)) per_lse, dq~ += P kt, dkb += P^T q~. lse_cols and dkb are kb's.
+void accumulate_tile_gradients(const torch::Tensor& qs, const torch::Tensor& kb, const torch::Tensor& lse_rows,
+                               const torch::Tensor& lse_cols, const torch::Tensor& per_lse, LossTiles tiles,
+                               torch::Tensor& dqs, torch::Tensor& dkb);
+
 // How a model's contrastive loss layer runs, shared between the layer and whoever drives the step
 // (the executor's gradient-cache scheme). In `Loss` mode the layer computes the loss (tiled when
 // `tiles` is set); in `Capture` mode it copies its micro-batch's embeddings into `cached_q/k` at

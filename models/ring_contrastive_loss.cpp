@@ -36,29 +36,6 @@ void fold_block(const torch::Tensor& qs, const torch::Tensor& kb, LossTiles tile
   }
 }
 
-// The gradient of one block of tiles: P = (exp(x - lse_row) + exp(x - lse_col)) dlse, dq~ += P kb,
-// dkb += P^T q~.
-void block_gradients(const torch::Tensor& qs, const torch::Tensor& kb, const torch::Tensor& lse_rows,
-                     const torch::Tensor& lse_cols, const torch::Tensor& per_lse, LossTiles tiles, torch::Tensor& dqs,
-                     torch::Tensor& dkb) {
-  const std::int64_t rows = qs.size(0), cols = kb.size(0);
-  for (std::int64_t r0 = 0; r0 < rows; r0 += tiles.rows) {
-    const std::int64_t rb = std::min(tiles.rows, rows - r0);
-    const torch::Tensor qb = qs.narrow(0, r0, rb);
-    torch::Tensor dqb = dqs.narrow(0, r0, rb);
-    const torch::Tensor lse_r = lse_rows.narrow(0, r0, rb).unsqueeze(1);
-    for (std::int64_t c0 = 0; c0 < cols; c0 += tiles.cols) {
-      const std::int64_t cb = std::min(tiles.cols, cols - c0);
-      const torch::Tensor kt = kb.narrow(0, c0, cb);
-      torch::Tensor x = at::mm(qb, kt.t());
-      torch::Tensor p = at::sub(x, lse_r).exp_();
-      p.add_(x.sub_(lse_cols.narrow(0, c0, cb).unsqueeze(0)).exp_()).mul_(per_lse);
-      dqb.addmm_(p, kt);
-      dkb.narrow(0, c0, cb).addmm_(p.t(), qb);
-    }
-  }
-}
-
 struct Ring {
   RingPeers* peers = nullptr;
   std::vector<std::int64_t> shares;  // rows per rank
@@ -157,7 +134,7 @@ struct RingContrastiveLoss : public torch::autograd::Function<RingContrastiveLos
         keys_in_flight = peers->shift(block, next_block, kKeysTag);
         lse_in_flight = peers->shift(block_lse, next_lse, kLseTag);
       }
-      block_gradients(qs, block, lse_rows, block_lse, per_lse, tiles, dqs, block_dk);
+      accumulate_tile_gradients(qs, block, lse_rows, block_lse, per_lse, tiles, dqs, block_dk);
       // The block's dk goes on with it; after the last step, home.
       torch::Tensor next_dk;
       if (ring.size > 1) {
