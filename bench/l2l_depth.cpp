@@ -151,8 +151,8 @@ std::pair<std::int64_t, std::int64_t> predicted(const Settings& s, int layers) {
   const core::Trace trace = profiled(s, layers, 1);
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
-  return {planner::predict_l2l_step(costs, graph, sizes(s), false).device_peak_bytes,
-          planner::predict_l2l_step(costs, graph, sizes(s), true).device_peak_bytes};
+  return {planner::predict_l2l_step(costs, graph, sizes(s), core::RelayChoice{false}).device_peak_bytes,
+          planner::predict_l2l_step(costs, graph, sizes(s), core::RelayChoice{true}).device_peak_bytes};
 }
 
 double error(std::int64_t predicted, std::int64_t measured) {
@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
     core::Trace trace = measured_trace;
     if (mb_per_s > 0) trace.device.host_to_device_bytes_per_s = mb_per_s * 1e6;
     const core::CostModel costs(trace);
-    const auto p = planner::predict_l2l_step(costs, graph, sizes(s), true);
+    const auto p = planner::predict_l2l_step(costs, graph, sizes(s), core::RelayChoice{true});
     const double predicted_seconds = static_cast<double>(p.step_ns) / 1e9;
     char bandwidth[32];
     if (mb_per_s == 0) {

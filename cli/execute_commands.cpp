@@ -153,7 +153,7 @@ int run_execute(const ExecuteArgs& args) {
     const core::Trace planned = plan.optimizer.empty() ? trace : planner::with_estimated_optimizer(trace, plan.optimizer);
     const core::CostModel costs(planned);
     executed.l2l->predicted_host_bytes =
-        planner::predict_l2l_step(costs, planner::LayerGraph(planned), plan.choice.micro_batches, plan.choice.l2l->boundaries_on_host)
+        planner::predict_l2l_step(costs, planner::LayerGraph(planned), plan.choice.micro_batches, *plan.choice.l2l)
             .host_bytes;
   }
   // Worker 0 reports for all; the others only say how they ended.

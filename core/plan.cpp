@@ -56,7 +56,10 @@ nlohmann::json to_json(const Plan& plan) {
   if (plan.choice.loss_tiles) {
     document["loss_tiles"] = {{"rows", plan.choice.loss_tiles->rows}, {"cols", plan.choice.loss_tiles->cols}};
   }
-  if (plan.choice.l2l) document["l2l"] = {{"boundaries", plan.choice.l2l->boundaries_on_host ? "host" : "device"}};
+  if (plan.choice.l2l) {
+    document["l2l"] = {{"boundaries", plan.choice.l2l->boundaries_on_host ? "host" : "device"}};
+    if (!plan.choice.l2l->whole_model()) document["l2l"]["from_block"] = plan.choice.l2l->from_block;
+  }
   return document;
 }
 
@@ -188,10 +191,13 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
       plan.choice.loss_tiles = LossTiles{tiles.at("rows").as_int_in(1, kMaxPlanBatch), tiles.at("cols").as_int_in(1, kMaxPlanBatch)};
     }
     if (root.has("l2l")) {
-      const auto boundaries = root.at("l2l").at("boundaries");
+      const auto l2l = root.at("l2l");
+      const auto boundaries = l2l.at("boundaries");
       const std::string where = boundaries.as_string();
       if (where != "device" && where != "host") boundaries.fail("expected device or host, got '" + where + "'");
       plan.choice.l2l = RelayChoice{where == "host"};
+      // Whether the trace has that block is checked against the trace (planner::check_choice).
+      if (l2l.has("from_block")) plan.choice.l2l->from_block = static_cast<int>(l2l.at("from_block").as_int_in(0, kMaxPlanBatch));
     }
     for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());
     if (root.has("optimizer")) plan.optimizer = root.at("optimizer").as_string();

@@ -64,6 +64,7 @@ nlohmann::json to_json(const Report& r) {
                   {"largest_stage_parameter_bytes", l.largest_stage_parameter_bytes},
                   {"predicted_host_bytes", l.predicted_host_bytes},
                   {"measured_host_peak_bytes", l.measured_host_peak_bytes}};
+    if (l.kept_stages > 0) doc["l2l"]["kept_stages"] = l.kept_stages;
   }
   if (r.out_of_memory) {
     const auto& o = *r.out_of_memory;
@@ -148,6 +149,7 @@ Report report_from_json(const nlohmann::json& document, std::string_view source)
       if (where != "device" && where != "host") l.at("boundaries").fail("expected device or host, got '" + where + "'");
       relay.boundaries_on_host = where == "host";
       relay.stages = static_cast<int>(l.at("stages").as_int_in(0, INT32_MAX));
+      if (l.has("kept_stages")) relay.kept_stages = static_cast<int>(l.at("kept_stages").as_int_in(0, relay.stages));
       relay.largest_stage_parameter_bytes = l.at("largest_stage_parameter_bytes").as_non_negative_int();
       relay.predicted_host_bytes = l.at("predicted_host_bytes").as_non_negative_int();
       relay.measured_host_peak_bytes = l.at("measured_host_peak_bytes").as_non_negative_int();

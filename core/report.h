@@ -78,6 +78,7 @@ struct DataParallelReport {
 struct RelayReport {
   bool boundaries_on_host = false;
   int stages = 0;
+  int kept_stages = 0;  // from a chosen block on: the stages before it, kept on the device
   std::int64_t largest_stage_parameter_bytes = 0;
   // Parameters, gradients, optimizer state (and stashed boundaries, with boundaries on the host):
   // the planner's figure, and the highest the host scope held over the measured steps.

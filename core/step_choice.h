@@ -47,8 +47,13 @@ struct LossTiles {
 // L2L's relay (issue 15, executor/l2l_relay.h): parameters, gradients and optimizer state live on
 // the host and the step runs stage by stage, every micro-batch through a stage before the next. The
 // outputs later stages read are stashed on the device, or on the host (the constant-memory variant).
+// From a chosen block on: the stages before that block stay on the device and train there as
+// ordinary training does (their parameters, gradients and optimizer state never move).
 struct RelayChoice {
   bool boundaries_on_host = false;
+  int from_block = kWholeModel;  // the first block relayed, as the trace numbers blocks
+  static constexpr int kWholeModel = -1;
+  bool whole_model() const { return from_block == kWholeModel; }
   bool operator==(const RelayChoice&) const = default;
 };
 

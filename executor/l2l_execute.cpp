@@ -79,11 +79,22 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
   auto& allocator = BudgetAllocator::instance();
   BudgetAllocator::clear_last_refusal();
   const std::int64_t host_before = allocator.host_in_use();
+  // The device side's zero: the stages kept on the device (from a chosen block on) count from here.
+  const std::int64_t device_before = allocator.in_use();
   models::Model model = host_model(trace, options.seed);
   Position position;
   RelayOptions relay_options;
   relay_options.optimizer = plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer;
   relay_options.boundaries_on_host = plan.choice.l2l->boundaries_on_host;
+  if (!plan.choice.l2l->whole_model()) {
+    const auto& layers = model.layers();
+    const auto first = std::find_if(layers.begin(), layers.end(),
+                                    [&](const models::Layer& layer) { return layer.block == plan.choice.l2l->from_block; });
+    if (first == layers.end()) {
+      throw core::InputError("l2l.from_block: the model has no block " + std::to_string(plan.choice.l2l->from_block));
+    }
+    relay_options.first_relayed_layer = static_cast<int>(first - layers.begin());
+  }
   // Each stage waits for the next one's parameters to land before it computes: the device then
   // holds two stages' parameters at every peak, the bound the plan predicts; a copy landing later
   // would only lower the peak, by chance (on the CPU a copy is a memcpy, so little overlap is lost).
@@ -92,11 +103,14 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
   core::RelayReport relay_report;
   relay_report.boundaries_on_host = relay_options.boundaries_on_host;
   relay_report.stages = relay.stage_count();
+  relay_report.kept_stages = relay.kept_stage_count();
   relay_report.largest_stage_parameter_bytes = relay.largest_stage_parameter_bytes();
   if (options.gradient_check) report.gradient_check = check_gradient(relay, model, plan, trace, options);
 
+  // The budget counts from before the kept stages' parameters reached the device, as the plan does.
   std::optional<runtime::ScopedBudget> budget;
-  if (options.enforce_budget) budget.emplace(plan.budget_bytes);
+  const std::int64_t kept_bytes = allocator.in_use() - device_before;
+  if (options.enforce_budget) budget.emplace(plan.budget_bytes - kept_bytes);
   report.budget_bytes = budget ? plan.budget_bytes : 0;
   const int total = options.warmup_steps + options.steps;
   try {
@@ -105,7 +119,6 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
       progress(options, measured ? "step " + std::to_string(step - options.warmup_steps + 1) + "/" + std::to_string(options.steps)
                                  : "warm-up " + std::to_string(step + 1) + "/" + std::to_string(options.warmup_steps));
       // Every micro-batch's input is on the device for the whole step, as the plan counts it.
-      const std::int64_t before = allocator.in_use();
       position.phase = "data";
       const auto batches = make_micro_batches(model, plan.choice.micro_batches,
                                               options.seed + 7919 * static_cast<std::uint64_t>(step + 1), torch::kCPU);
@@ -116,14 +129,14 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (!measured) continue;
       report.step_seconds.push_back(seconds);
-      report.measured.peak_bytes = std::max(report.measured.peak_bytes, allocator.peak() - before);
+      report.measured.peak_bytes = std::max(report.measured.peak_bytes, allocator.peak() - device_before);
       relay_report.measured_host_peak_bytes =
           std::max(relay_report.measured_host_peak_bytes, allocator.host_peak() - host_before);
     }
     report.status = "ok";
   } catch (const c10::OutOfMemoryError&) {
     const runtime::Refusal& refusal = BudgetAllocator::last_refusal();
-    const std::int64_t baseline = budget ? budget->baseline() : 0;
+    const std::int64_t baseline = budget ? device_before : 0;
     core::OutOfMemory oom;
     oom.layer = position.layer;
     oom.phase = position.phase;

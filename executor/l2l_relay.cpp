@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -53,6 +54,15 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
     stages_.back().last = static_cast<int>(i);
     stage_of[i] = static_cast<int>(stages_.size()) - 1;
   }
+  if (options_.first_relayed_layer != 0) {
+    const auto starts = std::find_if(stages_.begin(), stages_.end(),
+                                     [&](const Stage& stage) { return stage.first == options_.first_relayed_layer; });
+    if (starts == stages_.end()) {
+      throw core::InputError("l2l: no stage starts at layer " + std::to_string(options_.first_relayed_layer) +
+                             ", so the relay cannot start there");
+    }
+    for (auto it = stages_.begin(); it != starts; ++it) it->kept = true;
+  }
   std::vector<int> owner(slots_.size(), -1);
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const int s = stage_of[i];
@@ -88,18 +98,27 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
     }
   }
 
-  // The host copies and their optimizers; the model's own storage goes.
+  // The host copies and their optimizers; the model's own storage goes. A kept stage's parameters
+  // are copied out of wherever the model was built (the host, in execute) onto the device.
   torch::NoGradGuard no_grad;
-  HostScope host;
-  for (auto& slot : slots_) {
-    masters_.push_back(slot.detach().clone().requires_grad_(true));
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    auto& slot = slots_[i];
     slot.mutable_grad() = torch::Tensor();
+    if (stages_[static_cast<std::size_t>(owner[i])].kept) {
+      slot.set_data(slot.detach().clone());
+      masters_.push_back(slot);
+      continue;
+    }
+    HostScope host;
+    masters_.push_back(slot.detach().clone().requires_grad_(true));
     slot.set_data(torch::empty({0}, slot.options()));
   }
   for (auto& stage : stages_) {
     if (stage.parameters.empty()) continue;
     std::vector<torch::Tensor> own;
     for (const int p : stage.parameters) own.push_back(masters_[static_cast<std::size_t>(p)]);
+    std::optional<HostScope> host;
+    if (!stage.kept) host.emplace();
     stage.optimizer = runtime::make_optimizer(options_.optimizer, own);
   }
 }
@@ -112,9 +131,14 @@ L2LRelay::~L2LRelay() {
   }
 }
 
+int L2LRelay::kept_stage_count() const {
+  return static_cast<int>(std::count_if(stages_.begin(), stages_.end(), [](const Stage& s) { return s.kept; }));
+}
+
 std::int64_t L2LRelay::largest_stage_parameter_bytes() const {
   std::int64_t largest = 0;
   for (const auto& stage : stages_) {
+    if (stage.kept) continue;
     std::int64_t bytes = 0;
     for (const int p : stage.parameters) bytes += runtime::tensor_bytes(masters_[static_cast<std::size_t>(p)]);
     largest = std::max(largest, bytes);
@@ -146,7 +170,7 @@ std::vector<torch::Tensor> L2LRelay::copy_to_device(int stage) const {
 }
 
 void L2LRelay::start_prefetch(int stage) {
-  if (!options_.prefetch || stage < 0 || stage >= stage_count()) return;
+  if (!options_.prefetch || stage < 0 || stage >= stage_count() || stages_[static_cast<std::size_t>(stage)].kept) return;
   if (prefetch_.valid()) prefetch_.wait();
   prefetching_ = stage;
   // No host optimizer step touches this stage meanwhile: in backward the stage prefetched is the one
@@ -156,6 +180,7 @@ void L2LRelay::start_prefetch(int stage) {
 }
 
 void L2LRelay::load(int stage) {
+  if (stages_[static_cast<std::size_t>(stage)].kept) return;
   std::vector<torch::Tensor> copies;
   if (prefetching_ == stage && prefetch_.valid()) {
     prefetching_ = -1;
@@ -175,6 +200,7 @@ void L2LRelay::load(int stage) {
 }
 
 void L2LRelay::unload(int stage) {
+  if (stages_[static_cast<std::size_t>(stage)].kept) return;
   for (const int p : stages_[static_cast<std::size_t>(stage)].parameters) {
     auto& slot = slots_[static_cast<std::size_t>(p)];
     slot.mutable_grad() = torch::Tensor();
@@ -184,6 +210,14 @@ void L2LRelay::unload(int stage) {
 
 void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
   auto& s = stages_[static_cast<std::size_t>(stage)];
+  if (s.kept) {
+    // Stepped where it lives, on the compute thread, as ordinary training steps; the gradients go
+    // once used (kept for accumulate(), which reads them).
+    if (!optimize || !s.optimizer) return;
+    s.optimizer->step();
+    for (const int p : s.parameters) slots_[static_cast<std::size_t>(p)].mutable_grad() = torch::Tensor();
+    return;
+  }
   {
     HostScope host;
     torch::NoGradGuard no_grad;
@@ -384,7 +418,9 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
 void L2LRelay::restore_model_parameters() {
   wait_for_optimizer();
   torch::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < slots_.size(); ++i) slots_[i].set_data(masters_[i].detach().clone());
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (!slots_[i].is_same(masters_[i])) slots_[i].set_data(masters_[i].detach().clone());
+  }
 }
 
 }  // namespace headroom::executor

@@ -40,13 +40,18 @@ struct RelayOptions {
   double copy_bytes_per_second = 0;
   // The host optimizer steps a stage on its own thread while the device computes the previous one.
   bool overlap_optimizer = true;
+  // L2L from a chosen block on: the stages before the one starting at this layer stay on the device
+  // with their gradients and optimizer (stepped on the device after their backward); 0 relays all.
+  int first_relayed_layer = 0;
 };
 
 class L2LRelay {
  public:
-  // Moves the model's parameters to the host (their device storage is released) and builds one
-  // host optimizer per stage. Throws InputError when a parameter belongs to no layer or to layers
-  // of two stages (tied weights), which the relay cannot keep in one place.
+  // Moves the relayed stages' parameters to the host (their device storage is released), the kept
+  // ones' to the device (the model may have been built on the host), and builds one optimizer per
+  // stage. Throws InputError when a parameter belongs to no layer or to layers of two stages (tied
+  // weights), which the relay cannot keep in one place, or when no stage starts at
+  // first_relayed_layer.
   L2LRelay(models::Model& model, RelayOptions options, Position& position);
   ~L2LRelay();
   L2LRelay(const L2LRelay&) = delete;
@@ -58,11 +63,13 @@ class L2LRelay {
   // (host_gradients()), for checking against ordinary training.
   double accumulate(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch);
 
-  // The host copies, in model.parameters() order: the weights training has produced.
+  // The weights training has produced, in model.parameters() order: host copies, and a kept
+  // stage's own parameters on the device.
   const std::vector<torch::Tensor>& host_parameters() const { return masters_; }
   std::vector<torch::Tensor> host_gradients() const;
   int stage_count() const { return static_cast<int>(stages_.size()); }
-  // Parameter bytes of the largest stage: what one stage's copy costs on the device.
+  int kept_stage_count() const;
+  // Parameter bytes of the largest relayed stage: what one stage's copy costs on the device.
   std::int64_t largest_stage_parameter_bytes() const;
 
   // Copies the host weights back into the model's own parameters (on the device), e.g. to
@@ -75,6 +82,7 @@ class L2LRelay {
     std::vector<int> parameters;  // indices into slots_/masters_
     std::vector<int> inputs;      // earlier layers' outputs it reads (not the batch)
     std::vector<int> exports;     // its layers' outputs later stages read
+    bool kept = false;            // stays on the device (before first_relayed_layer)
     std::unique_ptr<torch::optim::Optimizer> optimizer;
   };
 
@@ -96,7 +104,7 @@ class L2LRelay {
   RelayOptions options_;
   Position& position_;
   std::vector<torch::Tensor> slots_;    // the model's parameters: device storage while loaded, empty otherwise
-  std::vector<torch::Tensor> masters_;  // host copies
+  std::vector<torch::Tensor> masters_;  // host copies (a kept stage's: the slots themselves)
   std::vector<Stage> stages_;
   std::vector<int> first_reader_stage_;  // per layer: the earliest later stage that reads its output (-1 none)
   int prefetching_ = -1;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <numeric>
 
 #include "planner/strategy_table.h"
 
@@ -49,17 +50,26 @@ std::vector<L2LStage> l2l_stages(const core::Trace& trace) {
   return stages;
 }
 
+int first_relayed_stage(const std::vector<L2LStage>& stages, const core::Trace& trace, int from_block) {
+  if (from_block == core::RelayChoice::kWholeModel) return 0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    if (trace.layers[static_cast<std::size_t>(stages[s].first)].block == from_block) return static_cast<int>(s);
+  }
+  return -1;
+}
+
 namespace {
 
 std::int64_t scaled(std::int64_t ns, double scale) { return std::llround(static_cast<double>(ns) * scale); }
 
-// Per stage: its parameters' copy in, its gradients' copy out, and its host optimizer step (the
-// trace's optimizer time by parameter bytes).
+// Per stage: its parameters' copy in, its gradients' copy out, and its optimizer step (the trace's
+// optimizer time by parameter bytes): on the host for a relayed stage; a kept stage (before
+// `first_relayed`) copies nothing and steps on the device (optimizer_ns: 0, device_optimizer_ns).
 struct StageTransfers {
-  std::vector<std::int64_t> in_ns, out_ns, optimizer_ns;
+  std::vector<std::int64_t> in_ns, out_ns, optimizer_ns, device_optimizer_ns;
 };
 
-StageTransfers stage_transfers(const core::CostModel& costs, const std::vector<L2LStage>& stages) {
+StageTransfers stage_transfers(const core::CostModel& costs, const std::vector<L2LStage>& stages, int first_relayed) {
   const auto& device = costs.trace().device;
   std::int64_t total = 0;
   for (const auto& stage : stages) total += stage.parameter_bytes;
@@ -67,12 +77,15 @@ StageTransfers stage_transfers(const core::CostModel& costs, const std::vector<L
   const auto at = [](std::int64_t bytes, double per_second) {
     return per_second > 0 ? std::llround(static_cast<double>(bytes) / per_second * 1e9) : std::int64_t{0};
   };
-  for (const auto& stage : stages) {
-    t.in_ns.push_back(at(stage.parameter_bytes, device.host_to_device_bytes_per_s));
-    t.out_ns.push_back(at(stage.parameter_bytes, device.device_to_host_bytes_per_s));
-    t.optimizer_ns.push_back(total > 0 ? std::llround(static_cast<double>(costs.optimizer_ns()) *
-                                                      static_cast<double>(stage.parameter_bytes) / static_cast<double>(total))
-                                       : 0);
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const std::int64_t bytes = stages[s].parameter_bytes;
+    const bool kept = static_cast<int>(s) < first_relayed;
+    const std::int64_t optimizer =
+        total > 0 ? std::llround(static_cast<double>(costs.optimizer_ns()) * static_cast<double>(bytes) / static_cast<double>(total)) : 0;
+    t.in_ns.push_back(kept ? 0 : at(bytes, device.host_to_device_bytes_per_s));
+    t.out_ns.push_back(kept ? 0 : at(bytes, device.device_to_host_bytes_per_s));
+    t.optimizer_ns.push_back(kept ? 0 : optimizer);
+    t.device_optimizer_ns.push_back(kept ? optimizer : 0);
   }
   return t;
 }
@@ -86,9 +99,9 @@ struct RelayLanes {
 // has computed, then starts the copy of the next stage (with kRelaySettlesPrefetch it computes only
 // once that copy has landed too); in backward the last stage stays loaded, each stage's gradients go
 // out on the compute thread and the host optimizer steps the stage after them, one stage at a time.
-RelayLanes relay_lanes(const core::CostModel& costs, const std::vector<L2LStage>& stages,
+// A kept stage's copies take no time, and its optimizer step is part of its backward_ns.
+RelayLanes relay_lanes(const StageTransfers& t, const std::vector<L2LStage>& stages,
                        const std::vector<std::int64_t>& forward_ns, const std::vector<std::int64_t>& backward_ns) {
-  const StageTransfers t = stage_transfers(costs, stages);
   const int last = static_cast<int>(stages.size()) - 1;
   RelayLanes lanes;
   if (last < 0) return lanes;
@@ -125,10 +138,13 @@ RelayLanes relay_lanes(const core::CostModel& costs, const std::vector<L2LStage>
 }  // namespace
 
 L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& graph,
-                               const std::vector<std::int64_t>& micro_batches, bool boundaries_on_host,
+                               const std::vector<std::int64_t>& micro_batches, const core::RelayChoice& relay,
                                std::vector<L2LOp>* ops) {
   const core::Trace& trace = costs.trace();
   const auto stages = l2l_stages(trace);
+  const bool boundaries_on_host = relay.boundaries_on_host;
+  const int first_relayed = std::max(first_relayed_stage(stages, trace, relay.from_block), 0);
+  const StageTransfers transfers = stage_transfers(costs, stages, first_relayed);
   const std::size_t n = micro_batches.size();
   const int last_stage = static_cast<int>(stages.size()) - 1;
   std::vector<int> stage_of(trace.layers.size()), first_reader_stage(trace.layers.size(), -1);
@@ -161,25 +177,43 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
     return bytes;
   };
   const auto param = [&](int s) { return s >= 0 && s <= last_stage ? stages[static_cast<std::size_t>(s)].parameter_bytes : 0; };
+  // The stages kept on the device hold their parameters and optimizer state throughout; a relayed
+  // stage's parameters are there while it runs and while it is the next one.
+  std::int64_t total_params = 0, kept_params = 0;
+  for (int s = 0; s <= last_stage; ++s) {
+    total_params += param(s);
+    if (s < first_relayed) kept_params += param(s);
+  }
+  const std::int64_t kept_state =
+      total_params > 0 ? std::llround(static_cast<double>(costs.optimizer_state_bytes()) * static_cast<double>(kept_params) /
+                                      static_cast<double>(total_params))
+                       : 0;
+  const auto relayed = [&](int s) { return s >= first_relayed ? param(s) : 0; };
+  const auto on_device = [&](int s, int next) { return kept_params + relayed(s) + relayed(next); };
 
   L2LPrediction p;
   p.device_peak_bytes = -1;
   p.stages = static_cast<int>(stages.size());
+  p.kept_stages = first_relayed;
+  p.kept_bytes = kept_params + kept_state;
   // Each op as it starts: the device's bytes by kind and what the op holds above them.
   std::vector<std::int64_t> forward_ns(stages.size(), 0), backward_ns(stages.size(), 0);
   const auto emit = [&](OpKind kind, int layer, int s, std::size_t m, std::int64_t duration, std::int64_t input,
                         std::int64_t parameters, std::int64_t gradients, std::int64_t activations, std::int64_t transient) {
     p.compute_ns += duration;
     (kind == OpKind::ForwardNoGrad ? forward_ns : backward_ns)[static_cast<std::size_t>(s)] += duration;
-    const std::int64_t bytes = input + parameters + gradients + activations + transient;
+    const std::int64_t bytes = input + parameters + gradients + activations + kept_state + transient;
     if (ops != nullptr) {
-      ops->push_back({kind, layer, s, static_cast<int>(m), duration, input, parameters, gradients, activations, transient});
+      ops->push_back({kind, layer, s, static_cast<int>(m), duration, input, parameters, gradients, activations, kept_state, transient});
     }
     if (bytes <= p.device_peak_bytes) return;
     p.device_peak_bytes = bytes;
     const auto& stage = stages[static_cast<std::size_t>(s)];
-    p.peak_at = std::string(kind == OpKind::ForwardNoGrad ? "forward" : kind == OpKind::Recompute ? "recompute" : "backward") +
-                " of stage " + std::to_string(s) + " (" + trace.layers[static_cast<std::size_t>(stage.first)].name + ".." +
+    const char* what = kind == OpKind::ForwardNoGrad ? "forward"
+                       : kind == OpKind::Recompute   ? "recompute"
+                       : kind == OpKind::Optimizer   ? "optimizer step"
+                                                     : "backward";
+    p.peak_at = std::string(what) + " of stage " + std::to_string(s) + " (" + trace.layers[static_cast<std::size_t>(stage.first)].name + ".." +
                 trace.layers[static_cast<std::size_t>(stage.last)].name + "), micro-batch " + std::to_string(m);
   };
 
@@ -192,7 +226,7 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   // Forward without grad, stage by stage; the next stage's parameters arrive meanwhile.
   for (int s = 0; s <= last_stage; ++s) {
     const auto& stage = stages[static_cast<std::size_t>(s)];
-    const std::int64_t params = param(s) + param(s + 1);
+    const std::int64_t params = on_device(s, s + 1);
     for (std::size_t m = 0; m < n; ++m) {
       const std::int64_t b = micro_batches[m];
       std::int64_t live = 0;  // this stage's outputs still to be read
@@ -219,7 +253,7 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   std::int64_t boundary_grads = 0;  // gradients waiting at stage boundaries, on the device
   for (int s = last_stage; s >= 0; --s) {
     const auto& stage = stages[static_cast<std::size_t>(s)];
-    const std::int64_t params = param(s) + param(s - 1);
+    const std::int64_t params = on_device(s, s - 1);
     // The stage's gradients, zeroed as its backward starts (the relay makes them there, as the
     // profiled step had them before its backward); every micro-batch adds to them in place.
     const std::int64_t gradients = stage.parameter_bytes;
@@ -257,18 +291,22 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
         if (!boundaries_on_host) stash -= out(j, b);
       }
     }
+    // A kept stage steps on the device once its gradients are complete, then they go.
+    if (s < first_relayed) {
+      emit(OpKind::Optimizer, stage.last, s, n > 0 ? n - 1 : 0, transfers.device_optimizer_ns[static_cast<std::size_t>(s)], base,
+           params, gradients, stash + boundary_grads, costs.optimizer_transient_bytes());
+    }
   }
 
-  std::int64_t total_params = 0;
-  for (const auto& stage : stages) {
-    total_params += stage.parameter_bytes;
-    p.largest_stage_parameter_bytes = std::max(p.largest_stage_parameter_bytes, stage.parameter_bytes);
+  const std::int64_t relayed_params = total_params - kept_params;
+  for (int s = first_relayed; s <= last_stage; ++s) {
+    p.largest_stage_parameter_bytes = std::max(p.largest_stage_parameter_bytes, param(s));
   }
-  p.host_bytes = 2 * total_params + costs.optimizer_state_bytes() + p.host_stash_bytes;
-  // Forward loads every stage, backward every stage but the last (still loaded); gradients go back.
-  p.copy_bytes = 2 * total_params - param(last_stage) + total_params;
-  p.host_optimizer_ns = costs.optimizer_ns();
-  const RelayLanes lanes = relay_lanes(costs, stages, forward_ns, backward_ns);
+  p.host_bytes = 2 * relayed_params + (costs.optimizer_state_bytes() - kept_state) + p.host_stash_bytes;
+  // Forward loads every relayed stage, backward every one but the last (still loaded); gradients go back.
+  p.copy_bytes = 2 * relayed_params - relayed(last_stage) + relayed_params;
+  p.host_optimizer_ns = std::accumulate(transfers.optimizer_ns.begin(), transfers.optimizer_ns.end(), std::int64_t{0});
+  const RelayLanes lanes = relay_lanes(transfers, stages, forward_ns, backward_ns);
   p.copy_ns = lanes.copy_ns;
   p.step_ns = std::max<std::int64_t>(lanes.step_ns, 1);
   const std::pair<const char*, std::int64_t> busy[] = {
@@ -305,17 +343,19 @@ std::string describe_l2l_bound(const L2LPrediction& p) {
 }
 
 StepPrediction l2l_step_prediction(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
-  const auto p = predict_l2l_step(costs, graph, choice.micro_batches, choice.l2l && choice.l2l->boundaries_on_host);
+  const auto p = predict_l2l_step(costs, graph, choice.micro_batches, choice.l2l.value_or(core::RelayChoice{}));
   return {std::max<std::int64_t>(p.device_peak_bytes, 0), p.step_ns, p.peak_at};
 }
 
 core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
   using core::MemoryKind;
   std::vector<L2LOp> ops;
-  predict_l2l_step(costs, graph, choice.micro_batches, choice.l2l && choice.l2l->boundaries_on_host, &ops);
+  const core::RelayChoice relay = choice.l2l.value_or(core::RelayChoice{});
+  predict_l2l_step(costs, graph, choice.micro_batches, relay, &ops);
   const auto& layers = costs.trace().layers;
   const auto stages = l2l_stages(costs.trace());
-  const StageTransfers transfers = stage_transfers(costs, stages);
+  const int first_relayed = std::max(first_relayed_stage(stages, costs.trace(), relay.from_block), 0);
+  const StageTransfers transfers = stage_transfers(costs, stages, first_relayed);
   const int last = static_cast<int>(stages.size()) - 1;
   core::Schedule schedule;
   schedule.samples = choice.samples();
@@ -326,7 +366,8 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
         {MemoryKind::Input, to.input_bytes - from.input_bytes},
         {MemoryKind::Parameter, to.parameter_bytes - from.parameter_bytes},
         {MemoryKind::Gradient, to.gradient_bytes - from.gradient_bytes},
-        {MemoryKind::Activation, to.activation_bytes - from.activation_bytes}};
+        {MemoryKind::Activation, to.activation_bytes - from.activation_bytes},
+        {MemoryKind::OptimizerState, to.optimizer_state_bytes - from.optimizer_state_bytes}};
     for (const auto& [kind, bytes] : deltas) {
       if (bytes != 0) out.push_back({kind, bytes});
     }
@@ -340,8 +381,11 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
     const auto& stage = stages[static_cast<std::size_t>(s)];
     return layers[static_cast<std::size_t>(stage.first)].name + ".." + layers[static_cast<std::size_t>(stage.last)].name;
   };
-  // The copies, gradients going out and host optimizer steps, ordered as relay_lanes orders them.
+  // The copies, gradients going out and host optimizer steps, ordered as relay_lanes orders them;
+  // a kept stage has none (-1: no task).
   const auto copy_in = [&](int s, std::vector<int> deps) {
+    if (s < first_relayed) return -1;
+    std::erase(deps, -1);
     core::Task task;
     task.name = "parameters of " + stage_name(s);
     task.category = "prefetch";
@@ -350,13 +394,14 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
     task.dependencies = std::move(deps);
     return add(std::move(task));
   };
-  int last_compute = -1, copy = copy_in(0, {});
+  int last_compute = -1, copy = first_relayed > 0 ? -1 : copy_in(0, {});
   std::vector<int> arrived(stages.size(), -1);  // the copy task that brought stage s in, this pass
   arrived[0] = copy;
   L2LOp before;
   int current = -1;
   bool backward = false;
   const auto finish_backward_stage = [&](int s) {
+    if (s < first_relayed) return;
     core::Task out;
     out.name = "gradients of " + stage_name(s);
     out.category = "gradient offload";
@@ -389,11 +434,12 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
         if (last_compute >= 0) copy_deps.push_back(last_compute);
         copy = copy_in(next, std::move(copy_deps));
         arrived[static_cast<std::size_t>(next)] = copy;
-        if (kRelaySettlesPrefetch) deps.push_back(copy);
+        if (kRelaySettlesPrefetch && copy >= 0) deps.push_back(copy);
       }
     }
     core::Task task;
-    task.name = layers[static_cast<std::size_t>(op.layer)].name;
+    task.name = op.kind == OpKind::Optimizer ? "optimizer." + costs.trace().optimizer.name + " of " + stage_name(op.stage)
+                                             : layers[static_cast<std::size_t>(op.layer)].name;
     task.category = op.kind == OpKind::ForwardNoGrad ? "forward (no grad)" : op_kind_name(op.kind);
     task.duration_ns = op.duration_ns;
     task.transient_bytes = op.transient_bytes;
@@ -415,7 +461,7 @@ L2LCapacity largest_l2l_model(const core::CostModel& costs, const LayerGraph& gr
                               const std::vector<std::int64_t>& micro_batches, bool boundaries_on_host,
                               std::int64_t device_limit_bytes, std::int64_t host_memory_bytes) {
   const core::Trace& trace = costs.trace();
-  const auto p = predict_l2l_step(costs, graph, micro_batches, boundaries_on_host);
+  const auto p = predict_l2l_step(costs, graph, micro_batches, core::RelayChoice{boundaries_on_host});
   L2LCapacity c;
   c.device_peak_bytes = p.device_peak_bytes;
   c.fits = p.device_peak_bytes <= device_limit_bytes && (host_memory_bytes <= 0 || p.host_bytes <= host_memory_bytes);

@@ -33,6 +33,10 @@ std::string l2l_refusal(const core::Trace& trace);
 // The stages the relay forms from the trace's block ids, as the executor forms them from the model's.
 std::vector<L2LStage> l2l_stages(const core::Trace& trace);
 
+// The index of the stage where the relay starts for `from_block` (RelayChoice): 0 for the whole
+// model, -1 when no stage starts that block. The stages before it stay on the device.
+int first_relayed_stage(const std::vector<L2LStage>& stages, const core::Trace& trace, int from_block);
+
 // The most micro-batches an L2L step may have: the relay holds every micro-batch's input and one
 // RNG state per stage and micro-batch on the device, and its model walks every micro-batch.
 inline constexpr std::size_t kMaxL2LMicroBatches = 1024;
@@ -40,14 +44,17 @@ inline constexpr std::size_t kMaxL2LMicroBatches = 1024;
 // One op of the relay's step on the device: the bytes on the device by kind as it starts, and what
 // it holds above them while it runs.
 struct L2LOp {
-  OpKind kind = OpKind::Forward;  // ForwardNoGrad, Recompute or Backward
+  OpKind kind = OpKind::Forward;  // ForwardNoGrad, Recompute, Backward, or Optimizer (a stage kept on the device)
   int layer = 0;
   int stage = 0;
   int micro_batch = 0;
   std::int64_t duration_ns = 0;
   std::int64_t input_bytes = 0, parameter_bytes = 0, gradient_bytes = 0, activation_bytes = 0;
+  std::int64_t optimizer_state_bytes = 0;  // the device-kept stages' (from a chosen block on)
   std::int64_t transient_bytes = 0;
-  std::int64_t level() const { return input_bytes + parameter_bytes + gradient_bytes + activation_bytes; }
+  std::int64_t level() const {
+    return input_bytes + parameter_bytes + gradient_bytes + activation_bytes + optimizer_state_bytes;
+  }
 };
 
 struct L2LPrediction {
@@ -68,6 +75,8 @@ struct L2LPrediction {
   std::int64_t largest_stage_parameter_bytes = 0;
   std::int64_t host_stash_bytes = 0;    // the constant-memory variant's stash at its largest (in host_bytes)
   int stages = 0;
+  int kept_stages = 0;                   // before the chosen block: on the device, trained there
+  std::int64_t kept_bytes = 0;           // their parameters and optimizer state, on the device throughout
 };
 
 // How the relay's lanes wait for each other, as executor/l2l_execute.cpp runs it: a stage computes
@@ -79,10 +88,12 @@ inline constexpr bool kRelaySettlesPrefetch = true;
 // step 0.5741 s": the lane busy longest, by how much, and each lane's time.
 std::string describe_l2l_bound(const L2LPrediction& prediction);
 
-// `boundaries_on_host`: L2L's constant-memory variant (stash and boundary gradients on the host).
-// `ops`, when given, receives the step's device ops in order (for the simulator's schedule).
+// `relay.boundaries_on_host`: L2L's constant-memory variant (stash and boundary gradients on the
+// host); `relay.from_block`: the stages before it stay on the device, their optimizer stepping
+// there after their backward. `ops`, when given, receives the step's device ops in order (for the
+// simulator's schedule). `relay.from_block` must name a block (check_choice checks plans).
 L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& graph,
-                               const std::vector<std::int64_t>& micro_batches, bool boundaries_on_host,
+                               const std::vector<std::int64_t>& micro_batches, const core::RelayChoice& relay,
                                std::vector<L2LOp>* ops = nullptr);
 
 // predict_step's answer for a choice with `l2l` set.

@@ -51,7 +51,10 @@ std::string describe(const WeighedStep& step) {
   out << step.micro_batches.size() << " micro-batch" << (step.micro_batches.size() > 1 ? "es" : "") << " of "
       << micro_batch_size(step) << ", " << plural(step.checkpointed_blocks, "checkpointed block");
   if (step.lean_layers > 0) out << ", " << plural(step.lean_layers, "lean layer");
-  if (step.l2l) out << ", L2L with boundaries on the " << (step.l2l->boundaries_on_host ? "host" : "device");
+  if (step.l2l) {
+    out << ", L2L with boundaries on the " << (step.l2l->boundaries_on_host ? "host" : "device");
+    if (!step.l2l->whole_model()) out << " from block " << step.l2l->from_block;
+  }
   return out.str();
 }
 
@@ -97,6 +100,10 @@ std::string binding_constraint(const ChoiceFacts& f) {
   if (chosen.l2l) {
     why += std::string("; they run as L2L's relay (boundaries on the ") + (chosen.l2l->boundaries_on_host ? "host" : "device") +
            "), the device holding two blocks' parameters instead of the model's parameters, gradients and optimizer state";
+    if (!chosen.l2l->whole_model()) {
+      why += " from block " + std::to_string(chosen.l2l->from_block) + " on (the layers before it train on the device, "
+             "with no copies: the fastest relay that fits)";
+    }
   }
   if (f.peak_without_checkpointing) {
     why += "; without checkpointing micro-batches of " + micro_batch_size(chosen) + " need " +
@@ -145,12 +152,22 @@ std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, c
   return out;
 }
 
-std::string l2l_note(const L2LPrediction& p, bool boundaries_on_host) {
-  return std::string(boundaries_on_host ? "L2L: parameters, gradients, optimizer state and the stashed block boundaries"
-                                        : "L2L: parameters, gradients and optimizer state") +
+std::string l2l_note(const L2LPrediction& p, const core::RelayChoice& relay) {
+  const bool boundaries_on_host = relay.boundaries_on_host;
+  std::string kept;
+  if (p.kept_stages > 0) {
+    kept = " from block " + std::to_string(relay.from_block) + " on: the first " + std::to_string(p.kept_stages) + " of the " +
+           std::to_string(p.stages) + " stages stay on the device (" + core::format_bytes(p.kept_bytes) +
+           " of parameters and optimizer state, stepped there); the others'";
+  }
+  return "L2L" + kept +
+         std::string(boundaries_on_host ? (kept.empty() ? ": parameters, gradients, optimizer state and the stashed block boundaries"
+                                                        : " parameters, gradients, optimizer state and the stashed block boundaries")
+                                        : (kept.empty() ? ": parameters, gradients and optimizer state"
+                                                        : " parameters, gradients and optimizer state")) +
          " live on the host (" + core::format_bytes(p.host_bytes) + "); the device holds two of the " +
-         std::to_string(p.stages) + " stages' parameters (the largest " + core::format_bytes(p.largest_stage_parameter_bytes) +
-         "), " + (boundaries_on_host ? "" : "the stashed block boundaries, ") +
+         std::to_string(p.stages - p.kept_stages) + " relayed stages' parameters at a time (the largest " +
+         core::format_bytes(p.largest_stage_parameter_bytes) + "), " + (boundaries_on_host ? "" : "the stashed block boundaries, ") +
          "every micro-batch's input and one stage's work; every stage runs its forward twice; " +
          (p.copy_ns > 0 ? "the step is predicted " + describe_l2l_bound(p) + " (" + core::format_bytes(p.copy_bytes) +
                               " of copies)"

@@ -57,7 +57,7 @@ std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, c
 struct L2LPrediction;  // planner/l2l_model.h
 // What an L2L plan does with memory, for its warnings: what lives on the host and what the device
 // holds, and that its time leaves out the copies.
-std::string l2l_note(const L2LPrediction& prediction, bool boundaries_on_host);
+std::string l2l_note(const L2LPrediction& prediction, const core::RelayChoice& relay);
 
 struct L2LCapacity;  // planner/l2l_model.h
 // One line on the largest model L2L trains at `micro_batches` (boundaries on the device or host):

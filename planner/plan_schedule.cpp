@@ -29,6 +29,15 @@ void check_l2l_choice(const core::Plan& plan, const core::Trace& trace, const st
       throw core::InputError(source + ": $.layers[" + std::to_string(layer.id) + "].variant: the relay runs standard layers only");
     }
   }
+  if (!choice.l2l->whole_model() && first_relayed_stage(l2l_stages(trace), trace, choice.l2l->from_block) < 0) {
+    std::string blocks;
+    for (const auto& stage : l2l_stages(trace)) {
+      const int block = trace.layers[static_cast<std::size_t>(stage.first)].block;
+      if (block >= 0) blocks += (blocks.empty() ? "" : ", ") + std::to_string(block);
+    }
+    throw core::InputError(source + ": $.l2l.from_block: " + trace.model.name + " has no block " +
+                           std::to_string(choice.l2l->from_block) + " (its blocks: " + (blocks.empty() ? "none" : blocks) + ")");
+  }
   if (choice.micro_batches.size() > kMaxL2LMicroBatches) {
     throw core::InputError(source + ": $.micro_batches: an L2L step takes at most " + std::to_string(kMaxL2LMicroBatches) +
                            " micro-batches, got " + std::to_string(choice.micro_batches.size()));

@@ -239,17 +239,31 @@ std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const L
 }
 
 // L2L's relay for these micro-batches (standard layers, nothing checkpointed): stage boundaries on
-// the device where that fits, else on the host (constant memory in depth), or nothing.
+// the device where that fits, else on the host (constant memory in depth), or nothing. Where the
+// whole model's relay fits, so may a relay from a later block on (the stages before it kept on the
+// device, with no copies and their optimizer there): the fastest of those that fit, the whole
+// model's on a tie (it leaves the device the most room).
 std::optional<Candidate> fit_l2l(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& plain,
                                  std::int64_t limit, std::int64_t host_memory) {
   if (plain.micro_batches.size() > kMaxL2LMicroBatches) return std::nullopt;
+  const auto fits = [&](const L2LPrediction& p) {
+    return p.device_peak_bytes <= limit && (host_memory <= 0 || p.host_bytes <= host_memory);
+  };
   for (const bool on_host : {false, true}) {
-    const auto p = predict_l2l_step(costs, graph, plain.micro_batches, on_host);
-    if (p.device_peak_bytes > limit || (host_memory > 0 && p.host_bytes > host_memory)) continue;
-    Candidate c{plain, {p.device_peak_bytes, p.step_ns, p.peak_at}};
+    core::RelayChoice relay{on_host};
+    auto best = predict_l2l_step(costs, graph, plain.micro_batches, relay);
+    if (!fits(best)) continue;
+    for (const auto& stage : l2l_stages(costs.trace())) {
+      const int block = costs.trace().layers[static_cast<std::size_t>(stage.first)].block;
+      if (block < 0 || stage.first == 0) continue;
+      const core::RelayChoice later{on_host, block};
+      const auto p = predict_l2l_step(costs, graph, plain.micro_batches, later);
+      if (fits(p) && p.step_ns < best.step_ns) best = p, relay = later;
+    }
+    Candidate c{plain, {best.device_peak_bytes, best.step_ns, best.peak_at}};
     c.choice.checkpointed_blocks.clear();
     for (auto& layer : c.choice.layers) layer.variant = core::LayerVariant::Standard;
-    c.choice.l2l = core::RelayChoice{on_host};
+    c.choice.l2l = relay;
     return c;
   }
   return std::nullopt;
@@ -426,7 +440,7 @@ std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, B
   if (space.l2l) {
     // The relay's least: its finest split, boundaries on the host (where the host holds them).
     const auto finest = split_batch(global_batch, std::min<std::int64_t>(global_batch, kMaxL2LMicroBatches));
-    const auto p = predict_l2l_step(costs, graph, finest, true);
+    const auto p = predict_l2l_step(costs, graph, finest, core::RelayChoice{true});
     if (space.host_memory <= 0 || p.host_bytes <= space.host_memory) least = std::min(least, p.device_peak_bytes);
   }
   if (!space.checkpointing) return least;
@@ -509,8 +523,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
   }
   if (const std::string scheme = contrastive_scheme(trace, plan.choice); !scheme.empty()) plan.warnings.push_back(scheme);
   if (best.choice.l2l) {
-    plan.warnings.push_back(l2l_note(predict_l2l_step(costs, graph, best.choice.micro_batches, best.choice.l2l->boundaries_on_host),
-                                     best.choice.l2l->boundaries_on_host));
+    plan.warnings.push_back(l2l_note(predict_l2l_step(costs, graph, best.choice.micro_batches, *best.choice.l2l), *best.choice.l2l));
   }
   plan.predicted = weighed(best, request.global_batch).predicted;
   plan.peak_at = best.prediction.peak_at;

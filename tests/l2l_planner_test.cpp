@@ -115,6 +115,99 @@ TEST(L2LPlanner, PlanFieldReadsBack) {
   core::Plan plain = *outcome.plan;
   plain.choice.l2l.reset();
   EXPECT_FALSE(core::to_json(plain).contains("l2l"));
+  // From a chosen block on: written only when set.
+  core::Plan later = *outcome.plan;
+  later.choice.l2l = core::RelayChoice{false, 1};
+  EXPECT_EQ(core::to_json(later).at("l2l").at("from_block"), 1);
+  EXPECT_EQ(core::plan_from_json(core::to_json(later)), later);
+  later.choice.l2l = core::RelayChoice{true};
+  EXPECT_FALSE(core::to_json(later).at("l2l").contains("from_block"));
+}
+
+// From a chosen block on: the stages before it stay on the device with their parameters and
+// optimizer state, so the host holds and the links carry exactly their share less; the simulator
+// still reproduces the planner's walk, with no copies for the kept stages and their optimizer
+// step on the device.
+TEST(L2LPlanner, FromABlockOnKeepsTheEarlierStagesOnTheDevice) {
+  core::Trace trace = bert_trace();
+  trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const auto stages = planner::l2l_stages(trace);
+  std::int64_t total = 0;
+  for (const auto& stage : stages) total += stage.parameter_bytes;
+  for (const bool on_host : {false, true}) {
+    core::StepChoice choice;
+    choice.micro_batches = {6, 5, 5};
+    choice.l2l = core::RelayChoice{on_host};
+    const auto whole = planner::predict_l2l_step(costs, graph, choice.micro_batches, *choice.l2l);
+    EXPECT_EQ(whole.kept_stages, 0);
+    EXPECT_EQ(whole.kept_bytes, 0);
+    std::int64_t kept = 0;
+    int tried = 0;
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+      const int block = trace.layers[static_cast<std::size_t>(stages[s].first)].block;
+      if (s > 0) kept += stages[s - 1].parameter_bytes;
+      if (block < 0 || s == 0) continue;
+      ++tried;
+      choice.l2l = core::RelayChoice{on_host, block};
+      const auto p = planner::predict_l2l_step(costs, graph, choice.micro_batches, *choice.l2l);
+      const std::int64_t state = std::llround(static_cast<double>(costs.optimizer_state_bytes()) * static_cast<double>(kept) /
+                                              static_cast<double>(total));
+      EXPECT_EQ(p.kept_stages, static_cast<int>(s));
+      EXPECT_EQ(p.kept_bytes, kept + state);
+      EXPECT_EQ(p.host_bytes, whole.host_bytes - 2 * kept - state) << "block " << block;
+      EXPECT_EQ(p.copy_bytes, whole.copy_bytes - 3 * kept) << "block " << block;
+      EXPECT_LT(p.copy_ns, whole.copy_ns);
+      EXPECT_GE(p.device_peak_bytes, kept + state);
+      const auto schedule = planner::build_schedule(costs, graph, choice);
+      const auto sim = simulator::simulate(schedule);
+      EXPECT_EQ(sim.peak_bytes, p.device_peak_bytes) << "block " << block << ", boundaries on host " << on_host;
+      EXPECT_EQ(sim.makespan_ns, p.step_ns) << "block " << block;
+      EXPECT_EQ(sim.memory.back().total(), 0);
+      int prefetches = 0, device_steps = 0;
+      for (const auto& task : schedule.tasks) {
+        prefetches += task.category == "prefetch";
+        device_steps += task.category == "optimizer" && task.stream == core::Stream::Compute;
+      }
+      const int relayed = static_cast<int>(stages.size() - s);
+      EXPECT_EQ(prefetches, 2 * relayed - 1);
+      EXPECT_EQ(device_steps, static_cast<int>(s));
+    }
+    EXPECT_GE(tried, 2);
+  }
+}
+
+// Where the copies are slow, keeping the first stages on the device is faster, and the search
+// keeps as many as fit; where copies are free the whole model's relay is kept (a tie: it leaves
+// the device the most room).
+TEST(L2LPlanner, SearchKeepsStagesOnTheDeviceWhereCopiesCost) {
+  core::Trace trace = bert_trace();
+  const std::int64_t least = planner::plan_step(trace, request_for(1, "mbp")).smallest_budget;
+  const auto free_copies = planner::plan_step(trace, request_for(least - 1, "mbp,l2l"));
+  ASSERT_TRUE(free_copies.plan && free_copies.plan->choice.l2l) << free_copies.reason;
+  EXPECT_TRUE(free_copies.plan->choice.l2l->whole_model());
+  trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e7;
+  const auto slow = planner::plan_step(trace, request_for(least - 1, "mbp,l2l"));
+  ASSERT_TRUE(slow.plan && slow.plan->choice.l2l) << slow.reason;
+  const core::RelayChoice chosen = *slow.plan->choice.l2l;
+  ASSERT_FALSE(chosen.whole_model());
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const auto& micro = slow.plan->choice.micro_batches;
+  const auto p = planner::predict_l2l_step(costs, graph, micro, chosen);
+  EXPECT_LT(p.step_ns, planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{chosen.boundaries_on_host}).step_ns);
+  EXPECT_LE(p.device_peak_bytes, slow.plan->budget_bytes - slow.plan->margin_bytes);
+  // No later block that fits is faster.
+  for (const auto& stage : planner::l2l_stages(trace)) {
+    const int block = trace.layers[static_cast<std::size_t>(stage.first)].block;
+    if (block <= chosen.from_block) continue;
+    const auto q = planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{chosen.boundaries_on_host, block});
+    if (q.device_peak_bytes <= slow.plan->budget_bytes - slow.plan->margin_bytes) EXPECT_GE(q.step_ns, p.step_ns) << block;
+  }
+  bool named = false;
+  for (const auto& w : slow.plan->warnings) named |= w.rfind("L2L from block " + std::to_string(chosen.from_block) + " on", 0) == 0;
+  EXPECT_TRUE(named);
 }
 
 // The simulator's schedule of an L2L step is the planner's walk: same peak to the byte, same time.
@@ -127,7 +220,7 @@ TEST(L2LPlanner, ScheduleSimulatesToThePrediction) {
     choice.micro_batches = {6, 5, 5};
     choice.l2l = core::RelayChoice{on_host};
     const auto predicted = planner::predict_step(costs, graph, choice);
-    const auto direct = planner::predict_l2l_step(costs, graph, choice.micro_batches, on_host);
+    const auto direct = planner::predict_l2l_step(costs, graph, choice.micro_batches, core::RelayChoice{on_host});
     EXPECT_EQ(predicted.peak_bytes, direct.device_peak_bytes);
     EXPECT_EQ(predicted.step_ns, direct.step_ns);
     const auto schedule = planner::build_schedule(costs, graph, choice);
@@ -151,7 +244,7 @@ TEST(L2LPlanner, CopyLanesNameTheBound) {
   for (const double bandwidth : {1e12, 1e9, 1e7}) {
     trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = bandwidth;
     const core::CostModel costs(trace);
-    const auto p = planner::predict_l2l_step(costs, graph, choice.micro_batches, false);
+    const auto p = planner::predict_l2l_step(costs, graph, choice.micro_batches, core::RelayChoice{false});
     const auto sim = simulator::simulate(planner::build_schedule(costs, graph, choice));
     EXPECT_EQ(sim.makespan_ns, p.step_ns) << bandwidth;
     EXPECT_EQ(sim.peak_bytes, p.device_peak_bytes);
@@ -176,7 +269,7 @@ TEST(L2LPlanner, LargestModelFollowsTheBounds) {
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   const std::vector<std::int64_t> micro = {4, 4, 4, 4};
-  const auto alone = planner::predict_l2l_step(costs, graph, micro, false);
+  const auto alone = planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{false});
   const std::int64_t host = 8 * costs.static_bytes();
   // The device bound: a limit of the model's peak plus exactly ten blocks' stash.
   const auto probe = planner::largest_l2l_model(costs, graph, micro, false, alone.device_peak_bytes, host);
@@ -192,7 +285,7 @@ TEST(L2LPlanner, LargestModelFollowsTheBounds) {
   const auto on_host = planner::largest_l2l_model(costs, graph, micro, true, alone.device_peak_bytes, host);
   EXPECT_EQ(on_host.device_bytes_per_block, 0);
   EXPECT_EQ(on_host.bound, "host memory");
-  const auto state = planner::predict_l2l_step(costs, graph, micro, true).host_bytes;
+  const auto state = planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{true}).host_bytes;
   EXPECT_EQ(on_host.extra_blocks, (host - state) / on_host.host_bytes_per_block);
   EXPECT_TRUE(planner::largest_l2l_model(costs, graph, micro, true, alone.device_peak_bytes, 0).unbounded);
   // Below the model's own peak: not even it.
@@ -220,6 +313,12 @@ TEST(L2LPlanner, HandEditedPlansTheRelayCannotRunAreRefused) {
   core::Plan lean = *outcome.plan;
   lean.choice.layers[10].variant = core::LayerVariant::Tempo;
   EXPECT_NE(refusal(lean, trace).find("standard layers only"), std::string::npos) << refusal(lean, trace);
+  core::Plan nowhere = *outcome.plan;
+  nowhere.choice.l2l->from_block = 99;
+  EXPECT_NE(refusal(nowhere, trace).find("p.json: $.l2l.from_block: bert has no block 99 (its blocks: 0, 1"), std::string::npos)
+      << refusal(nowhere, trace);
+  nowhere.choice.l2l->from_block = 1;
+  EXPECT_EQ(refusal(nowhere, trace), "");
   // The cnn has BatchNorm: its plan with l2l is refused, naming the layer.
   const core::Trace cnn = core::read_trace_file(std::filesystem::path(HEADROOM_TRACES_DIR) / "cpu-cnn.json");
   EXPECT_FALSE(planner::applies_to(planner::Strategy::L2L, cnn));

@@ -10,6 +10,8 @@
 #include "executor/plan_runner.h"
 #include "models/zoo.h"
 #include "planner/l2l_model.h"
+#include "planner/micro_batch_model.h"
+#include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
 #include "profiler/profiler.h"
 #include "runtime/budget_allocator.h"
@@ -85,6 +87,35 @@ TEST(L2L, WeightsAfterThreeAdamStepsEqualOrdinaryTraining) {
           << "boundaries on host " << on_host << ", overlap " << overlap;
     }
   }
+}
+
+// From a chosen block on: the stages before it stay on the device and step there; the weights are
+// still ordinary training's, whichever block the relay starts at.
+TEST(L2L, FromAChosenBlockOnTrainsAsOrdinaryTraining) {
+  const std::vector<std::int64_t> sizes = {3, 2, 3};
+  const auto reference = ordinary_weights("adam", sizes, 3);
+  const models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
+  std::vector<int> stage_starts;
+  for (std::size_t i = 1; i < model.layers().size(); ++i) {
+    if (model.layers()[i].block != model.layers()[i - 1].block) stage_starts.push_back(static_cast<int>(i));
+  }
+  ASSERT_EQ(stage_starts.size(), 3u);
+  for (const int first : stage_starts) {
+    for (const bool on_host : {false, true}) {
+      executor::RelayOptions options;
+      options.first_relayed_layer = first;
+      options.boundaries_on_host = on_host;
+      const double diff = executor::max_relative_difference(relay_weights("adam", sizes, 3, options), reference);
+      std::printf("relayed from layer %d, boundaries on host %d: max relative difference %.3g\n", first, on_host, diff);
+      EXPECT_LE(diff, 1e-5) << "from layer " << first;
+    }
+  }
+  // A layer inside a stage is no place to start the relay.
+  models::Model other = models::build_zoo_model("bert", kBertTiny, 3);
+  executor::RelayOptions inside;
+  inside.first_relayed_layer = stage_starts[0] + 1;
+  executor::Position position;
+  EXPECT_THROW(executor::L2LRelay(other, inside, position), core::InputError);
 }
 
 TEST(L2L, WeightsAfterThreeSgdStepsEqualOrdinaryTraining) {
@@ -207,9 +238,13 @@ TEST(L2L, PredictedDevicePeakBoundsTheMeasuredOne) {
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   auto& allocator = runtime::BudgetAllocator::instance();
-  for (const bool on_host : {false, true}) {
+  // The whole model relayed, and from block 1 on (the embeddings and block 0 kept on the device,
+  // with their parameters and Adam's state there).
+  for (const core::RelayChoice relay : {core::RelayChoice{false}, core::RelayChoice{true}, core::RelayChoice{false, 1},
+                                        core::RelayChoice{true, 1}}) {
+    const bool on_host = relay.boundaries_on_host;
     const std::vector<std::int64_t> sizes = {4, 4, 3};
-    const auto predicted = planner::predict_l2l_step(costs, graph, sizes, on_host);
+    const auto predicted = planner::predict_l2l_step(costs, graph, sizes, relay);
     std::optional<models::Model> model;
     {
       runtime::HostScope host;
@@ -220,19 +255,28 @@ TEST(L2L, PredictedDevicePeakBoundsTheMeasuredOne) {
     executor::RelayOptions options;
     options.boundaries_on_host = on_host;
     options.settle_prefetch = true;
-    executor::L2LRelay relay(*model, options, position);
-    EXPECT_EQ(relay.stage_count(), static_cast<int>(planner::l2l_stages(trace).size()));
-    EXPECT_EQ(relay.largest_stage_parameter_bytes(), predicted.largest_stage_parameter_bytes);
+    if (!relay.whole_model()) {
+      const auto& layers = model->layers();
+      options.first_relayed_layer = static_cast<int>(
+          std::find_if(layers.begin(), layers.end(), [&](const models::Layer& l) { return l.block == relay.from_block; }) -
+          layers.begin());
+    }
+    // The device side counts from before the relay placed anything there (the kept stages).
+    const std::int64_t base = allocator.in_use();
+    executor::L2LRelay relayed(*model, options, position);
+    EXPECT_EQ(relayed.stage_count(), static_cast<int>(planner::l2l_stages(trace).size()));
+    EXPECT_EQ(relayed.kept_stage_count(), predicted.kept_stages);
+    EXPECT_EQ(relayed.largest_stage_parameter_bytes(), predicted.largest_stage_parameter_bytes);
     std::int64_t measured = 0;
     for (int step = 0; step < 2; ++step) {
-      const std::int64_t base = allocator.in_use();
       const auto batches = step_batches(*model, sizes, step);
       allocator.reset_peak();
-      relay.step(batches, total(sizes));
+      relayed.step(batches, total(sizes));
       measured = allocator.peak() - base;
     }
     const double error = static_cast<double>(predicted.device_peak_bytes - measured) / static_cast<double>(measured);
-    std::printf("boundaries on %s: predicted %lld, measured %lld (%+.2f%%) at %s\n", on_host ? "host" : "device",
+    std::printf("boundaries on %s, %d stages kept: predicted %lld, measured %lld (%+.2f%%) at %s\n", on_host ? "host" : "device",
+                predicted.kept_stages,
                 static_cast<long long>(predicted.device_peak_bytes), static_cast<long long>(measured), 100 * error,
                 predicted.peak_at.c_str());
     EXPECT_GE(predicted.device_peak_bytes, measured);
@@ -296,6 +340,29 @@ TEST(L2L, ExecuteRunsTheRelayPlanUnderItsBudget) {
               static_cast<long long>(plan.budget_bytes), static_cast<long long>(report.predicted.peak_bytes),
               static_cast<long long>(report.measured.peak_bytes), 100 * report.peak_rel_error,
               report.gradient_check.max_rel_diff, static_cast<long long>(report.l2l->measured_host_peak_bytes));
+
+  // The same plan relayed from block 1 on: the embeddings and block 0 stay on the device, under the
+  // same enforced budget counted from before they arrived, the peak as predicted.
+  core::Plan later = plan;
+  later.choice.l2l->from_block = 1;
+  planner::check_choice(later, trace, "p.json");
+  const auto p = planner::predict_step(costs, planner::LayerGraph(trace), later.choice);
+  later.predicted.peak_bytes = p.peak_bytes;
+  later.predicted.step_seconds = static_cast<double>(p.step_ns) / 1e9;
+  later.budget_bytes = std::max(later.budget_bytes, p.peak_bytes);
+  const core::Report kept = executor::execute(later, trace, "p.json", options);
+  ASSERT_EQ(kept.status, "ok");
+  ASSERT_TRUE(kept.l2l);
+  EXPECT_EQ(kept.l2l->kept_stages, 2);
+  EXPECT_LE(kept.measured.peak_bytes, later.budget_bytes);
+  EXPECT_GE(kept.predicted.peak_bytes, kept.measured.peak_bytes);
+  EXPECT_LE(kept.peak_rel_error, 0.02);
+  EXPECT_LE(kept.gradient_check.max_rel_diff, 1e-5);
+  // The host no longer holds the kept stages' parameters and Adam state.
+  EXPECT_LT(kept.l2l->measured_host_peak_bytes, report.l2l->measured_host_peak_bytes);
+  std::printf("from block 1: predicted peak %lld, measured %lld (%.2f%%), host %lld\n",
+              static_cast<long long>(kept.predicted.peak_bytes), static_cast<long long>(kept.measured.peak_bytes),
+              100 * kept.peak_rel_error, static_cast<long long>(kept.l2l->measured_host_peak_bytes));
 }
 
 }  // namespace
