@@ -107,6 +107,8 @@ bool accepted_on_purpose(const std::string& path, const std::string& what) {
       // A trace from before they were recorded: read as 0, and its plans say so (extras_recorded).
       {"$.checkpoint_state_bytes", "missing"},
       {"$.model_extra_bytes", "missing"},
+      // An L2L plan without it relays the whole model (from a chosen block on is the option).
+      {"$.l2l.from_block", "missing"},
       {"$.contrastive_loss.samples[*].fwd_retained_bytes", "negative"},
       {"$.contrastive_loss.samples[*].bwd_retained_bytes", "negative"},
   };
@@ -246,7 +248,7 @@ TEST(BadPlan, EveryFieldOfAnL2LPlanSpoiledIsNamedOrDocumented) {
     layer["checkpoint"] = false;
     layer["variant"] = "standard";
   }
-  good["l2l"] = {{"boundaries", "host"}};
+  good["l2l"] = {{"boundaries", "host"}, {"from_block", 2}};
   planner::check_choice(core::plan_from_json(good, "p.json"), trace, "p.json");
   const Sweep s = sweep(good, [&](const json& d) { planner::check_choice(core::plan_from_json(d, "p.json"), trace, "p.json"); });
   EXPECT_GT(s.spoiled, 50);
@@ -408,6 +410,16 @@ TEST_F(BadInputCli, L2LPlansTheRelayCannotRun) {
   expect_refused("execute " + write("l2l-ref.json", p) + " --steps 1 --full-batch-reference",
                  "full-batch-reference: not implemented for an L2L plan");
   expect_refused("execute " + path("l2l-ref.json") + " --steps 1 --host-limit", "host-limit: an L2L plan keeps");
+  // From a chosen block on: a block the model has, as a non-negative whole number.
+  p["l2l"]["from_block"] = 7;
+  expect_refused("simulate " + write("l2l-from.json", p), "$.l2l.from_block: mlp has no block 7 (its blocks: 0, 1, 2, 3)");
+  expect_refused("execute " + path("l2l-from.json") + " --steps 1", "$.l2l.from_block: mlp has no block 7");
+  p["l2l"]["from_block"] = -1;
+  expect_refused("simulate " + write("l2l-from-neg.json", p), "$.l2l.from_block");
+  p["l2l"]["from_block"] = "block1";
+  expect_refused("simulate " + write("l2l-from-text.json", p), "$.l2l.from_block");
+  p["l2l"]["from_block"] = 1.5;
+  expect_refused("simulate " + write("l2l-from-frac.json", p), "$.l2l.from_block");
   // The cnn's BatchNorm: refused as a strategy by name and as a hand-edited plan field.
   fs::copy_file(std::string(HEADROOM_TRACES_DIR) + "/cpu-cnn.json", dir_ / "cnn.json");
   expect_refused("plan " + path("cnn.json") + " --budget 300MiB --batch 64 --strategies mbp,l2l",
