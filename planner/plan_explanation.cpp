@@ -156,8 +156,10 @@ std::string l2l_note(const L2LPrediction& p, const core::RelayChoice& relay) {
   const bool boundaries_on_host = relay.boundaries_on_host;
   std::string kept;
   if (p.kept_stages > 0) {
-    kept = " from block " + std::to_string(relay.from_block) + " on: the first " + std::to_string(p.kept_stages) + " of the " +
-           std::to_string(p.stages) + " stages stay on the device (" + core::format_bytes(p.kept_bytes) +
+    kept = " from block " + std::to_string(relay.from_block) + " on: " +
+           (p.kept_stages == 1 ? "the first of the " + std::to_string(p.stages) + " stages stays"
+                               : "the first " + std::to_string(p.kept_stages) + " of the " + std::to_string(p.stages) + " stages stay") +
+           " on the device (" + core::format_bytes(p.kept_bytes) +
            " of parameters and optimizer state, stepped there); the others'";
   }
   return "L2L" + kept +

@@ -96,7 +96,8 @@ std::string render_report(const core::Report& r) {
   if (r.l2l) {
     const auto& l = *r.l2l;
     out << "L2L: " << l.stages << " stages";
-    if (l.kept_stages > 0) out << ", the first " << l.kept_stages << " kept on the device";
+    if (l.kept_stages == 1) out << ", the first kept on the device";
+    if (l.kept_stages > 1) out << ", the first " << l.kept_stages << " kept on the device";
     out << " (the largest relayed " << core::format_bytes(l.largest_stage_parameter_bytes)
         << " of parameters), boundaries on the " << (l.boundaries_on_host ? "host" : "device") << "; the peak above is the device side's; host side: "
         << core::format_bytes(l.measured_host_peak_bytes) << " at most (parameters, gradients, optimizer state"

@@ -279,6 +279,25 @@ TEST(Cli, L2LPlanRunsTheRelayWithinItsBudget) {
   EXPECT_LE(report["errors"]["peak_rel"].get<double>(), 0.02);
   EXPECT_LT(report["gradient_check"]["max_rel_diff"].get<double>(), 1e-5);
   EXPECT_GT(report["l2l"]["measured_host_peak_bytes"].get<std::int64_t>(), report["measured"]["peak_bytes"].get<std::int64_t>());
+
+  // Hand-edited to relay from block 2 on (blocks 0 and 1 kept on the device, with their Adam
+  // state) under a larger budget: simulate's peak is what execute measures, to the byte.
+  auto later = core::parse_json(core::read_file(plan), plan);
+  later["l2l"]["from_block"] = 2;
+  later["budget_bytes"] = 4 * later["budget_bytes"].get<std::int64_t>();
+  const std::string later_plan = (dir / "from2.json").string();
+  core::write_file_atomically(later_plan, later.dump());
+  const auto later_simulated = run("simulate " + later_plan + " -o " + (dir / "s2.json").string());
+  ASSERT_EQ(later_simulated.exit_code, 0) << later_simulated.err;
+  const auto later_executed = run("execute " + later_plan + " --steps 2 -o " + (dir / "r2.json").string());
+  ASSERT_EQ(later_executed.exit_code, 0) << later_executed.err;
+  EXPECT_NE(later_executed.out.find("the first 2 kept on the device"), std::string::npos) << later_executed.out;
+  const auto sim2 = core::parse_json(core::read_file(dir / "s2.json"), "s2.json");
+  const auto report2 = core::parse_json(core::read_file(dir / "r2.json"), "r2.json");
+  EXPECT_EQ(report2["l2l"]["kept_stages"], 2);
+  EXPECT_EQ(report2["measured"]["peak_bytes"], sim2["simulated"]["peak_bytes"]);
+  EXPECT_GT(report2["measured"]["peak_bytes"].get<std::int64_t>(), report["measured"]["peak_bytes"].get<std::int64_t>());
+  EXPECT_LT(report2["l2l"]["measured_host_peak_bytes"].get<std::int64_t>(), report["l2l"]["measured_host_peak_bytes"].get<std::int64_t>());
   fs::remove_all(dir);
 }
 
