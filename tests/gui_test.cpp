@@ -979,6 +979,35 @@ class GuiTest : public QObject {
     save_shot(window, "l2l");
   }
 
+  // Over a slow link, the relay keeps its first stages on the device where they fit (L2L from a
+  // chosen block on): the summary names the block, and the chart's peak is the plan's, their
+  // parameters and optimizer state drawn under everything else.
+  void l2lKeepsTheFirstStagesOnTheDeviceOverASlowLink() {
+    QTemporaryDir dir;
+    core::Trace trace = core::read_trace_file(committed("cpu-mlp.json").toStdString());
+    trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e7;
+    const std::string path = dir.filePath("slow-link.json").toStdString();
+    core::write_trace_file(path, trace);
+    MainWindow window;
+    window.resize(1400, 880);
+    window.show();
+    QVERIFY(window.open_trace(QString::fromStdString(path)) && settle(window));
+    window.batch_box()->setValue(8);
+    QVERIFY(settle(window));
+    type_budget(window, "8MiB");
+    QVERIFY(settle(window));
+    window.findChild<QCheckBox*>("strategy_l2l")->setChecked(true);
+    QVERIFY(settle(window));
+    const PlanResult* result = window.current_result();
+    QVERIFY(result && result->plan && result->plan->choice.l2l);
+    QVERIFY(!result->plan->choice.l2l->whole_model());
+    QCOMPARE(result->timeline.peak_bytes, result->plan->predicted.peak_bytes);
+    QVERIFY2(window.summary_text().contains(
+                 QString("L2L from block %1 on").arg(result->plan->choice.l2l->from_block)),
+             qPrintable(window.summary_text()));
+    save_shot(window, "l2l-from-block");
+  }
+
   void switchingTheOptimizerRecomputesTheWholeBatchHint() {
     MainWindow window;
     QVERIFY(window.open_trace(committed("cpu-bert.json")));
