@@ -62,6 +62,11 @@ namespace {
 
 std::int64_t scaled(std::int64_t ns, double scale) { return std::llround(static_cast<double>(ns) * scale); }
 
+// A copy's time at the trace's bandwidth; 0 where it measured none (the copy is then not timed).
+std::int64_t copy_time(std::int64_t bytes, double per_second) {
+  return per_second > 0 ? std::llround(static_cast<double>(bytes) / per_second * 1e9) : std::int64_t{0};
+}
+
 // Per stage: its parameters' copy in, its gradients' copy out, and its optimizer step (the trace's
 // optimizer time by parameter bytes): on the host for a relayed stage; a kept stage (before
 // `first_relayed`) copies nothing and steps on the device (optimizer_ns: 0, device_optimizer_ns).
@@ -74,9 +79,7 @@ StageTransfers stage_transfers(const core::CostModel& costs, const std::vector<L
   std::int64_t total = 0;
   for (const auto& stage : stages) total += stage.parameter_bytes;
   StageTransfers t;
-  const auto at = [](std::int64_t bytes, double per_second) {
-    return per_second > 0 ? std::llround(static_cast<double>(bytes) / per_second * 1e9) : std::int64_t{0};
-  };
+  const auto at = copy_time;
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const std::int64_t bytes = stages[s].parameter_bytes;
     const bool kept = static_cast<int>(s) < first_relayed;
@@ -198,14 +201,21 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   p.kept_bytes = kept_params + kept_state;
   // Each op as it starts: the device's bytes by kind and what the op holds above them.
   std::vector<std::int64_t> forward_ns(stages.size(), 0), backward_ns(stages.size(), 0);
+  // The constant-memory variant's boundary copies: the relay makes them on the compute thread, so
+  // they lengthen the stage's turn (and are the transfer lane's, not the compute lane's, busy time).
+  const auto& device = trace.device;
+  std::int64_t bring_ns = 0;  // brought to the device before the next op
   const auto emit = [&](OpKind kind, int layer, int s, std::size_t m, std::int64_t duration, std::int64_t input,
                         std::int64_t parameters, std::int64_t gradients, std::int64_t activations, std::int64_t transient) {
     p.compute_ns += duration;
-    (kind == OpKind::ForwardNoGrad ? forward_ns : backward_ns)[static_cast<std::size_t>(s)] += duration;
+    p.stash_copy_ns += bring_ns;
+    (kind == OpKind::ForwardNoGrad ? forward_ns : backward_ns)[static_cast<std::size_t>(s)] += duration + bring_ns;
     const std::int64_t bytes = input + parameters + gradients + activations + kept_state + transient;
     if (ops != nullptr) {
       ops->push_back({kind, layer, s, static_cast<int>(m), duration, input, parameters, gradients, activations, kept_state, transient});
+      ops->back().copy_in_ns = bring_ns;
     }
+    bring_ns = 0;
     if (bytes <= p.device_peak_bytes) return;
     p.device_peak_bytes = bytes;
     const auto& stage = stages[static_cast<std::size_t>(s)];
@@ -215,6 +225,15 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
                                                      : "backward";
     p.peak_at = std::string(what) + " of stage " + std::to_string(s) + " (" + trace.layers[static_cast<std::size_t>(stage.first)].name + ".." +
                 trace.layers[static_cast<std::size_t>(stage.last)].name + "), micro-batch " + std::to_string(m);
+  };
+
+  // Sent to the host after the last op, by the stage in forward (kind) or backward.
+  const auto send = [&](std::int64_t bytes, int s, bool forward) {
+    const std::int64_t ns = copy_time(bytes, device.device_to_host_bytes_per_s);
+    p.stash_copy_ns += ns;
+    p.stash_copy_bytes += bytes;
+    (forward ? forward_ns : backward_ns)[static_cast<std::size_t>(s)] += ns;
+    if (ops != nullptr && !ops->empty()) ops->back().copy_out_ns += ns;
   };
 
   std::int64_t base = 0;  // every micro-batch's input, made as the step starts
@@ -243,6 +262,7 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
       }
       for (const int j : stage.exports) stashed[m][static_cast<std::size_t>(j)] = true;
       (boundaries_on_host ? host_stash : stash) += sum_out(stage.exports, b);
+      if (boundaries_on_host) send(sum_out(stage.exports, b), s, true);
     }
   }
   p.host_stash_bytes = boundaries_on_host ? host_stash : 0;
@@ -263,6 +283,8 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
       const std::int64_t brought = boundaries_on_host ? sum_out(stage.inputs, b) + sum_out(stage.exports, b) : 0;
       std::int64_t level = base + stash + boundary_grads + params + gradients + brought;
       const auto activations = [&] { return level - base - params - gradients; };
+      bring_ns = copy_time(brought, device.host_to_device_bytes_per_s);
+      p.stash_copy_bytes += brought;
       for (int i = stage.first; i <= stage.last; ++i) {
         const auto& c = cost(i, b);
         emit(OpKind::Recompute, i, s, m, scaled(c.fwd_ns, scale_of[b]), base, params, gradients, activations(),
@@ -282,9 +304,10 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
         // step; here the relay holds it (it seeded the stage's backward) until the stage is done.
         if (std::find(stage.exports.begin(), stage.exports.end(), r) != stage.exports.end()) level += out(r, b);
       }
-      // What stays: the gradients at the stage's inputs; what goes: those at its outputs, and the
-      // stashed inputs this stage was the first to read.
+      // What stays: the gradients at the stage's inputs (sent to the host in the constant-memory
+      // variant); what goes: those at its outputs, and the stashed inputs this stage was the first to read.
       if (!boundaries_on_host) boundary_grads += sum_out(stage.inputs, b) - sum_out(stage.exports, b);
+      if (boundaries_on_host && !stage.inputs.empty()) send(sum_out(stage.inputs, b), s, false);
       for (const int j : stage.inputs) {
         if (first_reader_stage[static_cast<std::size_t>(j)] != s || !stashed[m][static_cast<std::size_t>(j)]) continue;
         stashed[m][static_cast<std::size_t>(j)] = false;
@@ -304,10 +327,10 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   }
   p.host_bytes = 2 * relayed_params + (costs.optimizer_state_bytes() - kept_state) + p.host_stash_bytes;
   // Forward loads every relayed stage, backward every one but the last (still loaded); gradients go back.
-  p.copy_bytes = 2 * relayed_params - relayed(last_stage) + relayed_params;
+  p.copy_bytes = 2 * relayed_params - relayed(last_stage) + relayed_params + p.stash_copy_bytes;
   p.host_optimizer_ns = std::accumulate(transfers.optimizer_ns.begin(), transfers.optimizer_ns.end(), std::int64_t{0});
   const RelayLanes lanes = relay_lanes(transfers, stages, forward_ns, backward_ns);
-  p.copy_ns = lanes.copy_ns;
+  p.copy_ns = lanes.copy_ns + p.stash_copy_ns;
   p.step_ns = std::max<std::int64_t>(lanes.step_ns, 1);
   const std::pair<const char*, std::int64_t> busy[] = {
       {"compute", p.compute_ns}, {"transfer", p.copy_ns}, {"host optimizer", p.host_optimizer_ns}};
@@ -437,6 +460,19 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
         if (kRelaySettlesPrefetch && copy >= 0) deps.push_back(copy);
       }
     }
+    // The constant-memory variant's boundaries, copied on the compute thread before and after it.
+    const auto boundary_copy = [&](std::int64_t ns, bool in, std::vector<int> after) {
+      core::Task copy_task;
+      copy_task.name = "boundaries of " + stage_name(op.stage) + (in ? " in" : " out");
+      copy_task.category = "boundary stash";
+      copy_task.stream = in ? core::Stream::HostToDevice : core::Stream::DeviceToHost;
+      copy_task.duration_ns = ns;
+      copy_task.micro_batch = op.micro_batch;
+      if (last_compute >= 0) after.push_back(last_compute);
+      copy_task.dependencies = std::move(after);
+      last_compute = add(std::move(copy_task));
+    };
+    if (op.copy_in_ns > 0) boundary_copy(op.copy_in_ns, true, deps);
     core::Task task;
     task.name = op.kind == OpKind::Optimizer ? "optimizer." + costs.trace().optimizer.name + " of " + stage_name(op.stage)
                                              : layers[static_cast<std::size_t>(op.layer)].name;
@@ -449,6 +485,7 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
     if (last_compute >= 0) deps.push_back(last_compute);
     task.dependencies = std::move(deps);
     last_compute = add(std::move(task));
+    if (op.copy_out_ns > 0) boundary_copy(op.copy_out_ns, false, {});
     before = op;
   }
   // The step ends with the device empty again.

@@ -52,6 +52,9 @@ struct L2LOp {
   std::int64_t input_bytes = 0, parameter_bytes = 0, gradient_bytes = 0, activation_bytes = 0;
   std::int64_t optimizer_state_bytes = 0;  // the device-kept stages' (from a chosen block on)
   std::int64_t transient_bytes = 0;
+  // The constant-memory variant's boundary copies around it, on the compute thread: brought from
+  // the host before it, sent there after it.
+  std::int64_t copy_in_ns = 0, copy_out_ns = 0;
   std::int64_t level() const {
     return input_bytes + parameter_bytes + gradient_bytes + activation_bytes + optimizer_state_bytes;
   }
@@ -62,7 +65,10 @@ struct L2LPrediction {
   std::string peak_at;                  // "backward of stage 3 (layer2.*), micro-batch 0"
   std::int64_t host_bytes = 0;          // parameters, gradients and optimizer state on the host
   std::int64_t compute_ns = 0;          // forward, recompute and backward of every stage and micro-batch
-  std::int64_t copy_bytes = 0;          // parameters to the device (twice per step) and gradients back
+  std::int64_t copy_bytes = 0;          // parameters to the device (twice per step), gradients back, stashed boundaries
+  // The constant-memory variant's stashed boundaries and their gradients, to the host and back (in
+  // copy_bytes and copy_ns): made on the compute thread, so they lengthen the step too.
+  std::int64_t stash_copy_bytes = 0, stash_copy_ns = 0;
   // The three lanes of the relay's step (l2l_schedule draws them): the device computing, the copies
   // (parameters in at the trace's host-to-device bandwidth, gradients out at its device-to-host one;
   // 0 where the trace measured none), the host optimizer stepping each stage (the trace's optimizer

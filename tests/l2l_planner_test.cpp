@@ -210,25 +210,39 @@ TEST(L2LPlanner, SearchKeepsStagesOnTheDeviceWhereCopiesCost) {
   EXPECT_TRUE(named);
 }
 
-// The simulator's schedule of an L2L step is the planner's walk: same peak to the byte, same time.
+// The simulator's schedule of an L2L step is the planner's walk: same peak to the byte, same time,
+// with copies untimed (a trace that measured no bandwidth) and timed, where the constant-memory
+// variant's stashed boundaries go to the host and back on the copy lanes.
 TEST(L2LPlanner, ScheduleSimulatesToThePrediction) {
-  const core::Trace trace = bert_trace();
-  const core::CostModel costs(trace);
-  const planner::LayerGraph graph(trace);
-  for (const bool on_host : {false, true}) {
-    core::StepChoice choice;
-    choice.micro_batches = {6, 5, 5};
-    choice.l2l = core::RelayChoice{on_host};
-    const auto predicted = planner::predict_step(costs, graph, choice);
-    const auto direct = planner::predict_l2l_step(costs, graph, choice.micro_batches, core::RelayChoice{on_host});
-    EXPECT_EQ(predicted.peak_bytes, direct.device_peak_bytes);
-    EXPECT_EQ(predicted.step_ns, direct.step_ns);
-    const auto schedule = planner::build_schedule(costs, graph, choice);
-    const auto sim = simulator::simulate(schedule);
-    EXPECT_EQ(sim.peak_bytes, predicted.peak_bytes) << "boundaries on host " << on_host;
-    EXPECT_EQ(sim.makespan_ns, predicted.step_ns);
-    // The device ends the step empty: every change it saw is undone.
-    EXPECT_EQ(sim.memory.back().total(), 0);
+  core::Trace trace = bert_trace();
+  for (const double bandwidth : {0.0, 1e9}) {
+    trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = bandwidth;
+    const core::CostModel costs(trace);
+    const planner::LayerGraph graph(trace);
+    for (const bool on_host : {false, true}) {
+      core::StepChoice choice;
+      choice.micro_batches = {6, 5, 5};
+      choice.l2l = core::RelayChoice{on_host};
+      const auto predicted = planner::predict_step(costs, graph, choice);
+      const auto direct = planner::predict_l2l_step(costs, graph, choice.micro_batches, core::RelayChoice{on_host});
+      EXPECT_EQ(predicted.peak_bytes, direct.device_peak_bytes);
+      EXPECT_EQ(predicted.step_ns, direct.step_ns);
+      const auto schedule = planner::build_schedule(costs, graph, choice);
+      const auto sim = simulator::simulate(schedule);
+      EXPECT_EQ(sim.peak_bytes, predicted.peak_bytes) << "boundaries on host " << on_host;
+      EXPECT_EQ(sim.makespan_ns, predicted.step_ns);
+      // The device ends the step empty: every change it saw is undone.
+      EXPECT_EQ(sim.memory.back().total(), 0);
+      int stash_copies = 0;
+      for (const auto& task : schedule.tasks) stash_copies += task.category == "boundary stash";
+      // Each micro-batch's boundaries out in forward, in and their gradients out in backward.
+      EXPECT_EQ(stash_copies > 0, on_host && bandwidth > 0);
+      EXPECT_EQ(direct.stash_copy_bytes > 0, on_host);
+      if (on_host && bandwidth > 0) {
+        EXPECT_NEAR(static_cast<double>(direct.stash_copy_ns), static_cast<double>(direct.stash_copy_bytes) / bandwidth * 1e9,
+                    static_cast<double>(stash_copies));
+      }
+    }
   }
 }
 
