@@ -421,6 +421,17 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
   std::vector<int> arrived(stages.size(), -1);  // the copy task that brought stage s in, this pass
   arrived[0] = copy;
   L2LOp before;
+  if (first_relayed > 0 && !ops.empty()) {
+    // The kept stages' parameters and optimizer state are on the device from the step's start
+    // (the first stage's compute may wait for the next one's copy).
+    for (int s = 0; s < first_relayed; ++s) before.parameter_bytes += stages[static_cast<std::size_t>(s)].parameter_bytes;
+    before.optimizer_state_bytes = ops.front().optimizer_state_bytes;
+    core::Task kept;
+    kept.name = "stages kept on the device";
+    kept.category = "kept on the device";
+    kept.at_start = changes(L2LOp{}, before);
+    last_compute = add(std::move(kept));
+  }
   int current = -1;
   bool backward = false;
   const auto finish_backward_stage = [&](int s) {
