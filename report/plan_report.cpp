@@ -86,6 +86,12 @@ std::string render_plan_summary(const core::Plan& plan) {
     if (lean.size() > 4) out << " and " << lean.size() - 4 << " more";
     out << "\n";
   }
+  if (const auto& relay = plan.choice.l2l) {
+    out << "  l2l (relay)      " << (relay->whole_model() ? std::string("the whole model")
+                                                          : "from block " + std::to_string(relay->from_block) +
+                                                                " on (the layers before it kept on the device)")
+        << ", boundaries on the " << (relay->boundaries_on_host ? "host" : "device") << "\n";
+  }
   out << "  predicted peak   " << core::format_bytes(plan.predicted.peak_bytes) << " of " << core::format_bytes(allowed)
       << " allowed, at " << plan.peak_at << "\n";
   out << "  predicted speed  " << seconds(plan.predicted.step_seconds) << " s/step, "

@@ -266,6 +266,7 @@ TEST(Cli, L2LPlanRunsTheRelayWithinItsBudget) {
   const auto planned = run("plan " + trace + " --budget 4.3MiB --batch 8 --strategies mbp,checkpoint,l2l -o " + plan);
   ASSERT_EQ(planned.exit_code, 0) << planned.err;
   EXPECT_NE(planned.out.find("largest model L2L trains under 4.30 MiB"), std::string::npos) << planned.out;
+  EXPECT_NE(planned.out.find("l2l (relay)      the whole model, boundaries on the "), std::string::npos) << planned.out;
   EXPECT_TRUE(core::parse_json(core::read_file(plan), plan).contains("l2l"));
   const auto simulated = run("simulate " + plan);
   ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
