@@ -248,8 +248,8 @@ int main(int argc, char** argv) {
   // the throttle's (memcpy's measured one without a throttle).
   const core::Trace measured_trace = profiled(s, layers, 3);
   const planner::LayerGraph graph(measured_trace);
-  std::printf("\n%d layers, boundaries on the host, parameter copies throttled (%s copied in per step); memcpy "
-              "measured at %.2f GB/s by the profiler:\n",
+  std::printf("\n%d layers, boundaries on the host, copies to the device throttled (the parameters, %s per step, and "
+              "the boundaries brought back); memcpy measured at %.2f GB/s by the profiler:\n",
               layers, core::format_bytes(copy_bytes).c_str(), measured_trace.device.host_to_device_bytes_per_s / 1e9);
   std::printf("%14s %10s %10s %8s  %s\n", "copy bandwidth", "step s", "predicted", "error", "predicted bound");
   for (const double mb_per_s : {0.0, 200.0, 50.0, 20.0, 10.0, 5.0}) {

@@ -161,12 +161,22 @@ std::vector<torch::Tensor> L2LRelay::copy_to_device(int stage) const {
     copies.push_back(masters_[static_cast<std::size_t>(p)].detach().clone());
     bytes += runtime::tensor_bytes(copies.back());
   }
-  // A slower link, emulated: the copy takes at least what the bytes take at that bandwidth.
-  if (options_.copy_bytes_per_second > 0) {
-    const std::chrono::duration<double> at_bandwidth(static_cast<double>(bytes) / options_.copy_bytes_per_second);
-    std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(at_bandwidth));
-  }
+  at_link_rate(start, bytes);
   return copies;
+}
+
+void L2LRelay::at_link_rate(std::chrono::steady_clock::time_point start, std::int64_t bytes) const {
+  // A slower link, emulated: the copy takes at least what the bytes take at that bandwidth.
+  if (options_.copy_bytes_per_second <= 0) return;
+  const std::chrono::duration<double> at_bandwidth(static_cast<double>(bytes) / options_.copy_bytes_per_second);
+  std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(at_bandwidth));
+}
+
+torch::Tensor L2LRelay::from_stash(const torch::Tensor& tensor) const {
+  const auto start = std::chrono::steady_clock::now();
+  torch::Tensor copy = tensor.clone();
+  at_link_rate(start, runtime::tensor_bytes(copy));
+  return copy;
 }
 
 void L2LRelay::start_prefetch(int stage) {
@@ -349,7 +359,7 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
       std::vector<torch::Tensor> leaves;
       for (const int j : stage.inputs) {
         const torch::Tensor& stashed = stash[m][static_cast<std::size_t>(j)];
-        torch::Tensor leaf = (options_.boundaries_on_host ? stashed.clone() : stashed).detach();
+        torch::Tensor leaf = (options_.boundaries_on_host ? from_stash(stashed) : stashed).detach();
         if (stashed.is_floating_point()) leaf.requires_grad_(true);
         outputs[static_cast<std::size_t>(j)] = leaf;
         leaves.push_back(leaf);
@@ -377,7 +387,7 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
         const auto& o = outputs[static_cast<std::size_t>(j)];
         if (g.defined() && o.requires_grad()) {
           roots.push_back(o);
-          seeds.push_back(options_.boundaries_on_host ? g.clone() : g);
+          seeds.push_back(options_.boundaries_on_host ? from_stash(g) : g);
         }
         g = torch::Tensor();
       }

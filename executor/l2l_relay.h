@@ -10,6 +10,7 @@
 // A stage is a model block (consecutive layers with one block id), and each run of layers outside
 // any block (embeddings, head and loss) is a stage too. On the CPU "host" means allocated inside a
 // runtime::HostScope: counted apart from the budget, which then measures the device side alone.
+#include <chrono>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -35,8 +36,9 @@ struct RelayOptions {
   // stages' parameters at every peak, as the planner's model assumes (an upper bound that a copy
   // landing late undercuts): deterministic peaks for measuring prediction against measurement.
   bool settle_prefetch = false;
-  // Emulates a slower host-to-device link (bytes/s; 0: as fast as memcpy): each parameter copy takes
-  // at least its bytes at this rate, so a step can be made transfer-bound on purpose.
+  // Emulates a slower host-to-device link (bytes/s; 0: as fast as memcpy): each copy to the device
+  // (a stage's parameters, and in the constant-memory variant the boundaries brought back) takes at
+  // least its bytes at this rate, so a step can be made transfer-bound on purpose.
   double copy_bytes_per_second = 0;
   // The host optimizer steps a stage on its own thread while the device computes the previous one.
   bool overlap_optimizer = true;
@@ -99,6 +101,10 @@ class L2LRelay {
   torch::Tensor run_stage(const Stage& stage, const models::Batch& batch, std::vector<torch::Tensor>& outputs,
                           bool recomputing);
   torch::Tensor to_stash(const torch::Tensor& tensor) const;
+  // A stashed boundary (or its gradient) brought back to the device, at the emulated link's rate.
+  torch::Tensor from_stash(const torch::Tensor& tensor) const;
+  // Waits until `bytes` copied since `start` took what the emulated link takes.
+  void at_link_rate(std::chrono::steady_clock::time_point start, std::int64_t bytes) const;
 
   models::Model& model_;
   RelayOptions options_;
