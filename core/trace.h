@@ -159,8 +159,8 @@ struct DeviceInfo {
   std::string kind;  // "cpu" or "cuda"
   std::string name;
   std::int64_t total_memory_bytes = 0;
-  // CUDA devices only (zero on the CPU): multiprocessors, and pinned host<->device copy bandwidth
-  // measured when the trace was recorded.
+  // CUDA devices only (zero on the CPU): multiprocessors. The host<->device copy bandwidth measured
+  // when the trace was recorded: pinned copies on CUDA, memcpy on the CPU (0 in older CPU traces).
   int sm_count = 0;
   double host_to_device_bytes_per_s = 0;
   double device_to_host_bytes_per_s = 0;

@@ -103,8 +103,11 @@ struct RelayLanes {
 // once that copy has landed too); in backward the last stage stays loaded, each stage's gradients go
 // out on the compute thread and the host optimizer steps the stage after them, one stage at a time.
 // A kept stage's copies take no time, and its optimizer step is part of its backward_ns.
+// `host_shares_compute`: on a CPU the host optimizer's thread runs on the cores the compute uses,
+// so a stage's optimizer step delays the compute as much as it takes.
 RelayLanes relay_lanes(const StageTransfers& t, const std::vector<L2LStage>& stages,
-                       const std::vector<std::int64_t>& forward_ns, const std::vector<std::int64_t>& backward_ns) {
+                       const std::vector<std::int64_t>& forward_ns, const std::vector<std::int64_t>& backward_ns,
+                       bool host_shares_compute) {
   const int last = static_cast<int>(stages.size()) - 1;
   RelayLanes lanes;
   if (last < 0) return lanes;
@@ -132,7 +135,11 @@ RelayLanes relay_lanes(const StageTransfers& t, const std::vector<L2LStage>& sta
     }
     compute_end = start + backward_ns[static_cast<std::size_t>(s)] + t.out_ns[static_cast<std::size_t>(s)];
     lanes.copy_ns += t.out_ns[static_cast<std::size_t>(s)];
-    host_end = std::max(host_end, compute_end) + t.optimizer_ns[static_cast<std::size_t>(s)];
+    if (host_shares_compute) {
+      compute_end += t.optimizer_ns[static_cast<std::size_t>(s)];
+    } else {
+      host_end = std::max(host_end, compute_end) + t.optimizer_ns[static_cast<std::size_t>(s)];
+    }
   }
   lanes.step_ns = std::max(compute_end, host_end);
   return lanes;
@@ -329,7 +336,8 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   // Forward loads every relayed stage, backward every one but the last (still loaded); gradients go back.
   p.copy_bytes = 2 * relayed_params - relayed(last_stage) + relayed_params + p.stash_copy_bytes;
   p.host_optimizer_ns = std::accumulate(transfers.optimizer_ns.begin(), transfers.optimizer_ns.end(), std::int64_t{0});
-  const RelayLanes lanes = relay_lanes(transfers, stages, forward_ns, backward_ns);
+  p.host_shares_compute = !trace.device.is_cuda();
+  const RelayLanes lanes = relay_lanes(transfers, stages, forward_ns, backward_ns, p.host_shares_compute);
   p.copy_ns = lanes.copy_ns + p.stash_copy_ns;
   p.step_ns = std::max<std::int64_t>(lanes.step_ns, 1);
   const std::pair<const char*, std::int64_t> busy[] = {
@@ -361,7 +369,9 @@ std::string describe_l2l_bound(const L2LPrediction& p) {
   }
   out += ": compute " + seconds(p.compute_ns) + ", copies " +
          (p.copy_ns > 0 ? seconds(p.copy_ns) : std::string("not timed (the trace measured no copy bandwidth)")) +
-         ", host optimizer " + seconds(p.host_optimizer_ns) + "; step " + seconds(p.step_ns);
+         ", host optimizer " + seconds(p.host_optimizer_ns) +
+         (p.host_shares_compute ? " (on the CPU's cores the compute uses: it adds to the step)" : "") + "; step " +
+         seconds(p.step_ns);
   return out;
 }
 
@@ -449,7 +459,8 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
     step.stream = core::Stream::Host;
     step.duration_ns = transfers.optimizer_ns[static_cast<std::size_t>(s)];
     step.dependencies = {last_compute};
-    add(std::move(step));
+    const int stepped = add(std::move(step));
+    if (!costs.trace().device.is_cuda()) last_compute = stepped;  // the compute waits for the cores
   };
   for (const L2LOp& op : ops) {
     const bool op_backward = op.kind != OpKind::ForwardNoGrad;

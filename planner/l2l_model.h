@@ -76,6 +76,9 @@ struct L2LPrediction {
   std::int64_t copy_ns = 0;
   std::int64_t host_optimizer_ns = 0;
   std::int64_t step_ns = 0;             // the three lanes as the relay orders them
+  // A CPU trace: the host optimizer runs on the cores the compute uses, so its time adds to the step
+  // (measured: overlapping it with the compute saved nothing on this 2-core machine).
+  bool host_shares_compute = false;
   std::string bound;                    // the lane busy longest: "compute", "transfer" or "host optimizer"
   double bound_ratio = 0;               // its busy time over the next lane's
   std::int64_t largest_stage_parameter_bytes = 0;

@@ -276,6 +276,32 @@ TEST(L2LPlanner, CopyLanesNameTheBound) {
   }
 }
 
+// On a CPU the host optimizer's thread runs on the cores the compute uses, so its time adds to the
+// step: with copies settled before each stage computes, the step is the three lanes end to end. On a
+// GPU it overlaps the device's work on the stages before. The simulator's schedule follows either.
+TEST(L2LPlanner, HostOptimizerAddsToTheStepOnTheCpu) {
+  core::Trace trace = bert_trace();
+  trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
+  const planner::LayerGraph graph(trace);
+  core::StepChoice choice;
+  choice.micro_batches = {8, 8};
+  choice.l2l = core::RelayChoice{false};
+  std::int64_t steps[2] = {0, 0};
+  for (const bool cuda : {false, true}) {
+    trace.device.kind = cuda ? "cuda" : "cpu";
+    const core::CostModel costs(trace);
+    const auto p = planner::predict_l2l_step(costs, graph, choice.micro_batches, *choice.l2l);
+    EXPECT_EQ(p.host_shares_compute, !cuda);
+    EXPECT_EQ(simulator::simulate(planner::build_schedule(costs, graph, choice)).makespan_ns, p.step_ns);
+    if (!cuda) {
+      EXPECT_EQ(p.step_ns, p.compute_ns + p.copy_ns + p.host_optimizer_ns);
+      EXPECT_NE(planner::describe_l2l_bound(p).find("it adds to the step"), std::string::npos);
+    }
+    steps[cuda ? 1 : 0] = p.step_ns;
+  }
+  EXPECT_GT(steps[0], steps[1]);
+}
+
 // The largest-model estimate: the trace's model plus repeated blocks, bounded by the device (the
 // stash each block adds) or by the host (each block's training state).
 TEST(L2LPlanner, LargestModelFollowsTheBounds) {
