@@ -98,20 +98,47 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
     }
   }
 
-  // The host copies and their optimizers; the model's own storage goes. A kept stage's parameters
-  // are copied out of wherever the model was built (the host, in execute) onto the device.
+  // The host copies and their optimizers; the model's own storage goes. A relayed stage's parameters
+  // are packed into one host buffer (the masters view it), so a stage crosses the link in one copy
+  // each way, as the planner times it (one latency per copy), and not in one per tensor. A kept
+  // stage's parameters are copied out of wherever the model was built (the host, in execute) onto
+  // the device.
   torch::NoGradGuard no_grad;
+  masters_.resize(slots_.size());
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     auto& slot = slots_[i];
     slot.mutable_grad() = torch::Tensor();
     if (stages_[static_cast<std::size_t>(owner[i])].kept) {
       slot.set_data(slot.detach().clone());
-      masters_.push_back(slot);
-      continue;
+      masters_[i] = slot;
+    }
+  }
+  for (auto& stage : stages_) {
+    if (stage.kept || stage.parameters.empty()) continue;
+    const auto& first = slots_[static_cast<std::size_t>(stage.parameters.front())];
+    std::int64_t elements = 0;
+    for (const int p : stage.parameters) {
+      const auto& slot = slots_[static_cast<std::size_t>(p)];
+      if (slot.scalar_type() != first.scalar_type()) {
+        throw core::InputError("l2l: layers " + layers[static_cast<std::size_t>(stage.first)].name + ".." +
+                               layers[static_cast<std::size_t>(stage.last)].name + " mix parameter types (" +
+                               std::string(c10::toString(first.scalar_type())) + ", " +
+                               std::string(c10::toString(slot.scalar_type())) +
+                               "); the relay copies a stage's parameters as one buffer of one type");
+      }
+      stage.offsets.push_back(elements);
+      stage.shapes.push_back(slot.sizes().vec());
+      elements += slot.numel();
     }
     HostScope host;
-    masters_.push_back(slot.detach().clone().requires_grad_(true));
-    slot.set_data(torch::empty({0}, slot.options()));
+    stage.host_flat = torch::empty({elements}, first.options());
+    const auto views = stage.views(stage.host_flat);
+    for (std::size_t k = 0; k < views.size(); ++k) {
+      const auto p = static_cast<std::size_t>(stage.parameters[k]);
+      views[k].copy_(slots_[p]);
+      masters_[p] = views[k].requires_grad_(true);
+      slots_[p].set_data(torch::empty({0}, slots_[p].options()));
+    }
   }
   for (auto& stage : stages_) {
     if (stage.parameters.empty()) continue;
@@ -121,6 +148,16 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
     if (!stage.kept) host.emplace();
     stage.optimizer = runtime::make_optimizer(options_.optimizer, own);
   }
+}
+
+std::vector<torch::Tensor> L2LRelay::Stage::views(const torch::Tensor& flat) const {
+  std::vector<torch::Tensor> out;
+  for (std::size_t k = 0; k < shapes.size(); ++k) {
+    std::int64_t elements = 1;
+    for (const auto d : shapes[k]) elements *= d;
+    out.push_back(flat.narrow(0, offsets[k], elements).view(shapes[k]));
+  }
+  return out;
 }
 
 L2LRelay::~L2LRelay() {
@@ -152,17 +189,14 @@ std::vector<torch::Tensor> L2LRelay::host_gradients() const {
   return grads;
 }
 
-std::vector<torch::Tensor> L2LRelay::copy_to_device(int stage) const {
+torch::Tensor L2LRelay::copy_to_device(int stage) const {
   const auto start = std::chrono::steady_clock::now();
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> copies;
-  std::int64_t bytes = 0;
-  for (const int p : stages_[static_cast<std::size_t>(stage)].parameters) {
-    copies.push_back(masters_[static_cast<std::size_t>(p)].detach().clone());
-    bytes += runtime::tensor_bytes(copies.back());
-  }
-  at_link_rate(start, bytes);
-  return copies;
+  const auto& flat = stages_[static_cast<std::size_t>(stage)].host_flat;
+  if (!flat.defined()) return {};  // a stage without parameters
+  torch::Tensor copy = flat.clone();
+  at_link_rate(start, runtime::tensor_bytes(copy));
+  return copy;
 }
 
 void L2LRelay::at_link_rate(std::chrono::steady_clock::time_point start, std::int64_t bytes) const {
@@ -190,12 +224,13 @@ void L2LRelay::start_prefetch(int stage) {
 }
 
 void L2LRelay::load(int stage) {
-  if (stages_[static_cast<std::size_t>(stage)].kept) return;
-  std::vector<torch::Tensor> copies;
+  auto& s = stages_[static_cast<std::size_t>(stage)];
+  if (s.kept) return;
+  torch::Tensor copy;
   if (prefetching_ == stage && prefetch_.valid()) {
     prefetching_ = -1;
     try {
-      copies = prefetch_.get();
+      copy = prefetch_.get();
     } catch (const CarriedRefusal& carried) {
       BudgetAllocator::set_last_refusal(carried.refusal);
       position_.layer = model_.layers()[static_cast<std::size_t>(stages_[static_cast<std::size_t>(stage)].first)].name;
@@ -203,19 +238,24 @@ void L2LRelay::load(int stage) {
       throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, "headroom budget: prefetching a stage's parameters");
     }
   } else {
-    copies = copy_to_device(stage);
+    copy = copy_to_device(stage);
   }
-  const auto& own = stages_[static_cast<std::size_t>(stage)].parameters;
-  for (std::size_t k = 0; k < own.size(); ++k) slots_[static_cast<std::size_t>(own[k])].set_data(copies[k]);
+  if (!copy.defined()) return;
+  s.device_flat = copy;
+  const auto views = s.views(copy);
+  for (std::size_t k = 0; k < views.size(); ++k) slots_[static_cast<std::size_t>(s.parameters[k])].set_data(views[k]);
 }
 
 void L2LRelay::unload(int stage) {
-  if (stages_[static_cast<std::size_t>(stage)].kept) return;
-  for (const int p : stages_[static_cast<std::size_t>(stage)].parameters) {
+  auto& s = stages_[static_cast<std::size_t>(stage)];
+  if (s.kept) return;
+  for (const int p : s.parameters) {
     auto& slot = slots_[static_cast<std::size_t>(p)];
     slot.mutable_grad() = torch::Tensor();
     slot.set_data(torch::empty({0}, slot.options()));
   }
+  s.device_flat = torch::Tensor();
+  s.device_gradients = torch::Tensor();
 }
 
 void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
@@ -228,17 +268,17 @@ void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
     for (const int p : s.parameters) slots_[static_cast<std::size_t>(p)].mutable_grad() = torch::Tensor();
     return;
   }
-  {
+  if (s.device_gradients.defined()) {
+    // One copy to the host; gradients already there (accumulate() called twice) are added to.
     HostScope host;
     torch::NoGradGuard no_grad;
-    for (const int p : s.parameters) {
-      const auto& slot = slots_[static_cast<std::size_t>(p)];
-      auto& master = masters_[static_cast<std::size_t>(p)];
-      if (!slot.grad().defined()) continue;
+    const auto arrived = s.views(s.device_gradients.clone());
+    for (std::size_t k = 0; k < arrived.size(); ++k) {
+      auto& master = masters_[static_cast<std::size_t>(s.parameters[k])];
       if (master.grad().defined()) {
-        master.mutable_grad().add_(slot.grad());
+        master.mutable_grad().add_(arrived[k]);
       } else {
-        master.mutable_grad() = slot.grad().detach().clone();
+        master.mutable_grad() = arrived[k];
       }
     }
   }
@@ -338,7 +378,7 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
 
   // Backward: stages in reverse, each re-run from its stashed inputs with the forward's RNG state.
   for (int s = last_stage; s >= 0; --s) {
-    const Stage& stage = stages_[static_cast<std::size_t>(s)];
+    Stage& stage = stages_[static_cast<std::size_t>(s)];
     if (s < last_stage) load(s);
     start_prefetch(s - 1);
     {
@@ -347,9 +387,18 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
       // never holds a new gradient beside the op's temporaries, so the planner's walk bounds the peak.
       torch::NoGradGuard no_grad;
       position_.phase = "gradients";
-      for (const int p : stage.parameters) {
-        auto& slot = slots_[static_cast<std::size_t>(p)];
-        slot.mutable_grad() = torch::zeros_like(slot);
+      if (stage.kept) {
+        for (const int p : stage.parameters) {
+          auto& slot = slots_[static_cast<std::size_t>(p)];
+          slot.mutable_grad() = torch::zeros_like(slot);
+        }
+      } else if (stage.device_flat.defined()) {
+        // One buffer, as the parameters: the stage's gradients go to the host in one copy.
+        stage.device_gradients = torch::zeros_like(stage.device_flat);
+        const auto views = stage.views(stage.device_gradients);
+        for (std::size_t k = 0; k < views.size(); ++k) {
+          slots_[static_cast<std::size_t>(stage.parameters[k])].mutable_grad() = views[k];
+        }
       }
     }
     for (std::size_t m = 0; m < n; ++m) {

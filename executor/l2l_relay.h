@@ -86,11 +86,19 @@ class L2LRelay {
     std::vector<int> exports;     // its layers' outputs later stages read
     bool kept = false;            // stays on the device (before first_relayed_layer)
     std::unique_ptr<torch::optim::Optimizer> optimizer;
+    // A relayed stage's parameters packed in one buffer (one copy each way), parameter k at
+    // offsets[k] with shapes[k]: on the host (the masters view it), on the device while loaded
+    // (the slots view it), and its gradients on the device during its backward.
+    std::vector<std::int64_t> offsets;
+    std::vector<std::vector<std::int64_t>> shapes;
+    torch::Tensor host_flat, device_flat, device_gradients;
+    // The stage's parameters as views of a packed buffer.
+    std::vector<torch::Tensor> views(const torch::Tensor& flat) const;
   };
 
   double run(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch, bool optimize);
-  // The stage's parameters as device copies, made on the calling thread.
-  std::vector<torch::Tensor> copy_to_device(int stage) const;
+  // The stage's packed parameters copied to the device on the calling thread (undefined: none).
+  torch::Tensor copy_to_device(int stage) const;
   void start_prefetch(int stage);
   void load(int stage);
   void unload(int stage);
@@ -110,11 +118,11 @@ class L2LRelay {
   RelayOptions options_;
   Position& position_;
   std::vector<torch::Tensor> slots_;    // the model's parameters: device storage while loaded, empty otherwise
-  std::vector<torch::Tensor> masters_;  // host copies (a kept stage's: the slots themselves)
+  std::vector<torch::Tensor> masters_;  // host copies, views of their stage's host_flat (a kept stage's: the slots themselves)
   std::vector<Stage> stages_;
   std::vector<int> first_reader_stage_;  // per layer: the earliest later stage that reads its output (-1 none)
   int prefetching_ = -1;
-  std::future<std::vector<torch::Tensor>> prefetch_;
+  std::future<torch::Tensor> prefetch_;
   std::vector<std::future<void>> optimizer_steps_;
 };
 

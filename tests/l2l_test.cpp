@@ -137,6 +137,21 @@ TEST(L2L, GradientsEqualTheFullBatch) {
   EXPECT_LE(executor::max_relative_difference(relay.host_gradients(), full), 1e-5);
 }
 
+// A stage crosses the link as one buffer of one type; a stage mixing types is refused by name
+// rather than copied wrongly.
+TEST(L2L, StageMixingParameterTypesIsRefused) {
+  models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
+  torch::NoGradGuard no_grad;
+  model.layers()[1].parameters.front().set_data(model.layers()[1].parameters.front().to(torch::kDouble));
+  executor::Position position;
+  try {
+    executor::L2LRelay relay(model, {}, position);
+    FAIL() << "a stage mixing float and double was relayed";
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("mix parameter types (Float, Double)"), std::string::npos) << e.what();
+  }
+}
+
 // Dropout on: the backward's recompute must draw the forward's masks. Two relays from the same
 // weights and RNG state give the same gradients, and they differ from a run whose masks differ.
 TEST(L2L, RecomputeDrawsTheForwardsDropoutMasks) {
