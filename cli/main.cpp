@@ -173,7 +173,11 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
 
 void print_trace_summary(const core::Trace& trace) {
   std::cout << trace.model.name << " on " << trace.device.name << ", optimizer " << trace.optimizer.name
-            << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads << " threads\n\n"
+            << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads << " threads\n";
+  if (!trace.device.is_cuda() && trace.device.host_to_device_bytes_per_s > 0) {
+    std::cout << report::describe_copy_link(trace.device) << " (tensor copies: what times L2L's relay)\n";
+  }
+  std::cout << "\n"
             << report::render_layer_table(trace) << "\n"
             << report::render_step_table(trace);
   if (trace.has_tempo()) std::cout << "\nTempo: the same steps with every memory-lean layer on\n" << report::render_tempo_table(trace);

@@ -1,11 +1,13 @@
 #include "core/collective.h"
 
 #include <cctype>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <utility>
 
 #include "core/errors.h"
+#include "core/saturating.h"
 
 namespace headroom::core {
 
@@ -80,6 +82,11 @@ std::string format_link(const CollectiveLink& link) {
   const double shown = l >= 1e6 ? l / 1e6 : l >= 1e3 ? l / 1e3 : l;
   std::snprintf(text, sizeof text, "%.3g GB/s, %.3g %s", link.bytes_per_second / 1e9, shown, unit);
   return text;
+}
+
+std::int64_t transfer_ns(std::int64_t bytes, double bytes_per_second, std::int64_t latency_ns, std::int64_t messages) {
+  return saturating_add(saturating_mul(messages, latency_ns),
+                        std::llround(std::min(static_cast<double>(bytes) / bytes_per_second * 1e9, 9e18)));
 }
 
 std::int64_t ring_allreduce_ns(std::int64_t bytes, int workers, const CollectiveLink& link) {

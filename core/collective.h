@@ -24,6 +24,10 @@ CollectiveLink parse_link(std::string_view text);
 // "25.0 GB/s, 5.00 us".
 std::string format_link(const CollectiveLink& link);
 
+// `messages` messages (or copies) moving `bytes` in all over a link: each one's latency plus the
+// bytes at the bandwidth, saturating. The bandwidth must be positive.
+std::int64_t transfer_ns(std::int64_t bytes, double bytes_per_second, std::int64_t latency_ns, std::int64_t messages = 1);
+
 // The most workers a plan or an execution may name (a plan file's world_size has the same bound).
 inline constexpr int kMaxWorkers = 4096;
 // The default bucket size, PyTorch DDP's (25 MiB).

@@ -1,13 +1,32 @@
 #include "core/trace.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/json_reader.h"
+#include "core/collective.h"
 
 namespace headroom::core {
+
+namespace {
+
+std::int64_t copy_ns(std::int64_t bytes, std::int64_t copies, double bytes_per_second, std::int64_t latency_ns) {
+  if (bytes_per_second <= 0 || bytes <= 0 || copies <= 0) return 0;
+  return transfer_ns(bytes, bytes_per_second, latency_ns, copies);
+}
+
+}  // namespace
+
+std::int64_t DeviceInfo::host_to_device_ns(std::int64_t bytes, std::int64_t copies) const {
+  return copy_ns(bytes, copies, host_to_device_bytes_per_s, host_to_device_latency_ns);
+}
+
+std::int64_t DeviceInfo::device_to_host_ns(std::int64_t bytes, std::int64_t copies) const {
+  return copy_ns(bytes, copies, device_to_host_bytes_per_s, device_to_host_latency_ns);
+}
 
 std::int64_t Trace::param_bytes() const {
   std::int64_t total = 0;
@@ -139,6 +158,8 @@ nlohmann::json to_json(const Trace& trace) {
   if (trace.device.is_cuda() || trace.device.host_to_device_bytes_per_s > 0) {
     device["host_to_device_bytes_per_s"] = trace.device.host_to_device_bytes_per_s;
     device["device_to_host_bytes_per_s"] = trace.device.device_to_host_bytes_per_s;
+    device["host_to_device_latency_ns"] = trace.device.host_to_device_latency_ns;
+    device["device_to_host_latency_ns"] = trace.device.device_to_host_latency_ns;
   }
   nlohmann::json document = {
       {"schema", kTraceSchema},
@@ -401,6 +422,13 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
       for (const char* key : {"host_to_device_bytes_per_s", "device_to_host_bytes_per_s"}) {
         const double v = device.at(key).as_double();
         if (!(v > 0 && v <= 1e14)) device.at(key).fail("expected a positive bandwidth, at most 1e14 bytes/s");
+      }
+      // Traces from before the latency was measured have none: their copies are timed by bandwidth alone.
+      if (device.has("host_to_device_latency_ns")) {
+        trace.device.host_to_device_latency_ns = device.at("host_to_device_latency_ns").as_int_in(0, 10'000'000'000);
+      }
+      if (device.has("device_to_host_latency_ns")) {
+        trace.device.device_to_host_latency_ns = device.at("device_to_host_latency_ns").as_int_in(0, 10'000'000'000);
       }
     }
 

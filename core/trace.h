@@ -159,12 +159,19 @@ struct DeviceInfo {
   std::string kind;  // "cpu" or "cuda"
   std::string name;
   std::int64_t total_memory_bytes = 0;
-  // CUDA devices only (zero on the CPU): multiprocessors. The host<->device copy bandwidth measured
-  // when the trace was recorded: pinned copies on CUDA, memcpy on the CPU (0 in older CPU traces).
+  // CUDA devices only (zero on the CPU): multiprocessors. The host<->device copy link measured
+  // when the trace was recorded: pinned copies on CUDA, tensor copies on the CPU (0 in older CPU
+  // traces); the latency, a copy's fixed cost, is 0 in traces from before it was measured.
   int sm_count = 0;
   double host_to_device_bytes_per_s = 0;
   double device_to_host_bytes_per_s = 0;
+  std::int64_t host_to_device_latency_ns = 0;
+  std::int64_t device_to_host_latency_ns = 0;
   bool is_cuda() const { return kind == "cuda"; }
+  // `copies` copies moving `bytes` in all: the latency of each plus the bytes at the bandwidth.
+  // 0 where the trace measured no bandwidth (the copies are then not timed) or nothing moves.
+  std::int64_t host_to_device_ns(std::int64_t bytes, std::int64_t copies = 1) const;
+  std::int64_t device_to_host_ns(std::int64_t bytes, std::int64_t copies = 1) const;
   bool operator==(const DeviceInfo&) const = default;
 };
 

@@ -20,6 +20,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "core/affine_fit.h"
 #include "core/collective.h"
 #include "core/errors.h"
 
@@ -122,24 +123,13 @@ core::CollectiveLink measure_loopback_link() {
   worker(0);
   other.join();
   if (failure) std::rethrow_exception(failure);
-  // Least squares of time on bytes, relative to each time (the sizes span four orders of magnitude,
-  // and the small ones are what tell the latency): intercept 2 * latency, slope 1 / bandwidth.
-  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (std::size_t k = 0; k < sizes.size(); ++k) {
-    const double x = static_cast<double>(sizes[k]), y = seconds[k];
-    const double w = 1.0 / (y * y);
-    sw += w;
-    sx += w * x;
-    sy += w * y;
-    sxx += w * x * x;
-    sxy += w * x * y;
-  }
-  const double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
-  const double intercept = (sy - slope * sx) / sw;
-  if (!(slope > 0)) throw std::runtime_error("the loopback all-reduce's time did not grow with its size; no link fitted");
+  // The sizes span four orders of magnitude, and the small ones are what tell the latency: a ring
+  // all-reduce of two workers sends two messages one after the other.
+  std::vector<double> bytes(sizes.begin(), sizes.end());
+  const core::LinkLine line = core::fit_link_line(bytes, seconds, "the loopback all-reduce");
   core::CollectiveLink link;
-  link.bytes_per_second = 1.0 / slope;
-  link.latency_ns = std::llround(std::max(intercept, 0.0) / 2 * 1e9);
+  link.bytes_per_second = line.bytes_per_second;
+  link.latency_ns = line.latency_ns / 2;
   link.source = "measured: Gloo all-reduce over loopback, 2 workers";
   return link;
 }

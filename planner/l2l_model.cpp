@@ -62,11 +62,6 @@ namespace {
 
 std::int64_t scaled(std::int64_t ns, double scale) { return std::llround(static_cast<double>(ns) * scale); }
 
-// A copy's time at the trace's bandwidth; 0 where it measured none (the copy is then not timed).
-std::int64_t copy_time(std::int64_t bytes, double per_second) {
-  return per_second > 0 ? std::llround(static_cast<double>(bytes) / per_second * 1e9) : std::int64_t{0};
-}
-
 // Per stage: its parameters' copy in, its gradients' copy out, and its optimizer step (the trace's
 // optimizer time by parameter bytes): on the host for a relayed stage; a kept stage (before
 // `first_relayed`) copies nothing and steps on the device (optimizer_ns: 0, device_optimizer_ns).
@@ -79,14 +74,14 @@ StageTransfers stage_transfers(const core::CostModel& costs, const std::vector<L
   std::int64_t total = 0;
   for (const auto& stage : stages) total += stage.parameter_bytes;
   StageTransfers t;
-  const auto at = copy_time;
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const std::int64_t bytes = stages[s].parameter_bytes;
     const bool kept = static_cast<int>(s) < first_relayed;
     const std::int64_t optimizer =
         total > 0 ? std::llround(static_cast<double>(costs.optimizer_ns()) * static_cast<double>(bytes) / static_cast<double>(total)) : 0;
-    t.in_ns.push_back(kept ? 0 : at(bytes, device.host_to_device_bytes_per_s));
-    t.out_ns.push_back(kept ? 0 : at(bytes, device.device_to_host_bytes_per_s));
+    // The relay packs a stage's parameters (and gradients) in one buffer: one copy each way.
+    t.in_ns.push_back(kept ? 0 : device.host_to_device_ns(bytes));
+    t.out_ns.push_back(kept ? 0 : device.device_to_host_ns(bytes));
     t.optimizer_ns.push_back(kept ? 0 : optimizer);
     t.device_optimizer_ns.push_back(kept ? optimizer : 0);
   }
@@ -234,9 +229,11 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
                 trace.layers[static_cast<std::size_t>(stage.last)].name + "), micro-batch " + std::to_string(m);
   };
 
-  // Sent to the host after the last op, by the stage in forward (kind) or backward.
-  const auto send = [&](std::int64_t bytes, int s, bool forward) {
-    const std::int64_t ns = copy_time(bytes, device.device_to_host_bytes_per_s);
+  // Sent to the host after the last op, by the stage in forward (kind) or backward: the relay copies
+  // each boundary tensor on its own.
+  const auto send = [&](const std::vector<int>& boundaries, std::int64_t b, int s, bool forward) {
+    const std::int64_t bytes = sum_out(boundaries, b);
+    const std::int64_t ns = device.device_to_host_ns(bytes, static_cast<std::int64_t>(boundaries.size()));
     p.stash_copy_ns += ns;
     p.stash_copy_bytes += bytes;
     (forward ? forward_ns : backward_ns)[static_cast<std::size_t>(s)] += ns;
@@ -269,7 +266,7 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
       }
       for (const int j : stage.exports) stashed[m][static_cast<std::size_t>(j)] = true;
       (boundaries_on_host ? host_stash : stash) += sum_out(stage.exports, b);
-      if (boundaries_on_host) send(sum_out(stage.exports, b), s, true);
+      if (boundaries_on_host) send(stage.exports, b, s, true);
     }
   }
   p.host_stash_bytes = boundaries_on_host ? host_stash : 0;
@@ -290,7 +287,7 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
       const std::int64_t brought = boundaries_on_host ? sum_out(stage.inputs, b) + sum_out(stage.exports, b) : 0;
       std::int64_t level = base + stash + boundary_grads + params + gradients + brought;
       const auto activations = [&] { return level - base - params - gradients; };
-      bring_ns = copy_time(brought, device.host_to_device_bytes_per_s);
+      bring_ns = boundaries_on_host ? device.host_to_device_ns(brought, static_cast<std::int64_t>(stage.inputs.size() + stage.exports.size())) : 0;
       p.stash_copy_bytes += brought;
       for (int i = stage.first; i <= stage.last; ++i) {
         const auto& c = cost(i, b);
@@ -314,7 +311,7 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
       // What stays: the gradients at the stage's inputs (sent to the host in the constant-memory
       // variant); what goes: those at its outputs, and the stashed inputs this stage was the first to read.
       if (!boundaries_on_host) boundary_grads += sum_out(stage.inputs, b) - sum_out(stage.exports, b);
-      if (boundaries_on_host && !stage.inputs.empty()) send(sum_out(stage.inputs, b), s, false);
+      if (boundaries_on_host && !stage.inputs.empty()) send(stage.inputs, b, s, false);
       for (const int j : stage.inputs) {
         if (first_reader_stage[static_cast<std::size_t>(j)] != s || !stashed[m][static_cast<std::size_t>(j)]) continue;
         stashed[m][static_cast<std::size_t>(j)] = false;

@@ -9,10 +9,9 @@ namespace headroom::planner {
 
 namespace {
 
-// One block of `bytes` from a worker to the next: a message's latency plus its bytes at the link's rate.
+// One block of `bytes` from a worker to the next.
 std::int64_t transfer_ns(std::int64_t bytes, const core::CollectiveLink& link) {
-  return core::saturating_add(link.latency_ns,
-                              std::llround(std::min(static_cast<double>(bytes) / link.bytes_per_second * 1e9, 9e18)));
+  return core::transfer_ns(bytes, link.bytes_per_second, link.latency_ns);
 }
 
 std::int64_t scaled(std::int64_t ns, double f) { return std::llround(std::min(static_cast<double>(ns) * f, 9e18)); }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 
+#include "core/affine_fit.h"
 #include "core/errors.h"
 #include "core/host_memory.h"
 #include "core/units.h"
@@ -27,21 +28,29 @@ namespace headroom::profiler {
 
 namespace {
 
-// The CPU's copy bandwidth, what L2L's relay copies parameters and gradients with between its host
-// and device sides here: the median of a few memcpys of 32 MiB, past the caches.
-double memcpy_bytes_per_second() {
-  constexpr std::size_t kBytes = std::size_t{32} << 20;
-  std::vector<char> from(kBytes, 1), to(kBytes, 0);
-  std::vector<double> rates;
-  for (int i = 0; i < 5; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    std::memcpy(to.data(), from.data(), kBytes);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    // A read of the destination keeps the copy from being optimized away.
-    if (to[kBytes / 2] != 1) return 0;
-    rates.push_back(static_cast<double>(kBytes) / std::max(seconds, 1e-9));
+// The CPU's copy link, what L2L's relay moves parameters, gradients and boundaries with between its
+// host and device sides here: tensor copies (as the relay makes them: a new tensor each) from 4 KiB
+// to 32 MiB, past the caches, the median of a few at each size; a line through the times relative
+// to each gives the latency (a copy's fixed cost: allocation and dispatch) and the bandwidth.
+core::LinkLine measure_host_copies() {
+  constexpr std::int64_t kSizes[] = {std::int64_t{4} << 10, std::int64_t{64} << 10, std::int64_t{1} << 20,
+                                     std::int64_t{8} << 20, std::int64_t{32} << 20};
+  constexpr int kRepeats = 7;
+  std::vector<double> bytes, seconds;
+  for (const std::int64_t size : kSizes) {
+    const torch::Tensor from = torch::ones({size}, torch::kUInt8);
+    std::vector<double> times;
+    for (int r = 0; r <= kRepeats; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      const torch::Tensor copy = from.clone();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (copy.data_ptr<std::uint8_t>()[size / 2] != 1) throw std::runtime_error("host copy probe: the copy differs");
+      if (r > 0) times.push_back(std::max(s, 1e-9));  // the first warms the allocator
+    }
+    bytes.push_back(static_cast<double>(size));
+    seconds.push_back(core::median(times));
   }
-  return core::median(rates);
+  return core::fit_link_line(bytes, seconds, "host copy probe");
 }
 
 }  // namespace
@@ -553,10 +562,12 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   if (backend != nullptr) {
     const gpu::DeviceProperties& p = backend->properties();
     trace.device = {"cuda", p.name, p.total_memory_bytes, p.sm_count, p.host_to_device_bytes_per_s,
-                    p.device_to_host_bytes_per_s};
+                    p.device_to_host_bytes_per_s, p.host_to_device_latency_ns, p.device_to_host_latency_ns};
   } else {
     trace.device = runtime::cpu_device_info();
-    trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = memcpy_bytes_per_second();
+    const core::LinkLine link = measure_host_copies();
+    trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = link.bytes_per_second;
+    trace.device.host_to_device_latency_ns = trace.device.device_to_host_latency_ns = link.latency_ns;
   }
   trace.framework = {{"torch", TORCH_VERSION}, {"headroom", HEADROOM_VERSION}};
   trace.host_memory_regime = regime;

@@ -74,14 +74,26 @@ std::string share(std::int64_t part, std::int64_t whole) {
 
 }  // namespace
 
+std::string describe_copy_link(const core::DeviceInfo& device) {
+  if (device.host_to_device_bytes_per_s <= 0) return "";
+  const auto one = [](double bytes_per_s, std::int64_t latency_ns) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f GB/s", bytes_per_s / 1e9);
+    // Traces from before the latency was measured have none to show.
+    return std::string(text) + (latency_ns > 0 ? " + " + core::format_duration_ns(latency_ns) + " each" : "");
+  };
+  return std::string(device.is_cuda() ? "pinned copies" : "copies") + " host->device " +
+         one(device.host_to_device_bytes_per_s, device.host_to_device_latency_ns) + ", device->host " +
+         one(device.device_to_host_bytes_per_s, device.device_to_host_latency_ns);
+}
+
 std::string render_gpu_table(const core::Trace& trace) {
   if (!trace.device.is_cuda()) return "";
   const std::size_t last = trace.batch_sizes.size() - 1;
-  char device[256];
-  std::snprintf(device, sizeof device, "%s: %s, %d SMs, pinned copies %.1f GB/s host->device, %.1f GB/s device->host\n",
-                trace.device.name.c_str(), core::format_bytes(trace.device.total_memory_bytes).c_str(),
-                trace.device.sm_count, trace.device.host_to_device_bytes_per_s / 1e9,
-                trace.device.device_to_host_bytes_per_s / 1e9);
+  char device[512];
+  std::snprintf(device, sizeof device, "%s: %s, %d SMs, %s\n", trace.device.name.c_str(),
+                core::format_bytes(trace.device.total_memory_bytes).c_str(), trace.device.sm_count,
+                describe_copy_link(trace.device).c_str());
   using Align = TextTable::Align;
   const std::string at_b = "@" + std::to_string(trace.batch_sizes[last]);
   TextTable table({{"#"},

@@ -19,6 +19,10 @@ std::string render_step_table(const core::Trace& trace);
 // layers'; per batch, the measured peak and plain step time of the standard and the all-lean step.
 std::string render_tempo_table(const core::Trace& trace);
 
+// The host<->device copy link the trace measured (what times L2L's copies), one line:
+// "copies host->device 9.80 GB/s + 501 ns each, device->host ..."; empty where it measured none.
+std::string describe_copy_link(const core::DeviceInfo& device);
+
 // CUDA traces only: the device (memory, SMs, measured pinned copy bandwidth) and, per layer at the
 // largest sampled batch, CUPTI's kernel time next to the layer's wall time, kernel counts and the
 // caching allocator's reserve. Empty for a CPU trace.

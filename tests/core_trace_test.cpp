@@ -207,6 +207,23 @@ TEST(AffineFit, ExactLineHasNoResidual) {
   EXPECT_NEAR(fit.max_abs_residual, 0.0, 1e-9);
 }
 
+// Relative to each time: the 4 KiB copy's latency survives beside the 32 MiB copy's bandwidth.
+TEST(AffineFit, LinkLineFromCopiesOfSeveralSizes) {
+  const std::vector<double> bytes{4096, 65536, 1 << 20, 32 << 20};
+  std::vector<double> seconds;
+  for (const double b : bytes) seconds.push_back(2e-6 + b / 5e9);
+  const core::LinkLine line = core::fit_link_line(bytes, seconds, "probe");
+  EXPECT_NEAR(line.bytes_per_second, 5e9, 5e9 * 1e-9);
+  EXPECT_EQ(line.latency_ns, 2000);
+  // A time that does not grow with the size fits no link, and says which probe it was.
+  try {
+    core::fit_link_line(bytes, std::vector<double>{4e-3, 3e-3, 2e-3, 1e-3}, "host copy probe");
+    FAIL() << "a shrinking time was fitted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("host copy probe: ", 0), 0u) << e.what();
+  }
+}
+
 TEST(AffineFit, ResidualShowsACurve) {
   const std::vector<std::int64_t> xs{1, 2, 3}, ys{1, 4, 9};
   EXPECT_GT(core::fit_affine(xs, ys).max_abs_residual, 0.3);
@@ -308,6 +325,33 @@ TEST(TraceJson, CpuCopyBandwidthRoundTripsAndOldTracesReadWithout) {
   json half = document;
   half["device"].erase("device_to_host_bytes_per_s");
   EXPECT_NE(read_error(half).find("$.device.device_to_host_bytes_per_s: missing"), std::string::npos) << read_error(half);
+}
+
+// The copy latency beside the bandwidth: round-trips, a trace from before it reads as 0 (copies
+// timed by bandwidth alone), a bad value names its path; a copy costs its latency plus its bytes.
+TEST(TraceJson, CopyLatencyRoundTripsAndTimesEachCopy) {
+  core::Trace trace = testing::make_small_trace();
+  trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
+  trace.device.host_to_device_latency_ns = 1500;
+  trace.device.device_to_host_latency_ns = 2500;
+  const json document = core::to_json(trace);
+  EXPECT_EQ(document["device"]["host_to_device_latency_ns"], 1500);
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+  json old = document;
+  old["device"].erase("host_to_device_latency_ns");
+  old["device"].erase("device_to_host_latency_ns");
+  EXPECT_EQ(core::trace_from_json(old).device.host_to_device_latency_ns, 0);
+  for (const json bad : {json(-1), json(2e10), json("1us"), json(1.5)}) {
+    json spoiled = document;
+    spoiled["device"]["device_to_host_latency_ns"] = bad;
+    EXPECT_NE(read_error(spoiled).find("$.device.device_to_host_latency_ns"), std::string::npos) << read_error(spoiled);
+  }
+  // 1 MB at 1 GB/s is 1 ms; each copy adds its latency; nothing moved, or no bandwidth, costs nothing.
+  EXPECT_EQ(trace.device.host_to_device_ns(1'000'000), 1'000'000 + 1500);
+  EXPECT_EQ(trace.device.device_to_host_ns(1'000'000, 4), 1'000'000 + 4 * 2500);
+  EXPECT_EQ(trace.device.host_to_device_ns(0), 0);
+  trace.device.host_to_device_bytes_per_s = 0;
+  EXPECT_EQ(trace.device.host_to_device_ns(1'000'000), 0);
 }
 
 TEST(TraceJson, StepSequencesRoundTripAndComeForEveryStepOrNone) {

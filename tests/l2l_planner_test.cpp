@@ -213,6 +213,50 @@ TEST(L2LPlanner, SearchKeepsStagesOnTheDeviceWhereCopiesCost) {
 // The simulator's schedule of an L2L step is the planner's walk: same peak to the byte, same time,
 // with copies untimed (a trace that measured no bandwidth) and timed, where the constant-memory
 // variant's stashed boundaries go to the host and back on the copy lanes.
+// The trace's copy latency is paid once per copy: a relayed stage's parameters cross in one copy
+// each time they are loaded and its gradients in one, and in the constant-memory variant each
+// boundary tensor crosses on its own. The simulator still reproduces the prediction.
+TEST(L2LPlanner, CopyLatencyIsPaidOncePerCopy) {
+  core::Trace trace = bert_trace();
+  trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
+  const std::vector<std::int64_t> micro = {6, 5, 5};
+  const auto stages = planner::l2l_stages(trace);
+  for (const bool on_host : {false, true}) {
+    const auto predict = [&](std::int64_t in_ns, std::int64_t out_ns) {
+      trace.device.host_to_device_latency_ns = in_ns;
+      trace.device.device_to_host_latency_ns = out_ns;
+      const core::CostModel costs(trace);
+      const planner::LayerGraph graph(trace);
+      core::StepChoice choice;
+      choice.micro_batches = micro;
+      choice.l2l = core::RelayChoice{on_host};
+      const auto p = planner::predict_l2l_step(costs, graph, micro, *choice.l2l);
+      const auto sim = simulator::simulate(planner::build_schedule(costs, graph, choice));
+      EXPECT_EQ(sim.peak_bytes, p.device_peak_bytes);
+      EXPECT_EQ(sim.makespan_ns, p.step_ns);
+      return p;
+    };
+    const auto none = predict(0, 0);
+    const auto in = predict(3000, 0);
+    const auto out = predict(0, 5000);
+    std::int64_t loads = 0, offloads = 0, brought = 0, sent = 0;
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+      if (stages[s].parameter_bytes > 0) {
+        loads += s + 1 < stages.size() ? 2 : 1;  // forward, and backward but for the last (still loaded)
+        offloads += 1;
+      }
+      if (!on_host) continue;
+      const auto n = static_cast<std::int64_t>(micro.size());
+      brought += n * static_cast<std::int64_t>(stages[s].inputs.size() + stages[s].exports.size());
+      sent += n * static_cast<std::int64_t>(stages[s].exports.size() + stages[s].inputs.size());
+    }
+    EXPECT_EQ(in.copy_ns - none.copy_ns, 3000 * (loads + brought)) << "boundaries on host " << on_host;
+    EXPECT_EQ(out.copy_ns - none.copy_ns, 5000 * (offloads + sent)) << "boundaries on host " << on_host;
+    EXPECT_EQ(in.stash_copy_ns - none.stash_copy_ns, 3000 * brought);
+    EXPECT_GT(in.step_ns, none.step_ns);
+  }
+}
+
 TEST(L2LPlanner, ScheduleSimulatesToThePrediction) {
   core::Trace trace = bert_trace();
   for (const double bandwidth : {0.0, 1e9}) {

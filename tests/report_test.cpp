@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "core/host_memory.h"
+#include "core/units.h"
 #include "report/execution_report.h"
 #include "report/text_table.h"
 #include "report/trace_report.h"
@@ -36,9 +37,16 @@ TEST(TraceReport, LayerTableShowsPerSampleKeptBytesFromTheFit) {
 TEST(TraceReport, GpuTableShowsKernelTimeAgainstWallTime) {
   EXPECT_EQ(report::render_gpu_table(testing::make_small_trace()), "");
   const std::string table = report::render_gpu_table(testing::make_small_cuda_trace());
-  EXPECT_NE(table.find("NVIDIA H100 80GB HBM3: 79.2 GiB, 132 SMs, pinned copies 24.0 GB/s host->device, 25.0 GB/s device->host"),
+  EXPECT_NE(table.find("NVIDIA H100 80GB HBM3: 79.2 GiB, 132 SMs, pinned copies host->device 24.00 GB/s, device->host 25.00 GB/s\n"),
             std::string::npos)
       << table;
+  auto timed = testing::make_small_cuda_trace();
+  timed.device.host_to_device_latency_ns = 8'000;
+  timed.device.device_to_host_latency_ns = 9'500;
+  EXPECT_EQ(report::describe_copy_link(timed.device),
+            "pinned copies host->device 24.00 GB/s + " + core::format_duration_ns(8'000) + " each, device->host 25.00 GB/s + " +
+                core::format_duration_ns(9'500) + " each");
+  EXPECT_EQ(report::describe_copy_link(testing::make_small_trace().device), "");
   // gelu at batch 2: forward wall 2000 ns, kernels 1000 ns (50% busy), 2 kernels; backward 4000 ns, 2000 ns.
   EXPECT_NE(table.find("1  gelu         0.002          0.001   50%        2        0.004          0.002   50%        3"),
             std::string::npos)

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
 
+#include "core/affine_fit.h"
 #include "core/statistics.h"
 #include "profiler/cupti/cupti_records.h"
 
@@ -49,11 +51,12 @@ struct ProbeBuffers {
   }
 };
 
-double measure_bandwidth(ProbeBuffers& buffers, std::int64_t bytes, int repeats, cudaMemcpyKind kind) {
+// The median time of `bytes` copied, by CUDA events around each copy.
+double median_copy_seconds(ProbeBuffers& buffers, std::int64_t bytes, int repeats, cudaMemcpyKind kind) {
   void* dst = kind == cudaMemcpyHostToDevice ? buffers.device : buffers.host;
   const void* src = kind == cudaMemcpyHostToDevice ? buffers.host : buffers.device;
   check_cuda(cudaMemcpy(dst, src, static_cast<std::size_t>(bytes), kind), "cudaMemcpy (warm-up)");
-  std::vector<double> rates;
+  std::vector<double> times;
   for (int i = 0; i < repeats; ++i) {
     check_cuda(cudaEventRecord(buffers.begin), "cudaEventRecord");
     check_cuda(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(bytes), kind), "cudaMemcpyAsync");
@@ -61,10 +64,23 @@ double measure_bandwidth(ProbeBuffers& buffers, std::int64_t bytes, int repeats,
     check_cuda(cudaEventSynchronize(buffers.end), "cudaEventSynchronize");
     float ms = 0;
     check_cuda(cudaEventElapsedTime(&ms, buffers.begin, buffers.end), "cudaEventElapsedTime");
-    if (ms > 0) rates.push_back(static_cast<double>(bytes) / (static_cast<double>(ms) * 1e-3));
+    if (ms > 0) times.push_back(static_cast<double>(ms) * 1e-3);
   }
-  if (rates.empty()) throw std::runtime_error("CUDA bandwidth probe: every copy timed at 0 ms");
-  return core::median(rates);
+  if (times.empty()) throw std::runtime_error("CUDA copy probe: every copy timed at 0 ms");
+  return core::median(times);
+}
+
+// Copies from 4 KiB up to `largest` bytes, a line through their times relative to each: the small
+// ones tell the latency, the large ones the bandwidth.
+core::LinkLine measure_link(ProbeBuffers& buffers, std::int64_t largest, int repeats, cudaMemcpyKind kind) {
+  std::vector<double> bytes, seconds;
+  for (std::int64_t size = std::int64_t{4} << 10; size < largest; size *= 16) {
+    bytes.push_back(static_cast<double>(size));
+    seconds.push_back(median_copy_seconds(buffers, size, repeats, kind));
+  }
+  bytes.push_back(static_cast<double>(largest));
+  seconds.push_back(median_copy_seconds(buffers, largest, repeats, kind));
+  return core::fit_link_line(bytes, seconds, kind == cudaMemcpyHostToDevice ? "CUDA host-to-device copy probe" : "CUDA device-to-host copy probe");
 }
 
 }  // namespace
@@ -95,8 +111,12 @@ gpu::DeviceProperties probe_cuda_device(int device, std::int64_t transfer_bytes,
   check_cuda(cudaMalloc(&buffers.device, static_cast<std::size_t>(transfer_bytes)), "cudaMalloc");
   check_cuda(cudaEventCreate(&buffers.begin), "cudaEventCreate");
   check_cuda(cudaEventCreate(&buffers.end), "cudaEventCreate");
-  out.host_to_device_bytes_per_s = measure_bandwidth(buffers, transfer_bytes, repeats, cudaMemcpyHostToDevice);
-  out.device_to_host_bytes_per_s = measure_bandwidth(buffers, transfer_bytes, repeats, cudaMemcpyDeviceToHost);
+  const core::LinkLine in = measure_link(buffers, transfer_bytes, repeats, cudaMemcpyHostToDevice);
+  const core::LinkLine back = measure_link(buffers, transfer_bytes, repeats, cudaMemcpyDeviceToHost);
+  out.host_to_device_bytes_per_s = in.bytes_per_second;
+  out.host_to_device_latency_ns = in.latency_ns;
+  out.device_to_host_bytes_per_s = back.bytes_per_second;
+  out.device_to_host_latency_ns = back.latency_ns;
   return out;
 }
 

@@ -15,8 +15,8 @@ std::string cupti_error(const char* call, int result);
 // driver or device.
 int cuda_device_count();
 
-// Name, memory, SMs and pinned host<->device bandwidth (median of `repeats` copies of
-// `transfer_bytes` each way, timed with CUDA events). Throws std::runtime_error with CUDA's reason.
+// Name, memory, SMs and the pinned host<->device link each way: bandwidth and latency, from the
+// median times of `repeats` copies at sizes from 4 KiB to `transfer_bytes` (CUDA events). Throws std::runtime_error with CUDA's reason.
 gpu::DeviceProperties probe_cuda_device(int device, std::int64_t transfer_bytes = 256LL << 20, int repeats = 5);
 
 // Starts CUPTI activity recording (one per process: CUPTI's buffers are process-wide).

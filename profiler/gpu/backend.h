@@ -14,9 +14,12 @@ struct DeviceProperties {
   std::string name;
   std::int64_t total_memory_bytes = 0;
   int sm_count = 0;
-  // Measured with pinned host memory, median of several copies.
+  // Measured with pinned host memory: a line through the median times of copies from 4 KiB to the
+  // probe's size (bandwidth: 1 / slope; latency: the intercept).
   double host_to_device_bytes_per_s = 0;
   double device_to_host_bytes_per_s = 0;
+  std::int64_t host_to_device_latency_ns = 0;
+  std::int64_t device_to_host_latency_ns = 0;
 };
 
 // Records GPU activity while enabled. Ranges nest per CPU thread: work launched between
