@@ -207,6 +207,7 @@ void L2LRelay::at_link_rate(std::chrono::steady_clock::time_point start, std::in
 }
 
 torch::Tensor L2LRelay::from_stash(const torch::Tensor& tensor) const {
+  if (!options_.boundaries_on_host) return tensor;
   const auto start = std::chrono::steady_clock::now();
   torch::Tensor copy = tensor.clone();
   at_link_rate(start, runtime::tensor_bytes(copy));
@@ -269,7 +270,8 @@ void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
     return;
   }
   if (s.device_gradients.defined()) {
-    // One copy to the host; gradients already there (accumulate() called twice) are added to.
+    // One copy to the host; gradients already there (a step after accumulate(), whose gradients
+    // nobody cleared) are added to.
     HostScope host;
     torch::NoGradGuard no_grad;
     const auto arrived = s.views(s.device_gradients.clone());
@@ -408,7 +410,7 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
       std::vector<torch::Tensor> leaves;
       for (const int j : stage.inputs) {
         const torch::Tensor& stashed = stash[m][static_cast<std::size_t>(j)];
-        torch::Tensor leaf = (options_.boundaries_on_host ? from_stash(stashed) : stashed).detach();
+        torch::Tensor leaf = from_stash(stashed).detach();
         if (stashed.is_floating_point()) leaf.requires_grad_(true);
         outputs[static_cast<std::size_t>(j)] = leaf;
         leaves.push_back(leaf);
@@ -436,7 +438,7 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
         const auto& o = outputs[static_cast<std::size_t>(j)];
         if (g.defined() && o.requires_grad()) {
           roots.push_back(o);
-          seeds.push_back(options_.boundaries_on_host ? from_stash(g) : g);
+          seeds.push_back(from_stash(g));
         }
         g = torch::Tensor();
       }
@@ -453,7 +455,7 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
         if (!g.defined()) continue;
         auto& into = grads[m][static_cast<std::size_t>(j)];
         if (!into.defined()) {
-          into = options_.boundaries_on_host ? to_stash(g) : g;
+          into = to_stash(g);
         } else {
           into.add_(g);
         }

@@ -109,7 +109,8 @@ class L2LRelay {
   torch::Tensor run_stage(const Stage& stage, const models::Batch& batch, std::vector<torch::Tensor>& outputs,
                           bool recomputing);
   torch::Tensor to_stash(const torch::Tensor& tensor) const;
-  // A stashed boundary (or its gradient) brought back to the device, at the emulated link's rate.
+  // A stashed boundary (or its gradient) brought back to the device, at the emulated link's rate,
+  // in the constant-memory variant; otherwise the stash is on the device already.
   torch::Tensor from_stash(const torch::Tensor& tensor) const;
   // Waits until `bytes` copied since `start` took what the emulated link takes.
   void at_link_rate(std::chrono::steady_clock::time_point start, std::int64_t bytes) const;

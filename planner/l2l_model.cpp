@@ -381,7 +381,7 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
   using core::MemoryKind;
   std::vector<L2LOp> ops;
   const core::RelayChoice relay = choice.l2l.value_or(core::RelayChoice{});
-  predict_l2l_step(costs, graph, choice.micro_batches, relay, &ops);
+  const L2LPrediction predicted = predict_l2l_step(costs, graph, choice.micro_batches, relay, &ops);
   const auto& layers = costs.trace().layers;
   const auto stages = l2l_stages(costs.trace());
   const int first_relayed = std::max(first_relayed_stage(stages, costs.trace(), relay.from_block), 0);
@@ -424,7 +424,7 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
     task.dependencies = std::move(deps);
     return add(std::move(task));
   };
-  int last_compute = -1, copy = first_relayed > 0 ? -1 : copy_in(0, {});
+  int last_compute = -1, copy = copy_in(0, {});
   std::vector<int> arrived(stages.size(), -1);  // the copy task that brought stage s in, this pass
   arrived[0] = copy;
   L2LOp before;
@@ -457,7 +457,7 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
     step.duration_ns = transfers.optimizer_ns[static_cast<std::size_t>(s)];
     step.dependencies = {last_compute};
     const int stepped = add(std::move(step));
-    if (!costs.trace().device.is_cuda()) last_compute = stepped;  // the compute waits for the cores
+    if (predicted.host_shares_compute) last_compute = stepped;  // the compute waits for the cores
   };
   for (const L2LOp& op : ops) {
     const bool op_backward = op.kind != OpKind::ForwardNoGrad;
