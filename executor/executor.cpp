@@ -518,7 +518,7 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
   }
   // L2L's relay replaces the whole step (executor/l2l_execute.h).
   if (plan.choice.l2l) {
-    execute_relay(plan, trace, options, report);
+    execute_relay(plan, trace, options, device, report);
     summarize(plan, report);
     return report;
   }

@@ -4,11 +4,14 @@
 #include <chrono>
 #include <optional>
 
+#include <torch/cuda.h>
+
 #include "core/errors.h"
 #include "executor/l2l_relay.h"
 #include "executor/plan_runner.h"
 #include "models/model_source.h"
 #include "runtime/budget_allocator.h"
+#include "runtime/memory_recorder.h"
 
 namespace headroom::executor {
 
@@ -22,10 +25,6 @@ void progress(const ExecuteOptions& options, const std::string& what) {
 
 // What the relay does not run with yet, refused before anything is built.
 void check_options(const ExecuteOptions& options) {
-  if (options.device != "cpu") {
-    throw core::InputError("device " + options.device + ": an L2L plan runs on the CPU only (the relay's pinned host "
-                           "memory and copy stream for CUDA are not written)");
-  }
   if (options.data != "synthetic") throw core::InputError("data: an L2L plan trains on synthetic data only");
   if (options.full_batch_reference) {
     throw core::InputError("full-batch-reference: not implemented for an L2L plan (its gradient check compares the "
@@ -48,11 +47,11 @@ models::Model host_model(const core::Trace& trace, std::uint64_t seed) {
 // The relay's accumulated gradients against one full-batch backward of the same model, same
 // weights and data, dropout off on both sides; both run before the budget starts.
 core::GradientCheck check_gradient(L2LRelay& relay, models::Model& model, const core::Plan& plan, const core::Trace& trace,
-                                   const ExecuteOptions& options) {
+                                   const ExecuteOptions& options, torch::Device device) {
   progress(options, "gradient check");
   core::GradientCheck check;
   model.set_dropout(false);
-  const auto batches = make_micro_batches(model, plan.choice.micro_batches, options.seed, torch::kCPU);
+  const auto batches = make_micro_batches(model, plan.choice.micro_batches, options.seed, device);
   relay.accumulate(batches, plan.global_batch);
   std::vector<torch::Tensor> relayed;
   for (const auto& g : relay.host_gradients()) relayed.push_back(g.clone());
@@ -63,7 +62,10 @@ core::GradientCheck check_gradient(L2LRelay& relay, models::Model& model, const 
   models::Model reference = models::build_model(trace.model, options.seed);
   reference.set_training(true);
   reference.set_dropout(false);
-  reference.forward(concatenate(batches)).backward();
+  models::Batch whole = concatenate(batches);
+  whole.input = whole.input.cpu();
+  whole.target = whole.target.cpu();
+  reference.forward(whole).backward();
   check.max_rel_diff = max_relative_difference(relayed, gradients_of(reference.parameters()));
   check.computed = true;
   check.note = std::string("L2L's relay (stage by stage, every stage re-run from its stashed inputs, boundaries on the ") +
@@ -72,11 +74,21 @@ core::GradientCheck check_gradient(L2LRelay& relay, models::Model& model, const 
   return check;
 }
 
+void synchronize(torch::Device device) {
+  if (device.is_cuda()) torch::cuda::synchronize();
+}
+
 }  // namespace
 
-void execute_relay(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, core::Report& report) {
+void execute_relay(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device,
+                   core::Report& report) {
   check_options(options);
   auto& allocator = BudgetAllocator::instance();
+  // On CUDA the device side is what the caching allocator reports while recording (the copy and
+  // optimizer threads record into it too); on the CPU the budget allocator counts it.
+  const auto recorder = std::make_shared<runtime::MemoryRecorder>(torch::kCUDA);
+  std::optional<runtime::ScopedMemoryRecording> recording;
+  if (device.is_cuda()) recording.emplace(recorder);
   BudgetAllocator::clear_last_refusal();
   const std::int64_t host_before = allocator.host_in_use();
   // The device side's zero: the stages kept on the device (from a chosen block on) count from here.
@@ -84,6 +96,7 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
   models::Model model = host_model(trace, options.seed);
   Position position;
   RelayOptions relay_options;
+  relay_options.device = device;
   relay_options.optimizer = plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer;
   relay_options.boundaries_on_host = plan.choice.l2l->boundaries_on_host;
   if (!plan.choice.l2l->whole_model()) {
@@ -95,22 +108,24 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
     }
     relay_options.first_relayed_layer = static_cast<int>(first - layers.begin());
   }
-  // Each stage waits for the next one's parameters to land before it computes: the device then
-  // holds two stages' parameters at every peak, the bound the plan predicts; a copy landing later
-  // would only lower the peak, by chance (on the CPU a copy is a memcpy, so little overlap is lost).
-  relay_options.settle_prefetch = true;
+  // On the CPU each stage waits for the next one's parameters to land before it computes: the
+  // device then holds two stages' parameters at every peak, the bound the plan predicts; a copy
+  // landing later would only lower the peak, by chance (a copy is a memcpy, so little overlap is
+  // lost). On CUDA the copy overlaps the compute, as L2L means it to, and the plan's peak is a bound.
+  relay_options.settle_prefetch = device.is_cpu();
   L2LRelay relay(model, relay_options, position);
   core::RelayReport relay_report;
   relay_report.boundaries_on_host = relay_options.boundaries_on_host;
   relay_report.stages = relay.stage_count();
   relay_report.kept_stages = relay.kept_stage_count();
   relay_report.largest_stage_parameter_bytes = relay.largest_stage_parameter_bytes();
-  if (options.gradient_check) report.gradient_check = check_gradient(relay, model, plan, trace, options);
+  if (options.gradient_check) report.gradient_check = check_gradient(relay, model, plan, trace, options, device);
 
   // The budget counts from before the kept stages' parameters reached the device, as the plan does.
   std::optional<runtime::ScopedBudget> budget;
   const std::int64_t kept_bytes = allocator.in_use() - device_before;
-  if (options.enforce_budget) budget.emplace(plan.budget_bytes - kept_bytes);
+  // CUDA's memory is measured, not refused, as in any plan's run on CUDA.
+  if (options.enforce_budget && device.is_cpu()) budget.emplace(plan.budget_bytes - kept_bytes);
   report.budget_bytes = budget ? plan.budget_bytes : 0;
   const int total = options.warmup_steps + options.steps;
   try {
@@ -121,15 +136,19 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
       // Every micro-batch's input is on the device for the whole step, as the plan counts it.
       position.phase = "data";
       const auto batches = make_micro_batches(model, plan.choice.micro_batches,
-                                              options.seed + 7919 * static_cast<std::uint64_t>(step + 1), torch::kCPU);
+                                              options.seed + 7919 * static_cast<std::uint64_t>(step + 1), device);
+      synchronize(device);
       allocator.reset_peak();
       allocator.reset_host_peak();
+      recorder->reset_peak();
       const auto start = std::chrono::steady_clock::now();
       relay.step(batches, plan.global_batch);
+      synchronize(device);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (!measured) continue;
       report.step_seconds.push_back(seconds);
-      report.measured.peak_bytes = std::max(report.measured.peak_bytes, allocator.peak() - device_before);
+      const std::int64_t device_peak = device.is_cuda() ? recorder->peak() : allocator.peak() - device_before;
+      report.measured.peak_bytes = std::max(report.measured.peak_bytes, device_peak);
       relay_report.measured_host_peak_bytes =
           std::max(relay_report.measured_host_peak_bytes, allocator.host_peak() - host_before);
     }
@@ -148,9 +167,15 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
     report.status = "out_of_memory";
   }
   report.l2l = relay_report;
-  report.warnings.push_back("L2L ran with each stage waiting for the next one's parameters before computing (the peak "
-                            "the plan predicts); the device-side peak is what the budget allocator counted outside "
-                            "host scopes, the host side is reported apart");
+  if (device.is_cpu()) {
+    report.warnings.push_back("L2L ran with each stage waiting for the next one's parameters before computing (the peak "
+                              "the plan predicts); the device-side peak is what the budget allocator counted outside "
+                              "host scopes, the host side is reported apart");
+  } else {
+    report.warnings.push_back("L2L ran on CUDA with the next stage's parameters copied while a stage computes; the "
+                              "device-side peak is what the caching allocator reported (the plan's peak bounds it), "
+                              "the host's pinned buffers are not counted");
+  }
 }
 
 }  // namespace headroom::executor

@@ -2,7 +2,9 @@
 // Executing an L2L plan (issue 15): the model built on the host, L2L's relay (l2l_relay.h) running
 // the plan's steps under its device budget. On the CPU the device side is what the budget allocator
 // counts outside host scopes; the report's peak is that side's, and the host's bytes are reported
-// beside it (runtime/budget_allocator.h).
+// beside it (runtime/budget_allocator.h). On CUDA the peak is what the caching allocator reported.
+#include <torch/types.h>
+
 #include "core/plan.h"
 #include "core/report.h"
 #include "core/trace.h"
@@ -12,8 +14,10 @@ namespace headroom::executor {
 
 // Runs the plan (plan.choice.l2l set) and fills `report`, which execute() started with the plan's
 // side: the measured steps, the device peak, the gradient check, the relay's host bytes, or where
-// the budget refused. Throws InputError for options the relay does not run with (a device other
-// than the CPU, real data, a full-batch reference, the host limit) and for a model it cannot run.
-void execute_relay(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, core::Report& report);
+// the budget refused. `device` is options.device resolved (the CPU or CUDA). Throws InputError for
+// options the relay does not run with (real data, a full-batch reference, the host limit) and for
+// a model it cannot run.
+void execute_relay(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device,
+                   core::Report& report);
 
 }  // namespace headroom::executor

@@ -6,6 +6,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include <ATen/ThreadLocalState.h>
+
 #include "core/errors.h"
 #include "runtime/budget_allocator.h"
 #include "runtime/optimizer.h"
@@ -21,6 +23,16 @@ using runtime::HostScope;
 struct CarriedRefusal {
   runtime::Refusal refusal;
 };
+
+// Work for a copy or optimizer thread, run in the launching thread's state: its memory recording
+// above all, which on CUDA measures the device side.
+template <typename F>
+auto in_launcher_state(F work) {
+  return [work = std::move(work), state = at::ThreadLocalState()]() mutable {
+    at::ThreadLocalStateGuard launcher(state);
+    return work();
+  };
+}
 
 // A refusal on a worker thread is recorded on that thread; carry it to the one that reports it.
 template <typename F>
@@ -38,7 +50,10 @@ auto carrying_refusal(F work) {
 }  // namespace
 
 L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& position)
-    : model_(model), options_(std::move(options)), position_(position) {
+    : model_(model), options_(std::move(options)), position_(position), link_(options_.device) {
+  if (link_.is_cuda() && options_.copy_bytes_per_second > 0) {
+    throw core::InputError("l2l: an emulated copy rate slows the CPU's copies only; CUDA's run at the link's own rate");
+  }
   const auto& layers = model.layers();
   slots_ = model.parameters();
   std::unordered_map<const void*, int> index_of;
@@ -102,14 +117,14 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
   // are packed into one host buffer (the masters view it), so a stage crosses the link in one copy
   // each way, as the planner times it (one latency per copy), and not in one per tensor. A kept
   // stage's parameters are copied out of wherever the model was built (the host, in execute) onto
-  // the device.
+  // the device. On CUDA the host buffers are pinned.
   torch::NoGradGuard no_grad;
   masters_.resize(slots_.size());
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     auto& slot = slots_[i];
     slot.mutable_grad() = torch::Tensor();
     if (stages_[static_cast<std::size_t>(owner[i])].kept) {
-      slot.set_data(slot.detach().clone());
+      slot.set_data(slot.detach().to(slot.options().device(link_.device()), /*non_blocking=*/false, /*copy=*/true));
       masters_[i] = slot;
     }
   }
@@ -130,8 +145,8 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
       stage.shapes.push_back(slot.sizes().vec());
       elements += slot.numel();
     }
+    stage.host_flat = link_.host_empty({elements}, first.options());
     HostScope host;
-    stage.host_flat = torch::empty({elements}, first.options());
     const auto views = stage.views(stage.host_flat);
     for (std::size_t k = 0; k < views.size(); ++k) {
       const auto p = static_cast<std::size_t>(stage.parameters[k]);
@@ -194,7 +209,7 @@ torch::Tensor L2LRelay::copy_to_device(int stage) const {
   torch::NoGradGuard no_grad;
   const auto& flat = stages_[static_cast<std::size_t>(stage)].host_flat;
   if (!flat.defined()) return {};  // a stage without parameters
-  torch::Tensor copy = flat.clone();
+  torch::Tensor copy = link_.to_device_landed(flat);
   at_link_rate(start, runtime::tensor_bytes(copy));
   return copy;
 }
@@ -209,9 +224,18 @@ void L2LRelay::at_link_rate(std::chrono::steady_clock::time_point start, std::in
 torch::Tensor L2LRelay::from_stash(const torch::Tensor& tensor) const {
   if (!options_.boundaries_on_host) return tensor;
   const auto start = std::chrono::steady_clock::now();
-  torch::Tensor copy = tensor.clone();
+  torch::Tensor copy = link_.back_to_device(tensor);
   at_link_rate(start, runtime::tensor_bytes(copy));
   return copy;
+}
+
+void L2LRelay::add_to_stash(torch::Tensor& stashed, const torch::Tensor& gradient) const {
+  // On CUDA a host stash cannot take a device tensor (and may still be arriving): add on the device.
+  if (link_.is_cuda() && options_.boundaries_on_host) {
+    stashed = to_stash(from_stash(stashed).add_(gradient));
+  } else {
+    stashed.add_(gradient);
+  }
 }
 
 void L2LRelay::start_prefetch(int stage) {
@@ -220,7 +244,7 @@ void L2LRelay::start_prefetch(int stage) {
   prefetching_ = stage;
   // No host optimizer step touches this stage meanwhile: in backward the stage prefetched is the one
   // before those being stepped, and a step's forward starts after every step has finished.
-  prefetch_ = std::async(std::launch::async, carrying_refusal([this, stage] { return copy_to_device(stage); }));
+  prefetch_ = std::async(std::launch::async, in_launcher_state(carrying_refusal([this, stage] { return copy_to_device(stage); })));
   if (options_.settle_prefetch) prefetch_.wait();
 }
 
@@ -269,12 +293,16 @@ void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
     for (const int p : s.parameters) slots_[static_cast<std::size_t>(p)].mutable_grad() = torch::Tensor();
     return;
   }
-  if (s.device_gradients.defined()) {
-    // One copy to the host; gradients already there (a step after accumulate(), whose gradients
-    // nobody cleared) are added to.
+  // One copy to the host (landed on return on the CPU, in flight on CUDA until the host thread
+  // that takes it waits); gradients already there (a step after accumulate(), whose gradients
+  // nobody cleared) are added to.
+  std::optional<HostLanding> arriving;
+  if (s.device_gradients.defined()) arriving = link_.to_host(s.device_gradients);
+  auto deliver = [this, &s](const HostLanding& landing) {
+    landing.wait();
     HostScope host;
     torch::NoGradGuard no_grad;
-    const auto arrived = s.views(s.device_gradients.clone());
+    const auto arrived = s.views(landing.host);
     for (std::size_t k = 0; k < arrived.size(); ++k) {
       auto& master = masters_[static_cast<std::size_t>(s.parameters[k])];
       if (master.grad().defined()) {
@@ -283,16 +311,23 @@ void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
         master.mutable_grad() = arrived[k];
       }
     }
+  };
+  if (arriving && !arriving->landed) {
+    deliver(*arriving);
+    arriving.reset();
   }
-  unload(stage);  // the device copies and gradients go
-  if (!optimize || !s.optimizer) return;
-  auto work = [this, &s] {
+  unload(stage);  // the device copies and gradients go (on CUDA once the outbound copy has read them)
+  const bool stepping = optimize && s.optimizer;
+  if (!arriving && !stepping) return;
+  auto work = [this, &s, arriving, stepping, deliver] {
+    if (arriving) deliver(*arriving);
+    if (!stepping) return;
     HostScope host;
     s.optimizer->step();
     for (const int p : s.parameters) masters_[static_cast<std::size_t>(p)].mutable_grad() = torch::Tensor();
   };
   if (options_.overlap_optimizer) {
-    optimizer_steps_.push_back(std::async(std::launch::async, work));
+    optimizer_steps_.push_back(std::async(std::launch::async, in_launcher_state(work)));
   } else {
     work();
   }
@@ -305,8 +340,8 @@ void L2LRelay::wait_for_optimizer() {
 
 torch::Tensor L2LRelay::to_stash(const torch::Tensor& tensor) const {
   if (!options_.boundaries_on_host) return tensor;
-  HostScope host;
-  return tensor.clone();
+  // On CUDA still arriving: only the outbound stream's copy back reads it, in order.
+  return link_.to_host(tensor).host;
 }
 
 torch::Tensor L2LRelay::run_stage(const Stage& stage, const models::Batch& batch, std::vector<torch::Tensor>& outputs,
@@ -348,8 +383,7 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
   std::vector<std::vector<torch::Tensor>> stash(n, std::vector<torch::Tensor>(layers.size()));
   std::vector<std::vector<torch::Tensor>> grads(n, std::vector<torch::Tensor>(layers.size()));
   std::vector<std::vector<torch::Tensor>> rng(static_cast<std::size_t>(stage_count()), std::vector<torch::Tensor>(n));
-  const torch::Device device = micro_batches.empty() ? torch::Device(torch::kCPU) : micro_batches.front().input.device();
-  auto generator = at::globalContext().defaultGenerator(device);
+  auto generator = at::globalContext().defaultGenerator(link_.device());
   double loss_total = 0;
 
   // Forward: stage by stage, every micro-batch, nothing kept for backward but the stash.
@@ -457,7 +491,7 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
         if (!into.defined()) {
           into = to_stash(g);
         } else {
-          into.add_(g);
+          add_to_stash(into, g);
         }
       }
       leaves.clear();
@@ -480,7 +514,9 @@ void L2LRelay::restore_model_parameters() {
   wait_for_optimizer();
   torch::NoGradGuard no_grad;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
-    if (!slots_[i].is_same(masters_[i])) slots_[i].set_data(masters_[i].detach().clone());
+    if (!slots_[i].is_same(masters_[i])) {
+      slots_[i].set_data(masters_[i].detach().to(masters_[i].options().device(link_.device()), false, true));
+    }
   }
 }
 

@@ -8,8 +8,9 @@
 // device works on the one before.
 //
 // A stage is a model block (consecutive layers with one block id), and each run of layers outside
-// any block (embeddings, head and loss) is a stage too. On the CPU "host" means allocated inside a
-// runtime::HostScope: counted apart from the budget, which then measures the device side alone.
+// any block (embeddings, head and loss) is a stage too. relay_link.h says what "host" and a copy
+// are on the CPU (a runtime::HostScope, counted apart from the budget) and on CUDA (pinned memory,
+// copy streams).
 #include <chrono>
 #include <cstdint>
 #include <future>
@@ -20,11 +21,13 @@
 #include <torch/torch.h>
 
 #include "executor/plan_runner.h"
+#include "executor/relay_link.h"
 #include "models/model.h"
 
 namespace headroom::executor {
 
 struct RelayOptions {
+  torch::Device device = torch::kCPU;  // where the stages compute (the CPU or CUDA)
   std::string optimizer = "adam";  // sgd or adam, as runtime::make_optimizer builds them
   // L2L's constant-memory variant: stashed stage boundaries (and their gradients) wait on the host,
   // so device memory does not grow with depth at all.
@@ -38,7 +41,8 @@ struct RelayOptions {
   bool settle_prefetch = false;
   // Emulates a slower host-to-device link (bytes/s; 0: as fast as memcpy): each copy to the device
   // (a stage's parameters, and in the constant-memory variant the boundaries brought back) takes at
-  // least its bytes at this rate, so a step can be made transfer-bound on purpose.
+  // least its bytes at this rate, so a step can be made transfer-bound on purpose. CPU only: on CUDA
+  // the copies are asynchronous, and a host-side wait would not slow them.
   double copy_bytes_per_second = 0;
   // The host optimizer steps a stage on its own thread while the device computes the previous one.
   bool overlap_optimizer = true;
@@ -52,8 +56,8 @@ class L2LRelay {
   // Moves the relayed stages' parameters to the host (their device storage is released), the kept
   // ones' to the device (the model may have been built on the host), and builds one optimizer per
   // stage. Throws InputError when a parameter belongs to no layer or to layers of two stages (tied
-  // weights), which the relay cannot keep in one place, or when no stage starts at
-  // first_relayed_layer.
+  // weights), which the relay cannot keep in one place, when no stage starts at
+  // first_relayed_layer, or for an emulated link rate on CUDA.
   L2LRelay(models::Model& model, RelayOptions options, Position& position);
   ~L2LRelay();
   L2LRelay(const L2LRelay&) = delete;
@@ -112,12 +116,15 @@ class L2LRelay {
   // A stashed boundary (or its gradient) brought back to the device, at the emulated link's rate,
   // in the constant-memory variant; otherwise the stash is on the device already.
   torch::Tensor from_stash(const torch::Tensor& tensor) const;
+  // Adds a gradient (on the device) into a stashed one.
+  void add_to_stash(torch::Tensor& stashed, const torch::Tensor& gradient) const;
   // Waits until `bytes` copied since `start` took what the emulated link takes.
   void at_link_rate(std::chrono::steady_clock::time_point start, std::int64_t bytes) const;
 
   models::Model& model_;
   RelayOptions options_;
   Position& position_;
+  RelayLink link_;
   std::vector<torch::Tensor> slots_;    // the model's parameters: device storage while loaded, empty otherwise
   std::vector<torch::Tensor> masters_;  // host copies, views of their stage's host_flat (a kept stage's: the slots themselves)
   std::vector<Stage> stages_;

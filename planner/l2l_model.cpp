@@ -94,20 +94,21 @@ struct RelayLanes {
 };
 
 // The relay's order (executor/l2l_relay.cpp): stage s loads once its copy has landed and stage s-1
-// has computed, then starts the copy of the next stage (with kRelaySettlesPrefetch it computes only
-// once that copy has landed too); in backward the last stage stays loaded, each stage's gradients go
-// out on the compute thread and the host optimizer steps the stage after them, one stage at a time.
-// A kept stage's copies take no time, and its optimizer step is part of its backward_ns.
-// `host_shares_compute`: on a CPU the host optimizer's thread runs on the cores the compute uses,
-// so a stage's optimizer step delays the compute as much as it takes.
+// has computed, then starts the copy of the next stage; in backward the last stage stays loaded,
+// each stage's gradients go out and the host optimizer steps the stage after them, one stage at a
+// time. A kept stage's copies take no time, and its optimizer step is part of its backward_ns.
+// `cpu` (L2LPrediction::host_shares_compute): a stage computes only once the next one's copy has
+// landed, gradients go out on the compute thread, and the host optimizer's thread runs on the cores
+// the compute uses, so a stage's optimizer step delays the compute as much as it takes. On CUDA the
+// gradients go out on a copy stream and the optimizer steps on the host beside the compute.
 RelayLanes relay_lanes(const StageTransfers& t, const std::vector<L2LStage>& stages,
                        const std::vector<std::int64_t>& forward_ns, const std::vector<std::int64_t>& backward_ns,
-                       bool host_shares_compute) {
+                       bool cpu) {
   const int last = static_cast<int>(stages.size()) - 1;
   RelayLanes lanes;
   if (last < 0) return lanes;
   const auto in = [&](int s) { return t.in_ns[static_cast<std::size_t>(s)]; };
-  std::int64_t compute_end = 0, copy_end = in(0);
+  std::int64_t compute_end = 0, copy_end = in(0), out_end = 0;
   lanes.copy_ns += in(0);
   for (int s = 0; s <= last; ++s) {
     const std::int64_t load = std::max(compute_end, copy_end);
@@ -115,7 +116,7 @@ RelayLanes relay_lanes(const StageTransfers& t, const std::vector<L2LStage>& sta
     if (s < last) {
       copy_end = load + in(s + 1);
       lanes.copy_ns += in(s + 1);
-      if (kRelaySettlesPrefetch) start = copy_end;
+      if (cpu) start = copy_end;
     }
     compute_end = start + forward_ns[static_cast<std::size_t>(s)];
   }
@@ -126,17 +127,19 @@ RelayLanes relay_lanes(const StageTransfers& t, const std::vector<L2LStage>& sta
     if (s > 0) {
       copy_end = load + in(s - 1);
       lanes.copy_ns += in(s - 1);
-      if (kRelaySettlesPrefetch) start = copy_end;
+      if (cpu) start = copy_end;
     }
-    compute_end = start + backward_ns[static_cast<std::size_t>(s)] + t.out_ns[static_cast<std::size_t>(s)];
-    lanes.copy_ns += t.out_ns[static_cast<std::size_t>(s)];
-    if (host_shares_compute) {
-      compute_end += t.optimizer_ns[static_cast<std::size_t>(s)];
+    const auto out = t.out_ns[static_cast<std::size_t>(s)], optimizer = t.optimizer_ns[static_cast<std::size_t>(s)];
+    compute_end = start + backward_ns[static_cast<std::size_t>(s)];
+    lanes.copy_ns += out;
+    if (cpu) {
+      compute_end += out + optimizer;
     } else {
-      host_end = std::max(host_end, compute_end) + t.optimizer_ns[static_cast<std::size_t>(s)];
+      out_end = std::max(out_end, compute_end) + out;
+      host_end = std::max(host_end, out_end) + optimizer;
     }
   }
-  lanes.step_ns = std::max(compute_end, host_end);
+  lanes.step_ns = std::max({compute_end, out_end, host_end});
   return lanes;
 }
 
@@ -449,13 +452,14 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
     out.stream = core::Stream::DeviceToHost;
     out.duration_ns = transfers.out_ns[static_cast<std::size_t>(s)];
     out.dependencies = {last_compute};
-    last_compute = add(std::move(out));
+    const int sent = add(std::move(out));
+    if (predicted.host_shares_compute) last_compute = sent;  // sent on the compute thread
     core::Task step;
     step.name = "optimizer." + costs.trace().optimizer.name + " of " + stage_name(s);
     step.category = "optimizer";
     step.stream = core::Stream::Host;
     step.duration_ns = transfers.optimizer_ns[static_cast<std::size_t>(s)];
-    step.dependencies = {last_compute};
+    step.dependencies = {sent};
     const int stepped = add(std::move(step));
     if (predicted.host_shares_compute) last_compute = stepped;  // the compute waits for the cores
   };
@@ -476,7 +480,7 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
         if (last_compute >= 0) copy_deps.push_back(last_compute);
         copy = copy_in(next, std::move(copy_deps));
         arrived[static_cast<std::size_t>(next)] = copy;
-        if (kRelaySettlesPrefetch && copy >= 0) deps.push_back(copy);
+        if (predicted.host_shares_compute && copy >= 0) deps.push_back(copy);  // settle_prefetch
       }
     }
     // The constant-memory variant's boundaries, copied on the compute thread before and after it.

@@ -76,8 +76,13 @@ struct L2LPrediction {
   std::int64_t copy_ns = 0;
   std::int64_t host_optimizer_ns = 0;
   std::int64_t step_ns = 0;             // the three lanes as the relay orders them
-  // A CPU trace: the host optimizer runs on the cores the compute uses, so its time adds to the step
-  // (measured: overlapping it with the compute saved nothing on this 2-core machine).
+  // A CPU trace, whose relay runs as executor/l2l_execute.cpp runs it on the CPU: a stage computes
+  // once the next stage's parameters have landed (settle_prefetch), so copies do not overlap
+  // compute; gradients go to the host on the compute thread; and the host optimizer runs on the
+  // cores the compute uses, so its time adds to the step (measured: overlapping it with the compute
+  // saved nothing on this 2-core machine). On CUDA (false) copies run on their own streams beside
+  // the compute, the parameters' as prefetches, the gradients' before their stage's host optimizer
+  // step, which runs beside the compute too.
   bool host_shares_compute = false;
   std::string bound;                    // the lane busy longest: "compute", "transfer" or "host optimizer"
   double bound_ratio = 0;               // its busy time over the next lane's
@@ -87,11 +92,6 @@ struct L2LPrediction {
   int kept_stages = 0;                   // before the chosen block: on the device, trained there
   std::int64_t kept_bytes = 0;           // their parameters and optimizer state, on the device throughout
 };
-
-// How the relay's lanes wait for each other, as executor/l2l_execute.cpp runs it: a stage computes
-// once the next stage's parameters have landed (settle_prefetch), so copies do not overlap compute;
-// gradients go to the host on the compute thread; the host optimizer steps stage after stage.
-inline constexpr bool kRelaySettlesPrefetch = true;
 
 // "compute-bound (3.2x the next lane): compute 0.4274 s, copies 0.1326 s, host optimizer 0.0198 s;
 // step 0.5741 s": the lane busy longest, by how much, and each lane's time.

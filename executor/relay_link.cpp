@@ -1,0 +1,83 @@
+#include "executor/relay_link.h"
+
+#include <chrono>
+#include <thread>
+
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include "core/errors.h"
+#include "runtime/budget_allocator.h"
+
+namespace headroom::executor {
+
+void HostLanding::wait() const {
+  // libtorch 1.13's c10::Event cannot block the host, so poll: a stage's gradients take
+  // milliseconds to cross, against which a 20 us poll is noise.
+  if (!landed) return;
+  while (!landed->query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+
+RelayLink::RelayLink(torch::Device device) : device_(device) {
+  if (device.is_cpu()) return;
+  if (!device.is_cuda()) throw core::InputError("l2l: the relay runs on the CPU or on CUDA, not on " + device.str());
+  // Device-generic guard calls: the same code builds against a CPU-only libtorch.
+  const c10::impl::VirtualGuardImpl impl(device.type());
+  compute_.emplace(impl.getStream(device));
+  inbound_.emplace(impl.getStreamFromGlobalPool(device));
+  outbound_.emplace(impl.getStreamFromGlobalPool(device));
+}
+
+torch::Tensor RelayLink::host_empty(at::IntArrayRef sizes, const torch::TensorOptions& like) const {
+  if (is_cuda()) return torch::empty(sizes, like.device(torch::kCPU).pinned_memory(true));
+  runtime::HostScope host;
+  return torch::empty(sizes, like.device(torch::kCPU));
+}
+
+torch::Tensor RelayLink::to_device_landed(const torch::Tensor& host) const {
+  torch::NoGradGuard no_grad;
+  if (!is_cuda()) return host.clone();
+  c10::StreamGuard on_inbound(*inbound_);
+  // A blocking copy waits for the inbound stream only: the compute stream runs on meanwhile.
+  torch::Tensor copy = host.to(host.options().device(device_), /*non_blocking=*/false, /*copy=*/true);
+  copy.record_stream(*compute_);
+  return copy;
+}
+
+HostLanding RelayLink::to_host(const torch::Tensor& device) const {
+  torch::NoGradGuard no_grad;
+  if (!is_cuda()) {
+    runtime::HostScope host;
+    return {device.clone(), nullptr};
+  }
+  order(*compute_, *outbound_);
+  c10::StreamGuard on_outbound(*outbound_);
+  torch::Tensor host = host_empty(device.sizes(), device.options());
+  host.copy_(device, /*non_blocking=*/true);
+  device.record_stream(*outbound_);
+  auto landed = std::make_shared<c10::Event>(device_.type());
+  landed->record(*outbound_);
+  return {host, landed};
+}
+
+torch::Tensor RelayLink::back_to_device(const torch::Tensor& host) const {
+  torch::NoGradGuard no_grad;
+  if (!is_cuda()) return host.clone();
+  torch::Tensor copy;
+  {
+    // On the stream that filled `host`, so the copy back reads what arrived.
+    c10::StreamGuard on_outbound(*outbound_);
+    copy = host.to(host.options().device(device_), /*non_blocking=*/true, /*copy=*/true);
+  }
+  order(*outbound_, *compute_);
+  copy.record_stream(*compute_);
+  return copy;
+}
+
+void RelayLink::order(const c10::Stream& after, const c10::Stream& stream) const {
+  c10::Event done(device_.type());
+  done.record(after);
+  done.block(stream);
+}
+
+}  // namespace headroom::executor

@@ -1,0 +1,57 @@
+#pragma once
+// How L2L's relay (l2l_relay.h) moves tensors between the host and the device.
+//
+// On the CPU the device and the host are one heap: host storage is what is allocated inside a
+// runtime::HostScope (counted apart from the budget), and a copy is a clone.
+//
+// On CUDA host storage is pinned (so copies run at the link's speed and overlap compute).
+// Parameters come in on an inbound copy stream, from the relay's copy thread, which waits for each
+// copy to land. Gradients and stashed boundaries go out, and boundaries come back, on an outbound
+// copy stream ordered against the compute stream by events, so the compute thread never waits for
+// them on the host. Tensors used on a stream other than the one that allocated them are recorded
+// on it, so the caching allocator does not hand their memory out again while a copy still reads it.
+#include <memory>
+#include <optional>
+
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <torch/torch.h>
+
+namespace headroom::executor {
+
+// A copy to the host: `host` holds the data once wait() returns.
+struct HostLanding {
+  torch::Tensor host;
+  std::shared_ptr<c10::Event> landed;  // null when the copy was done on return (the CPU)
+  void wait() const;
+};
+
+class RelayLink {
+ public:
+  // The compute stream is the one current on the constructing thread. Throws InputError for a
+  // device that is neither the CPU nor CUDA.
+  explicit RelayLink(torch::Device device);
+  torch::Device device() const { return device_; }
+  bool is_cuda() const { return device_.is_cuda(); }
+
+  // Uninitialized host storage: pinned on CUDA, inside a HostScope on the CPU.
+  torch::Tensor host_empty(at::IntArrayRef sizes, const torch::TensorOptions& like) const;
+  // A host tensor's copy on the device, landed when this returns, usable on the compute stream.
+  // Any thread may call it (the relay's copy thread does).
+  torch::Tensor to_device_landed(const torch::Tensor& host) const;
+  // A device tensor's copy to the host, after the compute enqueued so far; in flight on CUDA until
+  // the landing's wait().
+  HostLanding to_host(const torch::Tensor& device) const;
+  // A host tensor brought back to the device for the compute enqueued from now on (after the
+  // outbound copies that filled it, on CUDA).
+  torch::Tensor back_to_device(const torch::Tensor& host) const;
+
+ private:
+  // Makes `stream` wait for the work enqueued on `after` so far.
+  void order(const c10::Stream& after, const c10::Stream& stream) const;
+
+  torch::Device device_;
+  std::optional<c10::Stream> compute_, inbound_, outbound_;  // CUDA only
+};
+
+}  // namespace headroom::executor
