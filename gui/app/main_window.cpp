@@ -416,7 +416,7 @@ void MainWindow::show_result(quint64 generation, std::shared_ptr<const PlanResul
   run_panel_->set_plan(r.plan);
   least_budget_button_->setVisible(!r.plan && r.smallest_budget > 0);
   if (!r.plan && r.smallest_budget > 0) {
-    least_budget_button_->setText("Set budget to " + bytes_text(r.smallest_budget));
+    least_budget_button_->setText("Set budget to " + QString::fromStdString(core::format_bytes_at_least(r.smallest_budget)));
     least_budget_button_->setToolTip("the least budget any plan fits, with these strategies");
   }
   save_action_->setEnabled(r.plan.has_value());

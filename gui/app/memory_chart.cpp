@@ -142,7 +142,7 @@ void MemoryChart::show_result(const PlanResult& result) {
                           .arg(choice.world_size > 1 ? QString(" of worker 0 (of %1)").arg(choice.world_size) : QString()));
   } else if (result.best_attempt) {
     chart()->setTitle(QString("no plan fits %1: the least that fits (shown) needs %2")
-                          .arg(bytes_text(budget), bytes_text(result.smallest_budget)));
+                          .arg(bytes_text(budget), QString::fromStdString(core::format_bytes_at_least(result.smallest_budget))));
   } else {
     chart()->setTitle("memory over one step: no plan");
   }
