@@ -424,9 +424,10 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
       torch::NoGradGuard no_grad;
       position_.phase = "gradients";
       if (stage.kept) {
+        // Gradients an accumulate() left are added to, as the relayed stages' are on the host.
         for (const int p : stage.parameters) {
           auto& slot = slots_[static_cast<std::size_t>(p)];
-          slot.mutable_grad() = torch::zeros_like(slot);
+          if (!slot.grad().defined()) slot.mutable_grad() = torch::zeros_like(slot);
         }
       } else if (stage.device_flat.defined()) {
         // One buffer, as the parameters: the stage's gradients go to the host in one copy.

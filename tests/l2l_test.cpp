@@ -119,6 +119,43 @@ TEST(L2L, FromAChosenBlockOnTrainsAsOrdinaryTraining) {
   EXPECT_THROW(executor::L2LRelay(other, inside, position), core::InputError);
 }
 
+// accumulate() leaves its gradients for a step to add to, in the stages kept on the device as in
+// the relayed ones: the step is ordinary training's over both batches' gradients.
+TEST(L2L, AStepAfterAccumulateAddsToItsGradientsInEveryStage) {
+  const std::vector<std::int64_t> sizes = {3, 3};
+  models::Model ordinary = models::build_zoo_model("bert", kBertTiny, 3);
+  ordinary.set_training(true);
+  ordinary.set_dropout(false);
+  auto sgd = runtime::make_optimizer("sgd", ordinary.parameters());
+  executor::Position position;
+  {
+    executor::PlanRunner runner(ordinary, {}, position);
+    runner.accumulate(step_batches(ordinary, sizes, 0), total(sizes));
+    runner.accumulate(step_batches(ordinary, sizes, 1), total(sizes));
+    sgd->step();
+  }
+  models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
+  model.set_training(true);
+  model.set_dropout(false);
+  executor::RelayOptions options;
+  options.optimizer = "sgd";
+  // Stages kept on the device and relayed ones both: the relay starts at the second encoder block.
+  int blocks_seen = 0;
+  for (std::size_t i = 1; i < model.layers().size() && options.first_relayed_layer == 0; ++i) {
+    if (model.layers()[i].block != model.layers()[i - 1].block && ++blocks_seen == 2) {
+      options.first_relayed_layer = static_cast<int>(i);
+    }
+  }
+  executor::L2LRelay relay(model, options, position);
+  ASSERT_EQ(relay.kept_stage_count(), 2);
+  relay.accumulate(step_batches(model, sizes, 0), total(sizes));
+  relay.step(step_batches(model, sizes, 1), total(sizes));
+  std::vector<torch::Tensor> expected, relayed;
+  for (const auto& p : ordinary.parameters()) expected.push_back(p.detach());
+  for (const auto& p : relay.host_parameters()) relayed.push_back(p.detach());
+  EXPECT_LE(executor::max_relative_difference(relayed, expected), 1e-5);
+}
+
 TEST(L2L, WeightsAfterThreeSgdStepsEqualOrdinaryTraining) {
   const std::vector<std::int64_t> sizes = {4, 4};
   EXPECT_LE(executor::max_relative_difference(relay_weights("sgd", sizes, 3, {}), ordinary_weights("sgd", sizes, 3)), 1e-5);
