@@ -387,8 +387,6 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, Bat
   return out;
 }
 
-// The least peak the allowed strategies reach: the smallest micro-batches, and the least limit
-// under which some checkpointing of them fits (found by bisection).
 // The least peak at one split without checkpointing: as it is, with every lean layer, and (for a
 // contrastive model) with each loss option.
 std::int64_t least_unchecked_peak(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
@@ -396,13 +394,13 @@ std::int64_t least_unchecked_peak(const core::CostModel& costs, const LayerGraph
   std::vector<std::optional<core::LossTiles>> losses = space.loss_options;
   if (losses.empty()) losses.push_back(space.tiles);
   std::int64_t least = std::numeric_limits<std::int64_t>::max();
+  const std::vector<int> order = space.tempo ? tempo_order(graph, cache, micro.front()).layers : std::vector<int>{};
   for (const auto& tiles : losses) {
     core::StepChoice plain = space.base;
     plain.micro_batches = micro;
     plain.loss_tiles = tiles;
     least = std::min(least, predict_step(costs, graph, plain, &cache).peak_bytes);
     if (space.tempo) {
-      const auto order = tempo_order(graph, cache, micro.front()).layers;
       least = std::min(least, predict_step(costs, graph, with_lean_prefix(plain, order, order.size()), &cache).peak_bytes);
     }
   }
@@ -433,6 +431,8 @@ std::vector<std::int64_t> least_split(const core::CostModel& costs, const LayerG
   return split_batch(global_batch, best);
 }
 
+// The least peak the allowed strategies reach: the smallest micro-batches, and the least limit
+// under which some checkpointing of them fits (found by bisection).
 std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
                         const SearchSpace& space) {
   const std::vector<std::int64_t> micro = least_split(costs, graph, cache, global_batch, space);
