@@ -54,7 +54,8 @@ core::GradientCheck check_gradient(L2LRelay& relay, models::Model& model, const 
   const auto batches = make_micro_batches(model, plan.choice.micro_batches, options.seed, device);
   relay.accumulate(batches, plan.global_batch);
   std::vector<torch::Tensor> relayed;
-  for (const auto& g : relay.host_gradients()) relayed.push_back(g.clone());
+  // The stages kept on the device hold their gradients there; the reference runs on the CPU.
+  for (const auto& g : relay.host_gradients()) relayed.push_back(g.detach().to(torch::kCPU, false, true));
   // Training starts from no gradients.
   for (auto parameter : relay.host_parameters()) parameter.mutable_grad() = torch::Tensor();
   model.set_dropout(true);
@@ -149,6 +150,8 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
       report.step_seconds.push_back(seconds);
       const std::int64_t device_peak = device.is_cuda() ? recorder->peak() : allocator.peak() - device_before;
       report.measured.peak_bytes = std::max(report.measured.peak_bytes, device_peak);
+      // What the caching allocator held, blocks a copy stream still used (record_stream) included.
+      if (device.is_cuda()) report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, recorder->reserved_peak());
       relay_report.measured_host_peak_bytes =
           std::max(relay_report.measured_host_peak_bytes, allocator.host_peak() - host_before);
     }
@@ -163,6 +166,11 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
     oom.requested_bytes = refusal.requested_bytes;
     oom.in_use_bytes = refusal.in_use_bytes - baseline;
     oom.budget_bytes = refusal.budget_bytes - baseline;
+    if (refusal.requested_bytes == 0) {
+      // Not the budget's refusal (none was recorded): the device itself ran out.
+      oom.phase += " (the device ran out; no budget refusal was recorded)";
+      oom.requested_bytes = oom.in_use_bytes = oom.budget_bytes = 0;
+    }
     report.out_of_memory = oom;
     report.status = "out_of_memory";
   }

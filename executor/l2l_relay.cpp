@@ -119,6 +119,13 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
   // stage's parameters are copied out of wherever the model was built (the host, in execute) onto
   // the device. On CUDA the host buffers are pinned.
   torch::NoGradGuard no_grad;
+  // Buffers (running statistics, masks) are read by the compute and updated in place: they stay on
+  // the device; on the CPU that is where the model was built.
+  if (link_.is_cuda()) {
+    for (auto buffer : model_.buffers()) {
+      buffer.set_data(buffer.detach().to(buffer.options().device(link_.device()), /*non_blocking=*/false, /*copy=*/true));
+    }
+  }
   masters_.resize(slots_.size());
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     auto& slot = slots_[i];
@@ -327,7 +334,14 @@ void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
     for (const int p : s.parameters) masters_[static_cast<std::size_t>(p)].mutable_grad() = torch::Tensor();
   };
   if (options_.overlap_optimizer) {
-    optimizer_steps_.push_back(std::async(std::launch::async, in_launcher_state(work)));
+    // One stage's host step at a time, in order, as the planner's host-optimizer lane runs them:
+    // steps started side by side would share the host's cores and the memory bandwidth anyway.
+    std::shared_future<void> previous = optimizer_steps_.empty() ? std::shared_future<void>() : optimizer_steps_.back();
+    auto in_turn = [previous, work] {
+      if (previous.valid()) previous.wait();
+      work();
+    };
+    optimizer_steps_.push_back(std::async(std::launch::async, in_launcher_state(in_turn)).share());
   } else {
     work();
   }
@@ -340,8 +354,7 @@ void L2LRelay::wait_for_optimizer() {
 
 torch::Tensor L2LRelay::to_stash(const torch::Tensor& tensor) const {
   if (!options_.boundaries_on_host) return tensor;
-  // On CUDA still arriving: only the outbound stream's copy back reads it, in order.
-  return link_.to_host(tensor).host;
+  return link_.stash_to_host(tensor);
 }
 
 torch::Tensor L2LRelay::run_stage(const Stage& stage, const models::Batch& batch, std::vector<torch::Tensor>& outputs,
@@ -401,7 +414,11 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
       }
       torch::NoGradGuard no_grad;
       std::vector<torch::Tensor> outputs(layers.size());
-      for (const int j : stage.inputs) outputs[static_cast<std::size_t>(j)] = stash[m][static_cast<std::size_t>(j)];
+      // The CPU computes on a host stash where it lies; a GPU needs it brought back first.
+      for (const int j : stage.inputs) {
+        const torch::Tensor& stashed = stash[m][static_cast<std::size_t>(j)];
+        outputs[static_cast<std::size_t>(j)] = link_.is_cuda() ? from_stash(stashed) : stashed;
+      }
       const torch::Tensor out = run_stage(stage, micro_batches[m], outputs, false);
       for (const int j : stage.exports) stash[m][static_cast<std::size_t>(j)] = to_stash(outputs[static_cast<std::size_t>(j)]);
       if (s == last_stage) {

@@ -131,7 +131,7 @@ class L2LRelay {
   std::vector<int> first_reader_stage_;  // per layer: the earliest later stage that reads its output (-1 none)
   int prefetching_ = -1;
   std::future<torch::Tensor> prefetch_;
-  std::vector<std::future<void>> optimizer_steps_;
+  std::vector<std::shared_future<void>> optimizer_steps_;
 };
 
 }  // namespace headroom::executor

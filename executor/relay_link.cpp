@@ -60,18 +60,23 @@ HostLanding RelayLink::to_host(const torch::Tensor& device) const {
   return {host, landed};
 }
 
+torch::Tensor RelayLink::stash_to_host(const torch::Tensor& device) const {
+  torch::NoGradGuard no_grad;
+  if (!is_cuda()) {
+    runtime::HostScope host;
+    return device.clone();
+  }
+  // Only the compute stream reads it back, after this copy: no event to wait on. The pinned
+  // allocator keeps the buffer until the copy is done, however early the tensor goes.
+  torch::Tensor host = host_empty(device.sizes(), device.options());
+  host.copy_(device, /*non_blocking=*/true);
+  return host;
+}
+
 torch::Tensor RelayLink::back_to_device(const torch::Tensor& host) const {
   torch::NoGradGuard no_grad;
   if (!is_cuda()) return host.clone();
-  torch::Tensor copy;
-  {
-    // On the stream that filled `host`, so the copy back reads what arrived.
-    c10::StreamGuard on_outbound(*outbound_);
-    copy = host.to(host.options().device(device_), /*non_blocking=*/true, /*copy=*/true);
-  }
-  order(*outbound_, *compute_);
-  copy.record_stream(*compute_);
-  return copy;
+  return host.to(host.options().device(device_), /*non_blocking=*/true, /*copy=*/true);
 }
 
 void RelayLink::order(const c10::Stream& after, const c10::Stream& stream) const {

@@ -42,8 +42,10 @@ class RelayLink {
   // A device tensor's copy to the host, after the compute enqueued so far; in flight on CUDA until
   // the landing's wait().
   HostLanding to_host(const torch::Tensor& device) const;
-  // A host tensor brought back to the device for the compute enqueued from now on (after the
-  // outbound copies that filled it, on CUDA).
+  // A stashed boundary's copy to the host and back, in the compute's order (the compute stream on
+  // CUDA, the compute thread on the CPU): the stage's turn includes them, as the planner times it,
+  // and they never queue behind a stage's parameters or gradients on the copy streams.
+  torch::Tensor stash_to_host(const torch::Tensor& device) const;
   torch::Tensor back_to_device(const torch::Tensor& host) const;
 
  private:

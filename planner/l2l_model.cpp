@@ -206,7 +206,7 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   p.kept_bytes = kept_params + kept_state;
   // Each op as it starts: the device's bytes by kind and what the op holds above them.
   std::vector<std::int64_t> forward_ns(stages.size(), 0), backward_ns(stages.size(), 0);
-  // The constant-memory variant's boundary copies: the relay makes them on the compute thread, so
+  // The constant-memory variant's boundary copies: the relay makes them on the compute thread (stream on CUDA), so
   // they lengthen the stage's turn (and are the transfer lane's, not the compute lane's, busy time).
   const auto& device = trace.device;
   std::int64_t bring_ns = 0;  // brought to the device before the next op
@@ -249,13 +249,20 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   std::int64_t host_stash = 0;
   std::vector<std::vector<bool>> stashed(n, std::vector<bool>(trace.layers.size(), false));
 
-  // Forward without grad, stage by stage; the next stage's parameters arrive meanwhile.
+  // Forward without grad, stage by stage; the next stage's parameters arrive meanwhile. A GPU
+  // brings a host stash's inputs back for the stage (held through it); a CPU computes on them there.
+  const bool bring_inputs = boundaries_on_host && trace.device.is_cuda();
   for (int s = 0; s <= last_stage; ++s) {
     const auto& stage = stages[static_cast<std::size_t>(s)];
     const std::int64_t params = on_device(s, s + 1);
     for (std::size_t m = 0; m < n; ++m) {
       const std::int64_t b = micro_batches[m];
-      std::int64_t live = 0;  // this stage's outputs still to be read
+      const std::int64_t brought = bring_inputs ? sum_out(stage.inputs, b) : 0;
+      if (brought > 0) {
+        bring_ns = device.host_to_device_ns(brought, static_cast<std::int64_t>(stage.inputs.size()));
+        p.stash_copy_bytes += brought;
+      }
+      std::int64_t live = brought;  // this stage's inputs and outputs still to be read
       for (int i = stage.first; i <= stage.last; ++i) {
         const auto& c = cost(i, b);
         emit(OpKind::ForwardNoGrad, i, s, m, scaled(c.fwd_ns, scale_of[b]), base, params, 0, stash + live, c.fwd_transient_bytes);
@@ -483,12 +490,15 @@ core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& grap
         if (predicted.host_shares_compute && copy >= 0) deps.push_back(copy);  // settle_prefetch
       }
     }
-    // The constant-memory variant's boundaries, copied on the compute thread before and after it.
+    // The constant-memory variant's boundaries, copied on the compute thread before and after it;
+    // on CUDA on the compute stream itself, so they never queue behind the copy streams' work.
     const auto boundary_copy = [&](std::int64_t ns, bool in, std::vector<int> after) {
       core::Task copy_task;
       copy_task.name = "boundaries of " + stage_name(op.stage) + (in ? " in" : " out");
       copy_task.category = "boundary stash";
-      copy_task.stream = in ? core::Stream::HostToDevice : core::Stream::DeviceToHost;
+      copy_task.stream = !predicted.host_shares_compute ? core::Stream::Compute
+                         : in                           ? core::Stream::HostToDevice
+                                                        : core::Stream::DeviceToHost;
       copy_task.duration_ns = ns;
       copy_task.micro_batch = op.micro_batch;
       if (last_compute >= 0) after.push_back(last_compute);

@@ -257,6 +257,52 @@ TEST(L2LPlanner, CopyLatencyIsPaidOncePerCopy) {
   }
 }
 
+// The constant-memory variant's forward on a GPU: a stage's inputs come back from the host stash
+// before it runs and stay on the device through it; the CPU computes on them where they lie.
+TEST(L2LPlanner, OnCudaAHostStashIsBroughtBackForTheForward) {
+  core::Trace trace = bert_trace();
+  trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
+  const planner::LayerGraph graph(trace);
+  const std::vector<std::int64_t> micro = {8, 8};
+  const auto stages = planner::l2l_stages(trace);
+  planner::L2LPrediction predicted[2];
+  std::vector<planner::L2LOp> ops[2];
+  for (const bool cuda : {false, true}) {
+    trace.device.kind = cuda ? "cuda" : "cpu";
+    const core::CostModel costs(trace);
+    predicted[cuda] = planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{true}, &ops[cuda]);
+    core::StepChoice choice;
+    choice.micro_batches = micro;
+    choice.l2l = core::RelayChoice{true};
+    const auto simulated = simulator::simulate(planner::build_schedule(costs, graph, choice));
+    EXPECT_EQ(simulated.peak_bytes, predicted[cuda].device_peak_bytes);
+    EXPECT_EQ(simulated.makespan_ns, predicted[cuda].step_ns) << "cuda " << cuda;
+  }
+  const core::CostModel costs(trace);
+  std::int64_t inputs = 0;
+  for (const auto& stage : stages) {
+    for (const int j : stage.inputs) {
+      for (const auto b : micro) inputs += costs.layer(static_cast<std::size_t>(j), b).output_bytes;
+    }
+  }
+  ASSERT_GT(inputs, 0);
+  EXPECT_EQ(predicted[1].stash_copy_bytes - predicted[0].stash_copy_bytes, inputs);
+  EXPECT_GT(predicted[1].stash_copy_ns, predicted[0].stash_copy_ns);
+  ASSERT_EQ(ops[0].size(), ops[1].size());
+  bool held = false;
+  for (std::size_t k = 0; k < ops[0].size(); ++k) {
+    if (ops[0][k].kind != planner::OpKind::ForwardNoGrad) continue;
+    EXPECT_EQ(ops[0][k].copy_in_ns, 0) << "the CPU brings nothing back in the forward";
+    const auto& stage = stages[static_cast<std::size_t>(ops[1][k].stage)];
+    std::int64_t brought = 0;
+    for (const int j : stage.inputs) brought += costs.layer(static_cast<std::size_t>(j), micro[static_cast<std::size_t>(ops[1][k].micro_batch)]).output_bytes;
+    EXPECT_EQ(ops[1][k].activation_bytes - ops[0][k].activation_bytes, brought) << "op " << k;
+    held = held || brought > 0;
+  }
+  EXPECT_TRUE(held);
+  EXPECT_GE(predicted[1].device_peak_bytes, predicted[0].device_peak_bytes);
+}
+
 TEST(L2LPlanner, ScheduleSimulatesToThePrediction) {
   core::Trace trace = bert_trace();
   for (const double bandwidth : {0.0, 1e9}) {
