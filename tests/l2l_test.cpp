@@ -250,6 +250,9 @@ TEST(RelayLink, OnTheCpuHostCopiesAreCountedApartFromTheDevice) {
   EXPECT_EQ(allocator.host_in_use() - host_before, 8192);
   EXPECT_TRUE(back.host.equal(host * 2));
   EXPECT_TRUE(link.back_to_device(back.host).equal(host * 2));
+  const torch::Tensor stashed = link.stash_to_host(on_device * 3);
+  EXPECT_EQ(allocator.host_in_use() - host_before, 3 * 4096);
+  EXPECT_TRUE(link.back_to_device(stashed).equal(host * 3));
 }
 
 TEST(RelayLink, RefusesDevicesOtherThanTheCpuAndCuda) {
