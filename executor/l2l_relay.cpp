@@ -245,13 +245,16 @@ void L2LRelay::add_to_stash(torch::Tensor& stashed, const torch::Tensor& gradien
   }
 }
 
-void L2LRelay::start_prefetch(int stage) {
+void L2LRelay::start_prefetch(int stage, const std::shared_ptr<c10::Event>& after) {
   if (!options_.prefetch || stage < 0 || stage >= stage_count() || stages_[static_cast<std::size_t>(stage)].kept) return;
   if (prefetch_.valid()) prefetch_.wait();
   prefetching_ = stage;
   // No host optimizer step touches this stage meanwhile: in backward the stage prefetched is the one
   // before those being stepped, and a step's forward starts after every step has finished.
-  prefetch_ = std::async(std::launch::async, in_launcher_state(carrying_refusal([this, stage] { return copy_to_device(stage); })));
+  prefetch_ = std::async(std::launch::async, in_launcher_state(carrying_refusal([this, stage, after] {
+                           wait_for(after);
+                           return copy_to_device(stage);
+                         })));
   if (options_.settle_prefetch) prefetch_.wait();
 }
 
@@ -305,6 +308,7 @@ void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
   // nobody cleared) are added to.
   std::optional<HostLanding> arriving;
   if (s.device_gradients.defined()) arriving = link_.to_host(s.device_gradients);
+  gradients_sent_[static_cast<std::size_t>(stage)] = arriving ? arriving->landed : nullptr;
   auto deliver = [this, &s](const HostLanding& landing) {
     landing.wait();
     HostScope host;
@@ -400,11 +404,13 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
   double loss_total = 0;
 
   // Forward: stage by stage, every micro-batch, nothing kept for backward but the stash.
+  gradients_sent_.assign(stages_.size(), nullptr);
+  std::shared_ptr<c10::Event> before_running;  // the device's mark at the end of the stage before the running one
   start_prefetch(0);
   for (int s = 0; s <= last_stage; ++s) {
     const Stage& stage = stages_[static_cast<std::size_t>(s)];
     load(s);
-    start_prefetch(s < last_stage ? s + 1 : -1);
+    start_prefetch(s < last_stage ? s + 1 : -1, before_running);
     for (std::size_t m = 0; m < n; ++m) {
       position_.phase = "forward";
       position_.micro_batch = static_cast<int>(m);
@@ -425,6 +431,7 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
         loss_total += out.item<double>() * static_cast<double>(micro_batches[m].size()) / static_cast<double>(global_batch);
       }
     }
+    before_running = link_.mark_compute();
     // The last stage stays: backward starts with it.
     if (s < last_stage) unload(s);
   }
@@ -433,7 +440,7 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
   for (int s = last_stage; s >= 0; --s) {
     Stage& stage = stages_[static_cast<std::size_t>(s)];
     if (s < last_stage) load(s);
-    start_prefetch(s - 1);
+    start_prefetch(s - 1, before_running);
     {
       // The stage's gradients exist before its first backward, as in the step the profiler measured
       // (it accumulated into gradients already there): autograd then adds into them in place and
@@ -447,6 +454,9 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
           if (!slot.grad().defined()) slot.mutable_grad() = torch::zeros_like(slot);
         }
       } else if (stage.device_flat.defined()) {
+        // On CUDA the gradients of two stages back must have left the device first: the device then
+        // holds this stage's and, still crossing, the previous one's, as the planner counts them.
+        if (s + 2 <= last_stage) wait_for(gradients_sent_[static_cast<std::size_t>(s + 2)]);
         // One buffer, as the parameters: the stage's gradients go to the host in one copy.
         stage.device_gradients = torch::zeros_like(stage.device_flat);
         const auto views = stage.views(stage.device_gradients);
@@ -518,6 +528,7 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
         if (first_reader_stage_[static_cast<std::size_t>(j)] == s) stash[m][static_cast<std::size_t>(j)] = torch::Tensor();
       }
     }
+    before_running = link_.mark_compute();
     position_.phase = "gradient offload";
     offload_gradients_and_step(s, optimize);
   }

@@ -103,7 +103,11 @@ class L2LRelay {
   double run(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch, bool optimize);
   // The stage's packed parameters copied to the device on the calling thread (undefined: none).
   torch::Tensor copy_to_device(int stage) const;
-  void start_prefetch(int stage);
+  // `after`: the device's mark at the end of the stage before the one running (null on the CPU);
+  // the copy waits for it, as the planner's lanes order it, so the compute thread, which only
+  // enqueues on CUDA, cannot run stages ahead and pile up device memory the allocator keeps for
+  // work still queued.
+  void start_prefetch(int stage, const std::shared_ptr<c10::Event>& after = nullptr);
   void load(int stage);
   void unload(int stage);
   void offload_gradients_and_step(int stage, bool optimize);
@@ -131,6 +135,8 @@ class L2LRelay {
   std::vector<int> first_reader_stage_;  // per layer: the earliest later stage that reads its output (-1 none)
   int prefetching_ = -1;
   std::future<torch::Tensor> prefetch_;
+  // Per stage: the landing of its gradients' copy to the host this step (CUDA; null on the CPU).
+  std::vector<std::shared_ptr<c10::Event>> gradients_sent_;
   std::vector<std::shared_future<void>> optimizer_steps_;
 };
 

@@ -11,11 +11,18 @@
 
 namespace headroom::executor {
 
-void HostLanding::wait() const {
-  // libtorch 1.13's c10::Event cannot block the host, so poll: a stage's gradients take
-  // milliseconds to cross, against which a 20 us poll is noise.
-  if (!landed) return;
-  while (!landed->query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+void wait_for(const std::shared_ptr<c10::Event>& event) {
+  // libtorch 1.13's c10::Event cannot block the host, so poll: what is waited for (a stage's
+  // compute, its gradients crossing) takes milliseconds, against which a 20 us poll is noise.
+  if (!event) return;
+  while (!event->query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+
+std::shared_ptr<c10::Event> RelayLink::mark_compute() const {
+  if (!is_cuda()) return nullptr;
+  auto mark = std::make_shared<c10::Event>(device_.type());
+  mark->record(*compute_);
+  return mark;
 }
 
 RelayLink::RelayLink(torch::Device device) : device_(device) {

@@ -19,11 +19,14 @@
 
 namespace headroom::executor {
 
+// Blocks the calling thread until the device has reached `event` (null: nothing to wait for).
+void wait_for(const std::shared_ptr<c10::Event>& event);
+
 // A copy to the host: `host` holds the data once wait() returns.
 struct HostLanding {
   torch::Tensor host;
   std::shared_ptr<c10::Event> landed;  // null when the copy was done on return (the CPU)
-  void wait() const;
+  void wait() const { wait_for(landed); }
 };
 
 class RelayLink {
@@ -47,6 +50,9 @@ class RelayLink {
   // and they never queue behind a stage's parameters or gradients on the copy streams.
   torch::Tensor stash_to_host(const torch::Tensor& device) const;
   torch::Tensor back_to_device(const torch::Tensor& host) const;
+  // The point the compute enqueued so far reaches on the device (null on the CPU, whose compute is
+  // done when enqueued): the relay's copy thread waits for it before it allocates.
+  std::shared_ptr<c10::Event> mark_compute() const;
 
  private:
   // Makes `stream` wait for the work enqueued on `after` so far.

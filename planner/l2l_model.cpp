@@ -290,7 +290,9 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
     const std::int64_t params = on_device(s, s - 1);
     // The stage's gradients, zeroed as its backward starts (the relay makes them there, as the
     // profiled step had them before its backward); every micro-batch adds to them in place.
-    const std::int64_t gradients = stage.parameter_bytes;
+    // On CUDA the previous stage's gradients are still crossing to the host meanwhile (the relay
+    // waits for them to land before the stage after this one makes its own): counted throughout.
+    const std::int64_t gradients = stage.parameter_bytes + (trace.device.is_cuda() && s < last_stage ? relayed(s + 1) : 0);
     for (std::size_t m = 0; m < n; ++m) {
       const std::int64_t b = micro_batches[m];
       // The constant-memory variant brings the stage's inputs and the gradients at its outputs over.

@@ -303,6 +303,38 @@ TEST(L2LPlanner, OnCudaAHostStashIsBroughtBackForTheForward) {
   EXPECT_GE(predicted[1].device_peak_bytes, predicted[0].device_peak_bytes);
 }
 
+// On CUDA a stage's gradients cross to the host while the stage before computes: its backward
+// counts them beside its own (the relay waits for them before the next stage makes its own).
+TEST(L2LPlanner, OnCudaTheGradientsStillCrossingAreCounted) {
+  core::Trace trace = bert_trace();
+  trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
+  const planner::LayerGraph graph(trace);
+  const std::vector<std::int64_t> micro = {8, 8};
+  const auto stages = planner::l2l_stages(trace);
+  std::vector<planner::L2LOp> ops[2];
+  planner::L2LPrediction predicted[2];
+  for (const bool cuda : {false, true}) {
+    trace.device.kind = cuda ? "cuda" : "cpu";
+    const core::CostModel costs(trace);
+    predicted[cuda] = planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{false}, &ops[cuda]);
+    core::StepChoice choice;
+    choice.micro_batches = micro;
+    choice.l2l = core::RelayChoice{false};
+    EXPECT_EQ(simulator::simulate(planner::build_schedule(costs, graph, choice)).peak_bytes, predicted[cuda].device_peak_bytes);
+  }
+  ASSERT_EQ(ops[0].size(), ops[1].size());
+  int counted = 0;
+  for (std::size_t k = 0; k < ops[0].size(); ++k) {
+    const auto s = static_cast<std::size_t>(ops[1][k].stage);
+    const bool backward = ops[1][k].kind == planner::OpKind::Recompute || ops[1][k].kind == planner::OpKind::Backward;
+    const std::int64_t crossing = backward && s + 1 < stages.size() ? stages[s + 1].parameter_bytes : 0;
+    EXPECT_EQ(ops[1][k].gradient_bytes - ops[0][k].gradient_bytes, crossing) << "op " << k;
+    counted += crossing > 0;
+  }
+  EXPECT_GT(counted, 0);
+  EXPECT_GT(predicted[1].device_peak_bytes, predicted[0].device_peak_bytes);
+}
+
 TEST(L2LPlanner, ScheduleSimulatesToThePrediction) {
   core::Trace trace = bert_trace();
   for (const double bandwidth : {0.0, 1e9}) {
