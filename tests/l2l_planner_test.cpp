@@ -257,27 +257,39 @@ TEST(L2LPlanner, CopyLatencyIsPaidOncePerCopy) {
   }
 }
 
+// One relay step of `trace` predicted as a CPU trace ([0]) and as a CUDA trace ([1]), each checked
+// against its simulated schedule.
+struct CpuAndCuda {
+  planner::L2LPrediction predicted[2];
+  std::vector<planner::L2LOp> ops[2];
+};
+
+CpuAndCuda predict_on_cpu_and_cuda(core::Trace trace, const std::vector<std::int64_t>& micro, bool boundaries_on_host) {
+  const planner::LayerGraph graph(trace);
+  CpuAndCuda out;
+  for (const bool cuda : {false, true}) {
+    trace.device.kind = cuda ? "cuda" : "cpu";
+    const core::CostModel costs(trace);
+    out.predicted[cuda] = planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{boundaries_on_host}, &out.ops[cuda]);
+    core::StepChoice choice;
+    choice.micro_batches = micro;
+    choice.l2l = core::RelayChoice{boundaries_on_host};
+    const auto simulated = simulator::simulate(planner::build_schedule(costs, graph, choice));
+    EXPECT_EQ(simulated.peak_bytes, out.predicted[cuda].device_peak_bytes) << "cuda " << cuda;
+    EXPECT_EQ(simulated.makespan_ns, out.predicted[cuda].step_ns) << "cuda " << cuda;
+  }
+  EXPECT_EQ(out.ops[0].size(), out.ops[1].size());
+  return out;
+}
+
 // The constant-memory variant's forward on a GPU: a stage's inputs come back from the host stash
 // before it runs and stay on the device through it; the CPU computes on them where they lie.
 TEST(L2LPlanner, OnCudaAHostStashIsBroughtBackForTheForward) {
   core::Trace trace = bert_trace();
   trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
-  const planner::LayerGraph graph(trace);
   const std::vector<std::int64_t> micro = {8, 8};
   const auto stages = planner::l2l_stages(trace);
-  planner::L2LPrediction predicted[2];
-  std::vector<planner::L2LOp> ops[2];
-  for (const bool cuda : {false, true}) {
-    trace.device.kind = cuda ? "cuda" : "cpu";
-    const core::CostModel costs(trace);
-    predicted[cuda] = planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{true}, &ops[cuda]);
-    core::StepChoice choice;
-    choice.micro_batches = micro;
-    choice.l2l = core::RelayChoice{true};
-    const auto simulated = simulator::simulate(planner::build_schedule(costs, graph, choice));
-    EXPECT_EQ(simulated.peak_bytes, predicted[cuda].device_peak_bytes);
-    EXPECT_EQ(simulated.makespan_ns, predicted[cuda].step_ns) << "cuda " << cuda;
-  }
+  const auto [predicted, ops] = predict_on_cpu_and_cuda(trace, micro, true);
   const core::CostModel costs(trace);
   std::int64_t inputs = 0;
   for (const auto& stage : stages) {
@@ -308,20 +320,8 @@ TEST(L2LPlanner, OnCudaAHostStashIsBroughtBackForTheForward) {
 TEST(L2LPlanner, OnCudaTheGradientsStillCrossingAreCounted) {
   core::Trace trace = bert_trace();
   trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
-  const planner::LayerGraph graph(trace);
-  const std::vector<std::int64_t> micro = {8, 8};
   const auto stages = planner::l2l_stages(trace);
-  std::vector<planner::L2LOp> ops[2];
-  planner::L2LPrediction predicted[2];
-  for (const bool cuda : {false, true}) {
-    trace.device.kind = cuda ? "cuda" : "cpu";
-    const core::CostModel costs(trace);
-    predicted[cuda] = planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{false}, &ops[cuda]);
-    core::StepChoice choice;
-    choice.micro_batches = micro;
-    choice.l2l = core::RelayChoice{false};
-    EXPECT_EQ(simulator::simulate(planner::build_schedule(costs, graph, choice)).peak_bytes, predicted[cuda].device_peak_bytes);
-  }
+  const auto [predicted, ops] = predict_on_cpu_and_cuda(trace, {8, 8}, false);
   ASSERT_EQ(ops[0].size(), ops[1].size());
   int counted = 0;
   for (std::size_t k = 0; k < ops[0].size(); ++k) {
