@@ -51,6 +51,9 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     runner->set_phase("backward", micro_batch);
     // A block with nothing to train that reads no gradient-carrying input has no backward.
     if (output.requires_grad()) torch::autograd::backward({output}, {grad_outputs[0]});
+    // The node outlives its backward until the whole graph goes: its saved RNG state would stay
+    // through every earlier block's backward, where the plan counts it no more.
+    ctx->saved_data.erase("rng");
     return {input.requires_grad() ? input.grad() : torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
             torch::Tensor()};
   }

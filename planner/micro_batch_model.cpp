@@ -99,23 +99,23 @@ bool variant_applies(const LayerGraph& graph, int layer, LayerVariant variant) {
   return false;
 }
 
-// Each layer's variant as it takes effect: the chosen one where it applies and the layer is outside
-// checkpointed blocks (whose recompute runs the standard layers), else the standard one.
-std::vector<LayerVariant> effective_variant_of(const LayerGraph& graph, const std::vector<const BlockSpan*>& span_of,
-                                               const core::StepChoice& choice) {
+// Each layer's variant as it runs: the chosen one where it applies, else the standard one. A lean
+// layer inside a checkpointed block runs lean in the block's recompute too (the executor runs the
+// plan's variants wherever they are).
+std::vector<LayerVariant> running_variant_of(const LayerGraph& graph, const core::StepChoice& choice) {
   std::vector<LayerVariant> out(graph.size(), LayerVariant::Standard);
   for (std::size_t i = 0; i < out.size() && i < choice.layers.size(); ++i) {
     const LayerVariant v = choice.layers[i].variant;
-    if (span_of[i] == nullptr && variant_applies(graph, static_cast<int>(i), v)) out[i] = v;
+    if (variant_applies(graph, static_cast<int>(i), v)) out[i] = v;
   }
   return out;
 }
 
 // Layer i's costs when it runs `variant`, and what that moves to other layers. A lean layer runs at
 // its Tempo cost, and an input it no longer keeps is freed by its last reader's forward (measured
-// there as a smaller net change).
+// there as a smaller net change). `span` is i's block where that block is checkpointed.
 void apply_variant(const BatchCosts& costs, const LayerGraph& graph, std::size_t i, LayerVariant variant,
-                   std::vector<core::LayerCost>& adjusted) {
+                   const BlockSpan* span, std::vector<core::LayerCost>& adjusted) {
   switch (variant) {
     case LayerVariant::Standard: return;
     case LayerVariant::Tempo: {
@@ -125,7 +125,13 @@ void apply_variant(const BatchCosts& costs, const LayerGraph& graph, std::size_t
             costs.layers[static_cast<std::size_t>(released.producer)].output_bytes;
       }
       const HeldOutput& held = graph.held_output(static_cast<int>(i));
-      if (held.released_by >= 0) {
+      if (held.released_by >= 0 && span != nullptr && static_cast<int>(i) == span->last) {
+        // A checkpointed block's output: the later layers read the one its forward without grad
+        // made, which goes as with the standard layer; the output its recompute makes and the lean
+        // layer keeps is held by the checkpoint until the block's backward ends, not freed by the
+        // lean layer's backward.
+        adjusted[i].bwd_retained_bytes += costs.layers[i].output_bytes;
+      } else if (held.released_by >= 0) {
         auto& releaser = adjusted[static_cast<std::size_t>(held.released_by)];
         (held.in_backward ? releaser.bwd_retained_bytes : releaser.fwd_retained_bytes) += costs.layers[i].output_bytes;
       }
@@ -137,9 +143,10 @@ void apply_variant(const BatchCosts& costs, const LayerGraph& graph, std::size_t
 }  // namespace
 
 core::StepChoice effective_variants(const LayerGraph& graph, core::StepChoice choice) {
-  const auto effective = effective_variant_of(graph, checkpointed_span_of(graph, choice.checkpointed_blocks), choice);
+  const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
+  const auto running = running_variant_of(graph, choice);
   for (std::size_t i = 0; i < choice.layers.size(); ++i) {
-    if (i < effective.size()) choice.layers[i].variant = effective[i];
+    if (i < running.size()) choice.layers[i].variant = span_of[i] == nullptr ? running[i] : LayerVariant::Standard;
   }
   return choice;
 }
@@ -173,14 +180,21 @@ void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const st
   const auto other = [](LayerVariant v) { return v != LayerVariant::Standard; };
   if (std::any_of(variant.begin(), variant.end(), other)) adjusted = costs.layers;
   const std::vector<core::LayerCost>& cost = adjusted.empty() ? costs.layers : adjusted;
-  for (std::size_t i = 0; i < n && !adjusted.empty(); ++i) apply_variant(costs, graph, i, variant[i], adjusted);
+  for (std::size_t i = 0; i < n && !adjusted.empty(); ++i) apply_variant(costs, graph, i, variant[i], span_of[i], adjusted);
 
-  // An unsaved block input is freed by its last reader in a normal forward; a checkpoint holds it
-  // until the block's backward is done instead.
+  // A block input nobody keeps for backward (no reader saves it, or the lean layers that would have
+  // released it) is freed by its last reader in a normal forward; a checkpoint holds it until the
+  // block's backward is done instead.
   const auto unsaved_input_bytes = [&](const BlockSpan& span) -> std::int64_t {
-    if (span.input < 0 || graph.output_saved(span.input)) return 0;
+    if (span.input < 0) return 0;
     const int reader = graph.last_reader(span.input);
-    return (reader >= span.first && reader <= span.last) ? cost[static_cast<std::size_t>(span.input)].output_bytes : 0;
+    if (reader < span.first || reader > span.last) return 0;
+    bool released = !graph.output_saved(span.input);
+    for (int i = span.first; i <= span.last && !released; ++i) {
+      if (variant[static_cast<std::size_t>(i)] == LayerVariant::Standard) continue;
+      for (const auto& r : graph.released_inputs(i)) released = released || r.producer == span.input;
+    }
+    return released ? cost[static_cast<std::size_t>(span.input)].output_bytes : 0;
   };
 
   ops.reserve(ops.size() + 3 * static_cast<std::size_t>(last - first + 1) + 3);
@@ -221,10 +235,14 @@ void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const st
       // The recomputed output is held until the block's backward ends, where it is released.
     }
     std::int64_t retained = c.bwd_retained_bytes;
+    // The checkpoint's backward receives the gradient at the block's output and holds it until it
+    // returns, where a standard step lets it go after the block's last layer.
+    const std::int64_t output_gradient = span != nullptr ? cost[static_cast<std::size_t>(span->last)].output_bytes : 0;
+    if (span != nullptr && static_cast<int>(r) == span->last) retained += output_gradient;
     if (span != nullptr && static_cast<int>(r) == span->first) {
       // The block's backward is done: the recomputed output, the held input and the saved RNG state go.
       retained -= cost[static_cast<std::size_t>(span->last)].output_bytes + unsaved_input_bytes(*span) +
-                  costs.checkpoint_state_bytes;
+                  costs.checkpoint_state_bytes + output_gradient;
     }
     ops.push_back({OpKind::Backward, static_cast<int>(r), scaled(c.bwd_ns, scale), c.bwd_transient_bytes, retained});
   }
@@ -236,7 +254,7 @@ std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph
                                 int first, int last) {
   const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
   std::vector<Op> ops;
-  append_layer_ops(costs, graph, span_of, effective_variant_of(graph, span_of, choice), first, last, ops);
+  append_layer_ops(costs, graph, span_of, running_variant_of(graph, choice), first, last, ops);
   return ops;
 }
 
@@ -361,7 +379,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   // A data-parallel worker also keeps its communication buckets.
   seq.static_bytes = costs.static_bytes() + bucket_buffer_bytes(costs, choice);
   const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
-  const auto variant = effective_variant_of(graph, span_of, choice);
+  const auto variant = running_variant_of(graph, choice);
   // Data parallel predicts worker 0, which carries the largest share.
   const std::vector<std::int64_t> sizes = choice.world_size > 1 ? choice.worker_micro_batches(0) : choice.micro_batches;
   const int last_layer = static_cast<int>(costs.layer_count()) - 1;

@@ -60,8 +60,8 @@ class BatchCostsCache {
 // The layer ops of layers [first, last] of one micro-batch at `costs`' size, run as `choice` says
 // (its checkpointed blocks and layer variants; its micro-batches are not read): their forward
 // part, then their backward part, in the order a whole micro-batch would run them. A variant counts
-// only outside checkpointed blocks, whose recompute runs the standard layers. Layer times are
-// scaled so one micro-batch takes the trace's plain step time.
+// wherever it applies: a lean layer in a checkpointed block runs lean in the block's recompute too.
+// Layer times are scaled so one micro-batch takes the trace's plain step time.
 std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph, const core::StepChoice& choice,
                                 int first, int last);
 
@@ -69,8 +69,9 @@ std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph
 // change plus the inputs it releases to their last reader.
 std::int64_t lean_saved_bytes(const BatchCosts& costs, const LayerGraph& graph, int layer);
 
-// The choice with only the variants that take effect: Tempo on eligible layers outside
-// checkpointed blocks, standard elsewhere.
+// The choice as the plan search makes them: Tempo on eligible layers outside checkpointed blocks,
+// standard elsewhere (the search weighs a block's checkpointing against the standard layers it
+// recomputes; a hand-made plan may keep lean layers there, and they are predicted as they run).
 core::StepChoice effective_variants(const LayerGraph& graph, core::StepChoice choice);
 
 // A plan's form of a working choice: one entry per trace layer with its name and whether its

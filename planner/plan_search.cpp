@@ -105,7 +105,7 @@ Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, st
       // recompute and backward from the level the stored walk has there, less what checkpointing
       // stopped this stage from keeping.
       choice.checkpointed_blocks = {blocks[k].block};
-      const auto ops = micro_batch_ops(batch_cost, graph, choice, first, last);
+      const auto ops = micro_batch_ops(batch_cost, graph, effective_variants(graph, choice), first, last);
       std::int64_t level = 0, peak = 0;
       std::size_t i = 0;
       for (; i < ops.size() && (ops[i].kind == OpKind::Forward || ops[i].kind == OpKind::ForwardNoGrad); ++i) {
@@ -231,6 +231,7 @@ std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const L
     const ChainSolution solution = solve_checkpoint_dp(chain, dp_limit, unit);
     if (!solution.feasible) return std::nullopt;
     c.choice.checkpointed_blocks = block_ids(graph, solution.checkpoint);
+    c.choice = effective_variants(graph, std::move(c.choice));
     c.prediction = predict_step(costs, graph, c.choice, &cache);
     if (c.prediction.peak_bytes <= limit) return c;
     dp_limit -= c.prediction.peak_bytes - limit;
@@ -276,7 +277,7 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, BatchCosts
   std::size_t lo = order.free, hi = order.layers.size();
   while (lo < hi) {
     const std::size_t mid = lo + (hi - lo) / 2;
-    const auto p = predict_step(costs, graph, with_lean_prefix(c.choice, order.layers, mid), &cache);
+    const auto p = predict_step(costs, graph, effective_variants(graph, with_lean_prefix(c.choice, order.layers, mid)), &cache);
     if (p.peak_bytes <= limit) {
       hi = mid;
     } else {
