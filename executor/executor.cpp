@@ -342,6 +342,9 @@ std::uint64_t step_seed(const ExecuteOptions& options, int step, std::size_t m) 
 void train_step(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options, int step,
                 torch::Device device, HostMemoryWatch* host) {
   training.optimizer->zero_grad();
+  // The last micro-batch's data stays until the optimizer has stepped, as in a training loop (and
+  // as the plan counts it).
+  std::vector<models::Batch> batch;
   if (uses_grad_cache(training.model, plan)) {
     // A contrastive model's micro-batches run twice around the loss over the whole batch; a
     // data-parallel worker runs its share, the loss over every worker's through the ring.
@@ -358,11 +361,13 @@ void train_step(PlannedTraining& training, const core::Plan& plan, const Execute
     // A data-parallel worker runs its share: the global batch's micro-batches first..first+n-1.
     const auto sizes = plan.choice.worker_micro_batches(training.rank);
     const std::size_t first = plan.choice.first_micro_batch(training.rank);
-    // Each micro-batch's data is made when its turn comes, as a loader would deliver it.
+    // Each micro-batch's data is made when its turn comes, as a loader would deliver it, once the
+    // previous one's is gone.
     for (std::size_t k = 0; k < sizes.size(); ++k) {
       const std::size_t m = first + k;
       training.runner.set_phase("data", static_cast<int>(m));
-      const auto batch = make_micro_batches(training.model, {sizes[k]}, step_seed(options, step, m), device);
+      batch.clear();
+      batch = make_micro_batches(training.model, {sizes[k]}, step_seed(options, step, m), device);
       // The last backward sends each bucket of gradients as it completes.
       if (training.sync && k + 1 == sizes.size()) training.sync->arm();
       training.runner.run_micro_batch(batch.front(), static_cast<int>(m), plan.global_batch);

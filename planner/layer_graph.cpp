@@ -82,6 +82,8 @@ LayerGraph::LayerGraph(const core::Trace& trace) : readers_(trace.layers.size())
     }
   }
 
+  for (auto& span : blocks_) span.output_gradient_released_by = output_gradient_released_by(trace, span);
+
   lean_.resize(trace.layers.size());
   for (const auto& layer : trace.layers) {
     if (!layer.tempo) continue;
@@ -138,6 +140,31 @@ core::StepChoice LayerGraph::all_lean() const {
     if (lean_[i].eligible) out.set_variant(static_cast<int>(i), core::LayerVariant::Tempo);
   }
   return out;
+}
+
+int LayerGraph::output_gradient_released_by(const core::Trace& trace, const BlockSpan& span) const {
+  const auto& last = trace.layers[static_cast<std::size_t>(span.last)];
+  // Only a residual add is known to hand its output's gradient to its inputs as it is; any other
+  // layer makes new gradients in its backward (an unknown one is taken to, which counts the held
+  // gradient from the earliest point: never less than the block holds).
+  if (last.kind != "add") return span.last;
+  int released = span.last;
+  bool first = true;
+  for (const int input : last.inputs) {
+    if (input < span.first) return span.last;  // it leaves the block: counted from the add on
+    // An input another layer reads gets that reader's gradient added to the arriving one (in
+    // place, by the autograd engine) when the latest such reader's backward ends; an input only
+    // the add reads passes the gradient to its producer, whose backward takes it.
+    int other_reader = -1;
+    for (const int reader : readers_[static_cast<std::size_t>(input)]) {
+      if (reader != span.last) other_reader = std::max(other_reader, reader);
+    }
+    const int at = other_reader >= 0 ? other_reader : input;
+    // The gradient's storage lives until its last holder lets go, the lowest layer in backward order.
+    released = first ? at : std::min(released, at);
+    first = false;
+  }
+  return std::clamp(released, span.first, span.last);
 }
 
 int LayerGraph::last_reader(int layer) const {

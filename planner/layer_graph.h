@@ -17,6 +17,11 @@ struct BlockSpan {
   int input = core::kModelInput;  // the one layer outside the block that its layers read
   bool checkpointable = false;
   std::string why_not;  // when not checkpointable
+  // The layer whose backward, in a standard step, lets go of the gradient that arrives at the
+  // block's output: the last layer, unless that layer hands the gradient on as it is (a residual
+  // add), where it lives on in its input's gradient until another reader's gradient is added to it.
+  // A checkpointed block's backward keeps that gradient from there to its end.
+  int output_gradient_released_by = 0;
 };
 
 // An input that a Tempo layer stops keeping for backward: with nobody else keeping it, it is freed
@@ -67,6 +72,8 @@ class LayerGraph {
   int last_block_layer() const;
 
  private:
+  int output_gradient_released_by(const core::Trace& trace, const BlockSpan& span) const;
+
   std::vector<std::vector<int>> readers_;
   std::vector<bool> saved_;
   std::vector<int> order_;

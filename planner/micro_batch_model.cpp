@@ -236,9 +236,9 @@ void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const st
     }
     std::int64_t retained = c.bwd_retained_bytes;
     // The checkpoint's backward receives the gradient at the block's output and holds it until it
-    // returns, where a standard step lets it go after the block's last layer.
+    // returns, where a standard step lets it go earlier (layer_graph.h: output_gradient_released_by).
     const std::int64_t output_gradient = span != nullptr ? cost[static_cast<std::size_t>(span->last)].output_bytes : 0;
-    if (span != nullptr && static_cast<int>(r) == span->last) retained += output_gradient;
+    if (span != nullptr && static_cast<int>(r) == span->output_gradient_released_by) retained += output_gradient;
     if (span != nullptr && static_cast<int>(r) == span->first) {
       // The block's backward is done: the recomputed output, the held input and the saved RNG state go.
       retained -= cost[static_cast<std::size_t>(span->last)].output_bytes + unsaved_input_bytes(*span) +

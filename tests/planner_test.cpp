@@ -62,6 +62,32 @@ TEST(LayerGraph, FindsSkipEdgesAndCheckpointableBlocks) {
   EXPECT_EQ(graph.last_reader(static_cast<int>(trace.layers.size()) - 1), -1);
 }
 
+// Where a standard step lets go of the gradient arriving at a block's output, which a checkpointed
+// block's backward holds to its end instead: post-LN bert's blocks end in a LayerNorm, whose
+// backward takes it; pre-LN gpt's in a residual add, which hands it on to the residual stream, where
+// the second LayerNorm's gradient is added to it in place; the cnn's in a ReLU.
+TEST(LayerGraph, FindsWhereABlocksOutputGradientIsLetGo) {
+  const auto name_of = [](const core::Trace& trace, int layer) { return trace.layers[static_cast<std::size_t>(layer)].name; };
+  const core::Trace bert = committed("cpu-bert.json");
+  const planner::LayerGraph bert_graph(bert);
+  for (const auto& block : bert_graph.blocks()) {
+    EXPECT_EQ(block.output_gradient_released_by, block.last) << name_of(bert, block.last);
+  }
+  const core::Trace gpt = committed("cpu-gpt.json");
+  const planner::LayerGraph gpt_graph(gpt);
+  ASSERT_EQ(gpt_graph.blocks().size(), 2u);
+  for (const auto& block : gpt_graph.blocks()) {
+    const std::string prefix = "layer" + std::to_string(block.block);
+    EXPECT_EQ(name_of(gpt, block.last), prefix + ".ffn_residual");
+    EXPECT_EQ(name_of(gpt, block.output_gradient_released_by), prefix + ".ln2");
+  }
+  const core::Trace cnn = committed("cpu-cnn.json");
+  const planner::LayerGraph cnn_graph(cnn);
+  for (const auto& block : cnn_graph.blocks()) {
+    EXPECT_EQ(block.output_gradient_released_by, block.last) << name_of(cnn, block.last);
+  }
+}
+
 // Random chains of up to 12 stages with integer sizes: the DP (unit 1, so exact) and trying every
 // subset agree on feasibility and recompute time, and the DP's peak is what its choice gives.
 TEST(CheckpointDp, EqualsExhaustiveSearch) {
