@@ -316,9 +316,11 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
         emit(OpKind::Backward, r, s, m, scaled(c.bwd_ns, scale_of[b]), base, params, gradients, activations(),
              c.bwd_transient_bytes);
         level += c.bwd_retained_bytes;
-        // The gradient arriving at an exported output was freed by this backward in the profiled
+        // The gradient arriving at an exported output was let go by this backward in the profiled
         // step; here the relay holds it (it seeded the stage's backward) until the stage is done.
-        if (std::find(stage.exports.begin(), stage.exports.end(), r) != stage.exports.end()) level += out(r, b);
+        for (const int e : stage.exports) {
+          if (graph.output_gradient_released_by(e, stage.first) == r) level += out(e, b);
+        }
       }
       // What stays: the gradients at the stage's inputs (sent to the host in the constant-memory
       // variant); what goes: those at its outputs, and the stashed inputs this stage was the first to read.

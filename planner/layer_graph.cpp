@@ -10,10 +10,16 @@
 
 namespace headroom::planner {
 
-LayerGraph::LayerGraph(const core::Trace& trace) : readers_(trace.layers.size()), saved_(trace.layers.size(), false) {
+LayerGraph::LayerGraph(const core::Trace& trace)
+    : readers_(trace.layers.size()), inputs_(trace.layers.size()), hands_gradient_on_(trace.layers.size(), false),
+      saved_(trace.layers.size(), false) {
   using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
   Graph graph(trace.layers.size());
   for (const auto& layer : trace.layers) {
+    inputs_[static_cast<std::size_t>(layer.id)] = layer.inputs;
+    // Only a residual add is known to pass its gradient on; any other layer is taken to make new
+    // ones, which counts a held gradient from the earliest point (never less than is held).
+    hands_gradient_on_[static_cast<std::size_t>(layer.id)] = layer.kind == "add";
     for (std::size_t k = 0; k < layer.inputs.size(); ++k) {
       const int input = layer.inputs[k];
       if (input < 0) continue;
@@ -82,7 +88,7 @@ LayerGraph::LayerGraph(const core::Trace& trace) : readers_(trace.layers.size())
     }
   }
 
-  for (auto& span : blocks_) span.output_gradient_released_by = output_gradient_released_by(trace, span);
+  for (auto& span : blocks_) span.output_gradient_released_by = output_gradient_released_by(span.last, span.first);
 
   lean_.resize(trace.layers.size());
   for (const auto& layer : trace.layers) {
@@ -142,29 +148,24 @@ core::StepChoice LayerGraph::all_lean() const {
   return out;
 }
 
-int LayerGraph::output_gradient_released_by(const core::Trace& trace, const BlockSpan& span) const {
-  const auto& last = trace.layers[static_cast<std::size_t>(span.last)];
-  // Only a residual add is known to hand its output's gradient to its inputs as it is; any other
-  // layer makes new gradients in its backward (an unknown one is taken to, which counts the held
-  // gradient from the earliest point: never less than the block holds).
-  if (last.kind != "add") return span.last;
-  int released = span.last;
-  bool first = true;
-  for (const int input : last.inputs) {
-    if (input < span.first) return span.last;  // it leaves the block: counted from the add on
-    // An input another layer reads gets that reader's gradient added to the arriving one (in
-    // place, by the autograd engine) when the latest such reader's backward ends; an input only
-    // the add reads passes the gradient to its producer, whose backward takes it.
+int LayerGraph::output_gradient_released_by(int layer, int first) const {
+  if (!hands_gradient_on_[static_cast<std::size_t>(layer)]) return layer;
+  int released = layer;
+  bool any = false;
+  for (const int input : inputs_[static_cast<std::size_t>(layer)]) {
+    if (input < first) return layer;  // it leaves the range: counted from the add on
+    // An input another layer reads gets the latest such reader's gradient added to the arriving one
+    // as that reader's backward ends; an input only the add reads passes it to its producer.
     int other_reader = -1;
     for (const int reader : readers_[static_cast<std::size_t>(input)]) {
-      if (reader != span.last) other_reader = std::max(other_reader, reader);
+      if (reader != layer) other_reader = std::max(other_reader, reader);
     }
     const int at = other_reader >= 0 ? other_reader : input;
-    // The gradient's storage lives until its last holder lets go, the lowest layer in backward order.
-    released = first ? at : std::min(released, at);
-    first = false;
+    // The gradient's storage lives until its last holder lets go: the lowest layer, in backward order the last.
+    released = any ? std::min(released, at) : at;
+    any = true;
   }
-  return std::clamp(released, span.first, span.last);
+  return std::clamp(released, first, layer);
 }
 
 int LayerGraph::last_reader(int layer) const {

@@ -67,14 +67,20 @@ class LayerGraph {
   std::vector<int> lean_candidates() const;
   // Every layer that can be lean, lean (a choice of layer variants only).
   core::StepChoice all_lean() const;
+  // The layer whose backward, in a standard step, lets go of the gradient that arrives at `layer`'s
+  // output, among layers [first, layer]: `layer` itself, unless it hands the gradient on as it is
+  // (a residual add), where the gradient lives on in its input's until another reader's gradient is
+  // added to it (in place, by the autograd engine). A backward seeded with that gradient from
+  // outside (a checkpoint, L2L's relay) holds it from there to its end.
+  int output_gradient_released_by(int layer, int first) const;
   // Layers before the first block / after the last block.
   int first_block_layer() const;
   int last_block_layer() const;
 
  private:
-  int output_gradient_released_by(const core::Trace& trace, const BlockSpan& span) const;
-
   std::vector<std::vector<int>> readers_;
+  std::vector<std::vector<int>> inputs_;
+  std::vector<bool> hands_gradient_on_;  // a residual add: its backward passes its output's gradient on as it is
   std::vector<bool> saved_;
   std::vector<int> order_;
   std::vector<BlockSpan> blocks_;
