@@ -21,7 +21,8 @@ namespace headroom::gui {
 struct PlanInputs {
   std::int64_t budget_bytes = 0;
   std::int64_t global_batch = 0;
-  // What `headroom plan` applies by default ("all"); Tempo only where the trace measured it.
+  // What `headroom plan` applies by default ("all"); Tempo only where the trace measured it, L2L
+  // only where no plan without it fits.
   std::set<planner::Strategy> strategies = planner::all_strategies();
   std::string optimizer;  // empty: the trace's
   double margin_fraction = 0.05;
