@@ -1095,6 +1095,38 @@ class GuiTest : public QObject {
     QCOMPARE(chart->floor_series()->count(), 0);
   }
 
+  // With L2L ticked the training state is no floor: the relay keeps it on the host. Below even the
+  // relay's least, the chart draws the relay's step at the least budget, and no floor line, legend
+  // entry or explanation of one; the least budget offered counts the relay.
+  void infeasibleWithL2LDrawsNoFloor() {
+    MainWindow window;
+    QVERIFY(shown_with(window, "cpu-bert.json"));
+    QVERIFY(window.findChild<QCheckBox*>("strategy_l2l")->isChecked());
+    type_budget(window, "2MiB");
+    QVERIFY(settle(window));
+    const PlanResult* none = window.current_result();
+    QVERIFY(none && !none->plan);
+    QCOMPARE(none->floor_bytes, std::int64_t{0});
+    QVERIFY(none->best_attempt && none->best_attempt->choice.l2l);
+    const core::Trace& trace = window.trace()->trace;
+    QVERIFY(none->smallest_budget < core::CostModel(trace).static_bytes());
+    const MemoryChart* chart = window.memory_chart();
+    QCOMPARE(chart->floor_series()->count(), 0);
+    const QLabel* legend = window.findChild<QLabel*>("memoryLegend");
+    QVERIFY(!legend->text().contains("floor"));
+    QVERIFY(!legend->toolTip().contains("floor"));
+    const QString reason = QString::fromStdString(none->infeasible_reason);
+    QVERIFY2(reason.contains("l2l") && !reason.contains("below the parameters"), qPrintable(reason));
+    QVERIFY(window.least_budget_button()->text().contains(QString::fromStdString(core::format_bytes_at_least(none->smallest_budget))));
+    // The slider reaches the relay's least.
+    QVERIFY(budget_range(trace, window.batch_box()->value()).least_bytes <= none->smallest_budget);
+    save_shot(window, "infeasible-l2l");
+    window.least_budget_button()->click();
+    QVERIFY(settle(window));
+    QVERIFY(window.current_result()->plan && window.current_result()->plan->choice.l2l);
+    save_shot(window, "least-l2l");
+  }
+
   void layerTableKeepsNamesInViewAndOneTimeUnitPerColumn() {
     MainWindow window;
     window.resize(1024, 700);

@@ -368,10 +368,15 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
       }
       result.smallest_budget = outcome.smallest_budget;
       result.summary = "infeasible: " + result.infeasible_reason + "\n";
+      // L2L's relay keeps the training state on the host: with it, no floor holds the device.
+      const bool l2l_allowed = inputs.strategies.contains(planner::Strategy::L2L) && inputs.workers <= 1 &&
+                               planner::relay_can_run(trace.trace);
       const bool other_optimizer = !inputs.optimizer.empty() && inputs.optimizer != trace.trace.optimizer.name;
       result.floor_bytes =
-          core::CostModel(other_optimizer ? planner::with_estimated_optimizer(trace.trace, inputs.optimizer) : trace.trace)
-              .static_bytes();
+          l2l_allowed ? 0
+                      : core::CostModel(other_optimizer ? planner::with_estimated_optimizer(trace.trace, inputs.optimizer)
+                                                    : trace.trace)
+                        .static_bytes();
       if (outcome.smallest_budget > 0) {
         planner::PlanRequest least = plan_request(trace, inputs);
         least.budget_bytes = outcome.smallest_budget;
