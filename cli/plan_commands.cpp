@@ -67,10 +67,12 @@ int run_plan(const PlanArgs& args) {
   }
   request.global_batch = args.batch;
   request.margin_fraction = args.margin;
-  request.strategies = planner::parse_strategies(args.strategies);
+  // "all" leaves out what cannot run with --devices (L2L), as it leaves out what the trace lacks.
+  request.strategies = planner::parse_strategies(args.strategies, args.devices);
+  const bool all = planner::asks_for_all(args.strategies);
   // Asked for by name, a strategy needs what it measures from the trace ("all" takes each where it can).
   for (const auto id : request.strategies) {
-    if (args.strategies == "all" || planner::applies_to(id, trace)) continue;
+    if (all || planner::applies_to(id, trace)) continue;
     const auto& entry = planner::strategy_entry(id);
     if (id == planner::Strategy::L2L) {
       throw core::InputError(args.trace + ": --strategies l2l: the relay cannot run " + trace.model.name + ": " +
@@ -116,7 +118,14 @@ int run_plan(const PlanArgs& args) {
   }
   planner::PlanOutcome outcome = planner::plan_step(trace, request);
   if (!outcome.plan) {
-    std::cerr << "headroom: infeasible: " << outcome.reason << "\n";
+    std::cerr << "headroom: infeasible: " << outcome.reason;
+    // Strategies named without l2l: say what the relay would need, where it needs less.
+    if (const std::int64_t relayed = planner::least_budget_with_l2l(trace, request, outcome, core::available_host_memory_bytes());
+        relayed > 0) {
+      std::cerr << "; with l2l as well (--strategies " << args.strategies << ",l2l) it must be at least "
+                << core::format_bytes_at_least(relayed);
+    }
+    std::cerr << "\n";
     return kExitInfeasible;
   }
   // The plan's times are the trace's: measured in another host-memory regime they may not hold
@@ -127,7 +136,8 @@ int run_plan(const PlanArgs& args) {
   }
   core::write_plan_file(args.output, *outcome.plan);
   std::cout << report::render_plan_summary(*outcome.plan) << "\nplan written to " << args.output << "\n";
-  if (l2l) std::cout << l2l_capacity(trace, *outcome.plan, request);
+  // Asked for by name, or chosen: what else the budget trains with the relay.
+  if (outcome.plan->choice.l2l || (l2l && !all)) std::cout << l2l_capacity(trace, *outcome.plan, request);
   return 0;
 }
 

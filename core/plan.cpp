@@ -7,6 +7,7 @@
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/json_reader.h"
+#include "core/known_names.h"
 #include "core/sha256.h"
 #include "core/trace.h"
 
@@ -130,7 +131,12 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     if (plan.global_batch > kMaxPlanBatch) {
       root.at("global_batch").fail("expected at most " + std::to_string(kMaxPlanBatch) + ", got " + std::to_string(plan.global_batch));
     }
-    for (const auto& s : root.at("strategies").elements()) plan.strategies.push_back(s.as_string());
+    for (const auto& s : root.at("strategies").elements()) {
+      plan.strategies.push_back(s.as_string());
+      if (!is_known(kStrategyNames, plan.strategies.back())) {
+        s.fail("unknown strategy '" + plan.strategies.back() + "' (known: " + name_list(kStrategyNames) + ")");
+      }
+    }
     const auto micro = root.at("micro_batches");
     std::int64_t sum = 0;
     for (const auto& m : micro.elements()) {
@@ -200,7 +206,12 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
       if (l2l.has("from_block")) plan.choice.l2l->from_block = static_cast<int>(l2l.at("from_block").as_int_in(0, kMaxPlanBatch));
     }
     for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());
-    if (root.has("optimizer")) plan.optimizer = root.at("optimizer").as_string();
+    if (root.has("optimizer")) {
+      plan.optimizer = root.at("optimizer").as_string();
+      if (!is_known(kOptimizerNames, plan.optimizer)) {
+        root.at("optimizer").fail("unknown optimizer '" + plan.optimizer + "' (known: " + name_list(kOptimizerNames) + ")");
+      }
+    }
     plan.predicted = read_step_figures(root.at("predicted"));
     const auto explanation = root.at("explanation");
     plan.binding_constraint = explanation.at("binding_constraint").as_string();

@@ -7,6 +7,7 @@
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/json_reader.h"
+#include "core/known_names.h"
 #include "core/collective.h"
 
 namespace headroom::core {
@@ -311,7 +312,9 @@ std::vector<LayerSample> read_samples(const JsonNode& samples, const std::vector
   return out;
 }
 
-LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector<std::int64_t>& batches, bool cuda) {
+// `zoo`: a zoo model's trace, whose layer kinds are the zoo's (a TorchScript module's are its classes').
+LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector<std::int64_t>& batches, bool cuda,
+                        bool zoo) {
   node.expect_object();
   LayerProfile layer;
   // Compared as read: an id past int's range must not wrap to the expected one.
@@ -325,6 +328,10 @@ LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector
   if (layer.name.empty()) node.at("name").fail("expected a non-empty name");
   layer.kind = node.at("kind").as_string();
   if (layer.kind.empty()) node.at("kind").fail("expected a non-empty kind");
+  if (zoo && !is_known(kZooLayerKinds, layer.kind)) {
+    node.at("kind").fail("unknown layer kind '" + layer.kind + "' for a zoo model (known: " + name_list(kZooLayerKinds) +
+                         "; a TorchScript module's trace, with \"model.file\", may have any)");
+  }
   const auto block = node.at("block");
   const std::int64_t block_index = block.as_int();
   if (block_index < -1 || block_index >= kMaxTraceLayers) {
@@ -466,6 +473,9 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
 
     const auto optimizer = root.at("optimizer");
     trace.optimizer.name = optimizer.at("name").as_string();
+    if (!is_known(kOptimizerNames, trace.optimizer.name)) {
+      optimizer.at("name").fail("unknown optimizer '" + trace.optimizer.name + "' (known: " + name_list(kOptimizerNames) + ")");
+    }
     trace.optimizer.state_bytes = as_bytes(optimizer.at("state_bytes"));
     trace.optimizer.state_bytes_per_param = optimizer.at("state_bytes_per_param").as_double();
     if (!(trace.optimizer.state_bytes_per_param >= 0 && trace.optimizer.state_bytes_per_param <= 1024)) {
@@ -496,7 +506,7 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
     }
     std::map<std::string, std::size_t> names;
     for (std::size_t i = 0; i < layers.size(); ++i) {
-      trace.layers.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes, trace.device.is_cuda()));
+      trace.layers.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes, trace.device.is_cuda(), !trace.model.file));
       // Plans, reports and the desktop app name layers: a name must say which one.
       const auto [earlier, fresh] = names.emplace(trace.layers.back().name, i);
       if (!fresh) {

@@ -586,4 +586,19 @@ L2LCapacity largest_l2l_model(const core::CostModel& costs, const LayerGraph& gr
   return c;
 }
 
+std::int64_t least_budget_with_l2l(const core::Trace& trace, const PlanRequest& request, const PlanOutcome& without,
+                                   std::int64_t host_memory_bytes) {
+  if (without.plan || request.strategies.empty() || request.strategies.contains(Strategy::L2L) || request.workers > 1 ||
+      !relay_can_run(trace)) {
+    return 0;
+  }
+  PlanRequest relayed = request;
+  relayed.strategies.insert(Strategy::L2L);
+  relayed.host_memory_bytes = host_memory_bytes;
+  relayed.budget_bytes = 1;  // fits nothing: the outcome names the least that does
+  const std::int64_t least = plan_step(trace, relayed).smallest_budget;
+  const bool less = least > 0 && (without.smallest_budget == 0 || least < without.smallest_budget);
+  return less ? least : 0;
+}
+
 }  // namespace headroom::planner

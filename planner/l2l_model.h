@@ -14,6 +14,7 @@
 #include "core/step_choice.h"
 #include "planner/layer_graph.h"
 #include "planner/micro_batch_model.h"
+#include "planner/plan_search.h"
 
 namespace headroom::planner {
 
@@ -133,5 +134,11 @@ struct L2LCapacity {
 L2LCapacity largest_l2l_model(const core::CostModel& costs, const LayerGraph& graph,
                               const std::vector<std::int64_t>& micro_batches, bool boundaries_on_host,
                               std::int64_t device_limit_bytes, std::int64_t host_memory_bytes);
+
+// Where nothing fits `request` and it did not allow L2L: the least budget with L2L as well (its host
+// side within `host_memory_bytes`, 0: not checked), where the relay can run the model on one device
+// and needs less than `without` names; 0 otherwise (and where nothing was allowed: "none").
+std::int64_t least_budget_with_l2l(const core::Trace& trace, const PlanRequest& request, const PlanOutcome& without,
+                                   std::int64_t host_memory_bytes);
 
 }  // namespace headroom::planner

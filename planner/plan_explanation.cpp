@@ -98,7 +98,9 @@ std::string binding_constraint(const ChoiceFacts& f) {
     why += "; micro-batches of " + micro_batch_size(chosen) + " are the largest that fit";
   }
   if (chosen.l2l) {
-    why += std::string("; they run as L2L's relay (boundaries on the ") + (chosen.l2l->boundaries_on_host ? "host" : "device") +
+    // The search weighs the relay only where no plan without it fits.
+    why += std::string("; no plan without it fits, so they run as L2L's relay (boundaries on the ") +
+           (chosen.l2l->boundaries_on_host ? "host" : "device") +
            "), the device holding two blocks' parameters instead of the model's parameters, gradients and optimizer state";
     if (!chosen.l2l->whole_model()) {
       why += " from block " + std::to_string(chosen.l2l->from_block) + " on (the layers before it train on the device, "

@@ -614,7 +614,12 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   }
 
   PlanOutcome outcome;
-  Weighing weighing = weigh_splits(costs, graph, cache, batch, space);
+  // L2L only where no plan without it fits: it moves the training state to the host, which the
+  // budget does not count, and runs every block's forward twice ("all" holds it on these terms).
+  SearchSpace on_the_device = space;
+  on_the_device.l2l = false;
+  Weighing weighing = weigh_splits(costs, graph, cache, batch, on_the_device);
+  if (weighing.fits.empty() && space.l2l) weighing = weigh_splits(costs, graph, cache, batch, space);
   outcome.splits = std::move(weighing.splits);
   // Each split's step moves the whole global batch through every worker at once.
   for (auto& split : outcome.splits) {
@@ -629,7 +634,10 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     while (budget - margin_of(budget) < least) ++budget;
     outcome.smallest_budget = budget;
     std::string applied;
-    for (const auto s : request.strategies) applied += (applied.empty() ? "" : ",") + strategy_name(s);
+    // Those "all" left out because the trace lacks what they need are not named.
+    for (const auto s : request.strategies) {
+      if (applies_to(s, trace)) applied += (applied.empty() ? "" : ",") + strategy_name(s);
+    }
     // With L2L the training state is not the device's floor: the relay keeps it on the host.
     outcome.reason = infeasible_reason(request.budget_bytes, space.limit,
                                        space.l2l ? 0

@@ -1,7 +1,9 @@
 #include "planner/strategy_table.h"
 
+#include <algorithm>
 #include <array>
 #include <sstream>
+#include <vector>
 
 #include "core/errors.h"
 
@@ -27,34 +29,56 @@ std::string strategy_names(bool implemented_only) {
   return out;
 }
 
-std::set<Strategy> all_strategies() {
+std::set<Strategy> all_strategies(int workers) {
   std::set<Strategy> out;
   for (const auto& entry : kStrategies) {
-    if (entry.implemented && entry.in_all) out.insert(entry.id);
+    if (entry.implemented && (workers <= 1 || entry.data_parallel)) out.insert(entry.id);
   }
   return out;
 }
 
-std::set<Strategy> parse_strategies(const std::string& text) {
-  if (text == "none") return {};
-  if (text == "all") return all_strategies();
-  std::set<Strategy> out;
+namespace {
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> out;
   std::stringstream in(text);
   std::string item;
-  while (std::getline(in, item, ',')) {
+  while (std::getline(in, item, ',')) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+bool asks_for_all(const std::string& text) {
+  const auto names = split_names(text);
+  return std::find(names.begin(), names.end(), "all") != names.end();
+}
+
+std::set<Strategy> parse_strategies(const std::string& text, int workers) {
+  const auto names = split_names(text);
+  const bool none = std::find(names.begin(), names.end(), "none") != names.end();
+  if (none && names.size() > 1) {
+    throw core::InputError("strategies: 'none' stands alone (the whole batch, nothing applied), got '" + text + "'");
+  }
+  if (none) return {};
+  std::set<Strategy> out;
+  for (const auto& item : names) {
+    if (item == "all") continue;  // checked below, once every name is known
     const StrategyEntry* found = nullptr;
     for (const auto& entry : kStrategies) {
       if (entry.name == item) found = &entry;
     }
     if (found == nullptr) {
       throw core::InputError("strategies: unknown strategy '" + item + "' (known: " + strategy_names(false) +
-                             ", all, none)");
+                             ", all; or none, alone)");
     }
     if (!found->implemented) {
       throw core::InputError("strategies: '" + item + "' is not implemented yet (available: " + strategy_names() + ")");
     }
     out.insert(found->id);
   }
+  // Beside names, "all" holds them already: "all,l2l" is all.
+  if (asks_for_all(text)) return all_strategies(workers);
   if (out.empty()) throw core::InputError("strategies: name at least one strategy, or 'none'");
   return out;
 }

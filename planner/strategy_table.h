@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/known_names.h"
 #include "core/trace.h"
 
 namespace headroom::planner {
@@ -24,9 +25,9 @@ struct StrategyEntry {
   // nothing more), and the test for it; "all" skips a strategy whose needs the trace lacks.
   std::string_view needs;
   bool (*trace_has_what_it_needs)(const core::Trace&) = nullptr;
-  // Part of "all". L2L is not: it moves the training state to the host (which then must hold it) and
-  // is never faster than a plan that fits without it, so it is asked for by name.
-  bool in_all = true;
+  // Runs with several data-parallel workers. One that does not is refused by name there (plan_step
+  // says so) and left out of "all" there, as a strategy whose needs the trace lacks is.
+  bool data_parallel = true;
 };
 
 inline bool has_lean_pass(const core::Trace& trace) { return trace.has_tempo(); }
@@ -55,9 +56,20 @@ inline constexpr auto kStrategies = std::to_array<StrategyEntry>({
     {Strategy::L2L, "l2l", "L2L (layer-to-layer offload)",
      "keeps parameters, gradients and optimizer state on the host and runs the step block by block, every "
      "micro-batch through a block before the next, with two blocks' parameters on the device; costs one more forward "
-     "of every block and the copies (timed at the trace's copy bandwidth); not part of all",
+     "of every block and the copies (timed at the trace's copy bandwidth); chosen only where no plan without it "
+     "fits, on one device",
      true, "model the relay can run (a zoo model without BatchNorm or a contrastive loss)", relay_can_run, false},
 });
+
+// A plan file names strategies as the table does; core reads them against its own list.
+constexpr bool names_agree_with_core() {
+  if (kStrategies.size() != core::kStrategyNames.size()) return false;
+  for (std::size_t i = 0; i < kStrategies.size(); ++i) {
+    if (kStrategies[i].name != core::kStrategyNames[i]) return false;
+  }
+  return true;
+}
+static_assert(names_agree_with_core(), "planner/strategy_table.h and core/known_names.h must list the same strategies");
 
 std::span<const StrategyEntry> strategy_table();
 const StrategyEntry& strategy_entry(Strategy id);
@@ -65,12 +77,17 @@ std::string strategy_name(Strategy id);
 
 // "mbp, checkpoint, tempo": the implemented strategies' names (or every one's).
 std::string strategy_names(bool implemented_only = true);
-// Every implemented strategy that is part of "all": what "all" means.
-std::set<Strategy> all_strategies();
+// What "all" means for a step shared by `workers` data-parallel workers: every implemented
+// strategy that runs with them.
+std::set<Strategy> all_strategies(int workers = 1);
 
-// Parses "mbp,checkpoint", "all" or "none"; throws InputError naming an unknown strategy or one
-// that is not implemented yet, with the names the table knows.
-std::set<Strategy> parse_strategies(const std::string& text);
+// Whether `text` (as --strategies takes it) names "all", alone or beside names it already holds.
+bool asks_for_all(const std::string& text);
+
+// Parses "mbp,checkpoint", "all" or "none" for `workers` data-parallel workers. "all" may be
+// written beside names ("all,l2l"): it holds them already. "none" stands alone. Throws InputError
+// naming an unknown strategy or one that is not implemented yet, with the names the table knows.
+std::set<Strategy> parse_strategies(const std::string& text, int workers = 1);
 
 // Whether the trace measured what the strategy needs (always true for those that need nothing).
 bool applies_to(Strategy id, const core::Trace& trace);

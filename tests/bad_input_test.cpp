@@ -452,6 +452,30 @@ TEST_F(BadInputCli, TracesWithClashingOrOutOfRangeFields) {
   expect_refused("execute " + write("config.json", p) + " --steps 1", "key 'depth'");
 }
 
+// Names both sides must agree on (issue 36): a technique no step runs, an optimizer nothing builds,
+// a layer kind the zoo never makes are refused where the file is read, with the names known.
+TEST_F(BadInputCli, UnknownNamesInPlansAndTraces) {
+  json p = plan_;
+  p["strategies"] = json::array({"offload"});
+  const std::string strategy = write("strategy.json", p);
+  expect_refused("simulate " + strategy, strategy + ": $.strategies[0]: unknown strategy 'offload' (known: mbp, checkpoint, "
+                                         "tempo, infcl, l2l)");
+  expect_refused("execute " + strategy + " --steps 1", "$.strategies[0]: unknown strategy 'offload'");
+  p = plan_;
+  p["optimizer"] = "rmsprop";
+  expect_refused("simulate " + write("optimizer.json", p), "$.optimizer: unknown optimizer 'rmsprop' (known: sgd, adam)");
+  json t = trace_;
+  t["optimizer"]["name"] = "rmsprop";
+  const std::string optimizer = write("optimizer-trace.json", t);
+  expect_refused("plan " + optimizer + " --budget 300MiB --batch 64",
+                 optimizer + ": $.optimizer.name: unknown optimizer 'rmsprop' (known: sgd, adam)");
+  t = trace_;
+  t["layers"][1]["kind"] = "GELU";
+  const std::string kind = write("kind.json", t);
+  expect_refused("plan " + kind + " --budget 300MiB --batch 64",
+                 kind + ": $.layers[1].kind: unknown layer kind 'GELU' for a zoo model (known: add, attention, batchnorm,");
+}
+
 TEST_F(BadInputCli, FlagsAndFilesThatAreNotWhatTheySay) {
   const std::string trace = path("t.json");
   expect_refused("plan " + trace + " --budget 300MiB --batch 1099511627776", "--batch: at most 1048576 samples");

@@ -179,12 +179,30 @@ TEST(Cli, BadPlanInputsExitWithTwo) {
 TEST(Cli, InfeasibleBudgetExitsWithThreeAndNamesTheLeastBudget) {
   const fs::path out = fs::temp_directory_path() / "headroom_cli_infeasible.json";
   fs::remove(out);
-  const auto r = run("plan " + kTrace + " --budget 50MiB --batch 8 -o " + out.string());
+  // Without L2L the training state is the floor, and the answer says what the relay would need.
+  const auto r = run("plan " + kTrace + " --budget 50MiB --batch 8 --strategies mbp,checkpoint,tempo -o " + out.string());
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find("the budget must be at least"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("parameters, gradients and optimizer state"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("; with l2l as well (--strategies mbp,checkpoint,tempo,l2l) it must be at least "), std::string::npos)
+      << r.err;
   EXPECT_FALSE(fs::exists(out));
+  // "all" (the default) holds L2L (issue 36): its least counts the relay, and that budget fits.
+  const auto all = run("plan " + kTrace + " --budget 50MiB --batch 8 -o " + out.string());
+  EXPECT_EQ(all.exit_code, 3) << all.err;
+  EXPECT_NE(all.err.find("with strategies mbp,checkpoint,tempo,l2l the step needs at least"), std::string::npos) << all.err;
+  EXPECT_EQ(all.err.find("parameters, gradients and optimizer state"), std::string::npos) << all.err;
+  const std::string marker = "so the budget must be at least ";
+  const std::string least = all.err.substr(all.err.find(marker) + marker.size());
+  const auto relayed = run("plan " + kTrace + " --budget '" + least.substr(0, least.find('\n')) + "' --batch 8 -o " + out.string());
+  ASSERT_EQ(relayed.exit_code, 0) << relayed.err;
+  EXPECT_TRUE(core::parse_json(core::read_file(out), out.string()).contains("l2l"));
+  // "all" beside names is all; "none" stands alone.
+  EXPECT_EQ(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies all,l2l -o " + out.string()).exit_code, 0);
+  expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies none,mbp -o " + out.string()),
+                        "'none' stands alone");
+  fs::remove(out);
 }
 
 TEST(Cli, SimulateRejectsBadPlansAndChangedTraces) {

@@ -173,6 +173,10 @@ TEST(PlanFile, NumbersPastTheirRangeAreRejected) {
       {[&](nlohmann::json& d) { d["layers"][0]["tempo"] = true; },
        "$.layers[0].tempo: give either variant or the older tempo flag, not both"},
       {[&](nlohmann::json& d) { d["world_size"] = 0; }, "$.world_size: expected an integer from 1 to 4096, got 0"},
+      // A technique no step runs, or an optimizer nothing builds: refused with the names known.
+      {[&](nlohmann::json& d) { d["strategies"] = {"mbp", "offload"}; },
+       "$.strategies[1]: unknown strategy 'offload' (known: mbp, checkpoint, tempo, infcl, l2l)"},
+      {[&](nlohmann::json& d) { d["optimizer"] = "rmsprop"; }, "$.optimizer: unknown optimizer 'rmsprop' (known: sgd, adam)"},
   };
   for (const auto& c : cases) {
     nlohmann::json document = good;

@@ -6,6 +6,7 @@
 #include "core/chrome_trace.h"
 #include "core/errors.h"
 #include "core/json_reader.h"
+#include "core/known_names.h"
 #include "core/trace.h"
 #include "trace_fixture.h"
 
@@ -107,6 +108,34 @@ TEST(TraceJson, EachProblemNamesItsPath) {
     c.spoil(document);
     const std::string message = read_error(document);
     EXPECT_EQ(message.rfind("t.json: " + c.expected, 0), 0u) << "got: " << message << "\nwanted: " << c.expected;
+  }
+}
+
+// Names both sides must agree on: an optimizer nothing builds or a layer kind the zoo never makes
+// (a misspelt "batchnorm" would hide the BatchNorm notes) is refused where it is read, naming the
+// known ones. A TorchScript module's layers are named after its classes: any kind reads.
+TEST(TraceJson, UnknownNamesAreRefusedWithTheKnownOnes) {
+  const json good = core::to_json(testing::make_small_trace());
+  json optimizer = good;
+  optimizer["optimizer"]["name"] = "rmsprop";
+  EXPECT_EQ(read_error(optimizer), "t.json: $.optimizer.name: unknown optimizer 'rmsprop' (known: sgd, adam)");
+  json kind = good;
+  kind["layers"][1]["kind"] = "BatchNorm";
+  const std::string message = read_error(kind);
+  EXPECT_EQ(message.rfind("t.json: $.layers[1].kind: unknown layer kind 'BatchNorm' for a zoo model (known: add, attention, "
+                          "batchnorm, ",
+                          0),
+            0u)
+      << message;
+  json module = kind;
+  module["model"]["file"] = {{"path", "net.pt"}, {"sha256", std::string(64, 'a')}};
+  module["layers"][1]["kind"] = "MyBlock (batchnorm)";
+  EXPECT_EQ(read_error(module), "");
+  // Every kind the zoo makes, as the committed traces hold them, reads.
+  for (const auto name : core::kZooLayerKinds) {
+    json zoo = good;
+    zoo["layers"][1]["kind"] = std::string(name);
+    EXPECT_EQ(read_error(zoo), "") << name;
   }
 }
 

@@ -408,7 +408,10 @@ class GuiTest : public QObject {
     QSlider* slider = window.budget_control()->slider();
     const auto trace = window.trace();
     const BudgetRange range = budget_range(trace->trace, window.batch_box()->value());
-    const std::int64_t least = compute_plan(*trace, inputs(1, window.batch_box()->value())).smallest_budget;
+    // From the least budget a plan without L2L fits: above it "all" never relays.
+    PlanInputs on_the_device = inputs(1, window.batch_box()->value());
+    on_the_device.strategies.erase(headroom::planner::Strategy::L2L);
+    const std::int64_t least = compute_plan(*trace, on_the_device).smallest_budget;
     QVERIFY(least < first_budget);
     const std::int64_t target = least + (first_budget - least) / 4;
     slider->setValue(budget_to_slider(target, range));
@@ -901,8 +904,8 @@ class GuiTest : public QObject {
     MainWindow window;
     QVERIFY(window.open_trace(committed("cpu-bert.json")));
     QVERIFY(settle(window));
-    // One box per implemented strategy, labelled and explained as the table says, checked when it is
-    // part of "all" (L2L is asked for by name).
+    // One box per implemented strategy, labelled and explained as the table says, every one checked
+    // as "all" applies them (L2L only where no plan without it fits).
     for (const auto& entry : headroom::planner::strategy_table()) {
       auto* box = window.findChild<QCheckBox*>(QString("strategy_") + QString::fromStdString(std::string(entry.name)));
       if (!entry.implemented) {
@@ -912,9 +915,24 @@ class GuiTest : public QObject {
       QVERIFY(box != nullptr);
       QCOMPARE(box->text(), QString::fromStdString(std::string(entry.label)));
       QVERIFY(box->toolTip().startsWith(QString::fromStdString(std::string(entry.summary))));
-      QCOMPARE(box->isChecked(), entry.in_all);
-      QCOMPARE(window.current_result()->inputs.strategies.contains(entry.id), entry.in_all);
+      QVERIFY(box->isChecked());
+      QVERIFY(window.current_result()->inputs.strategies.contains(entry.id));
     }
+    // With several devices, as "all" does, L2L (which does not run with them) is greyed out and
+    // left out, its tick kept for one device again.
+    auto* l2l = window.findChild<QCheckBox*>("strategy_l2l");
+    window.findChild<QLineEdit*>("linkEdit")->setText("25GB/s,5us");
+    window.devices_box()->setValue(2);
+    QVERIFY(settle(window));
+    QVERIFY(!l2l->isEnabled() && l2l->isChecked());
+    QVERIFY(!window.current_result()->inputs.strategies.contains(headroom::planner::Strategy::L2L));
+    QVERIFY(window.current_result()->inputs.strategies.contains(headroom::planner::Strategy::MicroBatching));
+    QVERIFY2(window.current_result()->error.empty(), window.current_result()->error.c_str());
+    QVERIFY(window.current_result()->plan);
+    window.devices_box()->setValue(1);
+    QVERIFY(settle(window));
+    QVERIFY(l2l->isEnabled());
+    QVERIFY(window.current_result()->inputs.strategies.contains(headroom::planner::Strategy::L2L));
     // Unchecking one plans without it.
     auto* tempo = window.findChild<QCheckBox*>("strategy_tempo");
     tempo->setChecked(false);
@@ -957,18 +975,28 @@ class GuiTest : public QObject {
     save_shot(window, "clip-infcl");
   }
 
-  // L2L (issue 15): checked by the user, under a budget no ordinary plan fits, the plan is the relay
-  // and the chart draws its step (parameters of two stages on the device, the copies' lanes).
+  // L2L (issues 15 and 36): ticked as "all" ticks it, under a budget no ordinary plan fits, the plan
+  // is the relay and the chart draws its step (parameters of two stages on the device, the copies'
+  // lanes). Unticked, nothing fits, the floor is drawn and the message says what ticking it needs.
   void l2lPlanIsChosenWhereNothingElseFits() {
     MainWindow window;
     QVERIFY(shown_with(window, "cpu-mlp.json"));
     window.batch_box()->setValue(8);
     QVERIFY(settle(window));
+    auto* l2l = window.findChild<QCheckBox*>("strategy_l2l");
+    QVERIFY(l2l != nullptr && l2l->isChecked());
+    l2l->setChecked(false);
+    QVERIFY(settle(window));
     type_budget(window, "4.3MiB");
     QVERIFY(settle(window));
-    QVERIFY(window.current_result() && !window.current_result()->plan);
-    auto* l2l = window.findChild<QCheckBox*>("strategy_l2l");
-    QVERIFY(l2l != nullptr && !l2l->isChecked());
+    const PlanResult* none = window.current_result();
+    QVERIFY(none && !none->plan);
+    QVERIFY(none->floor_bytes > 0);
+    QCOMPARE(window.memory_chart()->floor_series()->count(), 2);
+    const QString reason = QString::fromStdString(none->infeasible_reason);
+    QVERIFY2(reason.contains("; with L2L (layer-to-layer offload) ticked as well it must be at least "), qPrintable(reason));
+    QVERIFY(window.findChild<QLabel*>("memoryLegend")->toolTip().contains("floor:"));
+    save_shot(window, "l2l-unticked");
     l2l->setChecked(true);
     QVERIFY(settle(window));
     const PlanResult* result = window.current_result();
@@ -1031,6 +1059,9 @@ class GuiTest : public QObject {
     MainWindow window;
     QVERIFY(shown_with(window, "cpu-bert.json"));
     QVERIFY(!window.least_budget_button()->isVisible());
+    // Without L2L, whose relay goes below the floor (infeasibleWithL2LDrawsNoFloor).
+    window.findChild<QCheckBox*>("strategy_l2l")->setChecked(false);
+    QVERIFY(settle(window));
     type_budget(window, "100MiB");
     QVERIFY(settle(window));
     const PlanResult* none = window.current_result();
@@ -1062,6 +1093,38 @@ class GuiTest : public QObject {
     QVERIFY(window.current_result()->plan);
     QVERIFY(!least->isVisible());
     QCOMPARE(chart->floor_series()->count(), 0);
+  }
+
+  // With L2L ticked the training state is no floor: the relay keeps it on the host. Below even the
+  // relay's least, the chart draws the relay's step at the least budget, and no floor line, legend
+  // entry or explanation of one; the least budget offered counts the relay.
+  void infeasibleWithL2LDrawsNoFloor() {
+    MainWindow window;
+    QVERIFY(shown_with(window, "cpu-bert.json"));
+    QVERIFY(window.findChild<QCheckBox*>("strategy_l2l")->isChecked());
+    type_budget(window, "2MiB");
+    QVERIFY(settle(window));
+    const PlanResult* none = window.current_result();
+    QVERIFY(none && !none->plan);
+    QCOMPARE(none->floor_bytes, std::int64_t{0});
+    QVERIFY(none->best_attempt && none->best_attempt->choice.l2l);
+    const core::Trace& trace = window.trace()->trace;
+    QVERIFY(none->smallest_budget < core::CostModel(trace).static_bytes());
+    const MemoryChart* chart = window.memory_chart();
+    QCOMPARE(chart->floor_series()->count(), 0);
+    const QLabel* legend = window.findChild<QLabel*>("memoryLegend");
+    QVERIFY(!legend->text().contains("floor"));
+    QVERIFY(!legend->toolTip().contains("floor"));
+    const QString reason = QString::fromStdString(none->infeasible_reason);
+    QVERIFY2(reason.contains("l2l") && !reason.contains("below the parameters"), qPrintable(reason));
+    QVERIFY(window.least_budget_button()->text().contains(QString::fromStdString(core::format_bytes_at_least(none->smallest_budget))));
+    // The slider reaches the relay's least.
+    QVERIFY(budget_range(trace, window.batch_box()->value()).least_bytes <= none->smallest_budget);
+    save_shot(window, "infeasible-l2l");
+    window.least_budget_button()->click();
+    QVERIFY(settle(window));
+    QVERIFY(window.current_result()->plan && window.current_result()->plan->choice.l2l);
+    save_shot(window, "least-l2l");
   }
 
   void layerTableKeepsNamesInViewAndOneTimeUnitPerColumn() {
@@ -1166,13 +1229,14 @@ class GuiTest : public QObject {
     MainWindow window;
     QVERIFY(shown_with(window, "cpu-bert.json"));
     // A budget where the larger micro-batches do not fit and the plan checkpoints, so every view
-    // has something to show.
-    const std::int64_t least = window.current_result()->smallest_budget > 0
-                                   ? window.current_result()->smallest_budget
-                                   : compute_plan(*window.trace(), inputs(1, window.batch_box()->value())).smallest_budget;
+    // has something to show: above the least a plan without L2L needs (below it "all" relays).
+    PlanInputs on_the_device = inputs(1, window.batch_box()->value());
+    on_the_device.strategies.erase(headroom::planner::Strategy::L2L);
+    const std::int64_t least = compute_plan(*window.trace(), on_the_device).smallest_budget;
     type_budget(window, QString::fromStdString(core::format_bytes(least + (10 << 20))));
     QVERIFY(settle(window));
     QVERIFY(window.current_result()->plan);
+    QVERIFY(!window.current_result()->plan->choice.l2l);
     QVERIFY(window.throughput_chart()->infeasible_series()->count() > 0);
     QVERIFY(QTest::qWaitForWindowExposed(&window));
     QTest::qWait(100);

@@ -180,9 +180,10 @@ QWidget* MainWindow::build_controls() {
     if (!entry.needs.empty()) {
       tip += QString("\nneeds a trace with ") + QString::fromUtf8(entry.needs.data(), static_cast<int>(entry.needs.size()));
     }
+    if (!entry.data_parallel) tip += "\nnot with several devices (data parallel): then left out, as by --strategies all";
     box->setToolTip(tip);
-    // Those outside "all" (L2L, which moves the training state to the host) start unchecked.
-    box->setChecked(entry.in_all);
+    // Every one, as `headroom plan` applies them by default ("all").
+    box->setChecked(true);
     strategy_boxes_.push_back({entry.id, box});
   }
   optimizer_ = new QComboBox(step_box);
@@ -235,6 +236,9 @@ QWidget* MainWindow::build_controls() {
   connect(optimizer_, &QComboBox::currentTextChanged, this, refresh_and_replan);
   connect(devices_, &QSpinBox::valueChanged, this, [this](int n) {
     link_->setEnabled(n > 1);
+    // A strategy that does not run with several workers is greyed out and left out, its tick kept
+    // for when there is one device again.
+    for (const auto& [id, box] : strategy_boxes_) box->setEnabled(n <= 1 || planner::strategy_entry(id).data_parallel);
     replan();
   });
   connect(link_, &QLineEdit::editingFinished, this, &MainWindow::replan);
@@ -376,7 +380,8 @@ PlanInputs MainWindow::inputs() const {
   in.global_batch = batch_->value();
   in.strategies.clear();
   for (const auto& [id, box] : strategy_boxes_) {
-    if (box->isChecked()) in.strategies.insert(id);
+    // As "all" does with several devices: a strategy that does not run with them is left out.
+    if (box->isChecked() && (devices_->value() <= 1 || planner::strategy_entry(id).data_parallel)) in.strategies.insert(id);
   }
   in.optimizer = optimizer_->currentText().toStdString();
   in.workers = devices_->value();

@@ -66,10 +66,6 @@ MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
   // Its width is the chart's: unwrapped, its one long line would widen the chart beside it.
   legend_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   legend_->setContentsMargins(8, 0, 8, 0);
-  legend_->setToolTip("allowed: the budget less the planner's margin, which the plan's peak stays under\n"
-                      "floor: parameters, gradients and optimizer state, which no plan goes below\n"
-                      "hatched band: micro-batches like the first one drawn, too many to draw one by one; "
-                      "each rises from the band's foot to its top and falls back");
   chart->setMargins(QMargins(4, 4, 4, 4));
   x_ = new QValueAxis;
   x_->setTitleText("time (ms)");
@@ -232,6 +228,14 @@ void MemoryChart::update_legend(bool with_floor, bool with_peak, bool with_budge
   }
   if (with_floor) entries << entry(QColor(40, 40, 40), "\u2500\u2500", floor_->name());
   legend_->setText(entries.join(" &nbsp; "));
+  // The floor is drawn only where it holds: with L2L allowed the relay keeps the training state on
+  // the host and goes below it.
+  legend_->setToolTip(QString("allowed: the budget less the planner's margin, which the plan's peak stays under\n") +
+                      (with_floor ? "floor: parameters, gradients and optimizer state, which no plan without L2L goes "
+                                    "below\n"
+                                  : "") +
+                      "hatched band: micro-batches like the first one drawn, too many to draw one by one; "
+                      "each rises from the band's foot to its top and falls back");
 }
 
 void MemoryChart::place_labels() {

@@ -1,7 +1,8 @@
 #pragma once
 // The plan's memory over one step, stacked by kind, with the budget, what the margin leaves of it
 // ("allowed") and the peak marked. When nothing fits: the plan at the least budget that would,
-// against the user's budget, and the floor no plan goes below. Hovering says what is held when.
+// against the user's budget, and the floor no plan without L2L goes below (not drawn where L2L may
+// keep the training state on the host). Hovering says what is held when.
 // Thousands of identical micro-batches are drawn as their first one and a hatched band from the
 // level between them to the peak each reaches.
 #include <QtCharts/QAreaSeries>

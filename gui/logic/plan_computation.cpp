@@ -11,6 +11,7 @@
 #include "core/host_memory.h"
 #include "core/saturating.h"
 #include "core/units.h"
+#include "planner/l2l_model.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_schedule.h"
 #include "report/plan_report.h"
@@ -356,12 +357,26 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
       result.summary = report::render_plan_summary(*result.plan);
     } else {
       result.infeasible_reason = outcome.reason;
+      // L2L unticked where it would need less: say so, and how much.
+      const planner::PlanRequest request = plan_request(trace, inputs);
+      if (const std::int64_t relay_least =
+              planner::least_budget_with_l2l(trace.trace, request, outcome, core::available_host_memory_bytes());
+          relay_least > 0) {
+        const auto& l2l = planner::strategy_entry(planner::Strategy::L2L);
+        result.infeasible_reason += "; with " + std::string(l2l.label) + " ticked as well it must be at least " +
+                                    core::format_bytes_at_least(relay_least);
+      }
       result.smallest_budget = outcome.smallest_budget;
-      result.summary = "infeasible: " + outcome.reason + "\n";
+      result.summary = "infeasible: " + result.infeasible_reason + "\n";
+      // L2L's relay keeps the training state on the host: with it, no floor holds the device.
+      const bool l2l_allowed = inputs.strategies.contains(planner::Strategy::L2L) && inputs.workers <= 1 &&
+                               planner::relay_can_run(trace.trace);
       const bool other_optimizer = !inputs.optimizer.empty() && inputs.optimizer != trace.trace.optimizer.name;
       result.floor_bytes =
-          core::CostModel(other_optimizer ? planner::with_estimated_optimizer(trace.trace, inputs.optimizer) : trace.trace)
-              .static_bytes();
+          l2l_allowed ? 0
+                      : core::CostModel(other_optimizer ? planner::with_estimated_optimizer(trace.trace, inputs.optimizer)
+                                                    : trace.trace)
+                        .static_bytes();
       if (outcome.smallest_budget > 0) {
         planner::PlanRequest least = plan_request(trace, inputs);
         least.budget_bytes = outcome.smallest_budget;

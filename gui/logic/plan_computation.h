@@ -21,7 +21,8 @@ namespace headroom::gui {
 struct PlanInputs {
   std::int64_t budget_bytes = 0;
   std::int64_t global_batch = 0;
-  // What `headroom plan` applies by default ("all"); Tempo only where the trace measured it.
+  // What `headroom plan` applies by default ("all"); Tempo only where the trace measured it, L2L
+  // only where no plan without it fits.
   std::set<planner::Strategy> strategies = planner::all_strategies();
   std::string optimizer;  // empty: the trace's
   double margin_fraction = 0.05;
@@ -116,7 +117,8 @@ struct PlanResult {
   // When nothing fits, the plan the planner would choose at smallest_budget: `timeline` is its
   // step, so the chart shows how far over the budget the best attempt is instead of nothing.
   std::optional<core::Plan> best_attempt;
-  // Parameters, gradients and optimizer state: no plan needs less.
+  // Parameters, gradients and optimizer state: no plan needs less, unless L2L's relay keeps them on
+  // the host (0 where L2L may: its least is the best attempt's step).
   std::int64_t floor_bytes = 0;
   std::string error;  // a bad request (batch 0, ...): the message
   MemoryTimeline timeline;  // of `plan`, else of `best_attempt`

@@ -8,6 +8,7 @@
 #include "core/cost_model.h"
 #include "core/json_reader.h"
 #include "core/sha256.h"
+#include "planner/l2l_model.h"
 #include "planner/layer_graph.h"
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
@@ -33,7 +34,15 @@ BudgetRange budget_range(const core::Trace& measured, std::int64_t global_batch,
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   BudgetRange range;
-  range.least_bytes = std::max<std::int64_t>(costs.static_bytes(), 1 << 20);
+  std::int64_t least = costs.static_bytes();
+  if (planner::relay_can_run(trace)) {
+    // L2L keeps the training state on the host: its least is the relay at its finest split with the
+    // boundaries on the host, as the planner's least budget counts it.
+    const std::int64_t batch = std::max<std::int64_t>(global_batch, 1);
+    const auto finest = planner::split_batch(batch, std::min<std::int64_t>(batch, planner::kMaxL2LMicroBatches));
+    least = std::min(least, planner::predict_l2l_step(costs, graph, finest, core::RelayChoice{true}).device_peak_bytes);
+  }
+  range.least_bytes = std::max<std::int64_t>(least, 1 << 20);
   range.device_bytes = trace.device.total_memory_bytes;
   range.whole_batch_bytes =
       planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({std::max<std::int64_t>(global_batch, 1)})).peak_bytes;

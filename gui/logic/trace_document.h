@@ -20,8 +20,9 @@ struct TraceDocument {
 std::shared_ptr<const TraceDocument> load_trace_document(const std::string& path);
 
 // The budgets the controls offer for a trace at a global batch: from its parameters, gradients and
-// optimizer state (nothing smaller can fit) to past both the device's memory and the whole batch's
-// need, so the slider reaches every interesting plan and the device's total can be marked on it.
+// optimizer state (nothing smaller fits without L2L), or L2L's least where the relay can run the
+// model, to past both the device's memory and the whole batch's need, so the slider reaches every
+// interesting plan and the device's total can be marked on it.
 struct BudgetRange {
   std::int64_t least_bytes = 0;
   std::int64_t most_bytes = 0;

@@ -1,0 +1,40 @@
+#pragma once
+// Names a file written by one side and read by another must agree on. The readers refuse any
+// other name, listing these, so a misspelt one is an error where it is read rather than a silent
+// change of meaning later (a plan naming a technique no step runs, a trace whose optimizer nobody
+// builds, a BatchNorm layer the planner's notes do not see).
+#include <algorithm>
+#include <array>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace headroom::core {
+
+// The techniques a plan's "strategies" may name. planner/strategy_table.h has one entry for each,
+// in this order (it checks so at compile time).
+inline constexpr std::array<std::string_view, 5> kStrategyNames{"mbp", "checkpoint", "tempo", "infcl", "l2l"};
+
+// The optimizers a trace may have measured and a plan may be made for (runtime::make_optimizer
+// builds them; planner/optimizer_estimate.cpp estimates their state).
+inline constexpr std::array<std::string_view, 2> kOptimizerNames{"sgd", "adam"};
+
+// The layer kinds the zoo's models are built of (models/layers.cpp and the zoo_*.cpp files). A
+// TorchScript module's layers are named after their module's class (models/torchscript_model.cpp),
+// any name a user gives one, so a trace of a module (one with "model.file") may have any kind.
+inline constexpr std::array<std::string_view, 15> kZooLayerKinds{
+    "add",   "attention", "batchnorm", "contrastive_loss", "conv",   "dropout", "embedding", "gelu",
+    "l2norm", "layernorm", "linear",   "loss",             "pool",   "pooler",  "relu"};
+
+inline bool is_known(std::span<const std::string_view> names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// "sgd, adam": for messages.
+inline std::string name_list(std::span<const std::string_view> names) {
+  std::string out;
+  for (const auto name : names) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
+}
+
+}  // namespace headroom::core
