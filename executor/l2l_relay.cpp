@@ -306,6 +306,10 @@ void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
   // One copy to the host (landed on return on the CPU, in flight on CUDA until the host thread
   // that takes it waits); gradients already there (a step after accumulate(), whose gradients
   // nobody cleared) are added to.
+  // On the CPU the previous stage's host step finishes before these gradients land, so the host
+  // never holds two stages' gradients and step temporaries at once (the plan's host peak counts one;
+  // overlapping would gain nothing there, the step shares the compute's cores).
+  if (!link_.is_cuda() && !optimizer_steps_.empty()) optimizer_steps_.back().wait();
   std::optional<HostLanding> arriving;
   if (s.device_gradients.defined()) arriving = link_.to_host(s.device_gradients);
   gradients_sent_[static_cast<std::size_t>(stage)] = arriving ? arriving->landed : nullptr;

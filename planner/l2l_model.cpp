@@ -285,8 +285,17 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   // the previous stage's parameters arrive meanwhile, and the stage's gradients, there from its
   // start, go to the host as it ends.
   std::int64_t boundary_grads = 0;  // gradients waiting at stage boundaries, on the device
+  // The host, above the relayed stages' parameters and optimizer state: the constant-memory
+  // variant's stash and the boundary gradients sent there (each once, however many stages add to
+  // it), and a relayed stage's gradients from their landing to the end of its host step, with that
+  // step's temporaries. The step runs while the next stage computes; the relay lands that stage's
+  // gradients only once it is done (executor/l2l_relay.cpp), so two stages' never meet.
+  std::int64_t host_level = host_stash, host_peak = host_stash;
+  std::int64_t host_step = 0;  // the gradients and temporaries of the host step still running
+  std::vector<std::vector<bool>> gradient_on_host(n, std::vector<bool>(trace.layers.size(), false));
   for (int s = last_stage; s >= 0; --s) {
     const auto& stage = stages[static_cast<std::size_t>(s)];
+    std::int64_t host_high = host_level;  // the highest the host holds during this stage's backward
     const std::int64_t params = on_device(s, s - 1);
     // The stage's gradients, zeroed as its backward starts (the relay makes them there, as the
     // profiled step had them before its backward); every micro-batch adds to them in place.
@@ -311,6 +320,12 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
           if (j >= 0 && j < stage.first && graph.last_reader(j) == i && !graph.output_saved(j)) level += out(j, b);
         }
       }
+      // The gradients at the stage's outputs seed its backward: the host's copies go.
+      for (const int e : stage.exports) {
+        if (!gradient_on_host[m][static_cast<std::size_t>(e)]) continue;
+        gradient_on_host[m][static_cast<std::size_t>(e)] = false;
+        host_level -= out(e, b);
+      }
       for (int r = stage.last; r >= stage.first; --r) {
         const auto& c = cost(r, b);
         emit(OpKind::Backward, r, s, m, scaled(c.bwd_ns, scale_of[b]), base, params, gradients, activations(),
@@ -326,12 +341,33 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
       // variant); what goes: those at its outputs, and the stashed inputs this stage was the first to read.
       if (!boundaries_on_host) boundary_grads += sum_out(stage.inputs, b) - sum_out(stage.exports, b);
       if (boundaries_on_host && !stage.inputs.empty()) send(stage.inputs, b, s, false);
+      if (boundaries_on_host) {
+        for (const int j : stage.inputs) {
+          const bool held = gradient_on_host[m][static_cast<std::size_t>(j)];
+          if (held) {
+            // Added to where it waits: in place on a CPU; a GPU adds on the device and sends the sum
+            // back, a new host tensor beside the old one for a moment.
+            if (trace.device.is_cuda()) host_high = std::max(host_high, host_level + out(j, b));
+          } else {
+            gradient_on_host[m][static_cast<std::size_t>(j)] = true;
+            host_level += out(j, b);
+          }
+        }
+        host_high = std::max(host_high, host_level);
+      }
       for (const int j : stage.inputs) {
         if (first_reader_stage[static_cast<std::size_t>(j)] != s || !stashed[m][static_cast<std::size_t>(j)]) continue;
         stashed[m][static_cast<std::size_t>(j)] = false;
-        if (!boundaries_on_host) stash -= out(j, b);
+        (boundaries_on_host ? host_level : stash) -= out(j, b);
       }
     }
+    // The previous stage's host step ran meanwhile; this stage's gradients land once it is done.
+    host_peak = std::max(host_peak, host_high + host_step);
+    // The step's temporaries: the optimizers step a parameter at a time, so the whole model's step
+    // (what the trace measured) holds the most any stage's can; the trace does not say how a
+    // smaller stage's compare.
+    host_step = s >= first_relayed && param(s) > 0 ? param(s) + costs.optimizer_transient_bytes() : 0;
+    host_peak = std::max(host_peak, host_level + host_step);
     // A kept stage steps on the device once its gradients are complete, then they go.
     if (s < first_relayed) {
       emit(OpKind::Optimizer, stage.last, s, n > 0 ? n - 1 : 0, transfers.device_optimizer_ns[static_cast<std::size_t>(s)], base,
@@ -343,7 +379,12 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   for (int s = first_relayed; s <= last_stage; ++s) {
     p.largest_stage_parameter_bytes = std::max(p.largest_stage_parameter_bytes, param(s));
   }
-  p.host_bytes = 2 * relayed_params + (costs.optimizer_state_bytes() - kept_state) + p.host_stash_bytes;
+  // Also there all step long: every stage's RNG state for every micro-batch (saved as its forward
+  // runs, so its recompute draws the same dropout masks) and, on a CPU, what the model holds
+  // besides its parameters (built on the host; a GPU's relay moves its buffers to the device).
+  const std::int64_t rng_states = static_cast<std::int64_t>(stages.size() * n) * costs.checkpoint_state_bytes();
+  const std::int64_t model_extra = trace.device.is_cuda() ? 0 : trace.model_extra_bytes;
+  p.host_bytes = relayed_params + (costs.optimizer_state_bytes() - kept_state) + rng_states + model_extra + host_peak;
   // Forward loads every relayed stage, backward every one but the last (still loaded); gradients go back.
   p.copy_bytes = 2 * relayed_params - relayed(last_stage) + relayed_params + p.stash_copy_bytes;
   p.host_optimizer_ns = std::accumulate(transfers.optimizer_ns.begin(), transfers.optimizer_ns.end(), std::int64_t{0});
@@ -567,8 +608,11 @@ L2LCapacity largest_l2l_model(const core::CostModel& costs, const LayerGraph& gr
   c.device_bytes_per_block = boundaries_on_host ? 0 : stash;
   const double state_per_param_byte =
       total_params > 0 ? static_cast<double>(costs.optimizer_state_bytes()) / static_cast<double>(total_params) : 0;
-  c.host_bytes_per_block = 2 * block->parameter_bytes +
+  // A block more keeps its parameters, optimizer state and RNG states on the host; its gradients
+  // are there only while it steps, one stage at a time, as a larger stage's already are.
+  c.host_bytes_per_block = block->parameter_bytes +
                            std::llround(state_per_param_byte * static_cast<double>(block->parameter_bytes)) +
+                           static_cast<std::int64_t>(micro_batches.size()) * costs.checkpoint_state_bytes() +
                            (boundaries_on_host ? stash : 0);
   constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
   const std::int64_t by_device =

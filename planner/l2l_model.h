@@ -64,7 +64,10 @@ struct L2LOp {
 struct L2LPrediction {
   std::int64_t device_peak_bytes = 0;
   std::string peak_at;                  // "backward of stage 3 (layer2.*), micro-batch 0"
-  std::int64_t host_bytes = 0;          // parameters, gradients and optimizer state on the host
+  // The host's peak: the relayed parameters and optimizer state, every stage's RNG states, (on a
+  // CPU) the model's other tensors, the constant-memory variant's stash and boundary gradients, and
+  // one stage's gradients with its optimizer step's temporaries at a time.
+  std::int64_t host_bytes = 0;
   std::int64_t compute_ns = 0;          // forward, recompute and backward of every stage and micro-batch
   std::int64_t copy_bytes = 0;          // parameters to the device (twice per step), gradients back, stashed boundaries
   // The constant-memory variant's stashed boundaries and their gradients, to the host and back (in

@@ -100,9 +100,10 @@ std::string render_report(const core::Report& r) {
     if (l.kept_stages > 1) out << ", the first " << l.kept_stages << " kept on the device";
     out << " (the largest relayed " << core::format_bytes(l.largest_stage_parameter_bytes)
         << " of parameters), boundaries on the " << (l.boundaries_on_host ? "host" : "device") << "; the peak above is the device side's; host side: "
-        << core::format_bytes(l.measured_host_peak_bytes) << " at most (parameters, gradients, optimizer state"
-        << (l.boundaries_on_host ? ", stashed boundaries" : "") << " and the optimizer's temporaries); the plan holds room for "
-        << core::format_bytes(l.predicted_host_bytes) << " (every stage's gradients at once, no temporaries)\n";
+        << core::format_bytes(l.measured_host_peak_bytes) << " at most (parameters, optimizer state, RNG states"
+        << (l.boundaries_on_host ? ", stashed boundaries and their gradients" : "")
+        << ", and a stage's gradients with its optimizer step's temporaries), predicted "
+        << core::format_bytes(l.predicted_host_bytes) << "\n";
   }
   if (r.test_accuracy) out << "test accuracy on " << r.data << " after training: " << fixed(100 * *r.test_accuracy, "%.1f") << "%\n";
   for (const auto& w : r.warnings) out << "warning: " << w << "\n";
