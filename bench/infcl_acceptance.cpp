@@ -263,14 +263,25 @@ int step(const Options& o) {
 
 int main(int argc, char** argv) {
   core::enter_host_memory_regime();
+  const char* usage =
+      "usage: infcl_acceptance equal|memory|step [--batches LIST] [--dim D] [--tiles RxC] [--standard-limit SIZE] "
+      "[--repeats N] [--micro N] [--tiled-max N] [--set k=v,...]\n";
+  // Asking for help anywhere prints it and runs nothing (a run takes minutes).
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+  }
   if (argc < 2) {
-    std::fprintf(stderr, "usage: infcl_acceptance equal|memory|step [--batches LIST] [--dim D] [--tiles RxC] [--standard-limit SIZE] [--repeats N]\n");
+    std::fputs(usage, stderr);
     return 2;
   }
   const std::string mode = argv[1];
   Options o;
   try {
-    for (int i = 2; i + 1 < argc; i += 2) {
+    for (int i = 2; i < argc; i += 2) {
+      if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
       const std::string flag = argv[i], value = argv[i + 1];
       if (flag == "--batches") o.batches = parse_list(value);
       else if (flag == "--dim") o.dim = std::stoll(value);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -238,6 +239,30 @@ void check_outputs(const CLI::App& command) {
 
 }  // namespace
 
+namespace {
+
+// A flag neither the command nor the program knows, as typed; empty if none. CLI11 reports a
+// missing required option before an unknown one, which would send the user after the wrong flag.
+std::string first_unknown_flag(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2) return "";
+  const CLI::App* command = nullptr;
+  try {
+    command = app.get_subcommand(argv[1]);
+  } catch (const CLI::OptionNotFound&) {
+    return "";
+  }
+  for (int i = 2; i < argc; ++i) {
+    const std::string token = argv[i];
+    if (token == "--") break;
+    if (token.size() < 2 || token[0] != '-' || std::isdigit(static_cast<unsigned char>(token[1]))) continue;
+    const std::string name = token.substr(0, token.find('='));
+    if (command->get_option_no_throw(name) == nullptr && app.get_option_no_throw(name) == nullptr) return name;
+  }
+  return "";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"headroom: plan and run neural-network training beyond the memory limit"};
   app.require_subcommand(1);
@@ -361,7 +386,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "headroom: " << e.what() << " (see headroom --help)\n";
+    const std::string unknown = dynamic_cast<const CLI::RequiredError*>(&e) != nullptr ? first_unknown_flag(app, argc, argv) : "";
+    std::cerr << "headroom: " << (unknown.empty() ? std::string(e.what()) : "The following argument was not expected: " + unknown) << " (see headroom --help)\n";
     return kExitUsage;
   }
 

@@ -62,6 +62,22 @@ namespace {
 
 std::int64_t scaled(std::int64_t ns, double scale) { return std::llround(static_cast<double>(ns) * scale); }
 
+// The temporaries of one stage's optimizer step. The optimizers step a parameter at a time, so the
+// whole model's step (what the trace measured) holds the most any stage's can. Adam's holds two
+// tensors the size of the parameter it is at (the square root of the second moment, then that
+// over the bias correction) and a few scalars: the measured steps are 2 x the largest parameter +
+// 12 bytes. A stage's largest parameter is at most its largest layer's parameter bytes.
+std::int64_t stage_optimizer_transient(const core::CostModel& costs, const L2LStage& stage) {
+  const std::int64_t whole = costs.optimizer_transient_bytes();
+  if (costs.trace().optimizer.name != "adam") return whole;
+  std::int64_t largest = 0;
+  for (int i = stage.first; i <= stage.last; ++i) {
+    largest = std::max(largest, costs.trace().layers[static_cast<std::size_t>(i)].param_bytes);
+  }
+  constexpr std::int64_t kScalars = 64;
+  return std::min(whole, 2 * largest + kScalars);
+}
+
 // Per stage: its parameters' copy in, its gradients' copy out, and its optimizer step (the trace's
 // optimizer time by parameter bytes): on the host for a relayed stage; a kept stage (before
 // `first_relayed`) copies nothing and steps on the device (optimizer_ns: 0, device_optimizer_ns).
@@ -363,10 +379,7 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
     }
     // The previous stage's host step ran meanwhile; this stage's gradients land once it is done.
     host_peak = std::max(host_peak, host_high + host_step);
-    // The step's temporaries: the optimizers step a parameter at a time, so the whole model's step
-    // (what the trace measured) holds the most any stage's can; the trace does not say how a
-    // smaller stage's compare.
-    host_step = s >= first_relayed && param(s) > 0 ? param(s) + costs.optimizer_transient_bytes() : 0;
+    host_step = s >= first_relayed && param(s) > 0 ? param(s) + stage_optimizer_transient(costs, stage) : 0;
     host_peak = std::max(host_peak, host_level + host_step);
     // A kept stage steps on the device once its gradients are complete, then they go.
     if (s < first_relayed) {

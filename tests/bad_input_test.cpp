@@ -300,6 +300,14 @@ class BadInputCli : public ::testing::Test {
 };
 
 // The rows of the bad-input table (issue 20), and neighbours of each.
+// An unknown flag is what is named, even where a required flag is missing too (CLI11 checks the
+// required ones first): "--budget is required" would send the user after the wrong flag.
+TEST_F(BadInputCli, AnUnknownFlagIsNamedBeforeAMissingRequiredOne) {
+  expect_refused("plan " + path("t.json") + " --wat", "not expected: --wat");
+  expect_refused("plan " + path("t.json") + " --budget 1GiB --wat=3", "not expected: --wat");
+  expect_refused("plan " + path("t.json") + " --batch 8", "--budget is required");
+}
+
 TEST_F(BadInputCli, PlanFilesThatWouldSwitchTheBudgetOffOrDisagreeWithTheirTrace) {
   json p = plan_;
   p["budget_bytes"] = 0;
