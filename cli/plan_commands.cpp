@@ -46,8 +46,8 @@ std::string l2l_capacity(const core::Trace& trace, const core::Plan& plan, const
   const std::int64_t limit = plan.budget_bytes - plan.margin_bytes;
   std::string out = "\nlargest model L2L trains under " + core::format_bytes(plan.budget_bytes) +
                     " (estimate: this model with its largest block repeated; L2L's device memory grows with depth only "
-                    "by the stashed block boundaries, its host memory by each block's parameters, gradients and "
-                    "optimizer state):\n";
+                    "by the stashed block boundaries, its host memory by each block's parameters, optimizer state and "
+                    "RNG states; a block's gradients are on the host only while it steps):\n";
   for (const bool on_host : {false, true}) {
     const auto capacity = planner::largest_l2l_model(costs, graph, micro, on_host, limit, request.host_memory_bytes);
     out += "  " + planner::l2l_capacity_line(capacity, on_host, micro, request.host_memory_bytes) + "\n";
