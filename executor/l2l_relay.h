@@ -44,7 +44,8 @@ struct RelayOptions {
   // least its bytes at this rate, so a step can be made transfer-bound on purpose. CPU only: on CUDA
   // the copies are asynchronous, and a host-side wait would not slow them.
   double copy_bytes_per_second = 0;
-  // The host optimizer steps a stage on its own thread while the device computes the previous one.
+  // On CUDA the host optimizer steps a stage on its own thread while the device computes the
+  // previous one; on a CPU it steps on the compute thread, in between (it would share the cores).
   bool overlap_optimizer = true;
   // L2L from a chosen block on: the stages before the one starting at this layer stay on the device
   // with their gradients and optimizer (stepped on the device after their backward); 0 relays all.

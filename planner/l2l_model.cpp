@@ -304,8 +304,8 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   // The host, above the relayed stages' parameters and optimizer state: the constant-memory
   // variant's stash and the boundary gradients sent there (each once, however many stages add to
   // it), and a relayed stage's gradients from their landing to the end of its host step, with that
-  // step's temporaries. The step runs while the next stage computes; the relay lands that stage's
-  // gradients only once it is done (executor/l2l_relay.cpp), so two stages' never meet.
+  // step's temporaries. On a GPU the step runs while the next stage computes, and that stage's
+  // gradients land only once it is done, so two stages' never meet; on a CPU it runs in between.
   std::int64_t host_level = host_stash, host_peak = host_stash;
   std::int64_t host_step = 0;  // the gradients and temporaries of the host step still running
   std::vector<std::vector<bool>> gradient_on_host(n, std::vector<bool>(trace.layers.size(), false));
@@ -377,8 +377,9 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
         (boundaries_on_host ? host_level : stash) -= out(j, b);
       }
     }
-    // The previous stage's host step ran meanwhile; this stage's gradients land once it is done.
-    host_peak = std::max(host_peak, host_high + host_step);
+    // On a GPU the previous stage's host step ran meanwhile (this stage's gradients land once it is
+    // done); on a CPU it ran before this stage, on the compute thread.
+    host_peak = std::max(host_peak, host_high + (trace.device.is_cuda() ? host_step : 0));
     host_step = s >= first_relayed && param(s) > 0 ? param(s) + stage_optimizer_transient(costs, stage) : 0;
     host_peak = std::max(host_peak, host_level + host_step);
     // A kept stage steps on the device once its gradients are complete, then they go.
