@@ -7,12 +7,13 @@
 #include <iterator>
 
 #include "core/errors.h"
+#include "core/known_names.h"
 
 namespace headroom::planner {
 
 LayerGraph::LayerGraph(const core::Trace& trace)
     : readers_(trace.layers.size()), inputs_(trace.layers.size()), hands_gradient_on_(trace.layers.size(), false),
-      saved_(trace.layers.size(), false) {
+      composite_(trace.layers.size(), false), saved_(trace.layers.size(), false) {
   using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
   Graph graph(trace.layers.size());
   for (const auto& layer : trace.layers) {
@@ -20,6 +21,7 @@ LayerGraph::LayerGraph(const core::Trace& trace)
     // Only a residual add is known to pass its gradient on; any other layer is taken to make new
     // ones, which counts a held gradient from the earliest point (never less than is held).
     hands_gradient_on_[static_cast<std::size_t>(layer.id)] = layer.kind == "add";
+    composite_[static_cast<std::size_t>(layer.id)] = !core::is_known(core::kZooLayerKinds, layer.kind);
     for (std::size_t k = 0; k < layer.inputs.size(); ++k) {
       const int input = layer.inputs[k];
       if (input < 0) continue;

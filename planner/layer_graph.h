@@ -73,6 +73,10 @@ class LayerGraph {
   // added to it (in place, by the autograd engine). A backward seeded with that gradient from
   // outside (a checkpoint, L2L's relay) holds it from there to its end.
   int output_gradient_released_by(int layer, int first) const;
+  // Whether the layer's backward may let that gradient go partway and then hold more: a module of
+  // many autograd nodes (a TorchScript module's layer), where a held gradient adds to the layer's
+  // own measured peak; a zoo layer's backward is one node or holds the gradient to its end.
+  bool composite(int layer) const { return composite_[static_cast<std::size_t>(layer)]; }
   // Layers before the first block / after the last block.
   int first_block_layer() const;
   int last_block_layer() const;
@@ -81,6 +85,7 @@ class LayerGraph {
   std::vector<std::vector<int>> readers_;
   std::vector<std::vector<int>> inputs_;
   std::vector<bool> hands_gradient_on_;  // a residual add: its backward passes its output's gradient on as it is
+  std::vector<bool> composite_;
   std::vector<bool> saved_;
   std::vector<int> order_;
   std::vector<BlockSpan> blocks_;

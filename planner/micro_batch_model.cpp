@@ -238,13 +238,23 @@ void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const st
     // The checkpoint's backward receives the gradient at the block's output and holds it until it
     // returns, where a standard step lets it go earlier (layer_graph.h: output_gradient_released_by).
     const std::int64_t output_gradient = span != nullptr ? cost[static_cast<std::size_t>(span->last)].output_bytes : 0;
-    if (span != nullptr && static_cast<int>(r) == span->output_gradient_released_by) retained += output_gradient;
+    std::int64_t transient = c.bwd_transient_bytes;
+    if (span != nullptr && static_cast<int>(r) == span->output_gradient_released_by) {
+      retained += output_gradient;
+      // A composite layer may have let it go before its own peak, which it now holds too.
+      if (graph.composite(static_cast<int>(r))) transient += output_gradient;
+    }
+    // Likewise the recomputed output, which the checkpoint holds to the end where a composite last
+    // layer's own nodes may have let it go partway.
+    if (span != nullptr && static_cast<int>(r) == span->last && graph.composite(static_cast<int>(r))) {
+      transient += cost[static_cast<std::size_t>(span->last)].output_bytes;
+    }
     if (span != nullptr && static_cast<int>(r) == span->first) {
       // The block's backward is done: the recomputed output, the held input and the saved RNG state go.
       retained -= cost[static_cast<std::size_t>(span->last)].output_bytes + unsaved_input_bytes(*span) +
                   costs.checkpoint_state_bytes + output_gradient;
     }
-    ops.push_back({OpKind::Backward, static_cast<int>(r), scaled(c.bwd_ns, scale), c.bwd_transient_bytes, retained});
+    ops.push_back({OpKind::Backward, static_cast<int>(r), scaled(c.bwd_ns, scale), transient, retained});
   }
 }
 
