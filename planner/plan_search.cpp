@@ -154,9 +154,44 @@ core::StepChoice data_parallel_only(const core::StepChoice& c) {
   return out;
 }
 
+// `count` micro-batches of `samples` as split_batch makes them, as runs: a split of a large batch
+// is weighed without listing its micro-batches.
+StepBatches even_split(std::int64_t samples, std::int64_t count) {
+  StepBatches batches;
+  batches.samples = samples;
+  const std::int64_t q = samples / count, r = samples % count;
+  if (r > 0) batches.runs.push_back({q + 1, r});
+  if (count > r) batches.runs.push_back({q, count - r});
+  return batches;
+}
+
+std::int64_t micro_batch_count(const StepBatches& batches) {
+  std::int64_t count = 0;
+  for (const auto& run : batches.runs) count += run.count;
+  return count;
+}
+
+std::vector<std::int64_t> listed(const StepBatches& batches) {
+  std::vector<std::int64_t> sizes;
+  sizes.reserve(static_cast<std::size_t>(micro_batch_count(batches)));
+  for (const auto& run : batches.runs) sizes.insert(sizes.end(), static_cast<std::size_t>(run.count), run.size);
+  return sizes;
+}
+
 struct Candidate {
-  core::StepChoice choice;  // its layer variants as they take effect (effective_variants)
+  // Its layer variants as they take effect (effective_variants). Its micro-batches are `batches`
+  // (an L2L candidate's are listed in it too, as the relay's model reads them there): with_listed
+  // lists them for the plan.
+  core::StepChoice choice;
+  StepBatches batches;
   StepPrediction prediction;
+  std::int64_t largest_micro_batch() const { return batches.runs.front().size; }
+  std::int64_t micro_batch_count() const { return planner::micro_batch_count(batches); }
+  core::StepChoice with_listed() const {
+    core::StepChoice out = choice;
+    out.micro_batches = listed(batches);
+    return out;
+  }
   int checkpointed_count() const { return static_cast<int>(choice.checkpointed_blocks.size()); }
   int lean_count() const { return choice.lean_count(); }
   double samples_per_second(std::int64_t global_batch) const {
@@ -218,10 +253,10 @@ std::vector<int> block_ids(const LayerGraph& graph, const std::vector<bool>& fla
 
 // The fastest checkpointing for these micro-batches and lean layers under `limit`, or nothing.
 std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
-                                           const core::StepChoice& start, std::int64_t limit) {
+                                           const core::StepChoice& start, const StepBatches& batches, std::int64_t limit) {
   if (graph.blocks().empty()) return std::nullopt;
-  Candidate c{start, {}};
-  const Chain chain = checkpoint_chain(costs, graph, c.choice.micro_batches.front(), start, &cache);
+  Candidate c{start, batches, {}};
+  const Chain chain = checkpoint_chain(costs, graph, c.largest_micro_batch(), start, &cache);
   std::int64_t total = 0;
   for (const auto& s : chain.stages) total += std::max(s.stored_bytes, s.checkpointed_bytes);
   const std::int64_t unit = std::max<std::int64_t>(1, total / 4096);
@@ -232,7 +267,7 @@ std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const L
     if (!solution.feasible) return std::nullopt;
     c.choice.checkpointed_blocks = block_ids(graph, solution.checkpoint);
     c.choice = effective_variants(graph, std::move(c.choice));
-    c.prediction = predict_step(costs, graph, c.choice, &cache);
+    c.prediction = predict_step(costs, graph, c.choice, c.batches, &cache);
     if (c.prediction.peak_bytes <= limit) return c;
     dp_limit -= c.prediction.peak_bytes - limit;
   }
@@ -244,9 +279,10 @@ std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const L
 // whole model's relay fits, so may a relay from a later block on (the stages before it kept on the
 // device, with no copies and their optimizer there): the fastest of those that fit, the whole
 // model's on a tie (it leaves the device the most room).
-std::optional<Candidate> fit_l2l(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& plain,
+std::optional<Candidate> fit_l2l(const core::CostModel& costs, const LayerGraph& graph, const Candidate& split,
                                  std::int64_t limit, std::int64_t host_memory) {
-  if (plain.micro_batches.size() > kMaxL2LMicroBatches) return std::nullopt;
+  if (split.micro_batch_count() > static_cast<std::int64_t>(kMaxL2LMicroBatches)) return std::nullopt;
+  const core::StepChoice plain = split.with_listed();
   const auto fits = [&](const L2LPrediction& p) {
     return p.device_peak_bytes <= limit && (host_memory <= 0 || p.host_bytes <= host_memory);
   };
@@ -261,7 +297,7 @@ std::optional<Candidate> fit_l2l(const core::CostModel& costs, const LayerGraph&
       const auto p = predict_l2l_step(costs, graph, plain.micro_batches, later);
       if (fits(p) && p.step_ns < best.step_ns) best = p, relay = later;
     }
-    Candidate c{plain, {best.device_peak_bytes, best.step_ns, best.peak_at}};
+    Candidate c{plain, split.batches, {best.device_peak_bytes, best.step_ns, best.peak_at}};
     c.choice.checkpointed_blocks.clear();
     for (auto& layer : c.choice.layers) layer.variant = core::LayerVariant::Standard;
     c.choice.l2l = relay;
@@ -277,7 +313,7 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, BatchCosts
   std::size_t lo = order.free, hi = order.layers.size();
   while (lo < hi) {
     const std::size_t mid = lo + (hi - lo) / 2;
-    const auto p = predict_step(costs, graph, effective_variants(graph, with_lean_prefix(c.choice, order.layers, mid)), &cache);
+    const auto p = predict_step(costs, graph, effective_variants(graph, with_lean_prefix(c.choice, order.layers, mid)), c.batches, &cache);
     if (p.peak_bytes <= limit) {
       hi = mid;
     } else {
@@ -285,7 +321,7 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, BatchCosts
     }
   }
   c.choice = effective_variants(graph, with_lean_prefix(std::move(c.choice), order.layers, hi));
-  c.prediction = predict_step(costs, graph, c.choice, &cache);
+  c.prediction = predict_step(costs, graph, c.choice, c.batches, &cache);
 }
 
 // The fastest way to fit these micro-batches under `limit` with the allowed strategies, or
@@ -293,8 +329,7 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, BatchCosts
 // needed); with checkpointing, of the standard layers or of the lean ones (a checkpointed block
 // recomputes standard layers).
 std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
-                             std::vector<std::int64_t> micro,
-                             std::int64_t limit, const SearchSpace& space) {
+                             const StepBatches& micro, std::int64_t limit, const SearchSpace& space) {
   if (!space.loss_options.empty()) {
     // The loss and the towers' micro-batches are chosen together: the fastest pair that fits.
     std::optional<Candidate> best;
@@ -309,9 +344,9 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
   }
   Candidate plain;
   plain.choice = space.base;
-  plain.choice.micro_batches = std::move(micro);
+  plain.batches = micro;
   plain.choice.loss_tiles = space.tiles;
-  plain.prediction = predict_step(costs, graph, plain.choice, &cache);
+  plain.prediction = predict_step(costs, graph, plain.choice, plain.batches, &cache);
   const bool plain_fits = plain.prediction.peak_bytes <= limit;
   if (plain_fits && !space.tempo) return plain;
 
@@ -320,10 +355,10 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
     if (!best || c.prediction.step_ns < best->prediction.step_ns) best = std::move(c);
   };
   if (plain_fits) consider(plain);
-  const TempoOrder order = space.tempo ? tempo_order(graph, cache, plain.choice.micro_batches.front()) : TempoOrder{};
+  const TempoOrder order = space.tempo ? tempo_order(graph, cache, plain.largest_micro_batch()) : TempoOrder{};
   const auto all_lean = with_lean_prefix(plain.choice, order.layers, order.layers.size());
   if (!order.layers.empty()) {
-    Candidate c{all_lean, predict_step(costs, graph, all_lean, &cache)};
+    Candidate c{all_lean, plain.batches, predict_step(costs, graph, all_lean, plain.batches, &cache)};
     if (c.prediction.peak_bytes <= limit) {
       trim_lean(costs, graph, cache, order, limit, c);
       consider(std::move(c));
@@ -331,9 +366,9 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
   }
   // Checkpointing only adds time where the step fits without it.
   if (space.checkpointing && !plain_fits) {
-    if (auto c = fit_checkpointing(costs, graph, cache, plain.choice, limit)) consider(std::move(*c));
+    if (auto c = fit_checkpointing(costs, graph, cache, plain.choice, plain.batches, limit)) consider(std::move(*c));
     if (!order.layers.empty()) {
-      if (auto c = fit_checkpointing(costs, graph, cache, all_lean, limit)) {
+      if (auto c = fit_checkpointing(costs, graph, cache, all_lean, plain.batches, limit)) {
         trim_lean(costs, graph, cache, order, limit, *c);
         consider(std::move(*c));
       }
@@ -341,15 +376,17 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
   }
   // L2L runs every block's forward twice, so it is never faster than the same split as it is.
   if (space.l2l && !plain_fits) {
-    if (auto c = fit_l2l(costs, graph, plain.choice, limit, space.host_memory)) consider(std::move(*c));
+    if (auto c = fit_l2l(costs, graph, plain, limit, space.host_memory)) consider(std::move(*c));
   }
   return best;
 }
 
+core::PlanPrediction predicted(const Candidate& c, std::int64_t global_batch) {
+  return {c.prediction.peak_bytes, static_cast<double>(c.prediction.step_ns) / 1e9, c.samples_per_second(global_batch)};
+}
+
 WeighedStep weighed(const Candidate& c, std::int64_t global_batch) {
-  return {c.choice.micro_batches, c.checkpointed_count(), c.lean_count(),
-          {c.prediction.peak_bytes, static_cast<double>(c.prediction.step_ns) / 1e9, c.samples_per_second(global_batch)},
-          c.choice.l2l};
+  return {listed(c.batches), c.checkpointed_count(), c.lean_count(), predicted(c, global_batch), c.choice.l2l};
 }
 
 }  // namespace
@@ -372,17 +409,16 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, Bat
     const std::int64_t size = (global_batch + n - 1) / n;
     if (size == previous_size) continue;
     previous_size = size;
-    auto micro = split_batch(global_batch, n);
+    const StepBatches micro = even_split(global_batch, n);
     if (auto c = fit(costs, graph, cache, micro, space.limit, space)) {
-      const WeighedStep step = weighed(*c, global_batch);
-      out.splits.push_back({step.micro_batches, true, step.checkpointed_blocks, step.lean_layers, step.predicted});
+      out.splits.push_back({size, n, true, c->checkpointed_count(), c->lean_count(), predicted(*c, global_batch)});
       out.fits.push_back(std::move(*c));
     } else {
       Candidate plain;
       plain.choice = space.base;
-      plain.choice.micro_batches = micro;
-      plain.prediction = predict_step(costs, graph, plain.choice, &cache);
-      out.splits.push_back({std::move(micro), false, 0, 0, weighed(plain, global_batch).predicted});
+      plain.batches = micro;
+      plain.prediction = predict_step(costs, graph, plain.choice, plain.batches, &cache);
+      out.splits.push_back({size, n, false, 0, 0, predicted(plain, global_batch)});
     }
   }
   return out;
@@ -391,18 +427,17 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, Bat
 // The least peak at one split without checkpointing: as it is, with every lean layer, and (for a
 // contrastive model) with each loss option.
 std::int64_t least_unchecked_peak(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
-                                  const std::vector<std::int64_t>& micro, const SearchSpace& space) {
+                                  const StepBatches& micro, const SearchSpace& space) {
   std::vector<std::optional<core::LossTiles>> losses = space.loss_options;
   if (losses.empty()) losses.push_back(space.tiles);
   std::int64_t least = std::numeric_limits<std::int64_t>::max();
-  const std::vector<int> order = space.tempo ? tempo_order(graph, cache, micro.front()).layers : std::vector<int>{};
+  const std::vector<int> order = space.tempo ? tempo_order(graph, cache, micro.runs.front().size).layers : std::vector<int>{};
   for (const auto& tiles : losses) {
     core::StepChoice plain = space.base;
-    plain.micro_batches = micro;
     plain.loss_tiles = tiles;
-    least = std::min(least, predict_step(costs, graph, plain, &cache).peak_bytes);
+    least = std::min(least, predict_step(costs, graph, plain, micro, &cache).peak_bytes);
     if (space.tempo) {
-      least = std::min(least, predict_step(costs, graph, with_lean_prefix(plain, order, order.size()), &cache).peak_bytes);
+      least = std::min(least, predict_step(costs, graph, with_lean_prefix(plain, order, order.size()), micro, &cache).peak_bytes);
     }
   }
   return least;
@@ -411,12 +446,12 @@ std::int64_t least_unchecked_peak(const core::CostModel& costs, const LayerGraph
 // The split whose peak is least. Finer splits hold less, except under the gradient cache, which
 // keeps every micro-batch's RNG state and embeddings: there the peak falls and then rises with the
 // count, so the counts are walked on a coarse grid and the best one's neighbours.
-std::vector<std::int64_t> least_split(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
-                                      std::int64_t global_batch, const SearchSpace& space) {
+StepBatches least_split(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
+                        std::int64_t global_batch, const SearchSpace& space) {
   const std::int64_t finest = space.micro_batching ? global_batch : 1;
-  if (space.loss_options.empty() && !space.tiles) return split_batch(global_batch, finest);
+  if (space.loss_options.empty() && !space.tiles) return even_split(global_batch, finest);
   const auto peak_of = [&](std::int64_t count) {
-    return least_unchecked_peak(costs, graph, cache, split_batch(global_batch, count), space);
+    return least_unchecked_peak(costs, graph, cache, even_split(global_batch, count), space);
   };
   std::int64_t best = finest, best_peak = peak_of(finest);
   for (std::int64_t count = 1; count < finest; count = std::max(count + 1, count * 5 / 4)) {
@@ -429,14 +464,14 @@ std::vector<std::int64_t> least_split(const core::CostModel& costs, const LayerG
       best = count, best_peak = p;
     }
   }
-  return split_batch(global_batch, best);
+  return even_split(global_batch, best);
 }
 
 // The least peak the allowed strategies reach: the smallest micro-batches, and the least limit
 // under which some checkpointing of them fits (found by bisection).
 std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
                         const SearchSpace& space) {
-  const std::vector<std::int64_t> micro = least_split(costs, graph, cache, global_batch, space);
+  const StepBatches micro = least_split(costs, graph, cache, global_batch, space);
   std::int64_t least = least_unchecked_peak(costs, graph, cache, micro, space);
   if (space.l2l) {
     // The relay's least: its finest split, boundaries on the host (where the host holds them).
@@ -467,18 +502,18 @@ ChoiceFacts choice_facts(const core::CostModel& costs, const LayerGraph& graph, 
   facts.largest_fitting = weighed(largest_fitting, global_batch);
   Candidate whole;
   whole.choice = data_parallel_only(best.choice);
-  whole.choice.micro_batches = {global_batch};
-  whole.prediction = predict_step(costs, graph, whole.choice, &cache);
+  whole.batches = even_split(global_batch, 1);
+  whole.prediction = predict_step(costs, graph, whole.choice, whole.batches, &cache);
   facts.whole_batch = weighed(whole, global_batch);
   if (best.checkpointed_count() > 0) {
     core::StepChoice without = best.choice;
     without.checkpointed_blocks.clear();
-    facts.peak_without_checkpointing = predict_step(costs, graph, without, &cache).peak_bytes;
+    facts.peak_without_checkpointing = predict_step(costs, graph, without, best.batches, &cache).peak_bytes;
   }
   if (best.lean_count() > 0) {
-    facts.peak_without_tempo = predict_step(costs, graph, with_lean_prefix(best.choice, {}, 0), &cache).peak_bytes;
+    facts.peak_without_tempo = predict_step(costs, graph, with_lean_prefix(best.choice, {}, 0), best.batches, &cache).peak_bytes;
     facts.lean_candidates = static_cast<int>(graph.lean_candidates().size());
-    const TempoOrder order = tempo_order(graph, cache, best.choice.micro_batches.front());
+    const TempoOrder order = tempo_order(graph, cache, best.largest_micro_batch());
     for (std::size_t k = 0; k < order.free; ++k) facts.lean_measured_faster += best.choice.lean(order.layers[k]);
   }
   return facts;
@@ -496,16 +531,16 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
   plan.budget_bytes = request.budget_bytes;
   plan.margin_bytes = margin;
   plan.global_batch = request.global_batch;
-  if (best.choice.micro_batches.size() > 1) plan.strategies.push_back(strategy_name(Strategy::MicroBatching));
+  if (best.micro_batch_count() > 1) plan.strategies.push_back(strategy_name(Strategy::MicroBatching));
   if (best.checkpointed_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Checkpointing));
   if (best.lean_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Tempo));
   if (best.choice.loss_tiles) plan.strategies.push_back(strategy_name(Strategy::InfCl));
   if (best.choice.l2l) plan.strategies.push_back(strategy_name(Strategy::L2L));
-  plan.choice = complete_choice(trace, graph, best.choice);
+  plan.choice = complete_choice(trace, graph, best.with_listed());
   if (request.workers > 1) {
     // Every worker splits its share into as many micro-batches as worker 0 (fewer only where its
     // share is smaller than that count); the plan lists them all, worker by worker.
-    const auto count = static_cast<std::int64_t>(best.choice.micro_batches.size());
+    const std::int64_t count = best.micro_batch_count();
     plan.choice.micro_batches.clear();
     for (const std::int64_t share : worker_shares(request.global_batch, request.workers)) {
       const auto sizes = split_batch(share, std::min(count, share));
@@ -513,7 +548,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
       plan.choice.micro_batches_per_worker.push_back(static_cast<int>(sizes.size()));
     }
   }
-  plan.warnings = plan_warnings(trace, best.choice.micro_batches, request.global_batch);
+  plan.warnings = plan_warnings(trace, listed(best.batches), request.global_batch);
   if (const std::string warning = margin_warning(request.margin_fraction, worst_device_error(costs, graph));
       !warning.empty()) {
     plan.warnings.push_back(warning);
@@ -524,7 +559,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
   }
   if (const std::string scheme = contrastive_scheme(trace, plan.choice); !scheme.empty()) plan.warnings.push_back(scheme);
   if (best.choice.l2l) {
-    plan.warnings.push_back(l2l_note(predict_l2l_step(costs, graph, best.choice.micro_batches, *best.choice.l2l), *best.choice.l2l));
+    plan.warnings.push_back(l2l_note(predict_l2l_step(costs, graph, listed(best.batches), *best.choice.l2l), *best.choice.l2l));
   }
   plan.predicted = weighed(best, request.global_batch).predicted;
   plan.peak_at = best.prediction.peak_at;
@@ -671,9 +706,11 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   facts.limit_bytes = space.limit;
   facts.margin_bytes = margin;
   plan.binding_constraint = binding_constraint(facts);
+  // Only the first few losers are named; listing every loser's micro-batches would take time in the batch.
+  constexpr std::size_t kRunnerUps = 3;
   std::vector<WeighedStep> losers;
-  for (std::size_t i = 1; i < fits.size(); ++i) losers.push_back(weighed(fits[i], request.global_batch));
-  plan.runner_ups = runner_ups(losers, facts.chosen, 3);
+  for (std::size_t i = 1; i < fits.size() && i <= kRunnerUps; ++i) losers.push_back(weighed(fits[i], request.global_batch));
+  plan.runner_ups = runner_ups(losers, facts.chosen, kRunnerUps);
   outcome.plan = std::move(plan);
   return outcome;
 }

@@ -45,7 +45,10 @@ struct PlanRequest {
 // One split of the global batch the search weighed: its fastest checkpointing that fits or, when
 // none does, its prediction without checkpointing.
 struct SplitOutcome {
-  std::vector<std::int64_t> micro_batches;
+  // split_batch(global batch, count): `count` micro-batches as even as possible, the largest of
+  // `micro_batch` (not listed: a split of a large batch has hundreds of thousands).
+  std::int64_t micro_batch = 0;
+  std::int64_t count = 0;
   bool fits = false;
   int checkpointed_blocks = 0;
   int lean_layers = 0;

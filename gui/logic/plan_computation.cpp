@@ -307,7 +307,7 @@ std::int64_t allowed_bytes(std::int64_t budget_bytes, double margin_fraction) {
 ThroughputCurve throughput_curve(const planner::PlanOutcome& outcome) {
   ThroughputCurve curve;
   for (const auto& split : outcome.splits) {
-    curve.points.push_back({split.micro_batches.front(), static_cast<std::int64_t>(split.micro_batches.size()),
+    curve.points.push_back({split.micro_batch, split.count,
                             split.predicted.samples_per_second, split.predicted.peak_bytes, split.fits,
                             split.checkpointed_blocks, split.lean_layers, split.predicted.step_seconds});
   }
