@@ -392,8 +392,12 @@ std::vector<MicroBatchRun> micro_batch_runs(const std::vector<std::int64_t>& siz
 }
 
 StepBatches step_batches(const core::StepChoice& choice) {
-  // Data parallel predicts worker 0, which carries the largest share.
-  return {micro_batch_runs(choice.world_size > 1 ? choice.worker_micro_batches(0) : choice.micro_batches), choice.samples()};
+  // Data parallel predicts worker 0, which carries the largest share. A plan's list can be long:
+  // it is read once, not copied.
+  if (choice.world_size > 1) return {micro_batch_runs(choice.worker_micro_batches(0)), choice.samples()};
+  StepBatches batches{micro_batch_runs(choice.micro_batches), 0};
+  for (const auto& run : batches.runs) batches.samples += run.size * run.count;
+  return batches;
 }
 
 StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,

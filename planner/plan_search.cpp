@@ -385,8 +385,12 @@ core::PlanPrediction predicted(const Candidate& c, std::int64_t global_batch) {
   return {c.prediction.peak_bytes, static_cast<double>(c.prediction.step_ns) / 1e9, c.samples_per_second(global_batch)};
 }
 
+MicroBatchSizes sizes_of(const StepBatches& batches) {
+  return {micro_batch_count(batches), batches.runs.front().size, batches.runs.back().size};
+}
+
 WeighedStep weighed(const Candidate& c, std::int64_t global_batch) {
-  return {listed(c.batches), c.checkpointed_count(), c.lean_count(), predicted(c, global_batch), c.choice.l2l};
+  return {sizes_of(c.batches), c.checkpointed_count(), c.lean_count(), predicted(c, global_batch), c.choice.l2l};
 }
 
 }  // namespace
@@ -548,7 +552,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
       plan.choice.micro_batches_per_worker.push_back(static_cast<int>(sizes.size()));
     }
   }
-  plan.warnings = plan_warnings(trace, listed(best.batches), request.global_batch);
+  plan.warnings = plan_warnings(trace, sizes_of(best.batches), request.global_batch);
   if (const std::string warning = margin_warning(request.margin_fraction, worst_device_error(costs, graph));
       !warning.empty()) {
     plan.warnings.push_back(warning);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <utility>
 
 #include "core/cost_model.h"
 #include "core/errors.h"
@@ -344,16 +345,17 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
   PlanResult result;
   result.inputs = inputs;
   try {
-    const planner::PlanOutcome outcome = planner::plan_step(trace.trace, plan_request(trace, inputs));
+    planner::PlanOutcome outcome = planner::plan_step(trace.trace, plan_request(trace, inputs));
     result.throughput = throughput_curve(outcome);
     if (outcome.plan) {
-      result.plan = outcome.plan;
+      // Moved: a plan of many micro-batches lists hundreds of thousands.
+      result.plan = std::move(outcome.plan);
       // As headroom plan warns: the trace's times may not hold where headroom executes the plan.
       if (const std::string warning = core::regime_mismatch_warning(trace.trace.host_memory_regime, core::headroom_regime());
           !warning.empty()) {
         result.plan->warnings.push_back(warning);
       }
-      result.timeline = memory_timeline(trace.trace, *outcome.plan);
+      result.timeline = memory_timeline(trace.trace, *result.plan);
       result.summary = report::render_plan_summary(*result.plan);
     } else {
       result.infeasible_reason = outcome.reason;
