@@ -4,6 +4,7 @@
 #include <limits>
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/errors.h"
 #include "core/units.h"
@@ -26,106 +27,178 @@ std::vector<std::int64_t> split_batch(std::int64_t global_batch, std::int64_t co
 
 namespace {
 
+// A walk's levels from 0: when each op starts, while it runs and once it has ended.
 struct Levels {
-  std::vector<std::int64_t> before;  // level when each op starts
-  std::vector<std::int64_t> high;    // highest level during or right after each op
+  std::vector<std::int64_t> before;
+  std::vector<std::int64_t> during;
+  std::vector<std::int64_t> after;
 };
 
 Levels levels_of(const std::vector<Op>& ops) {
   Levels out;
+  out.before.reserve(ops.size());
+  out.during.reserve(ops.size());
+  out.after.reserve(ops.size());
   std::int64_t level = 0;
   for (const auto& op : ops) {
     out.before.push_back(level);
-    const std::int64_t during = level + op.transient_bytes;
+    out.during.push_back(level + op.transient_bytes);
     level += op.retained_bytes;
-    out.high.push_back(std::max(during, level));
+    out.after.push_back(level);
   }
   return out;
 }
 
-// The index of the first op of `kind` for `layer`.
-std::size_t find_op(const std::vector<Op>& ops, OpKind kind, int layer) {
-  for (std::size_t k = 0; k < ops.size(); ++k) {
-    if (ops[k].kind == kind && ops[k].layer == layer) return k;
-  }
-  return ops.size();
+// One micro-batch size's walks for one choice of layer variants: what its chain is made of
+// (chain_over), kept so that a search bounding many ranges of sizes walks each size once.
+struct ChainWalks {
+  std::int64_t absolute = 0;  // static state and input
+  std::vector<Op> stored_ops;  // every layer stored: each layer's forward, then each backward
+  Levels stored;
+  // By block of the graph's chain: the stage's ops with its block checkpointed (none where it cannot be).
+  std::vector<std::vector<Op>> checkpointed;
+};
+
+// Stage k of the chain covers block k and any non-block layers up to the next block.
+int stage_end(const LayerGraph& graph, std::size_t k) {
+  const auto& blocks = graph.blocks();
+  return k + 1 < blocks.size() ? blocks[k + 1].first - 1 : blocks[k].last;
 }
 
-}  // namespace
-
-Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
-                       const core::StepChoice& variants, BatchCostsCache* cache) {
-  const auto& blocks = graph.blocks();
-  const BatchCosts batch_cost = cache != nullptr && &cache->costs() == &costs ? cache->at(batch) : batch_costs(costs, batch);
+ChainWalks chain_walks(const core::CostModel& costs, const LayerGraph& graph, const BatchCosts& at,
+                       const core::StepChoice& variants, bool stages) {
+  ChainWalks walks;
   const int layers = static_cast<int>(costs.layer_count());
   core::StepChoice choice = variants;
   choice.checkpointed_blocks.clear();
-  const auto stored_ops = micro_batch_ops(batch_cost, graph, choice, 0, layers - 1);
-  const Levels stored = levels_of(stored_ops);
-  const std::int64_t absolute = costs.static_bytes() + costs.input_bytes(batch);
-
-  Chain chain;
-  if (blocks.empty()) {
-    chain.base = absolute;
-    for (const auto h : stored.high) chain.tail_peak = std::max(chain.tail_peak, h);
-    return chain;
+  walks.absolute = costs.static_bytes() + costs.input_bytes(at.batch);
+  walks.stored_ops = micro_batch_ops(at, graph, choice, 0, layers - 1);
+  walks.stored = levels_of(walks.stored_ops);
+  if (!stages) return walks;
+  const auto& blocks = graph.blocks();
+  walks.checkpointed.resize(blocks.size());
+  for (std::size_t k = 0; k < blocks.size(); ++k) {
+    if (!blocks[k].checkpointable) continue;
+    choice.checkpointed_blocks = {blocks[k].block};
+    walks.checkpointed[k] = micro_batch_ops(at, graph, effective_variants(graph, choice), blocks[k].first, stage_end(graph, k));
   }
-  // Stage k covers block k and any non-block layers up to the next block.
-  const auto stage_end = [&](std::size_t k) { return k + 1 < blocks.size() ? blocks[k + 1].first - 1 : blocks[k].last; };
-  const auto op_index = [&](OpKind kind, int layer) { return find_op(stored_ops, kind, layer); };
-  // Stored ops are every forward, then every backward: the level after all forwards is where the
-  // first backward starts.
-  const auto after_forward_of = [&](int last) {
-    return stored.before[std::min(op_index(OpKind::Forward, last + 1), static_cast<std::size_t>(layers))];
+  return walks;
+}
+
+struct ChainAndWalk {
+  Chain chain;
+  std::int64_t walk_peak = 0;  // the stored walk's highest level, with the static state and input
+};
+
+// The chain at each of `points` (one size's walks each, for the same variants), each number the
+// least it takes at any of them: at one point the chain itself; at the two ends of a range over
+// which every byte count is affine, each number is a level or a difference of levels, so affine
+// too, and the least at the ends is the least over the range (up to rounding: weigh_bounded). A
+// peak, the highest of several levels, is bounded level by level. Without `stages`, only the
+// walk's peak.
+ChainAndWalk chain_over(const LayerGraph& graph, const std::vector<const ChainWalks*>& points, bool stages) {
+  const auto& blocks = graph.blocks();
+  const std::size_t n = points.size();
+  const auto least = [n](auto&& at) {
+    std::int64_t value = at(std::size_t{0});
+    for (std::size_t p = 1; p < n; ++p) value = std::min(value, at(p));
+    return value;
+  };
+  const auto stored = [&](std::size_t p) -> const Levels& { return points[p]->stored; };
+  // Stored op i's level while it runs and after it, above `prefix` (a level at each point).
+  const auto high_above = [&](std::size_t i, auto&& prefix) {
+    return std::max(least([&](std::size_t p) { return stored(p).during[i] - prefix(p); }),
+                    least([&](std::size_t p) { return stored(p).after[i] - prefix(p); }));
   };
 
-  chain.base = absolute + stored.before[op_index(OpKind::Forward, blocks.front().first)];
+  ChainAndWalk out;
+  Chain& chain = out.chain;
+  const std::vector<Op>& shape = points.front()->stored_ops;  // every point's ops are the same ops
+  const auto absolute = [&](std::size_t p) { return points[p]->absolute; };
+  out.walk_peak = least(absolute);
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    out.walk_peak = std::max(out.walk_peak, high_above(i, [&](std::size_t p) { return -absolute(p); }));
+  }
+  if (!stages) return out;
+  if (blocks.empty()) {
+    chain.base = least(absolute);
+    for (std::size_t i = 0; i < shape.size(); ++i) chain.tail_peak = std::max(chain.tail_peak, high_above(i, [](std::size_t) { return 0; }));
+    return out;
+  }
+  // Stored ops are every forward, then every backward, one of each per layer: a layer's are found
+  // by its id, and the level after all forwards is where the first backward starts.
+  const auto layers = shape.size() / 2;
+  if (shape.size() != 2 * graph.size()) throw std::logic_error("chain_over: a stored walk has one forward and one backward per layer");
+  const auto forward = [](int layer) { return static_cast<std::size_t>(layer); };
+  const auto backward = [&](int layer) { return 2 * layers - 1 - static_cast<std::size_t>(layer); };
+  const auto after_forward_index = [&](int last) { return std::min(forward(last + 1), layers); };
+
+  const std::size_t first_forward = forward(blocks.front().first);
+  chain.base = least([&](std::size_t p) { return absolute(p) + stored(p).before[first_forward]; });
   // Layers before the first block peak the same whatever the choices (their forward runs before
   // the blocks, their backward after the blocks are freed); the exact check in fit() covers them.
   const int tail_first = blocks.back().last + 1;
-  const std::int64_t tail_prefix = after_forward_of(tail_first - 1);
-  for (std::size_t i = 0; i < stored_ops.size(); ++i) {
-    if (stored_ops[i].layer >= tail_first) chain.tail_peak = std::max(chain.tail_peak, stored.high[i] - tail_prefix);
+  const std::size_t tail_start = after_forward_index(tail_first - 1);
+  const auto tail_prefix = [&](std::size_t p) { return stored(p).before[tail_start]; };
+  for (int layer = tail_first; static_cast<std::size_t>(layer) < layers; ++layer) {
+    chain.tail_peak = std::max({chain.tail_peak, high_above(forward(layer), tail_prefix), high_above(backward(layer), tail_prefix)});
   }
 
+  std::vector<std::int64_t> level(n), recompute(n);
   for (std::size_t k = 0; k < blocks.size(); ++k) {
-    const int first = blocks[k].first, last = stage_end(k);
-    const std::int64_t prefix = stored.before[op_index(OpKind::Forward, first)];
-    const std::size_t bwd_start = op_index(OpKind::Backward, last);
+    const int first = blocks[k].first, last = stage_end(graph, k);
+    const std::size_t start = forward(first), end = after_forward_index(last), bwd_start = backward(last);
+    const auto prefix = [&](std::size_t p) { return stored(p).before[start]; };
+    const auto stored_bytes = [&](std::size_t p) { return stored(p).before[end] - prefix(p); };
     ChainStage stage;
-    stage.stored_bytes = after_forward_of(last) - prefix;
-    for (std::size_t i = 0; i < stored_ops.size(); ++i) {
-      if (stored_ops[i].layer >= first && stored_ops[i].layer <= last) {
-        stage.stored_peak = std::max(stage.stored_peak, stored.high[i] - prefix);
-      }
+    stage.stored_bytes = least(stored_bytes);
+    for (int layer = first; layer <= last; ++layer) {
+      stage.stored_peak = std::max({stage.stored_peak, high_above(forward(layer), prefix), high_above(backward(layer), prefix)});
     }
     stage.checkpointable = blocks[k].checkpointable;
     if (stage.checkpointable) {
       // Walk only this stage's ops with the block checkpointed: its forward from the prefix, its
       // recompute and backward from the level the stored walk has there, less what checkpointing
       // stopped this stage from keeping.
-      choice.checkpointed_blocks = {blocks[k].block};
-      const auto ops = micro_batch_ops(batch_cost, graph, effective_variants(graph, choice), first, last);
-      std::int64_t level = 0, peak = 0;
+      const auto ops = [&](std::size_t p) -> const std::vector<Op>& { return points[p]->checkpointed[k]; };
+      std::fill(level.begin(), level.end(), 0);
+      std::fill(recompute.begin(), recompute.end(), 0);
+      std::int64_t peak = 0;
+      const auto step = [&](std::size_t i) {
+        peak = std::max(peak, least([&](std::size_t p) { return level[p] + ops(p)[i].transient_bytes; }));
+        for (std::size_t p = 0; p < n; ++p) {
+          level[p] += ops(p)[i].retained_bytes;
+          if (ops(p)[i].kind == OpKind::Recompute) recompute[p] += ops(p)[i].duration_ns;
+        }
+        peak = std::max(peak, least([&](std::size_t p) { return level[p]; }));
+      };
+      const std::vector<Op>& stage_shape = ops(0);
       std::size_t i = 0;
-      for (; i < ops.size() && (ops[i].kind == OpKind::Forward || ops[i].kind == OpKind::ForwardNoGrad); ++i) {
-        peak = std::max(peak, level + ops[i].transient_bytes);
-        level += ops[i].retained_bytes;
-        peak = std::max(peak, level);
+      for (; i < stage_shape.size() && (stage_shape[i].kind == OpKind::Forward || stage_shape[i].kind == OpKind::ForwardNoGrad); ++i) {
+        step(i);
       }
-      stage.checkpointed_bytes = level;
-      level = stored.before[bwd_start] - prefix - (stage.stored_bytes - stage.checkpointed_bytes);
-      for (; i < ops.size(); ++i) {
-        peak = std::max(peak, level + ops[i].transient_bytes);
-        level += ops[i].retained_bytes;
-        peak = std::max(peak, level);
-        if (ops[i].kind == OpKind::Recompute) stage.recompute_ns += ops[i].duration_ns;
+      stage.checkpointed_bytes = least([&](std::size_t p) { return level[p]; });
+      for (std::size_t p = 0; p < n; ++p) {
+        level[p] = stored(p).before[bwd_start] - prefix(p) - (stored_bytes(p) - level[p]);
       }
+      for (; i < stage_shape.size(); ++i) step(i);
       stage.checkpointed_peak = peak;
+      stage.recompute_ns = least([&](std::size_t p) { return recompute[p]; });
     }
     chain.stages.push_back(stage);
   }
-  return chain;
+  return out;
+}
+
+}  // namespace
+
+Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
+                       const core::StepChoice& variants, BatchCostsCache* cache) {
+  std::optional<BatchCosts> made;
+  if (cache == nullptr || &cache->costs() != &costs) made = batch_costs(costs, batch);
+  const BatchCosts& batch_cost = made ? *made : cache->at(batch);
+  const ChainWalks walks = chain_walks(costs, graph, batch_cost, variants, true);
+  return chain_over(graph, {&walks}, true).chain;
 }
 
 namespace {
