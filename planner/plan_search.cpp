@@ -1,8 +1,12 @@
 #include "planner/plan_search.h"
 
 #include <algorithm>
-#include <limits>
+#include <array>
 #include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <queue>
 #include <sstream>
 #include <stdexcept>
 
@@ -15,6 +19,7 @@
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_explanation.h"
+#include "planner/split_bounds.h"
 
 namespace headroom::planner {
 
@@ -470,13 +475,37 @@ WeighedStep weighed(const Candidate& c, std::int64_t global_batch) {
 
 namespace {
 
-// Every split of the global batch, fewest micro-batches first: the fastest way each fits, or its
-// plain prediction when it does not.
+// Splits of the global batch, fewest micro-batches first: the fastest way each fits, or its plain
+// prediction when it does not.
 struct Weighing {
   std::vector<Candidate> fits;       // fewest micro-batches first
-  std::vector<SplitOutcome> splits;  // one per distinct micro-batch size
+  std::vector<SplitOutcome> splits;
 };
 
+// One split weighed: `count` micro-batches of the global batch. Where it is known not to fit, only
+// its plain prediction is made.
+struct WeighedSplit {
+  SplitOutcome outcome;
+  std::optional<Candidate> fit;
+};
+
+WeighedSplit weigh_split(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
+                         std::int64_t count, const SearchSpace& space, bool known_not_to_fit = false) {
+  const std::int64_t size = (global_batch + count - 1) / count;
+  const StepBatches micro = even_split(global_batch, count);
+  if (!known_not_to_fit) {
+    if (auto c = fit(costs, graph, cache, micro, space.limit, space)) {
+      return {{size, count, true, c->checkpointed_count(), c->lean_count(), predicted(*c, global_batch)}, std::move(c)};
+    }
+  }
+  Candidate plain;
+  plain.choice = space.base;
+  plain.batches = micro;
+  plain.prediction = predict_step(costs, graph, plain.choice, plain.batches, &cache);
+  return {{size, count, false, 0, 0, predicted(plain, global_batch)}, std::nullopt};
+}
+
+// Every split, one per distinct largest micro-batch.
 Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
                       const SearchSpace& space) {
   Weighing out;
@@ -486,17 +515,284 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, Bat
     const std::int64_t size = (global_batch + n - 1) / n;
     if (size == previous_size) continue;
     previous_size = size;
-    const StepBatches micro = even_split(global_batch, n);
-    if (auto c = fit(costs, graph, cache, micro, space.limit, space)) {
-      out.splits.push_back({size, n, true, c->checkpointed_count(), c->lean_count(), predicted(*c, global_batch)});
-      out.fits.push_back(std::move(*c));
-    } else {
-      Candidate plain;
-      plain.choice = space.base;
-      plain.batches = micro;
-      plain.prediction = predict_step(costs, graph, plain.choice, plain.batches, &cache);
-      out.splits.push_back({size, n, false, 0, 0, predicted(plain, global_batch)});
+    WeighedSplit weighed = weigh_split(costs, graph, cache, global_batch, n, space);
+    out.splits.push_back(weighed.outcome);
+    if (weighed.fit) out.fits.push_back(std::move(*weighed.fit));
+  }
+  return out;
+}
+
+// The number of distinct splits: one per distinct ceil(B / n), about 2 sqrt(B).
+std::int64_t split_count(std::int64_t global_batch) {
+  std::int64_t count = 0;
+  for (std::int64_t n = 1; n <= global_batch; ++count) {
+    const std::int64_t size = (global_batch + n - 1) / n;
+    if (size == 1) return count + 1;
+    n = (global_batch + size - 2) / (size - 1);  // the fewest micro-batches none larger than size - 1
+  }
+  return count;
+}
+
+// Up to this many splits each is weighed (the chart shows them all); past it, weigh_bounded.
+constexpr std::int64_t kSplitsWeighedEach = 32;
+// The chosen plan and the runner-ups it names.
+constexpr std::size_t kRunnerUps = 3;
+
+// Whether split_bounds.h bounds what fit() may find for this space: micro-batching, checkpointing
+// and Tempo, on one worker or several. A contrastive model's loss and L2L's relay are not bounded.
+bool bounded_search_applies(const SearchSpace& space) {
+  return space.micro_batching && space.loss_options.empty() && !space.tiles && !space.l2l;
+}
+
+// What weigh_splits finds of the plan's choices, weighing only splits that may matter: the plan
+// is the fastest split that fits (fewer micro-batches on a tie), its explanation names the kRunnerUps
+// next fastest and the split with the largest micro-batches that fits. Ranges of largest
+// micro-batch sizes are set aside whole where split_bounds.h shows that no split in them fits, or
+// that none can be faster than the kRunnerUps + 1 fastest found; the rest are halved down to single
+// splits, which fit() weighs as weigh_splits does. The bounds are lower bounds, never estimates, so
+// every split set aside is one weigh_splits would not have chosen or named: the plans are the same.
+// The splits returned are those weighed, and for the chart one near each power of two.
+Weighing weigh_bounded(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
+                       const SearchSpace& space, const std::function<double(std::int64_t)>& rate_of) {
+  const std::int64_t batch = global_batch;
+  const auto count_of = [batch](std::int64_t size) { return (batch + size - 1) / size; };
+  const auto size_of = [batch](std::int64_t count) { return (batch + count - 1) / count; };
+  // A range narrowed to the largest micro-batches of splits (lo > hi when it holds none): the
+  // largest at most hi is that of ceil(B / hi) micro-batches, the least at least lo that of the
+  // most micro-batches whose largest is still lo or more.
+  const auto narrowed = [&](SizeRange r) {
+    if (r.lo > batch || r.lo > r.hi) return SizeRange{1, 0};
+    const std::int64_t lo = r.lo <= 1 ? 1 : size_of((batch + r.lo - 2) / (r.lo - 1) - 1);
+    return SizeRange{lo, size_of(count_of(std::min(r.hi, batch)))};
+  };
+  // Halved geometrically: the sizes span orders of magnitude.
+  const auto halves = [](SizeRange r) {
+    auto mid = static_cast<std::int64_t>(std::sqrt(static_cast<double>(r.lo) * static_cast<double>(r.hi)));
+    mid = std::clamp(mid, r.lo, r.hi - 1);
+    return std::array<SizeRange, 2>{SizeRange{r.lo, mid}, SizeRange{mid + 1, r.hi}};
+  };
+
+  std::map<std::int64_t, WeighedSplit> weighed;  // by largest micro-batch
+  const auto weigh = [&](std::int64_t size, bool known_not_to_fit = false) -> const WeighedSplit& {
+    auto it = weighed.find(size);
+    if (it == weighed.end()) {
+      it = weighed.emplace(size, weigh_split(costs, graph, cache, batch, count_of(size), space, known_not_to_fit)).first;
     }
+    return it->second;
+  };
+
+  // What one size brings to the bounds of the ranges it ends, made once: its batch costs, and its
+  // walks with standard layers and with the layers fit() makes lean at that size (tempo_order's).
+  struct SizePoint {
+    BatchCosts costs;
+    bool walked = false;
+    ChainWalks standard;
+    std::vector<std::int64_t> saved;  // by lean candidate: the bytes it saves lean
+    std::vector<int> lean;            // those that save some
+    ChainWalks lean_walks;            // when `lean` is not empty
+    // At most the least peak of any way fit() may run a split of this size (for an estimate).
+    std::int64_t least_peak = 0;
+  };
+  const bool chains = space.checkpointing && !graph.blocks().empty();
+  const std::vector<int> candidates = graph.lean_candidates();
+  std::map<std::int64_t, SizePoint> points;  // by size; a map's entries stay where they are
+  const auto point = [&](std::int64_t size, bool walked) -> const SizePoint& {
+    auto it = points.find(size);
+    if (it == points.end()) {
+      it = points.emplace(size, SizePoint{}).first;
+      it->second.costs = cache.at(size);
+    }
+    SizePoint& at = it->second;
+    if (walked && !at.walked) {
+      at.walked = true;
+      at.standard = chain_walks(costs, graph, at.costs, space.base, chains);
+      if (space.tempo) {
+        for (const int i : candidates) {
+          at.saved.push_back(lean_saved_bytes(at.costs, graph, i));
+          if (at.saved.back() > 0) at.lean.push_back(i);
+        }
+        if (!at.lean.empty()) {
+          at.lean_walks = chain_walks(costs, graph, at.costs, with_lean_prefix(space.base, at.lean, at.lean.size()), chains);
+        }
+      }
+      const auto least_peak = [&](const ChainWalks& walks) {
+        const ChainAndWalk over = chain_over(graph, {&walks}, chains);
+        return chains ? std::min(over.walk_peak, least_chain_peak_bound(over.chain)) : over.walk_peak;
+      };
+      at.least_peak = least_peak(at.standard);
+      if (!at.lean.empty()) at.least_peak = std::min(at.least_peak, least_peak(at.lean_walks));
+    }
+    return at;
+  };
+
+  const std::int64_t rounding = level_rounding_bytes(graph);
+  struct RangeBound {
+    SizeRange range;
+    bool may_fit = true;
+    double least_ns = -std::numeric_limits<double>::infinity();  // of any split in it that fits
+  };
+  const auto bound = [&](SizeRange r, bool timed) {
+    RangeBound b{r};
+    const SizePoint& lo = point(r.lo, true);
+    const SizePoint& hi = point(r.hi, true);
+    // The smaller micro-batches of a split are one sample smaller than its largest.
+    const TimeBound time =
+        timed ? time_bound(costs, graph, point(std::max<std::int64_t>(1, r.lo - 1), false).costs, hi.costs) : TimeBound{};
+    std::int64_t recompute = 0;  // by each micro-batch of a split that fits, at least
+    const bool one = r.lo == r.hi;
+    if (one || bytes_unbent(costs, lo.costs, hi.costs)) {
+      const std::int64_t slack = one ? 0 : rounding;
+      // fit() keeps a split as it is (with Tempo's lean layers or not) where its walk fits, and
+      // otherwise checkpoints it as solve_checkpoint_dp answers for its chain (of standard layers,
+      // and of every lean layer): what no choice of its chain fits, it cannot.
+      bool as_it_is = false;
+      std::optional<std::int64_t> checkpointed;  // the least recompute of a checkpointing that fits
+      const auto weigh_walks = [&](const ChainWalks& at_lo, const ChainWalks& at_hi) {
+        const ChainAndWalk over = chain_over(graph, one ? std::vector<const ChainWalks*>{&at_lo} : std::vector<const ChainWalks*>{&at_lo, &at_hi}, chains);
+        as_it_is = as_it_is || over.walk_peak - slack <= space.limit;
+        if (!chains) return;
+        Chain low = over.chain;
+        low.base -= slack;
+        low.tail_peak -= slack;
+        for (std::size_t k = 0; k < low.stages.size(); ++k) {
+          ChainStage& stage = low.stages[k];
+          stage.stored_bytes -= slack;
+          stage.checkpointed_bytes -= slack;
+          stage.stored_peak -= slack;
+          stage.checkpointed_peak -= slack;
+          stage.recompute_ns = time.valid ? time.block_recompute_ns[k] : 0;
+        }
+        if (const auto least = least_recompute_bound(low, space.limit)) {
+          checkpointed = std::min(checkpointed.value_or(*least), *least);
+        }
+      };
+      weigh_walks(lo.standard, hi.standard);
+      if (space.tempo) {
+        // The layers lean at the range's ends are those throughout where each saves clearly more
+        // than 0 at both, or clearly not: saved bytes are a sum of a few rounded counts.
+        bool known = lo.lean == hi.lean;
+        for (std::size_t c = 0; c < lo.saved.size() && known && !one; ++c) {
+          const auto margin = 3 + static_cast<std::int64_t>(graph.released_inputs(candidates[c]).size());
+          known = (lo.saved[c] > margin && hi.saved[c] > margin) || (lo.saved[c] <= -margin && hi.saved[c] <= -margin);
+        }
+        if (!known) {
+          as_it_is = true;
+        } else if (!lo.lean.empty()) {
+          weigh_walks(lo.lean_walks, hi.lean_walks);
+        }
+      }
+      b.may_fit = as_it_is || checkpointed.has_value();
+      recompute = as_it_is ? 0 : checkpointed.value_or(0);
+    }
+    if (time.valid) {
+      // Each of a split's n micro-batches: its samples at sample_ns, less the slack, and its
+      // recompute; then the optimizer. Least at the range's fewest or most micro-batches.
+      const double per_micro_batch = static_cast<double>(recompute) - time.micro_batch_slack_ns;
+      b.least_ns = time.sample_ns * static_cast<double>(batch) + static_cast<double>(costs.optimizer_ns()) +
+                   std::min(static_cast<double>(count_of(r.hi)) * per_micro_batch, static_cast<double>(count_of(r.lo)) * per_micro_batch);
+    }
+    return b;
+  };
+
+  std::vector<SizeRange> set_aside;  // no split in them fits
+  // 1. The largest micro-batches that fit, from the largest sizes down. A range that may hold it
+  // is cut where the least peak its ends allow crosses the limit (that peak grows about linearly
+  // with the size), so the part above is set aside at once and the part below ends near the
+  // answer; from a top that may fit, single splits are weighed downwards, a few before halving.
+  struct Pending {
+    SizeRange range;
+    int walk_down = 0;  // single splits still to weigh from its top before bounding it again
+  };
+  constexpr int kWalkDown = 4;
+  std::vector<Pending> pending;  // the largest last
+  for (const SizeRange r : affine_ranges(costs.trace(), batch)) pending.push_back({r});
+  while (!pending.empty()) {
+    const Pending next = pending.back();
+    const SizeRange r = narrowed(next.range);
+    pending.pop_back();
+    if (r.lo > r.hi) continue;
+    if (r.lo == r.hi) {
+      if (weigh(r.lo).fit) break;
+      continue;
+    }
+    const auto below_top = [&] { return SizeRange{r.lo, r.hi - 1}; };
+    if (next.walk_down > 0) {
+      pending.push_back({below_top(), next.walk_down - 1});
+      pending.push_back({{r.hi, r.hi}});
+      continue;
+    }
+    if (!bound(r, false).may_fit) {
+      set_aside.push_back(r);
+      continue;
+    }
+    const std::int64_t at_lo = point(r.lo, true).least_peak, at_hi = point(r.hi, true).least_peak;
+    if (at_hi <= space.limit) {
+      pending.push_back({below_top(), kWalkDown - 1});
+      pending.push_back({{r.hi, r.hi}});
+    } else if (at_lo <= space.limit) {
+      const double across = static_cast<double>(space.limit - at_lo) / static_cast<double>(at_hi - at_lo);
+      const auto cut = std::clamp(r.lo + static_cast<std::int64_t>(across * static_cast<double>(r.hi - r.lo)), r.lo, r.hi - 1);
+      pending.push_back({{r.lo, cut}});
+      pending.push_back({{cut + 1, r.hi}, 0});
+    } else {
+      for (const SizeRange half : halves(r)) pending.push_back({half});
+    }
+  }
+
+  // 2. The fastest: ranges by the least time their splits can take, until even that is slower
+  // (by samples/s, as plan_step ranks them) than the kRunnerUps + 1 fastest found, which no split
+  // set aside can then be among.
+  const auto slowest_of_fastest = [&] {
+    std::vector<double> rates;
+    for (const auto& [size, w] : weighed) {
+      if (w.fit) rates.push_back(rate_of(w.fit->prediction.step_ns));
+    }
+    if (rates.size() <= kRunnerUps) return 0.0;
+    std::nth_element(rates.begin(), rates.begin() + kRunnerUps, rates.end(), std::greater<>());
+    return rates[kRunnerUps];
+  };
+  const auto later = [](const RangeBound& a, const RangeBound& b) { return a.least_ns > b.least_ns; };
+  std::priority_queue<RangeBound, std::vector<RangeBound>, decltype(later)> queue(later);
+  const auto enqueue = [&](SizeRange r) {
+    r = narrowed(r);
+    if (r.lo > r.hi) return;
+    RangeBound b = bound(r, true);
+    if (b.may_fit) {
+      queue.push(b);
+    } else {
+      set_aside.push_back(r);
+    }
+  };
+  for (const Pending& p : pending) enqueue(p.range);
+  while (!queue.empty()) {
+    const RangeBound next = queue.top();
+    // A split's step takes at least the bound rounded up to whole ns (with room for the bound's
+    // floating point): its rate is at most that step's, and a strictly lower rate ranks after.
+    const double least = std::ceil(next.least_ns * (1 - 1e-12) - 1);
+    if (least >= 1 && least < 0x1p62 && rate_of(static_cast<std::int64_t>(least)) < slowest_of_fastest()) break;
+    queue.pop();
+    if (next.range.lo == next.range.hi) {
+      weigh(next.range.lo);
+    } else {
+      for (const SizeRange half : halves(next.range)) enqueue(half);
+    }
+  }
+
+  // 3. For the chart, a split near each power of two (and the whole batch): those set aside as
+  // too large to fit get their plain prediction only.
+  const auto aside = [&](std::int64_t size) {
+    return std::any_of(set_aside.begin(), set_aside.end(), [size](const SizeRange& r) { return r.lo <= size && size <= r.hi; });
+  };
+  for (std::int64_t target = 1;; target = std::min(target * 2, batch)) {
+    const std::int64_t size = size_of(count_of(target));
+    weigh(size, aside(size));
+    if (target == batch) break;
+  }
+
+  Weighing out;
+  for (auto it = weighed.rbegin(); it != weighed.rend(); ++it) {
+    out.splits.push_back(it->second.outcome);
+    if (it->second.fit) out.fits.push_back(std::move(*it->second.fit));
   }
   return out;
 }
@@ -730,8 +1026,16 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   // budget does not count, and runs every block's forward twice ("all" holds it on these terms).
   SearchSpace on_the_device = space;
   on_the_device.l2l = false;
-  Weighing weighing = weigh_splits(costs, graph, cache, batch, on_the_device);
-  if (weighing.fits.empty() && space.l2l) weighing = weigh_splits(costs, graph, cache, batch, space);
+  const auto weigh = [&](const SearchSpace& weighed) {
+    if (request.weigh_every_split || !bounded_search_applies(weighed) || split_count(batch) <= kSplitsWeighedEach) {
+      return weigh_splits(costs, graph, cache, batch, weighed);
+    }
+    return weigh_bounded(costs, graph, cache, batch, weighed, [&](std::int64_t step_ns) {
+      return Candidate{{}, {}, {0, step_ns, {}}}.samples_per_second(request.global_batch);
+    });
+  };
+  Weighing weighing = weigh(on_the_device);
+  if (weighing.fits.empty() && space.l2l) weighing = weigh(space);
   outcome.splits = std::move(weighing.splits);
   // Each split's step moves the whole global batch through every worker at once.
   for (auto& split : outcome.splits) {
@@ -783,8 +1087,6 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   facts.limit_bytes = space.limit;
   facts.margin_bytes = margin;
   plan.binding_constraint = binding_constraint(facts);
-  // Only the first few losers are named; listing every loser's micro-batches would take time in the batch.
-  constexpr std::size_t kRunnerUps = 3;
   std::vector<WeighedStep> losers;
   for (std::size_t i = 1; i < fits.size() && i <= kRunnerUps; ++i) losers.push_back(weighed(fits[i], request.global_batch));
   plan.runner_ups = runner_ups(losers, facts.chosen, kRunnerUps);

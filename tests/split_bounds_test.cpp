@@ -1,5 +1,6 @@
-// The bounds a search can set ranges of micro-batch sizes aside by (issue 36): they must hold
-// wherever a search uses them.
+// The bounded plan search (issue 36): past a few dozen splits plan_step weighs only the splits that
+// may be chosen, named or charted, setting ranges of micro-batch sizes aside by lower bounds. The
+// plans must be those of weighing every split; the bounds must hold wherever the search uses them.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include "core/json_reader.h"
 #include "planner/checkpoint_dp.h"
 #include "planner/micro_batch_model.h"
+#include "planner/plan_search.h"
 #include "planner/split_bounds.h"
 
 namespace headroom {
@@ -128,6 +130,105 @@ TEST(SplitBounds, RangesAreCutAtTheTracesBatchSizes) {
   EXPECT_EQ(planner::affine_ranges(trace, 3).back().hi, 3);
   const core::CostModel costs(trace);
   EXPECT_TRUE(planner::bytes_unbent(costs, planner::batch_costs(costs, 17), planner::batch_costs(costs, 1000)));
+}
+
+planner::PlanRequest request(std::int64_t budget, std::int64_t batch, const std::string& strategies) {
+  planner::PlanRequest r;
+  r.budget_bytes = budget;
+  r.global_batch = batch;
+  r.strategies = planner::parse_strategies(strategies);
+  r.trace_path = "traces/x.json";
+  r.trace_sha256 = std::string(64, '0');
+  return r;
+}
+
+// Equal plans are the bounded search's contract: on the committed traces, at batches of hundreds
+// to thousands of splits, budgets from the floor to past the whole batch, with and without Tempo,
+// on one worker and on several, the plan (its split, choices, prediction, explanation and
+// runner-ups) or the reason nothing fits is that of weighing every split.
+TEST(PlanSearch, BoundedSearchPlansAsWeighingEverySplit) {
+  struct Case {
+    std::string trace;
+    std::vector<std::int64_t> batches;
+  };
+  const std::vector<Case> cases = {{"cpu-mlp.json", {1000, 5000}},
+                                   {"cpu-cnn.json", {300, 2000}},
+                                   {"cpu-gpt.json", {500, 3000}},
+                                   {"cpu-bert.json", {300, 1500, 7000}},
+                                   {"cpu-bert-large.json", {300, 1100}}};
+  int compared = 0, bounded = 0, planned = 0;
+  for (const auto& c : cases) {
+    const core::Trace trace = committed(c.trace);
+    const core::CostModel costs(trace);
+    const planner::LayerGraph graph(trace);
+    const std::int64_t floor = costs.static_bytes() + costs.optimizer_transient_bytes();
+    for (const std::int64_t batch : c.batches) {
+      const std::int64_t whole =
+          planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({std::min<std::int64_t>(batch, 64)})).peak_bytes;
+      for (const std::string strategies : {"mbp,checkpoint", "all"}) {
+        for (const double fraction : {0.0005, 0.01, 0.1, 0.5, 2.0}) {
+          for (const int workers : {1, 3}) {
+            if (workers > 1 && (fraction != 0.1 || strategies != "all")) continue;
+            planner::PlanRequest r = request(
+                static_cast<std::int64_t>(static_cast<double>(floor) / 0.95 + fraction * static_cast<double>(whole - floor)), batch,
+                strategies);
+            r.workers = workers;
+            if (workers > 1) r.link = {1e10, 10000, "given"};
+            SCOPED_TRACE(c.trace + " batch " + std::to_string(batch) + " " + strategies + " budget " +
+                         std::to_string(r.budget_bytes) + " workers " + std::to_string(workers));
+            const auto fast = planner::plan_step(trace, r);
+            r.weigh_every_split = true;
+            const auto every = planner::plan_step(trace, r);
+            ++compared;
+            bounded += fast.splits.size() < every.splits.size();
+            planned += every.plan.has_value();
+            ASSERT_EQ(fast.plan.has_value(), every.plan.has_value());
+            if (every.plan) {
+              EXPECT_EQ(*fast.plan, *every.plan);
+            } else {
+              EXPECT_EQ(fast.reason, every.reason);
+              EXPECT_EQ(fast.smallest_budget, every.smallest_budget);
+            }
+          }
+        }
+      }
+    }
+  }
+  // Most cases went through the bounded search (a worker's share of a few hundred is weighed
+  // split by split), and most of them found a plan.
+  EXPECT_GT(bounded, compared * 3 / 4);
+  EXPECT_GT(planned, compared / 2);
+}
+
+// What the bounded search lists for the chart: fewest micro-batches first, each split once, the
+// chosen one among them, and one near each power of two up to the whole batch; the splits that fit
+// are those weighing every split says fit, with the same prediction.
+TEST(PlanSearch, BoundedSearchChartsWhatItWeighed) {
+  const core::Trace trace = committed("cpu-bert.json");
+  planner::PlanRequest r = request(241LL << 20, 100000, "all");
+  const auto outcome = planner::plan_step(trace, r);
+  ASSERT_TRUE(outcome.plan);
+  ASSERT_FALSE(outcome.splits.empty());
+  EXPECT_LT(outcome.splits.size(), 100u);  // of 631 splits
+  for (std::size_t i = 1; i < outcome.splits.size(); ++i) EXPECT_LT(outcome.splits[i - 1].count, outcome.splits[i].count);
+  EXPECT_EQ(outcome.splits.front().count, 1);
+  EXPECT_EQ(outcome.splits.back().micro_batch, 1);
+  const auto chosen = std::find_if(outcome.splits.begin(), outcome.splits.end(), [&](const planner::SplitOutcome& s) {
+    return s.micro_batch == outcome.plan->choice.micro_batches.front() &&
+           s.count == static_cast<std::int64_t>(outcome.plan->choice.micro_batches.size());
+  });
+  ASSERT_NE(chosen, outcome.splits.end());
+  EXPECT_TRUE(chosen->fits);
+  r.weigh_every_split = true;
+  const auto every = planner::plan_step(trace, r);
+  for (const auto& split : outcome.splits) {
+    const auto same = std::find_if(every.splits.begin(), every.splits.end(),
+                                   [&](const planner::SplitOutcome& s) { return s.count == split.count; });
+    ASSERT_NE(same, every.splits.end()) << split.count;
+    EXPECT_EQ(same->micro_batch, split.micro_batch);
+    EXPECT_EQ(same->fits, split.fits) << split.count;
+    EXPECT_EQ(same->predicted, split.predicted) << split.count;
+  }
 }
 
 }  // namespace
