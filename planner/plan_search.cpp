@@ -533,8 +533,9 @@ std::int64_t split_count(std::int64_t global_batch) {
   return count;
 }
 
-// Up to this many splits each is weighed (the chart shows them all); past it, weigh_bounded.
-constexpr std::int64_t kSplitsWeighedEach = 32;
+// Up to this many splits each is weighed (the chart shows them all); past it, weigh_bounded, which
+// on bert large breaks even at about 20.
+constexpr std::int64_t kSplitsWeighedEach = 24;
 // The chosen plan and the runner-ups it names.
 constexpr std::size_t kRunnerUps = 3;
 
