@@ -40,7 +40,7 @@ struct PlanRequest {
   // L2L (with Strategy::L2L): the host memory its parameters, gradients and optimizer state (and
   // stashed boundaries) may fill; 0: not checked.
   std::int64_t host_memory_bytes = 0;
-  // Weigh every split, as the search does up to a few dozen splits, where past that it weighs only
+  // Weigh every split, as the search does up to two dozen splits, where past that it weighs only
   // those that may be chosen, named or charted (the same plan; tests compare the two).
   bool weigh_every_split = false;
 };
@@ -64,7 +64,7 @@ struct PlanOutcome {
   // more than a plan may hold (core::kMaxPlanBudget).
   std::int64_t smallest_budget = 0;
   std::string reason;                   // when nothing fits: why, in one line
-  // Fewest micro-batches first: one per distinct largest micro-batch up to a few dozen of them (or
+  // Fewest micro-batches first: one per distinct largest micro-batch up to two dozen of them (or
   // with weigh_every_split); past that, those the search weighed and one near each power of two.
   std::vector<SplitOutcome> splits;
 };
