@@ -115,8 +115,8 @@ TEST(SplitBounds, TimeBoundHoldsThroughEachRange) {
   }
 }
 
-// Byte counts bend only where a count reaches 0: over the ranges of a trace that stays clear of
-// it, they are unbent; between sizes on either side of a sample, the ranges are not one line.
+// The ranges end at the trace's batch sizes (and at the largest asked for); past bert's last, no
+// byte count reaches 0 or a limit, so none bends.
 TEST(SplitBounds, RangesAreCutAtTheTracesBatchSizes) {
   const core::Trace trace = committed("cpu-bert.json");  // profiled at 1, 2, 4, 8, 16
   const auto ranges = planner::affine_ranges(trace, 1000);
