@@ -7,6 +7,7 @@
 //   ./build/default/bench/gui_replan_bench
 #include <benchmark/benchmark.h>
 
+#include "core/plan.h"
 #include "gui/logic/plan_computation.h"
 #include "gui/logic/trace_document.h"
 
@@ -73,7 +74,8 @@ HEADROOM_REPLAN(bert, "cpu-bert.json");
 HEADROOM_REPLAN(gpt, "cpu-gpt.json");
 HEADROOM_REPLAN(bert_large, "cpu-bert-large.json");
 
-// Many micro-batches (issue 22): bert large at 7 GiB, batch 8 to 4096; bert at 241 MiB, batch 20,000.
+// Many micro-batches (issue 22; issue 36: flat in the batch up to the largest a plan takes): bert
+// large at 7 GiB and bert at 241 MiB, each at batch 8 to 2^20 (core::kMaxPlanBatch).
 constexpr std::int64_t kGiB = std::int64_t{1} << 30, kMiB = std::int64_t{1} << 20;
 #define HEADROOM_REPLAN_AT(name, file, budget, batch)                                        \
   BENCHMARK_CAPTURE(replan_at, name, file, budget, batch)->Unit(benchmark::kMillisecond); \
@@ -81,8 +83,15 @@ constexpr std::int64_t kGiB = std::int64_t{1} << 30, kMiB = std::int64_t{1} << 2
 HEADROOM_REPLAN_AT(bert_large_7GiB_b8, "cpu-bert-large.json", 7 * kGiB, 8);
 HEADROOM_REPLAN_AT(bert_large_7GiB_b1024, "cpu-bert-large.json", 7 * kGiB, 1024);
 HEADROOM_REPLAN_AT(bert_large_7GiB_b4096, "cpu-bert-large.json", 7 * kGiB, 4096);
+HEADROOM_REPLAN_AT(bert_large_7GiB_b20000, "cpu-bert-large.json", 7 * kGiB, 20000);
+HEADROOM_REPLAN_AT(bert_large_7GiB_b100000, "cpu-bert-large.json", 7 * kGiB, 100000);
+HEADROOM_REPLAN_AT(bert_large_7GiB_b1048576, "cpu-bert-large.json", 7 * kGiB, core::kMaxPlanBatch);
+HEADROOM_REPLAN_AT(bert_241MiB_b8, "cpu-bert.json", 241 * kMiB, 8);
+HEADROOM_REPLAN_AT(bert_241MiB_b1024, "cpu-bert.json", 241 * kMiB, 1024);
+HEADROOM_REPLAN_AT(bert_241MiB_b4096, "cpu-bert.json", 241 * kMiB, 4096);
 HEADROOM_REPLAN_AT(bert_241MiB_b20000, "cpu-bert.json", 241 * kMiB, 20000);
 HEADROOM_REPLAN_AT(bert_241MiB_b100000, "cpu-bert.json", 241 * kMiB, 100000);
+HEADROOM_REPLAN_AT(bert_241MiB_b1048576, "cpu-bert.json", 241 * kMiB, core::kMaxPlanBatch);
 
 }  // namespace
 }  // namespace headroom::gui

@@ -130,10 +130,13 @@ std::int64_t CostModel::micro_batch_ns(std::int64_t batch) const {
   return rounded(interpolate(micro_batch_ns_, batch, true), 1, kMaxTraceNs);
 }
 
-double CostModel::layer_time_scale(std::int64_t batch) const {
+std::int64_t CostModel::layer_sum_ns(std::int64_t batch) const {
   // The sum of every layer's times, up to kMaxTraceLayers * 2 * kMaxTraceNs.
-  const double layer_sum = static_cast<double>(rounded(interpolate(layer_sum_ns_, batch, true), 1, std::int64_t{1} << 62));
-  return static_cast<double>(micro_batch_ns(batch)) / layer_sum;
+  return rounded(interpolate(layer_sum_ns_, batch, true), 1, std::int64_t{1} << 62);
+}
+
+double CostModel::layer_time_scale(std::int64_t batch) const {
+  return static_cast<double>(micro_batch_ns(batch)) / static_cast<double>(layer_sum_ns(batch));
 }
 
 }  // namespace headroom::core

@@ -55,8 +55,10 @@ class CostModel {
   // noisy numbers was off by 2x. Layer times are scaled to add up to this, taking in the glue
   // between layers.
   std::int64_t micro_batch_ns(std::int64_t batch) const;
-  // micro_batch_ns / the sum of profiled layer times, at `batch`.
+  // micro_batch_ns / layer_sum_ns, at `batch`.
   double layer_time_scale(std::int64_t batch) const;
+  // The sum of every layer's profiled forward and backward times, at `batch` (at least 1).
+  std::int64_t layer_sum_ns(std::int64_t batch) const;
 
  private:
   // Piecewise-linear through the samples; past the last one along the last segment (for times, a

@@ -89,6 +89,59 @@ ChainSolution solve_checkpoint_dp(const Chain& chain, std::int64_t limit, std::i
   return solution;
 }
 
+std::optional<std::int64_t> least_recompute_bound(const Chain& chain, std::int64_t limit) {
+  if (chain.base > limit) return std::nullopt;
+  struct State {
+    std::int64_t kept;  // by the stages so far, above the base
+    std::int64_t time;  // their recompute
+  };
+  // Sorted by kept, each faster than every one keeping less: the others can never do better.
+  std::vector<State> states{{0, 0}}, next;
+  constexpr std::size_t kMostStates = 512;
+  const std::int64_t room = limit - chain.base;
+  for (const ChainStage& stage : chain.stages) {
+    next.clear();
+    for (const State& s : states) {
+      for (const bool ck : {false, true}) {
+        if (ck && !stage.checkpointable) continue;
+        if (s.kept + (ck ? stage.checkpointed_peak : stage.stored_peak) > room) continue;
+        next.push_back({s.kept + (ck ? stage.checkpointed_bytes : stage.stored_bytes), s.time + (ck ? stage.recompute_ns : 0)});
+      }
+    }
+    if (next.empty()) return std::nullopt;
+    std::sort(next.begin(), next.end(), [](const State& a, const State& b) { return a.kept < b.kept || (a.kept == b.kept && a.time < b.time); });
+    states.clear();
+    for (const State& s : next) {
+      if (states.empty() || s.time < states.back().time) states.push_back(s);
+    }
+    if (states.size() > kMostStates) {
+      // Merge runs of neighbours into their least size and least time: every choice still fits
+      // where it did, in no more time.
+      const std::size_t per = (states.size() + kMostStates - 1) / kMostStates;
+      std::size_t out = 0;
+      for (std::size_t i = 0; i < states.size(); i += per) {
+        const std::size_t last = std::min(states.size(), i + per) - 1;
+        states[out++] = {states[i].kept, states[last].time};
+      }
+      states.resize(out);
+    }
+  }
+  std::optional<std::int64_t> least;
+  for (const State& s : states) {
+    if (s.kept + chain.tail_peak <= room) least = std::min(least.value_or(s.time), s.time);
+  }
+  return least;
+}
+
+std::int64_t least_chain_peak_bound(const Chain& chain) {
+  std::int64_t prefix = chain.base, peak = chain.base;
+  for (const ChainStage& s : chain.stages) {
+    peak = std::max(peak, prefix + (s.checkpointable ? std::min(s.stored_peak, s.checkpointed_peak) : s.stored_peak));
+    prefix += s.checkpointable ? std::min(s.stored_bytes, s.checkpointed_bytes) : s.stored_bytes;
+  }
+  return std::max(peak, prefix + chain.tail_peak);
+}
+
 ChainSolution solve_checkpoint_exhaustive(const Chain& chain, std::int64_t limit) {
   const std::size_t n = chain.stages.size();
   if (n > 20) throw std::invalid_argument("solve_checkpoint_exhaustive: too many stages");

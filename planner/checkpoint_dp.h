@@ -8,6 +8,7 @@
 // The DP is exact when sizes are multiples of `unit`; otherwise it rounds kept sizes up, so the
 // plans it returns always satisfy the limit.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace headroom::planner {
@@ -38,6 +39,15 @@ std::int64_t chain_peak(const Chain& chain, const std::vector<bool>& checkpoint)
 
 // Least recompute time with chain_peak <= limit; ties go to the lower peak.
 ChainSolution solve_checkpoint_dp(const Chain& chain, std::int64_t limit, std::int64_t unit);
+// At most the least recompute time of any checkpointing with chain_peak <= limit (what
+// solve_checkpoint_dp can return, whatever its unit), or nothing when none has. It keeps, stage
+// by stage, the kept sizes no choice beats in both size and time; where too many remain it merges
+// neighbours (the smaller size with the lesser time), which only lowers the answer.
+std::optional<std::int64_t> least_recompute_bound(const Chain& chain, std::int64_t limit);
+
+// At most chain_peak of every choice: each stage keeping and peaking at the lesser of its two ways.
+std::int64_t least_chain_peak_bound(const Chain& chain);
+
 // The same by trying every subset (for tests; 2^stages).
 ChainSolution solve_checkpoint_exhaustive(const Chain& chain, std::int64_t limit);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 
 #include "core/errors.h"
 #include "core/saturating.h"
@@ -314,31 +315,44 @@ core::LayerCost whole_loss_cost(const core::LayerCost& in_step, core::LayerCost 
   return alone;
 }
 
+// A segment per run of one size, the last micro-batch a segment of its own that keeps its input
+// (it stays until the optimizer has stepped).
+template <typename OpsFor>
+void append_micro_batch_segments(const std::vector<MicroBatchRun>& runs, OpsFor& ops_for, StepSequence& seq) {
+  std::int64_t first = 0;
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    const bool last = k + 1 == runs.size();
+    const std::int64_t repeat = runs[k].count - (last ? 1 : 0);
+    if (repeat > 0) seq.segments.push_back({ops_for(runs[k].size), runs[k].size, first, repeat, false});
+    first += repeat;
+    if (last) seq.segments.push_back({ops_for(runs[k].size), runs[k].size, first, 1, true});
+  }
+}
+
 // A contrastive model's micro-batched step (infcl_model.h): the cache, every micro-batch's
 // embeddings without grad, the loss over the whole batch, every micro-batch again with grad from
 // the cached gradients (each its input, its ops, what they leave and its input going, so a run of
 // one size repeats), the cache going, the optimizer.
 template <typename OpsFor>
 void append_grad_cache_step(const core::CostModel& costs, const LayerGraph& graph, const ContrastiveLossModel& model,
-                            const core::StepChoice& choice, BatchCostsCache* cache, OpsFor& ops_for, StepSequence& seq) {
+                            const core::StepChoice& choice, const StepBatches& batches, BatchCostsCache* cache,
+                            OpsFor& ops_for, StepSequence& seq) {
   // A data-parallel worker (worker 0, the largest share) caches its own rows; its loss is the ring's.
   const bool ring = choice.world_size > 1;
-  const auto sizes = ring ? choice.worker_micro_batches(0) : choice.micro_batches;
-  std::int64_t rows = 0;
-  for (const auto b : sizes) rows += b;
+  std::int64_t rows = 0, count = 0;
+  for (const auto& run : batches.runs) rows += run.size * run.count, count += run.count;
   // The plan lists every worker's micro-batches; the search weighs worker 0's alone, where the
   // global batch is about its share times the workers (the plan's prediction is the exact one).
   const std::int64_t global =
-      ring && choice.micro_batches_per_worker.empty() ? rows * choice.world_size : choice.samples();
-  const std::int64_t held = gradient_cache_bytes(model, rows, sizes.size(), costs.checkpoint_state_bytes());
+      ring && choice.micro_batches_per_worker.empty() ? rows * choice.world_size : batches.samples;
+  const std::int64_t held = gradient_cache_bytes(model, rows, static_cast<std::size_t>(count), costs.checkpoint_state_bytes());
   seq.ops.push_back({{OpKind::GradientCache, -1, 0, 0, held}});
   seq.segments.push_back({seq.ops.size() - 1, 0, 0, 1, false});
   const auto runs = [&](auto&& segment_of) {
-    for (std::size_t m = 0; m < sizes.size();) {
-      std::size_t end = m + 1;
-      while (end < sizes.size() && sizes[end] == sizes[m]) ++end;
-      seq.segments.push_back({segment_of(sizes[m]), sizes[m], static_cast<std::int64_t>(m), static_cast<std::int64_t>(end - m), false});
-      m = end;
+    std::int64_t first = 0;
+    for (const auto& run : batches.runs) {
+      seq.segments.push_back({segment_of(run.size), run.size, first, run.count, false});
+      first += run.count;
     }
   };
   std::vector<std::pair<std::int64_t, std::size_t>> embedding_made;
@@ -361,37 +375,56 @@ void append_grad_cache_step(const core::CostModel& costs, const LayerGraph& grap
   if (!ring) {
     runs([&](std::int64_t b) { return ops_for(b); });
     seq.ops.push_back({{OpKind::GradientCache, -1, 0, 0, -held}, {OpKind::Optimizer, -1, costs.optimizer_ns(), costs.optimizer_transient_bytes(), 0}});
-    seq.segments.push_back({seq.ops.size() - 1, 0, static_cast<std::int64_t>(sizes.size()), 1, false});
+    seq.segments.push_back({seq.ops.size() - 1, 0, count, 1, false});
     return;
   }
   // Data parallel: the last micro-batch is a segment of its own whose backward sends the gradients'
   // buckets (its input goes with the optimizer's segment, as in the plain step).
-  const std::vector<std::int64_t> all_but_last(sizes.begin(), sizes.end() - 1);
-  for (std::size_t m = 0; m < all_but_last.size();) {
-    std::size_t end = m + 1;
-    while (end < all_but_last.size() && all_but_last[end] == all_but_last[m]) ++end;
-    seq.segments.push_back({ops_for(sizes[m]), sizes[m], static_cast<std::int64_t>(m), static_cast<std::int64_t>(end - m), false});
-    m = end;
-  }
-  seq.segments.push_back({ops_for(sizes.back()), sizes.back(), static_cast<std::int64_t>(sizes.size() - 1), 1, true});
-  seq.ops.push_back({{OpKind::ReleaseInput, -1, 0, 0, -costs.input_bytes(sizes.back())},
+  append_micro_batch_segments(batches.runs, ops_for, seq);
+  seq.ops.push_back({{OpKind::ReleaseInput, -1, 0, 0, -costs.input_bytes(batches.runs.back().size)},
                      {OpKind::GradientCache, -1, 0, 0, -held},
                      {OpKind::Optimizer, -1, costs.optimizer_ns(), costs.optimizer_transient_bytes(), 0}});
-  seq.segments.push_back({seq.ops.size() - 1, 0, static_cast<std::int64_t>(sizes.size()), 1, false});
+  seq.segments.push_back({seq.ops.size() - 1, 0, count, 1, false});
 }
 
 }  // namespace
 
+std::vector<MicroBatchRun> micro_batch_runs(const std::vector<std::int64_t>& sizes) {
+  std::vector<MicroBatchRun> runs;
+  for (const auto b : sizes) {
+    if (!runs.empty() && runs.back().size == b) {
+      ++runs.back().count;
+    } else {
+      runs.push_back({b, 1});
+    }
+  }
+  return runs;
+}
+
+StepBatches step_batches(const core::StepChoice& choice) {
+  // Data parallel predicts worker 0, which carries the largest share. A plan's list can be long:
+  // it is read once, not copied.
+  if (choice.world_size > 1) return {micro_batch_runs(choice.worker_micro_batches(0)), choice.samples()};
+  StepBatches batches{micro_batch_runs(choice.micro_batches), 0};
+  for (const auto& run : batches.runs) batches.samples += run.size * run.count;
+  return batches;
+}
+
 StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
                            BatchCostsCache* cache) {
+  return step_sequence(costs, graph, choice, step_batches(choice), cache);
+}
+
+StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
+                           const StepBatches& batches, BatchCostsCache* cache) {
   if (cache != nullptr && &cache->costs() != &costs) cache = nullptr;
   StepSequence seq;
   // A data-parallel worker also keeps its communication buckets.
   seq.static_bytes = costs.static_bytes() + bucket_buffer_bytes(costs, choice);
   const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
   const auto variant = running_variant_of(graph, choice);
-  // Data parallel predicts worker 0, which carries the largest share.
-  const std::vector<std::int64_t> sizes = choice.world_size > 1 ? choice.worker_micro_batches(0) : choice.micro_batches;
+  std::int64_t count = 0;
+  for (const auto& run : batches.runs) count += run.count;
   const int last_layer = static_cast<int>(costs.layer_count()) - 1;
   // A micro-batch: its input arrives, its layers run, what their measured changes leave over goes
   // (so every micro-batch starts from the same level), and its input goes, except the last one's,
@@ -406,7 +439,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   // the gradient cache's surrogate in a micro-batched one (infcl_model.h).
   const auto loss_model = contrastive_loss_model(costs.trace());
   // Data parallel always caches: the loss over every worker's embeddings is the ring's.
-  const bool grad_cache = loss_model && (sizes.size() > 1 || choice.world_size > 1);
+  const bool grad_cache = loss_model && (count > 1 || choice.world_size > 1);
   const auto ops_for = [&](std::int64_t b) {
     for (const auto& [size, index] : made) {
       if (size == b) return index;
@@ -436,22 +469,15 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
     return seq.ops.size() - 1;
   };
   if (grad_cache) {
-    append_grad_cache_step(costs, graph, *loss_model, choice, cache, ops_for, seq);
+    append_grad_cache_step(costs, graph, *loss_model, choice, batches, cache, ops_for, seq);
     return seq;
   }
-  for (std::size_t m = 0; m < sizes.size();) {
-    const bool last = m + 1 == sizes.size();
-    std::size_t end = m + 1;
-    // A run of one size; the last micro-batch is a segment of its own.
-    while (end + 1 < sizes.size() && sizes[end] == sizes[m]) ++end;
-    seq.segments.push_back({ops_for(sizes[m]), sizes[m], static_cast<std::int64_t>(m), static_cast<std::int64_t>(end - m), last});
-    m = end;
-  }
+  append_micro_batch_segments(batches.runs, ops_for, seq);
   // The optimizer steps while the last micro-batch's input is still allocated, then it goes.
   std::vector<Op> optimizer{{OpKind::Optimizer, -1, costs.optimizer_ns(), costs.optimizer_transient_bytes(), 0}};
-  if (!sizes.empty()) optimizer.push_back({OpKind::ReleaseInput, -1, 0, 0, -costs.input_bytes(sizes.back())});
+  if (!batches.runs.empty()) optimizer.push_back({OpKind::ReleaseInput, -1, 0, 0, -costs.input_bytes(batches.runs.back().size)});
   seq.ops.push_back(std::move(optimizer));
-  seq.segments.push_back({seq.ops.size() - 1, 0, static_cast<std::int64_t>(sizes.size()), 1});
+  seq.segments.push_back({seq.ops.size() - 1, 0, count, 1});
   return seq;
 }
 
@@ -459,7 +485,13 @@ StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& grap
                             BatchCostsCache* cache) {
   // L2L's relay runs stage-major, every micro-batch through a stage before the next (l2l_model.h).
   if (choice.l2l) return l2l_step_prediction(costs, graph, choice);
-  const StepSequence seq = step_sequence(costs, graph, choice, cache);
+  return predict_step(costs, graph, choice, step_batches(choice), cache);
+}
+
+StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
+                            const StepBatches& batches, BatchCostsCache* cache) {
+  if (choice.l2l) throw std::logic_error("predict_step: an L2L step's micro-batches are the choice's own");
+  const StepSequence seq = step_sequence(costs, graph, choice, batches, cache);
   StepPrediction p;
   p.peak_bytes = -1;
   std::int64_t level = seq.static_bytes;

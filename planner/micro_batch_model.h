@@ -97,6 +97,28 @@ struct StepSequence {
 StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
                            BatchCostsCache* cache = nullptr);
 
+// Consecutive micro-batches of one size.
+struct MicroBatchRun {
+  std::int64_t size = 0;
+  std::int64_t count = 0;
+  bool operator==(const MicroBatchRun&) const = default;
+};
+// `sizes` as runs, each as long as it can be.
+std::vector<MicroBatchRun> micro_batch_runs(const std::vector<std::int64_t>& sizes);
+
+// The micro-batches a step weighs (worker 0's, with several workers), as runs, and the samples of
+// the whole step (every worker's): what step_sequence reads of a choice's micro-batches.
+struct StepBatches {
+  std::vector<MicroBatchRun> runs;
+  std::int64_t samples = 0;
+};
+StepBatches step_batches(const core::StepChoice& choice);
+
+// step_sequence for these batches in place of the choice's micro-batches, which it does not read:
+// a search weighs splits of hundreds of thousands of micro-batches without listing them.
+StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
+                           const StepBatches& batches, BatchCostsCache* cache = nullptr);
+
 struct Walk {
   std::int64_t peak_bytes = 0;  // above the level at the start
   int peak_op = -1;             // the op during which the peak occurs
@@ -114,6 +136,9 @@ struct StepPrediction {
 };
 StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
                             BatchCostsCache* cache = nullptr);
+// The same for these batches in place of the choice's micro-batches (not an L2L step's).
+StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
+                            const StepBatches& batches, BatchCostsCache* cache = nullptr);
 
 // The step as tasks on the compute stream, for the simulator: resident static state, each
 // micro-batch's input and ops, and the optimizer step. A run of micro-batches of one size is its

@@ -31,8 +31,8 @@ std::string faster_by(double a, double b) {
 }
 
 std::string micro_batch_size(const WeighedStep& step) {
-  std::string size = std::to_string(step.micro_batches.front());
-  if (step.micro_batches.back() != step.micro_batches.front()) size += "/" + std::to_string(step.micro_batches.back());
+  std::string size = std::to_string(step.micro_batches.largest);
+  if (step.micro_batches.smallest != step.micro_batches.largest) size += "/" + std::to_string(step.micro_batches.smallest);
   return size;
 }
 
@@ -48,7 +48,7 @@ std::string with_what(const WeighedStep& step) {
 
 std::string describe(const WeighedStep& step) {
   std::ostringstream out;
-  out << step.micro_batches.size() << " micro-batch" << (step.micro_batches.size() > 1 ? "es" : "") << " of "
+  out << step.micro_batches.count << " micro-batch" << (step.micro_batches.count > 1 ? "es" : "") << " of "
       << micro_batch_size(step) << ", " << plural(step.checkpointed_blocks, "checkpointed block");
   if (step.lean_layers > 0) out << ", " << plural(step.lean_layers, "lean layer");
   if (step.l2l) {
@@ -63,7 +63,7 @@ std::string binding_constraint(const ChoiceFacts& f) {
   const double chosen_rate = chosen.predicted.samples_per_second;
   const bool whole_fits = f.whole_batch.predicted.peak_bytes <= f.limit_bytes;
   const bool as_is =
-      chosen.micro_batches.size() == 1 && chosen.checkpointed_blocks == 0 && chosen.lean_layers == 0 && !chosen.l2l;
+      chosen.micro_batches.count == 1 && chosen.checkpointed_blocks == 0 && chosen.lean_layers == 0 && !chosen.l2l;
   const std::string room = core::format_bytes(f.limit_bytes) + " left after the " + core::format_bytes(f.margin_bytes) +
                            " margin";
   if (as_is) {
@@ -71,7 +71,7 @@ std::string binding_constraint(const ChoiceFacts& f) {
   }
   if (whole_fits) {
     // Nothing forced the plan: it was chosen because it is predicted faster than the whole batch.
-    const bool one_step = chosen.micro_batches.size() == 1;
+    const bool one_step = chosen.micro_batches.count == 1;
     std::string why = "speed: " + (one_step ? "the whole batch with " + with_what(chosen) + " runs" : describe(chosen) + " run") +
                       " at " + rate(chosen_rate) + ", " +
                       faster_by(chosen_rate, f.whole_batch.predicted.samples_per_second) +
@@ -88,13 +88,13 @@ std::string binding_constraint(const ChoiceFacts& f) {
   std::string why = "memory: the whole batch with nothing applied needs " +
                     core::format_bytes(f.whole_batch.predicted.peak_bytes) + ", over the " + room;
   const WeighedStep& largest = f.largest_fitting;
-  if (chosen.micro_batches.front() < largest.micro_batches.front()) {
+  if (chosen.micro_batches.largest < largest.micro_batches.largest) {
     // Memory allowed larger micro-batches; the smaller ones were chosen for speed.
     why += "; the largest micro-batches that fit are of " + micro_batch_size(largest) + " (" + with_what(largest) +
            ", " + rate(largest.predicted.samples_per_second) + "), but micro-batches of " + micro_batch_size(chosen) +
            " (" + with_what(chosen) + ") are " + faster_by(chosen_rate, largest.predicted.samples_per_second) +
            " faster: " + rate(chosen_rate);
-  } else if (chosen.micro_batches.size() > 1) {
+  } else if (chosen.micro_batches.count > 1) {
     why += "; micro-batches of " + micro_batch_size(chosen) + " are the largest that fit";
   }
   if (chosen.l2l) {
@@ -141,7 +141,7 @@ std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, c
   for (const auto& c : losers) {
     if (out.size() >= count) break;
     core::RunnerUp up;
-    up.micro_batch = c.micro_batches.front();
+    up.micro_batch = c.micro_batches.largest;
     up.checkpointed_blocks = c.checkpointed_blocks;
     up.predicted = c.predicted;
     std::ostringstream verdict;
@@ -229,21 +229,24 @@ std::string l2l_capacity_line(const L2LCapacity& c, bool boundaries_on_host, con
   return line;
 }
 
-std::vector<std::string> plan_warnings(const core::Trace& trace, const std::vector<std::int64_t>& micro_batches,
-                                       std::int64_t global_batch) {
+MicroBatchSizes MicroBatchSizes::of(const std::vector<std::int64_t>& sizes) {
+  return sizes.empty() ? MicroBatchSizes{} : MicroBatchSizes{static_cast<std::int64_t>(sizes.size()), sizes.front(), sizes.back()};
+}
+
+std::vector<std::string> plan_warnings(const core::Trace& trace, const MicroBatchSizes& micro_batches, std::int64_t global_batch) {
   std::vector<std::string> warnings;
   if (!trace.extras_recorded) {
     warnings.push_back("the trace is from before headroom measured what a model holds besides its parameters and "
                        "what a checkpointed block saves: the predicted peak may be a few KiB low; profile again");
   }
-  const std::int64_t largest = micro_batches.front();
+  const std::int64_t largest = micro_batches.largest;
   if (largest > trace.batch_sizes.back()) {
     warnings.push_back("micro-batches of " + std::to_string(largest) + " are larger than the largest profiled size (" +
                        std::to_string(trace.batch_sizes.back()) +
                        "): their time is extrapolated; profile with --batch-sizes up to " + std::to_string(largest) +
                        " to measure it");
   }
-  if (micro_batches.size() > 1) {
+  if (micro_batches.count > 1) {
     std::vector<std::string> batchnorm;
     for (const auto& layer : trace.layers) {
       if (layer.kind.find("batchnorm") != std::string::npos) batchnorm.push_back(layer.name);

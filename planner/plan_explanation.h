@@ -11,9 +11,18 @@
 
 namespace headroom::planner {
 
+// A step's micro-batches as the explanation speaks of them: how many, and the sizes of the first
+// (the largest) and the last (the smallest); a step of many has hundreds of thousands.
+struct MicroBatchSizes {
+  std::int64_t count = 0;
+  std::int64_t largest = 0;
+  std::int64_t smallest = 0;
+  static MicroBatchSizes of(const std::vector<std::int64_t>& sizes);
+};
+
 // One way of running the step the search weighed, as the explanation speaks of it.
 struct WeighedStep {
-  std::vector<std::int64_t> micro_batches;
+  MicroBatchSizes micro_batches;
   int checkpointed_blocks = 0;
   int lean_layers = 0;
   core::PlanPrediction predicted;
@@ -67,7 +76,6 @@ std::string l2l_capacity_line(const L2LCapacity& capacity, bool boundaries_on_ho
 
 // What a user must know about a plan of these micro-batches: times extrapolated past the profiled
 // sizes, BatchNorm normalizing over micro-batches rather than the global batch.
-std::vector<std::string> plan_warnings(const core::Trace& trace, const std::vector<std::int64_t>& micro_batches,
-                                       std::int64_t global_batch);
+std::vector<std::string> plan_warnings(const core::Trace& trace, const MicroBatchSizes& micro_batches, std::int64_t global_batch);
 
 }  // namespace headroom::planner

@@ -1,9 +1,14 @@
 #include "planner/plan_search.h"
 
 #include <algorithm>
-#include <limits>
+#include <array>
 #include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <queue>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/errors.h"
 #include "core/units.h"
@@ -14,6 +19,7 @@
 #include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_explanation.h"
+#include "planner/split_bounds.h"
 
 namespace headroom::planner {
 
@@ -26,106 +32,178 @@ std::vector<std::int64_t> split_batch(std::int64_t global_batch, std::int64_t co
 
 namespace {
 
+// A walk's levels from 0: when each op starts, while it runs and once it has ended.
 struct Levels {
-  std::vector<std::int64_t> before;  // level when each op starts
-  std::vector<std::int64_t> high;    // highest level during or right after each op
+  std::vector<std::int64_t> before;
+  std::vector<std::int64_t> during;
+  std::vector<std::int64_t> after;
 };
 
 Levels levels_of(const std::vector<Op>& ops) {
   Levels out;
+  out.before.reserve(ops.size());
+  out.during.reserve(ops.size());
+  out.after.reserve(ops.size());
   std::int64_t level = 0;
   for (const auto& op : ops) {
     out.before.push_back(level);
-    const std::int64_t during = level + op.transient_bytes;
+    out.during.push_back(level + op.transient_bytes);
     level += op.retained_bytes;
-    out.high.push_back(std::max(during, level));
+    out.after.push_back(level);
   }
   return out;
 }
 
-// The index of the first op of `kind` for `layer`.
-std::size_t find_op(const std::vector<Op>& ops, OpKind kind, int layer) {
-  for (std::size_t k = 0; k < ops.size(); ++k) {
-    if (ops[k].kind == kind && ops[k].layer == layer) return k;
-  }
-  return ops.size();
+// One micro-batch size's walks for one choice of layer variants: what its chain is made of
+// (chain_over), kept so that a search bounding many ranges of sizes walks each size once.
+struct ChainWalks {
+  std::int64_t absolute = 0;  // static state and input
+  std::vector<Op> stored_ops;  // every layer stored: each layer's forward, then each backward
+  Levels stored;
+  // By block of the graph's chain: the stage's ops with its block checkpointed (none where it cannot be).
+  std::vector<std::vector<Op>> checkpointed;
+};
+
+// Stage k of the chain covers block k and any non-block layers up to the next block.
+int stage_end(const LayerGraph& graph, std::size_t k) {
+  const auto& blocks = graph.blocks();
+  return k + 1 < blocks.size() ? blocks[k + 1].first - 1 : blocks[k].last;
 }
 
-}  // namespace
-
-Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
-                       const core::StepChoice& variants, BatchCostsCache* cache) {
-  const auto& blocks = graph.blocks();
-  const BatchCosts batch_cost = cache != nullptr && &cache->costs() == &costs ? cache->at(batch) : batch_costs(costs, batch);
+ChainWalks chain_walks(const core::CostModel& costs, const LayerGraph& graph, const BatchCosts& at,
+                       const core::StepChoice& variants, bool stages) {
+  ChainWalks walks;
   const int layers = static_cast<int>(costs.layer_count());
   core::StepChoice choice = variants;
   choice.checkpointed_blocks.clear();
-  const auto stored_ops = micro_batch_ops(batch_cost, graph, choice, 0, layers - 1);
-  const Levels stored = levels_of(stored_ops);
-  const std::int64_t absolute = costs.static_bytes() + costs.input_bytes(batch);
-
-  Chain chain;
-  if (blocks.empty()) {
-    chain.base = absolute;
-    for (const auto h : stored.high) chain.tail_peak = std::max(chain.tail_peak, h);
-    return chain;
+  walks.absolute = costs.static_bytes() + costs.input_bytes(at.batch);
+  walks.stored_ops = micro_batch_ops(at, graph, choice, 0, layers - 1);
+  walks.stored = levels_of(walks.stored_ops);
+  if (!stages) return walks;
+  const auto& blocks = graph.blocks();
+  walks.checkpointed.resize(blocks.size());
+  for (std::size_t k = 0; k < blocks.size(); ++k) {
+    if (!blocks[k].checkpointable) continue;
+    choice.checkpointed_blocks = {blocks[k].block};
+    walks.checkpointed[k] = micro_batch_ops(at, graph, effective_variants(graph, choice), blocks[k].first, stage_end(graph, k));
   }
-  // Stage k covers block k and any non-block layers up to the next block.
-  const auto stage_end = [&](std::size_t k) { return k + 1 < blocks.size() ? blocks[k + 1].first - 1 : blocks[k].last; };
-  const auto op_index = [&](OpKind kind, int layer) { return find_op(stored_ops, kind, layer); };
-  // Stored ops are every forward, then every backward: the level after all forwards is where the
-  // first backward starts.
-  const auto after_forward_of = [&](int last) {
-    return stored.before[std::min(op_index(OpKind::Forward, last + 1), static_cast<std::size_t>(layers))];
+  return walks;
+}
+
+struct ChainAndWalk {
+  Chain chain;
+  std::int64_t walk_peak = 0;  // the stored walk's highest level, with the static state and input
+};
+
+// The chain at each of `points` (one size's walks each, for the same variants), each number the
+// least it takes at any of them: at one point the chain itself; at the two ends of a range over
+// which every byte count is affine, each number is a level or a difference of levels, so affine
+// too, and the least at the ends is the least over the range (up to rounding: weigh_bounded). A
+// peak, the highest of several levels, is bounded level by level. Without `stages`, only the
+// walk's peak.
+ChainAndWalk chain_over(const LayerGraph& graph, const std::vector<const ChainWalks*>& points, bool stages) {
+  const auto& blocks = graph.blocks();
+  const std::size_t n = points.size();
+  const auto least = [n](auto&& at) {
+    std::int64_t value = at(std::size_t{0});
+    for (std::size_t p = 1; p < n; ++p) value = std::min(value, at(p));
+    return value;
+  };
+  const auto stored = [&](std::size_t p) -> const Levels& { return points[p]->stored; };
+  // Stored op i's level while it runs and after it, above `prefix` (a level at each point).
+  const auto high_above = [&](std::size_t i, auto&& prefix) {
+    return std::max(least([&](std::size_t p) { return stored(p).during[i] - prefix(p); }),
+                    least([&](std::size_t p) { return stored(p).after[i] - prefix(p); }));
   };
 
-  chain.base = absolute + stored.before[op_index(OpKind::Forward, blocks.front().first)];
+  ChainAndWalk out;
+  Chain& chain = out.chain;
+  const std::vector<Op>& shape = points.front()->stored_ops;  // every point's ops are the same ops
+  const auto absolute = [&](std::size_t p) { return points[p]->absolute; };
+  out.walk_peak = least(absolute);
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    out.walk_peak = std::max(out.walk_peak, high_above(i, [&](std::size_t p) { return -absolute(p); }));
+  }
+  if (!stages) return out;
+  if (blocks.empty()) {
+    chain.base = least(absolute);
+    for (std::size_t i = 0; i < shape.size(); ++i) chain.tail_peak = std::max(chain.tail_peak, high_above(i, [](std::size_t) { return 0; }));
+    return out;
+  }
+  // Stored ops are every forward, then every backward, one of each per layer: a layer's are found
+  // by its id, and the level after all forwards is where the first backward starts.
+  const auto layers = shape.size() / 2;
+  if (shape.size() != 2 * graph.size()) throw std::logic_error("chain_over: a stored walk has one forward and one backward per layer");
+  const auto forward = [](int layer) { return static_cast<std::size_t>(layer); };
+  const auto backward = [&](int layer) { return 2 * layers - 1 - static_cast<std::size_t>(layer); };
+  const auto after_forward_index = [&](int last) { return std::min(forward(last + 1), layers); };
+
+  const std::size_t first_forward = forward(blocks.front().first);
+  chain.base = least([&](std::size_t p) { return absolute(p) + stored(p).before[first_forward]; });
   // Layers before the first block peak the same whatever the choices (their forward runs before
   // the blocks, their backward after the blocks are freed); the exact check in fit() covers them.
   const int tail_first = blocks.back().last + 1;
-  const std::int64_t tail_prefix = after_forward_of(tail_first - 1);
-  for (std::size_t i = 0; i < stored_ops.size(); ++i) {
-    if (stored_ops[i].layer >= tail_first) chain.tail_peak = std::max(chain.tail_peak, stored.high[i] - tail_prefix);
+  const std::size_t tail_start = after_forward_index(tail_first - 1);
+  const auto tail_prefix = [&](std::size_t p) { return stored(p).before[tail_start]; };
+  for (int layer = tail_first; static_cast<std::size_t>(layer) < layers; ++layer) {
+    chain.tail_peak = std::max({chain.tail_peak, high_above(forward(layer), tail_prefix), high_above(backward(layer), tail_prefix)});
   }
 
+  std::vector<std::int64_t> level(n), recompute(n);
   for (std::size_t k = 0; k < blocks.size(); ++k) {
-    const int first = blocks[k].first, last = stage_end(k);
-    const std::int64_t prefix = stored.before[op_index(OpKind::Forward, first)];
-    const std::size_t bwd_start = op_index(OpKind::Backward, last);
+    const int first = blocks[k].first, last = stage_end(graph, k);
+    const std::size_t start = forward(first), end = after_forward_index(last), bwd_start = backward(last);
+    const auto prefix = [&](std::size_t p) { return stored(p).before[start]; };
+    const auto stored_bytes = [&](std::size_t p) { return stored(p).before[end] - prefix(p); };
     ChainStage stage;
-    stage.stored_bytes = after_forward_of(last) - prefix;
-    for (std::size_t i = 0; i < stored_ops.size(); ++i) {
-      if (stored_ops[i].layer >= first && stored_ops[i].layer <= last) {
-        stage.stored_peak = std::max(stage.stored_peak, stored.high[i] - prefix);
-      }
+    stage.stored_bytes = least(stored_bytes);
+    for (int layer = first; layer <= last; ++layer) {
+      stage.stored_peak = std::max({stage.stored_peak, high_above(forward(layer), prefix), high_above(backward(layer), prefix)});
     }
     stage.checkpointable = blocks[k].checkpointable;
     if (stage.checkpointable) {
       // Walk only this stage's ops with the block checkpointed: its forward from the prefix, its
       // recompute and backward from the level the stored walk has there, less what checkpointing
       // stopped this stage from keeping.
-      choice.checkpointed_blocks = {blocks[k].block};
-      const auto ops = micro_batch_ops(batch_cost, graph, effective_variants(graph, choice), first, last);
-      std::int64_t level = 0, peak = 0;
+      const auto ops = [&](std::size_t p) -> const std::vector<Op>& { return points[p]->checkpointed[k]; };
+      std::fill(level.begin(), level.end(), 0);
+      std::fill(recompute.begin(), recompute.end(), 0);
+      std::int64_t peak = 0;
+      const auto step = [&](std::size_t i) {
+        peak = std::max(peak, least([&](std::size_t p) { return level[p] + ops(p)[i].transient_bytes; }));
+        for (std::size_t p = 0; p < n; ++p) {
+          level[p] += ops(p)[i].retained_bytes;
+          if (ops(p)[i].kind == OpKind::Recompute) recompute[p] += ops(p)[i].duration_ns;
+        }
+        peak = std::max(peak, least([&](std::size_t p) { return level[p]; }));
+      };
+      const std::vector<Op>& stage_shape = ops(0);
       std::size_t i = 0;
-      for (; i < ops.size() && (ops[i].kind == OpKind::Forward || ops[i].kind == OpKind::ForwardNoGrad); ++i) {
-        peak = std::max(peak, level + ops[i].transient_bytes);
-        level += ops[i].retained_bytes;
-        peak = std::max(peak, level);
+      for (; i < stage_shape.size() && (stage_shape[i].kind == OpKind::Forward || stage_shape[i].kind == OpKind::ForwardNoGrad); ++i) {
+        step(i);
       }
-      stage.checkpointed_bytes = level;
-      level = stored.before[bwd_start] - prefix - (stage.stored_bytes - stage.checkpointed_bytes);
-      for (; i < ops.size(); ++i) {
-        peak = std::max(peak, level + ops[i].transient_bytes);
-        level += ops[i].retained_bytes;
-        peak = std::max(peak, level);
-        if (ops[i].kind == OpKind::Recompute) stage.recompute_ns += ops[i].duration_ns;
+      stage.checkpointed_bytes = least([&](std::size_t p) { return level[p]; });
+      for (std::size_t p = 0; p < n; ++p) {
+        level[p] = stored(p).before[bwd_start] - prefix(p) - (stored_bytes(p) - level[p]);
       }
+      for (; i < stage_shape.size(); ++i) step(i);
       stage.checkpointed_peak = peak;
+      stage.recompute_ns = least([&](std::size_t p) { return recompute[p]; });
     }
     chain.stages.push_back(stage);
   }
-  return chain;
+  return out;
+}
+
+}  // namespace
+
+Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
+                       const core::StepChoice& variants, BatchCostsCache* cache) {
+  std::optional<BatchCosts> made;
+  if (cache == nullptr || &cache->costs() != &costs) made = batch_costs(costs, batch);
+  const BatchCosts& batch_cost = made ? *made : cache->at(batch);
+  const ChainWalks walks = chain_walks(costs, graph, batch_cost, variants, true);
+  return chain_over(graph, {&walks}, true).chain;
 }
 
 namespace {
@@ -154,9 +232,44 @@ core::StepChoice data_parallel_only(const core::StepChoice& c) {
   return out;
 }
 
+// `count` micro-batches of `samples` as split_batch makes them, as runs: a split of a large batch
+// is weighed without listing its micro-batches.
+StepBatches even_split(std::int64_t samples, std::int64_t count) {
+  StepBatches batches;
+  batches.samples = samples;
+  const std::int64_t q = samples / count, r = samples % count;
+  if (r > 0) batches.runs.push_back({q + 1, r});
+  if (count > r) batches.runs.push_back({q, count - r});
+  return batches;
+}
+
+std::int64_t micro_batch_count(const StepBatches& batches) {
+  std::int64_t count = 0;
+  for (const auto& run : batches.runs) count += run.count;
+  return count;
+}
+
+std::vector<std::int64_t> listed(const StepBatches& batches) {
+  std::vector<std::int64_t> sizes;
+  sizes.reserve(static_cast<std::size_t>(micro_batch_count(batches)));
+  for (const auto& run : batches.runs) sizes.insert(sizes.end(), static_cast<std::size_t>(run.count), run.size);
+  return sizes;
+}
+
 struct Candidate {
-  core::StepChoice choice;  // its layer variants as they take effect (effective_variants)
+  // Its layer variants as they take effect (effective_variants). Its micro-batches are `batches`
+  // (an L2L candidate's are listed in it too, as the relay's model reads them there): with_listed
+  // lists them for the plan.
+  core::StepChoice choice;
+  StepBatches batches;
   StepPrediction prediction;
+  std::int64_t largest_micro_batch() const { return batches.runs.front().size; }
+  std::int64_t micro_batch_count() const { return planner::micro_batch_count(batches); }
+  core::StepChoice with_listed() const {
+    core::StepChoice out = choice;
+    out.micro_batches = listed(batches);
+    return out;
+  }
   int checkpointed_count() const { return static_cast<int>(choice.checkpointed_blocks.size()); }
   int lean_count() const { return choice.lean_count(); }
   double samples_per_second(std::int64_t global_batch) const {
@@ -218,10 +331,10 @@ std::vector<int> block_ids(const LayerGraph& graph, const std::vector<bool>& fla
 
 // The fastest checkpointing for these micro-batches and lean layers under `limit`, or nothing.
 std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
-                                           const core::StepChoice& start, std::int64_t limit) {
+                                           const core::StepChoice& start, const StepBatches& batches, std::int64_t limit) {
   if (graph.blocks().empty()) return std::nullopt;
-  Candidate c{start, {}};
-  const Chain chain = checkpoint_chain(costs, graph, c.choice.micro_batches.front(), start, &cache);
+  Candidate c{start, batches, {}};
+  const Chain chain = checkpoint_chain(costs, graph, c.largest_micro_batch(), start, &cache);
   std::int64_t total = 0;
   for (const auto& s : chain.stages) total += std::max(s.stored_bytes, s.checkpointed_bytes);
   const std::int64_t unit = std::max<std::int64_t>(1, total / 4096);
@@ -232,7 +345,7 @@ std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const L
     if (!solution.feasible) return std::nullopt;
     c.choice.checkpointed_blocks = block_ids(graph, solution.checkpoint);
     c.choice = effective_variants(graph, std::move(c.choice));
-    c.prediction = predict_step(costs, graph, c.choice, &cache);
+    c.prediction = predict_step(costs, graph, c.choice, c.batches, &cache);
     if (c.prediction.peak_bytes <= limit) return c;
     dp_limit -= c.prediction.peak_bytes - limit;
   }
@@ -244,9 +357,10 @@ std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const L
 // whole model's relay fits, so may a relay from a later block on (the stages before it kept on the
 // device, with no copies and their optimizer there): the fastest of those that fit, the whole
 // model's on a tie (it leaves the device the most room).
-std::optional<Candidate> fit_l2l(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& plain,
+std::optional<Candidate> fit_l2l(const core::CostModel& costs, const LayerGraph& graph, const Candidate& split,
                                  std::int64_t limit, std::int64_t host_memory) {
-  if (plain.micro_batches.size() > kMaxL2LMicroBatches) return std::nullopt;
+  if (split.micro_batch_count() > static_cast<std::int64_t>(kMaxL2LMicroBatches)) return std::nullopt;
+  const core::StepChoice plain = split.with_listed();
   const auto fits = [&](const L2LPrediction& p) {
     return p.device_peak_bytes <= limit && (host_memory <= 0 || p.host_bytes <= host_memory);
   };
@@ -261,7 +375,7 @@ std::optional<Candidate> fit_l2l(const core::CostModel& costs, const LayerGraph&
       const auto p = predict_l2l_step(costs, graph, plain.micro_batches, later);
       if (fits(p) && p.step_ns < best.step_ns) best = p, relay = later;
     }
-    Candidate c{plain, {best.device_peak_bytes, best.step_ns, best.peak_at}};
+    Candidate c{plain, split.batches, {best.device_peak_bytes, best.step_ns, best.peak_at}};
     c.choice.checkpointed_blocks.clear();
     for (auto& layer : c.choice.layers) layer.variant = core::LayerVariant::Standard;
     c.choice.l2l = relay;
@@ -277,7 +391,7 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, BatchCosts
   std::size_t lo = order.free, hi = order.layers.size();
   while (lo < hi) {
     const std::size_t mid = lo + (hi - lo) / 2;
-    const auto p = predict_step(costs, graph, effective_variants(graph, with_lean_prefix(c.choice, order.layers, mid)), &cache);
+    const auto p = predict_step(costs, graph, effective_variants(graph, with_lean_prefix(c.choice, order.layers, mid)), c.batches, &cache);
     if (p.peak_bytes <= limit) {
       hi = mid;
     } else {
@@ -285,7 +399,7 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, BatchCosts
     }
   }
   c.choice = effective_variants(graph, with_lean_prefix(std::move(c.choice), order.layers, hi));
-  c.prediction = predict_step(costs, graph, c.choice, &cache);
+  c.prediction = predict_step(costs, graph, c.choice, c.batches, &cache);
 }
 
 // The fastest way to fit these micro-batches under `limit` with the allowed strategies, or
@@ -293,8 +407,7 @@ void trim_lean(const core::CostModel& costs, const LayerGraph& graph, BatchCosts
 // needed); with checkpointing, of the standard layers or of the lean ones (a checkpointed block
 // recomputes standard layers).
 std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
-                             std::vector<std::int64_t> micro,
-                             std::int64_t limit, const SearchSpace& space) {
+                             const StepBatches& micro, std::int64_t limit, const SearchSpace& space) {
   if (!space.loss_options.empty()) {
     // The loss and the towers' micro-batches are chosen together: the fastest pair that fits.
     std::optional<Candidate> best;
@@ -309,9 +422,9 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
   }
   Candidate plain;
   plain.choice = space.base;
-  plain.choice.micro_batches = std::move(micro);
+  plain.batches = micro;
   plain.choice.loss_tiles = space.tiles;
-  plain.prediction = predict_step(costs, graph, plain.choice, &cache);
+  plain.prediction = predict_step(costs, graph, plain.choice, plain.batches, &cache);
   const bool plain_fits = plain.prediction.peak_bytes <= limit;
   if (plain_fits && !space.tempo) return plain;
 
@@ -320,10 +433,10 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
     if (!best || c.prediction.step_ns < best->prediction.step_ns) best = std::move(c);
   };
   if (plain_fits) consider(plain);
-  const TempoOrder order = space.tempo ? tempo_order(graph, cache, plain.choice.micro_batches.front()) : TempoOrder{};
+  const TempoOrder order = space.tempo ? tempo_order(graph, cache, plain.largest_micro_batch()) : TempoOrder{};
   const auto all_lean = with_lean_prefix(plain.choice, order.layers, order.layers.size());
   if (!order.layers.empty()) {
-    Candidate c{all_lean, predict_step(costs, graph, all_lean, &cache)};
+    Candidate c{all_lean, plain.batches, predict_step(costs, graph, all_lean, plain.batches, &cache)};
     if (c.prediction.peak_bytes <= limit) {
       trim_lean(costs, graph, cache, order, limit, c);
       consider(std::move(c));
@@ -331,9 +444,9 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
   }
   // Checkpointing only adds time where the step fits without it.
   if (space.checkpointing && !plain_fits) {
-    if (auto c = fit_checkpointing(costs, graph, cache, plain.choice, limit)) consider(std::move(*c));
+    if (auto c = fit_checkpointing(costs, graph, cache, plain.choice, plain.batches, limit)) consider(std::move(*c));
     if (!order.layers.empty()) {
-      if (auto c = fit_checkpointing(costs, graph, cache, all_lean, limit)) {
+      if (auto c = fit_checkpointing(costs, graph, cache, all_lean, plain.batches, limit)) {
         trim_lean(costs, graph, cache, order, limit, *c);
         consider(std::move(*c));
       }
@@ -341,28 +454,58 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
   }
   // L2L runs every block's forward twice, so it is never faster than the same split as it is.
   if (space.l2l && !plain_fits) {
-    if (auto c = fit_l2l(costs, graph, plain.choice, limit, space.host_memory)) consider(std::move(*c));
+    if (auto c = fit_l2l(costs, graph, plain, limit, space.host_memory)) consider(std::move(*c));
   }
   return best;
 }
 
+core::PlanPrediction predicted(const Candidate& c, std::int64_t global_batch) {
+  return {c.prediction.peak_bytes, static_cast<double>(c.prediction.step_ns) / 1e9, c.samples_per_second(global_batch)};
+}
+
+MicroBatchSizes sizes_of(const StepBatches& batches) {
+  return {micro_batch_count(batches), batches.runs.front().size, batches.runs.back().size};
+}
+
 WeighedStep weighed(const Candidate& c, std::int64_t global_batch) {
-  return {c.choice.micro_batches, c.checkpointed_count(), c.lean_count(),
-          {c.prediction.peak_bytes, static_cast<double>(c.prediction.step_ns) / 1e9, c.samples_per_second(global_batch)},
-          c.choice.l2l};
+  return {sizes_of(c.batches), c.checkpointed_count(), c.lean_count(), predicted(c, global_batch), c.choice.l2l};
 }
 
 }  // namespace
 
 namespace {
 
-// Every split of the global batch, fewest micro-batches first: the fastest way each fits, or its
-// plain prediction when it does not.
+// Splits of the global batch, fewest micro-batches first: the fastest way each fits, or its plain
+// prediction when it does not.
 struct Weighing {
   std::vector<Candidate> fits;       // fewest micro-batches first
-  std::vector<SplitOutcome> splits;  // one per distinct micro-batch size
+  std::vector<SplitOutcome> splits;
 };
 
+// One split weighed: `count` micro-batches of the global batch. Where it is known not to fit, only
+// its plain prediction is made.
+struct WeighedSplit {
+  SplitOutcome outcome;
+  std::optional<Candidate> fit;
+};
+
+WeighedSplit weigh_split(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
+                         std::int64_t count, const SearchSpace& space, bool known_not_to_fit = false) {
+  const std::int64_t size = (global_batch + count - 1) / count;
+  const StepBatches micro = even_split(global_batch, count);
+  if (!known_not_to_fit) {
+    if (auto c = fit(costs, graph, cache, micro, space.limit, space)) {
+      return {{size, count, true, c->checkpointed_count(), c->lean_count(), predicted(*c, global_batch)}, std::move(c)};
+    }
+  }
+  Candidate plain;
+  plain.choice = space.base;
+  plain.batches = micro;
+  plain.prediction = predict_step(costs, graph, plain.choice, plain.batches, &cache);
+  return {{size, count, false, 0, 0, predicted(plain, global_batch)}, std::nullopt};
+}
+
+// Every split, one per distinct largest micro-batch.
 Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
                       const SearchSpace& space) {
   Weighing out;
@@ -372,18 +515,285 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, Bat
     const std::int64_t size = (global_batch + n - 1) / n;
     if (size == previous_size) continue;
     previous_size = size;
-    auto micro = split_batch(global_batch, n);
-    if (auto c = fit(costs, graph, cache, micro, space.limit, space)) {
-      const WeighedStep step = weighed(*c, global_batch);
-      out.splits.push_back({step.micro_batches, true, step.checkpointed_blocks, step.lean_layers, step.predicted});
-      out.fits.push_back(std::move(*c));
-    } else {
-      Candidate plain;
-      plain.choice = space.base;
-      plain.choice.micro_batches = micro;
-      plain.prediction = predict_step(costs, graph, plain.choice, &cache);
-      out.splits.push_back({std::move(micro), false, 0, 0, weighed(plain, global_batch).predicted});
+    WeighedSplit weighed = weigh_split(costs, graph, cache, global_batch, n, space);
+    out.splits.push_back(weighed.outcome);
+    if (weighed.fit) out.fits.push_back(std::move(*weighed.fit));
+  }
+  return out;
+}
+
+// The number of distinct splits: one per distinct ceil(B / n), about 2 sqrt(B).
+std::int64_t split_count(std::int64_t global_batch) {
+  std::int64_t count = 0;
+  for (std::int64_t n = 1; n <= global_batch; ++count) {
+    const std::int64_t size = (global_batch + n - 1) / n;
+    if (size == 1) return count + 1;
+    n = (global_batch + size - 2) / (size - 1);  // the fewest micro-batches none larger than size - 1
+  }
+  return count;
+}
+
+// Up to this many splits each is weighed (the chart shows them all); past it, weigh_bounded, which
+// on bert large breaks even at about 20.
+constexpr std::int64_t kSplitsWeighedEach = 24;
+// The chosen plan and the runner-ups it names.
+constexpr std::size_t kRunnerUps = 3;
+
+// Whether split_bounds.h bounds what fit() may find for this space: micro-batching, checkpointing
+// and Tempo, on one worker or several. A contrastive model's loss and L2L's relay are not bounded.
+bool bounded_search_applies(const SearchSpace& space) {
+  return space.micro_batching && space.loss_options.empty() && !space.tiles && !space.l2l;
+}
+
+// What weigh_splits finds of the plan's choices, weighing only splits that may matter: the plan
+// is the fastest split that fits (fewer micro-batches on a tie), its explanation names the kRunnerUps
+// next fastest and the split with the largest micro-batches that fits. Ranges of largest
+// micro-batch sizes are set aside whole where split_bounds.h shows that no split in them fits, or
+// that none can be faster than the kRunnerUps + 1 fastest found; the rest are halved down to single
+// splits, which fit() weighs as weigh_splits does. The bounds are lower bounds, never estimates, so
+// every split set aside is one weigh_splits would not have chosen or named: the plans are the same.
+// The splits returned are those weighed, and for the chart one near each power of two.
+Weighing weigh_bounded(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
+                       const SearchSpace& space, const std::function<double(std::int64_t)>& rate_of) {
+  const std::int64_t batch = global_batch;
+  const auto count_of = [batch](std::int64_t size) { return (batch + size - 1) / size; };
+  const auto size_of = [batch](std::int64_t count) { return (batch + count - 1) / count; };
+  // A range narrowed to the largest micro-batches of splits (lo > hi when it holds none): the
+  // largest at most hi is that of ceil(B / hi) micro-batches, the least at least lo that of the
+  // most micro-batches whose largest is still lo or more.
+  const auto narrowed = [&](SizeRange r) {
+    if (r.lo > batch || r.lo > r.hi) return SizeRange{1, 0};
+    const std::int64_t lo = r.lo <= 1 ? 1 : size_of((batch + r.lo - 2) / (r.lo - 1) - 1);
+    return SizeRange{lo, size_of(count_of(std::min(r.hi, batch)))};
+  };
+  // Halved geometrically: the sizes span orders of magnitude.
+  const auto halves = [](SizeRange r) {
+    auto mid = static_cast<std::int64_t>(std::sqrt(static_cast<double>(r.lo) * static_cast<double>(r.hi)));
+    mid = std::clamp(mid, r.lo, r.hi - 1);
+    return std::array<SizeRange, 2>{SizeRange{r.lo, mid}, SizeRange{mid + 1, r.hi}};
+  };
+
+  std::map<std::int64_t, WeighedSplit> weighed;  // by largest micro-batch
+  const auto weigh = [&](std::int64_t size, bool known_not_to_fit = false) -> const WeighedSplit& {
+    auto it = weighed.find(size);
+    if (it == weighed.end()) {
+      it = weighed.emplace(size, weigh_split(costs, graph, cache, batch, count_of(size), space, known_not_to_fit)).first;
     }
+    return it->second;
+  };
+
+  // What one size brings to the bounds of the ranges it ends, made once: its batch costs, and its
+  // walks with standard layers and with the layers fit() makes lean at that size (tempo_order's).
+  struct SizePoint {
+    BatchCosts costs;
+    bool walked = false;
+    ChainWalks standard;
+    std::vector<std::int64_t> saved;  // by lean candidate: the bytes it saves lean
+    std::vector<int> lean;            // those that save some
+    ChainWalks lean_walks;            // when `lean` is not empty
+    // At most the least peak of any way fit() may run a split of this size (for an estimate).
+    std::int64_t least_peak = 0;
+  };
+  const bool chains = space.checkpointing && !graph.blocks().empty();
+  const std::vector<int> candidates = graph.lean_candidates();
+  std::map<std::int64_t, SizePoint> points;  // by size; a map's entries stay where they are
+  const auto point = [&](std::int64_t size, bool walked) -> const SizePoint& {
+    auto it = points.find(size);
+    if (it == points.end()) {
+      it = points.emplace(size, SizePoint{}).first;
+      it->second.costs = cache.at(size);
+    }
+    SizePoint& at = it->second;
+    if (walked && !at.walked) {
+      at.walked = true;
+      at.standard = chain_walks(costs, graph, at.costs, space.base, chains);
+      if (space.tempo) {
+        for (const int i : candidates) {
+          at.saved.push_back(lean_saved_bytes(at.costs, graph, i));
+          if (at.saved.back() > 0) at.lean.push_back(i);
+        }
+        if (!at.lean.empty()) {
+          at.lean_walks = chain_walks(costs, graph, at.costs, with_lean_prefix(space.base, at.lean, at.lean.size()), chains);
+        }
+      }
+      const auto least_peak = [&](const ChainWalks& walks) {
+        const ChainAndWalk over = chain_over(graph, {&walks}, chains);
+        return chains ? std::min(over.walk_peak, least_chain_peak_bound(over.chain)) : over.walk_peak;
+      };
+      at.least_peak = least_peak(at.standard);
+      if (!at.lean.empty()) at.least_peak = std::min(at.least_peak, least_peak(at.lean_walks));
+    }
+    return at;
+  };
+
+  const std::int64_t rounding = level_rounding_bytes(graph);
+  struct RangeBound {
+    SizeRange range;
+    bool may_fit = true;
+    double least_ns = -std::numeric_limits<double>::infinity();  // of any split in it that fits
+  };
+  const auto bound = [&](SizeRange r, bool timed) {
+    RangeBound b{r};
+    const SizePoint& lo = point(r.lo, true);
+    const SizePoint& hi = point(r.hi, true);
+    // The smaller micro-batches of a split are one sample smaller than its largest.
+    const TimeBound time =
+        timed ? time_bound(costs, graph, point(std::max<std::int64_t>(1, r.lo - 1), false).costs, hi.costs) : TimeBound{};
+    std::int64_t recompute = 0;  // by each micro-batch of a split that fits, at least
+    const bool one = r.lo == r.hi;
+    if (one || bytes_unbent(costs, lo.costs, hi.costs)) {
+      const std::int64_t slack = one ? 0 : rounding;
+      // fit() keeps a split as it is (with Tempo's lean layers or not) where its walk fits, and
+      // otherwise checkpoints it as solve_checkpoint_dp answers for its chain (of standard layers,
+      // and of every lean layer): what no choice of its chain fits, it cannot.
+      bool as_it_is = false;
+      std::optional<std::int64_t> checkpointed;  // the least recompute of a checkpointing that fits
+      const auto weigh_walks = [&](const ChainWalks& at_lo, const ChainWalks& at_hi) {
+        const ChainAndWalk over = chain_over(graph, one ? std::vector<const ChainWalks*>{&at_lo} : std::vector<const ChainWalks*>{&at_lo, &at_hi}, chains);
+        as_it_is = as_it_is || over.walk_peak - slack <= space.limit;
+        if (!chains) return;
+        Chain low = over.chain;
+        low.base -= slack;
+        low.tail_peak -= slack;
+        for (std::size_t k = 0; k < low.stages.size(); ++k) {
+          ChainStage& stage = low.stages[k];
+          stage.stored_bytes -= slack;
+          stage.checkpointed_bytes -= slack;
+          stage.stored_peak -= slack;
+          stage.checkpointed_peak -= slack;
+          stage.recompute_ns = time.valid ? time.block_recompute_ns[k] : 0;
+        }
+        if (const auto least = least_recompute_bound(low, space.limit)) {
+          checkpointed = std::min(checkpointed.value_or(*least), *least);
+        }
+      };
+      weigh_walks(lo.standard, hi.standard);
+      if (space.tempo) {
+        // The layers lean at the range's ends are those throughout where each saves clearly more
+        // than 0 at both, or clearly not: saved bytes are a sum of a few rounded counts.
+        bool known = lo.lean == hi.lean;
+        for (std::size_t c = 0; c < lo.saved.size() && known && !one; ++c) {
+          const auto margin = 3 + static_cast<std::int64_t>(graph.released_inputs(candidates[c]).size());
+          known = (lo.saved[c] > margin && hi.saved[c] > margin) || (lo.saved[c] <= -margin && hi.saved[c] <= -margin);
+        }
+        if (!known) {
+          as_it_is = true;
+        } else if (!lo.lean.empty()) {
+          weigh_walks(lo.lean_walks, hi.lean_walks);
+        }
+      }
+      b.may_fit = as_it_is || checkpointed.has_value();
+      recompute = as_it_is ? 0 : checkpointed.value_or(0);
+    }
+    if (time.valid) {
+      // Each of a split's n micro-batches: its samples at sample_ns, less the slack, and its
+      // recompute; then the optimizer. Least at the range's fewest or most micro-batches.
+      const double per_micro_batch = static_cast<double>(recompute) - time.micro_batch_slack_ns;
+      b.least_ns = time.sample_ns * static_cast<double>(batch) + static_cast<double>(costs.optimizer_ns()) +
+                   std::min(static_cast<double>(count_of(r.hi)) * per_micro_batch, static_cast<double>(count_of(r.lo)) * per_micro_batch);
+    }
+    return b;
+  };
+
+  std::vector<SizeRange> set_aside;  // no split in them fits
+  // 1. The largest micro-batches that fit, from the largest sizes down. A range that may hold it
+  // is cut where the least peak its ends allow crosses the limit (that peak grows about linearly
+  // with the size), so the part above is set aside at once and the part below ends near the
+  // answer; from a top that may fit, single splits are weighed downwards, a few before halving.
+  struct Pending {
+    SizeRange range;
+    int walk_down = 0;  // single splits still to weigh from its top before bounding it again
+  };
+  constexpr int kWalkDown = 4;
+  std::vector<Pending> pending;  // the largest last
+  for (const SizeRange r : affine_ranges(costs.trace(), batch)) pending.push_back({r});
+  while (!pending.empty()) {
+    const Pending next = pending.back();
+    const SizeRange r = narrowed(next.range);
+    pending.pop_back();
+    if (r.lo > r.hi) continue;
+    if (r.lo == r.hi) {
+      if (weigh(r.lo).fit) break;
+      continue;
+    }
+    const auto below_top = [&] { return SizeRange{r.lo, r.hi - 1}; };
+    if (next.walk_down > 0) {
+      pending.push_back({below_top(), next.walk_down - 1});
+      pending.push_back({{r.hi, r.hi}});
+      continue;
+    }
+    if (!bound(r, false).may_fit) {
+      set_aside.push_back(r);
+      continue;
+    }
+    const std::int64_t at_lo = point(r.lo, true).least_peak, at_hi = point(r.hi, true).least_peak;
+    if (at_hi <= space.limit) {
+      pending.push_back({below_top(), kWalkDown - 1});
+      pending.push_back({{r.hi, r.hi}});
+    } else if (at_lo <= space.limit) {
+      const double across = static_cast<double>(space.limit - at_lo) / static_cast<double>(at_hi - at_lo);
+      const auto cut = std::clamp(r.lo + static_cast<std::int64_t>(across * static_cast<double>(r.hi - r.lo)), r.lo, r.hi - 1);
+      pending.push_back({{r.lo, cut}});
+      pending.push_back({{cut + 1, r.hi}, 0});
+    } else {
+      for (const SizeRange half : halves(r)) pending.push_back({half});
+    }
+  }
+
+  // 2. The fastest: ranges by the least time their splits can take, until even that is slower
+  // (by samples/s, as plan_step ranks them) than the kRunnerUps + 1 fastest found, which no split
+  // set aside can then be among.
+  const auto slowest_of_fastest = [&] {
+    std::vector<double> rates;
+    for (const auto& [size, w] : weighed) {
+      if (w.fit) rates.push_back(rate_of(w.fit->prediction.step_ns));
+    }
+    if (rates.size() <= kRunnerUps) return 0.0;
+    std::nth_element(rates.begin(), rates.begin() + kRunnerUps, rates.end(), std::greater<>());
+    return rates[kRunnerUps];
+  };
+  const auto later = [](const RangeBound& a, const RangeBound& b) { return a.least_ns > b.least_ns; };
+  std::priority_queue<RangeBound, std::vector<RangeBound>, decltype(later)> queue(later);
+  const auto enqueue = [&](SizeRange r) {
+    r = narrowed(r);
+    if (r.lo > r.hi) return;
+    RangeBound b = bound(r, true);
+    if (b.may_fit) {
+      queue.push(b);
+    } else {
+      set_aside.push_back(r);
+    }
+  };
+  for (const Pending& p : pending) enqueue(p.range);
+  while (!queue.empty()) {
+    const RangeBound next = queue.top();
+    // A split's step takes at least the bound rounded up to whole ns (with room for the bound's
+    // floating point): its rate is at most that step's, and a strictly lower rate ranks after.
+    const double least = std::ceil(next.least_ns * (1 - 1e-12) - 1);
+    if (least >= 1 && least < 0x1p62 && rate_of(static_cast<std::int64_t>(least)) < slowest_of_fastest()) break;
+    queue.pop();
+    if (next.range.lo == next.range.hi) {
+      weigh(next.range.lo);
+    } else {
+      for (const SizeRange half : halves(next.range)) enqueue(half);
+    }
+  }
+
+  // 3. For the chart, a split near each power of two (and the whole batch): those set aside as
+  // too large to fit get their plain prediction only.
+  const auto aside = [&](std::int64_t size) {
+    return std::any_of(set_aside.begin(), set_aside.end(), [size](const SizeRange& r) { return r.lo <= size && size <= r.hi; });
+  };
+  for (std::int64_t target = 1;; target = std::min(target * 2, batch)) {
+    const std::int64_t size = size_of(count_of(target));
+    weigh(size, aside(size));
+    if (target == batch) break;
+  }
+
+  Weighing out;
+  for (auto it = weighed.rbegin(); it != weighed.rend(); ++it) {
+    out.splits.push_back(it->second.outcome);
+    if (it->second.fit) out.fits.push_back(std::move(*it->second.fit));
   }
   return out;
 }
@@ -391,18 +801,17 @@ Weighing weigh_splits(const core::CostModel& costs, const LayerGraph& graph, Bat
 // The least peak at one split without checkpointing: as it is, with every lean layer, and (for a
 // contrastive model) with each loss option.
 std::int64_t least_unchecked_peak(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
-                                  const std::vector<std::int64_t>& micro, const SearchSpace& space) {
+                                  const StepBatches& micro, const SearchSpace& space) {
   std::vector<std::optional<core::LossTiles>> losses = space.loss_options;
   if (losses.empty()) losses.push_back(space.tiles);
   std::int64_t least = std::numeric_limits<std::int64_t>::max();
-  const std::vector<int> order = space.tempo ? tempo_order(graph, cache, micro.front()).layers : std::vector<int>{};
+  const std::vector<int> order = space.tempo ? tempo_order(graph, cache, micro.runs.front().size).layers : std::vector<int>{};
   for (const auto& tiles : losses) {
     core::StepChoice plain = space.base;
-    plain.micro_batches = micro;
     plain.loss_tiles = tiles;
-    least = std::min(least, predict_step(costs, graph, plain, &cache).peak_bytes);
+    least = std::min(least, predict_step(costs, graph, plain, micro, &cache).peak_bytes);
     if (space.tempo) {
-      least = std::min(least, predict_step(costs, graph, with_lean_prefix(plain, order, order.size()), &cache).peak_bytes);
+      least = std::min(least, predict_step(costs, graph, with_lean_prefix(plain, order, order.size()), micro, &cache).peak_bytes);
     }
   }
   return least;
@@ -411,12 +820,12 @@ std::int64_t least_unchecked_peak(const core::CostModel& costs, const LayerGraph
 // The split whose peak is least. Finer splits hold less, except under the gradient cache, which
 // keeps every micro-batch's RNG state and embeddings: there the peak falls and then rises with the
 // count, so the counts are walked on a coarse grid and the best one's neighbours.
-std::vector<std::int64_t> least_split(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
-                                      std::int64_t global_batch, const SearchSpace& space) {
+StepBatches least_split(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
+                        std::int64_t global_batch, const SearchSpace& space) {
   const std::int64_t finest = space.micro_batching ? global_batch : 1;
-  if (space.loss_options.empty() && !space.tiles) return split_batch(global_batch, finest);
+  if (space.loss_options.empty() && !space.tiles) return even_split(global_batch, finest);
   const auto peak_of = [&](std::int64_t count) {
-    return least_unchecked_peak(costs, graph, cache, split_batch(global_batch, count), space);
+    return least_unchecked_peak(costs, graph, cache, even_split(global_batch, count), space);
   };
   std::int64_t best = finest, best_peak = peak_of(finest);
   for (std::int64_t count = 1; count < finest; count = std::max(count + 1, count * 5 / 4)) {
@@ -429,14 +838,14 @@ std::vector<std::int64_t> least_split(const core::CostModel& costs, const LayerG
       best = count, best_peak = p;
     }
   }
-  return split_batch(global_batch, best);
+  return even_split(global_batch, best);
 }
 
 // The least peak the allowed strategies reach: the smallest micro-batches, and the least limit
 // under which some checkpointing of them fits (found by bisection).
 std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
                         const SearchSpace& space) {
-  const std::vector<std::int64_t> micro = least_split(costs, graph, cache, global_batch, space);
+  const StepBatches micro = least_split(costs, graph, cache, global_batch, space);
   std::int64_t least = least_unchecked_peak(costs, graph, cache, micro, space);
   if (space.l2l) {
     // The relay's least: its finest split, boundaries on the host (where the host holds them).
@@ -467,18 +876,18 @@ ChoiceFacts choice_facts(const core::CostModel& costs, const LayerGraph& graph, 
   facts.largest_fitting = weighed(largest_fitting, global_batch);
   Candidate whole;
   whole.choice = data_parallel_only(best.choice);
-  whole.choice.micro_batches = {global_batch};
-  whole.prediction = predict_step(costs, graph, whole.choice, &cache);
+  whole.batches = even_split(global_batch, 1);
+  whole.prediction = predict_step(costs, graph, whole.choice, whole.batches, &cache);
   facts.whole_batch = weighed(whole, global_batch);
   if (best.checkpointed_count() > 0) {
     core::StepChoice without = best.choice;
     without.checkpointed_blocks.clear();
-    facts.peak_without_checkpointing = predict_step(costs, graph, without, &cache).peak_bytes;
+    facts.peak_without_checkpointing = predict_step(costs, graph, without, best.batches, &cache).peak_bytes;
   }
   if (best.lean_count() > 0) {
-    facts.peak_without_tempo = predict_step(costs, graph, with_lean_prefix(best.choice, {}, 0), &cache).peak_bytes;
+    facts.peak_without_tempo = predict_step(costs, graph, with_lean_prefix(best.choice, {}, 0), best.batches, &cache).peak_bytes;
     facts.lean_candidates = static_cast<int>(graph.lean_candidates().size());
-    const TempoOrder order = tempo_order(graph, cache, best.choice.micro_batches.front());
+    const TempoOrder order = tempo_order(graph, cache, best.largest_micro_batch());
     for (std::size_t k = 0; k < order.free; ++k) facts.lean_measured_faster += best.choice.lean(order.layers[k]);
   }
   return facts;
@@ -496,16 +905,16 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
   plan.budget_bytes = request.budget_bytes;
   plan.margin_bytes = margin;
   plan.global_batch = request.global_batch;
-  if (best.choice.micro_batches.size() > 1) plan.strategies.push_back(strategy_name(Strategy::MicroBatching));
+  if (best.micro_batch_count() > 1) plan.strategies.push_back(strategy_name(Strategy::MicroBatching));
   if (best.checkpointed_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Checkpointing));
   if (best.lean_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Tempo));
   if (best.choice.loss_tiles) plan.strategies.push_back(strategy_name(Strategy::InfCl));
   if (best.choice.l2l) plan.strategies.push_back(strategy_name(Strategy::L2L));
-  plan.choice = complete_choice(trace, graph, best.choice);
+  plan.choice = complete_choice(trace, graph, best.with_listed());
   if (request.workers > 1) {
     // Every worker splits its share into as many micro-batches as worker 0 (fewer only where its
     // share is smaller than that count); the plan lists them all, worker by worker.
-    const auto count = static_cast<std::int64_t>(best.choice.micro_batches.size());
+    const std::int64_t count = best.micro_batch_count();
     plan.choice.micro_batches.clear();
     for (const std::int64_t share : worker_shares(request.global_batch, request.workers)) {
       const auto sizes = split_batch(share, std::min(count, share));
@@ -513,7 +922,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
       plan.choice.micro_batches_per_worker.push_back(static_cast<int>(sizes.size()));
     }
   }
-  plan.warnings = plan_warnings(trace, best.choice.micro_batches, request.global_batch);
+  plan.warnings = plan_warnings(trace, sizes_of(best.batches), request.global_batch);
   if (const std::string warning = margin_warning(request.margin_fraction, worst_device_error(costs, graph));
       !warning.empty()) {
     plan.warnings.push_back(warning);
@@ -524,7 +933,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
   }
   if (const std::string scheme = contrastive_scheme(trace, plan.choice); !scheme.empty()) plan.warnings.push_back(scheme);
   if (best.choice.l2l) {
-    plan.warnings.push_back(l2l_note(predict_l2l_step(costs, graph, best.choice.micro_batches, *best.choice.l2l), *best.choice.l2l));
+    plan.warnings.push_back(l2l_note(predict_l2l_step(costs, graph, listed(best.batches), *best.choice.l2l), *best.choice.l2l));
   }
   plan.predicted = weighed(best, request.global_batch).predicted;
   plan.peak_at = best.prediction.peak_at;
@@ -618,8 +1027,16 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   // budget does not count, and runs every block's forward twice ("all" holds it on these terms).
   SearchSpace on_the_device = space;
   on_the_device.l2l = false;
-  Weighing weighing = weigh_splits(costs, graph, cache, batch, on_the_device);
-  if (weighing.fits.empty() && space.l2l) weighing = weigh_splits(costs, graph, cache, batch, space);
+  const auto weigh = [&](const SearchSpace& weighed) {
+    if (request.weigh_every_split || !bounded_search_applies(weighed) || split_count(batch) <= kSplitsWeighedEach) {
+      return weigh_splits(costs, graph, cache, batch, weighed);
+    }
+    return weigh_bounded(costs, graph, cache, batch, weighed, [&](std::int64_t step_ns) {
+      return Candidate{{}, {}, {0, step_ns, {}}}.samples_per_second(request.global_batch);
+    });
+  };
+  Weighing weighing = weigh(on_the_device);
+  if (weighing.fits.empty() && space.l2l) weighing = weigh(space);
   outcome.splits = std::move(weighing.splits);
   // Each split's step moves the whole global batch through every worker at once.
   for (auto& split : outcome.splits) {
@@ -672,8 +1089,8 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   facts.margin_bytes = margin;
   plan.binding_constraint = binding_constraint(facts);
   std::vector<WeighedStep> losers;
-  for (std::size_t i = 1; i < fits.size(); ++i) losers.push_back(weighed(fits[i], request.global_batch));
-  plan.runner_ups = runner_ups(losers, facts.chosen, 3);
+  for (std::size_t i = 1; i < fits.size() && i <= kRunnerUps; ++i) losers.push_back(weighed(fits[i], request.global_batch));
+  plan.runner_ups = runner_ups(losers, facts.chosen, kRunnerUps);
   outcome.plan = std::move(plan);
   return outcome;
 }

@@ -18,7 +18,7 @@ namespace headroom::planner {
 
 class BatchCostsCache;  // planner/micro_batch_model.h
 
-// The largest global batch plan_step takes: it weighs every micro-batch count up to the batch.
+// The largest global batch plan_step takes (what a plan file holds).
 inline constexpr std::int64_t kMaxGlobalBatch = core::kMaxPlanBatch;
 
 struct PlanRequest {
@@ -40,12 +40,18 @@ struct PlanRequest {
   // L2L (with Strategy::L2L): the host memory its parameters, gradients and optimizer state (and
   // stashed boundaries) may fill; 0: not checked.
   std::int64_t host_memory_bytes = 0;
+  // Weigh every split, as the search does up to two dozen splits, where past that it weighs only
+  // those that may be chosen, named or charted (the same plan; tests compare the two).
+  bool weigh_every_split = false;
 };
 
 // One split of the global batch the search weighed: its fastest checkpointing that fits or, when
 // none does, its prediction without checkpointing.
 struct SplitOutcome {
-  std::vector<std::int64_t> micro_batches;
+  // split_batch(global batch, count): `count` micro-batches as even as possible, the largest of
+  // `micro_batch` (not listed: a split of a large batch has hundreds of thousands).
+  std::int64_t micro_batch = 0;
+  std::int64_t count = 0;
   bool fits = false;
   int checkpointed_blocks = 0;
   int lean_layers = 0;
@@ -58,7 +64,9 @@ struct PlanOutcome {
   // more than a plan may hold (core::kMaxPlanBudget).
   std::int64_t smallest_budget = 0;
   std::string reason;                   // when nothing fits: why, in one line
-  std::vector<SplitOutcome> splits;     // one per distinct micro-batch size, fewest micro-batches first
+  // Fewest micro-batches first: one per distinct largest micro-batch up to two dozen of them (or
+  // with weigh_every_split); past that, those the search weighed and one near each power of two.
+  std::vector<SplitOutcome> splits;
 };
 
 // Throws InputError naming the request's field for a bad request (global_batch 0 or past

@@ -16,7 +16,7 @@ constexpr std::int64_t MiB = 1 << 20;
 
 WeighedStep step(std::vector<std::int64_t> micro, std::int64_t peak_mib, double samples_per_second,
                  int checkpointed = 0, int lean = 0) {
-  return {std::move(micro), checkpointed, lean, {peak_mib * MiB, 1.0, samples_per_second}, std::nullopt};
+  return {planner::MicroBatchSizes::of(micro), checkpointed, lean, {peak_mib * MiB, 1.0, samples_per_second}, std::nullopt};
 }
 
 ChoiceFacts facts(std::int64_t limit_mib, std::int64_t margin_mib) {

@@ -218,8 +218,10 @@ TEST(PlanSearch, SplitsCoverEveryMicroBatchSizeAndTheChosenPlanIsTheFastestThatF
   ASSERT_TRUE(outcome.plan);
   // 32 samples: one candidate per distinct largest micro-batch (32, 16, 11, 8, 7, 6, 5, 4, 3, 2, 1).
   ASSERT_EQ(outcome.splits.size(), 11u);
-  EXPECT_EQ(outcome.splits.front().micro_batches, (std::vector<std::int64_t>{32}));
-  EXPECT_EQ(outcome.splits.back().micro_batches, (std::vector<std::int64_t>(32, 1)));
+  EXPECT_EQ(outcome.splits.front().micro_batch, 32);
+  EXPECT_EQ(outcome.splits.front().count, 1);
+  EXPECT_EQ(outcome.splits.back().micro_batch, 1);
+  EXPECT_EQ(outcome.splits.back().count, 32);
   double fastest_fit = 0;
   int feasible = 0, infeasible = 0;
   for (const auto& split : outcome.splits) {
@@ -453,9 +455,9 @@ TEST(PlanSearch, TraceAtTheLimitsPlansWithoutOverflow) {
     EXPECT_EQ(outcome.smallest_budget, 0);
     EXPECT_NE(outcome.reason.find("more than the 16.0 TiB a plan may hold"), std::string::npos) << outcome.reason;
     for (const auto& split : outcome.splits) {
-      EXPECT_GT(split.predicted.peak_bytes, costs.static_bytes()) << split.micro_batches.size();
-      EXPECT_GT(split.predicted.step_seconds, 0) << split.micro_batches.size();
-      EXPECT_TRUE(std::isfinite(split.predicted.samples_per_second)) << split.micro_batches.size();
+      EXPECT_GT(split.predicted.peak_bytes, costs.static_bytes()) << split.count;
+      EXPECT_GT(split.predicted.step_seconds, 0) << split.count;
+      EXPECT_TRUE(std::isfinite(split.predicted.samples_per_second)) << split.count;
     }
   }
 }

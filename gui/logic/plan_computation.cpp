@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <utility>
 
 #include "core/cost_model.h"
 #include "core/errors.h"
@@ -307,7 +308,7 @@ std::int64_t allowed_bytes(std::int64_t budget_bytes, double margin_fraction) {
 ThroughputCurve throughput_curve(const planner::PlanOutcome& outcome) {
   ThroughputCurve curve;
   for (const auto& split : outcome.splits) {
-    curve.points.push_back({split.micro_batches.front(), static_cast<std::int64_t>(split.micro_batches.size()),
+    curve.points.push_back({split.micro_batch, split.count,
                             split.predicted.samples_per_second, split.predicted.peak_bytes, split.fits,
                             split.checkpointed_blocks, split.lean_layers, split.predicted.step_seconds});
   }
@@ -344,16 +345,17 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
   PlanResult result;
   result.inputs = inputs;
   try {
-    const planner::PlanOutcome outcome = planner::plan_step(trace.trace, plan_request(trace, inputs));
+    planner::PlanOutcome outcome = planner::plan_step(trace.trace, plan_request(trace, inputs));
     result.throughput = throughput_curve(outcome);
     if (outcome.plan) {
-      result.plan = outcome.plan;
+      // Moved: a plan of many micro-batches lists hundreds of thousands.
+      result.plan = std::move(outcome.plan);
       // As headroom plan warns: the trace's times may not hold where headroom executes the plan.
       if (const std::string warning = core::regime_mismatch_warning(trace.trace.host_memory_regime, core::headroom_regime());
           !warning.empty()) {
         result.plan->warnings.push_back(warning);
       }
-      result.timeline = memory_timeline(trace.trace, *outcome.plan);
+      result.timeline = memory_timeline(trace.trace, *result.plan);
       result.summary = report::render_plan_summary(*result.plan);
     } else {
       result.infeasible_reason = outcome.reason;
