@@ -13,7 +13,7 @@ namespace headroom::planner {
 
 LayerGraph::LayerGraph(const core::Trace& trace)
     : readers_(trace.layers.size()), inputs_(trace.layers.size()), hands_gradient_on_(trace.layers.size(), false),
-      composite_(trace.layers.size(), false), saved_(trace.layers.size(), false) {
+      composite_(trace.layers.size(), false), buffer_copies_(trace.layers.size(), false), saved_(trace.layers.size(), false) {
   using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
   Graph graph(trace.layers.size());
   for (const auto& layer : trace.layers) {
@@ -22,6 +22,8 @@ LayerGraph::LayerGraph(const core::Trace& trace)
     // ones, which counts a held gradient from the earliest point (never less than is held).
     hands_gradient_on_[static_cast<std::size_t>(layer.id)] = layer.kind == "add";
     composite_[static_cast<std::size_t>(layer.id)] = !core::is_known(core::kZooLayerKinds, layer.kind);
+    buffer_copies_[static_cast<std::size_t>(layer.id)] =
+        composite_[static_cast<std::size_t>(layer.id)] && layer.kind.find("batchnorm") != std::string::npos;
     for (std::size_t k = 0; k < layer.inputs.size(); ++k) {
       const int input = layer.inputs[k];
       if (input < 0) continue;

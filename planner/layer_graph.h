@@ -77,6 +77,9 @@ class LayerGraph {
   // many autograd nodes (a TorchScript module's layer), where a held gradient adds to the layer's
   // own measured peak; a zoo layer's backward is one node or holds the gradient to its end.
   bool composite(int layer) const { return composite_[static_cast<std::size_t>(layer)]; }
+  // A TorchScript module holding BatchNorm: its recompute in a checkpointed block runs on copies of
+  // the module's buffers (models/torchscript_model.cpp), which its backward keeps.
+  bool recomputes_on_buffer_copies(int layer) const { return buffer_copies_[static_cast<std::size_t>(layer)]; }
   // Layers before the first block / after the last block.
   int first_block_layer() const;
   int last_block_layer() const;
@@ -86,6 +89,7 @@ class LayerGraph {
   std::vector<std::vector<int>> inputs_;
   std::vector<bool> hands_gradient_on_;  // a residual add: its backward passes its output's gradient on as it is
   std::vector<bool> composite_;
+  std::vector<bool> buffer_copies_;
   std::vector<bool> saved_;
   std::vector<int> order_;
   std::vector<BlockSpan> blocks_;

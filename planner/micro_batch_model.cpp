@@ -56,6 +56,7 @@ BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch) {
   out.batch = batch;
   out.scale = costs.layer_time_scale(batch);
   out.checkpoint_state_bytes = costs.checkpoint_state_bytes();
+  out.buffer_copy_bytes = costs.trace().model_extra_bytes;
   out.layers.reserve(costs.layer_count());
   out.lean.reserve(costs.layer_count());
   for (std::size_t i = 0; i < costs.layer_count(); ++i) {
@@ -229,6 +230,9 @@ void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const st
         std::int64_t retained = ci.fwd_retained_bytes;
         // The block input's free by its last reader does not happen: the checkpoint holds it.
         if (span->input >= 0 && graph.last_reader(span->input) == i) retained += unsaved_input_bytes(*span);
+        // The copies of a module's buffers it recomputes on, until its backward: the trace records
+        // the model's buffers only as a whole (model_extra_bytes), which bounds one module's.
+        if (graph.recomputes_on_buffer_copies(i)) retained += costs.buffer_copy_bytes;
         // The current RNG state is kept aside while the block runs again with the saved one.
         ops.push_back({OpKind::Recompute, i, scaled(ci.fwd_ns, scale), costs.checkpoint_state_bytes + ci.fwd_transient_bytes,
                        retained});
@@ -240,6 +244,7 @@ void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const st
     // returns, where a standard step lets it go earlier (layer_graph.h: output_gradient_released_by).
     const std::int64_t output_gradient = span != nullptr ? cost[static_cast<std::size_t>(span->last)].output_bytes : 0;
     std::int64_t transient = c.bwd_transient_bytes;
+    if (span != nullptr && graph.recomputes_on_buffer_copies(static_cast<int>(r))) retained -= costs.buffer_copy_bytes;
     if (span != nullptr && static_cast<int>(r) == span->output_gradient_released_by) {
       retained += output_gradient;
       // A composite layer may have let it go before its own peak, which it now holds too.

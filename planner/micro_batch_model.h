@@ -39,6 +39,7 @@ struct BatchCosts {
   std::vector<core::LayerCost> layers;
   std::vector<core::LayerCost> lean;  // Tempo's variants (the standard cost where a layer has none)
   std::int64_t checkpoint_state_bytes = 0;  // the trace's, per checkpointed block
+  std::int64_t buffer_copy_bytes = 0;       // what a recompute on copies of a module's buffers may hold
 };
 BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch);
 
