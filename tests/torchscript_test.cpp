@@ -12,6 +12,8 @@
 #include "executor/plan_runner.h"
 #include "models/model_source.h"
 #include "models/torchscript_model.h"
+#include "planner/layer_graph.h"
+#include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
 #include "profiler/profiler.h"
 #include "runtime/memory_recorder.h"
@@ -202,6 +204,47 @@ TEST(TorchScriptModel, RecomputingACheckpointedBatchNormLeavesItsStatisticsAsOne
   const torch::Tensor stored = running_mean({});
   EXPECT_GT(stored.abs().max().item<double>(), 0);  // the statistics moved
   EXPECT_TRUE(torch::allclose(running_mean({1}), stored, 1e-6, 1e-7));
+  fs::remove(path);
+}
+
+// A module's layers are opaque to the planner (many autograd nodes each, BatchNorm recomputed on
+// copies of its buffers): a checkpointed block at any position, and adjacent ones, is still
+// predicted at or above what runs. Not yet within 1% above: on this wide module the plan is 13-15%
+// above what runs without the rules for opaque layers and 28-32% with them (issue 36, open).
+TEST(TorchScriptModel, CheckpointedBlocksAreNeverPredictedBelowWhatRuns) {
+  torch::manual_seed(3);
+  const fs::path path = save_module(
+      "bn-chain.pt", {{"fc1", dense("A", 8, 4096)}, {"bn", batchnorm(4096)}, {"fc2", dense("B", 4096, 16)}, {"out", head(16, 5)}},
+      "def forward(self, x):\n    return self.out.forward(self.fc2.forward(self.bn.forward(self.fc1.forward(x))))\n");
+  models::Model model = models::load_torchscript_model(path.string(), features_input(), 0);
+  profiler::ProfileOptions options;
+  options.batch_sizes = {2, 8, 32, 64};  // BatchNorm needs two samples
+  options.repeats = 1;
+  const core::Trace trace = profiler::profile(model, options);
+  const planner::LayerGraph graph(trace);
+  const core::CostModel costs(trace);
+  planner::PlanRequest request;
+  request.global_batch = 128;
+  request.budget_bytes = std::int64_t{1} << 40;
+  request.strategies = {};
+  const auto outcome = planner::plan_step(trace, request);
+  ASSERT_TRUE(outcome.plan);
+  for (const std::vector<int>& blocks : std::vector<std::vector<int>>{{0}, {1}, {2}, {1, 2}, {0, 1, 2, 3}}) {
+    core::Plan plan = *outcome.plan;
+    core::StepChoice choice;
+    choice.micro_batches = {64, 64};  // activations (1 MiB a layer) above the optimizer's temporaries
+    choice.checkpointed_blocks = blocks;
+    plan.choice = planner::complete_choice(trace, graph, choice);
+    plan.predicted.peak_bytes = planner::predict_step(costs, graph, plan.choice).peak_bytes;
+    executor::ExecuteOptions run;
+    run.steps = 2;
+    run.enforce_budget = false;
+    run.gradient_check = false;
+    const core::Report report = executor::execute(plan, trace, "p.json", run);
+    ASSERT_EQ(report.status, "ok");
+    const auto measured = static_cast<double>(report.measured.peak_bytes);
+    EXPECT_GE(static_cast<double>(plan.predicted.peak_bytes), measured) << "blocks " << ::testing::PrintToString(blocks);
+  }
   fs::remove(path);
 }
 
