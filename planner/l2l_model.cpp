@@ -312,6 +312,9 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   for (int s = last_stage; s >= 0; --s) {
     const auto& stage = stages[static_cast<std::size_t>(s)];
     std::int64_t host_high = host_level;  // the highest the host holds during this stage's backward
+    // Where a standard step lets go of the gradient arriving at each exported output (layer_graph.h).
+    std::vector<std::pair<int, int>> export_released_by;  // (export, layer)
+    for (const int e : stage.exports) export_released_by.emplace_back(e, graph.output_gradient_released_by(e, stage.first));
     const std::int64_t params = on_device(s, s - 1);
     // The stage's gradients, zeroed as its backward starts (the relay makes them there, as the
     // profiled step had them before its backward); every micro-batch adds to them in place.
@@ -349,8 +352,8 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
         level += c.bwd_retained_bytes;
         // The gradient arriving at an exported output was let go by this backward in the profiled
         // step; here the relay holds it (it seeded the stage's backward) until the stage is done.
-        for (const int e : stage.exports) {
-          if (graph.output_gradient_released_by(e, stage.first) == r) level += out(e, b);
+        for (const auto& [e, released_by] : export_released_by) {
+          if (released_by == r) level += out(e, b);
         }
       }
       // What stays: the gradients at the stage's inputs (sent to the host in the constant-memory

@@ -240,25 +240,28 @@ void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const st
       // The recomputed output is held until the block's backward ends, where it is released.
     }
     std::int64_t retained = c.bwd_retained_bytes;
-    // The checkpoint's backward receives the gradient at the block's output and holds it until it
-    // returns, where a standard step lets it go earlier (layer_graph.h: output_gradient_released_by).
-    const std::int64_t output_gradient = span != nullptr ? cost[static_cast<std::size_t>(span->last)].output_bytes : 0;
     std::int64_t transient = c.bwd_transient_bytes;
-    if (span != nullptr && graph.recomputes_on_buffer_copies(static_cast<int>(r))) retained -= costs.buffer_copy_bytes;
-    if (span != nullptr && static_cast<int>(r) == span->output_gradient_released_by) {
-      retained += output_gradient;
-      // A composite layer may have let it go before its own peak, which it now holds too.
-      if (graph.composite(static_cast<int>(r))) transient += output_gradient;
-    }
-    // Likewise the recomputed output, which the checkpoint holds to the end where a composite last
-    // layer's own nodes may have let it go partway.
-    if (span != nullptr && static_cast<int>(r) == span->last && graph.composite(static_cast<int>(r))) {
-      transient += cost[static_cast<std::size_t>(span->last)].output_bytes;
-    }
-    if (span != nullptr && static_cast<int>(r) == span->first) {
-      // The block's backward is done: the recomputed output, the held input and the saved RNG state go.
-      retained -= cost[static_cast<std::size_t>(span->last)].output_bytes + unsaved_input_bytes(*span) +
-                  costs.checkpoint_state_bytes + output_gradient;
+    if (span != nullptr) {
+      const int layer = static_cast<int>(r);
+      const bool composite = graph.composite(layer);
+      // Both the block's recomputed output and the gradient at it (which the checkpoint's backward
+      // receives and holds until it returns) are this size.
+      const std::int64_t block_output = cost[static_cast<std::size_t>(span->last)].output_bytes;
+      if (graph.recomputes_on_buffer_copies(layer)) retained -= costs.buffer_copy_bytes;
+      // A standard step lets the gradient go here (layer_graph.h: output_gradient_released_by); a
+      // composite layer may have let it go before its own peak, which it now holds too.
+      if (layer == span->output_gradient_released_by) {
+        retained += block_output;
+        if (composite) transient += block_output;
+      }
+      // Likewise the recomputed output, held to the end where a composite last layer's own nodes
+      // may have let it go partway.
+      if (layer == span->last && composite) transient += block_output;
+      if (layer == span->first) {
+        // The block's backward is done: the recomputed output and its gradient, the held input and
+        // the saved RNG state go.
+        retained -= 2 * block_output + unsaved_input_bytes(*span) + costs.checkpoint_state_bytes;
+      }
     }
     ops.push_back({OpKind::Backward, static_cast<int>(r), scaled(c.bwd_ns, scale), transient, retained});
   }

@@ -14,6 +14,7 @@
 #include "planner/plan_search.h"
 #include "expand_repeats.h"
 #include "simulator/simulator.h"
+#include "random_chain.h"
 #include "synthetic_chain.h"
 
 namespace headroom {
@@ -92,26 +93,11 @@ TEST(LayerGraph, FindsWhereABlocksOutputGradientIsLetGo) {
 // subset agree on feasibility and recompute time, and the DP's peak is what its choice gives.
 TEST(CheckpointDp, EqualsExhaustiveSearch) {
   std::mt19937 rng(42);
-  const auto uniform = [&](std::int64_t lo, std::int64_t hi) {
-    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
-  };
   int feasible = 0;
   for (int round = 0; round < 400; ++round) {
-    planner::Chain chain;
-    chain.base = uniform(0, 50);
-    const int n = static_cast<int>(uniform(1, 12));
-    for (int k = 0; k < n; ++k) {
-      planner::ChainStage s;
-      s.stored_bytes = uniform(5, 60);
-      s.checkpointed_bytes = uniform(0, s.stored_bytes);
-      s.stored_peak = s.stored_bytes + uniform(0, 40);
-      s.checkpointed_peak = s.stored_peak + uniform(0, 10);
-      s.recompute_ns = uniform(1, 100);
-      s.checkpointable = uniform(0, 9) > 0;
-      chain.stages.push_back(s);
-    }
-    chain.tail_peak = uniform(0, 30);
-    const std::int64_t limit = uniform(chain.base, chain.base + 40 * n);
+    const planner::Chain chain = testing::random_chain(rng);
+    const auto n = static_cast<std::int64_t>(chain.stages.size());
+    const std::int64_t limit = testing::draw(rng, chain.base, chain.base + 40 * n);
     const auto dp = planner::solve_checkpoint_dp(chain, limit, 1);
     const auto brute = planner::solve_checkpoint_exhaustive(chain, limit);
     ASSERT_EQ(dp.feasible, brute.feasible) << "round " << round;

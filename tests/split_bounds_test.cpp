@@ -12,6 +12,7 @@
 #include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
 #include "planner/split_bounds.h"
+#include "random_chain.h"
 
 namespace headroom {
 namespace {
@@ -25,24 +26,11 @@ core::Trace committed(const std::string& name) { return core::read_trace_file(fs
 // is at most every subset's peak. Kept sizes may be 0 or less (a stage that frees more than it keeps).
 TEST(CheckpointDp, RecomputeBoundIsTheLeastRecomputeOfSmallChains) {
   std::mt19937 rng(36);
-  const auto uniform = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
   int feasible = 0;
   for (int round = 0; round < 400; ++round) {
-    planner::Chain chain;
-    chain.base = uniform(0, 50);
-    const int n = static_cast<int>(uniform(1, 12));
-    for (int k = 0; k < n; ++k) {
-      planner::ChainStage s;
-      s.stored_bytes = uniform(-5, 60);
-      s.checkpointed_bytes = uniform(-5, s.stored_bytes);
-      s.stored_peak = std::max<std::int64_t>(0, s.stored_bytes) + uniform(0, 40);
-      s.checkpointed_peak = s.stored_peak + uniform(-10, 10);
-      s.recompute_ns = uniform(0, 100);
-      s.checkpointable = uniform(0, 9) > 0;
-      chain.stages.push_back(s);
-    }
-    chain.tail_peak = uniform(0, 30);
-    const std::int64_t limit = uniform(chain.base - 10, chain.base + 40 * n);
+    const planner::Chain chain = testing::random_chain(rng, {.stored_lo = -5, .checkpointed_lo = -5, .checkpointed_peak_lo = -10, .recompute_lo = 0});
+    const auto n = static_cast<std::int64_t>(chain.stages.size());
+    const std::int64_t limit = testing::draw(rng, chain.base - 10, chain.base + 40 * n);
     const auto brute = planner::solve_checkpoint_exhaustive(chain, limit);
     const auto bound = planner::least_recompute_bound(chain, limit);
     ASSERT_EQ(bound.has_value(), brute.feasible) << "round " << round;
