@@ -33,6 +33,7 @@
 #include "core/units.h"
 #include "models/contrastive_loss.h"
 #include "runtime/memory_recorder.h"
+#include "runtime/host_info.h"
 
 using namespace headroom;
 using Clock = std::chrono::steady_clock;
@@ -262,6 +263,7 @@ int step(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  runtime::run_with_passive_openmp_workers(argv);  // as the headroom command runs torch work
   core::enter_host_memory_regime();
   const char* usage =
       "usage: infcl_acceptance equal|memory|step [--batches LIST] [--dim D] [--tiles RxC] [--standard-limit SIZE] "

@@ -24,6 +24,7 @@
 #include "profiler/profiler.h"
 #include "runtime/budget_allocator.h"
 #include "runtime/optimizer.h"
+#include "runtime/host_info.h"
 
 using namespace headroom;
 using Clock = std::chrono::steady_clock;
@@ -172,6 +173,7 @@ int parse(const char* flag, const char* value, int low, int high) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  runtime::run_with_passive_openmp_workers(argv);  // as the headroom command runs torch work
   Settings s;
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;

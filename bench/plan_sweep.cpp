@@ -32,6 +32,7 @@
 #include "planner/plan_search.h"
 #include "profiler/profiler.h"
 #include "simulator/simulator.h"
+#include "runtime/host_info.h"
 
 using namespace headroom;
 using Clock = std::chrono::steady_clock;
@@ -315,6 +316,7 @@ CaseResult sweep(const ModelCase& mc, const Options& options, std::mt19937& rng)
 }  // namespace
 
 int main(int argc, char** argv) {
+  runtime::run_with_passive_openmp_workers(argv);  // as the headroom command runs torch work
   const Options options = parse(argc, argv);
   std::mt19937 rng(options.seed);
   bool missed_any = false;

@@ -26,6 +26,7 @@
 #include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
 #include "profiler/profiler.h"
+#include "runtime/host_info.h"
 
 using namespace headroom;
 
@@ -68,6 +69,7 @@ double error(double predicted, double measured) { return measured > 0 ? std::fab
 }  // namespace
 
 int main(int argc, char** argv) {
+  runtime::run_with_passive_openmp_workers(argv);  // as the headroom command runs torch work
   int steps = 5;
   double min_seconds = 1.0;
   std::string only;

@@ -16,6 +16,7 @@
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "core/plan.h"
+#include "core/rescale.h"
 #include "core/sha256.h"
 #include "core/statistics.h"
 #include "core/atomic_file.h"
@@ -34,6 +35,7 @@
 #include "profiler/profiler.h"
 #include "report/execution_report.h"
 #include "report/plan_report.h"
+#include "runtime/host_info.h"
 
 namespace headroom::cli {
 
@@ -114,6 +116,34 @@ std::vector<std::string> worker_arguments(const ExecuteArgs& args) {
   return out;
 }
 
+// Where this machine (timed right before the run) runs the calibration's kernels at another speed
+// than the one the plan's times hold for, the prediction rescaled to it: the plan's step time times
+// the rescale's effect on the plan's own step, so everything else the plan counted stays as it was.
+void predict_for_this_machine(const core::Plan& plan, const core::Trace& trace, core::Report& report) {
+  if (!report.calibration_before || !trace.calibration) return;
+  const core::Calibration planned_on = plan.calibration ? *plan.calibration : *trace.calibration;
+  const core::SpeedRatio ratio = core::speed_ratio(planned_on, *report.calibration_before);
+  if (!ratio.differs) return;
+  const auto step_ns = [&](const core::Trace& timed) {
+    const core::Trace planned = plan.optimizer.empty() ? timed : planner::with_estimated_optimizer(timed, plan.optimizer);
+    return static_cast<double>(
+        planner::predict_step(core::CostModel(planned), planner::LayerGraph(planned), plan.choice).step_ns);
+  };
+  const core::Calibration& here = *report.calibration_before;
+  const double before = step_ns(core::times_as_planned(trace, plan.calibration));
+  const double after = step_ns(core::rescaled(trace, core::speed_ratio(*trace.calibration, here), here));
+  if (!(before > 0) || !(after > 0)) return;
+  const double factor = after / before;
+  char line[256];
+  std::snprintf(line, sizeof line, "; the predicted times are rescaled to it (x%.2f; the plan predicted %.4f s a step)", factor,
+                report.predicted.step_seconds);
+  report.warnings.push_back(core::describe_speed(ratio, planned_on, here) + line);
+  report.predicted.step_seconds *= factor;
+  report.predicted.samples_per_second /= factor;
+  report.predicted_calibration = here;
+  report.throughput_rel_error = core::relative_error(report.predicted.samples_per_second, report.measured.samples_per_second);
+}
+
 }  // namespace
 
 int run_execute(const ExecuteArgs& args) {
@@ -130,9 +160,9 @@ int run_execute(const ExecuteArgs& args) {
     options.world_size = args.world_size;
     options.store = args.store;
     // Workers on one host share its cores.
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    at::set_num_threads(std::max(1, cores / args.world_size));
+    options.threads = std::max(1, runtime::usable_cores() / args.world_size);
   }
+  if (args.threads > 0) options.threads = args.threads;
   options.full_batch_reference = args.full_batch_reference;
   options.steps = args.steps;
   options.warmup_steps = args.warmup;
@@ -152,10 +182,17 @@ int run_execute(const ExecuteArgs& args) {
   if (executed.l2l && plan.choice.l2l) {
     const core::Trace planned = plan.optimizer.empty() ? trace : planner::with_estimated_optimizer(trace, plan.optimizer);
     const core::CostModel costs(planned);
-    executed.l2l->predicted_host_bytes =
-        planner::predict_l2l_step(costs, planner::LayerGraph(planned), plan.choice.micro_batches, *plan.choice.l2l)
-            .host_bytes;
+    const planner::L2LPrediction predicted =
+        planner::predict_l2l_step(costs, planner::LayerGraph(planned), plan.choice.micro_batches, *plan.choice.l2l);
+    executed.l2l->predicted_host_bytes = predicted.host_bytes;
+    // The compute thread waits for what it does not do itself: on a CPU (copies and the host step
+    // on its cores) nothing beyond them; on CUDA whatever of the step is not its compute.
+    const std::int64_t own = predicted.compute_ns + (predicted.host_shares_compute ? predicted.copy_ns + predicted.host_optimizer_ns : 0);
+    executed.l2l->predicted = {static_cast<double>(predicted.compute_ns) * 1e-9, static_cast<double>(predicted.copy_ns) * 1e-9,
+                               static_cast<double>(std::max<std::int64_t>(predicted.step_ns - own, 0)) * 1e-9,
+                               static_cast<double>(predicted.host_optimizer_ns) * 1e-9};
   }
+  if (!args.no_rescale) predict_for_this_machine(plan, trace, executed);
   // Worker 0 reports for all; the others only say how they ended.
   if (options.rank != 0) {
     if (executed.status != "ok") {

@@ -24,6 +24,8 @@ struct ExecuteArgs {
   int world_size = 0;
   std::string store;
   bool full_batch_reference = false;
+  int threads = 0;          // 0: the plan's, as profiled
+  bool no_rescale = false;  // keep the plan's predicted times where this machine's speed differs
 };
 int run_execute(const ExecuteArgs& args);
 

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -25,6 +27,8 @@
 #include "models/zoo.h"
 #include "profiler/profiler.h"
 #include "report/trace_report.h"
+#include "runtime/calibration.h"
+#include "runtime/host_info.h"
 
 namespace {
 
@@ -178,6 +182,14 @@ void print_trace_summary(const core::Trace& trace) {
   if (!trace.device.is_cuda() && trace.device.host_to_device_bytes_per_s > 0) {
     std::cout << report::describe_copy_link(trace.device) << " (tensor copies: what times L2L's relay)\n";
   }
+  if (trace.calibration) {
+    std::cout << report::describe_calibration(*trace.calibration) << "\n";
+    if (trace.calibration->spread() > core::kCalibrationTolerance) {
+      std::cout << "warning: the machine's speed moved by " << static_cast<int>(100 * trace.calibration->spread() + 0.5)
+                << "% between the calibrations taken while profiling: another load shared it, and the trace's times "
+                   "may not hold even here; profile again on a quiet machine\n";
+    }
+  }
   std::cout << "\n"
             << report::render_layer_table(trace) << "\n"
             << report::render_step_table(trace);
@@ -195,7 +207,8 @@ void add_profile_options(CLI::App& command, ProfileArgs& args) {
   command.add_option("--warmup", args.options.warmup_steps, "unmeasured steps per batch size");
   command.add_option("--repeats", args.options.repeats, "measured steps per batch size (medians are kept)");
   command.add_option("--seed", args.options.seed, "seed for parameters and batches");
-  command.add_option("--threads", args.options.threads, "intra-op CPU threads (0: libtorch's default)");
+  command.add_option("--threads", args.options.threads,
+                     "intra-op CPU threads (default 0: the cores this process may use, as execute runs the step)");
   command.add_flag("!--no-tempo", args.options.tempo,
                    "skip the second pass that measures Tempo's memory-lean layers (bert, gpt); plans then cannot use tempo");
 }
@@ -308,6 +321,8 @@ int main(int argc, char** argv) {
   plan->add_option("--link", plan_args.link,
                    "the workers' link as BANDWIDTH,LATENCY, e.g. 25GB/s,5us (default: the trace's, from profile --measure-link)");
   plan->add_option("--bucket-cap", plan_args.bucket_cap, "gradients are all-reduced in buckets of at least this size (default 25MiB)");
+  plan->add_flag("--no-rescale", plan_args.no_rescale,
+                 "keep the trace's times where this machine runs the calibration's kernels at another speed");
   plan->add_option("-o,--output", plan_args.output, "plan file to write")->required();
 
   cli::SimulateArgs simulate_args;
@@ -315,6 +330,7 @@ int main(int argc, char** argv) {
   simulate->add_option("plan", simulate_args.plan, "plan from headroom plan")->required();
   simulate->add_option("-o,--output", simulate_args.output, "simulation result to write (JSON)");
   simulate->add_option("--chrome", simulate_args.chrome, "timeline as a Chrome trace (opens in Perfetto)");
+  simulate->add_flag("--no-rescale", simulate_args.no_rescale, "simulate with the trace's times, not the plan's machine's");
 
   cli::ExecuteArgs execute_args;
   auto* execute = app.add_subcommand("execute", "run a plan in real training and compare predicted with measured");
@@ -340,7 +356,24 @@ int main(int argc, char** argv) {
   execute->add_flag("--full-batch-reference", execute_args.full_batch_reference,
                     "train with dropout off, then run the same steps in one process on each step's full batch and "
                     "report how far the weights are apart");
+  execute->add_option("--threads", execute_args.threads,
+                      "intra-op CPU threads (default: the plan's, as the trace was profiled; more than this process may use is refused)")
+      ->check(CLI::Range(1, 4096));
+  execute->add_flag("--no-rescale", execute_args.no_rescale,
+                    "keep the plan's predicted times where this machine runs the calibration's kernels at another speed");
   execute->add_option("-o,--output", execute_args.output, "report file to write");
+
+  struct CalibrateArgs {
+    std::string device = "cpu";
+    int threads = 0;
+    std::string output;
+  } calibrate_args;
+  auto* calibrate = app.add_subcommand(
+      "calibrate", "time this machine's matrix product, convolution and memory bandwidth, as traces and plans compare machines");
+  calibrate->add_option("--device", calibrate_args.device, "device to time")->check(CLI::IsMember({"cpu", "cuda"}));
+  calibrate->add_option("--threads", calibrate_args.threads, "intra-op CPU threads (default: the cores this process may use)")
+      ->check(CLI::Range(1, 4096));
+  calibrate->add_option("-o,--output", calibrate_args.output, "also write it as JSON");
 
   cli::CompareArgs compare_args;
   auto* compare = app.add_subcommand(
@@ -391,6 +424,10 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
+  // Commands that run torch work at several threads, with libgomp's workers passive.
+  if (app.got_subcommand(profile) || app.got_subcommand(execute) || app.got_subcommand(demo) || app.got_subcommand(calibrate)) {
+    runtime::run_with_passive_openmp_workers(argv);
+  }
   try {
     for (const CLI::App* command : app.get_subcommands()) check_outputs(*command);
     // From start-up, so everything the process allocates (the model, a dataset) is in the regime
@@ -399,11 +436,22 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("models")) {
       print_models();
     } else if (app.got_subcommand(plan)) {
+      plan_args.calibrate_here = runtime::calibrate_for;
       return cli::run_plan(plan_args);
     } else if (app.got_subcommand(simulate)) {
+      simulate_args.calibrate_here = runtime::calibrate_for;
       return cli::run_simulate(simulate_args);
     } else if (app.got_subcommand(execute)) {
       return cli::run_execute(execute_args);
+    } else if (app.got_subcommand(calibrate)) {
+      if (calibrate_args.device == "cuda" && !torch::cuda::is_available()) {
+        throw core::InputError("--device cuda: this libtorch sees no CUDA device");
+      }
+      at::set_num_threads(calibrate_args.threads > 0 ? calibrate_args.threads : runtime::usable_cores());
+      const core::Calibration c = runtime::calibrate(calibrate_args.device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU));
+      std::cout << c.device << ": " << report::describe_calibration(c) << "\n";
+      if (!calibrate_args.output.empty()) core::write_file_atomically(calibrate_args.output, core::to_json(c).dump(2) + "\n");
+      return 0;
     } else if (app.got_subcommand(compare)) {
       return cli::run_compare(compare_args);
     } else if (app.got_subcommand(demo)) {

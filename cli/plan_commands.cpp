@@ -8,6 +8,7 @@
 #include "core/errors.h"
 #include "core/host_memory.h"
 #include "core/plan.h"
+#include "core/rescale.h"
 #include "core/sha256.h"
 #include "core/statistics.h"
 #include "core/trace.h"
@@ -57,8 +58,22 @@ std::string l2l_capacity(const core::Trace& trace, const core::Plan& plan, const
 
 }  // namespace
 
+namespace {
+
+// The trace with its times on this machine, and the line that says where they differ (the plan's
+// warnings carry it; an infeasible answer, which times do not decide, stays one line).
+core::TimesHere times_on_this_machine(const core::Trace& trace, bool no_rescale,
+                                      const std::function<std::optional<core::Calibration>(const core::Trace&)>& calibrate_here) {
+  if (!calibrate_here) return {std::nullopt, trace.calibration, ""};
+  return core::times_here(trace, calibrate_here(trace), !no_rescale);
+}
+
+}  // namespace
+
 int run_plan(const PlanArgs& args) {
-  const core::Trace trace = core::read_trace_file(args.trace);
+  const core::Trace recorded = core::read_trace_file(args.trace);
+  const core::TimesHere here = times_on_this_machine(recorded, args.no_rescale, args.calibrate_here);
+  const core::Trace& trace = here.rescaled ? *here.rescaled : recorded;
   planner::PlanRequest request;
   try {
     request.budget_bytes = core::parse_bytes(args.budget);
@@ -134,6 +149,9 @@ int run_plan(const PlanArgs& args) {
       !warning.empty()) {
     outcome.plan->warnings.push_back(warning);
   }
+  if (!here.note.empty()) outcome.plan->warnings.push_back(here.note);
+  outcome.plan->calibration = here.calibration;
+  outcome.plan->threads = std::max(trace.profile.threads, 1);
   core::write_plan_file(args.output, *outcome.plan);
   std::cout << report::render_plan_summary(*outcome.plan) << "\nplan written to " << args.output << "\n";
   // Asked for by name, or chosen: what else the budget trains with the relay.
@@ -143,7 +161,9 @@ int run_plan(const PlanArgs& args) {
 
 int run_simulate(const SimulateArgs& args) {
   const core::Plan plan = core::read_plan_file(args.plan);
-  const core::Trace trace = core::load_plan_trace(plan, args.plan);
+  const core::Trace recorded = core::load_plan_trace(plan, args.plan);
+  const core::TimesHere here = times_on_this_machine(recorded, args.no_rescale, args.calibrate_here);
+  const core::Trace& trace = here.rescaled ? *here.rescaled : recorded;
   const auto schedule = planner::plan_schedule(trace, plan, args.plan);
   const simulator::Simulation sim = simulator::simulate(schedule);
 
@@ -202,11 +222,12 @@ int run_simulate(const SimulateArgs& args) {
     std::printf("; %zu tasks simulated, a run of identical micro-batches once", schedule.tasks.size());
   }
   std::printf(")\n\n");
+  if (!here.note.empty()) std::printf("note: %s\n\n", here.note.c_str());
   std::printf("                 planned        simulated      difference\n");
-  std::printf("peak             %-14s %-14s %.3f%%\n", core::format_bytes(plan.predicted.peak_bytes).c_str(),
+  std::printf("peak             %-14s %-14s %+.3f%%\n", core::format_bytes(plan.predicted.peak_bytes).c_str(),
               core::format_bytes(sim.peak_bytes).c_str(),
               100 * core::relative_error(static_cast<double>(sim.peak_bytes), static_cast<double>(plan.predicted.peak_bytes)));
-  std::printf("step             %-14.4f %-14.4f %.3f%%\n", plan.predicted.step_seconds, step_seconds,
+  std::printf("step             %-14.4f %-14.4f %+.3f%%\n", plan.predicted.step_seconds, step_seconds,
               100 * core::relative_error(step_seconds, plan.predicted.step_seconds));
   std::printf("samples/s        %-14.2f %-14.2f\n", plan.predicted.samples_per_second, sim.samples_per_second());
   std::printf("peak at          %s\n", peak_at.c_str());

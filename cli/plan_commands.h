@@ -1,7 +1,11 @@
 #pragma once
 // `headroom plan` and `headroom simulate`, torch-free. Each returns the process exit code.
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+
+#include "core/trace.h"
 
 namespace headroom::cli {
 
@@ -16,6 +20,9 @@ struct PlanArgs {
   int devices = 1;          // data-parallel workers
   std::string link;         // "25GB/s,5us"; empty: the trace's measured link
   std::string bucket_cap;   // empty: 25 MiB
+  bool no_rescale = false;  // keep the trace's times where this machine's speed differs
+  // Times this machine for the trace (the torch side, given by main); unset: no comparison.
+  std::function<std::optional<core::Calibration>(const core::Trace&)> calibrate_here;
 };
 int run_plan(const PlanArgs& args);
 // --strategies' help, from the planner's strategy table.
@@ -23,6 +30,8 @@ std::string strategies_help();
 
 struct SimulateArgs {
   std::string plan;
+  bool no_rescale = false;
+  std::function<std::optional<core::Calibration>(const core::Trace&)> calibrate_here;
   std::string output;
   std::string chrome;
 };

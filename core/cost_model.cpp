@@ -13,6 +13,15 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
   for (const auto& layer : trace.layers) {
     layers_.push_back(series_of(layer.samples));
     lean_layers_.push_back(layer.tempo ? std::optional<Series>(series_of(layer.tempo->samples)) : std::nullopt);
+    checkpointed_.emplace_back();
+    if (layer.checkpointed.empty()) continue;
+    has_checkpointed_ = true;
+    auto& series = checkpointed_.back().emplace();
+    for (const auto& c : layer.checkpointed) {
+      series[0].push_back(c.recompute_transient_bytes);
+      series[1].push_back(c.recompute_extra_bytes);
+      series[2].push_back(c.bwd_transient_bytes);
+    }
   }
 
   std::vector<std::int64_t> inputs, optimizer_transient;
@@ -120,6 +129,15 @@ LayerCost CostModel::layer(std::size_t index, std::int64_t batch) const { return
 LayerCost CostModel::lean_layer(std::size_t index, std::int64_t batch) const {
   const auto& lean = lean_layers_[index];
   return lean ? evaluate(*lean, batch) : layer(index, batch);
+}
+
+std::optional<CheckpointedSample> CostModel::checkpointed_layer(std::size_t index, std::int64_t batch) const {
+  const auto& series = checkpointed_[index];
+  if (!series) return std::nullopt;
+  const auto at = [&](std::size_t field) {
+    return std::max<std::int64_t>(rounded_bytes(interpolate((*series)[field], batch, false)), 0);
+  };
+  return CheckpointedSample{batch, at(0), at(1), at(2)};
 }
 
 std::int64_t CostModel::input_bytes(std::int64_t batch) const {

@@ -30,6 +30,9 @@ class CostModel {
   // The layer's Tempo variant (the trace's lean profile of it); the standard cost where it has none.
   LayerCost lean_layer(std::size_t index, std::int64_t batch) const;
   bool has_lean_variant(std::size_t index) const { return lean_layers_[index].has_value(); }
+  // The layer as a checkpointed block of its own (the trace's checkpointed pass), where measured.
+  std::optional<CheckpointedSample> checkpointed_layer(std::size_t index, std::int64_t batch) const;
+  bool has_checkpointed_layers() const { return has_checkpointed_; }
 
   // Parameters, gradients and optimizer state: allocated once, independent of batch size.
   std::int64_t param_bytes() const { return param_bytes_; }
@@ -79,6 +82,9 @@ class CostModel {
 
   std::vector<Series> layers_;
   std::vector<std::optional<Series>> lean_layers_;
+  // Per layer: recompute transient, recompute extra, backward transient over the batch sizes.
+  std::vector<std::optional<std::array<std::vector<std::int64_t>, 3>>> checkpointed_;
+  bool has_checkpointed_ = false;
   std::vector<std::int64_t> input_bytes_;
   std::vector<std::int64_t> micro_batch_ns_;  // per sample
   std::vector<std::int64_t> layer_sum_ns_;    // per sample

@@ -45,6 +45,8 @@ nlohmann::json to_json(const Plan& plan) {
   };
   // Only when it differs from the trace's, so plans made with the measured optimizer stay as they were.
   if (!plan.optimizer.empty()) document["optimizer"] = plan.optimizer;
+  if (plan.calibration) document["calibration"] = to_json(*plan.calibration);
+  if (plan.threads > 0) document["threads"] = plan.threads;
   if (plan.choice.world_size != 1) {
     const auto& c = plan.choice;
     document["world_size"] = c.world_size;
@@ -212,6 +214,8 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
         root.at("optimizer").fail("unknown optimizer '" + plan.optimizer + "' (known: " + name_list(kOptimizerNames) + ")");
       }
     }
+    if (root.has("calibration")) plan.calibration = read_calibration(root.at("calibration"));
+    if (root.has("threads")) plan.threads = static_cast<int>(root.at("threads").as_int_in(1, 4096));
     plan.predicted = read_step_figures(root.at("predicted"));
     const auto explanation = root.at("explanation");
     plan.binding_constraint = explanation.at("binding_constraint").as_string();

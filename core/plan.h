@@ -3,12 +3,14 @@
 // headroom.plan/1). It names its trace by path and sha256 so it can be simulated and executed alone.
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/calibration.h"
 #include "core/step_choice.h"
 #include "core/step_figures.h"
 
@@ -57,6 +59,11 @@ struct Plan {
   std::string binding_constraint;
   std::string peak_at;  // where in the step the predicted peak occurs
   std::vector<RunnerUp> runner_ups;
+  // The machine the predicted times hold for: the trace's, or the one the plan was made on where
+  // its times were rescaled to it. Absent where the trace has no calibration.
+  std::optional<Calibration> calibration;
+  // The intra-op threads the step was profiled with and is run with.
+  int threads = 0;
 
   bool operator==(const Plan&) const = default;
 

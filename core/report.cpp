@@ -28,6 +28,14 @@ nlohmann::json to_json(const Report& r) {
       {"step_seconds", r.step_seconds},
       {"data", r.data},
   };
+  if (r.threads > 0) doc["threads"] = r.threads;
+  if (r.predicted_calibration || r.calibration_before || r.calibration_after) {
+    nlohmann::json calibration = nlohmann::json::object();
+    if (r.predicted_calibration) calibration["predicted"] = to_json(*r.predicted_calibration);
+    if (r.calibration_before) calibration["before"] = to_json(*r.calibration_before);
+    if (r.calibration_after) calibration["after"] = to_json(*r.calibration_after);
+    doc["calibration"] = std::move(calibration);
+  }
   if (r.test_accuracy) doc["test_accuracy"] = *r.test_accuracy;
   if (r.gradient_check.computed) doc["gradient_check"]["max_rel_diff"] = r.gradient_check.max_rel_diff;
   if (r.device == "cuda") doc["measured"]["reserved_bytes"] = r.measured_reserved_bytes;
@@ -65,6 +73,14 @@ nlohmann::json to_json(const Report& r) {
                   {"predicted_host_bytes", l.predicted_host_bytes},
                   {"measured_host_peak_bytes", l.measured_host_peak_bytes}};
     if (l.kept_stages > 0) doc["l2l"]["kept_stages"] = l.kept_stages;
+    const auto lanes = [](const RelayReport::Lanes& x) {
+      return nlohmann::json{{"compute_seconds", x.compute_seconds},
+                            {"copy_seconds", x.copy_seconds},
+                            {"wait_seconds", x.wait_seconds},
+                            {"host_optimizer_seconds", x.host_optimizer_seconds}};
+    };
+    if (l.measured.compute_seconds >= 0) doc["l2l"]["measured_lanes"] = lanes(l.measured);
+    if (l.predicted.compute_seconds >= 0) doc["l2l"]["predicted_lanes"] = lanes(l.predicted);
   }
   if (r.out_of_memory) {
     const auto& o = *r.out_of_memory;
@@ -106,6 +122,14 @@ Report report_from_json(const nlohmann::json& document, std::string_view source)
     for (const auto& w : root.at("warnings").elements()) r.warnings.push_back(w.as_string());
     for (const auto& s : root.at("step_seconds").elements()) r.step_seconds.push_back(s.as_double());
     r.data = root.at("data").as_string();
+    if (root.has("threads")) r.threads = static_cast<int>(root.at("threads").as_int_in(1, 4096));
+    if (root.has("calibration")) {
+      const auto calibration = root.at("calibration");
+      calibration.expect_object();
+      if (calibration.has("predicted")) r.predicted_calibration = read_calibration(calibration.at("predicted"));
+      if (calibration.has("before")) r.calibration_before = read_calibration(calibration.at("before"));
+      if (calibration.has("after")) r.calibration_after = read_calibration(calibration.at("after"));
+    }
     if (root.has("test_accuracy")) r.test_accuracy = root.at("test_accuracy").as_double();
     if (root.has("host_memory")) {
       const auto host = root.at("host_memory");
@@ -153,6 +177,18 @@ Report report_from_json(const nlohmann::json& document, std::string_view source)
       relay.largest_stage_parameter_bytes = l.at("largest_stage_parameter_bytes").as_non_negative_int();
       relay.predicted_host_bytes = l.at("predicted_host_bytes").as_non_negative_int();
       relay.measured_host_peak_bytes = l.at("measured_host_peak_bytes").as_non_negative_int();
+      const auto lanes = [](const JsonNode& n) {
+        n.expect_object();
+        const auto seconds = [&](const char* key) {
+          const double v = n.at(key).as_double();
+          if (!(v >= 0 && v < 1e9)) n.at(key).fail("expected seconds from 0");
+          return v;
+        };
+        return RelayReport::Lanes{seconds("compute_seconds"), seconds("copy_seconds"), seconds("wait_seconds"),
+                                  seconds("host_optimizer_seconds")};
+      };
+      if (l.has("measured_lanes")) relay.measured = lanes(l.at("measured_lanes"));
+      if (l.has("predicted_lanes")) relay.predicted = lanes(l.at("predicted_lanes"));
       r.l2l = relay;
     }
     if (root.has("out_of_memory")) {

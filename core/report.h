@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/calibration.h"
 #include "core/step_figures.h"
 
 namespace headroom::core {
@@ -84,6 +85,15 @@ struct RelayReport {
   // the planner's figure, and the highest the host scope held over the measured steps.
   std::int64_t predicted_host_bytes = 0;
   std::int64_t measured_host_peak_bytes = 0;
+  // Where a step's time went, per lane (seconds a step, medians over the measured steps), beside the
+  // planner's lanes: the compute thread's forward, recompute and backward; the copies of
+  // parameters, gradients and stashed boundaries; the compute thread's waits for a copy or the
+  // host optimizer; the host optimizer's steps. Absent (negative) in reports from before.
+  struct Lanes {
+    double compute_seconds = -1, copy_seconds = -1, wait_seconds = -1, host_optimizer_seconds = -1;
+    bool operator==(const Lanes&) const = default;
+  };
+  Lanes measured, predicted;
   bool operator==(const RelayReport&) const = default;
 };
 
@@ -101,12 +111,18 @@ struct Report {
   Measurement predicted;
   Measurement measured;
   std::int64_t measured_reserved_bytes = 0;  // CUDA's caching allocator; 0 on the CPU
-  double peak_rel_error = 0;        // |predicted - measured| / measured
+  double peak_rel_error = 0;        // (predicted - measured) / measured: above 0 is predicted too high
   double throughput_rel_error = 0;  // likewise for samples/s
   GradientCheck gradient_check;
   std::optional<OutOfMemory> out_of_memory;
   std::vector<std::string> warnings;
   std::vector<double> step_seconds;  // every measured step
+  int threads = 0;                   // intra-op threads the steps ran with (0: not recorded)
+  // The machine the predicted times hold for (the plan's), and this one timed right before the
+  // warm-up and right after the last step: a run on a machine whose speed moved is said to be.
+  std::optional<Calibration> predicted_calibration;
+  std::optional<Calibration> calibration_before;
+  std::optional<Calibration> calibration_after;
   std::string data = "synthetic";     // where the batches came from
   std::optional<double> test_accuracy;  // after training, on real data
   // The host-memory regime the run was in (core/host_memory.h); empty in reports from before it was recorded.

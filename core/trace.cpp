@@ -148,6 +148,17 @@ nlohmann::json to_json(const Trace& trace) {
                                 {"keeps_output", layer.tempo->keeps_output},
                                 {"samples", std::move(lean)}};
     }
+    if (!layer.checkpointed.empty()) {
+      nlohmann::json checkpointed = nlohmann::json::array();
+      for (const auto& c : layer.checkpointed) {
+        checkpointed.push_back({{"batch", c.batch},
+                                {"recompute_transient_bytes", c.recompute_transient_bytes},
+                                {"recompute_extra_bytes", c.recompute_extra_bytes},
+                                {"bwd_transient_bytes", c.bwd_transient_bytes}});
+      }
+      layers.back()["checkpointed"] = std::move(checkpointed);
+      layers.back()["keeps_output"] = layer.keeps_output;
+    }
   }
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& s : trace.steps) steps.push_back(step_to_json(s));
@@ -195,6 +206,7 @@ nlohmann::json to_json(const Trace& trace) {
     document["tempo_steps"] = std::move(tempo_steps);
   }
   if (trace.contrastive_loss) document["contrastive_loss"] = to_json(*trace.contrastive_loss);
+  if (trace.calibration) document["calibration"] = to_json(*trace.calibration);
   return document;
 }
 
@@ -365,6 +377,24 @@ LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector
     lean.samples = read_samples(tempo.at("samples"), batches, cuda);
     layer.tempo = std::move(lean);
   }
+  if (node.has("checkpointed")) {
+    const auto checkpointed = node.at("checkpointed");
+    for (const auto& c : checkpointed.elements()) {
+      c.expect_object();
+      layer.checkpointed.push_back({c.at("batch").as_int(), as_bytes(c.at("recompute_transient_bytes")),
+                                    as_bytes(c.at("recompute_extra_bytes")), as_bytes(c.at("bwd_transient_bytes"))});
+    }
+    if (layer.checkpointed.size() != batches.size()) {
+      checkpointed.fail("expected one entry per batch size (" + std::to_string(batches.size()) + "), got " +
+                        std::to_string(layer.checkpointed.size()));
+    }
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+      if (layer.checkpointed[i].batch != batches[i]) {
+        checkpointed.elements()[i].at("batch").fail("expected " + std::to_string(batches[i]) + " (batch_sizes order)");
+      }
+    }
+    layer.keeps_output = node.at("keeps_output").as_bool();
+  }
   return layer;
 }
 
@@ -470,6 +500,7 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
       trace.link = l;
     }
     trace.extras_recorded = root.has("model_extra_bytes") && root.has("checkpoint_state_bytes");
+    if (root.has("calibration")) trace.calibration = read_calibration(root.at("calibration"));
 
     const auto optimizer = root.at("optimizer");
     trace.optimizer.name = optimizer.at("name").as_string();

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/collective.h"
+#include "core/calibration.h"
 #include "core/contrastive_profile.h"
 
 namespace headroom::core {
@@ -89,6 +90,18 @@ struct LeanProfile {
   bool operator==(const LeanProfile&) const = default;
 };
 
+// A layer whose insides the planner cannot see (a user's module: many autograd nodes, maybe
+// BatchNorm recomputing on copies of its buffers) measured as a checkpointed block of its own, apart
+// from the step: its recompute and backward run as the checkpoint's node runs them, with the
+// block's input, the incoming gradient and the recomputed output held until the backward returns.
+struct CheckpointedSample {
+  std::int64_t batch = 0;
+  std::int64_t recompute_transient_bytes = 0;  // highest during the recompute above its start
+  std::int64_t recompute_extra_bytes = 0;      // held after the recompute beyond a standard forward (buffer copies)
+  std::int64_t bwd_transient_bytes = 0;        // highest during the backward above its start
+  bool operator==(const CheckpointedSample&) const = default;
+};
+
 struct LayerProfile {
   int id = 0;
   std::string name;
@@ -99,6 +112,12 @@ struct LayerProfile {
   std::int64_t param_bytes = 0;
   std::vector<LayerSample> samples;  // one per Trace::batch_sizes entry, in that order
   std::optional<LeanProfile> tempo;  // present exactly for layers with a memory-lean variant
+  // Empty, or one per Trace::batch_sizes entry (the profiler's checkpointed pass of opaque layers).
+  std::vector<CheckpointedSample> checkpointed;
+  // Measured by the same pass: the layer's own output is among what its backward reads (a module
+  // ending in ReLU keeps its result). Run without grad in a checkpoint it keeps nothing, so its
+  // output goes when its readers let go of it.
+  bool keeps_output = false;
 
   bool operator==(const LayerProfile&) const = default;
 };
@@ -223,6 +242,9 @@ struct Trace {
   std::optional<CollectiveLink> link;
   // A contrastive model's loss measured alone (zoo `clip`): present exactly for such models.
   std::optional<ContrastiveProfile> contrastive_loss;
+  // How fast the machine that profiled ran the calibration's kernels, at the trace's threads, timed
+  // before each batch size and at the end; absent in traces from before it was recorded.
+  std::optional<Calibration> calibration;
 
   bool operator==(const Trace&) const = default;
 

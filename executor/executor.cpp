@@ -16,11 +16,13 @@
 #include "executor/data_parallel.h"
 #include "executor/grad_cache.h"
 #include "executor/l2l_execute.h"
+#include "executor/machine_timing.h"
 #include "executor/plan_runner.h"
 #include "executor/ring_peers.h"
 #include "models/fashion_mnist.h"
 #include "models/model_source.h"
 #include "runtime/budget_allocator.h"
+#include "runtime/calibration.h"
 #include "runtime/host_info.h"
 #include "runtime/memory_recorder.h"
 #include "runtime/optimizer.h"
@@ -388,8 +390,7 @@ void run_steps(PlannedTraining& training, const core::Plan& plan, const ExecuteO
                RunMemory& memory, core::Report& report) {
   runtime::MemoryRecorder& recorder = *memory.recorder;
   HostMemoryWatch host(memory.host_at_start);
-  // The gradient check's full batch ran without the budget; what the heap kept of it is not the run's.
-  if (report.gradient_check.computed) core::release_free_host_memory();
+  time_machine_before_run(options, device, memory.budget, report);
   const bool host_limit = memory.budget && options.host_limit;
   const int total = options.warmup_steps + options.steps;
   for (int step = 0; step < total; ++step) {
@@ -499,6 +500,40 @@ void summarize(const core::Plan& plan, core::Report& report) {
   report.throughput_rel_error = core::relative_error(report.predicted.samples_per_second, report.measured.samples_per_second);
 }
 
+void run_plan(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device,
+              const Datasets& data, core::Report& report);
+
+// The intra-op threads the step runs with: the plan's as profiled, unless told; never more than
+// this process may use, where the step could not run as it was profiled.
+int step_threads(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device) {
+  if (options.threads < 0) throw core::InputError("threads: expected 0 (the plan's) or more, got " + std::to_string(options.threads));
+  const int profiled = plan.threads > 0 ? plan.threads : trace.profile.threads;
+  const int threads = options.threads > 0 ? options.threads : std::max(profiled, 1);
+  const int cores = runtime::usable_cores();
+  if (!device.is_cuda() && threads > cores) {
+    throw core::InputError("threads: the step was profiled at " + std::to_string(threads) + " intra-op threads and this process may use " +
+                           std::to_string(cores) + " core(s) here; profile the model on this machine, or run with --threads " +
+                           std::to_string(cores) + " (its times will not be the trace's)");
+  }
+  return threads;
+}
+
+// What the two calibrations around the run say about the machine, as a warning beside the times.
+// (Whether the predicted times are this machine's is the caller's to say: it may rescale them.)
+void note_machine_speed(core::Report& report) {
+  if (report.calibration_before && report.calibration_after) {
+    const core::SpeedRatio moved = core::speed_ratio(*report.calibration_before, *report.calibration_after);
+    if (moved.differs) {
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "the machine's speed moved during the run (compute-bound work %+.0f%%, memory-bound %+.0f%% from before "
+                    "the warm-up to after the last step): another load shared it, so its times are not a fair test of the prediction",
+                    100 * (1 / moved.compute - 1), 100 * (1 / moved.memory - 1));
+      report.warnings.push_back(line);
+    }
+  }
+}
+
 }  // namespace
 
 core::Report execute(const core::Plan& plan, const core::Trace& trace, const std::string& plan_path,
@@ -521,11 +556,28 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
     throw core::InputError("rank: expected from 0 to " + std::to_string(options.world_size - 1) + ", got " +
                            std::to_string(options.rank));
   }
+  const int threads = step_threads(plan, trace, options, device);
+  at::set_num_threads(threads);
+  report.threads = threads;
+  report.predicted_calibration = plan.calibration ? plan.calibration : trace.calibration;
+  run_plan(plan, trace, options, device, data, report);
+  if (report.calibration_before) {
+    progress(options, "calibration after");
+    report.calibration_after = runtime::calibrate(device, 1);
+  }
+  note_machine_speed(report);
+  summarize(plan, report);
+  return report;
+}
+
+namespace {
+
+void run_plan(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device,
+              const Datasets& data, core::Report& report) {
   // L2L's relay replaces the whole step (executor/l2l_execute.h).
   if (plan.choice.l2l) {
     execute_relay(plan, trace, options, device, report);
-    summarize(plan, report);
-    return report;
+    return;
   }
   // The workers join before the budget starts counting: the process group is not the step's memory.
   std::unique_ptr<Workers> workers;
@@ -574,8 +626,8 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
     report.out_of_memory = describe_out_of_memory(position, memory.budget);
     report.status = "out_of_memory";
   }
-  summarize(plan, report);
-  return report;
 }
+
+}  // namespace
 
 }  // namespace headroom::executor

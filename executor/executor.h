@@ -25,6 +25,9 @@ struct ExecuteOptions {
   std::string data = "synthetic";  // or "fashion-mnist" (the cnn model): real images, test accuracy reported
   bool batchnorm_eval = false;     // BatchNorm normalizes with running statistics (micro-batching exact)
   std::uint64_t seed = 0;
+  // Intra-op CPU threads; 0: the plan's (the trace's, as profiled). More than this process may use
+  // is refused: the step would not run as it was profiled.
+  int threads = 0;
   // Data parallel (issue 16): this process is worker `rank` of `world_size`, which find each other
   // through `store` (executor/data_parallel.h); a plan for N workers needs world_size N.
   int rank = 0;

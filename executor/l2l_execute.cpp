@@ -7,7 +7,9 @@
 #include <torch/cuda.h>
 
 #include "core/errors.h"
+#include "core/statistics.h"
 #include "executor/l2l_relay.h"
+#include "executor/machine_timing.h"
 #include "executor/plan_runner.h"
 #include "models/model_source.h"
 #include "runtime/budget_allocator.h"
@@ -124,11 +126,13 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
 
   // The budget counts from before the kept stages' parameters reached the device, as the plan does.
   std::optional<runtime::ScopedBudget> budget;
+  time_machine_before_run(options, device, budget, report);
   const std::int64_t kept_bytes = allocator.in_use() - device_before;
   // CUDA's memory is measured, not refused, as in any plan's run on CUDA.
   if (options.enforce_budget && device.is_cpu()) budget.emplace(plan.budget_bytes - kept_bytes);
   report.budget_bytes = budget ? plan.budget_bytes : 0;
   const int total = options.warmup_steps + options.steps;
+  std::vector<double> compute, copy, wait, host_optimizer;
   try {
     for (int step = 0; step < total; ++step) {
       const bool measured = step >= options.warmup_steps;
@@ -148,6 +152,11 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (!measured) continue;
       report.step_seconds.push_back(seconds);
+      const L2LRelay::LaneTimes lanes = relay.last_step_lanes();
+      compute.push_back(lanes.compute);
+      copy.push_back(lanes.copy);
+      wait.push_back(lanes.wait);
+      host_optimizer.push_back(lanes.host_optimizer);
       const std::int64_t device_peak = device.is_cuda() ? recorder->peak() : allocator.peak() - device_before;
       report.measured.peak_bytes = std::max(report.measured.peak_bytes, device_peak);
       // What the caching allocator held, blocks a copy stream still used (record_stream) included.
@@ -173,6 +182,9 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
     }
     report.out_of_memory = oom;
     report.status = "out_of_memory";
+  }
+  if (!compute.empty()) {
+    relay_report.measured = {core::median(compute), core::median(copy), core::median(wait), core::median(host_optimizer)};
   }
   report.l2l = relay_report;
   if (device.is_cpu()) {

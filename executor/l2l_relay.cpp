@@ -212,6 +212,7 @@ std::vector<torch::Tensor> L2LRelay::host_gradients() const {
 }
 
 torch::Tensor L2LRelay::copy_to_device(int stage) const {
+  const Timed timed(copy_ns_);
   const auto start = std::chrono::steady_clock::now();
   torch::NoGradGuard no_grad;
   const auto& flat = stages_[static_cast<std::size_t>(stage)].host_flat;
@@ -230,6 +231,7 @@ void L2LRelay::at_link_rate(std::chrono::steady_clock::time_point start, std::in
 
 torch::Tensor L2LRelay::from_stash(const torch::Tensor& tensor) const {
   if (!options_.boundaries_on_host) return tensor;
+  const Timed timed(copy_ns_);
   const auto start = std::chrono::steady_clock::now();
   torch::Tensor copy = link_.back_to_device(tensor);
   at_link_rate(start, runtime::tensor_bytes(copy));
@@ -247,7 +249,10 @@ void L2LRelay::add_to_stash(torch::Tensor& stashed, const torch::Tensor& gradien
 
 void L2LRelay::start_prefetch(int stage, const std::shared_ptr<c10::Event>& after) {
   if (!options_.prefetch || stage < 0 || stage >= stage_count() || stages_[static_cast<std::size_t>(stage)].kept) return;
-  if (prefetch_.valid()) prefetch_.wait();
+  if (prefetch_.valid()) {
+    const Timed timed(wait_ns_);
+    prefetch_.wait();
+  }
   prefetching_ = stage;
   // No host optimizer step touches this stage meanwhile: in backward the stage prefetched is the one
   // before those being stepped, and a step's forward starts after every step has finished.
@@ -255,7 +260,10 @@ void L2LRelay::start_prefetch(int stage, const std::shared_ptr<c10::Event>& afte
                            wait_for(after);
                            return copy_to_device(stage);
                          })));
-  if (options_.settle_prefetch) prefetch_.wait();
+  if (options_.settle_prefetch) {
+    const Timed timed(wait_ns_);
+    prefetch_.wait();
+  }
 }
 
 void L2LRelay::load(int stage) {
@@ -265,6 +273,7 @@ void L2LRelay::load(int stage) {
   if (prefetching_ == stage && prefetch_.valid()) {
     prefetching_ = -1;
     try {
+      const Timed timed(wait_ns_);
       copy = prefetch_.get();
     } catch (const CarriedRefusal& carried) {
       BudgetAllocator::set_last_refusal(carried.refusal);
@@ -307,10 +316,17 @@ void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
   // that takes it waits); gradients already there (a step after accumulate(), whose gradients
   // nobody cleared) are added to.
   std::optional<HostLanding> arriving;
-  if (s.device_gradients.defined()) arriving = link_.to_host(s.device_gradients);
+  if (s.device_gradients.defined()) {
+    const Timed timed(copy_ns_);
+    arriving = link_.to_host(s.device_gradients);
+  }
   gradients_sent_[static_cast<std::size_t>(stage)] = arriving ? arriving->landed : nullptr;
   auto deliver = [this, &s](const HostLanding& landing) {
-    landing.wait();
+    {
+      const Timed timed(wait_ns_);
+      landing.wait();
+    }
+    const Timed timed(host_optimizer_ns_);
     HostScope host;
     torch::NoGradGuard no_grad;
     const auto arrived = s.views(landing.host);
@@ -333,6 +349,7 @@ void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
   auto work = [this, &s, arriving, stepping, deliver] {
     if (arriving) deliver(*arriving);
     if (!stepping) return;
+    const Timed timed(host_optimizer_ns_);
     HostScope host;
     s.optimizer->step();
     for (const int p : s.parameters) masters_[static_cast<std::size_t>(p)].mutable_grad() = torch::Tensor();
@@ -356,17 +373,20 @@ void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
 }
 
 void L2LRelay::wait_for_optimizer() {
+  const Timed timed(wait_ns_);
   for (auto& f : optimizer_steps_) f.get();
   optimizer_steps_.clear();
 }
 
 torch::Tensor L2LRelay::to_stash(const torch::Tensor& tensor) const {
   if (!options_.boundaries_on_host) return tensor;
+  const Timed timed(copy_ns_);
   return link_.stash_to_host(tensor);
 }
 
 torch::Tensor L2LRelay::run_stage(const Stage& stage, const models::Batch& batch, std::vector<torch::Tensor>& outputs,
                                   bool recomputing) {
+  const Timed timed(compute_ns_);
   const auto& layers = model_.layers();
   const auto& last_readers = model_.last_readers();
   models::RunContext context = model_.context();
@@ -387,6 +407,7 @@ torch::Tensor L2LRelay::run_stage(const Stage& stage, const models::Batch& batch
 }
 
 double L2LRelay::step(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch) {
+  compute_ns_ = copy_ns_ = wait_ns_ = host_optimizer_ns_ = 0;
   return run(micro_batches, global_batch, true);
 }
 
@@ -460,7 +481,10 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
       } else if (stage.device_flat.defined()) {
         // On CUDA the gradients of two stages back must have left the device first: the device then
         // holds this stage's and, still crossing, the previous one's, as the planner counts them.
-        if (s + 2 <= last_stage) wait_for(gradients_sent_[static_cast<std::size_t>(s + 2)]);
+        if (s + 2 <= last_stage) {
+          const Timed timed(wait_ns_);
+          wait_for(gradients_sent_[static_cast<std::size_t>(s + 2)]);
+        }
         // One buffer, as the parameters: the stage's gradients go to the host in one copy.
         stage.device_gradients = torch::zeros_like(stage.device_flat);
         const auto views = stage.views(stage.device_gradients);
@@ -511,6 +535,7 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
       outputs.clear();
       out = torch::Tensor();
       if (!roots.empty() && std::any_of(roots.begin(), roots.end(), [](const auto& r) { return r.requires_grad(); })) {
+        const Timed timed(compute_ns_);
         torch::autograd::backward(roots, seeds);
       }
       roots.clear();
@@ -541,6 +566,11 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
   position_.phase = "idle";
   position_.layer.clear();
   return loss_total;
+}
+
+L2LRelay::LaneTimes L2LRelay::last_step_lanes() const {
+  const auto seconds = [](const std::atomic<std::int64_t>& ns) { return static_cast<double>(ns.load()) * 1e-9; };
+  return {seconds(compute_ns_), seconds(copy_ns_), seconds(wait_ns_), seconds(host_optimizer_ns_)};
 }
 
 void L2LRelay::restore_model_parameters() {

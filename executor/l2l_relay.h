@@ -11,6 +11,7 @@
 // any block (embeddings, head and loss) is a stage too. relay_link.h says what "host" and a copy
 // are on the CPU (a runtime::HostScope, counted apart from the budget) and on CUDA (pinned memory,
 // copy streams).
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <future>
@@ -83,7 +84,32 @@ class L2LRelay {
   // evaluate or checkpoint after training; the relay must not step again afterwards.
   void restore_model_parameters();
 
+  // Where the last step()'s time went, in seconds, lane by lane as the planner predicts them:
+  // the compute thread's forward, recompute and backward; the copies, wherever they ran; the
+  // compute thread's waits for a copy or the host optimizer; the host optimizer's steps (with
+  // adding the arrived gradients), wherever they ran.
+  struct LaneTimes {
+    double compute = 0, copy = 0, wait = 0, host_optimizer = 0;
+  };
+  LaneTimes last_step_lanes() const;
+
  private:
+  // Adds the time from its construction to its end to `into` (from any thread).
+  class Timed {
+   public:
+    explicit Timed(std::atomic<std::int64_t>& into) : into_(into), start_(std::chrono::steady_clock::now()) {}
+    ~Timed() {
+      into_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
+    }
+    Timed(const Timed&) = delete;
+    Timed& operator=(const Timed&) = delete;
+
+   private:
+    std::atomic<std::int64_t>& into_;
+    std::chrono::steady_clock::time_point start_;
+  };
+  mutable std::atomic<std::int64_t> compute_ns_{0}, copy_ns_{0}, wait_ns_{0}, host_optimizer_ns_{0};
+
   struct Stage {
     int first = 0, last = 0;      // layer ids
     std::vector<int> parameters;  // indices into slots_/masters_

@@ -13,7 +13,8 @@ namespace headroom::planner {
 
 LayerGraph::LayerGraph(const core::Trace& trace)
     : readers_(trace.layers.size()), inputs_(trace.layers.size()), hands_gradient_on_(trace.layers.size(), false),
-      composite_(trace.layers.size(), false), buffer_copies_(trace.layers.size(), false), saved_(trace.layers.size(), false) {
+      composite_(trace.layers.size(), false), keeps_output_(trace.layers.size(), false), first_saver_(trace.layers.size(), -1),
+      buffer_copies_(trace.layers.size(), false), saved_(trace.layers.size(), false) {
   using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
   Graph graph(trace.layers.size());
   for (const auto& layer : trace.layers) {
@@ -29,8 +30,13 @@ LayerGraph::LayerGraph(const core::Trace& trace)
       if (input < 0) continue;
       boost::add_edge(static_cast<std::size_t>(input), static_cast<std::size_t>(layer.id), graph);
       readers_[static_cast<std::size_t>(input)].push_back(layer.id);
-      if (layer.saves_inputs[k]) saved_[static_cast<std::size_t>(input)] = true;
+      if (layer.saves_inputs[k]) {
+        saved_[static_cast<std::size_t>(input)] = true;
+        auto& first = first_saver_[static_cast<std::size_t>(input)];
+        if (first < 0 || layer.id < first) first = layer.id;
+      }
     }
+    keeps_output_[static_cast<std::size_t>(layer.id)] = layer.keeps_output;
   }
   std::vector<std::size_t> reversed;
   try {
@@ -150,6 +156,12 @@ core::StepChoice LayerGraph::all_lean() const {
     if (lean_[i].eligible) out.set_variant(static_cast<int>(i), core::LayerVariant::Tempo);
   }
   return out;
+}
+
+HeldOutput LayerGraph::released_by_readers(int layer) const {
+  const int first = first_saver_[static_cast<std::size_t>(layer)];
+  if (first >= 0) return {first, true};
+  return {last_reader(layer), false};
 }
 
 int LayerGraph::output_gradient_released_by(int layer, int first) const {

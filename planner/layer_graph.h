@@ -80,6 +80,11 @@ class LayerGraph {
   // A TorchScript module holding BatchNorm: its recompute in a checkpointed block runs on copies of
   // the module's buffers (models/torchscript_model.cpp), which its backward keeps.
   bool recomputes_on_buffer_copies(int layer) const { return buffer_copies_[static_cast<std::size_t>(layer)]; }
+  // Measured (the trace's checkpointed pass): the layer's standard backward reads its own output.
+  bool keeps_own_output(int layer) const { return keeps_output_[static_cast<std::size_t>(layer)]; }
+  // Where the layer's output goes when the layer itself does not keep it (run without grad in a
+  // checkpoint): the backward of the earliest reader that saves it, else its last reader's forward.
+  HeldOutput released_by_readers(int layer) const;
   // Layers before the first block / after the last block.
   int first_block_layer() const;
   int last_block_layer() const;
@@ -89,6 +94,8 @@ class LayerGraph {
   std::vector<std::vector<int>> inputs_;
   std::vector<bool> hands_gradient_on_;  // a residual add: its backward passes its output's gradient on as it is
   std::vector<bool> composite_;
+  std::vector<bool> keeps_output_;
+  std::vector<int> first_saver_;  // per layer: the earliest reader that saves its output, or -1
   std::vector<bool> buffer_copies_;
   std::vector<bool> saved_;
   std::vector<int> order_;

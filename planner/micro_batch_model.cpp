@@ -64,6 +64,9 @@ BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch) {
     // Only layers with a lean profile are evaluated twice.
     out.lean.push_back(costs.has_lean_variant(i) ? costs.lean_layer(i, batch) : out.layers.back());
   }
+  if (costs.has_checkpointed_layers()) {
+    for (std::size_t i = 0; i < costs.layer_count(); ++i) out.checkpointed.push_back(costs.checkpointed_layer(i, batch));
+  }
   return out;
 }
 
@@ -199,13 +202,45 @@ void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const st
     return released ? cost[static_cast<std::size_t>(span.input)].output_bytes : 0;
   };
 
+  // A block of one layer the trace measured as a checkpointed block of its own: its recompute's
+  // and backward's peaks as measured, in place of the rules for composite layers.
+  const auto measured_alone = [&](const BlockSpan& span) -> const core::CheckpointedSample* {
+    if (span.first != span.last || costs.checkpointed.empty()) return nullptr;
+    const auto& m = costs.checkpointed[static_cast<std::size_t>(span.first)];
+    return m ? &*m : nullptr;
+  };
+
+  // A measured layer that keeps its own output (a module ending in ReLU), checkpointed alone: its
+  // forward without grad keeps nothing, so its output goes when its readers let go of it, not in
+  // its own backward as in the standard step the trace measured. Only where those readers run
+  // here and are not checkpointed themselves (else it is counted to the block's end: a bound).
+  std::vector<std::int64_t> fwd_moved, bwd_moved;  // retained changes by layer, where any
+  for (int i = first; i <= last; ++i) {
+    const BlockSpan* span = span_of[static_cast<std::size_t>(i)];
+    if (span == nullptr || measured_alone(*span) == nullptr || !graph.keeps_own_output(i)) continue;
+    const HeldOutput release = graph.released_by_readers(i);
+    if (release.released_by < 0 || release.released_by > last || span_of[static_cast<std::size_t>(release.released_by)] != nullptr) {
+      continue;
+    }
+    if (fwd_moved.empty()) {
+      fwd_moved.assign(n, 0);
+      bwd_moved.assign(n, 0);
+    }
+    const std::int64_t bytes = cost[static_cast<std::size_t>(i)].output_bytes;
+    (release.in_backward ? bwd_moved : fwd_moved)[static_cast<std::size_t>(release.released_by)] -= bytes;
+    bwd_moved[static_cast<std::size_t>(i)] += bytes;
+  }
+  const auto moved = [](const std::vector<std::int64_t>& by_layer, std::size_t i) {
+    return by_layer.empty() ? std::int64_t{0} : by_layer[i];
+  };
+
   ops.reserve(ops.size() + 3 * static_cast<std::size_t>(last - first + 1) + 3);
   for (std::size_t i = static_cast<std::size_t>(first); i <= static_cast<std::size_t>(last); ++i) {
     const auto& c = cost[i];
     const BlockSpan* span = span_of[i];
     if (span == nullptr) {
       ops.push_back({OpKind::Forward, static_cast<int>(i), scaled(c.fwd_ns, scale), c.fwd_transient_bytes,
-                     c.fwd_retained_bytes});
+                     c.fwd_retained_bytes + moved(fwd_moved, i)});
       continue;
     }
     // Without grad nothing is saved: a layer holds its transient plus the block outputs still to
@@ -225,17 +260,24 @@ void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const st
     const BlockSpan* span = span_of[r];
     if (span != nullptr && static_cast<int>(r) == span->last) {
       // Entering a checkpointed block from above: re-run its forward with grad first.
+      const auto* measured = measured_alone(*span);
       for (int i = span->first; i <= span->last; ++i) {
         const auto& ci = cost[static_cast<std::size_t>(i)];
         std::int64_t retained = ci.fwd_retained_bytes;
+        std::int64_t transient = ci.fwd_transient_bytes;
         // The block input's free by its last reader does not happen: the checkpoint holds it.
         if (span->input >= 0 && graph.last_reader(span->input) == i) retained += unsaved_input_bytes(*span);
-        // The copies of a module's buffers it recomputes on, until its backward: the trace records
-        // the model's buffers only as a whole (model_extra_bytes), which bounds one module's.
-        if (graph.recomputes_on_buffer_copies(i)) retained += costs.buffer_copy_bytes;
+        if (measured != nullptr) {
+          retained += measured->recompute_extra_bytes;
+          transient = measured->recompute_transient_bytes;
+        } else if (graph.recomputes_on_buffer_copies(i)) {
+          // The copies of a module's buffers it recomputes on, until its backward: without the
+          // checkpointed pass the trace has the model's buffers only as a whole (model_extra_bytes),
+          // which bounds one module's.
+          retained += costs.buffer_copy_bytes;
+        }
         // The current RNG state is kept aside while the block runs again with the saved one.
-        ops.push_back({OpKind::Recompute, i, scaled(ci.fwd_ns, scale), costs.checkpoint_state_bytes + ci.fwd_transient_bytes,
-                       retained});
+        ops.push_back({OpKind::Recompute, i, scaled(ci.fwd_ns, scale), costs.checkpoint_state_bytes + transient, retained});
       }
       // The recomputed output is held until the block's backward ends, where it is released.
     }
@@ -243,11 +285,20 @@ void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const st
     std::int64_t transient = c.bwd_transient_bytes;
     if (span != nullptr) {
       const int layer = static_cast<int>(r);
-      const bool composite = graph.composite(layer);
+      const auto* measured = measured_alone(*span);
+      // Without a measurement, a composite layer may have let the held gradient and recomputed
+      // output go before its own peak in a standard step: counted on top, as a bound.
+      const bool composite = measured == nullptr && graph.composite(layer);
       // Both the block's recomputed output and the gradient at it (which the checkpoint's backward
       // receives and holds until it returns) are this size.
       const std::int64_t block_output = cost[static_cast<std::size_t>(span->last)].output_bytes;
-      if (graph.recomputes_on_buffer_copies(layer)) retained -= costs.buffer_copy_bytes;
+      if (measured != nullptr) {
+        retained -= measured->recompute_extra_bytes;
+        // Measured with the gradient and the recomputed output held, as here.
+        transient = measured->bwd_transient_bytes;
+      } else if (graph.recomputes_on_buffer_copies(layer)) {
+        retained -= costs.buffer_copy_bytes;
+      }
       // A standard step lets the gradient go here (layer_graph.h: output_gradient_released_by); a
       // composite layer may have let it go before its own peak, which it now holds too.
       if (layer == span->output_gradient_released_by) {
@@ -263,7 +314,7 @@ void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const st
         retained -= 2 * block_output + unsaved_input_bytes(*span) + costs.checkpoint_state_bytes;
       }
     }
-    ops.push_back({OpKind::Backward, static_cast<int>(r), scaled(c.bwd_ns, scale), transient, retained});
+    ops.push_back({OpKind::Backward, static_cast<int>(r), scaled(c.bwd_ns, scale), transient, retained + moved(bwd_moved, r)});
   }
 }
 

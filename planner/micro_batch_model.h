@@ -5,6 +5,7 @@
 // from the same sequence, so the two cannot disagree.
 #include <cstdint>
 #include <string>
+#include <optional>
 #include <vector>
 
 #include "core/cost_model.h"
@@ -40,6 +41,8 @@ struct BatchCosts {
   std::vector<core::LayerCost> lean;  // Tempo's variants (the standard cost where a layer has none)
   std::int64_t checkpoint_state_bytes = 0;  // the trace's, per checkpointed block
   std::int64_t buffer_copy_bytes = 0;       // what a recompute on copies of a module's buffers may hold
+  // Per layer, where the trace measured it as a checkpointed block of its own; empty where no layer has it.
+  std::vector<std::optional<core::CheckpointedSample>> checkpointed;
 };
 BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch);
 

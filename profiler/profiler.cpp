@@ -12,11 +12,13 @@
 
 #include "core/affine_fit.h"
 #include "core/errors.h"
+#include "core/known_names.h"
 #include "core/host_memory.h"
 #include "core/units.h"
 #include "core/statistics.h"
 #include "models/model_source.h"
 #include "runtime/budget_allocator.h"
+#include "runtime/calibration.h"
 #include "runtime/host_info.h"
 #include "runtime/optimizer.h"
 #include "runtime/tensor_bytes.h"
@@ -305,6 +307,9 @@ class HostBound {
 
   explicit HostBound(std::int64_t bytes) : bytes_(bytes), budget_(bytes) {}
   std::int64_t bytes() const { return bytes_; }
+  // Work that is not profiling the model (timing the machine) runs outside the bound.
+  void suspend() { budget_.suspend(); }
+  void resume() { budget_.resume(); }
   std::int64_t allocated_since_start() const { return runtime::BudgetAllocator::instance().in_use() - budget_.baseline(); }
 
   // A micro-batch's need above the model's state, affine in the batch (DESIGN.md, "Fits"), from
@@ -446,6 +451,99 @@ SavedTensors detect_saved_tensors(const models::Model& model, const models::Batc
 
 namespace {
 
+// Layers the planner cannot see into (not a zoo kind: a user's module, many autograd nodes) that
+// are a checkpointable block of their own: the checkpointed pass measures them.
+std::vector<std::size_t> opaque_blocks(const models::Model& model) {
+  const auto& layers = model.layers();
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const auto& layer = layers[i];
+    if (core::is_known(core::kZooLayerKinds, layer.kind) || layer.block < 0) continue;
+    if (layer.inputs.size() != 1 || layer.inputs.front() == models::kTargetInput) continue;
+    bool alone = true;
+    for (std::size_t j = 0; j < layers.size(); ++j) alone &= j == i || layers[j].block != layer.block;
+    if (alone) out.push_back(i);
+  }
+  return out;
+}
+
+// One layer as a checkpointed block of its own, run as the executor's checkpoint node runs one
+// (executor/plan_runner.cpp): from a leaf copy of its input, the recompute with grad (BatchNorm on
+// copies of its buffers), then the backward with the incoming gradient and the recomputed output
+// held until it returns. A standard forward from the same input first gives what the recompute
+// holds beyond it. Gradients accumulate into the parameters' as in a step's later micro-batch.
+core::CheckpointedSample checkpointed_alone(const models::Layer& layer, const torch::Tensor& input, bool input_grad,
+                                            models::RunContext context, std::int64_t b, torch::Device device,
+                                            bool& keeps_output) {
+  auto recorder = std::make_shared<runtime::MemoryRecorder>(device.type());
+  runtime::ScopedMemoryRecording recording(recorder);
+  const torch::Tensor x = input.detach().requires_grad_(input_grad);
+  std::int64_t standard_retained = 0;
+  torch::Tensor grad;
+  {
+    context.recomputing = false;
+    const std::int64_t start = recorder->allocated();
+    torch::Tensor y = layer.run({x}, context);
+    standard_retained = recorder->allocated() - start;
+    grad = torch::ones_like(y);  // allocated after the measurement; the graph goes with y
+    // Whether the layer's graph keeps its output: with only the graph left, is the storage alive?
+    const auto graph = y.grad_fn();
+    const auto storage = y.storage().getWeakStorageImpl();
+    y = torch::Tensor();
+    keeps_output = graph != nullptr && !storage.expired();
+  }
+  context.recomputing = true;
+  recorder->mark();
+  const std::int64_t start = recorder->allocated();
+  const torch::Tensor y = layer.run({x}, context);
+  core::CheckpointedSample out;
+  out.batch = b;
+  out.recompute_transient_bytes = recorder->peak_since_mark() - start;
+  out.recompute_extra_bytes = std::max<std::int64_t>(recorder->allocated() - start - standard_retained, 0);
+  recorder->mark();
+  const std::int64_t level = recorder->allocated();
+  if (y.requires_grad()) torch::autograd::backward({y}, {grad});
+  out.bwd_transient_bytes = recorder->peak_since_mark() - level;
+  return out;
+}
+
+// The checkpointed pass at one batch: the model's forward without grad, and each of `measured`
+// (ascending) run alone from its input as it comes; `keeps_output` per measured layer.
+std::vector<core::CheckpointedSample> checkpointed_pass(const models::Model& model, const models::Batch& batch,
+                                                        const std::vector<std::size_t>& measured, torch::Device device,
+                                                        std::vector<bool>& keeps_output) {
+  const auto& layers = model.layers();
+  const auto& last_readers = model.last_readers();
+  const models::RunContext context = model.context();
+  std::vector<torch::Tensor> outputs(layers.size());
+  std::vector<bool> carries_gradient(layers.size(), false);  // in a step, as the executor runs one
+  std::vector<core::CheckpointedSample> out;
+  keeps_output.assign(measured.size(), false);
+  for (std::size_t i = 0, next = 0; i < layers.size() && next < measured.size(); ++i) {
+    const auto& layer = layers[i];
+    const auto inputs = models::gather_inputs(layer, batch, outputs);
+    bool gradient = !layer.parameters.empty();
+    for (const int j : layer.inputs) gradient = gradient || (j >= 0 && carries_gradient[static_cast<std::size_t>(j)]);
+    carries_gradient[i] = gradient;
+    if (measured[next] == i) {
+      const int from = layer.inputs.front();
+      const bool input_grad = from >= 0 && carries_gradient[static_cast<std::size_t>(from)];
+      bool keeps = false;
+      out.push_back(checkpointed_alone(layer, inputs.front(), input_grad, context, batch.size(), device, keeps));
+      keeps_output[next] = keeps;
+      ++next;
+    }
+    {
+      torch::NoGradGuard no_grad;
+      outputs[i] = layer.run(inputs, context);
+    }
+    for (const int j : layer.inputs) {
+      if (j >= 0 && last_readers[static_cast<std::size_t>(j)] <= static_cast<int>(i)) outputs[static_cast<std::size_t>(j)] = torch::Tensor();
+    }
+  }
+  return out;
+}
+
 // What profiling a batch of `b` allocates above what is allocated before it (the gradients already
 // exist): its phases as profile() runs them, each with the batch it holds alive meanwhile.
 std::int64_t profiling_need(const models::Model& model, std::int64_t b, std::uint64_t seed,
@@ -550,7 +648,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   const auto on_device = [&](models::Batch batch) {
     return backend != nullptr ? models::Batch{batch.input.to(device), batch.target.to(device)} : batch;
   };
-  if (options.threads > 0) at::set_num_threads(options.threads);
+  at::set_num_threads(options.threads > 0 ? options.threads : runtime::usable_cores());
   model.to(device);
   model.set_training(true);
   const auto parameters = model.parameters();
@@ -599,9 +697,13 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     if (options.tempo && model.layers()[i].has_lean_variant()) lean_layers.push_back(i);
   }
   const int passes = lean_layers.empty() ? 1 : 2;
+  const std::vector<std::size_t> opaque = opaque_blocks(model);
 
   Progress progress;
-  progress.total = passes + static_cast<int>(options.batch_sizes.size()) * passes * (options.warmup_steps + 2 * options.repeats);
+  const int calibrations = options.calibrate ? static_cast<int>(options.batch_sizes.size()) + 1 : 0;
+  progress.total = passes + calibrations +
+                   static_cast<int>(options.batch_sizes.size()) *
+                       (passes * (options.warmup_steps + 2 * options.repeats) + (opaque.empty() ? 0 : 1));
   const auto report = [&](const char* phase, std::int64_t batch) {
     progress.phase = phase;
     progress.batch = batch;
@@ -794,7 +896,23 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     return out;
   };
 
+  // The machine's speed before each batch size and at the end: a change while profiling is seen.
+  // Its ~100 MiB of arrays are not the model's: outside the host bound, freed before the model runs.
+  const auto calibrate = [&](std::int64_t b) {
+    if (!options.calibrate) return;
+    if (!trace.calibration) {
+      trace.calibration = core::Calibration{};
+      trace.calibration->device = trace.device.name;
+      trace.calibration->threads = at::get_num_threads();
+      trace.calibration->measured_at = trace.profile.recorded_at;
+    }
+    if (host_bound) host_bound->suspend();
+    trace.calibration->runs.push_back(runtime::time_calibration_kernels(device));
+    if (host_bound) host_bound->resume();
+    report("calibration", b);
+  };
   for (const std::int64_t b : options.batch_sizes) {
+    calibrate(b);
     within_host_memory([&] {
       where_batch = b;
       where = "data";
@@ -802,6 +920,16 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       Measured standard = measure(batch, b, false);
       for (std::size_t i = 0; i < layer_count; ++i) trace.layers[i].samples.push_back(standard.layers[i]);
       trace.steps.push_back(standard.step);
+      if (!opaque.empty()) {
+        where = "checkpointed";
+        std::vector<bool> keeps;
+        const auto alone = checkpointed_pass(model, batch, opaque, device, keeps);
+        for (std::size_t k = 0; k < opaque.size(); ++k) {
+          trace.layers[opaque[k]].checkpointed.push_back(alone[k]);
+          trace.layers[opaque[k]].keeps_output = trace.layers[opaque[k]].keeps_output || keeps[k];
+        }
+        report("checkpointed", b);
+      }
       if (lean_layers.empty()) return;
       // The Tempo pass right after the standard one at the same batch, so their times compare.
       model.set_all_lean(true);
@@ -811,6 +939,8 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       trace.tempo_steps.push_back(lean.step);
     });
   }
+
+  calibrate(options.batch_sizes.back());
 
   if (contrastive_loss_layer(model) >= 0) {
     if (options.on_progress) options.on_progress({"contrastive loss", 0, progress.step, progress.total});

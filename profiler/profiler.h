@@ -43,10 +43,11 @@ struct ProfileOptions {
   int warmup_steps = 1;  // at least 1: the first step allocates the optimizer's state
   int repeats = 5;       // timed steps per batch size, with and without the profiler's hooks
   std::uint64_t seed = 0;
-  // Intra-op threads; 0 keeps libtorch's default. With OpenBLAS's pthread build the BLAS runs its
-  // own threads, and OpenMP threads on top oversubscribe small machines (bert mini on 2 cores:
-  // 2.3x slower steps with 2 intra-op threads than with 1).
+  // Intra-op threads; 0: the cores this process may use (runtime::usable_cores), as execute runs
+  // the step unless told otherwise. The trace records them.
   int threads = 0;
+  // Time the machine (core/calibration.h) before each batch size and at the end.
+  bool calibrate = true;
   // Past this a thread pool is only cost: no CPU headroom runs on has as many cores.
   static constexpr int kMaxThreads = 256;
   // Measure Tempo's lean variants too, where the model has any: a second pass at every batch size

@@ -1,5 +1,6 @@
 #include "report/execution_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -13,7 +14,7 @@ namespace {
 
 std::string percent(double fraction) {
   char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1f%%", 100 * fraction);
+  std::snprintf(buffer, sizeof buffer, "%+.1f%%", 100 * fraction);
   return buffer;
 }
 
@@ -55,6 +56,12 @@ std::string render_report(const core::Report& r) {
                  percent(r.throughput_rel_error)});
   out << table.render();
   out << "\nmedian of " << r.steps << " measured steps";
+  if (r.step_seconds.size() > 1) {
+    const auto [lo, hi] = std::minmax_element(r.step_seconds.begin(), r.step_seconds.end());
+    out << " (" << fixed(*lo, "%.4f") << "-" << fixed(*hi, "%.4f") << " s, spread "
+        << fixed(100 * core::relative_spread(r.step_seconds), "%.1f") << "%)";
+  }
+  if (r.threads > 0) out << " at " << r.threads << " thread" << (r.threads == 1 ? "" : "s");
   if (r.budget_bytes > 0) out << "; measured peak " << (r.measured.peak_bytes <= r.budget_bytes ? "within" : "OVER") << " the budget";
   if (r.host_memory) {
     // Next to the peak libtorch was handed: what the host held for it, the CPU's reserved bytes.
@@ -66,6 +73,14 @@ std::string render_report(const core::Report& r) {
     if (h.trims > 0) out << "; free heap handed back " << h.trims << " time(s) to keep within the budget";
   }
   if (!r.host_memory_regime.empty()) out << "\nhost-memory regime: " << r.host_memory_regime;
+  if (r.calibration_before && r.calibration_after) {
+    const auto speeds = [](const core::Calibration& c) {
+      return fixed(c.compute() / 1e9, "%.1f") + " GFLOP/s, " + fixed(c.memory() / 1e9, "%.1f") + " GB/s";
+    };
+    out << "\nmachine (calibration, compute and memory): " << speeds(*r.calibration_before) << " before the run, "
+        << speeds(*r.calibration_after) << " after";
+    if (r.predicted_calibration) out << "; the predicted times' machine " << speeds(*r.predicted_calibration);
+  }
   out << "\ngradient check: ";
   if (r.gradient_check.computed) {
     out << "max relative difference " << fixed(r.gradient_check.max_rel_diff, "%.2e") << " (" << r.gradient_check.note << ")\n";
@@ -104,6 +119,16 @@ std::string render_report(const core::Report& r) {
         << (l.boundaries_on_host ? ", stashed boundaries and their gradients" : "")
         << ", and a stage's gradients with its optimizer step's temporaries), predicted "
         << core::format_bytes(l.predicted_host_bytes) << "\n";
+    if (l.measured.compute_seconds >= 0) {
+      // The relay's lanes, a step each: where the time went against where the plan put it.
+      TextTable lanes({{"L2L lane (s/step)", TextTable::Align::Left}, {"predicted"}, {"measured"}});
+      const auto cell = [](double v) { return v >= 0 ? fixed(v, "%.4f") : std::string("-"); };
+      lanes.add_row({"compute", cell(l.predicted.compute_seconds), cell(l.measured.compute_seconds)});
+      lanes.add_row({"copies", cell(l.predicted.copy_seconds), cell(l.measured.copy_seconds)});
+      lanes.add_row({"compute waiting", cell(l.predicted.wait_seconds), cell(l.measured.wait_seconds)});
+      lanes.add_row({"host optimizer", cell(l.predicted.host_optimizer_seconds), cell(l.measured.host_optimizer_seconds)});
+      out << lanes.render();
+    }
   }
   if (r.test_accuracy) out << "test accuracy on " << r.data << " after training: " << fixed(100 * *r.test_accuracy, "%.1f") << "%\n";
   for (const auto& w : r.warnings) out << "warning: " << w << "\n";

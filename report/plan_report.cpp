@@ -95,8 +95,11 @@ std::string render_plan_summary(const core::Plan& plan) {
   out << "  predicted peak   " << core::format_bytes(plan.predicted.peak_bytes) << " of " << core::format_bytes(allowed)
       << " allowed, at " << plan.peak_at << "\n";
   out << "  predicted speed  " << seconds(plan.predicted.step_seconds) << " s/step, "
-      << rate(plan.predicted.samples_per_second) << " samples/s\n";
-  out << "  why              " << plan.binding_constraint << "\n";
+      << rate(plan.predicted.samples_per_second) << " samples/s";
+  // Whose times they are: a step runs at the threads it was profiled with (execute uses them).
+  if (plan.threads > 0) out << " at " << plan.threads << " thread" << (plan.threads == 1 ? "" : "s");
+  if (plan.calibration) out << ", as " << plan.calibration->device << " runs it";
+  out << "\n  why              " << plan.binding_constraint << "\n";
   for (const auto& w : plan.warnings) out << "  warning          " << w << "\n";
   if (!plan.runner_ups.empty()) {
     out << "\nrunner-ups:\n";

@@ -87,6 +87,15 @@ std::string describe_copy_link(const core::DeviceInfo& device) {
          one(device.device_to_host_bytes_per_s, device.device_to_host_latency_ns);
 }
 
+std::string describe_calibration(const core::Calibration& c) {
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "calibration at %d thread(s): matrix product %.1f GFLOP/s, convolution %.1f GFLOP/s, memory %.1f GB/s (%zu run%s, spread %.0f%%)",
+                c.threads, c.matmul() / 1e9, c.conv() / 1e9, c.memory() / 1e9, c.runs.size(), c.runs.size() == 1 ? "" : "s",
+                100 * c.spread());
+  return text;
+}
+
 std::string render_gpu_table(const core::Trace& trace) {
   if (!trace.device.is_cuda()) return "";
   const std::size_t last = trace.batch_sizes.size() - 1;

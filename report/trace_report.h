@@ -22,6 +22,8 @@ std::string render_tempo_table(const core::Trace& trace);
 // The host<->device copy link the trace measured (what times L2L's copies), one line:
 // "copies host->device 9.80 GB/s + 501 ns each, device->host ..."; empty where it measured none.
 std::string describe_copy_link(const core::DeviceInfo& device);
+// "calibration at 2 threads: matrix product 61.2 GFLOP/s, convolution 48.0 GFLOP/s, memory 9.8 GB/s (5 runs, spread 3%)"
+std::string describe_calibration(const core::Calibration& calibration);
 
 // CUDA traces only: the device (memory, SMs, measured pinned copy bandwidth) and, per layer at the
 // largest sampled batch, CUPTI's kernel time next to the layer's wall time, kernel counts and the

@@ -1,8 +1,14 @@
 #include "runtime/host_info.h"
 
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <thread>
@@ -25,6 +31,21 @@ core::DeviceInfo cpu_device_info() {
   info.name += " (" + std::to_string(std::thread::hardware_concurrency()) + " cores)";
   info.total_memory_bytes = static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
   return info;
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void run_with_passive_openmp_workers(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  ::execv("/proc/self/exe", argv);
+  std::fprintf(stderr, "headroom: warning: could not restart with OMP_WAIT_POLICY=PASSIVE (%s): OpenMP workers spin\n",
+               std::strerror(errno));
 }
 
 std::string utc_timestamp_now() {

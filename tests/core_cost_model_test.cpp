@@ -72,7 +72,7 @@ TEST(Statistics, MedianAveragesTheTwoMiddleValuesOfAnEvenCount) {
 
 TEST(Statistics, RelativeErrorIsAgainstTheMeasuredValue) {
   EXPECT_DOUBLE_EQ(core::relative_error(110, 100), 0.1);
-  EXPECT_DOUBLE_EQ(core::relative_error(90, 100), 0.1);
+  EXPECT_DOUBLE_EQ(core::relative_error(90, 100), -0.1);  // signed: predicted too low
   EXPECT_DOUBLE_EQ(core::relative_error(100, 0), 0.0);  // nothing measured: no error invented
 }
 

@@ -312,6 +312,40 @@ TEST(TraceJson, TempoProfilesRoundTripAndComeInPairs) {
   }
 }
 
+TEST(TraceJson, CheckpointedPassRoundTripsWithOneEntryPerBatchSize) {
+  core::Trace trace = testing::make_small_trace();
+  trace.layers[1].checkpointed = {{.batch = 1, .recompute_transient_bytes = 48, .recompute_extra_bytes = 0, .bwd_transient_bytes = 96},
+                                  {.batch = 2, .recompute_transient_bytes = 80, .recompute_extra_bytes = 8, .bwd_transient_bytes = 160}};
+  trace.layers[1].keeps_output = true;
+  const json document = core::to_json(trace);
+  EXPECT_EQ(document["layers"][1]["checkpointed"].size(), 2u);
+  EXPECT_FALSE(document["layers"][0].contains("checkpointed"));  // traces without the pass read as before
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+
+  struct Case {
+    std::function<void(json&)> spoil;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {[](json& d) { d["layers"][1]["checkpointed"].erase(1); },
+       "$.layers[1].checkpointed: expected one entry per batch size (2), got 1"},
+      {[](json& d) { d["layers"][1]["checkpointed"][1]["batch"] = 4; },
+       "$.layers[1].checkpointed[1].batch: expected 2 (batch_sizes order)"},
+      {[](json& d) { d["layers"][1]["checkpointed"][0]["bwd_transient_bytes"] = -1; },
+       "$.layers[1].checkpointed[0].bwd_transient_bytes:"},
+      {[](json& d) { d["layers"][1]["checkpointed"][0].erase("recompute_extra_bytes"); },
+       "$.layers[1].checkpointed[0].recompute_extra_bytes: missing"},
+      {[](json& d) { d["layers"][1]["checkpointed"] = 3; }, "$.layers[1].checkpointed:"},
+      {[](json& d) { d["layers"][1].erase("keeps_output"); }, "$.layers[1].keeps_output: missing"},
+  };
+  for (const auto& c : cases) {
+    json spoilt = document;
+    c.spoil(spoilt);
+    const std::string message = read_error(spoilt);
+    EXPECT_EQ(message.rfind("t.json: " + c.expected, 0), 0u) << "got: " << message << "\nwanted: " << c.expected;
+  }
+}
+
 TEST(TraceJson, HostMemoryRegimeRoundTripsAndOldTracesReadWithout) {
   core::Trace trace = testing::make_small_trace();
   trace.host_memory_regime = "glibc 2.36 malloc, mmap_threshold=1073741824, trim_threshold=1073741824";

@@ -10,6 +10,7 @@
 #include "models/layers.h"
 #include "models/zoo.h"
 #include "profiler/profiler.h"
+#include "runtime/host_info.h"
 #include "runtime/optimizer.h"
 
 namespace headroom {
@@ -285,6 +286,13 @@ TEST(Profiler, RecordsTheRegimeAndTimesStepsAsSequences) {
   // What reads the trace back charges a micro-batch what the sequence measured.
   const core::CostModel costs(trace);
   EXPECT_EQ(costs.micro_batch_ns(4), trace.steps[1].sequence->micro_batch_ns);
+  // At the cores this process may use, timed before each batch size and at the end.
+  EXPECT_EQ(trace.profile.threads, runtime::usable_cores());
+  ASSERT_TRUE(trace.calibration.has_value());
+  EXPECT_EQ(trace.calibration->runs.size(), options.batch_sizes.size() + 1);
+  EXPECT_EQ(trace.calibration->threads, trace.profile.threads);
+  EXPECT_EQ(trace.calibration->device, trace.device.name);
+  EXPECT_GT(trace.calibration->compute(), 0);
 }
 
 // Profiling on the CPU stays within the host's memory (issue 22): a batch past it is refused from

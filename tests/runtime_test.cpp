@@ -1,6 +1,12 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "core/errors.h"
+#include "runtime/calibration.h"
 #include "runtime/host_info.h"
 #include "runtime/memory_recorder.h"
 #include "runtime/optimizer.h"
@@ -39,6 +45,37 @@ TEST(MemoryRecorder, SeesAllocationsWhileInstalledAndTheirOwners) {
   }
   const torch::Tensor unseen = torch::empty({4096}, torch::kFloat32);
   EXPECT_EQ(recorder->allocated(), 0);
+}
+
+// The calibration times its kernels and keeps the answer per machine and threads, so commands run
+// one after another pay for it once; a cache it cannot read is measured around.
+TEST(Calibration, TimesTheKernelsAndKeepsTheAnswer) {
+  const std::filesystem::path cache =
+      std::filesystem::temp_directory_path() / ("headroom-calibration-" + std::to_string(::getpid()));
+  const char* before = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = before != nullptr ? before : "";
+  ::setenv("XDG_CACHE_HOME", cache.c_str(), 1);
+  const core::Calibration first = runtime::cached_calibration(torch::kCPU);
+  ASSERT_EQ(first.runs.size(), 3u);
+  for (const auto& r : first.runs) {
+    EXPECT_GT(r.matmul_flops_per_s, 1e6);
+    EXPECT_GT(r.conv_flops_per_s, 1e6);
+    EXPECT_GT(r.memory_bytes_per_s, 1e6);
+  }
+  EXPECT_EQ(first.threads, at::get_num_threads());
+  EXPECT_EQ(first.device, runtime::cpu_device_info().name);
+  EXPECT_EQ(runtime::cached_calibration(torch::kCPU), first);  // from the cache
+  const auto file = cache / "headroom" / ("calibration-cpu-" + std::to_string(at::get_num_threads()) + "t.json");
+  ASSERT_TRUE(std::filesystem::exists(file));
+  std::ofstream(file) << "{ half";
+  EXPECT_EQ(runtime::cached_calibration(torch::kCPU).runs.size(), 3u);
+  std::filesystem::remove_all(cache);
+  if (before != nullptr) {
+    ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  } else {
+    ::unsetenv("XDG_CACHE_HOME");
+  }
+  EXPECT_GE(runtime::usable_cores(), 1);
 }
 
 TEST(HostInfo, NamesTheCpuAndItsMemory) {

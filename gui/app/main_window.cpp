@@ -21,10 +21,12 @@
 
 #include "core/plan.h"
 #include "core/errors.h"
+#include "core/rescale.h"
 #include "core/units.h"
 #include "gui/logic/recent_files.h"
 #include "planner/plan_search.h"
 #include "planner/strategy_table.h"
+#include "report/trace_report.h"
 
 namespace headroom::gui {
 
@@ -66,6 +68,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   summary_->setPlaceholderText("Open a trace (File > Open, or drop a trace.json here) to plan.");
   run_panel_ = new RunPanel(this);
   run_panel_->set_program(find_headroom_executable(QCoreApplication::applicationDirPath()));
+  machine_ = new MachineCalibration(this);
+  connect(machine_, &MachineCalibration::finished, this, &MainWindow::use_machine);
   connect(run_panel_, &RunPanel::error, this, &MainWindow::show_error);
 
   auto* plan_box = new QGroupBox("Plan", this);
@@ -346,7 +350,33 @@ bool MainWindow::open_trace(const QString& path) {
   run_panel_->clear_results();
   statusBar()->showMessage("opened " + path);
   replan();
+  // The trace's times against this machine's, as `headroom plan` compares them; the plan is
+  // shown meanwhile with the trace's own.
+  const QString program = find_headroom_executable(QCoreApplication::applicationDirPath());
+  if (trace.calibration && !program.isEmpty()) {
+    statusBar()->showMessage("opened " + path + "; timing this machine (headroom calibrate)");
+    machine_->start(program, trace.device.is_cuda() ? "cuda" : "cpu", trace.profile.threads);
+  } else {
+    use_machine(std::nullopt, program.isEmpty() ? "the headroom command was not found" : "");
+  }
   return true;
+}
+
+void MainWindow::use_machine(const std::optional<core::Calibration>& here, const QString& error) {
+  if (!trace_) return;
+  auto document = std::make_shared<TraceDocument>(*trace_);
+  if (!error.isEmpty() && document->trace.calibration) {
+    document->machine_note = "this machine could not be timed (" + error.toStdString() + "): the times are the trace's";
+  } else {
+    core::TimesHere times = core::times_here(document->trace, here, true);
+    if (times.rescaled) document->trace = std::move(*times.rescaled);
+    document->machine_note = times.note;
+  }
+  if (document->machine_note == trace_->machine_note && !here) return;
+  trace_ = std::move(document);
+  layer_model_->set_trace(trace_);
+  if (here) statusBar()->showMessage("timed this machine: " + QString::fromStdString(report::describe_calibration(*here)));
+  replan();
 }
 
 QString MainWindow::naming_the_file(const QString& absolute_path, const QString& message) {

@@ -26,6 +26,7 @@
 #include "gui/app/memory_chart.h"
 #include "gui/app/run_panel.h"
 #include "gui/app/throughput_chart.h"
+#include "gui/logic/machine_calibration.h"
 #include "gui/logic/layer_table_model.h"
 #include "gui/logic/plan_coordinator.h"
 #include "planner/strategy_table.h"
@@ -72,6 +73,7 @@ class MainWindow : public QMainWindow {
   QString summary_text() const { return summary_->toPlainText(); }
   const TraceDocument* trace() const { return trace_.get(); }
   PlanCoordinator& coordinator() { return coordinator_; }
+  MachineCalibration& machine_calibration() { return *machine_; }
   QString recent_menu_text() const;
 
  signals:
@@ -94,10 +96,13 @@ class MainWindow : public QMainWindow {
   void show_budget_range(const BudgetRange& range);
   QWidget* build_error_banner();
   static QString naming_the_file(const QString& absolute_path, const QString& message);
+  // The opened trace's times on this machine, once `headroom calibrate` has timed it.
+  void use_machine(const std::optional<core::Calibration>& here, const QString& error);
 
   PlanCoordinator coordinator_;
   std::shared_ptr<const TraceDocument> trace_;
   std::shared_ptr<const PlanResult> result_;
+  MachineCalibration* machine_;
 
   QFrame* error_banner_;
   QLabel* error_label_;

@@ -21,8 +21,10 @@ std::optional<ExecutorProgress> parse_executor_progress(const QString& line, int
   ExecutorProgress p;
   p.what = match.captured(1);
   p.total = 1 + warmup_steps + steps;
-  if (p.what == QLatin1String("gradient check")) {
+  if (p.what == QLatin1String("gradient check") || p.what == QLatin1String("calibration before")) {
     p.done = 0;
+  } else if (p.what == QLatin1String("calibration after")) {
+    p.done = p.total;  // timing the machine again once every step has run
   } else if (const auto c = counted.match(p.what); c.hasMatch()) {
     // "step 2/3" starts the second measured step: the gradient check, the warm-up and one step are done.
     const int k = c.captured(2).toInt();

@@ -355,6 +355,9 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
           !warning.empty()) {
         result.plan->warnings.push_back(warning);
       }
+      if (!trace.machine_note.empty()) result.plan->warnings.push_back(trace.machine_note);
+      result.plan->calibration = trace.trace.calibration;
+      result.plan->threads = std::max(trace.trace.profile.threads, 1);
       result.timeline = memory_timeline(trace.trace, *result.plan);
       result.summary = report::render_plan_summary(*result.plan);
     } else {

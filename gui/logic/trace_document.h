@@ -13,7 +13,10 @@ namespace headroom::gui {
 struct TraceDocument {
   std::string path;
   std::string sha256;
-  core::Trace trace;
+  core::Trace trace;  // its times rescaled to this machine where it runs at another speed
+  // How the trace's times compare with this machine's (core::times_here), shown with each plan;
+  // empty until the machine is timed, or where they agree.
+  std::string machine_note;
 };
 
 // Throws core::InputError naming the file (and the JSON path of the first problem).

@@ -1,0 +1,104 @@
+#include "core/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/json_reader.h"
+#include "core/statistics.h"
+
+namespace headroom::core {
+
+namespace {
+
+double median_of(const std::vector<CalibrationRun>& runs, double CalibrationRun::*field) {
+  std::vector<double> values;
+  for (const auto& r : runs) values.push_back(r.*field);
+  return values.empty() ? 0.0 : median(std::move(values));
+}
+
+double spread_of(const std::vector<CalibrationRun>& runs, double CalibrationRun::*field) {
+  if (runs.size() < 2) return 0;
+  double lo = runs.front().*field, hi = lo;
+  for (const auto& r : runs) {
+    lo = std::min(lo, r.*field);
+    hi = std::max(hi, r.*field);
+  }
+  const double mid = median_of(runs, field);
+  return mid > 0 ? (hi - lo) / mid : 0.0;
+}
+
+}  // namespace
+
+double Calibration::matmul() const { return median_of(runs, &CalibrationRun::matmul_flops_per_s); }
+double Calibration::conv() const { return median_of(runs, &CalibrationRun::conv_flops_per_s); }
+double Calibration::memory() const { return median_of(runs, &CalibrationRun::memory_bytes_per_s); }
+double Calibration::compute() const { return std::sqrt(matmul() * conv()); }
+
+double Calibration::spread() const {
+  return std::max({spread_of(runs, &CalibrationRun::matmul_flops_per_s), spread_of(runs, &CalibrationRun::conv_flops_per_s),
+                   spread_of(runs, &CalibrationRun::memory_bytes_per_s)});
+}
+
+SpeedRatio speed_ratio(const Calibration& recorded, const Calibration& here) {
+  SpeedRatio ratio;
+  if (here.compute() <= 0 || here.memory() <= 0 || recorded.compute() <= 0 || recorded.memory() <= 0) return ratio;
+  // A time on `recorded` times its speed over here's is the time here.
+  ratio.compute = recorded.compute() / here.compute();
+  ratio.memory = recorded.memory() / here.memory();
+  const double noise = std::max(kCalibrationTolerance, std::max(recorded.spread(), here.spread()));
+  const auto off = [noise](double r) { return std::fabs(std::log(r)) > std::log1p(noise); };
+  ratio.differs = off(ratio.compute) || off(ratio.memory);
+  return ratio;
+}
+
+std::string describe_speed(const SpeedRatio& ratio, const Calibration& recorded, const Calibration& here) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "this machine (%s, %d threads) runs compute-bound work %.2fx and memory-bound work %.2fx as fast as the "
+                "one the times were measured on (%s, %d threads, %s)",
+                here.device.c_str(), here.threads, 1 / ratio.compute, 1 / ratio.memory, recorded.device.c_str(),
+                recorded.threads, recorded.measured_at.c_str());
+  return line;
+}
+
+double memory_share(std::int64_t moved_bytes, std::int64_t ns, double bytes_per_s) {
+  if (ns <= 0 || bytes_per_s <= 0) return 1;  // nothing timed: scales as memory, the safer class on a slower machine
+  const double seconds_moving = static_cast<double>(std::max<std::int64_t>(moved_bytes, 0)) / bytes_per_s;
+  return std::clamp(seconds_moving / (static_cast<double>(ns) * 1e-9), 0.0, 1.0);
+}
+
+nlohmann::json to_json(const Calibration& calibration) {
+  nlohmann::json runs = nlohmann::json::array();
+  for (const auto& r : calibration.runs) {
+    runs.push_back({{"matmul_flops_per_s", r.matmul_flops_per_s},
+                    {"conv_flops_per_s", r.conv_flops_per_s},
+                    {"memory_bytes_per_s", r.memory_bytes_per_s}});
+  }
+  return {{"device", calibration.device},
+          {"threads", calibration.threads},
+          {"measured_at", calibration.measured_at},
+          {"runs", std::move(runs)}};
+}
+
+Calibration read_calibration(const JsonNode& node) {
+  node.expect_object();
+  Calibration c;
+  c.device = node.at("device").as_string();
+  c.threads = static_cast<int>(node.at("threads").as_int_in(1, 4096));
+  c.measured_at = node.at("measured_at").as_string();
+  const auto positive = [](const JsonNode& n) {
+    const double v = n.as_double();
+    if (!(v > 0) || !std::isfinite(v) || v > 1e18) n.fail("expected a positive speed below 1e18");
+    return v;
+  };
+  for (const auto& r : node.at("runs").elements()) {
+    r.expect_object();
+    c.runs.push_back({positive(r.at("matmul_flops_per_s")), positive(r.at("conv_flops_per_s")),
+                      positive(r.at("memory_bytes_per_s"))});
+  }
+  if (c.runs.empty() || c.runs.size() > 4096) node.at("runs").fail("expected 1 to 4096 runs");
+  return c;
+}
+
+}  // namespace headroom::core

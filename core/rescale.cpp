@@ -1,0 +1,132 @@
+#include "core/rescale.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace headroom::core {
+
+namespace {
+
+std::int64_t scaled(std::int64_t ns, double factor) {
+  return std::clamp<std::int64_t>(std::llround(static_cast<double>(ns) * factor), 0, kMaxTraceNs);
+}
+
+// The bytes a layer sample must at least move: what it reads and writes in forward, and about
+// twice that in backward (the saved tensors and the output's gradient in, the inputs' gradients
+// out).
+std::int64_t moved_bytes(const Trace& trace, const LayerProfile& layer, std::size_t k, const LayerSample& sample) {
+  std::int64_t in = 0;
+  for (const int input : layer.inputs) {
+    if (input == kModelInput) in += trace.steps[k].input_bytes;
+    if (input >= 0) in += trace.layers[static_cast<std::size_t>(input)].samples[k].output_bytes;
+  }
+  return 3 * (in + sample.output_bytes);
+}
+
+// Rescales one sample in place; returns its time before and after.
+std::pair<double, double> rescale_sample(const Trace& trace, const LayerProfile& layer, std::size_t k, LayerSample& s,
+                                         const SpeedRatio& ratio, double bandwidth) {
+  const double before = static_cast<double>(s.fwd_ns + s.bwd_ns);
+  const double m = memory_share(moved_bytes(trace, layer, k, s), s.fwd_ns + s.bwd_ns, bandwidth);
+  const double factor = m * ratio.memory + (1 - m) * ratio.compute;
+  s.fwd_ns = scaled(s.fwd_ns, factor);
+  s.bwd_ns = scaled(s.bwd_ns, factor);
+  if (s.gpu) {
+    s.gpu->fwd_kernel_ns = scaled(s.gpu->fwd_kernel_ns, factor);
+    s.gpu->fwd_kernel_span_ns = scaled(s.gpu->fwd_kernel_span_ns, factor);
+    s.gpu->bwd_kernel_ns = scaled(s.gpu->bwd_kernel_ns, factor);
+    s.gpu->bwd_kernel_span_ns = scaled(s.gpu->bwd_kernel_span_ns, factor);
+  }
+  return {before, static_cast<double>(s.fwd_ns + s.bwd_ns)};
+}
+
+// A step's parts: its micro-batch work as its layers' work scaled, the optimizer's and zeroing's as
+// memory-bound work.
+void rescale_step(StepSample& step, double layers, const SpeedRatio& ratio) {
+  const std::int64_t optimizer = step.optimizer_ns;
+  step.optimizer_ns = scaled(optimizer, ratio.memory);
+  step.step_ns = scaled(std::max<std::int64_t>(step.step_ns - optimizer, 0), layers) + step.optimizer_ns;
+  step.plain_step_ns = scaled(std::max<std::int64_t>(step.plain_step_ns - optimizer, 0), layers) + step.optimizer_ns;
+  if (step.sequence) {
+    step.sequence->micro_batch_ns = scaled(step.sequence->micro_batch_ns, layers);
+    step.sequence->first_micro_batch_ns = scaled(step.sequence->first_micro_batch_ns, layers);
+    step.sequence->zero_grad_ns = scaled(step.sequence->zero_grad_ns, ratio.memory);
+  }
+  if (step.gpu) {
+    step.gpu->kernel_ns = scaled(step.gpu->kernel_ns, layers);
+    step.gpu->unattributed_kernel_ns = scaled(step.gpu->unattributed_kernel_ns, layers);
+  }
+}
+
+}  // namespace
+
+Trace rescaled(const Trace& trace, const SpeedRatio& ratio, const Calibration& here) {
+  if (!trace.calibration) throw std::logic_error("rescaled: the trace has no calibration");
+  const double bandwidth = trace.calibration->memory();
+  Trace out = trace;
+  const std::size_t samples = trace.batch_sizes.size();
+  std::vector<double> before(samples, 0), after(samples, 0), lean_before(samples, 0), lean_after(samples, 0);
+  for (std::size_t i = 0; i < out.layers.size(); ++i) {
+    auto& layer = out.layers[i];
+    for (std::size_t k = 0; k < samples; ++k) {
+      // The bytes come from the unscaled trace (they do not change); only times are rescaled.
+      const auto [b, a] = rescale_sample(trace, trace.layers[i], k, layer.samples[k], ratio, bandwidth);
+      before[k] += b;
+      after[k] += a;
+      if (!layer.tempo) {
+        lean_before[k] += b;
+        lean_after[k] += a;
+        continue;
+      }
+      const auto [lb, la] = rescale_sample(trace, trace.layers[i], k, layer.tempo->samples[k], ratio, bandwidth);
+      lean_before[k] += lb;
+      lean_after[k] += la;
+    }
+  }
+  const auto factor = [](double b, double a) { return b > 0 ? a / b : 1.0; };
+  for (std::size_t k = 0; k < out.steps.size(); ++k) rescale_step(out.steps[k], factor(before[k], after[k]), ratio);
+  for (std::size_t k = 0; k < out.tempo_steps.size(); ++k) {
+    rescale_step(out.tempo_steps[k], factor(lean_before[k], lean_after[k]), ratio);
+  }
+  if (out.contrastive_loss) {
+    // Similarity products, tile by tile: compute-bound.
+    for (auto& s : out.contrastive_loss->samples) {
+      s.fwd_ns = scaled(s.fwd_ns, ratio.compute);
+      s.bwd_ns = scaled(s.bwd_ns, ratio.compute);
+    }
+  }
+  out.calibration = here;
+  return out;
+}
+
+TimesHere times_here(const Trace& trace, const std::optional<Calibration>& here, bool rescale) {
+  TimesHere out{std::nullopt, trace.calibration, ""};
+  if (!trace.calibration) {
+    out.note = "the trace has no calibration (recorded before headroom timed machines): its times are " + trace.device.name +
+               "'s at " + std::to_string(trace.profile.threads) + " thread(s), unchecked against this machine";
+    return out;
+  }
+  if (!here) {
+    out.note = "no " + trace.device.kind + " device here to time against the trace's " + trace.device.name + ": its times are that device's";
+    return out;
+  }
+  const SpeedRatio ratio = speed_ratio(*trace.calibration, *here);
+  if (!ratio.differs) return out;
+  out.note = describe_speed(ratio, *trace.calibration, *here);
+  if (!rescale) {
+    out.note += "; times kept as the trace's (--no-rescale)";
+    return out;
+  }
+  out.rescaled = rescaled(trace, ratio, *here);
+  out.calibration = here;
+  out.note += "; times rescaled to this machine (--no-rescale keeps the trace's)";
+  return out;
+}
+
+Trace times_as_planned(const Trace& trace, const std::optional<Calibration>& plan_calibration) {
+  if (!trace.calibration || !plan_calibration || *plan_calibration == *trace.calibration) return trace;
+  return rescaled(trace, speed_ratio(*trace.calibration, *plan_calibration), *plan_calibration);
+}
+
+}  // namespace headroom::core

@@ -1,0 +1,146 @@
+#include "runtime/calibration.h"
+
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+
+#include "core/atomic_file.h"
+#include "core/host_memory.h"
+#include "core/json_reader.h"
+#include "core/statistics.h"
+#include "runtime/host_info.h"
+
+namespace headroom::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Each kernel's timing, after its warm-up: a run of the three takes about 0.4 s.
+constexpr double kKernelSeconds = 0.1;
+
+// The median time of one call of `work`, called for about `budget_s` (at least five times) after
+// calls that wake the threads and warm the caches and allocator for a fifth of that: one call is
+// milliseconds, and a single one's time on a shared 2-core machine is noise.
+double median_seconds(c10::Device device, double budget_s, const std::function<void()>& work) {
+  const auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize();
+  };
+  const auto warm_until = Clock::now() + std::chrono::duration<double>(budget_s / 5);
+  do {
+    work();
+    sync();
+  } while (Clock::now() < warm_until);
+  std::vector<double> times;
+  const auto until = Clock::now() + std::chrono::duration<double>(budget_s);
+  while (times.size() < 5 || Clock::now() < until) {
+    const auto start = Clock::now();
+    work();
+    sync();
+    times.push_back(std::max(std::chrono::duration<double>(Clock::now() - start).count(), 1e-9));
+  }
+  return core::median(std::move(times));
+}
+
+}  // namespace
+
+core::CalibrationRun time_calibration_kernels(c10::Device device) {
+  torch::NoGradGuard no_grad;
+  const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  core::CalibrationRun run;
+  // A CPU's linear layers at their sizes: a product big enough for every thread, small enough to time often.
+  const std::int64_t n = device.is_cuda() ? 4096 : 1024;
+  {
+    const torch::Tensor a = torch::rand({n, n}, options), b = torch::rand({n, n}, options);
+    torch::Tensor c = torch::empty({n, n}, options);
+    const double s = median_seconds(device, kKernelSeconds, [&] { torch::mm_out(c, a, b); });
+    run.matmul_flops_per_s = 2.0 * static_cast<double>(n * n * n) / s;
+  }
+  {
+    // A ResNet stage's 3x3 convolution.
+    const std::int64_t batch = device.is_cuda() ? 64 : 16, channels = 64, side = 32;
+    const torch::Tensor x = torch::rand({batch, channels, side, side}, options);
+    const torch::Tensor w = torch::rand({channels, channels, 3, 3}, options);
+    const double s = median_seconds(device, kKernelSeconds, [&] { (void)torch::conv2d(x, w, {}, 1, 1); });
+    run.conv_flops_per_s = 2.0 * static_cast<double>(batch * channels * side * side * channels * 9) / s;
+  }
+  {
+    // Three arrays of 64 MiB (256 MiB on a GPU): past any cache, as activations are.
+    const std::int64_t elements = (device.is_cuda() ? 64 : 16) << 20;
+    const torch::Tensor a = torch::rand({elements}, options), b = torch::rand({elements}, options);
+    torch::Tensor c = torch::empty({elements}, options);
+    const double s = median_seconds(device, kKernelSeconds, [&] { torch::add_out(c, a, b); });
+    run.memory_bytes_per_s = 3.0 * 4.0 * static_cast<double>(elements) / s;
+  }
+  return run;
+}
+
+core::Calibration calibrate(c10::Device device, int runs) {
+  // In the host-memory regime profile and execute run in: the convolution's outputs come warm from
+  // the heap there, and are page-faulted afresh under glibc's defaults.
+  core::enter_host_memory_regime();
+  core::Calibration c;
+  c.device = device.is_cuda() ? "cuda:" + std::to_string(device.index()) : cpu_device_info().name;
+  c.threads = at::get_num_threads();
+  c.measured_at = utc_timestamp_now();
+  for (int r = 0; r < std::max(runs, 1); ++r) c.runs.push_back(time_calibration_kernels(device));
+  return c;
+}
+
+std::filesystem::path calibration_cache_directory() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::filesystem::path(xdg) / "headroom";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return std::filesystem::path(home) / ".cache" / "headroom";
+  }
+  return {};
+}
+
+core::Calibration cached_calibration(c10::Device device, int max_age_s) {
+  const std::filesystem::path directory = calibration_cache_directory();
+  const std::string name = "calibration-" + std::string(device.is_cuda() ? "cuda" : "cpu") + "-" +
+                           std::to_string(at::get_num_threads()) + "t.json";
+  const std::string here = device.is_cuda() ? "cuda:" + std::to_string(device.index()) : cpu_device_info().name;
+  const std::int64_t now = static_cast<std::int64_t>(std::time(nullptr));
+  if (!directory.empty()) {
+    try {
+      std::ifstream in(directory / name);
+      if (in) {
+        const nlohmann::json document = nlohmann::json::parse(in);
+        const std::int64_t saved = document.at("saved_at_unix").get<std::int64_t>();
+        core::Calibration c = core::read_calibration(core::JsonNode(document.at("calibration"), "$.calibration"));
+        if (c.device == here && c.threads == at::get_num_threads() && now >= saved && now - saved <= max_age_s) return c;
+      }
+    } catch (const std::exception&) {
+      // A cache from another version, or half-written: measured again below.
+    }
+  }
+  core::Calibration c = calibrate(device);
+  if (!directory.empty()) {
+    try {
+      std::filesystem::create_directories(directory);
+      core::write_file_atomically(directory / name,
+                                  nlohmann::json{{"saved_at_unix", now}, {"calibration", core::to_json(c)}}.dump(2) + "\n");
+    } catch (const std::exception&) {
+      // Not cached: the next command measures again.
+    }
+  }
+  return c;
+}
+
+std::optional<core::Calibration> calibrate_for(const core::Trace& trace) {
+  if (trace.device.is_cuda() && !torch::cuda::is_available()) return std::nullopt;
+  const c10::Device device = trace.device.is_cuda() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  const int before = at::get_num_threads();
+  at::set_num_threads(std::min(std::max(trace.profile.threads, 1), usable_cores()));
+  core::Calibration here = cached_calibration(device);
+  at::set_num_threads(before);
+  return here;
+}
+
+}  // namespace headroom::runtime
