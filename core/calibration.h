@@ -34,7 +34,7 @@ struct Calibration {
   std::vector<CalibrationRun> runs;
   bool operator==(const Calibration&) const = default;
 
-  // Medians over the runs.
+  // The best run's: other load only slows a run down.
   double matmul() const;
   double conv() const;
   double memory() const;

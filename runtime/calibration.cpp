@@ -20,17 +20,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Each kernel's timing, after its warm-up: a run of the three takes about 0.4 s.
+// Each kernel's timing, after its warm-up: a run of the three takes about 0.5 s.
 constexpr double kKernelSeconds = 0.1;
 
 // The median time of one call of `work`, called for about `budget_s` (at least five times) after
-// calls that wake the threads and warm the caches and allocator for a fifth of that: one call is
+// calls that wake the threads and warm the caches and allocator for half of that: one call is
 // milliseconds, and a single one's time on a shared 2-core machine is noise.
 double median_seconds(c10::Device device, double budget_s, const std::function<void()>& work) {
   const auto sync = [&] {
     if (device.is_cuda()) torch::cuda::synchronize();
   };
-  const auto warm_until = Clock::now() + std::chrono::duration<double>(budget_s / 5);
+  const auto warm_until = Clock::now() + std::chrono::duration<double>(budget_s / 2);
   do {
     work();
     sync();

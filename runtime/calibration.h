@@ -13,7 +13,7 @@
 
 namespace headroom::runtime {
 
-// One run of the three kernels on `device`: about 0.4 s.
+// One run of the three kernels on `device`: about 0.5 s.
 core::CalibrationRun time_calibration_kernels(c10::Device device);
 
 // `runs` runs (at least one), with the device's name and the threads.

@@ -35,7 +35,7 @@ TEST(Calibration, MachinesDifferOnlyBeyondTheirNoise) {
   const auto noisy = machine(100, 10, {0.8, 1.0, 1.2});
   EXPECT_NEAR(noisy.spread(), 0.4, 1e-12);
   EXPECT_FALSE(core::speed_ratio(noisy, machine(130, 10)).differs);
-  EXPECT_NE(core::describe_speed(slower, home, machine(50, 8)).find("0.50x"), std::string::npos);
+  EXPECT_NE(core::describe_speed(slower, home, machine(50, 8)).find("compute-bound work 0.5x and memory-bound work 0.8x"), std::string::npos);
 }
 
 TEST(Calibration, LayersMoveWithTheClassOfWorkTheyAreMadeOf) {

@@ -655,6 +655,35 @@ class GuiTest : public QObject {
     QVERIFY(window.current_result());
   }
 
+  // A trace from a machine far faster than this one: the app times this machine with `headroom
+  // calibrate`, says how they compare and plans with the times rescaled to it, as `headroom plan`.
+  void aTraceFromAnotherMachineIsRescaledToThisOne() {
+    QTemporaryDir dir;
+    nlohmann::json document = nlohmann::json::parse(headroom::core::read_file(committed("cpu-gpt.json").toStdString()));
+    document["calibration"] = {{"device", "a much faster machine"},
+                               {"threads", 1},
+                               {"measured_at", "2026-11-25T00:00:00Z"},
+                               {"runs", {{{"matmul_flops_per_s", 1e14}, {"conv_flops_per_s", 1e14}, {"memory_bytes_per_s", 1e13}}}}};
+    const QString path = dir.filePath("fast.json");
+    headroom::core::write_file_atomically(path.toStdString(), document.dump());
+    MainWindow window;
+    window.show();
+    window.set_headroom_program(HEADROOM_BINARY);
+    QSignalSpy timed(&window.machine_calibration(), &MachineCalibration::finished);
+    QVERIFY(window.open_trace(path));
+    QVERIFY(settle(window));
+    const double as_recorded = window.current_result()->plan->predicted.step_seconds;
+    QVERIFY(timed.count() == 1 || timed.wait(60000));
+    QVERIFY(settle(window));
+    const auto& plan = *window.current_result()->plan;
+    QVERIFY2(plan.predicted.step_seconds > 10 * as_recorded, qPrintable(QString::number(plan.predicted.step_seconds)));
+    QVERIFY2(window.warnings_text().contains("as fast as the one the times were measured on (a much faster machine"),
+             qPrintable(window.warnings_text()));
+    QVERIFY(window.warnings_text().contains("times rescaled to this machine"));
+    QVERIFY(plan.calibration && plan.calibration->device != "a much faster machine");
+    save_shot(window, "rescaled-to-this-machine");
+  }
+
   void savedPlanIsWhatHeadroomPlanWrites() {
     MainWindow window;
     QVERIFY(window.open_trace(committed("cpu-bert.json")));

@@ -67,8 +67,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   summary_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
   summary_->setPlaceholderText("Open a trace (File > Open, or drop a trace.json here) to plan.");
   run_panel_ = new RunPanel(this);
-  run_panel_->set_program(find_headroom_executable(QCoreApplication::applicationDirPath()));
   machine_ = new MachineCalibration(this);
+  set_headroom_program(find_headroom_executable(QCoreApplication::applicationDirPath()));
   connect(machine_, &MachineCalibration::finished, this, &MainWindow::use_machine);
   connect(run_panel_, &RunPanel::error, this, &MainWindow::show_error);
 
@@ -352,14 +352,20 @@ bool MainWindow::open_trace(const QString& path) {
   replan();
   // The trace's times against this machine's, as `headroom plan` compares them; the plan is
   // shown meanwhile with the trace's own.
-  const QString program = find_headroom_executable(QCoreApplication::applicationDirPath());
-  if (trace.calibration && !program.isEmpty()) {
+  if (trace.calibration && !headroom_program_.isEmpty()) {
     statusBar()->showMessage("opened " + path + "; timing this machine (headroom calibrate)");
-    machine_->start(program, trace.device.is_cuda() ? "cuda" : "cpu", trace.profile.threads);
+    machine_->start(headroom_program_, trace.device.is_cuda() ? "cuda" : "cpu", trace.profile.threads);
   } else {
-    use_machine(std::nullopt, program.isEmpty() ? "the headroom command was not found" : "");
+    use_machine(std::nullopt, headroom_program_.isEmpty() ? "the headroom command was not found" : "");
   }
   return true;
+}
+
+QString MainWindow::warnings_text() const { return warnings_->isVisible() ? warnings_->text() : QString(); }
+
+void MainWindow::set_headroom_program(const QString& program) {
+  headroom_program_ = program;
+  run_panel_->set_program(program);
 }
 
 void MainWindow::use_machine(const std::optional<core::Calibration>& here, const QString& error) {

@@ -56,6 +56,7 @@ class MainWindow : public QMainWindow {
 
   // For tests.
   const PlanResult* current_result() const { return result_.get(); }
+  QString warnings_text() const;
   BudgetControl* budget_control() const { return budget_; }
   QSpinBox* batch_box() const { return batch_; }
   QComboBox* optimizer_box() const { return optimizer_; }
@@ -74,6 +75,8 @@ class MainWindow : public QMainWindow {
   const TraceDocument* trace() const { return trace_.get(); }
   PlanCoordinator& coordinator() { return coordinator_; }
   MachineCalibration& machine_calibration() { return *machine_; }
+  // The `headroom` command that runs plans and times this machine (found beside the app or on PATH).
+  void set_headroom_program(const QString& program);
   QString recent_menu_text() const;
 
  signals:
@@ -103,6 +106,7 @@ class MainWindow : public QMainWindow {
   std::shared_ptr<const TraceDocument> trace_;
   std::shared_ptr<const PlanResult> result_;
   MachineCalibration* machine_;
+  QString headroom_program_;
 
   QFrame* error_banner_;
   QLabel* error_label_;
