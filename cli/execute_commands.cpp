@@ -120,8 +120,8 @@ std::vector<std::string> worker_arguments(const ExecuteArgs& args) {
 // than the one the plan's times hold for, the prediction rescaled to it: the plan's step time times
 // the rescale's effect on the plan's own step, so everything else the plan counted stays as it was.
 void predict_for_this_machine(const core::Plan& plan, const core::Trace& trace, core::Report& report) {
-  if (!report.calibration_before || !trace.calibration) return;
-  const core::Calibration planned_on = plan.calibration ? *plan.calibration : *trace.calibration;
+  if (!report.calibration_before || !report.predicted_calibration || !trace.calibration) return;
+  const core::Calibration planned_on = *report.predicted_calibration;
   const core::SpeedRatio ratio = core::speed_ratio(planned_on, *report.calibration_before);
   if (!ratio.differs) return;
   const auto step_ns = [&](const core::Trace& timed) {
@@ -131,7 +131,7 @@ void predict_for_this_machine(const core::Plan& plan, const core::Trace& trace, 
   };
   const core::Calibration& here = *report.calibration_before;
   const double before = step_ns(core::times_as_planned(trace, plan.calibration));
-  const double after = step_ns(core::rescaled(trace, core::speed_ratio(*trace.calibration, here), here));
+  const double after = step_ns(core::times_as_planned(trace, here));
   if (!(before > 0) || !(after > 0)) return;
   const double factor = after / before;
   char line[256];

@@ -510,14 +510,12 @@ int step_threads(const core::Plan& plan, const core::Trace& trace, const Execute
   const int profiled = plan.threads > 0 ? plan.threads : trace.profile.threads;
   const int threads = options.threads > 0 ? options.threads : std::max(profiled, 1);
   const int cores = runtime::usable_cores();
-  if (!device.is_cuda() && threads > cores && options.threads > 0) {
-    throw core::InputError("threads: " + std::to_string(threads) + " asked for, and this process may use " + std::to_string(cores) +
-                           " core(s) here");
-  }
   if (!device.is_cuda() && threads > cores) {
-    throw core::InputError("threads: the step was profiled at " + std::to_string(threads) + " intra-op threads and this process may use " +
-                           std::to_string(cores) + " core(s) here; profile the model on this machine, or run with --threads " +
-                           std::to_string(cores) + " (its times will not be the trace's)");
+    const std::string here = " and this process may use " + std::to_string(cores) + " core(s) here";
+    throw core::InputError(options.threads > 0 ? "threads: " + std::to_string(threads) + " asked for," + here
+                                               : "threads: the step was profiled at " + std::to_string(threads) +
+                                                     " intra-op threads" + here + "; profile the model on this machine, or run with --threads " +
+                                                     std::to_string(cores) + " (its times will not be the trace's)");
   }
   return threads;
 }

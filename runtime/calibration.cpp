@@ -46,6 +46,11 @@ double median_seconds(c10::Device device, double budget_s, const std::function<v
   return core::median(std::move(times));
 }
 
+// The name a calibration of `device` carries: the CPU's as traces name it.
+std::string device_name(c10::Device device) {
+  return device.is_cuda() ? "cuda:" + std::to_string(device.index()) : cpu_device_info().name;
+}
+
 }  // namespace
 
 core::CalibrationRun time_calibration_kernels(c10::Device device) {
@@ -84,7 +89,7 @@ core::Calibration calibrate(c10::Device device, int runs) {
   // the heap there, and are page-faulted afresh under glibc's defaults.
   core::enter_host_memory_regime();
   core::Calibration c;
-  c.device = device.is_cuda() ? "cuda:" + std::to_string(device.index()) : cpu_device_info().name;
+  c.device = device_name(device);
   c.threads = at::get_num_threads();
   c.measured_at = utc_timestamp_now();
   for (int r = 0; r < std::max(runs, 1); ++r) c.runs.push_back(time_calibration_kernels(device));
@@ -105,7 +110,7 @@ core::Calibration cached_calibration(c10::Device device, int max_age_s) {
   const std::filesystem::path directory = calibration_cache_directory();
   const std::string name = "calibration-" + std::string(device.is_cuda() ? "cuda" : "cpu") + "-" +
                            std::to_string(at::get_num_threads()) + "t.json";
-  const std::string here = device.is_cuda() ? "cuda:" + std::to_string(device.index()) : cpu_device_info().name;
+  const std::string here = device_name(device);
   const std::int64_t now = static_cast<std::int64_t>(std::time(nullptr));
   if (!directory.empty()) {
     try {
