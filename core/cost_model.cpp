@@ -7,21 +7,73 @@
 
 namespace headroom::core {
 
+namespace {
+
+// Rounds an interpolated value, held within [lo, hi].
+std::int64_t rounded(double value, std::int64_t lo, std::int64_t hi) {
+  return std::llround(std::clamp(value, static_cast<double>(lo), static_cast<double>(hi)));
+}
+
+std::int64_t rounded_bytes(double value) { return rounded(value, -kMaxTraceBytes, kMaxTraceBytes); }
+std::int64_t rounded_ns(double value) { return rounded(value, 0, kMaxTraceNs); }
+
+// What a transient may hold beyond the line between two profiled sizes, per segment between them.
+// A layer's scratch memory is not always a line in the batch: oneDNN's convolution backward at two
+// threads holds 40,960 bytes a sample plus 18 KiB at some batch sizes and 45 KiB at others (clip's
+// image.conv2: 45 KiB at even sizes from 24 on), so the line through batches 16 and 32 was 13 KiB
+// under at 24. Such a jump shows as a segment steeper than the layer's cost per sample, taken as the
+// median slope of the segments with sizes inside them (batch 1 runs other kernels: the segment from
+// 1 to 2 neither sets the slope nor gets slack). The segment's excess over its width is the jump J;
+// whatever size inside it the jump comes at, the bytes there are at most the start's plus the slope
+// plus J, which is the line plus J times the distance still to go to the segment's end
+// (slack_at). A flatter segment gets nothing (the cnn's batch-2 kernels hold more a sample; the
+// sizes inside came out at or under the line), nor does a layer whose bytes are a line, nor a
+// profiled size: that value is measured.
+std::vector<double> segment_slack(const std::vector<std::int64_t>& xs, const std::vector<std::int64_t>& values) {
+  std::vector<double> slack(xs.size() > 1 ? xs.size() - 1 : 0, 0.0);
+  std::vector<double> slopes;
+  const auto slope = [&](std::size_t k) {
+    return static_cast<double>(values[k + 1] - values[k]) / static_cast<double>(xs[k + 1] - xs[k]);
+  };
+  for (std::size_t k = 0; k < slack.size(); ++k) {
+    if (xs[k + 1] - xs[k] > 1) slopes.push_back(slope(k));
+  }
+  if (slopes.size() < 2) return slack;
+  std::sort(slopes.begin(), slopes.end());
+  const double per_sample = slopes[(slopes.size() - 1) / 2];
+  for (std::size_t k = 0; k < slack.size(); ++k) {
+    slack[k] = std::max(0.0, (slope(k) - per_sample) * static_cast<double>(xs[k + 1] - xs[k]));
+  }
+  return slack;
+}
+
+// The slack at `batch` inside its segment; nothing at a profiled size or outside them.
+double slack_at(const std::vector<std::int64_t>& xs, const std::vector<double>& slack, std::int64_t batch) {
+  if (slack.empty() || batch <= xs.front() || batch >= xs.back()) return 0;
+  const auto hi = static_cast<std::size_t>(std::upper_bound(xs.begin(), xs.end(), batch) - xs.begin());
+  const std::size_t lo = hi - 1;
+  if (xs[lo] == batch) return 0;
+  return slack[lo] * static_cast<double>(xs[hi] - batch) / static_cast<double>(xs[hi] - xs[lo]);
+}
+
+}  // namespace
+
 CostModel::CostModel(const Trace& trace) : trace_(&trace) {
   param_bytes_ = trace.param_bytes();
 
   for (const auto& layer : trace.layers) {
-    layers_.push_back(series_of(layer.samples));
-    lean_layers_.push_back(layer.tempo ? std::optional<Series>(series_of(layer.tempo->samples)) : std::nullopt);
+    layers_.push_back(series_of(trace.batch_sizes, layer.samples));
+    lean_layers_.push_back(layer.tempo ? std::optional<Series>(series_of(trace.batch_sizes, layer.tempo->samples)) : std::nullopt);
     checkpointed_.emplace_back();
     if (layer.checkpointed.empty()) continue;
     has_checkpointed_ = true;
     auto& series = checkpointed_.back().emplace();
     for (const auto& c : layer.checkpointed) {
-      series[0].push_back(c.recompute_transient_bytes);
-      series[1].push_back(c.recompute_extra_bytes);
-      series[2].push_back(c.bwd_transient_bytes);
+      series.bytes[0].push_back(c.recompute_transient_bytes);
+      series.bytes[1].push_back(c.recompute_extra_bytes);
+      series.bytes[2].push_back(c.bwd_transient_bytes);
     }
+    for (const std::size_t field : {0, 2}) series.slack[field] = segment_slack(trace.batch_sizes, series.bytes[field]);
   }
 
   std::vector<std::int64_t> inputs, optimizer_transient;
@@ -54,17 +106,6 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
   optimizer_ns_ = std::max<std::int64_t>(once_per_step[once_per_step.size() / 2], 0);
 }
 
-namespace {
-
-// Rounds an interpolated value, held within [lo, hi].
-std::int64_t rounded(double value, std::int64_t lo, std::int64_t hi) {
-  return std::llround(std::clamp(value, static_cast<double>(lo), static_cast<double>(hi)));
-}
-
-std::int64_t rounded_bytes(double value) { return rounded(value, -kMaxTraceBytes, kMaxTraceBytes); }
-std::int64_t rounded_ns(double value) { return rounded(value, 0, kMaxTraceNs); }
-
-}  // namespace
 
 double CostModel::interpolate(const std::vector<std::int64_t>& values, std::int64_t batch, bool never_falls) const {
   const auto& xs = trace_->batch_sizes;
@@ -94,7 +135,7 @@ double CostModel::interpolate(const std::vector<std::int64_t>& values, std::int6
   return static_cast<double>(values[lo]) + t * static_cast<double>(values[hi] - values[lo]);
 }
 
-CostModel::Series CostModel::series_of(const std::vector<LayerSample>& samples) {
+CostModel::Series CostModel::series_of(const std::vector<std::int64_t>& batch_sizes, const std::vector<LayerSample>& samples) {
   Series out;
   for (const auto& s : samples) {
     out.bytes[0].push_back(s.kept_bytes);
@@ -106,19 +147,23 @@ CostModel::Series CostModel::series_of(const std::vector<LayerSample>& samples) 
     out.fwd_ns.push_back(s.fwd_ns);
     out.bwd_ns.push_back(s.bwd_ns);
   }
+  for (const std::size_t field : {2, 3}) out.slack[field] = segment_slack(batch_sizes, out.bytes[field]);
   return out;
 }
 
 LayerCost CostModel::evaluate(const Series& series, std::int64_t batch) const {
   const auto at = [&](std::size_t field) { return rounded_bytes(interpolate(series.bytes[field], batch, false)); };
+  const auto transient_at = [&](std::size_t field) {
+    return rounded_bytes(interpolate(series.bytes[field], batch, false) + slack_at(trace_->batch_sizes, series.slack[field], batch));
+  };
   const auto non_negative = [](std::int64_t v) { return std::max<std::int64_t>(v, 0); };
   LayerCost cost;
   cost.fwd_ns = rounded_ns(interpolate(series.fwd_ns, batch, true));
   cost.bwd_ns = rounded_ns(interpolate(series.bwd_ns, batch, true));
   cost.kept_bytes = non_negative(at(0));
   cost.output_bytes = non_negative(at(1));
-  cost.fwd_transient_bytes = non_negative(at(2));
-  cost.bwd_transient_bytes = non_negative(at(3));
+  cost.fwd_transient_bytes = non_negative(transient_at(2));
+  cost.bwd_transient_bytes = non_negative(transient_at(3));
   cost.fwd_retained_bytes = at(4);
   cost.bwd_retained_bytes = at(5);
   return cost;
@@ -134,10 +179,11 @@ LayerCost CostModel::lean_layer(std::size_t index, std::int64_t batch) const {
 std::optional<CheckpointedSample> CostModel::checkpointed_layer(std::size_t index, std::int64_t batch) const {
   const auto& series = checkpointed_[index];
   if (!series) return std::nullopt;
-  const auto at = [&](std::size_t field) {
-    return std::max<std::int64_t>(rounded_bytes(interpolate((*series)[field], batch, false)), 0);
+  const auto at = [&](std::size_t field, bool transient) {
+    const double slack = transient ? slack_at(trace_->batch_sizes, series->slack[field], batch) : 0.0;
+    return std::max<std::int64_t>(rounded_bytes(interpolate(series->bytes[field], batch, false) + slack), 0);
   };
-  return CheckpointedSample{batch, at(0), at(1), at(2)};
+  return CheckpointedSample{batch, at(0, true), at(1, false), at(2, true)};
 }
 
 std::int64_t CostModel::input_bytes(std::int64_t batch) const {

@@ -3,12 +3,16 @@
 // (DESIGN.md) between samples, but not always across all of them (oneDNN picks other convolution
 // algorithms for tiny batches: one line through batch 1 to 64 missed the CNN's batch-1 peak by
 // 4%), so byte counts are piecewise-linear through the samples, exact at every sampled size and
-// extended along the end segments. Time is not affine: small batches under-use the device, so times are interpolated
-// piecewise-linearly between samples, held flat below the smallest sample, and extended past the
-// largest along the line through the last two samples (a fixed cost plus a cost per sample; a
-// proportional extension overstated a CPU step 4 samples past the last one by 2x). Past the largest
-// sample a time is a guess: plans that go there say so. A value extended that far past the trace's
-// limits (kMaxTraceBytes, kMaxTraceNs) is held at the limit, so sums over layers stay in 64 bits.
+// extended along the end segments. A transient (scratch memory) may stray from that line at sizes
+// no profile ran (oneDNN's convolutions at two threads), so between samples it gets, on top, what a
+// jump in a segment steeper than the layer's cost per sample can add (cost_model.cpp,
+// segment_slack): zero for a layer whose bytes are a line. Time is not affine: small batches use
+// the device less, so times are interpolated piecewise-linearly between samples, held flat below the
+// smallest sample, and extended past the largest along the line through the last two samples (a
+// fixed cost plus a cost per sample; a proportional extension overstated a CPU step 4 samples past
+// the last one by 2x). Past the largest sample a time is a guess: plans that go there say so. A
+// value extended that far past the trace's limits (kMaxTraceBytes, kMaxTraceNs) is held at the
+// limit, so sums over layers stay in 64 bits.
 #include <array>
 #include <optional>
 #include <cstdint>
@@ -75,15 +79,20 @@ class CostModel {
   // One layer's samples as series over the batch sizes.
   struct Series {
     std::array<std::vector<std::int64_t>, 6> bytes;  // kept, output, fwd/bwd transient, fwd/bwd retained
+    std::array<std::vector<double>, 6> slack;        // per segment between samples; transients only
     std::vector<std::int64_t> fwd_ns, bwd_ns;
   };
-  static Series series_of(const std::vector<LayerSample>& samples);
+  static Series series_of(const std::vector<std::int64_t>& batch_sizes, const std::vector<LayerSample>& samples);
   LayerCost evaluate(const Series& series, std::int64_t batch) const;
 
   std::vector<Series> layers_;
   std::vector<std::optional<Series>> lean_layers_;
   // Per layer: recompute transient, recompute extra, backward transient over the batch sizes.
-  std::vector<std::optional<std::array<std::vector<std::int64_t>, 3>>> checkpointed_;
+  struct CheckpointedSeries {
+    std::array<std::vector<std::int64_t>, 3> bytes;
+    std::array<std::vector<double>, 3> slack;  // the transients'
+  };
+  std::vector<std::optional<CheckpointedSeries>> checkpointed_;
   bool has_checkpointed_ = false;
   std::vector<std::int64_t> input_bytes_;
   std::vector<std::int64_t> micro_batch_ns_;  // per sample

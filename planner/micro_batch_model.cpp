@@ -365,12 +365,14 @@ void use_loss_cost(std::vector<Op>& ops, int loss_layer, const core::LayerCost& 
 // The loss over a whole batch: the loss measured alone, fitted, and the loss layer as the step
 // measured it at the profiled sizes (where it also holds a few hundred bytes the loss alone does
 // not, and at large batches runs slower than the loss alone scaled by B^2), whichever holds more
-// in each field (and takes longer: use_loss_cost).
+// in each field (and takes longer: use_loss_cost). What the loss still holds after its backward is
+// the step's: alone, it also holds the gradients of both embeddings, which in the step the towers'
+// backward counts (taking the larger of the two had clip's plain step 16 KiB over at batch 64).
 core::LayerCost whole_loss_cost(const core::LayerCost& in_step, core::LayerCost alone) {
   alone.fwd_transient_bytes = std::max(alone.fwd_transient_bytes, in_step.fwd_transient_bytes);
   alone.fwd_retained_bytes = std::max(alone.fwd_retained_bytes, in_step.fwd_retained_bytes);
   alone.bwd_transient_bytes = std::max(alone.bwd_transient_bytes, in_step.bwd_transient_bytes);
-  alone.bwd_retained_bytes = std::max(alone.bwd_retained_bytes, in_step.bwd_retained_bytes);
+  alone.bwd_retained_bytes = in_step.fwd_retained_bytes + in_step.bwd_retained_bytes - alone.fwd_retained_bytes;
   return alone;
 }
 

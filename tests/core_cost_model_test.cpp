@@ -42,6 +42,48 @@ TEST(CostModel, ExactAtSamplesInterpolatedBetween) {
   EXPECT_NEAR(costs.micro_batch_ns(2 * b2), t2 + std::max<std::int64_t>(0, t2 - t1) * b2 / (b2 - b1), 1);
 }
 
+// A convolution's scratch memory is not a line in the batch (oneDNN at two threads): between two
+// profiled sizes the transient bytes are bounded by the line plus how far the segment's ends stray
+// from their neighbours' lines, while a layer whose bytes are a line stays exactly on it.
+TEST(CostModel, AnIrregularTransientIsBoundedBetweenProfiledSizes) {
+  core::Trace trace = testing::make_small_trace();
+  trace.batch_sizes = {8, 16, 32, 64};
+  // clip's image.conv2 backward as profiled at two threads, and what it held at 24 and 26.
+  const std::vector<std::int64_t> conv_bwd = {346112, 673792, 1356032, 2666752};
+  const std::int64_t held_at_24 = 1028352, held_at_26 = 1110272;
+  for (auto& layer : trace.layers) {
+    auto first = layer.samples.front();
+    layer.samples.clear();
+    for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) {
+      auto s = first;
+      const std::int64_t b = trace.batch_sizes[k];
+      s.batch = b;
+      s.fwd_transient_bytes = first.fwd_transient_bytes * b;
+      s.bwd_transient_bytes = layer.name == "fc" ? conv_bwd[k] : first.bwd_transient_bytes * b;
+      layer.samples.push_back(s);
+    }
+  }
+  auto step = trace.steps.front();
+  trace.steps.clear();
+  for (const auto b : trace.batch_sizes) {
+    step.batch = b;
+    trace.steps.push_back(step);
+  }
+  const core::CostModel costs(trace);
+  for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) EXPECT_EQ(costs.layer(0, trace.batch_sizes[k]).bwd_transient_bytes, conv_bwd[k]);
+  const auto line = [&](std::int64_t b) { return conv_bwd[1] + (conv_bwd[2] - conv_bwd[1]) * (b - 16) / 16; };
+  for (const auto& [b, held] : {std::pair{24, held_at_24}, std::pair{26, held_at_26}}) {
+    const auto predicted = costs.layer(0, b).bwd_transient_bytes;
+    EXPECT_LT(line(b), held) << b;  // the line alone was under
+    EXPECT_GE(predicted, held) << b;
+    // Not more than the jump (its segment is 26,880 bytes steeper than the others over its width)
+    // times the distance still to go to the segment's end.
+    EXPECT_LE(predicted, line(b) + 26880 * (32 - b) / 16) << b;
+  }
+  // The gelu's bytes are a line: nothing added.
+  EXPECT_EQ(costs.layer(1, 24).bwd_transient_bytes, trace.layers[1].samples[0].bwd_transient_bytes * 3);
+}
+
 // A trace whose steps were measured as sequences of micro-batches: a micro-batch costs what the
 // later ones measured, and what a step pays once (optimizer, zeroing, the first micro-batch's
 // extra) is charged through optimizer_ns, once per step.
