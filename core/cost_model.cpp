@@ -152,8 +152,8 @@ CostModel::Series CostModel::series_of(const std::vector<std::int64_t>& batch_si
 }
 
 LayerCost CostModel::evaluate(const Series& series, std::int64_t batch) const {
-  const auto at = [&](std::size_t field) { return rounded_bytes(interpolate(series.bytes[field], batch, false)); };
-  const auto transient_at = [&](std::size_t field) {
+  // Only the transients have slack; slack_at is 0 for the other fields' empty ones.
+  const auto at = [&](std::size_t field) {
     return rounded_bytes(interpolate(series.bytes[field], batch, false) + slack_at(trace_->batch_sizes, series.slack[field], batch));
   };
   const auto non_negative = [](std::int64_t v) { return std::max<std::int64_t>(v, 0); };
@@ -162,8 +162,8 @@ LayerCost CostModel::evaluate(const Series& series, std::int64_t batch) const {
   cost.bwd_ns = rounded_ns(interpolate(series.bwd_ns, batch, true));
   cost.kept_bytes = non_negative(at(0));
   cost.output_bytes = non_negative(at(1));
-  cost.fwd_transient_bytes = non_negative(transient_at(2));
-  cost.bwd_transient_bytes = non_negative(transient_at(3));
+  cost.fwd_transient_bytes = non_negative(at(2));
+  cost.bwd_transient_bytes = non_negative(at(3));
   cost.fwd_retained_bytes = at(4);
   cost.bwd_retained_bytes = at(5);
   return cost;
@@ -179,11 +179,11 @@ LayerCost CostModel::lean_layer(std::size_t index, std::int64_t batch) const {
 std::optional<CheckpointedSample> CostModel::checkpointed_layer(std::size_t index, std::int64_t batch) const {
   const auto& series = checkpointed_[index];
   if (!series) return std::nullopt;
-  const auto at = [&](std::size_t field, bool transient) {
-    const double slack = transient ? slack_at(trace_->batch_sizes, series->slack[field], batch) : 0.0;
+  const auto at = [&](std::size_t field) {
+    const double slack = slack_at(trace_->batch_sizes, series->slack[field], batch);
     return std::max<std::int64_t>(rounded_bytes(interpolate(series->bytes[field], batch, false) + slack), 0);
   };
-  return CheckpointedSample{batch, at(0, true), at(1, false), at(2, true)};
+  return CheckpointedSample{batch, at(0), at(1), at(2)};
 }
 
 std::int64_t CostModel::input_bytes(std::int64_t batch) const {

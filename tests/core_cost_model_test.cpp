@@ -43,8 +43,8 @@ TEST(CostModel, ExactAtSamplesInterpolatedBetween) {
 }
 
 // A convolution's scratch memory is not a line in the batch (oneDNN at two threads): between two
-// profiled sizes the transient bytes are bounded by the line plus how far the segment's ends stray
-// from their neighbours' lines, while a layer whose bytes are a line stays exactly on it.
+// profiled sizes the transient bytes are bounded by the line plus what a jump in a segment steeper
+// than the layer's median slope can add, while a layer whose bytes are a line stays exactly on it.
 TEST(CostModel, AnIrregularTransientIsBoundedBetweenProfiledSizes) {
   core::Trace trace = testing::make_small_trace();
   trace.batch_sizes = {8, 16, 32, 64};
