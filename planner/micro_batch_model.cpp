@@ -362,18 +362,24 @@ void use_loss_cost(std::vector<Op>& ops, int loss_layer, const core::LayerCost& 
   }
 }
 
+// What the loss layer holds after its backward is the step's own measurement of it: measured alone,
+// the loss (whole or the gradient cache's surrogate) also holds the gradients of both embeddings,
+// which in the step the towers' backward counts (clip's plain step was 16 KiB over at batch 64 and
+// its micro-batched steps 256 bytes a sample of the peak micro-batch over without this).
+core::LayerCost held_after_backward_as_in_step(const core::LayerCost& in_step, core::LayerCost alone) {
+  alone.bwd_retained_bytes = in_step.fwd_retained_bytes + in_step.bwd_retained_bytes - alone.fwd_retained_bytes;
+  return alone;
+}
+
 // The loss over a whole batch: the loss measured alone, fitted, and the loss layer as the step
 // measured it at the profiled sizes (where it also holds a few hundred bytes the loss alone does
 // not, and at large batches runs slower than the loss alone scaled by B^2), whichever holds more
-// in each field (and takes longer: use_loss_cost). What the loss still holds after its backward is
-// the step's: alone, it also holds the gradients of both embeddings, which in the step the towers'
-// backward counts (taking the larger of the two had clip's plain step 16 KiB over at batch 64).
+// in each field (and takes longer: use_loss_cost).
 core::LayerCost whole_loss_cost(const core::LayerCost& in_step, core::LayerCost alone) {
   alone.fwd_transient_bytes = std::max(alone.fwd_transient_bytes, in_step.fwd_transient_bytes);
   alone.fwd_retained_bytes = std::max(alone.fwd_retained_bytes, in_step.fwd_retained_bytes);
   alone.bwd_transient_bytes = std::max(alone.bwd_transient_bytes, in_step.bwd_transient_bytes);
-  alone.bwd_retained_bytes = in_step.fwd_retained_bytes + in_step.bwd_retained_bytes - alone.fwd_retained_bytes;
-  return alone;
+  return held_after_backward_as_in_step(in_step, alone);
 }
 
 // A segment per run of one size, the last micro-batch a segment of its own that keeps its input
@@ -514,11 +520,11 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
     append_layer_ops(batch_cost, graph, span_of, variant, 0, last_layer, ops);
     if (loss_model) {
       const int loss = loss_model->layer();
+      const core::LayerCost& in_step = batch_cost.layers[static_cast<std::size_t>(loss)];
       if (grad_cache) {
-        use_loss_cost(ops, loss, loss_model->surrogate(b), false);
+        use_loss_cost(ops, loss, held_after_backward_as_in_step(in_step, loss_model->surrogate(b)), false);
       } else {
-        use_loss_cost(ops, loss, whole_loss_cost(batch_cost.layers[static_cast<std::size_t>(loss)], loss_model->loss(b, choice.loss_tiles)),
-                      true);
+        use_loss_cost(ops, loss, whole_loss_cost(in_step, loss_model->loss(b, choice.loss_tiles)), true);
       }
     }
     std::int64_t net = 0;
