@@ -104,6 +104,7 @@ core::ContrastiveProfile profile_contrastive_loss(const models::Model& model, to
     // The first run warms the allocator's pools and lazy initialization.
     measure(layer, profile.dim, device, mode, batch, tiles, 1);
     profile.samples.push_back(measure(layer, profile.dim, device, mode, batch, tiles, options.repeats));
+    if (options.on_sample) options.on_sample(batch);
   };
   for (const std::int64_t b : options.standard_batches) add(core::ContrastiveMode::Standard, b, std::nullopt);
   for (const auto& tiles : options.tiles) {

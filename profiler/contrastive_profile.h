@@ -3,6 +3,7 @@
 // batch sizes past the towers' profiled micro-batches: the standard loss, the tiled loss per tile
 // and the gradient cache's surrogate, each forward and backward with the allocator hook and a clock.
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include <torch/torch.h>
@@ -23,6 +24,13 @@ struct ContrastiveProfileOptions {
   std::vector<std::int64_t> tile_batch_multiples{2, 3, 4};
   std::vector<std::int64_t> surrogate_batches{256, 512, 1024};
   int repeats = 3;
+  // Called after each sample with its batch (minutes in all at the largest tiles on a CPU).
+  std::function<void(std::int64_t batch)> on_sample;
+
+  // How many samples `profile_contrastive_loss` takes.
+  int sample_count() const {
+    return static_cast<int>(standard_batches.size() + tiles.size() * tile_batch_multiples.size() + surrogate_batches.size());
+  }
 };
 
 // Throws std::invalid_argument for a model without a contrastive loss layer.

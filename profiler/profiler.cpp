@@ -701,7 +701,9 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
 
   Progress progress;
   const int calibrations = options.calibrate ? static_cast<int>(options.batch_sizes.size()) + 1 : 0;
-  progress.total = passes + calibrations +
+  ContrastiveProfileOptions contrastive;
+  const int contrastive_samples = contrastive_loss_layer(model) >= 0 ? contrastive.sample_count() : 0;
+  progress.total = passes + calibrations + contrastive_samples +
                    static_cast<int>(options.batch_sizes.size()) *
                        (passes * (options.warmup_steps + 2 * options.repeats) + (opaque.empty() ? 0 : 1));
   const auto report = [&](const char* phase, std::int64_t batch) {
@@ -942,9 +944,9 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
 
   calibrate(options.batch_sizes.back());
 
-  if (contrastive_loss_layer(model) >= 0) {
-    if (options.on_progress) options.on_progress({"contrastive loss", 0, progress.step, progress.total});
-    trace.contrastive_loss = profile_contrastive_loss(model, device, {});
+  if (contrastive_samples > 0) {
+    contrastive.on_sample = [&](std::int64_t b) { report("contrastive loss", b); };
+    trace.contrastive_loss = profile_contrastive_loss(model, device, contrastive);
   }
   std::int64_t param_elements = 0;
   for (const auto& p : parameters) param_elements += p.numel();
