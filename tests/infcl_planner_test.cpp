@@ -31,8 +31,9 @@ planner::PlanRequest request(std::int64_t budget, std::int64_t batch, const std:
 }
 
 // Memory is polynomial in the batch (the standard loss quadratic, a tile's and the surrogate's
-// affine): the fits through the largest samples reproduce every sample, the ones they were not fitted
-// through included, to the byte.
+// affine), to a few bytes: the fits through the largest samples, raised by the most they fall short
+// of any other, are never under a sample, the ones they were not fitted through included, and over
+// by at most 64 bytes (the 2-thread recordings are a few bytes off a line).
 TEST(InfClPlanner, LossModelReproducesEveryMeasuredSample) {
   const core::Trace trace = clip_trace();
   ASSERT_TRUE(trace.contrastive_loss);
@@ -45,10 +46,14 @@ TEST(InfClPlanner, LossModelReproducesEveryMeasuredSample) {
                               : s.mode == core::ContrastiveMode::Tiled
                                   ? model.loss(s.batch, core::LossTiles{s.tile_rows, s.tile_cols})
                                   : model.loss(s.batch, std::nullopt);
-    EXPECT_EQ(c.fwd_transient_bytes, s.fwd_transient_bytes);
-    EXPECT_EQ(c.fwd_retained_bytes, s.fwd_retained_bytes);
-    EXPECT_EQ(c.bwd_transient_bytes, s.bwd_transient_bytes);
-    EXPECT_EQ(c.bwd_retained_bytes, s.bwd_retained_bytes);
+    const std::pair<std::int64_t, std::int64_t> fields[] = {{c.fwd_transient_bytes, s.fwd_transient_bytes},
+                                                            {c.fwd_retained_bytes, s.fwd_retained_bytes},
+                                                            {c.bwd_transient_bytes, s.bwd_transient_bytes},
+                                                            {c.bwd_retained_bytes, s.bwd_retained_bytes}};
+    for (const auto& [fitted, measured] : fields) {
+      EXPECT_GE(fitted, measured);
+      EXPECT_LE(fitted, measured + 64);
+    }
     ++checked;
   }
   EXPECT_GE(checked, 10);
