@@ -164,13 +164,14 @@ TEST(DataParallel, AContrastiveModelTrainsOverTheRingInfCl) {
   fs::remove_all(dir);
 }
 
-// Without tiles the ring runs one tile per pair of blocks: at 4096 pairs over 2 workers the ring's
-// loss backward is a worker's peak, which the plan predicts to 2%.
+// Without tiles the ring runs one tile per pair of blocks: at 8192 pairs over 2 workers the ring's
+// loss backward is a worker's peak (at 4096, the 2-thread trace's convolution backward is), which
+// the plan predicts to 2%.
 TEST(DataParallel, TheRingLossIsPlannedWhereItIsTheWorkersPeak) {
   const fs::path dir = fresh_dir("headroom_dp_clip_ring");
   const std::string trace_file = std::string(HEADROOM_TRACES_DIR) + "/cpu-clip.json";
   const fs::path plan_path = dir / "plan.json";
-  auto r = run("plan " + trace_file + " --optimizer sgd --budget 48MiB --margin 0 --batch 4096 --strategies mbp --devices 2 "
+  auto r = run("plan " + trace_file + " --optimizer sgd --budget 200MiB --margin 0 --batch 8192 --strategies mbp --devices 2 "
                "--link 1GB/s,20us -o " + plan_path.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const core::Plan plan = core::read_plan_file(plan_path);
