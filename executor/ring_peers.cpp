@@ -12,10 +12,12 @@ namespace headroom::executor {
 namespace {
 
 // A failed transfer names itself as a collective's failure: the launcher tells a worker that failed
-// on its own from one whose peer went away by this (cli/worker_launch.h).
-void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+// on its own from one whose peer went away by this (cli/worker_launch.h). Gloo throws either when
+// the transfer is posted (the peer's connection already reset) or when it is waited for.
+template <typename F>
+auto named_as_collective(const std::string& what, F transfer) {
   try {
-    work->wait();
+    return transfer();
   } catch (const c10::Error& e) {
     const std::string message = e.what_without_backtrace();
     throw std::runtime_error("collective failed in " + what + " (another worker stopped?): " +
@@ -23,6 +25,10 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const std::string& wha
   } catch (const std::exception& e) {
     throw std::runtime_error("collective failed in " + what + " (another worker stopped?): " + e.what());
   }
+}
+
+void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+  named_as_collective(what, [&] { work->wait(); });
 }
 
 class GroupTransfer : public models::RingPeers::Transfer {
@@ -43,8 +49,9 @@ class GroupTransfer : public models::RingPeers::Transfer {
 std::unique_ptr<models::RingPeers::Transfer> GroupRingPeers::shift(const torch::Tensor& out, torch::Tensor& in, int tag) {
   const int n = size(), next = (rank() + 1) % n, previous = (rank() + n - 1) % n;
   std::vector<at::Tensor> outgoing{out}, incoming{in};
-  auto send = workers_.group().send(outgoing, next, tag);
-  auto receive = workers_.group().recv(incoming, previous, tag);
+  auto send = named_as_collective("the ring loss's send", [&] { return workers_.group().send(outgoing, next, tag); });
+  auto receive =
+      named_as_collective("the ring loss's receive", [&] { return workers_.group().recv(incoming, previous, tag); });
   return std::make_unique<GroupTransfer>(std::move(send), std::move(receive));
 }
 
