@@ -2,8 +2,8 @@
 # Re-records the reference CPU traces in traces/ (see traces/README.md), each at the cores this
 # process may use and with the machine's calibration (so that plans on other machines rescale its
 # times). Takes about 22 minutes on two cores: clip 15 (its contrastive loss alone at up to 16,384
-# pairs), bert large 5.5, the rest 1.5. Run
-# from the repository root after building, on an idle machine: the times are the machine's.
+# pairs), bert large 5.5, the rest 1.5. Run from the repository root after building, on an idle
+# machine: the times are the machine's.
 set -euo pipefail
 headroom=${HEADROOM:-./build/default/headroom}
 record() {
