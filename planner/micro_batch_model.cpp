@@ -350,15 +350,24 @@ Walk walk(const std::vector<Op>& ops) {
 
 namespace {
 
-// The loss layer's forward and backward ops at `cost` (its own model's, not interpolated); with
-// `at_least_as_measured`, no shorter than the step's own measurement of the layer made them.
-void use_loss_cost(std::vector<Op>& ops, int loss_layer, const core::LayerCost& cost, bool at_least_as_measured) {
+// Where the loss layer's time comes from: its own model's (the gradient cache's surrogate); the
+// longer of that and the step's measurement of the layer (the whole loss past the step's profiled
+// sizes, or tiled); the step's measurement alone (the standard loss within them, where the loss
+// timed apart is scaled from another size: at 2 threads up to 3.8 ms longer than the step's).
+enum class LossTime { Modelled, LongerOfModelledAndStep, AsTheStepMeasured };
+
+// The loss layer's forward and backward ops at `cost` (its own model's, not interpolated), timed
+// as `time` says.
+void use_loss_cost(std::vector<Op>& ops, int loss_layer, const core::LayerCost& cost, LossTime time) {
   for (Op& op : ops) {
     if (op.layer != loss_layer || (op.kind != OpKind::Forward && op.kind != OpKind::Backward)) continue;
     const bool fwd = op.kind == OpKind::Forward;
     const std::int64_t ns = fwd ? cost.fwd_ns : cost.bwd_ns;
-    op = {op.kind, op.layer, at_least_as_measured ? std::max(op.duration_ns, ns) : ns,
-          fwd ? cost.fwd_transient_bytes : cost.bwd_transient_bytes, fwd ? cost.fwd_retained_bytes : cost.bwd_retained_bytes};
+    const std::int64_t duration = time == LossTime::Modelled                  ? ns
+                                  : time == LossTime::LongerOfModelledAndStep ? std::max(op.duration_ns, ns)
+                                                                              : op.duration_ns;
+    op = {op.kind, op.layer, duration, fwd ? cost.fwd_transient_bytes : cost.bwd_transient_bytes,
+          fwd ? cost.fwd_retained_bytes : cost.bwd_retained_bytes};
   }
 }
 
@@ -374,7 +383,7 @@ core::LayerCost held_after_backward_as_in_step(const core::LayerCost& in_step, c
 // The loss over a whole batch: the loss measured alone, fitted, and the loss layer as the step
 // measured it at the profiled sizes (where it also holds a few hundred bytes the loss alone does
 // not, and at large batches runs slower than the loss alone scaled by B^2), whichever holds more
-// in each field (and takes longer: use_loss_cost).
+// in each field (its time: LossTime).
 core::LayerCost whole_loss_cost(const core::LayerCost& in_step, core::LayerCost alone) {
   alone.fwd_transient_bytes = std::max(alone.fwd_transient_bytes, in_step.fwd_transient_bytes);
   alone.fwd_retained_bytes = std::max(alone.fwd_retained_bytes, in_step.fwd_retained_bytes);
@@ -522,15 +531,12 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
       const int loss = loss_model->layer();
       const core::LayerCost& in_step = batch_cost.layers[static_cast<std::size_t>(loss)];
       if (grad_cache) {
-        use_loss_cost(ops, loss, held_after_backward_as_in_step(in_step, loss_model->surrogate(b)), false);
+        use_loss_cost(ops, loss, held_after_backward_as_in_step(in_step, loss_model->surrogate(b)), LossTime::Modelled);
       } else {
-        core::LayerCost whole = whole_loss_cost(in_step, loss_model->loss(b, choice.loss_tiles));
-        // Within the sizes the step was profiled at, the standard loss takes the step's own time of
-        // it: the loss alone was timed apart and is scaled from another size (at 2 threads it came
-        // out up to 3.8 ms longer than the step's at the step's own sizes).
         const auto& profiled = costs.trace().batch_sizes;
-        if (!choice.loss_tiles && b >= profiled.front() && b <= profiled.back()) whole.fwd_ns = whole.bwd_ns = 0;
-        use_loss_cost(ops, loss, whole, true);
+        const bool step_timed_it = !choice.loss_tiles && b >= profiled.front() && b <= profiled.back();
+        use_loss_cost(ops, loss, whole_loss_cost(in_step, loss_model->loss(b, choice.loss_tiles)),
+                      step_timed_it ? LossTime::AsTheStepMeasured : LossTime::LongerOfModelledAndStep);
       }
     }
     std::int64_t net = 0;
