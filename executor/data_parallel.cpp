@@ -157,12 +157,12 @@ Workers::Workers(const WorkerIdentity& identity, torch::Device device) : identit
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = identity.timeout;
     auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, identity.rank, identity.world_size, options);
-    group_ = std::shared_ptr<c10d::ProcessGroup>(group.release(), [](c10d::ProcessGroup* g) { c10::raw::intrusive_ptr::decref(g); });
+    group_ = std::shared_ptr<CollectiveGroup>(group.release(), [](CollectiveGroup* g) { c10::raw::intrusive_ptr::decref(g); });
     backend_ = "nccl";
     return;
 #else
     throw core::InputError("device cuda: data parallel on CUDA uses NCCL, and this build has no NCCL (configure with "
-                           "HEADROOM_WITH_CUDA against a libtorch built with it)");
+                           "-DHEADROOM_WITH_CUDA=ON -DHEADROOM_WITH_NCCL=ON against a libtorch built with it)");
 #endif
   }
   auto options = c10d::ProcessGroupGloo::Options::create(identity.timeout);
@@ -175,7 +175,7 @@ Workers::Workers(const WorkerIdentity& identity, torch::Device device) : identit
   } catch (const std::exception& e) {
     throw std::runtime_error("collective failed while the workers joined: " + std::string(e.what()).substr(0, 300));
   }
-  group_ = std::shared_ptr<c10d::ProcessGroup>(group.release(), [](c10d::ProcessGroup* g) { c10::raw::intrusive_ptr::decref(g); });
+  group_ = std::shared_ptr<CollectiveGroup>(group.release(), [](CollectiveGroup* g) { c10::raw::intrusive_ptr::decref(g); });
   backend_ = "gloo";
 }
 

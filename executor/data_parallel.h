@@ -10,15 +10,25 @@
 #include <vector>
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include "core/collective.h"
 #include "models/model.h"
 
 namespace c10d {
 class ProcessGroup;
-}
+class Backend;
+}  // namespace c10d
 
 namespace headroom::executor {
+
+// What runs the collectives. Since torch 2.0, Gloo's and NCCL's groups are c10d::Backend (a
+// ProcessGroup dispatches to them); in 1.13 they were process groups themselves.
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveGroup = c10d::Backend;
+#else
+using CollectiveGroup = c10d::ProcessGroup;
+#endif
 
 // Who this worker is and how it finds the others.
 struct WorkerIdentity {
@@ -51,7 +61,7 @@ class Workers {
   int rank() const { return identity_.rank; }
   int size() const { return identity_.world_size; }
   const std::string& backend() const { return backend_; }
-  c10d::ProcessGroup& group() { return *group_; }
+  CollectiveGroup& group() { return *group_; }
 
   // Every worker's `mine` (the same length on all), rank by rank.
   std::vector<std::vector<double>> gather(const std::vector<double>& mine);
@@ -61,7 +71,7 @@ class Workers {
  private:
   WorkerIdentity identity_;
   std::string backend_;
-  std::shared_ptr<c10d::ProcessGroup> group_;
+  std::shared_ptr<CollectiveGroup> group_;
   // The weights check's buffers, made once as the workers join (before the run's memory is
   // counted): Gloo's worker thread may let go of a collective's tensors only after the next step
   // has begun, where fresh ones would count against it.

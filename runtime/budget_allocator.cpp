@@ -35,7 +35,7 @@ const Refusal& BudgetAllocator::last_refusal() { return t_last_refusal; }
 void BudgetAllocator::clear_last_refusal() { t_last_refusal = {}; }
 void BudgetAllocator::set_last_refusal(const Refusal& refusal) { t_last_refusal = refusal; }
 
-c10::DataPtr BudgetAllocator::allocate(std::size_t bytes) const {
+c10::DataPtr BudgetAllocator::allocate_counted(std::size_t bytes) const {
   if (bytes == 0) return inner_->allocate(0);  // no memory to count; its null pointer needs no entry
   const auto n = static_cast<std::int64_t>(bytes);
   if (HostScope::active()) {

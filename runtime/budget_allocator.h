@@ -9,6 +9,7 @@
 // HostScope is alive on the allocating thread are counted apart (host_in_use/host_peak): reported,
 // never refused, and not part of in_use/peak, which stay the device side.
 #include <c10/core/Allocator.h>
+#include <torch/version.h>
 
 #include <atomic>
 #include <cstdint>
@@ -45,11 +46,18 @@ class BudgetAllocator final : public c10::Allocator {
   // Carries a refusal made on a worker thread (an L2L copy thread) over to the thread that reports it.
   static void set_last_refusal(const Refusal& refusal);
 
-  c10::DataPtr allocate(std::size_t bytes) const override;
+  // torch 2.3 made allocate non-const and added copy_data (what Allocator::clone copies with).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  c10::DataPtr allocate(std::size_t bytes) override { return allocate_counted(bytes); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#else
+  c10::DataPtr allocate(std::size_t bytes) const override { return allocate_counted(bytes); }
+#endif
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
  private:
   BudgetAllocator();
+  c10::DataPtr allocate_counted(std::size_t bytes) const;
   static void release(void* ptr);
 
   c10::Allocator* inner_;
