@@ -343,7 +343,7 @@ std::uint64_t step_seed(const ExecuteOptions& options, int step, std::size_t m) 
 // accumulated gradients; an L2L relay replaces the micro-batch loop with its layer-major order.
 void train_step(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options, int step,
                 torch::Device device, HostMemoryWatch* host) {
-  training.optimizer->zero_grad();
+  runtime::zero_gradients_kept(*training.optimizer);
   // The last micro-batch's data stays until the optimizer has stepped, as in a training loop (and
   // as the plan counts it).
   std::vector<models::Batch> batch;
@@ -443,7 +443,7 @@ double full_batch_reference(PlannedTraining& training, const core::Plan& plan, c
   reference.model.set_dropout(false);
   const int total = options.warmup_steps + options.steps;
   for (int step = 0; step < total; ++step) {
-    reference.optimizer->zero_grad();
+    runtime::zero_gradients_kept(*reference.optimizer);
     std::vector<models::Batch> batches;
     for (std::size_t m = 0; m < plan.choice.micro_batches.size(); ++m) {
       batches.push_back(make_micro_batches(reference.model, {plan.choice.micro_batches[m]}, step_seed(options, step, m), device).front());

@@ -266,7 +266,7 @@ MicroBatchTimes plain_micro_batch(const models::Model& model, std::int64_t b, st
 std::int64_t zero_gradients(torch::optim::Optimizer& optimizer, gpu::GpuBackend* gpu) {
   synchronize(gpu);
   const auto start = Clock::now();
-  optimizer.zero_grad();
+  runtime::zero_gradients_kept(optimizer);
   synchronize(gpu);
   return ns_between(start, Clock::now());
 }
@@ -348,7 +348,7 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
   step.layers.resize(layer_count);
   step.fwd_reserved_bytes.assign(layer_count, 0);
   step.bwd_reserved_bytes.assign(layer_count, 0);
-  if (optimizer != nullptr && zero_grad_first) optimizer->zero_grad();
+  if (optimizer != nullptr && zero_grad_first) runtime::zero_gradients_kept(*optimizer);
 
   GpuTracking gpu(gpu_backend);
   gpu.synchronize();

@@ -1,5 +1,7 @@
 #include "runtime/optimizer.h"
 
+#include <torch/version.h>
+
 #include "core/errors.h"
 #include "runtime/tensor_bytes.h"
 
@@ -12,6 +14,14 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
   }
   if (name == "adam") return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(1e-3));
   throw core::InputError("unknown optimizer '" + name + "' (known: sgd, adam)");
+}
+
+void zero_gradients_kept(torch::optim::Optimizer& optimizer) {
+#if TORCH_VERSION_MAJOR >= 2
+  optimizer.zero_grad(/*set_to_none=*/false);
+#else
+  optimizer.zero_grad();
+#endif
 }
 
 std::int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
