@@ -179,7 +179,9 @@ def load_data(path, parameter_count, loss):
             # torch.load hands a TorchScript archive to torch.jit.load with a warning; that case is
             # refused below as not a dict, in one line.
             warnings.simplefilter("ignore")
-            data = torch.load(path, map_location="cpu")
+            # Our own file: PyTorch 2.6 made weights_only=True the default, which refuses the
+            # archive headroom writes; 1.13 already takes the argument.
+            data = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:
         raise UsageError(f"--data: '{path}' is not a file torch.load reads ({last_line(error)})")
     if not isinstance(data, dict):

@@ -47,7 +47,12 @@ TEST(CommittedTraces, AreValidAndConsistent) {
         EXPECT_GT(s.fwd_ns, 0) << layer.name;
         EXPECT_GT(s.bwd_ns, 0) << layer.name;
       }
-      EXPECT_LT(core::fit_affine(trace.batch_sizes, kept).max_abs_residual, 0.5) << layer.name;
+      // On the CPU every byte a layer keeps is a tensor of its own: affine in the batch, exactly. On
+      // CUDA they are the caching allocator's rounded blocks, and cuDNN and cuBLAS pick kernels (and
+      // what those save) by size: within 2 MiB (the H200 traces: 1.0 MiB at most, gpt small's
+      // attention). The planner interpolates between the sampled sizes either way.
+      const double slack = trace.device.is_cuda() ? 2.0 * (1 << 20) : 0.5;
+      EXPECT_LT(core::fit_affine(trace.batch_sizes, kept).max_abs_residual, slack) << layer.name;
     }
     for (const auto& step : trace.steps) {
       EXPECT_GT(step.peak_bytes, step.static_bytes + step.input_bytes);
