@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""The GPU checklist in one run on the GPU machine: build against PyTorch's libtorch, profile the
+zoo and a TorchScript model on CUDA, plan and execute at budgets that force checkpointing and
+Tempo, Tempo's largest batch on bert large, then the test suite; within a deadline.
+
+  OUT=DIR python3 scripts/gpu_checklist.py [--deadline SECONDS] [--phases build,profile,...] [--dry-run]
+
+Needs .gpu-deps (scripts/gpu-build.sh fetch, on the Debian machine); TARGETS and HEADROOM_WITH_NCCL
+pass on to scripts/gpu-build.sh. Writes under OUT: build.log,
+run.log (every command and its output), ctest.log, summary.md (the tables), results.tar.gz (the
+traces, plans and reports). Each phase starts only with time left for it; the tables are written as
+rows arrive, so a run cut short keeps what it measured.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.environ.get("OUT") or os.path.join(ROOT, "gpu-out")
+# Outside OUT: only a few files may come back from the GPU machine; they travel as one archive.
+# build/ is ignored and stays on a warm machine between calls: a second call finds the traces.
+WORK = os.environ.get("HEADROOM_GPU_WORK", os.path.join(ROOT, "build", "gpu-work"))
+H = os.path.join(ROOT, "build", "gpu", "headroom")
+DEVICE = "cuda"
+RESNET = ("64", "16,32,64,128")  # the TorchScript example: image size, batch sizes
+GIB = 1 << 30
+START = time.monotonic()
+DEADLINE = 450.0
+
+
+def left():
+    return DEADLINE - (time.monotonic() - START)
+
+
+def log(text):
+    with open(os.path.join(OUT, "run.log"), "a") as f:
+        f.write(text + "\n")
+
+
+def say(text):
+    """To the reply's output tail and the summary."""
+    print(text, flush=True)
+    with open(os.path.join(OUT, "summary.md"), "a") as f:
+        f.write(text + "\n")
+
+
+def run(cmd, timeout, env=None, quiet=False):
+    """Runs cmd (a list), logging it with its output; None when it did not start in time."""
+    timeout = min(timeout, left() - 5)
+    if timeout < 5:
+        log(f"$ {' '.join(cmd)}\n(skipped: {left():.0f} s left)")
+        return None
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        out, rc = r.stdout + r.stderr, r.returncode
+    except OSError as e:
+        out, rc = f"(could not run: {e})", 127
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        out += f"\n(timed out after {timeout:.0f} s)"
+        rc = 124
+    log(f"$ {' '.join(cmd)}\n(rc {rc}, {time.monotonic() - t0:.1f} s)\n{out}")
+    if rc and not quiet:
+        tail = out.strip().splitlines()[-3:] if out.strip() else []
+        print(f"FAILED rc={rc}: {' '.join(cmd)[:160]} :: {' | '.join(tail)[:400]}", flush=True)
+    return subprocess.CompletedProcess(cmd, rc, out, "")
+
+
+def environment():
+    for cmd in (["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm", "--format=csv,noheader"],
+                [sys.executable, "-c", "import torch,torchvision;print('torch',torch.__version__,'cuda',torch.version.cuda,"
+                 "'torchvision',torchvision.__version__)"],
+                ["nproc"], ["bash", "-c", "g++ --version | head -1; cmake --version | head -1; nvcc --version | tail -1"]):
+        r = run(cmd, 30, quiet=True)
+        say(f"- `{' '.join(cmd)[:60]}`: {r.stdout.strip() if r else '?'}".replace("\n", "; "))
+
+
+def build():
+    log_path = os.path.join(OUT, "build.log")
+    t0 = time.monotonic()
+    env = dict(os.environ, KEEP_GOING="1")
+    if not shutil.which("nvcc") and os.path.exists("/usr/local/cuda/bin/nvcc"):
+        env["PATH"] = "/usr/local/cuda/bin:" + env["PATH"]
+    with open(log_path, "w") as f:
+        rc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu-build.sh"), "build"], stdout=f,
+                            stderr=subprocess.STDOUT, env=env, timeout=max(60, left() - 60)).returncode
+    text = open(log_path).read()
+    errors = [l for l in text.splitlines() if "error" in l.lower() and ("error:" in l or "Error" in l)]
+    say(f"- build: rc {rc}, {time.monotonic() - t0:.0f} s, headroom {'built' if os.path.exists(H) else 'NOT built'}")
+    for line in errors[:40]:
+        print("  " + line[:300], flush=True)
+    if not os.path.exists(H) and any("data_parallel.cpp" in l for l in errors):
+        # NCCL's process group is what a single-GPU machine cannot exercise anyway: build without it.
+        say("- build: data_parallel.cpp failed; again without NCCL")
+        env["HEADROOM_WITH_NCCL"] = "OFF"
+        with open(log_path, "a") as f:
+            subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu-build.sh"), "build"], stdout=f,
+                           stderr=subprocess.STDOUT, env=env, timeout=max(60, left() - 60))
+        say(f"- build without NCCL: headroom {'built' if os.path.exists(H) else 'NOT built'}")
+    return os.path.exists(H)
+
+
+PROFILES = [
+    # (name, profile arguments, global batch for the plans)
+    ("bert-base", ["--model", "bert", "--set", "preset=base", "--batch-sizes", "8,16,32,64"], 64),
+    ("bert-large", ["--model", "bert", "--set", "preset=large", "--batch-sizes", "4,8,16,32"], 32),
+    ("gpt-small", ["--model", "gpt", "--set", "preset=small", "--batch-sizes", "4,8,16,32"], 32),
+    ("cnn", ["--model", "cnn", "--set", "image=64", "width=64", "blocks=2", "--batch-sizes", "32,64,128,256"], 256),
+    ("resnet18", None, 128),
+]
+
+
+def profile_all():
+    traces = {}
+    failures = 0
+    say("\n## Profiles on CUDA\n")
+    for name, args, batch in PROFILES:
+        trace = os.path.join(WORK, f"cuda-{name}.json")
+        if args is None:
+            export = run([sys.executable, os.path.join(ROOT, "examples", "export_torchvision.py"), "--models", "resnet18",
+                          "--image-size", RESNET[0], "--out", WORK], 120)
+            if not export or export.returncode:
+                continue
+            args = ["--torchscript", os.path.join(WORK, "resnet18.pt"), "--input", f"3x{RESNET[0]}x{RESNET[0]}:float32",
+                    "--batch-sizes", RESNET[1]]
+        t0 = time.monotonic()
+        r = run([H, "profile", *args, "--device", DEVICE, "-o", trace], 150)
+        if r is None:
+            say(f"- {name}: not profiled (out of time)")
+            continue
+        if r.returncode == 0 and os.path.exists(trace):
+            traces[name] = (trace, batch)
+            say(f"- {name}: profiled in {time.monotonic() - t0:.0f} s (`headroom profile {' '.join(args)} --device cuda`)")
+            print(r.stdout[-1500:], flush=True)
+        else:
+            say(f"- {name}: profile failed rc {r.returncode}: {r.stdout.strip()[-300:]}")
+            failures += 1
+            if failures == 2 and not traces:
+                say("- two profiles failed and none succeeded: the rest skipped")
+                break
+    return traces
+
+
+def existing_traces():
+    traces = {}
+    for name, _, batch in PROFILES:
+        trace = os.path.join(WORK, f"cuda-{name}.json")
+        if os.path.exists(trace):
+            traces[name] = (trace, batch)
+    return traces
+
+
+def plan(trace, budget, batch, strategies, path):
+    r = run([H, "plan", trace, "--budget", str(budget), "--batch", str(batch), "--strategies", strategies,
+             "--margin", "0", "-o", path], 60, quiet=True)
+    if r is None or r.returncode or not os.path.exists(path):
+        return None
+    return json.load(open(path))
+
+
+def execute(plan_path, report_path, steps=6):
+    r = run([H, "execute", plan_path, "--device", DEVICE, "--steps", str(steps), "--warmup", "3", "-o", report_path], 180)
+    if r is None or r.returncode or not os.path.exists(report_path):
+        return None
+    return json.load(open(report_path))
+
+
+def split_of(p):
+    mb = p["micro_batches"]
+    return f"{len(mb)}x{mb[0]}" if len(set(mb)) == 1 else "+".join(map(str, mb))
+
+
+def plans_and_executions(traces):
+    say("\n## Plans executed on CUDA (predicted against measured)\n")
+    say("| trace | strategies | budget | plan | ckpt | lean | peak pred | peak meas (alloc) | reserved | peak err "
+        "| samples/s pred | meas | thr err |")
+    say("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    order = ["bert-large", "gpt-small", "bert-base", "cnn", "resnet18"]
+    for name in order:
+        if name not in traces:
+            continue
+        trace, batch = traces[name]
+        full = plan(trace, "1TiB", batch, "none", os.path.join(WORK, f"plan-{name}-full.json"))
+        if full is None:
+            say(f"| {name} | none | 1TiB | plan failed | | | | | | | | | |")
+            continue
+        need = full["predicted"]["peak_bytes"]
+        one = plan(trace, "1TiB", 1, "none", os.path.join(WORK, "probe.json"))
+        static = one["predicted"]["peak_bytes"] if one else 0
+        cases = [("none", 0, full)]
+        # Budgets between the step's static memory and its whole need: what the techniques work on.
+        for strategies, fraction in (("checkpoint", 0.6), ("tempo,checkpoint", 0.45), ("mbp,checkpoint,tempo", 0.25)):
+            if "tempo" in strategies and name in ("cnn", "resnet18"):
+                continue
+            budget = int(static + (need - static) * fraction)
+            p = plan(trace, budget, batch, strategies, os.path.join(WORK, f"plan-{name}-{strategies}.json"))
+            if p is None:
+                say(f"| {name} | {strategies} | {budget / GIB:.2f} GiB | refused | | | | | | | | | |")
+                continue
+            cases.append((strategies, budget, p))
+        for strategies, budget, p in cases:
+            if left() < 40:
+                say(f"| {name} | {strategies} | (out of time) | | | | | | | | | | |")
+                continue
+            tag = strategies.replace(",", "+")
+            plan_path = os.path.join(WORK, f"plan-{name}-{strategies}.json") if strategies != "none" else \
+                os.path.join(WORK, f"plan-{name}-full.json")
+            rep = execute(plan_path, os.path.join(WORK, f"report-{name}-{tag}.json"))
+            lean = sum(1 for l in p["layers"] if l.get("variant") == "tempo")
+            ckpt = len(p["checkpointed_blocks"])
+            pp = p["predicted"]["peak_bytes"]
+            ps = p["predicted"]["samples_per_second"]
+            shown = f"{budget / GIB:.2f} GiB" if budget else "none"
+            if rep is None:
+                say(f"| {name} | {strategies} | {shown} | {split_of(p)} | {ckpt} | {lean} | "
+                    f"{pp / GIB:.3f} GiB | execute failed | | | {ps:.1f} | | |")
+                continue
+            mp = rep["measured"]["peak_bytes"]
+            rs = rep["measured"].get("reserved_bytes", 0)
+            ms = rep["measured"]["samples_per_second"]
+            say(f"| {name} | {strategies} | {shown} | {split_of(p)} | {ckpt} | {lean} | {pp / GIB:.3f} GiB "
+                f"| {mp / GIB:.3f} GiB | {rs / GIB:.3f} GiB | {100 * (pp / mp - 1):+.2f}% | {ps:.1f} | {ms:.1f} "
+                f"| {100 * (ps / ms - 1):+.1f}% |")
+
+
+def largest_batch(trace, budget, strategies):
+    """The largest batch a plan fits in budget with these strategies (0 when none does)."""
+    fits = lambda b: plan(trace, budget, b, strategies, os.path.join(WORK, "probe.json")) is not None
+    low = 1
+    if not fits(low):
+        return 0
+    high = 2
+    while fits(high) and left() > 60:
+        low, high = high, 2 * high
+    while high - low > 1 and left() > 60:
+        mid = (low + high) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def tempo_largest_batch(traces):
+    if "bert-large" not in traces:
+        return
+    trace, _ = traces["bert-large"]
+    budget = 16 * GIB
+    say(f"\n## Tempo on bert large: largest batch at a 16 GiB budget (one micro-batch)\n")
+    say("| layers | largest batch | plan peak | samples/s pred | meas | peak meas |")
+    say("|---|---|---|---|---|---|")
+    for strategies, label in (("none", "standard"), ("tempo", "Tempo (lean)")):
+        b = largest_batch(trace, budget, strategies)
+        if b == 0:
+            say(f"| {label} | none fits | | | | |")
+            continue
+        path = os.path.join(WORK, f"plan-bert-large-largest-{strategies}.json")
+        p = plan(trace, budget, b, strategies, path)
+        rep = execute(path, os.path.join(WORK, f"report-bert-large-largest-{strategies}.json"), steps=5) if p else None
+        meas = f"{rep['measured']['samples_per_second']:.1f} | {rep['measured']['peak_bytes'] / GIB:.3f} GiB" if rep else "- | -"
+        say(f"| {label} | {b} | {p['predicted']['peak_bytes'] / GIB:.3f} GiB | {p['predicted']['samples_per_second']:.1f} | {meas} |")
+
+
+def tests():
+    budget = left() - 15
+    if budget < 30:
+        say("\n- ctest: not run (out of time)")
+        return
+    t0 = time.monotonic()
+    with open(os.path.join(OUT, "ctest.log"), "w") as f:
+        try:
+            subprocess.run(["ctest", "--test-dir", os.path.join(ROOT, "build", "gpu"), "-j", "8", "--timeout", "120",
+                            "--output-on-failure"], stdout=f, stderr=subprocess.STDOUT, timeout=budget)
+        except subprocess.TimeoutExpired:
+            f.write(f"\n(ctest stopped after {budget:.0f} s)\n")
+    text = open(os.path.join(OUT, "ctest.log")).read()
+    lines = text.splitlines()
+    summary = [l for l in lines if "tests passed" in l or "tests failed" in l]
+    failed = [l for l in lines if "***Failed" in l or "(Failed)" in l or "***Timeout" in l or "Exception" in l]
+    say(f"\n- ctest ({time.monotonic() - t0:.0f} s): {summary[-1] if summary else 'no summary (cut short)'}")
+    for l in failed[:30]:
+        say("  " + l.strip())
+
+
+def archive():
+    """The traces, plans and reports so far, as one file in OUT (kept current after every phase)."""
+    with tarfile.open(os.path.join(OUT, "results.tar.gz"), "w:gz") as tar:
+        for f in sorted(os.listdir(WORK)):
+            if f.endswith(".json") and f != "probe.json":
+                tar.add(os.path.join(WORK, f), arcname=f)
+
+
+def main():
+    global DEADLINE
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--deadline", type=float, default=450)
+    ap.add_argument("--phases", default="build,profile,execute,tempo,test",
+                    help="comma-separated subset of build,profile,execute,tempo,test (a later call on a warm "
+                         "machine finds the build and the traces of an earlier one)")
+    ap.add_argument("--models", default="", help="comma-separated subset of the profiled models (default: all)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="on the development machine: tiny models on the CPU with build/default, no build, no ctest")
+    args = ap.parse_args()
+    DEADLINE = args.deadline
+    global H, DEVICE, PROFILES, RESNET
+    if args.models:
+        wanted = args.models.split(",")
+        known = [name for name, _, _ in PROFILES]
+        if any(m not in known for m in wanted):
+            sys.exit(f"gpu_checklist.py: --models: expected some of {','.join(known)}")
+        PROFILES = [p for p in PROFILES if p[0] in wanted]
+    if args.dry_run:
+        H, DEVICE = os.path.join(ROOT, "build", "default", "headroom"), "cpu"
+        PROFILES = [("bert-large", ["--model", "bert", "--set", "preset=tiny", "--batch-sizes", "1,2"], 4),
+                    ("cnn", ["--model", "cnn", "--batch-sizes", "2,4"], 8), ("resnet18", None, 4)]
+        RESNET = ("32", "2,4")
+    os.makedirs(WORK, exist_ok=True)
+    say(f"# GPU checklist, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
+    try:
+        environment()
+        phases = set(args.phases.split(","))
+        unknown = phases - {"build", "profile", "execute", "tempo", "test"}
+        if unknown:
+            sys.exit(f"gpu_checklist.py: unknown phase {sorted(unknown)[0]}")
+        if args.dry_run:
+            phases -= {"build", "test"}
+        if "build" in phases and not build():
+            return
+        if not os.path.exists(H):
+            say(f"- no {H}: run the build phase first")
+            return
+        traces = profile_all() if "profile" in phases else existing_traces()
+        archive()
+        if "execute" in phases:
+            plans_and_executions(traces)
+            archive()
+        if "tempo" in phases:
+            tempo_largest_batch(traces)
+            archive()
+        if "test" in phases:
+            tests()
+    finally:
+        archive()
+        say(f"\n(checklist took {time.monotonic() - START:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
