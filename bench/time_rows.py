@@ -7,7 +7,9 @@ too slow), the threads the report says ran, and any calibration line `plan` or `
 
   python3 bench/time_rows.py [--headroom build/default/headroom] [ROW ...]
 
-Rows: gpt gptfresh l2l l2lfresh r18t2 r18 r18t1 mlpbusy committed (default: all). The resnet18 rows
+Rows: gpt gptfresh l2l l2lfresh r18t2 r18 r18t1 r18torch mlpbusy committed (default: all); r18torch
+is plain PyTorch on the same resnet18 step at 1 and 2 threads, in glibc's default malloc regime and
+in headroom's. The resnet18 rows
 need the examples' export: python3 examples/export_torchvision.py --models resnet18 --image-size 64
 --out /tmp/r18 (or --resnet18 PATH). Run from the repository root on an otherwise idle machine;
 mlpbusy keeps one core busy while it profiles, on purpose.
@@ -19,7 +21,10 @@ import subprocess
 import sys
 import tempfile
 
-ROWS = ["gpt", "gptfresh", "l2l", "l2lfresh", "r18t2", "r18", "r18t1", "mlpbusy", "committed"]
+ROWS = ["gpt", "gptfresh", "l2l", "l2lfresh", "r18t2", "r18", "r18t1", "r18torch", "mlpbusy", "committed"]
+# headroom's host-memory regime, as glibc's environment sets it: without it a PyTorch process hands
+# every large buffer back to the kernel and faults it in again on the next call (2.5x on resnet18).
+HEADROOM_REGIME = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 L2L = ["--strategies", "mbp,checkpoint,tempo,l2l"]
 
 
@@ -106,6 +111,21 @@ def main():
                  "--batch-sizes", "1,2,4,8,16", *threads, "-o", t])
             plan_and_execute(f"resnet18 profiled {' '.join(threads) or 'at the default threads'}", t,
                              ["--budget", "1TiB", "--batch", "16", "--strategies", "none"], 5)
+        elif row == "r18torch":
+            if not os.path.exists(args.resnet18):
+                print(f"| plain PyTorch, resnet18 | skipped: {args.resnet18} not found |", flush=True)
+                continue
+            step = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "pytorch_step.py")
+            for regime, extra in (("glibc's default regime", {}), ("headroom's regime", HEADROOM_REGIME)):
+                for threads in (1, 2):
+                    r = subprocess.run([sys.executable, step, "loop", "--model", args.resnet18, "--input", "3x64x64:float32",
+                                        "--batch", "16", "--steps", "8", "--optimizer", "sgd", "--threads", str(threads)],
+                                       capture_output=True, text=True, env=dict(os.environ, **extra))
+                    if r.returncode:
+                        print(f"FAILED: pytorch_step.py: {r.stderr.strip()[-300:]}", flush=True)
+                        continue
+                    median = json.loads(r.stdout)["median_step_seconds"]
+                    print(f"| plain PyTorch, resnet18, {regime} | 1x16 | - | {median:.4f} | - | {threads} | - |", flush=True)
         elif row == "mlpbusy":
             t = os.path.join(work, "mlp-busy.json")
             busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
