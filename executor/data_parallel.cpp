@@ -75,20 +75,11 @@ std::int64_t weights_digest(const std::vector<torch::Tensor>& parameters) {
   return out;
 }
 
-// Waits for a collective; its failure names itself as one (the launcher tells a worker that failed
-// on its own from one whose peer went away by this).
-void wait_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
-  try {
-    work->wait();
-  } catch (const c10::Error& e) {
-    const std::string message = e.what_without_backtrace();
-    throw std::runtime_error("collective failed in " + what + " (another worker stopped?): " + message.substr(0, message.find('\n')));
-  } catch (const std::exception& e) {
-    throw std::runtime_error("collective failed in " + what + " (another worker stopped?): " + e.what());
-  }
-}
-
 }  // namespace
+
+void wait_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+  named_as_collective(what, [&] { work->wait(); });
+}
 
 core::CollectiveLink measure_loopback_link() {
   constexpr int kRepeats = 7;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 namespace c10d {
 class ProcessGroup;
 class Backend;
+class Work;
 }  // namespace c10d
 
 namespace headroom::executor {
@@ -29,6 +31,28 @@ using CollectiveGroup = c10d::Backend;
 #else
 using CollectiveGroup = c10d::ProcessGroup;
 #endif
+
+// Runs a collective's `transfer` (posting it, or waiting for it); its failure names itself as a
+// collective's, which the launcher tells from a worker that failed on its own (cli/worker_launch.h).
+// Gloo throws either when a transfer is posted (the peer's connection already reset) or when it is
+// waited for.
+template <typename F>
+auto named_as_collective(const std::string& what, F transfer) {
+  const auto failed = [&](const std::string& why) {
+    return std::runtime_error("collective failed in " + what + " (another worker stopped?): " + why);
+  };
+  try {
+    return transfer();
+  } catch (const c10::Error& e) {
+    const std::string message = e.what_without_backtrace();
+    throw failed(message.substr(0, message.find('\n')));
+  } catch (const std::exception& e) {
+    throw failed(e.what());
+  }
+}
+
+// Waits for a collective, named as above.
+void wait_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
 
 // Who this worker is and how it finds the others.
 struct WorkerIdentity {

@@ -11,33 +11,13 @@ namespace headroom::executor {
 
 namespace {
 
-// A failed transfer names itself as a collective's failure: the launcher tells a worker that failed
-// on its own from one whose peer went away by this (cli/worker_launch.h). Gloo throws either when
-// the transfer is posted (the peer's connection already reset) or when it is waited for.
-template <typename F>
-auto named_as_collective(const std::string& what, F transfer) {
-  try {
-    return transfer();
-  } catch (const c10::Error& e) {
-    const std::string message = e.what_without_backtrace();
-    throw std::runtime_error("collective failed in " + what + " (another worker stopped?): " +
-                             message.substr(0, message.find('\n')));
-  } catch (const std::exception& e) {
-    throw std::runtime_error("collective failed in " + what + " (another worker stopped?): " + e.what());
-  }
-}
-
-void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
-  named_as_collective(what, [&] { work->wait(); });
-}
-
 class GroupTransfer : public models::RingPeers::Transfer {
  public:
   GroupTransfer(c10::intrusive_ptr<c10d::Work> send, c10::intrusive_ptr<c10d::Work> receive)
       : send_(std::move(send)), receive_(std::move(receive)) {}
   void wait() override {
-    wait_for(receive_, "the ring loss's receive");
-    wait_for(send_, "the ring loss's send");
+    wait_collective(receive_, "the ring loss's receive");
+    wait_collective(send_, "the ring loss's send");
   }
 
  private:
@@ -57,7 +37,7 @@ std::unique_ptr<models::RingPeers::Transfer> GroupRingPeers::shift(const torch::
 
 void GroupRingPeers::all_reduce_sum(torch::Tensor& t) {
   std::vector<at::Tensor> tensors{t};
-  wait_for(workers_.group().allreduce(tensors), "the ring loss's sum");
+  wait_collective(workers_.group().allreduce(tensors), "the ring loss's sum");
 }
 
 std::vector<std::int64_t> GroupRingPeers::all_gather(std::int64_t mine) {
