@@ -186,31 +186,31 @@ def plans_and_executions(traces):
         if name not in traces:
             continue
         trace, batch = traces[name]
-        full = plan(trace, "1TiB", batch, "none", os.path.join(WORK, f"plan-{name}-full.json"))
+        full_path = os.path.join(WORK, f"plan-{name}-full.json")
+        full = plan(trace, "1TiB", batch, "none", full_path)
         if full is None:
             say(f"| {name} | none | 1TiB | plan failed | | | | | | | | | |")
             continue
         need = full["predicted"]["peak_bytes"]
         one = plan(trace, "1TiB", 1, "none", os.path.join(WORK, "probe.json"))
         static = one["predicted"]["peak_bytes"] if one else 0
-        cases = [("none", 0, full)]
+        cases = [("none", 0, full, full_path)]
         # Budgets between the step's static memory and its whole need: what the techniques work on.
         for strategies, fraction in (("checkpoint", 0.6), ("tempo,checkpoint", 0.45), ("mbp,checkpoint,tempo", 0.25)):
             if "tempo" in strategies and name in ("cnn", "resnet18"):
                 continue
             budget = int(static + (need - static) * fraction)
-            p = plan(trace, budget, batch, strategies, os.path.join(WORK, f"plan-{name}-{strategies}.json"))
+            path = os.path.join(WORK, f"plan-{name}-{strategies}.json")
+            p = plan(trace, budget, batch, strategies, path)
             if p is None:
                 say(f"| {name} | {strategies} | {budget / GIB:.2f} GiB | refused | | | | | | | | | |")
                 continue
-            cases.append((strategies, budget, p))
-        for strategies, budget, p in cases:
+            cases.append((strategies, budget, p, path))
+        for strategies, budget, p, plan_path in cases:
             if left() < 40:
                 say(f"| {name} | {strategies} | (out of time) | | | | | | | | | | |")
                 continue
             tag = strategies.replace(",", "+")
-            plan_path = os.path.join(WORK, f"plan-{name}-{strategies}.json") if strategies != "none" else \
-                os.path.join(WORK, f"plan-{name}-full.json")
             rep = execute(plan_path, os.path.join(WORK, f"report-{name}-{tag}.json"))
             lean = sum(1 for l in p["layers"] if l.get("variant") == "tempo")
             ckpt = len(p["checkpointed_blocks"])
@@ -309,17 +309,17 @@ def main():
     args = ap.parse_args()
     DEADLINE = args.deadline
     global H, DEVICE, PROFILES, RESNET
+    if args.dry_run:
+        H, DEVICE = os.path.join(ROOT, "build", "default", "headroom"), "cpu"
+        PROFILES = [("bert-large", ["--model", "bert", "--set", "preset=tiny", "--batch-sizes", "1,2"], 4),
+                    ("cnn", ["--model", "cnn", "--batch-sizes", "2,4"], 8), ("resnet18", None, 4)]
+        RESNET = ("32", "2,4")
     if args.models:
         wanted = args.models.split(",")
         known = [name for name, _, _ in PROFILES]
         if any(m not in known for m in wanted):
             sys.exit(f"gpu_checklist.py: --models: expected some of {','.join(known)}")
         PROFILES = [p for p in PROFILES if p[0] in wanted]
-    if args.dry_run:
-        H, DEVICE = os.path.join(ROOT, "build", "default", "headroom"), "cpu"
-        PROFILES = [("bert-large", ["--model", "bert", "--set", "preset=tiny", "--batch-sizes", "1,2"], 4),
-                    ("cnn", ["--model", "cnn", "--batch-sizes", "2,4"], 8), ("resnet18", None, 4)]
-        RESNET = ("32", "2,4")
     os.makedirs(WORK, exist_ok=True)
     say(f"# GPU checklist, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
     try:
