@@ -21,7 +21,7 @@
 using namespace headroom;
 
 int main(int argc, char** argv) {
-  runtime::run_with_passive_openmp_workers(argv);  // as the headroom command runs torch work
+  runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
   const int steps = argc > 1 ? std::atoi(argv[1]) : 5;
   const bool fresh = argc > 2 && std::string(argv[2]) == "--fresh";
   struct Case {

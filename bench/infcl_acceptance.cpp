@@ -263,7 +263,7 @@ int step(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  runtime::run_with_passive_openmp_workers(argv);  // as the headroom command runs torch work
+  runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
   core::enter_host_memory_regime();
   const char* usage =
       "usage: infcl_acceptance equal|memory|step [--batches LIST] [--dim D] [--tiles RxC] [--standard-limit SIZE] "

@@ -173,7 +173,7 @@ int parse(const char* flag, const char* value, int low, int high) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  runtime::run_with_passive_openmp_workers(argv);  // as the headroom command runs torch work
+  runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
   Settings s;
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;

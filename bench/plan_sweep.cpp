@@ -316,7 +316,7 @@ CaseResult sweep(const ModelCase& mc, const Options& options, std::mt19937& rng)
 }  // namespace
 
 int main(int argc, char** argv) {
-  runtime::run_with_passive_openmp_workers(argv);  // as the headroom command runs torch work
+  runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
   const Options options = parse(argc, argv);
   std::mt19937 rng(options.seed);
   bool missed_any = false;

@@ -233,7 +233,7 @@ int overhead(int steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  runtime::run_with_passive_openmp_workers(argv);  // as the headroom command runs torch work
+  runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
   const std::string what = argc > 1 ? argv[1] : "";
   const int steps = argc > 2 ? std::atoi(argv[2]) : 3;
   if (what == "kept") return kept();

@@ -69,7 +69,7 @@ double error(double predicted, double measured) { return measured > 0 ? std::fab
 }  // namespace
 
 int main(int argc, char** argv) {
-  runtime::run_with_passive_openmp_workers(argv);  // as the headroom command runs torch work
+  runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
   int steps = 5;
   double min_seconds = 1.0;
   std::string only;

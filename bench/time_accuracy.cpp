@@ -53,7 +53,7 @@ const std::vector<Zoo>& zoo() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  runtime::run_with_passive_openmp_workers(argv);  // as the headroom command runs torch work
+  runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
   const int steps = argc > 1 ? std::atoi(argv[1]) : 5;
   std::vector<std::string> only;
   for (int i = 2; i < argc; ++i) only.emplace_back(argv[i]);

@@ -424,9 +424,9 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
-  // Commands that run torch work at several threads, with libgomp's workers passive.
+  // Commands that run torch work at several threads, with both thread pools passive.
   if (app.got_subcommand(profile) || app.got_subcommand(execute) || app.got_subcommand(demo) || app.got_subcommand(calibrate)) {
-    runtime::run_with_passive_openmp_workers(argv);
+    runtime::run_with_passive_thread_pools(argv);
   }
   try {
     for (const CLI::App* command : app.get_subcommands()) check_outputs(*command);

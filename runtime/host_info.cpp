@@ -12,6 +12,7 @@
 #include <ctime>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 namespace headroom::runtime {
 
@@ -40,11 +41,18 @@ int usable_cores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-void run_with_passive_openmp_workers(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+void run_with_passive_thread_pools(char** argv) {
+  bool changed = false;
+  for (const auto& [name, value] : {std::pair{"OMP_WAIT_POLICY", "PASSIVE"}, std::pair{"OPENBLAS_THREAD_TIMEOUT", "4"}}) {
+    if (std::getenv(name) != nullptr) continue;
+    ::setenv(name, value, 1);
+    changed = true;
+  }
+  if (!changed) return;
   ::execv("/proc/self/exe", argv);
-  std::fprintf(stderr, "headroom: warning: could not restart with OMP_WAIT_POLICY=PASSIVE (%s): OpenMP workers spin\n",
+  std::fprintf(stderr,
+               "headroom: warning: could not restart with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4 (%s): "
+               "the thread pools spin\n",
                std::strerror(errno));
 }
 

@@ -10,13 +10,17 @@ core::DeviceInfo cpu_device_info();
 // The cores this process may run on (its affinity mask, which a container or taskset narrows).
 int usable_cores();
 
-// libgomp's worker threads spin for a while after each parallel region, on the cores OpenBLAS's own
-// threads need for the matrix product that usually follows: bert mini at 2 intra-op threads took
-// 2.4x as long a step as at 1 (0.44 s at batch 16 with passive workers, 1.13 s spinning). Passive
-// workers sleep instead. libgomp reads OMP_WAIT_POLICY once, as it loads, so a command that runs
-// torch work re-executes itself with it set to PASSIVE; where the user set it, nothing changes.
-// Returns when the policy is set (or the re-execution failed, said on stderr).
-void run_with_passive_openmp_workers(char** argv);
+// Two thread pools share the cores in a step: libgomp's (PyTorch's own kernels, oneDNN's
+// convolutions) and OpenBLAS's (the matrix products). Each spins for a while after its work, on the
+// cores the other needs next. libgomp's spinning made bert mini's step at 2 intra-op threads 2.4x as
+// long as at 1 (0.44 s at batch 16 with passive workers, 1.13 s spinning); OpenBLAS's spinning
+// halves the convolution that follows a matrix product (3.6 ms alone, 7.0 ms after one, at 2
+// threads), at random between commands, which made the calibration's convolution bimodal (171-356
+// GFLOP/s). Both libraries read their setting once, as they load, so a command that runs torch work
+// re-executes itself with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4 (OpenBLAS's least
+// spin, 2^4 cycles); a setting the user made is kept. Returns when both are set (or the
+// re-execution failed, said on stderr).
+void run_with_passive_thread_pools(char** argv);
 // "2026-11-22T01:46:49Z"
 std::string utc_timestamp_now();
 
