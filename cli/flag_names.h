@@ -1,7 +1,7 @@
 #pragma once
 // Libraries name the field an error is about, in their own terms ("warmup_steps: expected zero or
 // more steps"); the user typed a flag. The CLI translates when it reports, so the line on stderr
-// names what the user can change (DESIGN.md, "Exit codes").
+// names what the user can change (docs/design.md, "Exit codes").
 #include <string>
 
 namespace headroom::cli {

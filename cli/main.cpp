@@ -1,310 +1,27 @@
-// The `headroom` command (DESIGN.md, "Interfaces"). Exit codes: 0 ok, 1 runtime failure,
-// 2 bad input or usage, 3 infeasible.
-#include <unistd.h>
-
+// The `headroom` command. It runs plan, simulate and compare itself, torch-free, and hands the
+// commands that run torch work to headroom-torch (cli/command_line.h). Exit codes: 0 ok, 1 runtime
+// failure, 2 bad input or usage, 3 infeasible, 4 a comparison over its thresholds.
 #include <CLI/CLI.hpp>
-#include <ATen/Parallel.h>
-#include <torch/cuda.h>
-#include <cctype>
-#include <cstdio>
-#include <filesystem>
-#include <iostream>
-#include <map>
 #include <optional>
 
-#include "cli/execute_commands.h"
-#include "cli/flag_names.h"
+#include "cli/calibration_child.h"
+#include "cli/command_line.h"
 #include "cli/compare_commands.h"
 #include "cli/plan_commands.h"
-#include "core/atomic_file.h"
-#include "core/chrome_trace.h"
-#include "core/errors.h"
 #include "core/host_memory.h"
-#include "core/trace.h"
-#include "executor/data_parallel.h"
-#include "models/model_source.h"
-#include "models/torchscript_model.h"
-#include "models/zoo.h"
-#include "profiler/profiler.h"
-#include "report/trace_report.h"
-#include "runtime/calibration.h"
-#include "runtime/host_info.h"
-
-namespace {
 
 using namespace headroom;
 
-constexpr int kExitOk = 0, kExitFailure = 1, kExitUsage = 2;
-
-// Progress on stderr: one updating line on a terminal, a line per phase change otherwise.
-class ProgressPrinter {
- public:
-  explicit ProgressPrinter(std::string label) : label_(std::move(label)), tty_(::isatty(STDERR_FILENO) != 0) {}
-
-  void operator()(const profiler::Progress& p) {
-    const std::string key = std::to_string(p.batch);
-    if (!tty_ && key == last_key_ && p.step != p.total) return;
-    last_key_ = key;
-    std::fprintf(stderr, "%sprofiling %s  batch %-5lld %-8s [%3d/%3d]%s", tty_ ? "\r" : "", label_.c_str(),
-                 static_cast<long long>(p.batch), p.phase.c_str(), p.step, p.total, tty_ ? "" : "\n");
-    if (tty_ && p.step == p.total) std::fputc('\n', stderr);
-    std::fflush(stderr);
-  }
-
- private:
-  std::string label_;
-  bool tty_;
-  std::string last_key_;
-};
-
-std::map<std::string, std::string> parse_settings(const std::vector<std::string>& items) {
-  std::map<std::string, std::string> settings;
-  for (const auto& item : items) {
-    auto [key, value] = models::parse_setting(item);
-    settings[key] = value;
-  }
-  return settings;
-}
-
-void print_models() {
-  for (const auto& entry : models::zoo()) {
-    std::cout << entry.name << "  " << entry.description << "\n";
-    for (const auto& key : entry.keys) {
-      std::string value = key.default_value.empty() ? "(from preset)" : key.default_value;
-      std::printf("    %-10s %-14s %s\n", key.name.c_str(), value.c_str(), key.help.c_str());
-    }
-    if (!entry.presets.empty()) {
-      std::cout << "    presets:";
-      for (const auto& preset : entry.presets) {
-        std::cout << " " << preset.name << "(";
-        bool first = true;
-        for (const auto& [k, v] : preset.values) {
-          std::cout << (first ? "" : ",") << k << "=" << v;
-          first = false;
-        }
-        std::cout << ")";
-      }
-      std::cout << "\n";
-    }
-    std::cout << "\n";
-  }
-}
-
-struct ProfileArgs {
-  std::string model;
-  // A user's TorchScript module instead of a zoo model, and what it is run with.
-  std::string torchscript;
-  std::string input, target, loss, layers;
-  std::string batch_sizes;  // as typed: "1,2,4"
-  std::vector<std::string> settings;
-  profiler::ProfileOptions options;
-  std::string output;
-  std::string chrome;
-  bool measure_link = false;
-};
-
-// "1,2,4" as sizes. Every item must be a number: CLI11's own splitting skips empty ones ("1,,2").
-std::vector<std::int64_t> parse_batch_sizes(const std::string& text) {
-  std::vector<std::int64_t> sizes;
-  std::size_t start = 0;
-  for (std::size_t i = 0; i <= text.size(); ++i) {
-    if (i < text.size() && text[i] != ',') continue;
-    const std::string item = text.substr(start, i - start);
-    if (item.empty() || item.size() > 8 || item.find_first_not_of("0123456789") != std::string::npos) {
-      throw core::InputError("batch_sizes: item " + std::to_string(sizes.size() + 1) + " of '" + text +
-                             "' is not a batch size (expected positive integers separated by commas)");
-    }
-    sizes.push_back(std::stoll(item));
-    start = i + 1;
-  }
-  return sizes;
-}
-
-// A zoo model or a TorchScript file, and only the flags that go with the one given.
-void check_model_flags(const ProfileArgs& args) {
-  if (args.model.empty() == args.torchscript.empty()) {
-    throw core::InputError("give either --model (a zoo model) or --torchscript (your own module), not " +
-                           std::string(args.model.empty() ? "neither" : "both"));
-  }
-  if (!args.torchscript.empty() && !args.settings.empty()) {
-    throw core::InputError("--set: size settings are for zoo models; a TorchScript module has its own sizes");
-  }
-  if (args.torchscript.empty()) {
-    for (const auto& [flag, value] : {std::pair{"--input", &args.input}, {"--target", &args.target}, {"--loss", &args.loss},
-                                      {"--layers", &args.layers}}) {
-      if (!value->empty()) throw core::InputError(std::string(flag) + ": applies to --torchscript modules only");
-    }
-  } else if (args.input.empty()) {
-    throw core::InputError("--input: give one sample's shape and dtype, e.g. --input 3x224x224:float32");
-  }
-}
-
-std::map<std::string, std::string> torchscript_config(const ProfileArgs& args) {
-  std::map<std::string, std::string> config{{"input", args.input}};
-  if (!args.target.empty()) config["target"] = args.target;
-  if (!args.loss.empty()) config["loss"] = args.loss;
-  if (!args.layers.empty()) config["layers"] = args.layers;
-  return config;
-}
-
-// The loader names its config keys; here they were typed as flags.
-models::Model load_torchscript(const ProfileArgs& args) {
-  try {
-    return models::load_torchscript_model(args.torchscript, torchscript_config(args), args.options.seed);
-  } catch (const core::InputError& e) {
-    const std::string message = e.what();
-    for (const std::string key : models::kTorchScriptKeys) {
-      if (message.rfind(key + ": ", 0) == 0) throw core::InputError("--" + message);
-    }
-    throw;
-  }
-}
-
-// `gpu_step` receives the last profiled step at the largest batch size when profiling on CUDA.
-core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStepRecord>& gpu_step) {
-  profiler::ProfileOptions options = args.options;
-  options.batch_sizes = parse_batch_sizes(args.batch_sizes);
-  models::Model model = args.torchscript.empty()
-                            ? models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed)
-                            : load_torchscript(args);
-  ProgressPrinter printer(model.name());
-  options.on_progress = [&printer](const profiler::Progress& p) { printer(p); };
-  options.on_gpu_step = [&gpu_step, largest = options.batch_sizes.back()](std::int64_t batch,
-                                                                          const profiler::GpuStepRecord& record) {
-    if (batch == largest) gpu_step = record;
-  };
-  return profiler::profile(model, options);
-}
-
-void print_trace_summary(const core::Trace& trace) {
-  std::cout << trace.model.name << " on " << trace.device.name << ", optimizer " << trace.optimizer.name
-            << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads << " threads\n";
-  if (!trace.device.is_cuda() && trace.device.host_to_device_bytes_per_s > 0) {
-    std::cout << report::describe_copy_link(trace.device) << " (tensor copies: what times L2L's relay)\n";
-  }
-  if (trace.calibration) {
-    std::cout << report::describe_calibration(*trace.calibration) << "\n";
-    if (trace.calibration->spread() > core::kCalibrationTolerance) {
-      std::cout << "warning: the machine's speed moved by " << static_cast<int>(100 * trace.calibration->spread() + 0.5)
-                << "% between the calibrations taken while profiling: another load shared it, and the trace's times "
-                   "may not hold even here; profile again on a quiet machine\n";
-    }
-  }
-  std::cout << "\n"
-            << report::render_layer_table(trace) << "\n"
-            << report::render_step_table(trace);
-  if (trace.has_tempo()) std::cout << "\nTempo: the same steps with every memory-lean layer on\n" << report::render_tempo_table(trace);
-  if (trace.device.is_cuda()) std::cout << "\nGPU (CUPTI)\n" << report::render_gpu_table(trace);
-}
-
-void add_profile_options(CLI::App& command, ProfileArgs& args) {
-  for (const auto b : args.options.batch_sizes) args.batch_sizes += (args.batch_sizes.empty() ? "" : ",") + std::to_string(b);
-  command.add_option("--set", args.settings, "model size setting key=value (see `headroom models`)");
-  command.add_option("--device", args.options.device, "device to profile on")->check(CLI::IsMember({"cpu", "cuda"}));
-  command.add_option("--batch-sizes", args.batch_sizes, "micro-batch sizes to sample, ascending, e.g. 1,2,4,8");
-  command.add_option("--optimizer", args.options.optimizer, "optimizer whose state and step are measured")
-      ->check(CLI::IsMember({"sgd", "adam"}));
-  command.add_option("--warmup", args.options.warmup_steps, "unmeasured steps per batch size");
-  command.add_option("--repeats", args.options.repeats, "measured steps per batch size (medians are kept)");
-  command.add_option("--seed", args.options.seed, "seed for parameters and batches");
-  command.add_option("--threads", args.options.threads,
-                     "intra-op CPU threads (default 0: the cores this process may use, as execute runs the step)");
-  command.add_flag("!--no-tempo", args.options.tempo,
-                   "skip the second pass that measures Tempo's memory-lean layers (bert, gpt); plans then cannot use tempo");
-}
-
-// Where results go is checked before any work: a long profile must not end at a path it cannot
-// write, and a device or FIFO given as an output is refused rather than replaced or waited on.
-// An output that is one of the command's inputs (a trace or a plan) would be overwritten by it.
-void check_outputs(const CLI::App& command) {
-  std::vector<std::string> inputs;
-  for (const CLI::Option* option : command.get_options()) {
-    const bool input_file = option->get_lnames().empty() || option->check_lname("torchscript");
-    if (option->count() > 0 && input_file && !option->get_name().empty()) {
-      inputs.push_back(option->as<std::string>());
-    }
-  }
-  std::vector<std::filesystem::path> outputs;
-  for (const CLI::Option* option : command.get_options()) {
-    if (option->count() == 0 || option->get_lnames().empty()) continue;
-    const std::string flag = "--" + option->get_lnames().front();
-    if (flag != "--output" && flag != "--chrome") continue;
-    const std::filesystem::path path = option->as<std::string>();
-    try {
-      core::check_output_path(path);
-      std::error_code error;
-      for (const auto& input : inputs) {
-        if (std::filesystem::equivalent(path, input, error)) {
-          throw core::InputError(path.string() + " is this command's input; write to another file");
-        }
-      }
-      for (const auto& other : outputs) {
-        if (std::filesystem::weakly_canonical(path, error) == std::filesystem::weakly_canonical(other, error)) {
-          throw core::InputError(path.string() + " is also another output of this command");
-        }
-      }
-      outputs.push_back(path);
-    } catch (const core::InputError& e) {
-      throw core::InputError(flag + ": " + e.what());
-    }
-  }
-}
-
-}  // namespace
-
-namespace {
-
-// A flag neither the command nor the program knows, as typed; empty if none. CLI11 reports a
-// missing required option before an unknown one, which would send the user after the wrong flag.
-std::string first_unknown_flag(const CLI::App& app, int argc, char** argv) {
-  if (argc < 2) return "";
-  const CLI::App* command = nullptr;
-  try {
-    command = app.get_subcommand(argv[1]);
-  } catch (const CLI::OptionNotFound&) {
-    return "";
-  }
-  for (int i = 2; i < argc; ++i) {
-    const std::string token = argv[i];
-    if (token == "--") break;
-    if (token.size() < 2 || token[0] != '-' || std::isdigit(static_cast<unsigned char>(token[1]))) continue;
-    const std::string name = token.substr(0, token.find('='));
-    if (command->get_option_no_throw(name) == nullptr && app.get_option_no_throw(name) == nullptr) return name;
-  }
-  return "";
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
+  if (argc > 1 && cli::is_torch_command(argv[1])) return cli::run_torch_command(argv);
+
   CLI::App app{"headroom: plan and run neural-network training beyond the memory limit"};
   app.require_subcommand(1);
   app.set_version_flag("--version", HEADROOM_VERSION);
 
-  app.add_subcommand("models", "list the zoo models and their size settings");
-
-  ProfileArgs profile_args;
-  auto* profile = app.add_subcommand("profile", "measure a model's per-layer memory and time into a trace");
-  profile->add_option("--model", profile_args.model, "zoo model name (or --torchscript)");
-  profile->add_option("--torchscript", profile_args.torchscript,
-                      "your own model: a TorchScript file whose children, called in order, are its layers");
-  profile->add_option("--input", profile_args.input,
-                      "with --torchscript: one sample's input as SHAPE:DTYPE, e.g. 3x224x224:float32 or 128:int64:0-50257");
-  profile->add_option("--target", profile_args.target,
-                      "with --torchscript: one sample's target as SHAPE:DTYPE (default: from the output and the loss)");
-  profile->add_option("--loss", profile_args.loss,
-                      "with --torchscript: cross-entropy (classes along the output's last dimension; the default), mse, "
-                      "or model (the module returns the loss)")
-      ->check(CLI::IsMember({"cross-entropy", "mse", "model"}));
-  profile->add_option("--layers", profile_args.layers,
-                      "with --torchscript: the children that are the layers, in the order forward calls them, e.g. "
-                      "stem,stage1,head (default: every child forward calls)");
-  add_profile_options(*profile, profile_args);
-  profile->add_option("-o,--output", profile_args.output, "trace file to write")->required();
-  profile->add_flag("--measure-link", profile_args.measure_link,
-                    "also measure this host's loopback all-reduce (bandwidth, latency) for data-parallel plans");
-  profile->add_option("--chrome", profile_args.chrome,
-                      "also write the largest batch's profiled step as a Chrome trace (opens in Perfetto); on CUDA with a lane per GPU stream");
+  // Listed by --help among the others; never parsed here.
+  cli::add_torch_command(app, "models");
+  cli::add_torch_command(app, "profile");
 
   cli::PlanArgs plan_args;
   auto* plan = app.add_subcommand("plan", "choose the fastest way to run a step under a memory budget");
@@ -332,48 +49,8 @@ int main(int argc, char** argv) {
   simulate->add_option("--chrome", simulate_args.chrome, "timeline as a Chrome trace (opens in Perfetto)");
   simulate->add_flag("--no-rescale", simulate_args.no_rescale, "simulate with the trace's times, not the plan's machine's");
 
-  cli::ExecuteArgs execute_args;
-  auto* execute = app.add_subcommand("execute", "run a plan in real training and compare predicted with measured");
-  execute->add_option("plan", execute_args.plan, "plan from headroom plan")->required();
-  execute->add_option("--steps", execute_args.steps, "measured steps (after warm-up)");
-  execute->add_option("--warmup", execute_args.warmup, "unmeasured steps first");
-  execute->add_option("--device", execute_args.device, "device to run on")->check(CLI::IsMember({"cpu", "cuda"}));
-  auto* no_budget = execute->add_flag("--no-budget", execute_args.no_budget, "do not enforce the plan's budget on the CPU");
-  execute->add_flag("--host-limit", execute_args.host_limit,
-                    "the budget is this host's memory limit: keep malloc's resident heap (free pages the host-memory "
-                    "regime keeps for speed) within it too, handing free heap back after a step (slower)")
-      ->excludes(no_budget);
-  execute->add_option("--data", execute_args.data, "synthetic, or fashion-mnist for the cnn model (reports test accuracy)")
-      ->check(CLI::IsMember({"synthetic", "fashion-mnist"}));
-  execute->add_flag("--batchnorm-eval", execute_args.batchnorm_eval,
-                    "BatchNorm normalizes with running statistics, so micro-batches train exactly like the full batch");
-  execute->add_option("--devices", execute_args.devices,
-                      "run a data-parallel plan on this many local worker processes (Gloo over loopback; NCCL on CUDA)");
-  execute->add_option("--rank", execute_args.rank, "run as this worker of a data-parallel group launched by hand");
-  execute->add_option("--world-size", execute_args.world_size, "with --rank: how many workers the group has");
-  execute->add_option("--store", execute_args.store,
-                      "with --rank: where the workers meet: file:PATH (a shared file) or tcp:HOST:PORT (served by rank 0)");
-  execute->add_flag("--full-batch-reference", execute_args.full_batch_reference,
-                    "train with dropout off, then run the same steps in one process on each step's full batch and "
-                    "report how far the weights are apart");
-  execute->add_option("--threads", execute_args.threads,
-                      "intra-op CPU threads (default: the plan's, as the trace was profiled; more than this process may use is refused)")
-      ->check(CLI::Range(1, 4096));
-  execute->add_flag("--no-rescale", execute_args.no_rescale,
-                    "keep the plan's predicted times where this machine runs the calibration's kernels at another speed");
-  execute->add_option("-o,--output", execute_args.output, "report file to write");
-
-  struct CalibrateArgs {
-    std::string device = "cpu";
-    int threads = 0;
-    std::string output;
-  } calibrate_args;
-  auto* calibrate = app.add_subcommand(
-      "calibrate", "time this machine's matrix product, convolution and memory bandwidth, as traces and plans compare machines");
-  calibrate->add_option("--device", calibrate_args.device, "device to time")->check(CLI::IsMember({"cpu", "cuda"}));
-  calibrate->add_option("--threads", calibrate_args.threads, "intra-op CPU threads (default: the cores this process may use)")
-      ->check(CLI::Range(1, 4096));
-  calibrate->add_option("-o,--output", calibrate_args.output, "also write it as JSON");
+  cli::add_torch_command(app, "execute");
+  cli::add_torch_command(app, "calibrate");
 
   cli::CompareArgs compare_args;
   auto* compare = app.add_subcommand(
@@ -391,110 +68,20 @@ int main(int argc, char** argv) {
   compare->add_option("--format", compare_args.format, "text (default) or markdown, for a pull-request comment");
   compare->add_option("-o,--output", compare_args.output, "also write the comparison as JSON (schema headroom.compare/1)");
 
-  cli::DemoArgs demo_args;
-  auto* demo = app.add_subcommand(
-      "demo", "the whole loop on bert tiny: profile, the whole batch refused under a budget, plan, execute");
-  demo->add_option("--dir", demo_args.directory, "where to keep the trace, plan and report (default: a new temporary directory)");
+  cli::add_torch_command(app, "demo");
 
-  // CLI11 would report an unknown command as a missing one; name it instead.
-  if (argc > 1 && argv[1][0] != '-') {
-    std::string commands;
-    bool known = false;
-    for (const auto* sub : app.get_subcommands({})) {
-      known |= sub->get_name() == argv[1];
-      commands += (commands.empty() ? "" : ", ") + sub->get_name();
-    }
-    if (!known) {
-      std::cerr << "headroom: unknown command '" << argv[1] << "' (commands: " << commands << ")\n";
-      return kExitUsage;
-    }
-  }
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    const std::string unknown = dynamic_cast<const CLI::RequiredError*>(&e) != nullptr ? first_unknown_flag(app, argc, argv) : "";
-    std::cerr << "headroom: " << (unknown.empty() ? std::string(e.what()) : "The following argument was not expected: " + unknown) << " (see headroom --help)\n";
-    return kExitUsage;
-  }
-
-  // Commands that run torch work at several threads, with both thread pools passive.
-  if (app.got_subcommand(profile) || app.got_subcommand(execute) || app.got_subcommand(demo) || app.got_subcommand(calibrate)) {
-    runtime::run_with_passive_thread_pools(argv);
-  }
-  try {
-    for (const CLI::App* command : app.get_subcommands()) check_outputs(*command);
-    // From start-up, so everything the process allocates (the model, a dataset) is in the regime
-    // the trace and the report name.
+  if (const std::optional<int> done = cli::parse_command_line(app, argc, argv)) return *done;
+  return cli::run_reporting_errors([&] {
+    for (const CLI::App* command : app.get_subcommands()) cli::check_outputs(*command);
     core::enter_host_memory_regime();
-    if (app.got_subcommand("models")) {
-      print_models();
-    } else if (app.got_subcommand(plan)) {
-      plan_args.calibrate_here = runtime::calibrate_for;
+    if (app.got_subcommand(plan)) {
+      plan_args.calibrate_here = cli::calibration_from_child;
       return cli::run_plan(plan_args);
-    } else if (app.got_subcommand(simulate)) {
-      simulate_args.calibrate_here = runtime::calibrate_for;
-      return cli::run_simulate(simulate_args);
-    } else if (app.got_subcommand(execute)) {
-      return cli::run_execute(execute_args);
-    } else if (app.got_subcommand(calibrate)) {
-      if (calibrate_args.device == "cuda" && !torch::cuda::is_available()) {
-        throw core::InputError("--device cuda: this libtorch sees no CUDA device");
-      }
-      at::set_num_threads(calibrate_args.threads > 0 ? calibrate_args.threads : runtime::usable_cores());
-      const core::Calibration c = runtime::calibrate(calibrate_args.device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU));
-      std::cout << c.device << ": " << report::describe_calibration(c) << "\n";
-      if (!calibrate_args.output.empty()) core::write_file_atomically(calibrate_args.output, core::to_json(c).dump(2) + "\n");
-      return 0;
-    } else if (app.got_subcommand(compare)) {
-      return cli::run_compare(compare_args);
-    } else if (app.got_subcommand(demo)) {
-      return cli::run_demo(demo_args);
-    } else if (app.got_subcommand(profile)) {
-      const ProfileArgs& args = profile_args;
-      check_model_flags(args);
-      std::optional<profiler::GpuStepRecord> gpu_step;
-      core::Trace trace = run_profile(args, gpu_step);
-      if (args.measure_link) {
-        std::cerr << "measuring the loopback link (Gloo all-reduce, 2 workers)\n";
-        trace.link = executor::measure_loopback_link();
-        std::cerr << "link: " << core::format_link(*trace.link) << "\n";
-      }
-      std::vector<std::pair<std::filesystem::path, std::string>> outputs;
-      if (!args.output.empty()) outputs.emplace_back(args.output, core::to_json(trace).dump(1) + "\n");
-      if (!args.chrome.empty()) {
-        core::ChromeTrace chrome = core::profile_step_chrome(trace, trace.batch_sizes.back());
-        if (gpu_step) {
-          std::vector<std::string> names;
-          for (const auto& layer : trace.layers) names.push_back(layer.name);
-          profiler::gpu::add_gpu_lanes(chrome, gpu_step->log, gpu_step->ranges, names, gpu_step->origin_ns, 2);
-        }
-        outputs.emplace_back(args.chrome, chrome.to_json().dump() + "\n");
-      }
-      core::write_files_together(outputs);
-      print_trace_summary(trace);
-      if (!args.output.empty()) std::cout << "\ntrace written to " << args.output << "\n";
     }
-    return kExitOk;
-  } catch (const core::InputError& e) {
-    std::cerr << "headroom: " << cli::name_flag(e.what()) << "\n";
-    return kExitUsage;
-  } catch (const core::DoesNotFitError& e) {
-    std::cerr << "headroom: " << e.what() << "\n";
-    return cli::kExitInfeasible;
-  } catch (const c10::Error& e) {
-    // libtorch's messages carry a backtrace; its first line is the message.
-    const std::string message = e.what_without_backtrace();
-    std::cerr << "headroom: " << message.substr(0, message.find('\n')) << "\n";
-    return kExitFailure;
-  } catch (const std::exception& e) {
-    std::cerr << "headroom: " << e.what() << "\n";
-    return kExitFailure;
-  }
+    if (app.got_subcommand(simulate)) {
+      simulate_args.calibrate_here = cli::calibration_from_child;
+      return cli::run_simulate(simulate_args);
+    }
+    return cli::run_compare(compare_args);
+  });
 }

@@ -96,56 +96,13 @@ core::Calibration calibrate(c10::Device device, int runs) {
   return c;
 }
 
-std::filesystem::path calibration_cache_directory() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
-    return std::filesystem::path(xdg) / "headroom";
-  }
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
-    return std::filesystem::path(home) / ".cache" / "headroom";
-  }
-  return {};
-}
-
 core::Calibration cached_calibration(c10::Device device, int max_age_s) {
-  const std::filesystem::path directory = calibration_cache_directory();
-  const std::string name = "calibration-" + std::string(device.is_cuda() ? "cuda" : "cpu") + "-" +
-                           std::to_string(at::get_num_threads()) + "t.json";
-  const std::string here = device_name(device);
-  const std::int64_t now = static_cast<std::int64_t>(std::time(nullptr));
-  if (!directory.empty()) {
-    try {
-      std::ifstream in(directory / name);
-      if (in) {
-        const nlohmann::json document = nlohmann::json::parse(in);
-        const std::int64_t saved = document.at("saved_at_unix").get<std::int64_t>();
-        core::Calibration c = core::read_calibration(core::JsonNode(document.at("calibration"), "$.calibration"));
-        if (c.device == here && c.threads == at::get_num_threads() && now >= saved && now - saved <= max_age_s) return c;
-      }
-    } catch (const std::exception&) {
-      // A cache from another version, or half-written: measured again below.
-    }
+  if (std::optional<core::Calibration> c = read_cached_calibration(device.is_cuda(), at::get_num_threads(), max_age_s)) {
+    return *c;
   }
   core::Calibration c = calibrate(device);
-  if (!directory.empty()) {
-    try {
-      std::filesystem::create_directories(directory);
-      core::write_file_atomically(directory / name,
-                                  nlohmann::json{{"saved_at_unix", now}, {"calibration", core::to_json(c)}}.dump(2) + "\n");
-    } catch (const std::exception&) {
-      // Not cached: the next command measures again.
-    }
-  }
+  save_cached_calibration(c);
   return c;
-}
-
-std::optional<core::Calibration> calibrate_for(const core::Trace& trace) {
-  if (trace.device.is_cuda() && !torch::cuda::is_available()) return std::nullopt;
-  const c10::Device device = trace.device.is_cuda() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
-  const int before = at::get_num_threads();
-  at::set_num_threads(std::min(std::max(trace.profile.threads, 1), usable_cores()));
-  core::Calibration here = cached_calibration(device);
-  at::set_num_threads(before);
-  return here;
 }
 
 }  // namespace headroom::runtime

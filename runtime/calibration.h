@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/calibration.h"
+#include "runtime/calibration_cache.h"
 #include "core/trace.h"
 
 namespace headroom::runtime {
@@ -20,16 +21,9 @@ core::CalibrationRun time_calibration_kernels(c10::Device device);
 core::Calibration calibrate(c10::Device device, int runs = 3);
 
 // A calibration of this machine at the current threads no older than `max_age_s`, from the cache
-// ($XDG_CACHE_HOME/headroom, else ~/.cache/headroom), or else measured now and cached. A cache
-// that cannot be read or written is measured around, never an error.
+// ($XDG_CACHE_HOME/headroom, else ~/.cache/headroom), or else measured now (in this process, in
+// whatever thread-pool regime it runs) and cached. A cache that cannot be read or written is
+// measured around, never an error.
 core::Calibration cached_calibration(c10::Device device, int max_age_s = 3600);
-
-// Where cached_calibration keeps its answers; empty where there is no home to keep them in.
-std::filesystem::path calibration_cache_directory();
-
-// This machine timed (cached) for comparing with `trace`: on its kind of device, at its threads (at
-// most the cores this process may use); nothing where that device is not here (a CUDA trace on a
-// machine without one).
-std::optional<core::Calibration> calibrate_for(const core::Trace& trace);
 
 }  // namespace headroom::runtime

@@ -41,14 +41,18 @@ int usable_cores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-void run_with_passive_thread_pools(char** argv) {
+bool set_passive_thread_pools() {
   bool changed = false;
   for (const auto& [name, value] : {std::pair{"OMP_WAIT_POLICY", "PASSIVE"}, std::pair{"OPENBLAS_THREAD_TIMEOUT", "4"}}) {
     if (std::getenv(name) != nullptr) continue;
     ::setenv(name, value, 1);
     changed = true;
   }
-  if (!changed) return;
+  return changed;
+}
+
+void run_with_passive_thread_pools(char** argv) {
+  if (!set_passive_thread_pools()) return;
   ::execv("/proc/self/exe", argv);
   std::fprintf(stderr,
                "headroom: warning: could not restart with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4 (%s): "

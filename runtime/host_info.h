@@ -21,6 +21,9 @@ int usable_cores();
 // spin, 2^4 cycles); a setting the user made is kept. Returns when both are set (or the
 // re-execution failed, said on stderr).
 void run_with_passive_thread_pools(char** argv);
+// Sets the two variables where unset, for a process about to start another that runs torch work;
+// true where it set either.
+bool set_passive_thread_pools();
 // "2026-11-22T01:46:49Z"
 std::string utc_timestamp_now();
 

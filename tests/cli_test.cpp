@@ -4,7 +4,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "core/atomic_file.h"
 #include "core/json_reader.h"
@@ -96,7 +99,44 @@ TEST(Cli, PlanAndSimulateAgree) {
   fs::remove_all(dir);
 }
 
-// 20,000 micro-batches simulate as one (issue 22): the outputs list the first micro-batch of a run
+// `plan` times this machine in a `headroom calibrate` child (run in the thread-pool regime profile
+// and execute run in) and keeps the answer: a second plan reads it instead of timing again, and a
+// cache that cannot be written costs nothing but the time.
+TEST(Cli, PlanTimesThisMachineOnceInAChildAndKeepsIt) {
+  const fs::path dir = fs::temp_directory_path() / ("headroom_cli_calibration." + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const char* saved = std::getenv("XDG_CACHE_HOME");
+  const std::string restore = saved != nullptr ? saved : "";
+  ::setenv("XDG_CACHE_HOME", (dir / "cache").c_str(), 1);
+  const auto first = run("plan " + kTrace + " --budget 300MiB --batch 32 -o " + (dir / "p.json").string());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(first.err.find("cannot time"), std::string::npos) << first.err;
+  std::vector<fs::path> kept;
+  for (const auto& entry : fs::directory_iterator(dir / "cache" / "headroom")) kept.push_back(entry.path());
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].filename().string().rfind("calibration-cpu-", 0), 0u) << kept[0];
+  const auto document = core::parse_json(core::read_file(kept[0]), kept[0].string());
+  EXPECT_EQ(document["calibration"]["runs"].size(), 3u);
+  const auto second = run("plan " + kTrace + " --budget 300MiB --batch 32 -o " + (dir / "p.json").string());
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(core::parse_json(core::read_file(kept[0]), kept[0].string())["saved_at_unix"], document["saved_at_unix"]);
+
+  // A file where the cache's directory would be: measured, not kept, no warning.
+  core::write_file_atomically(dir / "blocked", "not a directory\n");
+  ::setenv("XDG_CACHE_HOME", (dir / "blocked").c_str(), 1);
+  const auto blocked = run("plan " + kTrace + " --budget 300MiB --batch 32 -o " + (dir / "p.json").string());
+  EXPECT_EQ(blocked.exit_code, 0) << blocked.err;
+  EXPECT_EQ(blocked.err.find("cannot time"), std::string::npos) << blocked.err;
+  if (saved != nullptr) {
+    ::setenv("XDG_CACHE_HOME", restore.c_str(), 1);
+  } else {
+    ::unsetenv("XDG_CACHE_HOME");
+  }
+  fs::remove_all(dir);
+}
+
+// 20,000 micro-batches simulate as one: the outputs list the first micro-batch of a run
 // of identical ones and summarise the rest, so they stay small (the Chrome trace opens in Perfetto).
 TEST(Cli, SimulateSummarisesIdenticalMicroBatches) {
   const fs::path dir = fs::temp_directory_path() / "headroom_cli_repeats";
@@ -190,7 +230,7 @@ TEST(Cli, InfeasibleBudgetExitsWithThreeAndNamesTheLeastBudget) {
   EXPECT_NE(r.err.find("; with l2l as well (--strategies mbp,checkpoint,tempo,l2l) it must be at least "), std::string::npos)
       << r.err;
   EXPECT_FALSE(fs::exists(out));
-  // "all" (the default) holds L2L (issue 36): its least counts the relay, and that budget fits.
+  // "all" (the default) holds L2L: its least counts the relay, and that budget fits.
   const auto all = run("plan " + kTrace + " --budget 50MiB --batch 8 -o " + out.string());
   EXPECT_EQ(all.exit_code, 3) << all.err;
   EXPECT_NE(all.err.find("with strategies mbp,checkpoint,tempo,l2l the step needs at least"), std::string::npos) << all.err;
@@ -271,9 +311,9 @@ TEST(Cli, ExecuteReportsAndRefusesBadInput) {
   fs::remove_all(dir);
 }
 
-// Issue 23: a trace and a report name their host-memory regime; planning or executing a trace
+// A trace and a report name their host-memory regime (core/host_memory.h); planning or executing a trace
 // measured in another regime (or before regimes were recorded) warns.
-// L2L end to end (issue 15): a budget below what micro-batching and checkpointing need, the relay
+// L2L end to end: a budget below what micro-batching and checkpointing need, the relay
 // planned, simulated and executed within it, the device peak as predicted.
 TEST(Cli, L2LPlanRunsTheRelayWithinItsBudget) {
   const fs::path dir = fs::temp_directory_path() / ("headroom_cli_l2l." + std::to_string(::getpid()));
@@ -398,7 +438,7 @@ TEST(Cli, ModelsListsTheZoo) {
   }
 }
 
-// `headroom compare` (issue 24): the CI recipe run for real. A committed trace against itself
+// `headroom compare`: the CI recipe run for real. A committed trace against itself
 // passes; the same trace with one layer's kept bytes 5% higher fails with exit 4, and that layer is
 // the first row of the memory table; plans, reports, Markdown, JSON and bad input.
 TEST(Cli, CompareFailsTheBuildOnMemoryGrowthNamingTheLayer) {

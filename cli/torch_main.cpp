@@ -1,0 +1,349 @@
+// headroom-torch: the commands of `headroom` that run torch work (cli/command_line.h), which
+// `headroom` starts with the same arguments. Exit codes: 0 ok, 1 runtime failure, 2 bad input or
+// usage, 3 infeasible.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+
+#include "cli/command_line.h"
+#include "cli/execute_commands.h"
+#include "core/atomic_file.h"
+#include "core/chrome_trace.h"
+#include "core/errors.h"
+#include "core/host_memory.h"
+#include "core/trace.h"
+#include "executor/data_parallel.h"
+#include "models/model_source.h"
+#include "models/torchscript_model.h"
+#include "models/zoo.h"
+#include "profiler/profiler.h"
+#include "report/trace_report.h"
+#include "runtime/calibration.h"
+#include "runtime/host_info.h"
+
+namespace {
+
+using namespace headroom;
+
+// Progress on stderr: one updating line on a terminal, a line per phase change otherwise.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(std::string label) : label_(std::move(label)), tty_(::isatty(STDERR_FILENO) != 0) {}
+
+  void operator()(const profiler::Progress& p) {
+    const std::string key = std::to_string(p.batch);
+    if (!tty_ && key == last_key_ && p.step != p.total) return;
+    last_key_ = key;
+    std::fprintf(stderr, "%sprofiling %s  batch %-5lld %-8s [%3d/%3d]%s", tty_ ? "\r" : "", label_.c_str(),
+                 static_cast<long long>(p.batch), p.phase.c_str(), p.step, p.total, tty_ ? "" : "\n");
+    if (tty_ && p.step == p.total) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string label_;
+  bool tty_;
+  std::string last_key_;
+};
+
+std::map<std::string, std::string> parse_settings(const std::vector<std::string>& items) {
+  std::map<std::string, std::string> settings;
+  for (const auto& item : items) {
+    auto [key, value] = models::parse_setting(item);
+    settings[key] = value;
+  }
+  return settings;
+}
+
+void print_models() {
+  for (const auto& entry : models::zoo()) {
+    std::cout << entry.name << "  " << entry.description << "\n";
+    for (const auto& key : entry.keys) {
+      std::string value = key.default_value.empty() ? "(from preset)" : key.default_value;
+      std::printf("    %-10s %-14s %s\n", key.name.c_str(), value.c_str(), key.help.c_str());
+    }
+    if (!entry.presets.empty()) {
+      std::cout << "    presets:";
+      for (const auto& preset : entry.presets) {
+        std::cout << " " << preset.name << "(";
+        bool first = true;
+        for (const auto& [k, v] : preset.values) {
+          std::cout << (first ? "" : ",") << k << "=" << v;
+          first = false;
+        }
+        std::cout << ")";
+      }
+      std::cout << "\n";
+    }
+    std::cout << "\n";
+  }
+}
+
+struct ProfileArgs {
+  std::string model;
+  // A user's TorchScript module instead of a zoo model, and what it is run with.
+  std::string torchscript;
+  std::string input, target, loss, layers;
+  std::string batch_sizes;  // as typed: "1,2,4"
+  std::vector<std::string> settings;
+  profiler::ProfileOptions options;
+  std::string output;
+  std::string chrome;
+  bool measure_link = false;
+};
+
+// "1,2,4" as sizes. Every item must be a number: CLI11's own splitting skips empty ones ("1,,2").
+std::vector<std::int64_t> parse_batch_sizes(const std::string& text) {
+  std::vector<std::int64_t> sizes;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ',') continue;
+    const std::string item = text.substr(start, i - start);
+    if (item.empty() || item.size() > 8 || item.find_first_not_of("0123456789") != std::string::npos) {
+      throw core::InputError("batch_sizes: item " + std::to_string(sizes.size() + 1) + " of '" + text +
+                             "' is not a batch size (expected positive integers separated by commas)");
+    }
+    sizes.push_back(std::stoll(item));
+    start = i + 1;
+  }
+  return sizes;
+}
+
+// A zoo model or a TorchScript file, and only the flags that go with the one given.
+void check_model_flags(const ProfileArgs& args) {
+  if (args.model.empty() == args.torchscript.empty()) {
+    throw core::InputError("give either --model (a zoo model) or --torchscript (your own module), not " +
+                           std::string(args.model.empty() ? "neither" : "both"));
+  }
+  if (!args.torchscript.empty() && !args.settings.empty()) {
+    throw core::InputError("--set: size settings are for zoo models; a TorchScript module has its own sizes");
+  }
+  if (args.torchscript.empty()) {
+    for (const auto& [flag, value] : {std::pair{"--input", &args.input}, {"--target", &args.target}, {"--loss", &args.loss},
+                                      {"--layers", &args.layers}}) {
+      if (!value->empty()) throw core::InputError(std::string(flag) + ": applies to --torchscript modules only");
+    }
+  } else if (args.input.empty()) {
+    throw core::InputError("--input: give one sample's shape and dtype, e.g. --input 3x224x224:float32");
+  }
+}
+
+std::map<std::string, std::string> torchscript_config(const ProfileArgs& args) {
+  std::map<std::string, std::string> config{{"input", args.input}};
+  if (!args.target.empty()) config["target"] = args.target;
+  if (!args.loss.empty()) config["loss"] = args.loss;
+  if (!args.layers.empty()) config["layers"] = args.layers;
+  return config;
+}
+
+// The loader names its config keys; here they were typed as flags.
+models::Model load_torchscript(const ProfileArgs& args) {
+  try {
+    return models::load_torchscript_model(args.torchscript, torchscript_config(args), args.options.seed);
+  } catch (const core::InputError& e) {
+    const std::string message = e.what();
+    for (const std::string key : models::kTorchScriptKeys) {
+      if (message.rfind(key + ": ", 0) == 0) throw core::InputError("--" + message);
+    }
+    throw;
+  }
+}
+
+// `gpu_step` receives the last profiled step at the largest batch size when profiling on CUDA.
+core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStepRecord>& gpu_step) {
+  profiler::ProfileOptions options = args.options;
+  options.batch_sizes = parse_batch_sizes(args.batch_sizes);
+  models::Model model = args.torchscript.empty()
+                            ? models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed)
+                            : load_torchscript(args);
+  ProgressPrinter printer(model.name());
+  options.on_progress = [&printer](const profiler::Progress& p) { printer(p); };
+  options.on_gpu_step = [&gpu_step, largest = options.batch_sizes.back()](std::int64_t batch,
+                                                                          const profiler::GpuStepRecord& record) {
+    if (batch == largest) gpu_step = record;
+  };
+  return profiler::profile(model, options);
+}
+
+void print_trace_summary(const core::Trace& trace) {
+  std::cout << trace.model.name << " on " << trace.device.name << ", optimizer " << trace.optimizer.name
+            << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads << " threads\n";
+  if (!trace.device.is_cuda() && trace.device.host_to_device_bytes_per_s > 0) {
+    std::cout << report::describe_copy_link(trace.device) << " (tensor copies: what times L2L's relay)\n";
+  }
+  if (trace.calibration) {
+    std::cout << report::describe_calibration(*trace.calibration) << "\n";
+    if (trace.calibration->spread() > core::kCalibrationTolerance) {
+      std::cout << "warning: the machine's speed moved by " << static_cast<int>(100 * trace.calibration->spread() + 0.5)
+                << "% between the calibrations taken while profiling: another load shared it, and the trace's times "
+                   "may not hold even here; profile again on a quiet machine\n";
+    }
+  }
+  std::cout << "\n"
+            << report::render_layer_table(trace) << "\n"
+            << report::render_step_table(trace);
+  if (trace.has_tempo()) std::cout << "\nTempo: the same steps with every memory-lean layer on\n" << report::render_tempo_table(trace);
+  if (trace.device.is_cuda()) std::cout << "\nGPU (CUPTI)\n" << report::render_gpu_table(trace);
+}
+
+void add_profile_options(CLI::App& command, ProfileArgs& args) {
+  for (const auto b : args.options.batch_sizes) args.batch_sizes += (args.batch_sizes.empty() ? "" : ",") + std::to_string(b);
+  command.add_option("--set", args.settings, "model size setting key=value (see `headroom models`)");
+  command.add_option("--device", args.options.device, "device to profile on")->check(CLI::IsMember({"cpu", "cuda"}));
+  command.add_option("--batch-sizes", args.batch_sizes, "micro-batch sizes to sample, ascending, e.g. 1,2,4,8");
+  command.add_option("--optimizer", args.options.optimizer, "optimizer whose state and step are measured")
+      ->check(CLI::IsMember({"sgd", "adam"}));
+  command.add_option("--warmup", args.options.warmup_steps, "unmeasured steps per batch size");
+  command.add_option("--repeats", args.options.repeats, "measured steps per batch size (medians are kept)");
+  command.add_option("--seed", args.options.seed, "seed for parameters and batches");
+  command.add_option("--threads", args.options.threads,
+                     "intra-op CPU threads (default 0: the cores this process may use, as execute runs the step)");
+  command.add_flag("!--no-tempo", args.options.tempo,
+                   "skip the second pass that measures Tempo's memory-lean layers (bert, gpt); plans then cannot use tempo");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"headroom: plan and run neural-network training beyond the memory limit"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", HEADROOM_VERSION);
+
+  cli::add_torch_command(app, "models");
+
+  ProfileArgs profile_args;
+  auto* profile = cli::add_torch_command(app, "profile");
+  profile->add_option("--model", profile_args.model, "zoo model name (or --torchscript)");
+  profile->add_option("--torchscript", profile_args.torchscript,
+                      "your own model: a TorchScript file whose children, called in order, are its layers");
+  profile->add_option("--input", profile_args.input,
+                      "with --torchscript: one sample's input as SHAPE:DTYPE, e.g. 3x224x224:float32 or 128:int64:0-50257");
+  profile->add_option("--target", profile_args.target,
+                      "with --torchscript: one sample's target as SHAPE:DTYPE (default: from the output and the loss)");
+  profile->add_option("--loss", profile_args.loss,
+                      "with --torchscript: cross-entropy (classes along the output's last dimension; the default), mse, "
+                      "or model (the module returns the loss)")
+      ->check(CLI::IsMember({"cross-entropy", "mse", "model"}));
+  profile->add_option("--layers", profile_args.layers,
+                      "with --torchscript: the children that are the layers, in the order forward calls them, e.g. "
+                      "stem,stage1,head (default: every child forward calls)");
+  add_profile_options(*profile, profile_args);
+  profile->add_option("-o,--output", profile_args.output, "trace file to write")->required();
+  profile->add_flag("--measure-link", profile_args.measure_link,
+                    "also measure this host's loopback all-reduce (bandwidth, latency) for data-parallel plans");
+  profile->add_option("--chrome", profile_args.chrome,
+                      "also write the largest batch's profiled step as a Chrome trace (opens in Perfetto); on CUDA with a lane per GPU stream");
+
+  cli::ExecuteArgs execute_args;
+  auto* execute = cli::add_torch_command(app, "execute");
+  execute->add_option("plan", execute_args.plan, "plan from headroom plan")->required();
+  execute->add_option("--steps", execute_args.steps, "measured steps (after warm-up)");
+  execute->add_option("--warmup", execute_args.warmup, "unmeasured steps first");
+  execute->add_option("--device", execute_args.device, "device to run on")->check(CLI::IsMember({"cpu", "cuda"}));
+  auto* no_budget = execute->add_flag("--no-budget", execute_args.no_budget, "do not enforce the plan's budget on the CPU");
+  execute->add_flag("--host-limit", execute_args.host_limit,
+                    "the budget is this host's memory limit: keep malloc's resident heap (free pages the host-memory "
+                    "regime keeps for speed) within it too, handing free heap back after a step (slower)")
+      ->excludes(no_budget);
+  execute->add_option("--data", execute_args.data, "synthetic, or fashion-mnist for the cnn model (reports test accuracy)")
+      ->check(CLI::IsMember({"synthetic", "fashion-mnist"}));
+  execute->add_flag("--batchnorm-eval", execute_args.batchnorm_eval,
+                    "BatchNorm normalizes with running statistics, so micro-batches train exactly like the full batch");
+  execute->add_option("--devices", execute_args.devices,
+                      "run a data-parallel plan on this many local worker processes (Gloo over loopback; NCCL on CUDA)");
+  execute->add_option("--rank", execute_args.rank, "run as this worker of a data-parallel group launched by hand");
+  execute->add_option("--world-size", execute_args.world_size, "with --rank: how many workers the group has");
+  execute->add_option("--store", execute_args.store,
+                      "with --rank: where the workers meet: file:PATH (a shared file) or tcp:HOST:PORT (served by rank 0)");
+  execute->add_flag("--full-batch-reference", execute_args.full_batch_reference,
+                    "train with dropout off, then run the same steps in one process on each step's full batch and "
+                    "report how far the weights are apart");
+  execute->add_option("--threads", execute_args.threads,
+                      "intra-op CPU threads (default: the plan's, as the trace was profiled; more than this process may use is refused)")
+      ->check(CLI::Range(1, 4096));
+  execute->add_flag("--no-rescale", execute_args.no_rescale,
+                    "keep the plan's predicted times where this machine runs the calibration's kernels at another speed");
+  execute->add_option("-o,--output", execute_args.output, "report file to write");
+
+  struct CalibrateArgs {
+    std::string device = "cpu";
+    int threads = 0;
+    std::string output;
+  } calibrate_args;
+  auto* calibrate = cli::add_torch_command(app, "calibrate");
+  calibrate->add_option("--device", calibrate_args.device, "device to time")->check(CLI::IsMember({"cpu", "cuda"}));
+  calibrate->add_option("--threads", calibrate_args.threads, "intra-op CPU threads (default: the cores this process may use)")
+      ->check(CLI::Range(1, 4096));
+  calibrate->add_option("-o,--output", calibrate_args.output, "also write it as JSON");
+
+  cli::DemoArgs demo_args;
+  auto* demo = cli::add_torch_command(app, "demo");
+  demo->add_option("--dir", demo_args.directory, "where to keep the trace, plan and report (default: a new temporary directory)");
+
+  if (const std::optional<int> done = cli::parse_command_line(app, argc, argv)) return *done;
+
+  // As `headroom` starts it; where it was started by hand, it restarts itself so.
+  if (!app.got_subcommand("models")) runtime::run_with_passive_thread_pools(argv);
+  return cli::run_reporting_errors([&] {
+   try {
+    for (const CLI::App* command : app.get_subcommands()) cli::check_outputs(*command);
+    // From start-up, so everything the process allocates (the model, a dataset) is in the regime
+    // the trace and the report name.
+    core::enter_host_memory_regime();
+    if (app.got_subcommand("models")) {
+      print_models();
+    } else if (app.got_subcommand(execute)) {
+      return cli::run_execute(execute_args);
+    } else if (app.got_subcommand(calibrate)) {
+      if (calibrate_args.device == "cuda" && !torch::cuda::is_available()) {
+        throw core::InputError("--device cuda: this libtorch sees no CUDA device");
+      }
+      at::set_num_threads(calibrate_args.threads > 0 ? calibrate_args.threads : runtime::usable_cores());
+      const core::Calibration c = runtime::calibrate(calibrate_args.device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU));
+      runtime::save_cached_calibration(c);  // for the commands that follow (cli/calibration_child.h)
+      std::cout << c.device << ": " << report::describe_calibration(c) << "\n";
+      if (!calibrate_args.output.empty()) core::write_file_atomically(calibrate_args.output, core::to_json(c).dump(2) + "\n");
+      return 0;
+    } else if (app.got_subcommand(demo)) {
+      return cli::run_demo(demo_args);
+    } else if (app.got_subcommand(profile)) {
+      const ProfileArgs& args = profile_args;
+      check_model_flags(args);
+      std::optional<profiler::GpuStepRecord> gpu_step;
+      core::Trace trace = run_profile(args, gpu_step);
+      if (args.measure_link) {
+        std::cerr << "measuring the loopback link (Gloo all-reduce, 2 workers)\n";
+        trace.link = executor::measure_loopback_link();
+        std::cerr << "link: " << core::format_link(*trace.link) << "\n";
+      }
+      std::vector<std::pair<std::filesystem::path, std::string>> outputs;
+      if (!args.output.empty()) outputs.emplace_back(args.output, core::to_json(trace).dump(1) + "\n");
+      if (!args.chrome.empty()) {
+        core::ChromeTrace chrome = core::profile_step_chrome(trace, trace.batch_sizes.back());
+        if (gpu_step) {
+          std::vector<std::string> names;
+          for (const auto& layer : trace.layers) names.push_back(layer.name);
+          profiler::gpu::add_gpu_lanes(chrome, gpu_step->log, gpu_step->ranges, names, gpu_step->origin_ns, 2);
+        }
+        outputs.emplace_back(args.chrome, chrome.to_json().dump() + "\n");
+      }
+      core::write_files_together(outputs);
+      print_trace_summary(trace);
+      if (!args.output.empty()) std::cout << "\ntrace written to " << args.output << "\n";
+    }
+    return cli::kExitOk;
+   } catch (const c10::Error& e) {
+    // libtorch's messages carry a backtrace; its first line is the message.
+    const std::string message = e.what_without_backtrace();
+    throw std::runtime_error(message.substr(0, message.find('\n')));
+   }
+  });
+}
