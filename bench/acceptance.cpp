@@ -1,4 +1,4 @@
-// Acceptance of the executor (issue 4): every zoo model's committed CPU trace at three budgets below
+// Acceptance of the executor: every zoo model's committed CPU trace at three budgets below
 // the whole batch's peak: plan, execute under the enforced budget, and compare.
 //   ./build/default/bench/acceptance [steps] [--fresh]
 // Prints a Markdown table: budget, plan, predicted and measured peak and samples/s, errors. With

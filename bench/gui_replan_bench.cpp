@@ -1,8 +1,8 @@
-// Re-plan latency of the desktop app (issue 6: well under 100 ms for the committed traces): one
+// Re-plan latency of the desktop app (the target: well under 100 ms for the committed traces): one
 // compute_plan, what the GUI's worker runs on every change of a control (plan search, the plan's
 // simulated memory timeline, throughput of every micro-batch size, the summary), per committed
 // trace at the inputs the app starts with and at a budget just above the least that fits; and at
-// global batches of thousands of micro-batches (issue 22: re-plan time flat in the batch beyond
+// global batches of thousands of micro-batches (the target: re-plan time flat in the batch beyond
 // the plan search, at most 50 ms each).
 //   ./build/default/bench/gui_replan_bench
 #include <benchmark/benchmark.h>
@@ -74,7 +74,7 @@ HEADROOM_REPLAN(bert, "cpu-bert.json");
 HEADROOM_REPLAN(gpt, "cpu-gpt.json");
 HEADROOM_REPLAN(bert_large, "cpu-bert-large.json");
 
-// Many micro-batches (issue 22; issue 36: flat in the batch up to the largest a plan takes): bert
+// Many micro-batches (re-plan time flat in the batch up to the largest a plan takes): bert
 // large at 7 GiB and bert at 241 MiB, each at batch 8 to 2^20 (core::kMaxPlanBatch).
 constexpr std::int64_t kGiB = std::int64_t{1} << 30, kMiB = std::int64_t{1} << 20;
 #define HEADROOM_REPLAN_AT(name, file, budget, batch)                                        \

@@ -1,4 +1,4 @@
-// Acceptance of Inf-CL (issue 14), as Markdown tables:
+// Acceptance of Inf-CL (docs/design.md, "Inf-CL"), as Markdown tables:
 //   ./build/default/bench/infcl_acceptance equal  [--batches 1024,4096] [--dim 512]
 //       tiled loss against the standard one: loss and gradients of q, k and the log-scale, with tiles
 //       that divide the batch and tiles that do not

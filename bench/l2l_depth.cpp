@@ -1,4 +1,4 @@
-// L2L's device-side peak against depth (issue 15): bert at 4, 8, 16 and 32 encoder blocks, one
+// L2L's device-side peak against depth: bert at 4, 8, 16 and 32 encoder blocks, one
 // optimizer step of four micro-batches, under ordinary training and under the relay (boundaries
 // stashed on the device, and on the host: L2L's constant-memory variant). On the CPU the device
 // side is what the counting allocator counts outside host scopes; the host side (parameters,

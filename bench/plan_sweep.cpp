@@ -1,4 +1,4 @@
-// An executed sweep of plan choices (issue 36): for every zoo model at two sizes, many choices drawn
+// An executed sweep of plan choices: for every zoo model at two sizes, many choices drawn
 // at random — micro-batch splits (even and uneven), any subset of checkpointable blocks, any subset
 // of lean layers, L2L from any block (boundaries on the device or the host), the tiled loss's tiles
 // for clip — each simulated and executed without a budget. The simulated peak must bound the

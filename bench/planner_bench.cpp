@@ -1,5 +1,5 @@
-// Speed targets (issue 3): plan bert large at B=1024 with all strategies in <= 100 ms; plan a
-// synthetic 1000-layer chain in <= 2 s; simulate >= 5 million tasks/s. Issue 22: a step's schedule
+// Speed targets: plan bert large at B=1024 with all strategies in <= 100 ms; plan a
+// synthetic 1000-layer chain in <= 2 s; simulate >= 5 million tasks/s; a step's schedule
 // and simulation cost the same at 1 and at 20,000 identical micro-batches.
 //   ./build/default/bench/planner_bench
 #include <benchmark/benchmark.h>

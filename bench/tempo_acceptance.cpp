@@ -1,4 +1,4 @@
-// Acceptance of Tempo (issue 7), as Markdown tables:
+// Acceptance of Tempo (docs/design.md, "Tempo"), as Markdown tables:
 //   ./build/default/bench/tempo_acceptance kept      bytes kept per bert-base encoder layer, seq 128 and 512
 //   ./build/default/bench/tempo_acceptance batch     largest batch under fixed budgets, with and without Tempo
 //   ./build/default/bench/tempo_acceptance plans     Tempo plans executed under their budgets: peak error

@@ -1,4 +1,4 @@
-// Throughput fidelity (issue 23): does the predicted samples/s hold, and does the planner pick the
+// Throughput fidelity: does the predicted samples/s hold, and does the planner pick the
 // fastest split? For each zoo model (the configurations scripts/record-traces.sh records): profile
 // it on this machine now, plan at three budgets (tight, middle, loose: 10%, 40% and 70% of the way
 // from the least budget any plan needs to what the whole batch needs), execute each plan twice in

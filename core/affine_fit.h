@@ -1,5 +1,5 @@
 #pragma once
-// Memory per layer is affine in batch size (DESIGN.md): bytes(b) = intercept + slope * b.
+// Memory per layer is affine in batch size (docs/design.md, "Fits"): bytes(b) = intercept + slope * b.
 #include <cstdint>
 #include <span>
 #include <string>

@@ -1,5 +1,5 @@
 #pragma once
-// Data parallel's gradient exchange as plain numbers (issue 16): the link the workers all-reduce
+// Data parallel's gradient exchange as plain numbers: the link the workers all-reduce
 // over, the ring all-reduce's cost on it, and how gradients are grouped into buckets. Torch-free,
 // so the planner, the simulator's schedule and the executor group gradients the same way.
 #include <cstdint>

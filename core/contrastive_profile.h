@@ -1,5 +1,5 @@
 #pragma once
-// What the profiler measured of a contrastive model's loss alone (Inf-CL, DESIGN.md §3): the loss
+// What the profiler measured of a contrastive model's loss alone (docs/design.md, "Inf-CL"): the loss
 // layer run on given embeddings at batch sizes far past the towers' micro-batches, as the standard
 // B x B loss, as the tiled loss per tile, and as the gradient cache's surrogate (which hands the
 // towers their cached embedding gradients). Torch-free: the planner reads it.

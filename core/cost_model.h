@@ -1,11 +1,11 @@
 #pragma once
 // A trace's measurements evaluated at any micro-batch size. Memory is affine in batch size
-// (DESIGN.md) between samples, but not always across all of them (oneDNN picks other convolution
-// algorithms for tiny batches: one line through batch 1 to 64 missed the CNN's batch-1 peak by
-// 4%), so byte counts are piecewise-linear through the samples, exact at every sampled size and
-// extended along the end segments. A transient (scratch memory) may stray from that line at sizes
-// no profile ran (oneDNN's convolutions at two threads), so between samples it gets, on top, what a
-// jump in a segment steeper than the layer's cost per sample can add (cost_model.cpp,
+// (docs/design.md, "Fits") between samples, but not always across all of them (oneDNN picks other
+// convolution algorithms for tiny batches: one line through batch 1 to 64 missed the CNN's batch-1
+// peak by 4%), so byte counts are piecewise-linear through the samples, exact at every sampled size
+// and extended along the end segments. A transient (scratch memory) may stray from that line at
+// sizes no profile ran (oneDNN's convolutions at two threads), so between samples it gets, on top,
+// what a jump in a segment steeper than the layer's cost per sample can add (cost_model.cpp,
 // segment_slack): zero for a layer whose bytes are a line. Time is not affine: small batches use
 // the device less, so times are interpolated piecewise-linearly between samples, held flat below the
 // smallest sample, and extended past the largest along the line through the last two samples (a

@@ -1,7 +1,7 @@
 #pragma once
-// The error types every module throws. The CLI maps them to exit codes (DESIGN.md): InputError is
-// bad input or usage (exit 2), DoesNotFitError is work too large for the machine (exit 3); anything
-// else from a library is a runtime failure (exit 1).
+// The error types every module throws. The CLI maps them to exit codes (docs/design.md,
+// "Exit codes"): InputError is bad input or usage (exit 2), DoesNotFitError is work too large for
+// the machine (exit 3); anything else from a library is a runtime failure (exit 1).
 #include <stdexcept>
 #include <string>
 

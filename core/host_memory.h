@@ -1,6 +1,6 @@
 #pragma once
 // The host-memory regime: how the C allocator under libtorch's CPU allocator gets memory from the
-// system and keeps it. It decides how fast CPU training runs (issue 23): glibc's default raises its
+// system and keeps it. It decides how fast CPU training runs: glibc's default raises its
 // mmap threshold only as large blocks are freed, so a tensor of a few MiB is mmapped and
 // page-faulted afresh on every allocation until then, and one of 32 MiB or more always is. A step
 // that starts cold and one that runs warm differ by up to 4x, so the profiler and the executor must

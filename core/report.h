@@ -48,7 +48,7 @@ struct HostMemoryReport {
   bool operator==(const HostMemoryReport&) const = default;
 };
 
-// A data-parallel run (issue 16): what each worker measured, and the checks across workers.
+// A data-parallel run (executor/data_parallel.h): what each worker measured, and the checks across workers.
 struct DataParallelWorker {
   int rank = 0;
   std::int64_t samples = 0;     // its share of the global batch
@@ -75,7 +75,7 @@ struct DataParallelReport {
   bool operator==(const DataParallelReport&) const = default;
 };
 
-// An L2L run (issue 15): the device held the running stages, the host everything else.
+// An L2L run (executor/l2l_execute.h): the device held the running stages, the host everything else.
 struct RelayReport {
   bool boundaries_on_host = false;
   int stages = 0;

@@ -36,15 +36,15 @@ struct LayerStep {
   bool operator==(const LayerStep&) const = default;
 };
 
-// Inf-CL's tile of the contrastive loss (DESIGN.md §3): rows of the image embeddings per block,
-// text embeddings per column tile.
+// Inf-CL's tile of the contrastive loss (docs/design.md, "Inf-CL"): rows of the image embeddings
+// per block, text embeddings per column tile.
 struct LossTiles {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   bool operator==(const LossTiles&) const = default;
 };
 
-// L2L's relay (issue 15, executor/l2l_relay.h): parameters, gradients and optimizer state live on
+// L2L's relay (executor/l2l_relay.h): parameters, gradients and optimizer state live on
 // the host and the step runs stage by stage, every micro-batch through a stage before the next. The
 // outputs later stages read are stashed on the device, or on the host (the constant-memory variant).
 // From a chosen block on: the stages before that block stay on the device and train there as
@@ -63,7 +63,7 @@ struct StepChoice {
   // By layer id. The planner's working choices may leave it empty or without names (every layer
   // standard); a plan's choice has one entry per trace layer.
   std::vector<LayerStep> layers;
-  // Data-parallel workers (issue 16).
+  // Data-parallel workers (executor/data_parallel.h).
   int world_size = 1;
   // With world_size > 1, how many of micro_batches each worker runs, in rank order (worker 0 the
   // first ones): a plan's micro_batches are the whole global batch, so b_i / B weighs each over it.

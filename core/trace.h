@@ -76,11 +76,12 @@ struct LayerSample : LayerCost {
   bool operator==(const LayerSample&) const = default;
 };
 
-// Tempo (DESIGN.md): the layer measured again with its memory-lean variant, in a profiling pass
-// where every layer that has one runs it. Only the layer's own costs are used from that pass:
-// the other layers' costs there differ only where a tensor is freed elsewhere (an input no longer
-// kept is freed by its last reader's forward; an output the lean layer keeps is freed by its own
-// backward, not by a consumer's), which the planner derives from saves_inputs and keeps_output.
+// Tempo (docs/design.md, "Tempo"): the layer measured again with its memory-lean variant, in a
+// profiling pass where every layer that has one runs it. Only the layer's own costs are used from
+// that pass: the other layers' costs there differ only where a tensor is freed elsewhere (an input
+// no longer kept is freed by its last reader's forward; an output the lean layer keeps is freed by
+// its own backward, not by a consumer's), which the planner derives from saves_inputs and
+// keeps_output.
 struct LeanProfile {
   std::vector<bool> saves_inputs;    // per input, as the lean variant keeps them
   // The lean variant keeps its own output and the standard layer does not: the output then lives
@@ -131,7 +132,7 @@ struct GpuStepCost {
   bool operator==(const GpuStepCost&) const = default;
 };
 
-// A step measured as the executor runs one (issue 23): gradients zeroed, micro-batches one after
+// A step measured as the executor runs one: gradients zeroed, micro-batches one after
 // another (each one's data made when its turn comes, its loss weighted, gradients accumulating),
 // then the optimizer. Medians over the repeats; traces from before it have none.
 struct StepSequence {

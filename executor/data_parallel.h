@@ -1,5 +1,5 @@
 #pragma once
-// Data-parallel execution on c10d, PyTorch's own distributed engine (issue 16): the workers' process
+// Data-parallel execution on c10d, PyTorch's own distributed engine: the workers' process
 // group (Gloo over loopback on the CPU; NCCL on CUDA where libtorch was built with it), the gradient
 // exchange in buckets that starts during the last micro-batch's backward, and the checks that keep
 // the workers honest (same weights after every step).

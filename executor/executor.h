@@ -28,7 +28,7 @@ struct ExecuteOptions {
   // Intra-op CPU threads; 0: the plan's (the trace's, as profiled). More than this process may use
   // is refused: the step would not run as it was profiled.
   int threads = 0;
-  // Data parallel (issue 16): this process is worker `rank` of `world_size`, which find each other
+  // Data parallel: this process is worker `rank` of `world_size`, which find each other
   // through `store` (executor/data_parallel.h); a plan for N workers needs world_size N.
   int rank = 0;
   int world_size = 1;

@@ -1,5 +1,5 @@
 #pragma once
-// GradCache for a contrastive model (Gao et al.; Inf-CL, DESIGN.md §3): its towers micro-batched
+// GradCache for a contrastive model (Gao et al.; docs/design.md, "Inf-CL"): its towers micro-batched
 // while the loss sees the whole batch, so the gradient is the full batch's exactly. The step the
 // planner models (planner/infcl_model.h):
 //   1. every micro-batch's towers without grad, its embeddings copied into a [B, D] cache per

@@ -1,8 +1,9 @@
 #pragma once
-// Executing an L2L plan (issue 15): the model built on the host, L2L's relay (l2l_relay.h) running
-// the plan's steps under its device budget. On the CPU the device side is what the budget allocator
-// counts outside host scopes; the report's peak is that side's, and the host's bytes are reported
-// beside it (runtime/budget_allocator.h). On CUDA the peak is what the caching allocator reported.
+// Executing an L2L plan (docs/design.md, "L2L"): the model built on the host, L2L's relay
+// (l2l_relay.h) running the plan's steps under its device budget. On the CPU the device side is
+// what the budget allocator counts outside host scopes; the report's peak is that side's, and the
+// host's bytes are reported beside it (runtime/budget_allocator.h). On CUDA the peak is what the
+// caching allocator reported.
 #include <torch/types.h>
 
 #include "core/plan.h"

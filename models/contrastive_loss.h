@@ -1,6 +1,6 @@
 #pragma once
 // Symmetric InfoNCE (CLIP's loss) over a batch of paired embeddings, two ways: the standard one
-// that materializes the B x B similarity matrix, and Inf-CL's tiled one (DESIGN.md, technique 3)
+// that materializes the B x B similarity matrix, and Inf-CL's tiled one (docs/design.md, "Inf-CL")
 // that never holds more than a tile of it. Both are plain tensor ops, so they run wherever the
 // tensors live (CPU or CUDA).
 //

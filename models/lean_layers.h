@@ -1,5 +1,5 @@
 #pragma once
-// Tempo's memory-lean layers (Andoorveedu et al., DESIGN.md): the same functions as GELU,
+// Tempo's memory-lean layers (Andoorveedu et al.; docs/design.md, "Tempo"): the same functions as GELU,
 // LayerNorm and attention's dropout·V, with backward passes that need less saved state. Each is a
 // custom autograd function; all run on the CPU and on CUDA (plain tensor ops).
 #include <torch/torch.h>

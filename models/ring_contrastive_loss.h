@@ -1,5 +1,5 @@
 #pragma once
-// Inf-CL's ring variant (DESIGN.md §3; issue 16, item 4): the tiled symmetric InfoNCE of
+// Inf-CL's ring variant (docs/design.md, "Inf-CL"): the tiled symmetric InfoNCE of
 // models/contrastive_loss.h over a global batch whose rows are spread over N workers. Each worker
 // holds its rows of q and k; the k blocks travel the ring, each carrying its columns' partial
 // log-sum-exp, and every worker folds the block into its rows' lse and the block's columns' lse as

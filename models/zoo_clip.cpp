@@ -1,6 +1,6 @@
 // The zoo's `clip`: an image tower (a small CNN) and a text tower (a Transformer encoder), each
 // ending in a projection to a shared embedding space and an L2 normalization, trained by a
-// symmetric contrastive loss with a learnable log-scale (Radford et al.; Inf-CL, DESIGN.md §3).
+// symmetric contrastive loss with a learnable log-scale (Radford et al.; docs/design.md, "Inf-CL").
 #include <cmath>
 
 #include "core/errors.h"

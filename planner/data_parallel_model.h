@@ -1,9 +1,9 @@
 #pragma once
-// Data parallel in the step's model (issue 16): each worker runs its share of the global batch as
-// micro-batches, and the gradients are all-reduced bucket by bucket over a ring while the last
-// micro-batch's backward is still running; the optimizer waits for the last bucket. Each worker
-// keeps a communication buffer per bucket beside its gradients. The plan and the simulator predict
-// worker 0, which carries the largest share.
+// Data parallel in the step's model (executor/data_parallel.h runs it): each worker runs its share
+// of the global batch as micro-batches, and the gradients are all-reduced bucket by bucket over a
+// ring while the last micro-batch's backward is still running; the optimizer waits for the last
+// bucket. Each worker keeps a communication buffer per bucket beside its gradients. The plan and
+// the simulator predict worker 0, which carries the largest share.
 #include <cstdint>
 #include <vector>
 

@@ -3,7 +3,7 @@
 // counts every byte the model allocates (an upper bound on the CPU); what it cannot count is the
 // device's: on CUDA the caching allocator reserves more than it hands out (fragmentation, rounding),
 // and the reserve is what runs out. A plan's safety margin must cover that error, so a margin below
-// it gets a warning naming it (issue 22).
+// it gets a warning naming it.
 #include <cstdint>
 #include <string>
 

@@ -1,7 +1,7 @@
 #pragma once
-// Inf-CL in the planner (DESIGN.md §3): the contrastive loss's memory and time at any batch size
-// and tile, fitted from the trace's measurements of the loss alone, and the gradient-cache step a
-// contrastive model runs when its towers are micro-batched. Torch-free.
+// Inf-CL in the planner (docs/design.md, "Inf-CL"): the contrastive loss's memory and time at any
+// batch size and tile, fitted from the trace's measurements of the loss alone, and the
+// gradient-cache step a contrastive model runs when its towers are micro-batched. Torch-free.
 //
 // The step of n > 1 micro-batches of a contrastive model (executor/grad_cache.cpp runs it):
 //   1. the embedding cache ([B, D] per tower) and every micro-batch's RNG state are allocated;

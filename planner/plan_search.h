@@ -32,8 +32,9 @@ struct PlanRequest {
   // The optimizer to plan for: empty or the trace's own for its measured state; the other one the
   // profiler knows for an estimate of its state (the plan records it and warns).
   std::string optimizer;
-  // Data parallel (issue 16): the global batch is shared by this many workers, each planned under
-  // the budget; their gradients are all-reduced over `link` in buckets of at least bucket_cap_bytes.
+  // Data parallel (planner/data_parallel_model.h): the global batch is shared by this many workers,
+  // each planned under the budget; their gradients are all-reduced over `link` in buckets of at
+  // least bucket_cap_bytes.
   int workers = 1;
   core::CollectiveLink link;
   std::int64_t bucket_cap_bytes = core::kDefaultBucketCapBytes;

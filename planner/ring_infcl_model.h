@@ -1,5 +1,5 @@
 #pragma once
-// Inf-CL's ring across data-parallel workers in the planner (issue 16, item 4; the loss itself is
+// Inf-CL's ring across data-parallel workers in the planner (the loss itself is
 // models/ring_contrastive_loss.h): a worker's loss phase of the gradient-cache step. Torch-free.
 //
 // Each worker holds its share's embeddings and their gradients (the loss model at its own rows),

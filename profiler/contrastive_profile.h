@@ -1,5 +1,5 @@
 #pragma once
-// Measures a contrastive model's loss layer alone (Inf-CL, DESIGN.md §3) on given embeddings at
+// Measures a contrastive model's loss layer alone (docs/design.md, "Inf-CL") on given embeddings at
 // batch sizes past the towers' profiled micro-batches: the standard loss, the tiled loss per tile
 // and the gradient cache's surrogate, each forward and backward with the allocator hook and a clock.
 #include <cstdint>

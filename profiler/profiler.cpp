@@ -312,7 +312,7 @@ class HostBound {
   void resume() { budget_.resume(); }
   std::int64_t allocated_since_start() const { return runtime::BudgetAllocator::instance().in_use() - budget_.baseline(); }
 
-  // A micro-batch's need above the model's state, affine in the batch (DESIGN.md, "Fits"), from
+  // A micro-batch's need above the model's state, affine in the batch (docs/design.md, "Fits"), from
   // two measured ones; `state_bytes` is the state allocated since the bound began (gradients) and
   // still to come (the optimizer's).
   void learn(std::int64_t b1, std::int64_t need1, std::int64_t b2, std::int64_t need2, std::int64_t state_bytes) {
@@ -641,7 +641,7 @@ core::GpuStepCost gpu_step_cost(const std::vector<StepMeasurement>& runs) {
 
 core::Trace profile(models::Model& model, const ProfileOptions& options) {
   validate(options);
-  // Measured in the regime the executor runs in (issue 23); the trace says which.
+  // Measured in the regime the executor runs in (core/host_memory.h); the trace says which.
   const std::string regime = core::enter_host_memory_regime();
   std::unique_ptr<gpu::GpuBackend> backend = options.device == "cuda" ? make_gpu_backend() : nullptr;
   const torch::Device device = backend != nullptr ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);

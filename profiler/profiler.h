@@ -1,6 +1,6 @@
 #pragma once
 // Runs a model at several micro-batch sizes and records, per layer, forward and backward time and
-// the memory it keeps for backward, outputs and needs transiently (DESIGN.md, "The numbers that
+// the memory it keeps for backward, outputs and needs transiently (docs/design.md, "The numbers that
 // matter"). Forward work is attributed by running layer by layer; backward work by the autograd
 // sequence numbers that a forward op shares with its backward node.
 #include <cstdint>

@@ -42,7 +42,7 @@ std::string percent(double fraction) {
 }
 
 // Per sample over the common batch sizes: the slope between the smallest and the largest (memory
-// is affine in the batch, DESIGN.md), or the value over the batch when only one is common.
+// is affine in the batch: docs/design.md, "Fits"), or the value over the batch when only one is common.
 double per_sample(const std::vector<std::int64_t>& batches, const std::vector<double>& values) {
   if (batches.size() == 1) return values.front() / static_cast<double>(batches.front());
   return (values.back() - values.front()) / static_cast<double>(batches.back() - batches.front());

@@ -242,7 +242,7 @@ TEST(BadPlan, EveryFieldSpoiledIsNamedOrDocumented) {
   std::printf("plan: %d spoiled documents, %zu accepted\n", s.spoiled, s.accepted.size());
 }
 
-// An L2L plan (issue 15), field by field: its relay field too.
+// An L2L plan, field by field: its relay field too.
 TEST(BadPlan, EveryFieldOfAnL2LPlanSpoiledIsNamedOrDocumented) {
   const core::Trace trace = core::read_trace_file(kTrace);
   json good = core::to_json(mlp_plan());
@@ -302,7 +302,8 @@ class BadInputCli : public ::testing::Test {
   int refused_ = 0;
 };
 
-// The rows of the bad-input table (issue 20), and neighbours of each.
+// The rows of the bad-input table (what README.md, "Commands", says headroom refuses), and
+// neighbours of each.
 // An unknown flag is what is named, even where a required flag is missing too (CLI11 checks the
 // required ones first): "--budget is required" would send the user after the wrong flag.
 TEST_F(BadInputCli, AnUnknownFlagIsNamedBeforeAMissingRequiredOne) {
@@ -353,7 +354,7 @@ TEST_F(BadInputCli, PlanFilesThatWouldSwitchTheBudgetOffOrDisagreeWithTheirTrace
   expect_refused("execute " + path("world.json") + " --steps 1", "$.data_parallel: missing");
 }
 
-// Data parallel's flags and fields (issue 16).
+// Data parallel's flags and fields.
 TEST_F(BadInputCli, DataParallelFlagsAndFields) {
   const std::string trace = path("t.json");
   const std::string plan = " --budget 300MiB --batch 64";
@@ -398,7 +399,7 @@ TEST_F(BadInputCli, DataParallelFlagsAndFields) {
   expect_refused("simulate " + write("one.json", p), "$.data_parallel: given for one worker");
 }
 
-// L2L's strategy, plan field and execution options (issue 15).
+// L2L's strategy, plan field and execution options.
 TEST_F(BadInputCli, L2LPlansTheRelayCannotRun) {
   json p = plan_;
   p["l2l"] = {{"boundaries", "gpu"}};
@@ -463,8 +464,9 @@ TEST_F(BadInputCli, TracesWithClashingOrOutOfRangeFields) {
   expect_refused("execute " + write("config.json", p) + " --steps 1", "key 'depth'");
 }
 
-// Names both sides must agree on (issue 36): a technique no step runs, an optimizer nothing builds,
-// a layer kind the zoo never makes are refused where the file is read, with the names known.
+// Names both sides must agree on (core/known_names.h): a technique no step runs, an optimizer
+// nothing builds, a layer kind the zoo never makes are refused where the file is read, with the
+// names known.
 TEST_F(BadInputCli, UnknownNamesInPlansAndTraces) {
   json p = plan_;
   p["strategies"] = json::array({"offload"});
@@ -527,8 +529,8 @@ TEST_F(BadInputCli, FlagsAndFilesThatAreNotWhatTheySay) {
 }
 
 // What a user can type that would make the program allocate or spawn without end, and outputs
-// that would clobber an input or each other (issue 22's table): refused before any work.
-// Your own model's flags (issue 13); what a module itself gets wrong is in torchscript_test.cpp.
+// that would clobber an input or each other (README.md, "Commands"): refused before any work.
+// Your own model's flags; what a module itself gets wrong is in torchscript_test.cpp.
 TEST_F(BadInputCli, TorchScriptFlagsAndFilesThatAreNotAModule) {
   core::write_file_atomically(dir_ / "junk.pt", "not a model");
   const std::string junk = path("junk.pt");

@@ -103,7 +103,7 @@ TEST(ReportFile, RoundTripsAndNamesTheFirstProblem) {
   }
 }
 
-// The host-memory regime and what the host held (issue 23) read back; reports from before have neither.
+// The host-memory regime and what the host held read back; reports from before have neither.
 TEST(ReportFile, HostMemoryRoundTripsAndOldReportsReadWithout) {
   core::Report r;
   r.plan_path = "plan.json";

@@ -1,5 +1,5 @@
-// The host-memory regime (issue 23): entered, it really changes how glibc hands out large blocks;
-// traces and reports from another regime are named in a warning.
+// The host-memory regime (core/host_memory.h): entered, it really changes how glibc hands out large
+// blocks; traces and reports from another regime are named in a warning.
 #include <gtest/gtest.h>
 #include <malloc.h>
 

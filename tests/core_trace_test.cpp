@@ -364,7 +364,7 @@ TEST(TraceJson, HostMemoryRegimeRoundTripsAndOldTracesReadWithout) {
   EXPECT_NE(read_error(empty).find("$.host_memory.regime: expected a non-empty regime"), std::string::npos) << read_error(empty);
 }
 
-// A CPU trace's memcpy bandwidth (L2L's copies, issue 15): round-trips, older traces read without
+// A CPU trace's memcpy bandwidth (L2L's copies): round-trips, older traces read without
 // it (copies untimed), and a bad value names its path.
 TEST(TraceJson, CpuCopyBandwidthRoundTripsAndOldTracesReadWithout) {
   core::Trace trace = testing::make_small_trace();

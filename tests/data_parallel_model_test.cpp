@@ -1,6 +1,6 @@
-// Data parallel in the planner (issue 16): the link and ring model, the buckets, the split of the
-// global batch over workers, the all-reduce's overlap with the last backward, the buckets' memory,
-// and the simulator agreeing with the plan.
+// Data parallel in the planner (planner/data_parallel_model.h): the link and ring model, the
+// buckets, the split of the global batch over workers, the all-reduce's overlap with the last
+// backward, the buckets' memory, and the simulator agreeing with the plan.
 #include <gtest/gtest.h>
 
 #include <numeric>

@@ -1,5 +1,5 @@
-// `headroom execute --devices N` for real (issue 16): N worker processes on c10d's Gloo over
-// loopback train an mlp. After 3 steps their weights equal one process
+// `headroom execute --devices N` for real (executor/data_parallel.h): N worker processes on c10d's
+// Gloo over loopback train an mlp. After 3 steps their weights equal one process
 // stepping on each step's full batch; every worker's peak is the plan's; killing a worker mid-step
 // stops them all, names its rank and leaves no report.
 #include <gtest/gtest.h>
@@ -126,7 +126,7 @@ void weights_equal_the_full_batch_steps(int workers) {
 TEST(DataParallel, TwoWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2); }
 TEST(DataParallel, FourWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(4); }
 
-// A contrastive model over 2 workers (issue 16, item 4): each caches its share's embeddings, the
+// A contrastive model over 2 workers: each caches its share's embeddings, the
 // loss over the global batch runs as Inf-CL's ring, each re-runs its micro-batches from its cached
 // embedding gradients, and the towers' gradients are all-reduced. One SGD step ends where one
 // process stepping on the whole batch does after three SGD steps (the mlp tests above say why not

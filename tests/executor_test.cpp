@@ -171,7 +171,7 @@ TEST(Executor, TheWholeBatchIsRefusedWhereThePlanRuns) {
   EXPECT_EQ(runtime::BudgetAllocator::instance().limit(), 0);  // lifted after the run
 }
 
-// Issue 23: a report names the host-memory regime it ran in and what the host held next to the
+// A report names the host-memory regime it ran in and what the host held next to the
 // peak; a trace measured in another regime gets a warning.
 TEST(Executor, ReportsTheRegimeAndWhatTheHostHeld) {
   const core::Trace trace = small_bert_trace();

@@ -479,7 +479,7 @@ class GuiTest : public QObject {
     QCOMPARE(window.current_result()->plan->choice.world_size, 1);
   }
 
-  // Issue 24: the open trace against a second one, as `headroom compare` shows it: the layer whose
+  // The open trace against a second one, as `headroom compare` shows it: the layer whose
   // memory grew first in the table with its change, the summary planned with the window's budget
   // and batch, the two plans' memory overlaid; a trace that cannot be compared is an error shown.
   void compareWithASecondTraceShowsTheLayerThatGrew() {
@@ -514,7 +514,7 @@ class GuiTest : public QObject {
     QVERIFY(window.error_text().contains("missing.json"));
   }
 
-  // Issue 22: no trace, however bad, takes the window down or the plan on screen away. Each one is
+  // No trace, however bad, takes the window down or the plan on screen away. Each one is
   // refused with an error in the window naming the file, and the field where there is one.
   void badTracesShowTheErrorAndKeepThePlan() {
     MainWindow window;

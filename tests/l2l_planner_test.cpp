@@ -1,6 +1,6 @@
-// L2L as a planner strategy (issue 15): chosen when it is the only plan that fits, never when an
-// ordinary one does, its plan field read back, its schedule simulated to its prediction, and the
-// largest model a budget trains with it. Torch-free, on the committed bert trace.
+// L2L as a planner strategy (planner/l2l_model.h): chosen when it is the only plan that fits, never
+// when an ordinary one does, its plan field read back, its schedule simulated to its prediction,
+// and the largest model a budget trains with it. Torch-free, on the committed bert trace.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -44,7 +44,7 @@ TEST(L2LPlanner, StrategyIsPartOfAllOnOneDevice) {
   EXPECT_TRUE(planner::applies_to(planner::Strategy::L2L, bert_trace()));
 }
 
-// "all" (issue 36): below what every other strategy reaches, the relay is the plan and the least
+// "all": below what every other strategy reaches, the relay is the plan and the least
 // budget counts it; wherever a plan without it fits, "all" plans exactly as without L2L (so the
 // golden "all" plans stay as they were); with several workers it is left out, not refused.
 TEST(L2LPlanner, AllRelaysOnlyWhereNothingElseFits) {

@@ -48,7 +48,7 @@ TEST(Zoo, EveryModelTrainsOneStep) {
   }
 }
 
-// The size a model's settings are checked by before it is built (issue 22) is the model's own: every
+// The size a model's settings are checked by before it is built is the model's own: every
 // parameter, and what the model builds besides, counted exactly, at small sizes and at presets.
 TEST(Zoo, SizeEstimateIsTheBuiltModels) {
   std::vector<std::pair<std::string, std::map<std::string, std::string>>> configs(kSmall.begin(), kSmall.end());

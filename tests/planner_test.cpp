@@ -226,10 +226,10 @@ TEST(PlanSearch, SplitsCoverEveryMicroBatchSizeAndTheChosenPlanIsTheFastestThatF
   EXPECT_EQ(planner::plan_step(trace, request(1LL << 34, 32, "none")).splits.size(), 1u);
 }
 
-// A margin below the worst error the trace's device showed gets a warning naming it (issue 22). On
-// the CPU the prediction is an upper bound of every profiled step, so margin 0 is enough; a device
-// whose allocator reserves more than it hands out (CUDA's reserve, here 3% above one step's peak)
-// needs a margin that covers it.
+// A margin below the worst error the trace's device showed gets a warning naming it
+// (planner/device_error.h). On the CPU the prediction is an upper bound of every profiled step, so
+// margin 0 is enough; a device whose allocator reserves more than it hands out (CUDA's reserve,
+// here 3% above one step's peak) needs a margin that covers it.
 TEST(PlanSearch, AMarginBelowTheDevicesErrorIsWarnedAbout) {
   core::Trace trace = committed("cpu-bert.json");
   const auto has_margin_warning = [](const core::Plan& plan) {

@@ -267,7 +267,7 @@ TEST(Profiler, AdamStateIsTwoFloatsPerParameter) {
   EXPECT_GE(trace.steps[0].optimizer_transient_bytes, largest);
 }
 
-// Issue 23: a trace says which host-memory regime it was measured in (the one profiling enters),
+// A trace says which host-memory regime it was measured in (the one profiling enters),
 // and times every batch size as a sequence of micro-batches, the way the executor runs a step.
 TEST(Profiler, RecordsTheRegimeAndTimesStepsAsSequences) {
   auto model = models::build_zoo_model("mlp", {{"input", "16"}, {"hidden", "32"}, {"depth", "2"}});
@@ -296,7 +296,7 @@ TEST(Profiler, RecordsTheRegimeAndTimesStepsAsSequences) {
   EXPECT_GT(trace.calibration->compute(), 0);
 }
 
-// Profiling on the CPU stays within the host's memory (issue 22): a batch past it is refused from
+// Profiling on the CPU stays within the host's memory: a batch past it is refused from
 // two small micro-batches before it runs, naming the largest that fits, and that one runs; an
 // allocation past it fails cleanly as not fitting, never as the system's out-of-memory kill.
 TEST(Profiler, StaysWithinTheHostsMemory) {

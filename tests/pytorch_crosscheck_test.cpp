@@ -1,4 +1,4 @@
-// headroom against PyTorch itself (issue 13), on real models exported by examples/: one optimizer
+// headroom against PyTorch itself, on real models exported by examples/: one optimizer
 // step of a micro-batched, checkpointed plan against one full-batch step in Python from the same
 // weights and data, and headroom's measured peak of a plain step against torch.profiler's. Needs
 // Debian's python3-torch and python3-torchvision (scripts/install-deps.sh --with-pytorch); skips, saying

@@ -1,4 +1,4 @@
-// Inf-CL's ring variant across real worker processes (issue 16, item 4): N processes of
+// Inf-CL's ring variant across real worker processes (models/ring_contrastive_loss.h): N processes of
 // headroom_ring_infcl_worker join through c10d's Gloo over loopback, each holds its rows of q and k,
 // and the ring loss they compute equals the single-process loss, with the gradients of q, k and the
 // log-scale (summed over the workers, as data parallel's all-reduce sums it).

@@ -1,6 +1,7 @@
-// The bounded plan search (issue 36): past a few dozen splits plan_step weighs only the splits that
-// may be chosen, named or charted, setting ranges of micro-batch sizes aside by lower bounds. The
-// plans must be those of weighing every split; the bounds must hold wherever the search uses them.
+// The bounded plan search (planner/split_bounds.h): past a few dozen splits plan_step weighs only
+// the splits that may be chosen, named or charted, setting ranges of micro-batch sizes aside by
+// lower bounds. The plans must be those of weighing every split; the bounds must hold wherever the
+// search uses them.
 #include <gtest/gtest.h>
 
 #include <filesystem>

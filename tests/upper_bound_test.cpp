@@ -1,4 +1,4 @@
-// The predicted peak is an upper bound (issue 22): each zoo model, planned at the least budget any
+// The predicted peak is an upper bound: each zoo model, planned at the least budget any
 // plan fits with no safety margin, runs within that budget, and the prediction is tight (within 1%
 // above the measurement). The configurations and batches are those of the committed traces.
 #include <gtest/gtest.h>
