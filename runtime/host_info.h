@@ -13,12 +13,15 @@ int usable_cores();
 // Two thread pools share the cores in a step: libgomp's (PyTorch's own kernels, oneDNN's
 // convolutions) and OpenBLAS's (the matrix products). Each spins for a while after its work, on the
 // cores the other needs next. libgomp's spinning made bert mini's step at 2 intra-op threads 2.4x as
-// long as at 1 (0.44 s at batch 16 with passive workers, 1.13 s spinning); OpenBLAS's spinning
-// halves the convolution that follows a matrix product (3.6 ms alone, 7.0 ms after one, at 2
-// threads), at random between commands, which made the calibration's convolution bimodal (171-356
-// GFLOP/s). Both libraries read their setting once, as they load, so a command that runs torch work
-// re-executes itself with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4 (OpenBLAS's least
-// spin, 2^4 cycles); a setting the user made is kept. Returns when both are set (or the
+// long as at 1 (0.44 s at batch 16 with passive workers, 1.13 s spinning). OpenBLAS's workers spin
+// 2^28 cycles (about 0.1 s) after a matrix product, which halved the convolutions that followed (3.6
+// ms alone, 7.0 ms after one, at 2 threads) and made the calibration's convolution bimodal between
+// commands (171-356 GFLOP/s). 2^20 cycles (about 0.4 ms) still spans the gap between one layer's
+// product and the next, and is gone before a convolution has run: the convolution read 348-361
+// GFLOP/s in three commands, and steps of gpt and of its L2L relay ran as fast as at 2^4 (no spin
+// at all, each product waking its workers afresh). Both libraries read their setting once, as they
+// load, so a command that runs torch work re-executes itself with OMP_WAIT_POLICY=PASSIVE and
+// OPENBLAS_THREAD_TIMEOUT=20; a setting the user made is kept. Returns when both are set (or the
 // re-execution failed, said on stderr).
 void run_with_passive_thread_pools(char** argv);
 // Sets the two variables where unset, for a process about to start another that runs torch work;
