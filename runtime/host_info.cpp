@@ -43,7 +43,7 @@ int usable_cores() {
 
 bool set_passive_thread_pools() {
   bool changed = false;
-  for (const auto& [name, value] : {std::pair{"OMP_WAIT_POLICY", "PASSIVE"}, std::pair{"OPENBLAS_THREAD_TIMEOUT", "20"}}) {
+  for (const auto& [name, value] : {std::pair{"OMP_WAIT_POLICY", "PASSIVE"}, std::pair{"OPENBLAS_THREAD_TIMEOUT", "4"}}) {
     if (std::getenv(name) != nullptr) continue;
     ::setenv(name, value, 1);
     changed = true;
@@ -55,7 +55,7 @@ void run_with_passive_thread_pools(char** argv) {
   if (!set_passive_thread_pools()) return;
   ::execv("/proc/self/exe", argv);
   std::fprintf(stderr,
-               "headroom: warning: could not restart with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=20 (%s): "
+               "headroom: warning: could not restart with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4 (%s): "
                "the thread pools spin\n",
                std::strerror(errno));
 }

@@ -16,13 +16,13 @@ int usable_cores();
 // long as at 1 (0.44 s at batch 16 with passive workers, 1.13 s spinning). OpenBLAS's workers spin
 // 2^28 cycles (about 0.1 s) after a matrix product, which halved the convolutions that followed (3.6
 // ms alone, 7.0 ms after one, at 2 threads) and made the calibration's convolution bimodal between
-// commands (171-356 GFLOP/s). 2^20 cycles (about 0.4 ms) still spans the gap between one layer's
-// product and the next, and is gone before a convolution has run: the convolution read 348-361
-// GFLOP/s in three commands, and steps of gpt and of its L2L relay ran as fast as at 2^4 (no spin
-// at all, each product waking its workers afresh). Both libraries read their setting once, as they
-// load, so a command that runs torch work re-executes itself with OMP_WAIT_POLICY=PASSIVE and
-// OPENBLAS_THREAD_TIMEOUT=20; a setting the user made is kept. Returns when both are set (or the
-// re-execution failed, said on stderr).
+// commands (171-356 GFLOP/s). Without the spin (2^4 cycles, OpenBLAS's least) the convolution read
+// 346-352 GFLOP/s in four commands, and steps of gpt and of its L2L relay ran as fast as with it. A
+// spin of 2^20 cycles (about 0.4 ms), tried too, kept the calibration steady but not the small
+// convolutions right after the cnn's head: its 6x22 plan ran 29-33% slower than profiled, 5-8%
+// without any spin. Both libraries read their setting once, as they load, so a command that runs
+// torch work re-executes itself with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4; a setting
+// the user made is kept. Returns when both are set (or the re-execution failed, said on stderr).
 void run_with_passive_thread_pools(char** argv);
 // Sets the two variables where unset, for a process about to start another that runs torch work;
 // true where it set either.
