@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -54,11 +55,16 @@ CLI::App* add_torch_command(CLI::App& app, std::string_view name) {
 std::filesystem::path torch_executable() {
   std::error_code error;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  return (error ? std::filesystem::path() : self.parent_path()) / "headroom-torch";
+  // Never a bare name, which execv would look for in the working directory.
+  if (error) return "/proc/self/exe: unreadable (" + error.message() + ")/headroom-torch";
+  return self.parent_path() / "headroom-torch";
 }
+
+bool handed_on_already() { return std::getenv(kHandedOn) != nullptr; }
 
 int run_torch_command(char** argv) {
   runtime::set_passive_thread_pools();
+  ::setenv(kHandedOn, "1", 1);
   const std::string torch = torch_executable().string();
   ::execv(torch.c_str(), argv);
   std::cerr << "headroom: cannot start " << torch << " (" << std::strerror(errno)

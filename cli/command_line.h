@@ -1,7 +1,7 @@
 #pragma once
 // What the two executables of the command line share (torch-free). `headroom` runs the commands
-// that only read files (plan, simulate, compare) itself, without loading libtorch (about half a
-// second a command); the commands that run torch work it hands, with the same arguments, to
+// that only read files (plan, simulate, compare) itself, without loading libtorch (0.5-1 s a
+// command); the commands that run torch work it hands, with the same arguments, to
 // `headroom-torch` beside it.
 #include <CLI/CLI.hpp>
 
@@ -34,6 +34,10 @@ CLI::App* add_torch_command(CLI::App& app, std::string_view name);
 
 // headroom-torch, in the directory of the running executable.
 std::filesystem::path torch_executable();
+// Set in the environment of the headroom-torch that `headroom` starts: `headroom` started with it
+// set was started by itself (a headroom-torch that is a copy of headroom), and refuses to loop.
+inline constexpr const char* kHandedOn = "HEADROOM_HANDED_ON";
+bool handed_on_already();
 // Replaces this process with headroom-torch on the same arguments, its thread pools passive
 // (runtime/host_info.h); returns only where it could not (said on stderr), with the exit code.
 int run_torch_command(char** argv);

@@ -2,6 +2,7 @@
 // commands that run torch work to headroom-torch (cli/command_line.h). Exit codes: 0 ok, 1 runtime
 // failure, 2 bad input or usage, 3 infeasible, 4 a comparison over its thresholds.
 #include <CLI/CLI.hpp>
+#include <iostream>
 #include <optional>
 
 #include "cli/calibration_child.h"
@@ -13,7 +14,13 @@
 using namespace headroom;
 
 int main(int argc, char** argv) {
-  if (argc > 1 && cli::is_torch_command(argv[1])) return cli::run_torch_command(argv);
+  if (argc > 1 && cli::is_torch_command(argv[1])) {
+    if (cli::handed_on_already()) {
+      std::cerr << "headroom: " << cli::torch_executable().string() << " is not headroom-torch (it started headroom again)\n";
+      return cli::kExitFailure;
+    }
+    return cli::run_torch_command(argv);
+  }
 
   CLI::App app{"headroom: plan and run neural-network training beyond the memory limit"};
   app.require_subcommand(1);

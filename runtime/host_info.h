@@ -20,9 +20,11 @@ int usable_cores();
 // 346-352 GFLOP/s in four commands, and steps of gpt and of its L2L relay ran as fast as with it. A
 // spin of 2^20 cycles (about 0.4 ms), tried too, kept the calibration steady but not the small
 // convolutions right after the cnn's head: its 6x22 plan ran 29-33% slower than profiled, 5-8%
-// without any spin. Both libraries read their setting once, as they load, so a command that runs
-// torch work re-executes itself with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4; a setting
-// the user made is kept. Returns when both are set (or the re-execution failed, said on stderr).
+// without any spin. Both libraries read their setting once, as they load: `headroom` sets
+// OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4 before it starts headroom-torch, and a
+// process that runs torch work started otherwise (headroom-torch by hand, a test binary)
+// re-executes itself with them; a setting the user made is kept. Returns when both are set (or the
+// re-execution failed, said on stderr).
 void run_with_passive_thread_pools(char** argv);
 // Sets the two variables where unset, for a process about to start another that runs torch work;
 // true where it set either.

@@ -115,7 +115,7 @@ TEST(Cli, PlanTimesThisMachineOnceInAChildAndKeepsIt) {
   std::vector<fs::path> kept;
   for (const auto& entry : fs::directory_iterator(dir / "cache" / "headroom")) kept.push_back(entry.path());
   ASSERT_EQ(kept.size(), 1u);
-  EXPECT_EQ(kept[0].filename().string().rfind("calibration-cpu-", 0), 0u) << kept[0];
+  EXPECT_EQ(kept[0].filename().string().rfind("calibration-v2-cpu-", 0), 0u) << kept[0];
   const auto document = core::parse_json(core::read_file(kept[0]), kept[0].string());
   EXPECT_EQ(document["calibration"]["runs"].size(), 3u);
   const auto second = run("plan " + kTrace + " --budget 300MiB --batch 32 -o " + (dir / "p.json").string());

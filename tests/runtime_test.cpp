@@ -65,7 +65,7 @@ TEST(Calibration, TimesTheKernelsAndKeepsTheAnswer) {
   EXPECT_EQ(first.threads, at::get_num_threads());
   EXPECT_EQ(first.device, runtime::cpu_device_info().name);
   EXPECT_EQ(runtime::cached_calibration(torch::kCPU), first);  // from the cache
-  const auto file = cache / "headroom" / ("calibration-cpu-" + std::to_string(at::get_num_threads()) + "t.json");
+  const auto file = cache / "headroom" / ("calibration-v2-cpu-" + std::to_string(at::get_num_threads()) + "t.json");
   ASSERT_TRUE(std::filesystem::exists(file));
   std::ofstream(file) << "{ half";
   EXPECT_EQ(runtime::cached_calibration(torch::kCPU).runs.size(), 3u);
