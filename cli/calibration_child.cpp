@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cli/child_process.h"
 #include "cli/command_line.h"
 #include "core/atomic_file.h"
 #include "core/json_reader.h"
@@ -60,17 +61,8 @@ std::string run_quietly(std::vector<std::string> args, const std::filesystem::pa
     if (errno != EINTR) return std::string("cannot wait for headroom calibrate: ") + std::strerror(errno);
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
-  std::string said;
-  try {
-    said = core::read_file(errors);
-  } catch (const std::exception&) {
-  }
-  while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
-  if (const auto last = said.rfind('\n'); last != std::string::npos) said = said.substr(last + 1);
-  const std::string how = WIFEXITED(status) ? "exited " + std::to_string(WEXITSTATUS(status))
-                          : WIFSIGNALED(status) ? std::string("was killed by signal ") + ::strsignal(WTERMSIG(status))
-                                                : "ended";
-  return "headroom calibrate " + how + (said.empty() ? "" : ": " + said);
+  const std::string said = last_line(errors);
+  return "headroom calibrate " + describe_status(status) + (said.empty() ? "" : ": " + said);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "cli/child_process.h"
 #include "core/atomic_file.h"
 
 namespace headroom::cli {
@@ -34,35 +35,12 @@ std::string self_executable() {
   return self.string();
 }
 
-// The last non-empty line a worker wrote to its log.
-std::string last_line(const fs::path& log) {
-  std::ifstream in(log);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    // Progress lines end in carriage returns on a terminal; keep what follows the last one.
-    const auto cr = line.rfind('\r');
-    if (cr != std::string::npos) line = line.substr(cr + 1);
-    if (line.find_first_not_of(" \t") != std::string::npos) last = line;
-  }
-  const std::string prefix = "headroom: ";
-  if (last.rfind(prefix, 0) == 0) last = last.substr(prefix.size());
-  return last;
-}
-
 struct Worker {
   pid_t pid = -1;
   bool running = true;
   int status = 0;
   bool stopped_by_us = false;
 };
-
-std::string describe_status(int status) {
-  if (WIFSIGNALED(status)) {
-    const int signal = WTERMSIG(status);
-    return "killed by signal " + std::to_string(signal) + " (" + (strsignal(signal) ? strsignal(signal) : "?") + ")";
-  }
-  return "exited with status " + std::to_string(WEXITSTATUS(status));
-}
 
 bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
 
