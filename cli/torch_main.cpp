@@ -28,6 +28,7 @@
 #include "report/trace_report.h"
 #include "runtime/calibration.h"
 #include "runtime/host_info.h"
+#include "runtime/intra_op_threads.h"
 
 namespace {
 
@@ -157,6 +158,12 @@ models::Model load_torchscript(const ProfileArgs& args) {
   }
 }
 
+std::string one_decimal(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", value);
+  return text;
+}
+
 // `gpu_step` receives the last profiled step at the largest batch size when profiling on CUDA.
 core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStepRecord>& gpu_step) {
   profiler::ProfileOptions options = args.options;
@@ -164,18 +171,38 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
   models::Model model = args.torchscript.empty()
                             ? models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed)
                             : load_torchscript(args);
+  if (options.threads == 0 && options.device == "cpu") {
+    // Only idle cores: a thread on a core another process keeps busy makes every parallel region
+    // wait on it, and the trace would record that process's share rather than this machine.
+    const runtime::IdleCores cores = runtime::measure_idle_cores();
+    options.threads = cores.idle;
+    if (cores.idle < cores.usable) {
+      std::cerr << "other processes keep " << one_decimal(cores.busy_with_others) << " of this process's "
+                << cores.usable << " cores busy: profiling at " << cores.idle << (cores.idle == 1 ? " thread" : " threads") << ", as execute will run the step "
+                << "(--threads " << cores.usable << " to use all of them)\n";
+    }
+  }
   ProgressPrinter printer(model.name());
   options.on_progress = [&printer](const profiler::Progress& p) { printer(p); };
   options.on_gpu_step = [&gpu_step, largest = options.batch_sizes.back()](std::int64_t batch,
                                                                           const profiler::GpuStepRecord& record) {
     if (batch == largest) gpu_step = record;
   };
-  return profiler::profile(model, options);
+  const runtime::CpuUsage before = runtime::cpu_usage_now();
+  core::Trace trace = profiler::profile(model, options);
+  const double others = runtime::cores_busy_with_others(before, runtime::cpu_usage_now());
+  if (options.device == "cpu" && others > 0.5) {
+    std::cerr << "warning: other processes kept " << one_decimal(others) << " cores busy on average while "
+              << "profiling: the trace's times were measured sharing the machine's caches and memory with them; "
+              << "profile again on a quiet machine for its own\n";
+  }
+  return trace;
 }
 
 void print_trace_summary(const core::Trace& trace) {
   std::cout << trace.model.name << " on " << trace.device.name << ", optimizer " << trace.optimizer.name
-            << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads << " threads\n";
+            << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads
+            << (trace.profile.threads == 1 ? " thread\n" : " threads\n");
   if (!trace.device.is_cuda() && trace.device.host_to_device_bytes_per_s > 0) {
     std::cout << report::describe_copy_link(trace.device) << " (tensor copies: what times L2L's relay)\n";
   }
@@ -205,7 +232,7 @@ void add_profile_options(CLI::App& command, ProfileArgs& args) {
   command.add_option("--repeats", args.options.repeats, "measured steps per batch size (medians are kept)");
   command.add_option("--seed", args.options.seed, "seed for parameters and batches");
   command.add_option("--threads", args.options.threads,
-                     "intra-op CPU threads (default 0: the cores this process may use, as execute runs the step)");
+                     "intra-op CPU threads (default: the cores this process may use that other processes do not keep busy; execute runs the step at the same)");
   command.add_flag("!--no-tempo", args.options.tempo,
                    "skip the second pass that measures Tempo's memory-lean layers (bert, gpt); plans then cannot use tempo");
 }
@@ -306,7 +333,7 @@ int main(int argc, char** argv) {
       if (calibrate_args.device == "cuda" && !torch::cuda::is_available()) {
         throw core::InputError("--device cuda: this libtorch sees no CUDA device");
       }
-      at::set_num_threads(calibrate_args.threads > 0 ? calibrate_args.threads : runtime::usable_cores());
+      runtime::use_threads(calibrate_args.threads > 0 ? calibrate_args.threads : runtime::usable_cores());
       const core::Calibration c = runtime::calibrate(calibrate_args.device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU));
       runtime::save_cached_calibration(c);  // for the commands that follow (cli/calibration_child.h)
       std::cout << c.device << ": " << report::describe_calibration(c) << "\n";

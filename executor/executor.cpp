@@ -24,6 +24,7 @@
 #include "runtime/budget_allocator.h"
 #include "runtime/calibration.h"
 #include "runtime/host_info.h"
+#include "runtime/intra_op_threads.h"
 #include "runtime/memory_recorder.h"
 #include "runtime/optimizer.h"
 
@@ -559,7 +560,7 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
                            std::to_string(options.rank));
   }
   const int threads = step_threads(plan, trace, options, device);
-  at::set_num_threads(threads);
+  runtime::use_threads(threads);
   report.threads = threads;
   report.predicted_calibration = plan.calibration ? plan.calibration : trace.calibration;
   run_plan(plan, trace, options, device, data, report);

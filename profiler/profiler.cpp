@@ -20,6 +20,7 @@
 #include "runtime/budget_allocator.h"
 #include "runtime/calibration.h"
 #include "runtime/host_info.h"
+#include "runtime/intra_op_threads.h"
 #include "runtime/optimizer.h"
 #include "runtime/tensor_bytes.h"
 #ifdef HEADROOM_WITH_CUDA
@@ -648,7 +649,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   const auto on_device = [&](models::Batch batch) {
     return backend != nullptr ? models::Batch{batch.input.to(device), batch.target.to(device)} : batch;
   };
-  at::set_num_threads(options.threads > 0 ? options.threads : runtime::usable_cores());
+  runtime::use_threads(options.threads > 0 ? options.threads : runtime::usable_cores());
   model.to(device);
   model.set_training(true);
   const auto parameters = model.parameters();

@@ -1,16 +1,20 @@
 #include "runtime/host_info.h"
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -39,6 +43,54 @@ int usable_cores() {
   CPU_ZERO(&set);
   if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+CpuUsage cpu_usage_now() {
+  CpuUsage usage;
+  usage.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const bool masked = ::sched_getaffinity(0, sizeof allowed, &allowed) == 0;
+  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  std::ifstream stat("/proc/stat");
+  std::string line;
+  while (std::getline(stat, line)) {
+    // Per-core lines only ("cpu0 ..."); the first, "cpu ", sums them all.
+    if (line.rfind("cpu", 0) != 0 || line.size() < 4 || line[3] < '0' || line[3] > '9') continue;
+    std::istringstream fields(line.substr(3));
+    int core = 0;
+    long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+    fields >> core >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+    if (!fields || (masked && !CPU_ISSET(core, &allowed))) continue;
+    // Steal is time the hypervisor gave this core to another machine: busy as far as we can tell.
+    usage.busy_s += static_cast<double>(user + nice + system + irq + softirq + steal) / tick;
+    usage.known = true;
+  }
+  rusage own{};
+  if (::getrusage(RUSAGE_SELF, &own) == 0) {
+    const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+    usage.own_s = seconds(own.ru_utime) + seconds(own.ru_stime);
+  }
+  return usage;
+}
+
+double cores_busy_with_others(const CpuUsage& before, const CpuUsage& after) {
+  const double wall = after.wall_s - before.wall_s;
+  if (!before.known || !after.known || wall <= 0) return 0;
+  const double others = (after.busy_s - before.busy_s) - (after.own_s - before.own_s);
+  return std::max(0.0, others / wall);
+}
+
+IdleCores measure_idle_cores(std::chrono::milliseconds window) {
+  IdleCores cores;
+  cores.usable = usable_cores();
+  const CpuUsage before = cpu_usage_now();
+  std::this_thread::sleep_for(window);
+  cores.busy_with_others = cores_busy_with_others(before, cpu_usage_now());
+  // A core counts as taken once other work keeps it busy more than half the time.
+  const int taken = static_cast<int>(std::ceil(cores.busy_with_others - 0.5));
+  cores.idle = std::clamp(cores.usable - taken, 1, cores.usable);
+  return cores;
 }
 
 bool set_passive_thread_pools() {

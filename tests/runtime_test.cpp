@@ -1,6 +1,10 @@
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +12,7 @@
 #include "core/errors.h"
 #include "runtime/calibration.h"
 #include "runtime/host_info.h"
+#include "runtime/intra_op_threads.h"
 #include "runtime/memory_recorder.h"
 #include "runtime/optimizer.h"
 #include "runtime/tensor_bytes.h"
@@ -84,6 +89,48 @@ TEST(HostInfo, NamesTheCpuAndItsMemory) {
   EXPECT_NE(cpu.name.find("cores"), std::string::npos) << cpu.name;
   EXPECT_GT(cpu.total_memory_bytes, 0);
   EXPECT_EQ(runtime::utc_timestamp_now().size(), std::string("2026-11-22T01:46:49Z").size());
+}
+
+TEST(HostInfo, CountsTheCoresOtherProcessesKeepBusy) {
+  // Others' share is what the cores did less what this process did, over the wall time.
+  const runtime::CpuUsage before{10.0, 100.0, 4.0, true}, after{12.0, 103.0, 5.0, true};
+  EXPECT_DOUBLE_EQ(runtime::cores_busy_with_others(before, after), 1.0);
+  EXPECT_EQ(runtime::cores_busy_with_others(before, runtime::CpuUsage{}), 0.0);
+
+  // A child that spins is another process keeping a core busy.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (std::chrono::steady_clock::now() < end) {
+    }
+    ::_exit(0);
+  }
+  const runtime::IdleCores cores = runtime::measure_idle_cores(std::chrono::milliseconds(500));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  if (!runtime::cpu_usage_now().known) GTEST_SKIP() << "no /proc/stat here";
+  EXPECT_GT(cores.busy_with_others, 0.3);
+  EXPECT_GE(cores.idle, 1);
+  EXPECT_LE(cores.idle, cores.usable);
+  if (cores.usable >= 2 && cores.busy_with_others > 0.5) {
+    EXPECT_LT(cores.idle, cores.usable);
+  }
+}
+
+// Both pools a step runs on follow the thread count, so `--threads 1` runs the matrix products on one
+// thread too (they run on OpenBLAS's own pthreads, which at::set_num_threads does not reach).
+TEST(IntraOpThreads, ReachBothPools) {
+  const int before = at::get_num_threads();
+  for (const int threads : {1, 2, 1}) {
+    runtime::use_threads(threads);
+    EXPECT_EQ(at::get_num_threads(), threads);
+    const int blas = runtime::blas_threads();
+    if (blas != 0) {
+      EXPECT_EQ(blas, threads);
+    }
+  }
+  runtime::use_threads(before);
 }
 
 }  // namespace
