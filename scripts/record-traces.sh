@@ -10,7 +10,7 @@ record() {
   local name=$1; shift
   local start end
   start=$(date +%s.%N)
-  "$headroom" profile "$@" -o "traces/$name.json" > /dev/null
+  "$headroom" profile "$@" --threads "$(nproc)" -o "traces/$name.json" > /dev/null
   end=$(date +%s.%N)
   printf '%-16s %6.1f s  %7d bytes\n' "$name" "$(echo "$end - $start" | bc)" "$(stat -c %s "traces/$name.json")"
 }
