@@ -209,9 +209,10 @@ void print_trace_summary(const core::Trace& trace) {
   if (trace.calibration) {
     std::cout << report::describe_calibration(*trace.calibration) << "\n";
     if (trace.calibration->spread() > core::kCalibrationTolerance) {
-      std::cout << "warning: the machine's speed moved by " << static_cast<int>(100 * trace.calibration->spread() + 0.5)
-                << "% between the calibrations taken while profiling: another load shared it, and the trace's times "
-                   "may not hold even here; profile again on a quiet machine\n";
+      std::cout << "warning: the best of the calibrations taken while profiling was "
+                << static_cast<int>(100 * trace.calibration->spread() + 0.5)
+                << "% faster than their median: another load shared the machine for a stretch, and the trace's "
+                   "times may not hold even here; profile again on a quiet machine\n";
     }
   }
   std::cout << "\n"

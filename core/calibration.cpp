@@ -26,15 +26,12 @@ double best_of(const std::vector<CalibrationRun>& runs, double CalibrationRun::*
   return best;
 }
 
+// How much faster the best run was than the median one: a machine slowed for a stretch by another
+// load moves its median, one slow run (a burst of another load for a tenth of a second) does not.
 double spread_of(const std::vector<CalibrationRun>& runs, double CalibrationRun::*field) {
   if (runs.size() < 2) return 0;
-  double lo = runs.front().*field, hi = lo;
-  for (const auto& r : runs) {
-    lo = std::min(lo, r.*field);
-    hi = std::max(hi, r.*field);
-  }
   const double mid = median_of(runs, field);
-  return mid > 0 ? (hi - lo) / mid : 0.0;
+  return mid > 0 ? (best_of(runs, field) - mid) / mid : 0.0;
 }
 
 }  // namespace

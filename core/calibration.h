@@ -40,8 +40,9 @@ struct Calibration {
   double memory() const;
   // Compute-bound work's speed: the geometric mean of the matrix product's and the convolution's.
   double compute() const;
-  // The largest (max - min) / median of any kernel over the runs: how much the machine's speed
-  // moved while it was timed; 0 with one run.
+  // The largest (best - median) / median of any kernel over the runs: how much faster the best run
+  // was than the typical one while the machine was timed (another load for a stretch of it); a
+  // single slow run does not count. 0 with one run.
   double spread() const;
 };
 
