@@ -29,7 +29,7 @@ core::Trace committed(const std::string& name) {
 // Bytes kept after forward by the encoder layers (blocks), per layer, measured by the profiler's
 // attribution of one forward and backward.
 double kept_per_block(models::Model& model, const models::Batch& batch, bool lean) {
-  model.set_all_lean(lean);
+  model.set_all_variants(lean ? core::LayerVariant::Tempo : core::LayerVariant::Standard);
   auto recorder = std::make_shared<runtime::MemoryRecorder>(torch::kCPU);
   runtime::ScopedMemoryRecording recording(recorder);
   const auto step = profiler::profile_step(model, batch, *recorder, nullptr);
@@ -40,7 +40,7 @@ double kept_per_block(models::Model& model, const models::Batch& batch, bool lea
     kept += step.layers[i].kept_bytes;
     blocks = std::max(blocks, model.layers()[i].block + 1);
   }
-  model.set_all_lean(false);
+  model.set_all_variants(core::LayerVariant::Standard);
   return static_cast<double>(kept) / blocks;
 }
 

@@ -28,7 +28,7 @@ std::string format_link(const CollectiveLink& link);
 // bytes at the bandwidth, saturating. The bandwidth must be positive.
 std::int64_t transfer_ns(std::int64_t bytes, double bytes_per_second, std::int64_t latency_ns, std::int64_t messages = 1);
 
-// The most workers a plan or an execution may name (a plan file's world_size has the same bound).
+// The most workers a plan (its world_size), a plan request or an execution may name.
 inline constexpr int kMaxWorkers = 4096;
 // The default bucket size, PyTorch DDP's (25 MiB).
 inline constexpr std::int64_t kDefaultBucketCapBytes = std::int64_t{25} << 20;

@@ -191,7 +191,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
       plan.choice.layers.push_back(step);
     }
     if (root.has("world_size")) {
-      plan.choice.world_size = static_cast<int>(root.at("world_size").as_int_in(1, kMaxWorldSize));
+      plan.choice.world_size = static_cast<int>(root.at("world_size").as_int_in(1, kMaxWorkers));
     }
     if (plan.choice.world_size > 1 || root.has("data_parallel")) read_data_parallel(root, plan.choice);
     if (root.has("loss_tiles")) {

@@ -24,8 +24,6 @@ inline constexpr std::int64_t kMaxPlanBatch = std::int64_t{1} << 20;
 inline constexpr std::int64_t kMaxPlanLayers = std::int64_t{1} << 14;
 // The largest budget a plan may have (as a trace's byte counts: 16 TiB).
 inline constexpr std::int64_t kMaxPlanBudget = std::int64_t{1} << 44;
-// The most data-parallel replicas a plan may name.
-inline constexpr std::int64_t kMaxWorldSize = 4096;
 
 using PlanPrediction = StepFigures;
 

@@ -73,7 +73,7 @@ struct StepChoice {
   std::int64_t bucket_cap_bytes = kDefaultBucketCapBytes;
   // A contrastive model's loss (the trace has a contrastive_loss profile): tiled as Inf-CL with
   // these tiles, or the standard B x B loss when unset. Its towers run under a gradient cache
-  // whenever there is more than one micro-batch, so the loss always sees the whole batch.
+  // where the step splits the batch (caches_contrastive_gradients).
   std::optional<LossTiles> loss_tiles;
   // Set: the step runs as L2L's relay (no checkpointing, standard layers, one worker).
   std::optional<RelayChoice> l2l;
@@ -99,5 +99,14 @@ struct StepChoice {
   // Makes `layer` run `variant` (adding standard entries up to it).
   void set_variant(int layer, LayerVariant variant);
 };
+
+// A contrastive loss couples every sample of the step: where the step splits them, over more than
+// one micro-batch or over workers (whose loss is then the ring's, over every worker's embeddings),
+// the towers run under a gradient cache so that the loss still sees the whole batch. The planner
+// predicts and the executor runs by this one rule; `micro_batches`: the step's, all of them or one
+// worker's (with several workers the answer is the same).
+inline bool caches_contrastive_gradients(std::int64_t micro_batches, int world_size) {
+  return micro_batches > 1 || world_size > 1;
+}
 
 }  // namespace headroom::core

@@ -19,6 +19,7 @@
 #include "executor/machine_timing.h"
 #include "executor/plan_runner.h"
 #include "executor/ring_peers.h"
+#include "executor/step_loop.h"
 #include "models/fashion_mnist.h"
 #include "models/model_source.h"
 #include "runtime/budget_allocator.h"
@@ -34,12 +35,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using runtime::BudgetAllocator;
-using runtime::Refusal;
 using runtime::ScopedBudget;
-
-void progress(const ExecuteOptions& options, const std::string& what) {
-  if (options.on_progress) options.on_progress(what);
-}
 
 void validate(const ExecuteOptions& options) {
   if (options.steps < 1) throw core::InputError("steps: at least one measured step is needed");
@@ -55,10 +51,6 @@ torch::Device resolve_device(const std::string& name) {
     return torch::kCUDA;
   }
   throw core::InputError("device: expected cpu or cuda, got '" + name + "'");
-}
-
-void synchronize(torch::Device device) {
-  if (device.is_cuda()) torch::cuda::synchronize();
 }
 
 // A rough bound on what the whole batch needs, from the trace: enough to decide whether the
@@ -179,7 +171,8 @@ class HostMemoryWatch {
 // A contrastive model micro-batched, or data parallel: its towers run under a gradient cache
 // (executor/grad_cache.h); a worker's loss is the ring's over every worker's embeddings.
 bool uses_grad_cache(const models::Model& model, const core::Plan& plan) {
-  return (plan.choice.micro_batches.size() > 1 || plan.choice.world_size > 1) && contrastive_layer(model) >= 0;
+  const auto micro_batches = static_cast<std::int64_t>(plan.choice.micro_batches.size());
+  return core::caches_contrastive_gradients(micro_batches, plan.choice.world_size) && contrastive_layer(model) >= 0;
 }
 
 // The traced model, rebuilt from its source and set up the way the plan runs it.
@@ -301,7 +294,7 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
     if (training.rank == 0) {
       const auto micro = training.sync ? make_micro_batches(model, plan.choice.micro_batches, options.seed, device) : own;
       // The reference runs the standard layers and loss: the planned variants must give the same gradients.
-      model.set_all_lean(false);
+      model.set_all_variants(core::LayerVariant::Standard);
       const int contrastive = contrastive_layer(model);
       if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles.reset();
       without_ring(model, [&] { model.forward(concatenate(micro)).backward(); });
@@ -386,49 +379,62 @@ void train_step(PlannedTraining& training, const core::Plan& plan, const Execute
   training.runner.set_phase("idle");
 }
 
-// Warm-up, then measured steps: their times and the highest peak go into the report.
-void run_steps(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options, torch::Device device,
-               RunMemory& memory, core::Report& report) {
-  runtime::MemoryRecorder& recorder = *memory.recorder;
-  HostMemoryWatch host(memory.host_at_start);
-  time_machine_before_run(options, device, memory.budget, report);
-  const bool host_limit = memory.budget && options.host_limit;
-  const int total = options.warmup_steps + options.steps;
-  for (int step = 0; step < total; ++step) {
-    const bool measured = step >= options.warmup_steps;
-    progress(options, measured ? "step " + std::to_string(step - options.warmup_steps + 1) + "/" + std::to_string(options.steps)
-                               : "warm-up " + std::to_string(step + 1) + "/" + std::to_string(options.warmup_steps));
-    recorder.reset_peak();
-    HostMemoryWatch* watch = measured && device.is_cpu() ? &host : nullptr;
-    const double sampled_before = host.sampling_seconds();
-    synchronize(device);
-    const auto start = Clock::now();
-    train_step(training, plan, options, step, device, watch);
-    synchronize(device);
-    const double seconds =
-        std::chrono::duration<double>(Clock::now() - start).count() - (host.sampling_seconds() - sampled_before);
-    if (watch != nullptr) watch->sample_heap();  // after the optimizer, as the step ends
-    if (host_limit) host.keep_within(plan.budget_bytes);
+// The plain step under the step loop (step_loop.h): its device peak, and on the CPU the host's
+// memory; a data-parallel worker's all-reduce waits and its weights checked against the others'.
+class PlannedStep : public StepRunner {
+ public:
+  PlannedStep(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options, torch::Device device,
+              RunMemory& memory)
+      : training_(training), plan_(plan), options_(options), device_(device), memory_(memory),
+        host_(memory.host_at_start), host_limit_(memory.budget && options.host_limit) {}
+
+  void before_step(int, bool measured) override {
+    memory_.recorder->reset_peak();
+    watch_ = measured && device_.is_cpu() ? &host_ : nullptr;
+  }
+
+  double step(int step, bool) override {
+    const double sampled_before = host_.sampling_seconds();
+    train_step(training_, plan_, options_, step, device_, watch_);
+    return host_.sampling_seconds() - sampled_before;
+  }
+
+  void after_step(int step, bool measured, core::Report& report) override {
+    if (watch_ != nullptr) watch_->sample_heap();  // after the optimizer, as the step ends
+    if (host_limit_) host_.keep_within(plan_.budget_bytes);
     if (measured) {
-      report.step_seconds.push_back(seconds);
-      training.allreduce_waits.push_back(training.last_allreduce_wait);
-      report.measured.peak_bytes = std::max(report.measured.peak_bytes, recorder.peak());
-      report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, recorder.reserved());
+      training_.allreduce_waits.push_back(training_.last_allreduce_wait);
+      report.measured.peak_bytes = std::max(report.measured.peak_bytes, memory_.recorder->peak());
+      report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, memory_.recorder->reserved());
     }
     // Every worker holds the same weights after every step, bit for bit (checked outside the clock).
-    if (training.workers != nullptr) {
-      training.workers->check_weights_agree(training.parameters, "after step " + std::to_string(step + 1));
+    if (training_.workers != nullptr) {
+      training_.workers->check_weights_agree(training_.parameters, "after step " + std::to_string(step + 1));
       ++report.data_parallel->weight_checks;
     }
   }
-  if (device.is_cpu()) report.host_memory = host.report();
-  if (host_limit && host.over_budget(plan.budget_bytes)) {
-    const auto& h = host.report();
-    report.warnings.push_back("malloc's resident heap grew by " + core::format_bytes(h.heap_peak_bytes - h.heap_start_bytes) +
-                              ", more than the " + core::format_bytes(plan.budget_bytes) +
-                              " budget (fragmentation): on a host whose memory is the limit this run would not fit");
+
+  // After the last step: the host's memory over the measured steps.
+  void finish(core::Report& report) const {
+    if (device_.is_cpu()) report.host_memory = host_.report();
+    if (host_limit_ && host_.over_budget(plan_.budget_bytes)) {
+      const auto& h = host_.report();
+      report.warnings.push_back("malloc's resident heap grew by " + core::format_bytes(h.heap_peak_bytes - h.heap_start_bytes) +
+                                ", more than the " + core::format_bytes(plan_.budget_bytes) +
+                                " budget (fragmentation): on a host whose memory is the limit this run would not fit");
+    }
   }
-}
+
+ private:
+  PlannedTraining& training_;
+  const core::Plan& plan_;
+  const ExecuteOptions& options_;
+  torch::Device device_;
+  RunMemory& memory_;
+  HostMemoryWatch host_;
+  HostMemoryWatch* watch_ = nullptr;
+  bool host_limit_;
+};
 
 // The same steps in one process, each on its whole global batch (the data every worker's micro-
 // batches drew, concatenated), from the same initial weights, with dropout off as the run had it:
@@ -469,25 +475,6 @@ void gather_workers(Workers& workers, const core::Plan& plan, const std::vector<
     const auto& w = all[static_cast<std::size_t>(r)];
     report.data_parallel->workers.push_back({r, std::llround(w[0]), std::llround(w[1]), w[2], w[3]});
   }
-}
-
-// Where and how much, from the runner's position and the budget's last refusal.
-core::OutOfMemory describe_out_of_memory(const Position& position, const std::optional<ScopedBudget>& budget) {
-  const Refusal& refusal = BudgetAllocator::last_refusal();
-  core::OutOfMemory oom;
-  oom.layer = position.layer;
-  oom.phase = position.phase;
-  oom.micro_batch = position.micro_batch;
-  const std::int64_t baseline = budget ? budget->baseline() : 0;
-  oom.requested_bytes = refusal.requested_bytes;
-  oom.in_use_bytes = refusal.in_use_bytes - baseline;
-  oom.budget_bytes = refusal.budget_bytes - baseline;
-  if (refusal.requested_bytes == 0) {
-    // Not the budget's refusal (none was recorded on this thread): the device itself ran out.
-    oom.phase += " (the device ran out; no budget refusal was recorded)";
-    oom.requested_bytes = oom.in_use_bytes = oom.budget_bytes = 0;
-  }
-  return oom;
 }
 
 // The measured figures and their errors against the plan's, from the measured steps.
@@ -596,39 +583,34 @@ void run_plan(const core::Plan& plan, const core::Trace& trace, const ExecuteOpt
   report.budget_bytes = memory.budget ? plan.budget_bytes : 0;
   Position position;
   position.phase = "model";
-  try {
-    PlannedTraining training(plan, trace, options, device, data.train, position, workers.get());
-    if (training.sync) {
-      report.data_parallel->buckets = static_cast<std::int64_t>(training.sync->bucket_count());
-      report.data_parallel->bucket_bytes = training.sync->buffer_bytes();
-    }
-    if (options.full_batch_reference) training.model.set_dropout(false);
-    if (options.gradient_check) report.gradient_check = check_gradient(training, plan, trace, options, device, memory.budget);
-    run_steps(training, plan, options, device, memory, report);
-    if (workers) gather_workers(*workers, plan, training.allreduce_waits, report);
-    if (options.full_batch_reference && training.rank == 0) {
-      const double diff = full_batch_reference(training, plan, trace, options, device, memory.budget);
-      if (!report.data_parallel) report.data_parallel = core::DataParallelReport{};
-      report.data_parallel->full_batch_weights_max_rel_diff = diff;
-    }
-    if (data.test) {
-      progress(options, "test accuracy");
-      if (memory.budget) memory.budget->suspend();  // evaluation is not part of the planned step
-      report.test_accuracy = models::accuracy(training.model, *data.test);
-      report.data = "fashion-mnist";
-    }
-    report.status = "ok";
-  } catch (const c10::OutOfMemoryError&) {
-    report.out_of_memory = describe_out_of_memory(position, memory.budget);
-    report.status = "out_of_memory";
-  } catch (const std::runtime_error& e) {
-    // TorchScript's interpreter rethrows what an op threw as a plain error with the message inside:
-    // the budget's refusal on this thread, or CUDA's own, is still running out of memory.
-    const bool refused = BudgetAllocator::last_refusal().requested_bytes > 0;
-    if (!refused && std::string(e.what()).find("CUDA out of memory") == std::string::npos) throw;
-    report.out_of_memory = describe_out_of_memory(position, memory.budget);
-    report.status = "out_of_memory";
-  }
+  const auto baseline = [&memory] { return memory.budget ? memory.budget->baseline() : std::int64_t{0}; };
+  reporting_out_of_memory(
+      [&] {
+        PlannedTraining training(plan, trace, options, device, data.train, position, workers.get());
+        if (training.sync) {
+          report.data_parallel->buckets = static_cast<std::int64_t>(training.sync->bucket_count());
+          report.data_parallel->bucket_bytes = training.sync->buffer_bytes();
+        }
+        if (options.full_batch_reference) training.model.set_dropout(false);
+        if (options.gradient_check) report.gradient_check = check_gradient(training, plan, trace, options, device, memory.budget);
+        time_machine_before_run(options, device, memory.budget, report);
+        PlannedStep step(training, plan, options, device, memory);
+        run_steps(step, options, device, report);
+        step.finish(report);
+        if (workers) gather_workers(*workers, plan, training.allreduce_waits, report);
+        if (options.full_batch_reference && training.rank == 0) {
+          const double diff = full_batch_reference(training, plan, trace, options, device, memory.budget);
+          if (!report.data_parallel) report.data_parallel = core::DataParallelReport{};
+          report.data_parallel->full_batch_weights_max_rel_diff = diff;
+        }
+        if (data.test) {
+          progress(options, "test accuracy");
+          if (memory.budget) memory.budget->suspend();  // evaluation is not part of the planned step
+          report.test_accuracy = models::accuracy(training.model, *data.test);
+          report.data = "fashion-mnist";
+        }
+      },
+      position, baseline, report);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "executor/l2l_relay.h"
 #include "executor/machine_timing.h"
 #include "executor/plan_runner.h"
+#include "executor/step_loop.h"
 #include "models/model_source.h"
 #include "runtime/budget_allocator.h"
 #include "runtime/memory_recorder.h"
@@ -20,10 +21,6 @@ namespace headroom::executor {
 namespace {
 
 using runtime::BudgetAllocator;
-
-void progress(const ExecuteOptions& options, const std::string& what) {
-  if (options.on_progress) options.on_progress(what);
-}
 
 // What the relay does not run with yet, refused before anything is built.
 void check_options(const ExecuteOptions& options) {
@@ -77,9 +74,68 @@ core::GradientCheck check_gradient(L2LRelay& relay, models::Model& model, const 
   return check;
 }
 
-void synchronize(torch::Device device) {
-  if (device.is_cuda()) torch::cuda::synchronize();
-}
+// The relay's step under the step loop (step_loop.h): every micro-batch's input made on the device
+// before the clock starts, as the plan counts it; per measured step the lanes' times, the device
+// side's peak and the host's.
+class RelayStep : public StepRunner {
+ public:
+  struct Lanes {
+    std::vector<double> compute, copy, wait, host_optimizer;
+  };
+
+  RelayStep(L2LRelay& relay, Position& position, models::Model& model, const core::Plan& plan,
+            const ExecuteOptions& options, torch::Device device, runtime::MemoryRecorder* recorder,
+            std::int64_t device_before, std::int64_t host_before, core::RelayReport& relay_report)
+      : relay_(relay), position_(position), model_(model), plan_(plan), options_(options), device_(device),
+        recorder_(recorder), device_before_(device_before), host_before_(host_before), relay_report_(relay_report) {}
+
+  void before_step(int step, bool) override {
+    position_.phase = "data";
+    batches_.clear();
+    batches_ = make_micro_batches(model_, plan_.choice.micro_batches,
+                                  options_.seed + 7919 * static_cast<std::uint64_t>(step + 1), device_);
+    synchronize(device_);
+    auto& allocator = BudgetAllocator::instance();
+    allocator.reset_peak();
+    allocator.reset_host_peak();
+    recorder_->reset_peak();
+  }
+
+  double step(int, bool) override {
+    relay_.step(batches_, plan_.global_batch);
+    return 0;
+  }
+
+  void after_step(int, bool measured, core::Report& report) override {
+    if (!measured) return;
+    const L2LRelay::LaneTimes lanes = relay_.last_step_lanes();
+    lanes_.compute.push_back(lanes.compute);
+    lanes_.copy.push_back(lanes.copy);
+    lanes_.wait.push_back(lanes.wait);
+    lanes_.host_optimizer.push_back(lanes.host_optimizer);
+    auto& allocator = BudgetAllocator::instance();
+    const std::int64_t device_peak = device_.is_cuda() ? recorder_->peak() : allocator.peak() - device_before_;
+    report.measured.peak_bytes = std::max(report.measured.peak_bytes, device_peak);
+    // What the caching allocator held, blocks a copy stream still used (record_stream) included.
+    if (device_.is_cuda()) report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, recorder_->reserved_peak());
+    relay_report_.measured_host_peak_bytes = std::max(relay_report_.measured_host_peak_bytes, allocator.host_peak() - host_before_);
+  }
+
+  const Lanes& lanes() const { return lanes_; }
+
+ private:
+  L2LRelay& relay_;
+  Position& position_;
+  models::Model& model_;
+  const core::Plan& plan_;
+  const ExecuteOptions& options_;
+  torch::Device device_;
+  runtime::MemoryRecorder* recorder_;
+  std::int64_t device_before_, host_before_;
+  core::RelayReport& relay_report_;
+  std::vector<models::Batch> batches_;
+  Lanes lanes_;
+};
 
 }  // namespace
 
@@ -102,15 +158,7 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
   relay_options.device = device;
   relay_options.optimizer = plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer;
   relay_options.boundaries_on_host = plan.choice.l2l->boundaries_on_host;
-  if (!plan.choice.l2l->whole_model()) {
-    const auto& layers = model.layers();
-    const auto first = std::find_if(layers.begin(), layers.end(),
-                                    [&](const models::Layer& layer) { return layer.block == plan.choice.l2l->from_block; });
-    if (first == layers.end()) {
-      throw core::InputError("l2l.from_block: the model has no block " + std::to_string(plan.choice.l2l->from_block));
-    }
-    relay_options.first_relayed_layer = static_cast<int>(first - layers.begin());
-  }
+  relay_options.from_block = plan.choice.l2l->from_block;
   // On the CPU each stage waits for the next one's parameters to land before it computes: the
   // device then holds two stages' parameters at every peak, the bound the plan predicts; a copy
   // landing later would only lower the peak, by chance (a copy is a memcpy, so little overlap is
@@ -131,58 +179,10 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
   // CUDA's memory is measured, not refused, as in any plan's run on CUDA.
   if (options.enforce_budget && device.is_cpu()) budget.emplace(plan.budget_bytes - kept_bytes);
   report.budget_bytes = budget ? plan.budget_bytes : 0;
-  const int total = options.warmup_steps + options.steps;
-  std::vector<double> compute, copy, wait, host_optimizer;
-  try {
-    for (int step = 0; step < total; ++step) {
-      const bool measured = step >= options.warmup_steps;
-      progress(options, measured ? "step " + std::to_string(step - options.warmup_steps + 1) + "/" + std::to_string(options.steps)
-                                 : "warm-up " + std::to_string(step + 1) + "/" + std::to_string(options.warmup_steps));
-      // Every micro-batch's input is on the device for the whole step, as the plan counts it.
-      position.phase = "data";
-      const auto batches = make_micro_batches(model, plan.choice.micro_batches,
-                                              options.seed + 7919 * static_cast<std::uint64_t>(step + 1), device);
-      synchronize(device);
-      allocator.reset_peak();
-      allocator.reset_host_peak();
-      recorder->reset_peak();
-      const auto start = std::chrono::steady_clock::now();
-      relay.step(batches, plan.global_batch);
-      synchronize(device);
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (!measured) continue;
-      report.step_seconds.push_back(seconds);
-      const L2LRelay::LaneTimes lanes = relay.last_step_lanes();
-      compute.push_back(lanes.compute);
-      copy.push_back(lanes.copy);
-      wait.push_back(lanes.wait);
-      host_optimizer.push_back(lanes.host_optimizer);
-      const std::int64_t device_peak = device.is_cuda() ? recorder->peak() : allocator.peak() - device_before;
-      report.measured.peak_bytes = std::max(report.measured.peak_bytes, device_peak);
-      // What the caching allocator held, blocks a copy stream still used (record_stream) included.
-      if (device.is_cuda()) report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, recorder->reserved_peak());
-      relay_report.measured_host_peak_bytes =
-          std::max(relay_report.measured_host_peak_bytes, allocator.host_peak() - host_before);
-    }
-    report.status = "ok";
-  } catch (const c10::OutOfMemoryError&) {
-    const runtime::Refusal& refusal = BudgetAllocator::last_refusal();
-    const std::int64_t baseline = budget ? device_before : 0;
-    core::OutOfMemory oom;
-    oom.layer = position.layer;
-    oom.phase = position.phase;
-    oom.micro_batch = position.micro_batch;
-    oom.requested_bytes = refusal.requested_bytes;
-    oom.in_use_bytes = refusal.in_use_bytes - baseline;
-    oom.budget_bytes = refusal.budget_bytes - baseline;
-    if (refusal.requested_bytes == 0) {
-      // Not the budget's refusal (none was recorded): the device itself ran out.
-      oom.phase += " (the device ran out; no budget refusal was recorded)";
-      oom.requested_bytes = oom.in_use_bytes = oom.budget_bytes = 0;
-    }
-    report.out_of_memory = oom;
-    report.status = "out_of_memory";
-  }
+  RelayStep step(relay, position, model, plan, options, device, recorder.get(), device_before, host_before, relay_report);
+  const auto baseline = [&budget, device_before] { return budget ? device_before : std::int64_t{0}; };
+  reporting_out_of_memory([&] { run_steps(step, options, device, report); }, position, baseline, report);
+  const auto& [compute, copy, wait, host_optimizer] = step.lanes();
   if (!compute.empty()) {
     relay_report.measured = {core::median(compute), core::median(copy), core::median(wait), core::median(host_optimizer)};
   }

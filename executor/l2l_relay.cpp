@@ -59,25 +59,26 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
   std::unordered_map<const void*, int> index_of;
   for (std::size_t i = 0; i < slots_.size(); ++i) index_of[slots_[i].unsafeGetTensorImpl()] = static_cast<int>(i);
 
-  // Stages: runs of consecutive layers with one block id.
-  std::vector<int> stage_of(layers.size());
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    if (stages_.empty() || layers[i].block != layers[static_cast<std::size_t>(stages_.back().last)].block) {
-      stages_.emplace_back();
-      stages_.back().first = static_cast<int>(i);
-    }
-    stages_.back().last = static_cast<int>(i);
-    stage_of[i] = static_cast<int>(stages_.size()) - 1;
+  // Formed as the planner forms them from the trace (core/relay_stages.h).
+  std::vector<int> blocks;
+  std::vector<std::vector<int>> inputs;
+  for (const auto& layer : layers) {
+    blocks.push_back(layer.block);
+    inputs.push_back(layer.inputs);
   }
-  if (options_.first_relayed_layer != 0) {
-    const auto starts = std::find_if(stages_.begin(), stages_.end(),
-                                     [&](const Stage& stage) { return stage.first == options_.first_relayed_layer; });
-    if (starts == stages_.end()) {
-      throw core::InputError("l2l: no stage starts at layer " + std::to_string(options_.first_relayed_layer) +
-                             ", so the relay cannot start there");
-    }
-    for (auto it = stages_.begin(); it != starts; ++it) it->kept = true;
+  core::RelayStages formed = core::relay_stages(blocks, inputs);
+  for (auto& stage : formed.stages) {
+    stages_.emplace_back();
+    static_cast<core::RelayStage&>(stages_.back()) = std::move(stage);
   }
+  const std::vector<int>& stage_of = formed.stage_of;
+  first_reader_stage_ = std::move(formed.first_reader);
+  const int first_relayed = core::first_relayed_stage(stages_, blocks, options_.from_block);
+  if (first_relayed < 0) {
+    throw core::InputError("l2l.from_block: the model has no block " + std::to_string(options_.from_block) +
+                           ", so the relay cannot start there");
+  }
+  for (int s = 0; s < first_relayed; ++s) stages_[static_cast<std::size_t>(s)].kept = true;
   std::vector<int> owner(slots_.size(), -1);
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const int s = stage_of[i];
@@ -98,21 +99,6 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
       throw core::InputError("l2l: the model has a parameter that belongs to no layer, so no stage would load it");
     }
   }
-  first_reader_stage_.assign(layers.size(), -1);
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    for (const int j : layers[i].inputs) {
-      if (j < 0 || stage_of[static_cast<std::size_t>(j)] == stage_of[i]) continue;
-      auto& stage = stages_[static_cast<std::size_t>(stage_of[i])];
-      if (std::find(stage.inputs.begin(), stage.inputs.end(), j) == stage.inputs.end()) stage.inputs.push_back(j);
-      auto& producer = stages_[static_cast<std::size_t>(stage_of[static_cast<std::size_t>(j)])];
-      if (std::find(producer.exports.begin(), producer.exports.end(), j) == producer.exports.end()) {
-        producer.exports.push_back(j);
-      }
-      int& first = first_reader_stage_[static_cast<std::size_t>(j)];
-      if (first < 0 || stage_of[i] < first) first = stage_of[i];
-    }
-  }
-
   // The host copies and their optimizers; the model's own storage goes. A relayed stage's parameters
   // are packed into one host buffer (the masters view it), so a stage crosses the link in one copy
   // each way, as the planner times it (one latency per copy), and not in one per tensor. A kept

@@ -21,6 +21,7 @@
 
 #include <torch/torch.h>
 
+#include "core/relay_stages.h"
 #include "executor/plan_runner.h"
 #include "executor/relay_link.h"
 #include "models/model.h"
@@ -48,9 +49,9 @@ struct RelayOptions {
   // On CUDA the host optimizer steps a stage on its own thread while the device computes the
   // previous one; on a CPU it steps on the compute thread, in between (it would share the cores).
   bool overlap_optimizer = true;
-  // L2L from a chosen block on: the stages before the one starting at this layer stay on the device
-  // with their gradients and optimizer (stepped on the device after their backward); 0 relays all.
-  int first_relayed_layer = 0;
+  // L2L from a chosen block on (RelayChoice::from_block): the stages before that block's stay on the
+  // device with their gradients and optimizer (stepped on the device after their backward).
+  int from_block = core::RelayChoice::kWholeModel;
 };
 
 class L2LRelay {
@@ -58,8 +59,8 @@ class L2LRelay {
   // Moves the relayed stages' parameters to the host (their device storage is released), the kept
   // ones' to the device (the model may have been built on the host), and builds one optimizer per
   // stage. Throws InputError when a parameter belongs to no layer or to layers of two stages (tied
-  // weights), which the relay cannot keep in one place, when no stage starts at
-  // first_relayed_layer, or for an emulated link rate on CUDA.
+  // weights), which the relay cannot keep in one place, when the model has no block from_block, or
+  // for an emulated link rate on CUDA.
   L2LRelay(models::Model& model, RelayOptions options, Position& position);
   ~L2LRelay();
   L2LRelay(const L2LRelay&) = delete;
@@ -110,12 +111,11 @@ class L2LRelay {
   };
   mutable std::atomic<std::int64_t> compute_ns_{0}, copy_ns_{0}, wait_ns_{0}, host_optimizer_ns_{0};
 
-  struct Stage {
-    int first = 0, last = 0;      // layer ids
+  // A stage as core::relay_stages forms it (first and last layer, inputs, exports), and what the
+  // relay keeps of it.
+  struct Stage : core::RelayStage {
     std::vector<int> parameters;  // indices into slots_/masters_
-    std::vector<int> inputs;      // earlier layers' outputs it reads (not the batch)
-    std::vector<int> exports;     // its layers' outputs later stages read
-    bool kept = false;            // stays on the device (before first_relayed_layer)
+    bool kept = false;            // stays on the device (before from_block)
     std::unique_ptr<torch::optim::Optimizer> optimizer;
     // A relayed stage's parameters packed in one buffer (one copy each way), parameter k at
     // offsets[k] with shapes[k]: on the host (the masters view it), on the device while loaded

@@ -41,25 +41,20 @@ int Model::add_layer(Layer layer) {
   return id;
 }
 
-void Model::set_lean(int layer, bool lean) {
+void Model::set_variant(int layer, core::LayerVariant variant) {
   if (layer < 0 || layer >= static_cast<int>(layers_.size())) {
-    throw std::invalid_argument("set_lean: no layer " + std::to_string(layer));
+    throw std::invalid_argument("set_variant: no layer " + std::to_string(layer));
   }
   Layer& l = layers_[static_cast<std::size_t>(layer)];
+  const bool lean = variant == core::LayerVariant::Tempo;
   if (lean && !l.has_lean_variant()) {
     throw std::invalid_argument("layer " + l.name + " (" + l.kind + ") has no memory-lean variant");
   }
   l.lean = lean;
 }
 
-void Model::set_variant(int layer, core::LayerVariant variant) {
-  switch (variant) {
-    case core::LayerVariant::Standard: set_lean(layer, false); return;
-    case core::LayerVariant::Tempo: set_lean(layer, true); return;
-  }
-}
-
-void Model::set_all_lean(bool lean) {
+void Model::set_all_variants(core::LayerVariant variant) {
+  const bool lean = variant == core::LayerVariant::Tempo;
   for (auto& layer : layers_) layer.lean = lean && layer.has_lean_variant();
 }
 

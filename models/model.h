@@ -131,13 +131,11 @@ class Model {
   // sample's output does not depend on the rest of its (micro-)batch and micro-batching is exact.
   void set_batchnorm_eval(bool eval);
 
-  // Switches a layer to its Tempo variant (or back). Throws std::invalid_argument for a layer
-  // without one.
-  void set_lean(int layer, bool lean);
-  // Every layer that has a lean variant on (the others are untouched).
-  void set_all_lean(bool lean);
-  // Runs `layer` as the given variant. Throws std::invalid_argument for a variant the layer lacks.
+  // Runs `layer` as the given variant (Tempo's: its memory-lean one). Throws std::invalid_argument
+  // for a variant the layer lacks.
   void set_variant(int layer, core::LayerVariant variant);
+  // Every layer that has `variant` runs it, the others their standard one.
+  void set_all_variants(core::LayerVariant variant);
 
   // For each layer, the id of the last layer that reads its output (its own id if none does).
   const std::vector<int>& last_readers() const { return last_readers_; }

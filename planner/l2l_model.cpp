@@ -26,36 +26,40 @@ std::string l2l_refusal(const core::Trace& trace) {
 
 bool relay_can_run(const core::Trace& trace) { return l2l_refusal(trace).empty(); }
 
-std::vector<L2LStage> l2l_stages(const core::Trace& trace) {
+namespace {
+
+std::vector<int> block_ids(const core::Trace& trace) {
+  std::vector<int> blocks;
+  blocks.reserve(trace.layers.size());
+  for (const auto& layer : trace.layers) blocks.push_back(layer.block);
+  return blocks;
+}
+
+core::RelayStages relay_stages_of(const core::Trace& trace) {
+  std::vector<std::vector<int>> inputs;
+  inputs.reserve(trace.layers.size());
+  for (const auto& layer : trace.layers) inputs.push_back(layer.inputs);
+  return core::relay_stages(block_ids(trace), inputs);
+}
+
+std::vector<L2LStage> with_parameter_bytes(const core::Trace& trace, std::vector<core::RelayStage> formed) {
   std::vector<L2LStage> stages;
-  std::vector<int> stage_of(trace.layers.size());
-  for (std::size_t i = 0; i < trace.layers.size(); ++i) {
-    if (stages.empty() || trace.layers[i].block != trace.layers[static_cast<std::size_t>(stages.back().last)].block) {
-      stages.push_back({static_cast<int>(i), static_cast<int>(i), 0, {}, {}});
-    }
-    stages.back().last = static_cast<int>(i);
-    stages.back().parameter_bytes += trace.layers[i].param_bytes;
-    stage_of[i] = static_cast<int>(stages.size()) - 1;
-  }
-  const auto add = [](std::vector<int>& to, int j) {
-    if (std::find(to.begin(), to.end(), j) == to.end()) to.push_back(j);
-  };
-  for (std::size_t i = 0; i < trace.layers.size(); ++i) {
-    for (const int j : trace.layers[i].inputs) {
-      if (j < 0 || stage_of[static_cast<std::size_t>(j)] == stage_of[i]) continue;
-      add(stages[static_cast<std::size_t>(stage_of[i])].inputs, j);
-      add(stages[static_cast<std::size_t>(stage_of[static_cast<std::size_t>(j)])].exports, j);
-    }
+  stages.reserve(formed.size());
+  for (auto& relay_stage : formed) {
+    L2LStage stage;
+    static_cast<core::RelayStage&>(stage) = std::move(relay_stage);
+    for (int i = stage.first; i <= stage.last; ++i) stage.parameter_bytes += trace.layers[static_cast<std::size_t>(i)].param_bytes;
+    stages.push_back(std::move(stage));
   }
   return stages;
 }
 
+}  // namespace
+
+std::vector<L2LStage> l2l_stages(const core::Trace& trace) { return with_parameter_bytes(trace, relay_stages_of(trace).stages); }
+
 int first_relayed_stage(const std::vector<L2LStage>& stages, const core::Trace& trace, int from_block) {
-  if (from_block == core::RelayChoice::kWholeModel) return 0;
-  for (std::size_t s = 0; s < stages.size(); ++s) {
-    if (trace.layers[static_cast<std::size_t>(stages[s].first)].block == from_block) return static_cast<int>(s);
-  }
-  return -1;
+  return core::first_relayed_stage(stages, block_ids(trace), from_block);
 }
 
 namespace {
@@ -165,23 +169,14 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
                                const std::vector<std::int64_t>& micro_batches, const core::RelayChoice& relay,
                                std::vector<L2LOp>* ops) {
   const core::Trace& trace = costs.trace();
-  const auto stages = l2l_stages(trace);
+  core::RelayStages formed = relay_stages_of(trace);
+  const std::vector<int> stage_of = std::move(formed.stage_of), first_reader_stage = std::move(formed.first_reader);
+  const auto stages = with_parameter_bytes(trace, std::move(formed.stages));
   const bool boundaries_on_host = relay.boundaries_on_host;
   const int first_relayed = std::max(first_relayed_stage(stages, trace, relay.from_block), 0);
   const StageTransfers transfers = stage_transfers(costs, stages, first_relayed);
   const std::size_t n = micro_batches.size();
   const int last_stage = static_cast<int>(stages.size()) - 1;
-  std::vector<int> stage_of(trace.layers.size()), first_reader_stage(trace.layers.size(), -1);
-  for (std::size_t s = 0; s < stages.size(); ++s) {
-    for (int i = stages[s].first; i <= stages[s].last; ++i) stage_of[static_cast<std::size_t>(i)] = static_cast<int>(s);
-  }
-  for (std::size_t i = 0; i < trace.layers.size(); ++i) {
-    for (const int j : trace.layers[i].inputs) {
-      if (j < 0 || stage_of[static_cast<std::size_t>(j)] == stage_of[i]) continue;
-      int& first = first_reader_stage[static_cast<std::size_t>(j)];
-      if (first < 0 || stage_of[i] < first) first = stage_of[i];
-    }
-  }
 
   // A split has at most two sizes: each size's layer costs are interpolated once.
   std::map<std::int64_t, std::vector<core::LayerCost>> by_batch;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cost_model.h"
+#include "core/relay_stages.h"
 #include "core/schedule.h"
 #include "core/step_choice.h"
 #include "planner/layer_graph.h"
@@ -18,11 +19,9 @@
 
 namespace headroom::planner {
 
-struct L2LStage {
-  int first = 0, last = 0;          // layer ids
+// A relay stage (core/relay_stages.h) with the bytes of its parameters.
+struct L2LStage : core::RelayStage {
   std::int64_t parameter_bytes = 0;
-  std::vector<int> inputs;          // earlier stages' layers it reads
-  std::vector<int> exports;         // its layers read by later stages
 };
 
 // Why L2L's relay cannot run the traced model, in one phrase ("" when it can): a contrastive loss
@@ -31,7 +30,8 @@ struct L2LStage {
 // zoo's that the relay runs one stage at a time.
 std::string l2l_refusal(const core::Trace& trace);
 
-// The stages the relay forms from the trace's block ids, as the executor forms them from the model's.
+// The stages the relay forms from the trace's block ids (core::relay_stages, as the executor forms
+// them from the model's).
 std::vector<L2LStage> l2l_stages(const core::Trace& trace);
 
 // The index of the stage where the relay starts for `from_block` (RelayChoice): 0 for the whole

@@ -514,8 +514,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   // A contrastive model's loss layer costs what its own model says: the whole loss in a plain step,
   // the gradient cache's surrogate in a micro-batched one (infcl_model.h).
   const auto loss_model = contrastive_loss_model(costs.trace());
-  // Data parallel always caches: the loss over every worker's embeddings is the ring's.
-  const bool grad_cache = loss_model && (count > 1 || choice.world_size > 1);
+  const bool grad_cache = loss_model && core::caches_contrastive_gradients(count, choice.world_size);
   const auto ops_for = [&](std::int64_t b) {
     for (const auto& [size, index] : made) {
       if (size == b) return index;

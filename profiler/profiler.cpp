@@ -659,9 +659,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   core::Trace trace;
   trace.model = models::model_source(model);
   if (backend != nullptr) {
-    const gpu::DeviceProperties& p = backend->properties();
-    trace.device = {"cuda", p.name, p.total_memory_bytes, p.sm_count, p.host_to_device_bytes_per_s,
-                    p.device_to_host_bytes_per_s, p.host_to_device_latency_ns, p.device_to_host_latency_ns};
+    trace.device = backend->properties();
   } else {
     trace.device = runtime::cpu_device_info();
     const core::LinkLine link = measure_host_copies();
@@ -800,9 +798,9 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     report("inputs", options.batch_sizes.front());
     if (!lean_layers.empty()) {
       where = "tempo inputs";
-      model.set_all_lean(true);
+      model.set_all_variants(core::LayerVariant::Tempo);
       const auto lean_saves = detect_saved_tensors(model, first_batch);
-      model.set_all_lean(false);
+      model.set_all_variants(core::LayerVariant::Standard);
       for (const std::size_t i : lean_layers) {
         trace.layers[i].tempo = core::LeanProfile{lean_saves.inputs[i], lean_saves.output[i] && !saves.output[i], {}};
       }
@@ -935,9 +933,9 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       }
       if (lean_layers.empty()) return;
       // The Tempo pass right after the standard one at the same batch, so their times compare.
-      model.set_all_lean(true);
+      model.set_all_variants(core::LayerVariant::Tempo);
       Measured lean = measure(batch, b, true);
-      model.set_all_lean(false);
+      model.set_all_variants(core::LayerVariant::Standard);
       for (const std::size_t i : lean_layers) trace.layers[i].tempo->samples.push_back(lean.layers[i]);
       trace.tempo_steps.push_back(lean.step);
     });

@@ -51,7 +51,7 @@ struct ProfileOptions {
   // Past this a thread pool is only cost: no CPU headroom runs on has as many cores.
   static constexpr int kMaxThreads = 256;
   // Measure Tempo's lean variants too, where the model has any: a second pass at every batch size
-  // with every lean variant on (Model::set_all_lean).
+  // with every lean variant on (Model::set_all_variants).
   bool tempo = true;
   // On the CPU profiling stays within the host's available memory (less a reserve); a positive
   // value here lowers that bound further (tests), never raises it.

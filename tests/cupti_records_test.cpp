@@ -169,7 +169,7 @@ TEST(CudaBackend, ProbesTheDeviceOrSaysWhyNot) {
     EXPECT_THROW(make_cuda_backend(0), std::runtime_error);
     return;
   }
-  const gpu::DeviceProperties p = probe_cuda_device(0, 64 << 20, 3);
+  const core::DeviceInfo p = probe_cuda_device(0, 64 << 20, 3);
   EXPECT_FALSE(p.name.empty());
   EXPECT_GT(p.total_memory_bytes, 1LL << 30);
   EXPECT_GT(p.sm_count, 0);

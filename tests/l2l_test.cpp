@@ -96,27 +96,29 @@ TEST(L2L, FromAChosenBlockOnTrainsAsOrdinaryTraining) {
   const std::vector<std::int64_t> sizes = {3, 2, 3};
   const auto reference = ordinary_weights("adam", sizes, 3);
   const models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
-  std::vector<int> stage_starts;
+  // Every block a plan can start the relay at (the layers after the last block are no block).
+  std::vector<int> blocks;
   for (std::size_t i = 1; i < model.layers().size(); ++i) {
-    if (model.layers()[i].block != model.layers()[i - 1].block) stage_starts.push_back(static_cast<int>(i));
+    const int block = model.layers()[i].block;
+    if (block != model.layers()[i - 1].block && block >= 0) blocks.push_back(block);
   }
-  ASSERT_EQ(stage_starts.size(), 3u);
-  for (const int first : stage_starts) {
+  ASSERT_EQ(blocks.size(), 2u);
+  for (const int first : blocks) {
     for (const bool on_host : {false, true}) {
       executor::RelayOptions options;
-      options.first_relayed_layer = first;
+      options.from_block = first;
       options.boundaries_on_host = on_host;
       const double diff = executor::max_relative_difference(relay_weights("adam", sizes, 3, options), reference);
-      std::printf("relayed from layer %d, boundaries on host %d: max relative difference %.3g\n", first, on_host, diff);
-      EXPECT_LE(diff, 1e-5) << "from layer " << first;
+      std::printf("relayed from block %d, boundaries on host %d: max relative difference %.3g\n", first, on_host, diff);
+      EXPECT_LE(diff, 1e-5) << "from block " << first;
     }
   }
-  // A layer inside a stage is no place to start the relay.
+  // A block the model does not have is no place to start the relay.
   models::Model other = models::build_zoo_model("bert", kBertTiny, 3);
-  executor::RelayOptions inside;
-  inside.first_relayed_layer = stage_starts[0] + 1;
+  executor::RelayOptions nowhere;
+  nowhere.from_block = 1000;
   executor::Position position;
-  EXPECT_THROW(executor::L2LRelay(other, inside, position), core::InputError);
+  EXPECT_THROW(executor::L2LRelay(other, nowhere, position), core::InputError);
 }
 
 // accumulate() leaves its gradients for a step to add to, in the stages kept on the device as in
@@ -141,9 +143,9 @@ TEST(L2L, AStepAfterAccumulateAddsToItsGradientsInEveryStage) {
   options.optimizer = "sgd";
   // Stages kept on the device and relayed ones both: the relay starts at the second encoder block.
   int blocks_seen = 0;
-  for (std::size_t i = 1; i < model.layers().size() && options.first_relayed_layer == 0; ++i) {
+  for (std::size_t i = 1; i < model.layers().size() && options.from_block == core::RelayChoice::kWholeModel; ++i) {
     if (model.layers()[i].block != model.layers()[i - 1].block && ++blocks_seen == 2) {
-      options.first_relayed_layer = static_cast<int>(i);
+      options.from_block = model.layers()[i].block;
     }
   }
   executor::L2LRelay relay(model, options, position);
@@ -342,12 +344,7 @@ TEST(L2L, PredictedDevicePeakBoundsTheMeasuredOne) {
     executor::RelayOptions options;
     options.boundaries_on_host = on_host;
     options.settle_prefetch = true;
-    if (!relay.whole_model()) {
-      const auto& layers = model->layers();
-      options.first_relayed_layer = static_cast<int>(
-          std::find_if(layers.begin(), layers.end(), [&](const models::Layer& l) { return l.block == relay.from_block; }) -
-          layers.begin());
-    }
+    options.from_block = relay.from_block;
     // The device side counts from before the relay placed anything there (the kept stages).
     const std::int64_t base = allocator.in_use();
     executor::L2LRelay relayed(*model, options, position);

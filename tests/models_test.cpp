@@ -185,11 +185,11 @@ TEST(ZooLean, LeanLayersComputeTheSameStepAndKeepLess) {
       }
     }
     EXPECT_GE(lean_capable, 3 * model.block_count());
-    EXPECT_THROW(model.set_lean(0, true), std::invalid_argument);  // the embedding has no lean variant
+    EXPECT_THROW(model.set_variant(0, core::LayerVariant::Tempo), std::invalid_argument);  // the embedding has no lean variant
 
     const auto batch = model.make_batch(3, 11);
     const auto run = [&](bool lean, std::int64_t& kept) {
-      model.set_all_lean(lean);
+      model.set_all_variants(lean ? core::LayerVariant::Tempo : core::LayerVariant::Standard);
       for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
       auto recorder = std::make_shared<runtime::MemoryRecorder>();
       torch::Tensor loss;
@@ -218,7 +218,7 @@ TEST(ZooLean, LeanLayersComputeTheSameStepAndKeepLess) {
 TEST(ZooLean, LeanModelTrainsWithDropout) {
   auto model = models::build_zoo_model("bert", {{"preset", "tiny"}}, 4);
   model.set_training(true);
-  model.set_all_lean(true);
+  model.set_all_variants(core::LayerVariant::Tempo);
   auto loss = model.forward(model.make_batch(2, 5));
   loss.backward();
   EXPECT_TRUE(std::isfinite(loss.item<double>()));

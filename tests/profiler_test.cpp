@@ -102,7 +102,7 @@ TEST(Profiler, DetectsWhichInputsALayerSaves) {
       "bert", {{"preset", "tiny"}, {"hidden", "32"}, {"heads", "2"}, {"seq", "8"}, {"vocab", "50"}});
   const auto bert_saved = profiler::detect_saved_tensors(bert, bert.make_batch(2, 1));
   const auto& bert_saves = bert_saved.inputs;
-  bert.set_all_lean(true);
+  bert.set_all_variants(core::LayerVariant::Tempo);
   const auto lean_saved = profiler::detect_saved_tensors(bert, bert.make_batch(2, 1));
   for (std::size_t i = 0; i < bert.layers().size(); ++i) {
     const auto& layer = bert.layers()[i];
@@ -151,7 +151,7 @@ TEST(Profiler, LayerTimesArePositiveAndAddUpToTheStep) {
 // id maps to that range, so attribution can be checked on the CPU.
 class FakeGpu : public profiler::gpu::GpuBackend, public profiler::gpu::ActivityCollector {
  public:
-  const profiler::gpu::DeviceProperties& properties() const override { return properties_; }
+  const core::DeviceInfo& properties() const override { return properties_; }
   void synchronize() override { ++syncs; }
   profiler::gpu::ActivityCollector& activities() override { return *this; }
 
@@ -186,7 +186,7 @@ class FakeGpu : public profiler::gpu::GpuBackend, public profiler::gpu::Activity
   int syncs = 0;
 
  private:
-  profiler::gpu::DeviceProperties properties_{"fake", 1LL << 30, 1, 1e9, 1e9};
+  core::DeviceInfo properties_{"cuda", "fake", 1LL << 30, 1, 1e9, 1e9};
   bool enabled_ = false;
   std::mutex mutex_;
   std::vector<std::uint64_t> pushed_;

@@ -92,7 +92,7 @@ int cuda_device_count() {
   return count;
 }
 
-gpu::DeviceProperties probe_cuda_device(int device, std::int64_t transfer_bytes, int repeats) {
+core::DeviceInfo probe_cuda_device(int device, std::int64_t transfer_bytes, int repeats) {
   const int count = cuda_device_count();
   if (device < 0 || device >= count) {
     throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
@@ -101,7 +101,8 @@ gpu::DeviceProperties probe_cuda_device(int device, std::int64_t transfer_bytes,
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   cudaDeviceProp prop{};
   check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-  gpu::DeviceProperties out;
+  core::DeviceInfo out;
+  out.kind = "cuda";
   out.name = prop.name;
   out.total_memory_bytes = static_cast<std::int64_t>(prop.totalGlobalMem);
   out.sm_count = prop.multiProcessorCount;
@@ -243,12 +244,12 @@ class CuptiCollector : public gpu::ActivityCollector {
 class CudaBackend : public gpu::GpuBackend {
  public:
   explicit CudaBackend(int device) : properties_(probe_cuda_device(device)) {}
-  const gpu::DeviceProperties& properties() const override { return properties_; }
+  const core::DeviceInfo& properties() const override { return properties_; }
   void synchronize() override { check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
   gpu::ActivityCollector& activities() override { return collector_; }
 
  private:
-  gpu::DeviceProperties properties_;
+  core::DeviceInfo properties_;
   CuptiCollector collector_;
 };
 

@@ -17,7 +17,7 @@ int cuda_device_count();
 
 // Name, memory, SMs and the pinned host<->device link each way: bandwidth and latency, from the
 // median times of `repeats` copies at sizes from 4 KiB to `transfer_bytes` (CUDA events). Throws std::runtime_error with CUDA's reason.
-gpu::DeviceProperties probe_cuda_device(int device, std::int64_t transfer_bytes = 256LL << 20, int repeats = 5);
+core::DeviceInfo probe_cuda_device(int device, std::int64_t transfer_bytes = 256LL << 20, int repeats = 5);
 
 // Starts CUPTI activity recording (one per process: CUPTI's buffers are process-wide).
 // Throws std::runtime_error naming the failing CUPTI call and its result.

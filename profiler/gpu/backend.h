@@ -6,21 +6,10 @@
 #include <memory>
 #include <string>
 
+#include "core/trace.h"
 #include "profiler/gpu/activity.h"
 
 namespace headroom::profiler::gpu {
-
-struct DeviceProperties {
-  std::string name;
-  std::int64_t total_memory_bytes = 0;
-  int sm_count = 0;
-  // Measured with pinned host memory: a line through the median times of copies from 4 KiB to the
-  // probe's size (bandwidth: 1 / slope; latency: the intercept).
-  double host_to_device_bytes_per_s = 0;
-  double device_to_host_bytes_per_s = 0;
-  std::int64_t host_to_device_latency_ns = 0;
-  std::int64_t device_to_host_latency_ns = 0;
-};
 
 // Records GPU activity while enabled. Ranges nest per CPU thread: work launched between
 // push_range(id) and the matching pop_range() on that thread is attributed to id.
@@ -41,7 +30,10 @@ class ActivityCollector {
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
-  virtual const DeviceProperties& properties() const = 0;
+  // The device as a trace records it (kind "cuda"): its copy link measured with pinned host memory,
+  // a line through the median times of copies from 4 KiB to the probe's size (bandwidth: 1 / slope;
+  // latency: the intercept).
+  virtual const core::DeviceInfo& properties() const = 0;
   virtual void synchronize() = 0;
   virtual ActivityCollector& activities() = 0;
 };

@@ -1,0 +1,41 @@
+#pragma once
+// L2L's relay moves a model to the device a stage at a time: a stage is a run of consecutive layers
+// with one block id (a model block, or a run of layers outside any). The planner times the relay by
+// its stages and the executor runs them; both form them here, from the layers' block ids and inputs,
+// so the two cannot disagree on what a stage holds or where the relay starts.
+#include <cstddef>
+#include <vector>
+
+#include "core/step_choice.h"
+
+namespace headroom::core {
+
+struct RelayStage {
+  int first = 0, last = 0;   // layer ids
+  std::vector<int> inputs;   // earlier stages' layers it reads, in the order its layers read them
+  std::vector<int> exports;  // its layers that later stages read
+};
+
+struct RelayStages {
+  std::vector<RelayStage> stages;
+  std::vector<int> stage_of;      // per layer
+  std::vector<int> first_reader;  // per layer: the earliest later stage that reads it, -1 none
+};
+
+// `blocks[i]` and `inputs[i]`: layer i's block id and the layers it reads (negative ids: the batch
+// and other inputs from outside the layers). Both of one size.
+RelayStages relay_stages(const std::vector<int>& blocks, const std::vector<std::vector<int>>& inputs);
+
+// The stage where the relay starts for `from_block` (RelayChoice::from_block): 0 for the whole
+// model (RelayChoice::kWholeModel), else the first stage of that block; -1 when no stage is. The
+// stages before it stay on the device. `Stage`: RelayStage or a type made from it.
+template <typename Stage>
+int first_relayed_stage(const std::vector<Stage>& stages, const std::vector<int>& blocks, int from_block) {
+  if (from_block == RelayChoice::kWholeModel) return 0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    if (blocks[static_cast<std::size_t>(stages[s].first)] == from_block) return static_cast<int>(s);
+  }
+  return -1;
+}
+
+}  // namespace headroom::core
