@@ -165,13 +165,14 @@ TEST(DataParallel, AContrastiveModelTrainsOverTheRingInfCl) {
 }
 
 // Without tiles the ring runs one tile per pair of blocks: at 8192 pairs over 2 workers the ring's
-// loss backward is a worker's peak (at 4096, the 2-thread trace's convolution backward is), which
-// the plan predicts to 2%.
+// loss backward is a worker's peak (133 MiB), which the plan predicts to 2%. The budget leaves out
+// micro-batches of 4096, whose convolution backward would be the peak (151 MiB) and which the
+// trace's times may make the fastest.
 TEST(DataParallel, TheRingLossIsPlannedWhereItIsTheWorkersPeak) {
   const fs::path dir = fresh_dir("headroom_dp_clip_ring");
   const std::string trace_file = std::string(HEADROOM_TRACES_DIR) + "/cpu-clip.json";
   const fs::path plan_path = dir / "plan.json";
-  auto r = run("plan " + trace_file + " --optimizer sgd --budget 200MiB --margin 0 --batch 8192 --strategies mbp --devices 2 "
+  auto r = run("plan " + trace_file + " --optimizer sgd --budget 145MiB --margin 0 --batch 8192 --strategies mbp --devices 2 "
                "--link 1GB/s,20us -o " + plan_path.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const core::Plan plan = core::read_plan_file(plan_path);
