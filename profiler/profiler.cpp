@@ -1,5 +1,5 @@
 #include "profiler/profiler.h"
-#include "profiler/contrastive_profile.h"
+#include "profiler/contrastive_loss_profiler.h"
 
 #include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>

@@ -1,4 +1,4 @@
-#include "profiler/contrastive_profile.h"
+#include "profiler/contrastive_loss_profiler.h"
 
 #include <chrono>
 #include <memory>
