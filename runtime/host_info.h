@@ -24,7 +24,8 @@ double cores_busy_with_others(const CpuUsage& before, const CpuUsage& after);
 
 // The cores this process may use less those other processes keep busy, measured over `window`;
 // at least 1. A thread on a core another process keeps busy makes every parallel region wait for
-// it: with one of two cores kept busy, a zoo mlp's step took 45 ms at 2 threads and 13 ms at 1.
+// it: with one of two cores kept busy, a zoo mlp's step measured 22-23 ms at 2 threads and 10-13 ms
+// at 1 (10.5 ms at 2 on the quiet machine).
 struct IdleCores {
   int usable = 1;
   int idle = 1;
