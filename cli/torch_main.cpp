@@ -191,7 +191,7 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
   const runtime::CpuUsage before = runtime::cpu_usage_now();
   core::Trace trace = profiler::profile(model, options);
   const double others = runtime::cores_busy_with_others(before, runtime::cpu_usage_now());
-  if (options.device == "cpu" && others > 0.5) {
+  if (options.device == "cpu" && runtime::cores_taken(others) > 0) {
     std::cerr << "warning: other processes kept " << one_decimal(others) << " cores busy on average while "
               << "profiling: the trace's times were measured sharing the machine's caches and memory with them; "
               << "profile again on a quiet machine for its own\n";

@@ -327,11 +327,6 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
   return check;
 }
 
-// The seed of micro-batch m's data in a step: the same on every worker and in the full-batch reference.
-std::uint64_t step_seed(const ExecuteOptions& options, int step, std::size_t m) {
-  return options.seed + 7919 * static_cast<std::uint64_t>(step + 1) + m;
-}
-
 // One optimizer step as planned: every micro-batch's forward and backward with gradients
 // accumulating, then the optimizer. Between the two is where a data-parallel run all-reduces the
 // accumulated gradients; an L2L relay replaces the micro-batch loop with its layer-major order.

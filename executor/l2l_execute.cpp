@@ -93,7 +93,7 @@ class RelayStep : public StepRunner {
     position_.phase = "data";
     batches_.clear();
     batches_ = make_micro_batches(model_, plan_.choice.micro_batches,
-                                  options_.seed + 7919 * static_cast<std::uint64_t>(step + 1), device_);
+                                  step_seed(options_, step, 0), device_);
     synchronize(device_);
     auto& allocator = BudgetAllocator::instance();
     allocator.reset_peak();

@@ -13,6 +13,10 @@ void progress(const ExecuteOptions& options, const std::string& what) {
   if (options.on_progress) options.on_progress(what);
 }
 
+std::uint64_t step_seed(const ExecuteOptions& options, int step, std::size_t m) {
+  return options.seed + 7919 * static_cast<std::uint64_t>(step + 1) + m;
+}
+
 void synchronize(torch::Device device) {
   if (device.is_cuda()) torch::cuda::synchronize();
 }

@@ -3,6 +3,7 @@
 // accumulating, a contrastive model's gradient cache, data parallel's exchange and ring joined to
 // either; executor.cpp) or L2L's relay (l2l_execute.cpp). One warm-up and measured-step loop, one
 // progress, one clock, one account of where the memory ran out.
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -30,6 +31,9 @@ class StepRunner {
 };
 
 void progress(const ExecuteOptions& options, const std::string& what);
+// The seed of micro-batch m's data in step `step`: the same on every worker, in the relay and in the
+// full-batch reference.
+std::uint64_t step_seed(const ExecuteOptions& options, int step, std::size_t m);
 // Waits for the device's queued work (nothing to wait for on the CPU).
 void synchronize(torch::Device device);
 

@@ -81,15 +81,15 @@ double cores_busy_with_others(const CpuUsage& before, const CpuUsage& after) {
   return std::max(0.0, others / wall);
 }
 
+int cores_taken(double busy_with_others) { return std::max(0, static_cast<int>(std::ceil(busy_with_others - 0.5))); }
+
 IdleCores measure_idle_cores(std::chrono::milliseconds window) {
   IdleCores cores;
   cores.usable = usable_cores();
   const CpuUsage before = cpu_usage_now();
   std::this_thread::sleep_for(window);
   cores.busy_with_others = cores_busy_with_others(before, cpu_usage_now());
-  // A core counts as taken once other work keeps it busy more than half the time.
-  const int taken = static_cast<int>(std::ceil(cores.busy_with_others - 0.5));
-  cores.idle = std::clamp(cores.usable - taken, 1, cores.usable);
+  cores.idle = std::clamp(cores.usable - cores_taken(cores.busy_with_others), 1, cores.usable);
   return cores;
 }
 

@@ -32,6 +32,9 @@ struct IdleCores {
   double busy_with_others = 0;  // cores, on average over the window
 };
 IdleCores measure_idle_cores(std::chrono::milliseconds window = std::chrono::milliseconds(300));
+// The whole cores `busy_with_others` (an average) takes: one for each that other work keeps busy
+// more than half the time.
+int cores_taken(double busy_with_others);
 
 // Two thread pools share the cores in a step: libgomp's (PyTorch's own kernels, oneDNN's
 // convolutions) and OpenBLAS's (the matrix products). Each spins for a while after its work, on the
