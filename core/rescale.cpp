@@ -96,6 +96,12 @@ Trace rescaled(const Trace& trace, const SpeedRatio& ratio, const Calibration& h
       s.bwd_ns = scaled(s.bwd_ns, ratio.compute);
     }
   }
+  if (!out.device.is_cuda()) {
+    // A CPU's copy link is a memcpy: memory-bound work, its bytes taking `ratio.memory` times as
+    // long here. (A GPU's crosses PCIe or NVLink, which no host calibration times.)
+    out.device.host_to_device_bytes_per_s /= ratio.memory;
+    out.device.device_to_host_bytes_per_s /= ratio.memory;
+  }
   out.calibration = here;
   return out;
 }

@@ -39,7 +39,8 @@ struct RelayOptions {
   bool prefetch = true;
   // The stage's compute starts once the next stage's copy has landed, so the device holds both
   // stages' parameters at every peak, as the planner's model assumes (an upper bound that a copy
-  // landing late undercuts): deterministic peaks for measuring prediction against measurement.
+  // landing late undercuts): deterministic peaks for measuring prediction against measurement. On a
+  // CPU the copy is then made on the compute thread, which would wait for it anyway.
   bool settle_prefetch = false;
   // Emulates a slower host-to-device link (bytes/s; 0: as fast as memcpy): each copy to the device
   // (a stage's parameters, and in the constant-memory variant the boundaries brought back) takes at

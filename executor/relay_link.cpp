@@ -1,7 +1,6 @@
 #include "executor/relay_link.h"
 
 #include <chrono>
-#include <cstring>
 #include <thread>
 
 #include <c10/core/StreamGuard.h>
@@ -9,6 +8,7 @@
 
 #include "core/errors.h"
 #include "runtime/budget_allocator.h"
+#include "runtime/host_copy.h"
 
 namespace headroom::executor {
 
@@ -18,21 +18,6 @@ void wait_for(const std::shared_ptr<c10::Event>& event) {
   if (!event) return;
   while (!event->query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
 }
-
-namespace {
-
-// On a CPU a copy across the link is a memcpy on the calling thread. A clone runs ATen's
-// parallel_for, which on the relay's copy thread opens an OpenMP team of its own beside the
-// compute's and OpenBLAS's threads on the same cores: each copy then waited for time slices
-// (milliseconds a stage) rather than for its bytes.
-torch::Tensor cpu_copy(const torch::Tensor& from) {
-  if (!from.is_contiguous()) return from.clone();
-  torch::Tensor to = torch::empty_like(from, at::MemoryFormat::Contiguous);
-  std::memcpy(to.data_ptr(), from.data_ptr(), from.nbytes());
-  return to;
-}
-
-}  // namespace
 
 std::shared_ptr<c10::Event> RelayLink::mark_compute() const {
   if (!is_cuda()) return nullptr;
@@ -59,7 +44,7 @@ torch::Tensor RelayLink::host_empty(at::IntArrayRef sizes, const torch::TensorOp
 
 torch::Tensor RelayLink::to_device_landed(const torch::Tensor& host) const {
   torch::NoGradGuard no_grad;
-  if (!is_cuda()) return cpu_copy(host);
+  if (!is_cuda()) return runtime::host_memcpy(host);
   c10::StreamGuard on_inbound(*inbound_);
   // A blocking copy waits for the inbound stream only: the compute stream runs on meanwhile.
   torch::Tensor copy = host.to(host.options().device(device_), /*non_blocking=*/false, /*copy=*/true);
@@ -71,7 +56,7 @@ HostLanding RelayLink::to_host(const torch::Tensor& device) const {
   torch::NoGradGuard no_grad;
   if (!is_cuda()) {
     runtime::HostScope host;
-    return {cpu_copy(device), nullptr};
+    return {runtime::host_memcpy(device), nullptr};
   }
   order(*compute_, *outbound_);
   c10::StreamGuard on_outbound(*outbound_);
@@ -87,7 +72,7 @@ torch::Tensor RelayLink::stash_to_host(const torch::Tensor& device) const {
   torch::NoGradGuard no_grad;
   if (!is_cuda()) {
     runtime::HostScope host;
-    return cpu_copy(device);
+    return runtime::host_memcpy(device);
   }
   // Only the compute stream reads it back, after this copy: no event to wait on. The pinned
   // allocator keeps the buffer until the copy is done, however early the tensor goes.
@@ -98,7 +83,7 @@ torch::Tensor RelayLink::stash_to_host(const torch::Tensor& device) const {
 
 torch::Tensor RelayLink::back_to_device(const torch::Tensor& host) const {
   torch::NoGradGuard no_grad;
-  if (!is_cuda()) return cpu_copy(host);
+  if (!is_cuda()) return runtime::host_memcpy(host);
   return host.to(host.options().device(device_), /*non_blocking=*/true, /*copy=*/true);
 }
 

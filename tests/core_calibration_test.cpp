@@ -63,6 +63,15 @@ TEST(Calibration, LayersMoveWithTheClassOfWorkTheyAreMadeOf) {
   EXPECT_NEAR(static_cast<double>(compute.steps[0].step_ns),
               2.0 * static_cast<double>(step.step_ns - step.optimizer_ns) + static_cast<double>(compute.steps[0].optimizer_ns), 2.0);
   EXPECT_EQ(compute.calibration->threads, 2);
+  // A CPU's copies are memcpys: memory-bound, so its link is 1.5x as slow there; a GPU's is not the host's.
+  trace.device.host_to_device_bytes_per_s = 12e9;
+  trace.device.device_to_host_bytes_per_s = 15e9;
+  const core::Trace copies = core::rescaled(trace, ratio, machine(50, 1e6 / 1.5));
+  EXPECT_DOUBLE_EQ(copies.device.host_to_device_bytes_per_s, 8e9);
+  EXPECT_DOUBLE_EQ(copies.device.device_to_host_bytes_per_s, 10e9);
+  trace.device.kind = "cuda";
+  EXPECT_DOUBLE_EQ(core::rescaled(trace, ratio, machine(50, 1e6 / 1.5)).device.host_to_device_bytes_per_s, 12e9);
+  trace.device.kind = "cpu";
 
   // Memory-bound: at 50 kB/s every layer's bytes take longer than its time.
   trace.calibration = machine(100, 5e-5);

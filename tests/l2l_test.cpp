@@ -382,12 +382,15 @@ TEST(L2L, ExecuteRunsTheRelayPlanUnderItsBudget) {
     options.tempo = false;
     trace = profiler::profile(model, options);
   }
-  // The CPU's copy link, which times L2L's copies: tensor copies, measured by the profiler; a copy's
-  // fixed cost (allocation, dispatch) is above nothing and far below a millisecond.
+  // The CPU's copy link, which times L2L's copies: the relay's memcpys, measured by the profiler each
+  // way (from a source out of the caches in, from one just written out); a copy's fixed cost
+  // (allocation, dispatch) is far below a millisecond.
   EXPECT_GT(trace.device.host_to_device_bytes_per_s, 1e8);
-  EXPECT_EQ(trace.device.device_to_host_bytes_per_s, trace.device.host_to_device_bytes_per_s);
-  EXPECT_GT(trace.device.host_to_device_latency_ns, 0);
-  EXPECT_LT(trace.device.host_to_device_latency_ns, 1'000'000);
+  EXPECT_GT(trace.device.device_to_host_bytes_per_s, 1e8);
+  for (const auto latency : {trace.device.host_to_device_latency_ns, trace.device.device_to_host_latency_ns}) {
+    EXPECT_GE(latency, 0);
+    EXPECT_LT(latency, 1'000'000);
+  }
   planner::PlanRequest request;
   request.global_batch = 8;
   request.trace_path = "t.json";
