@@ -1,10 +1,13 @@
 #include "planner/data_parallel_model.h"
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 
+#include "core/errors.h"
 #include "core/units.h"
 #include "planner/optimizer_estimate.h"
+#include "planner/technique.h"
 
 namespace headroom::planner {
 
@@ -88,6 +91,38 @@ std::vector<std::int64_t> worker_shares(std::int64_t global_batch, int workers) 
   std::vector<std::int64_t> shares(static_cast<std::size_t>(workers), global_batch / workers);
   for (std::int64_t r = 0; r < global_batch % workers; ++r) ++shares[static_cast<std::size_t>(r)];
   return shares;
+}
+
+namespace {
+
+// Data parallel as a technique: asked for by the request's workers rather than by --strategies; the
+// step sequence adds the all-reduce (above). A plan predicts its worker 0, so no other may carry more.
+class DataParallel final : public Technique {
+ public:
+  bool used_by(const core::StepChoice& choice) const override { return choice.world_size > 1; }
+  void check(const CheckedChoice& c) const override {
+    const core::StepChoice& choice = c.choice;
+    if (!used_by(choice)) return;
+    const auto largest = [](const std::vector<std::int64_t>& sizes) {
+      return sizes.empty() ? std::int64_t{0} : *std::max_element(sizes.begin(), sizes.end());
+    };
+    const auto first = choice.worker_micro_batches(0);
+    const std::int64_t first_samples = std::accumulate(first.begin(), first.end(), std::int64_t{0});
+    for (int r = 1; r < choice.world_size; ++r) {
+      const auto sizes = choice.worker_micro_batches(r);
+      if (std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0}) > first_samples || largest(sizes) > largest(first)) {
+        throw core::InputError(c.source + ": $.data_parallel.micro_batches_per_worker: worker " + std::to_string(r) +
+                               " carries more than worker 0, whose step the plan predicts (put the larger shares first)");
+      }
+    }
+  }
+};
+
+}  // namespace
+
+const Technique& data_parallel_technique() {
+  static const DataParallel technique;
+  return technique;
 }
 
 }  // namespace headroom::planner

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/errors.h"
 #include "core/saturating.h"
+#include "planner/technique.h"
 
 namespace headroom::planner {
 
@@ -177,6 +179,40 @@ std::string contrastive_scheme(const core::Trace& trace, const core::StepChoice&
 std::optional<ContrastiveLossModel> contrastive_loss_model(const core::Trace& trace) {
   if (!trace.contrastive_loss) return std::nullopt;
   return ContrastiveLossModel(*trace.contrastive_loss);
+}
+
+namespace {
+
+// Inf-CL as a technique: a contrastive loss tiled as the trace measured it; the step sequence runs it
+// (under a gradient cache where the step splits the batch), and the plan says how the step runs.
+class InfCl final : public Technique {
+ public:
+  std::optional<Strategy> strategy() const override { return Strategy::InfCl; }
+  bool used_by(const core::StepChoice& choice) const override { return choice.loss_tiles.has_value(); }
+  void check(const CheckedChoice& c) const override {
+    if (!used_by(c.choice)) return;
+    if (!c.trace.contrastive_loss) {
+      throw core::InputError(c.source + ": $.loss_tiles: the trace's model has no contrastive loss to tile");
+    }
+    const ContrastiveLossModel loss(*c.trace.contrastive_loss);
+    const core::LossTiles& tiles = *c.choice.loss_tiles;
+    if (!loss.measured(tiles)) {
+      std::string measured;
+      for (const auto& t : loss.tiles()) measured += (measured.empty() ? "" : ", ") + std::to_string(t.rows) + "x" + std::to_string(t.cols);
+      throw core::InputError(c.source + ": $.loss_tiles: the trace measured no " + std::to_string(tiles.rows) + "x" +
+                             std::to_string(tiles.cols) + " tile (measured: " + measured + ")");
+    }
+  }
+  void explain(const ChosenStep& step, std::vector<std::string>& warnings) const override {
+    if (std::string scheme = contrastive_scheme(step.trace, step.choice); !scheme.empty()) warnings.push_back(std::move(scheme));
+  }
+};
+
+}  // namespace
+
+const Technique& infcl_technique() {
+  static const InfCl technique;
+  return technique;
 }
 
 }  // namespace headroom::planner

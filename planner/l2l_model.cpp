@@ -7,7 +7,10 @@
 #include <map>
 #include <numeric>
 
+#include "core/errors.h"
+#include "planner/plan_explanation.h"
 #include "planner/strategy_table.h"
+#include "planner/technique.h"
 
 namespace headroom::planner {
 
@@ -655,6 +658,66 @@ std::int64_t least_budget_with_l2l(const core::Trace& trace, const PlanRequest& 
   const std::int64_t least = plan_step(trace, relayed).smallest_budget;
   const bool less = least > 0 && (without.smallest_budget == 0 || least < without.smallest_budget);
   return less ? least : 0;
+}
+
+namespace {
+
+// L2L as a technique: a relay step runs stage by stage, so it is predicted and scheduled here rather
+// than as the micro-batch sequence; a plan may ask it of a model the relay can run, as one worker,
+// with standard layers and nothing checkpointed.
+class L2L final : public Technique {
+ public:
+  std::optional<Strategy> strategy() const override { return Strategy::L2L; }
+  bool used_by(const core::StepChoice& choice) const override { return choice.l2l.has_value(); }
+  bool runs_the_step(const core::StepChoice& choice) const override { return used_by(choice); }
+  StepPrediction predict(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) const override {
+    return l2l_step_prediction(costs, graph, choice);
+  }
+  core::Schedule schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) const override {
+    return l2l_schedule(costs, graph, choice);
+  }
+  void explain(const ChosenStep& step, std::vector<std::string>& warnings) const override {
+    if (!used_by(step.choice)) return;
+    warnings.push_back(l2l_note(predict_l2l_step(step.costs, step.graph, step.choice.micro_batches, *step.choice.l2l), *step.choice.l2l));
+  }
+  void check(const CheckedChoice& c) const override {
+    if (!used_by(c.choice)) return;
+    const core::Trace& trace = c.trace;
+    const core::StepChoice& choice = c.choice;
+    const std::string& source = c.source;
+    if (const std::string why = l2l_refusal(trace); !why.empty()) {
+      throw core::InputError(source + ": $.l2l: the relay cannot run " + trace.model.name + ": " + why);
+    }
+    if (choice.world_size > 1) throw core::InputError(source + ": $.l2l: L2L with data parallel (world_size > 1) is not implemented");
+    if (!choice.checkpointed_blocks.empty()) {
+      throw core::InputError(source + ": $.l2l: the relay recomputes every block already; give no checkpointed_blocks");
+    }
+    for (const auto& layer : choice.layers) {
+      if (layer.variant != core::LayerVariant::Standard) {
+        throw core::InputError(source + ": $.layers[" + std::to_string(layer.id) + "].variant: the relay runs standard layers only");
+      }
+    }
+    if (!choice.l2l->whole_model() && first_relayed_stage(l2l_stages(trace), trace, choice.l2l->from_block) < 0) {
+      std::string blocks;
+      for (const auto& stage : l2l_stages(trace)) {
+        const int block = trace.layers[static_cast<std::size_t>(stage.first)].block;
+        if (block >= 0) blocks += (blocks.empty() ? "" : ", ") + std::to_string(block);
+      }
+      throw core::InputError(source + ": $.l2l.from_block: " + trace.model.name + " has no block " +
+                             std::to_string(choice.l2l->from_block) + " (its blocks: " + (blocks.empty() ? "none" : blocks) + ")");
+    }
+    if (choice.micro_batches.size() > kMaxL2LMicroBatches) {
+      throw core::InputError(source + ": $.micro_batches: an L2L step takes at most " + std::to_string(kMaxL2LMicroBatches) +
+                             " micro-batches, got " + std::to_string(choice.micro_batches.size()));
+    }
+  }
+};
+
+}  // namespace
+
+const Technique& l2l_technique() {
+  static const L2L technique;
+  return technique;
 }
 
 }  // namespace headroom::planner

@@ -9,8 +9,8 @@
 #include "core/saturating.h"
 #include "planner/data_parallel_model.h"
 #include "planner/infcl_model.h"
-#include "planner/l2l_model.h"
 #include "planner/ring_infcl_model.h"
+#include "planner/technique.h"
 
 namespace headroom::planner {
 
@@ -561,14 +561,15 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
 
 StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
                             BatchCostsCache* cache) {
-  // L2L's relay runs stage-major, every micro-batch through a stage before the next (l2l_model.h).
-  if (choice.l2l) return l2l_step_prediction(costs, graph, choice);
+  // A step that is not a sequence of micro-batches (L2L's relay runs stage-major, every micro-batch
+  // through a stage before the next) is its technique's to predict.
+  if (const Technique* runner = step_runner(choice)) return runner->predict(costs, graph, choice);
   return predict_step(costs, graph, choice, step_batches(choice), cache);
 }
 
 StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
                             const StepBatches& batches, BatchCostsCache* cache) {
-  if (choice.l2l) throw std::logic_error("predict_step: an L2L step's micro-batches are the choice's own");
+  if (step_runner(choice) != nullptr) throw std::logic_error("predict_step: that step is not a sequence of micro-batches");
   const StepSequence seq = step_sequence(costs, graph, choice, batches, cache);
   StepPrediction p;
   p.peak_bytes = -1;
@@ -606,7 +607,7 @@ StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& grap
 
 core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
   using core::MemoryKind;
-  if (choice.l2l) return l2l_schedule(costs, graph, choice);
+  if (const Technique* runner = step_runner(choice)) return runner->schedule(costs, graph, choice);
   const StepSequence seq = step_sequence(costs, graph, choice);
   core::Schedule schedule;
   schedule.resident = {{MemoryKind::Parameter, costs.param_bytes() + costs.model_extra_bytes()},
@@ -692,6 +693,22 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
   }
   schedule.samples = choice.samples();
   return schedule;
+}
+
+namespace {
+
+// Micro-batching as a technique: the step sequence above is its model; the search picks the split.
+class MicroBatching final : public Technique {
+ public:
+  std::optional<Strategy> strategy() const override { return Strategy::MicroBatching; }
+  bool used_by(const core::StepChoice& choice) const override { return choice.worker_micro_batches(0).size() > 1; }
+};
+
+}  // namespace
+
+const Technique& micro_batching_technique() {
+  static const MicroBatching technique;
+  return technique;
 }
 
 }  // namespace headroom::planner

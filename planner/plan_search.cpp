@@ -20,6 +20,7 @@
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_explanation.h"
 #include "planner/split_bounds.h"
+#include "planner/technique.h"
 
 namespace headroom::planner {
 
@@ -905,12 +906,11 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
   plan.budget_bytes = request.budget_bytes;
   plan.margin_bytes = margin;
   plan.global_batch = request.global_batch;
-  if (best.micro_batch_count() > 1) plan.strategies.push_back(strategy_name(Strategy::MicroBatching));
-  if (best.checkpointed_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Checkpointing));
-  if (best.lean_count() > 0) plan.strategies.push_back(strategy_name(Strategy::Tempo));
-  if (best.choice.loss_tiles) plan.strategies.push_back(strategy_name(Strategy::InfCl));
-  if (best.choice.l2l) plan.strategies.push_back(strategy_name(Strategy::L2L));
   plan.choice = complete_choice(trace, graph, best.with_listed());
+  for (const Technique* technique : techniques()) {
+    const auto strategy = technique->strategy();
+    if (strategy && technique->used_by(plan.choice)) plan.strategies.push_back(strategy_name(*strategy));
+  }
   if (request.workers > 1) {
     // Every worker splits its share into as many micro-batches as worker 0 (fewer only where its
     // share is smaller than that count); the plan lists them all, worker by worker.
@@ -927,14 +927,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
       !warning.empty()) {
     plan.warnings.push_back(warning);
   }
-  if (trace.model.file && request.strategies.count(Strategy::Tempo) > 0) {
-    plan.warnings.push_back("Tempo does not apply to a TorchScript module: its memory-lean layers are headroom's own "
-                            "implementations of the zoo's layers (checkpointing and micro-batching do apply)");
-  }
-  if (const std::string scheme = contrastive_scheme(trace, plan.choice); !scheme.empty()) plan.warnings.push_back(scheme);
-  if (best.choice.l2l) {
-    plan.warnings.push_back(l2l_note(predict_l2l_step(costs, graph, listed(best.batches), *best.choice.l2l), *best.choice.l2l));
-  }
+  for (const Technique* technique : techniques()) technique->explain({trace, costs, graph, request, plan.choice}, plan.warnings);
   plan.predicted = weighed(best, request.global_batch).predicted;
   plan.peak_at = best.prediction.peak_at;
   // The ring Inf-CL's time depends on the global batch, which the search's worker-0 choice only

@@ -1,0 +1,34 @@
+// Checkpointing as a technique (planner/technique.h): which blocks are recomputed is chosen by the
+// dynamic programming in checkpoint_dp.h, and run by the step sequence (micro_batch_model.h).
+#include <string>
+
+#include "core/errors.h"
+#include "planner/technique.h"
+
+namespace headroom::planner {
+
+namespace {
+
+class Checkpointing final : public Technique {
+ public:
+  std::optional<Strategy> strategy() const override { return Strategy::Checkpointing; }
+  bool used_by(const core::StepChoice& choice) const override { return !choice.checkpointed_blocks.empty(); }
+  void check(const CheckedChoice& c) const override {
+    for (const int id : c.choice.checkpointed_blocks) {
+      const BlockSpan* span = c.graph.block_with_id(id);
+      if (span == nullptr) throw core::InputError(c.source + ": $.checkpointed_blocks: the trace has no block " + std::to_string(id));
+      if (!span->checkpointable) {
+        throw core::InputError(c.source + ": block " + std::to_string(id) + " cannot be checkpointed: " + span->why_not);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+const Technique& checkpointing_technique() {
+  static const Checkpointing technique;
+  return technique;
+}
+
+}  // namespace headroom::planner

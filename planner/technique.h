@@ -1,0 +1,75 @@
+#pragma once
+// The planner's side of a technique: whether a step choice uses it, how a plan's choice is checked
+// against its trace for it, what it says about the chosen step, and, for a technique that runs the
+// whole step its own way (L2L's relay), the step's prediction and schedule. Each technique
+// implements it in its own file; check_choice, the plan's strategies and warnings, predict_step and
+// build_schedule walk the registered techniques instead of branching on the choice's fields.
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/cost_model.h"
+#include "core/schedule.h"
+#include "core/step_choice.h"
+#include "core/trace.h"
+#include "planner/layer_graph.h"
+#include "planner/micro_batch_model.h"
+#include "planner/strategy_table.h"
+
+namespace headroom::planner {
+
+struct PlanRequest;  // planner/plan_search.h
+
+// A plan's choice under check: a technique throws core::InputError prefixed with `source` ("plan.json")
+// for what the trace cannot run.
+struct CheckedChoice {
+  const core::Trace& trace;
+  const LayerGraph& graph;
+  const core::StepChoice& choice;
+  const std::string& source;
+};
+
+// The step a plan is made of: its choice as the plan lists it (every layer, every worker's micro-batches).
+struct ChosenStep {
+  const core::Trace& trace;
+  const core::CostModel& costs;
+  const LayerGraph& graph;
+  const PlanRequest& request;
+  const core::StepChoice& choice;
+};
+
+class Technique {
+ public:
+  virtual ~Technique() = default;
+  // Its entry in the strategy table (--strategies, a plan's "strategies"); none for one the request
+  // asks for otherwise (data parallel: its workers).
+  virtual std::optional<Strategy> strategy() const { return std::nullopt; }
+  // Whether `choice` applies it (as a plan lists it: worker 0's micro-batches are the ones that count).
+  virtual bool used_by(const core::StepChoice& choice) const = 0;
+  // Throws core::InputError where the choice asks of it what the trace cannot run.
+  virtual void check(const CheckedChoice&) const {}
+  // The plan's warnings it adds for the chosen step.
+  virtual void explain(const ChosenStep&, std::vector<std::string>& /*warnings*/) const {}
+  // Whether it runs `choice`'s whole step its own way rather than as the micro-batch sequence
+  // (micro_batch_model.h); one that does predicts and schedules it.
+  virtual bool runs_the_step(const core::StepChoice&) const { return false; }
+  virtual StepPrediction predict(const core::CostModel&, const LayerGraph&, const core::StepChoice&) const { return {}; }
+  virtual core::Schedule schedule(const core::CostModel&, const LayerGraph&, const core::StepChoice&) const { return {}; }
+};
+
+// Each technique, implemented in its own file.
+const Technique& micro_batching_technique();  // micro_batch_model.cpp
+const Technique& checkpointing_technique();   // checkpointing.cpp
+const Technique& tempo_technique();           // tempo.cpp
+const Technique& infcl_technique();           // infcl_model.cpp
+const Technique& l2l_technique();             // l2l_model.cpp
+const Technique& data_parallel_technique();   // data_parallel_model.cpp
+
+// Every technique: the strategy table's, in its order, then those asked for otherwise.
+std::span<const Technique* const> techniques();
+
+// The technique that runs `choice`'s whole step its own way, or null: the micro-batch sequence does.
+const Technique* step_runner(const core::StepChoice& choice);
+
+}  // namespace headroom::planner

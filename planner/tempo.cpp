@@ -1,0 +1,40 @@
+// Tempo as a technique (planner/technique.h): memory-lean variants of the layers the trace measured
+// them for, chosen by the search (plan_search.cpp) and run by the step sequence (micro_batch_model.h).
+#include <string>
+
+#include "core/errors.h"
+#include "planner/plan_search.h"
+#include "planner/technique.h"
+
+namespace headroom::planner {
+
+namespace {
+
+class Tempo final : public Technique {
+ public:
+  std::optional<Strategy> strategy() const override { return Strategy::Tempo; }
+  bool used_by(const core::StepChoice& choice) const override { return choice.lean_count() > 0; }
+  void check(const CheckedChoice& c) const override {
+    for (const auto& layer : c.choice.layers) {
+      if (layer.variant == core::LayerVariant::Tempo && !c.graph.can_be_lean(layer.id)) {
+        throw core::InputError(c.source + ": $.layers[" + std::to_string(layer.id) + "].variant: layer " + layer.name +
+                               " has no lean variant the trace measured");
+      }
+    }
+  }
+  void explain(const ChosenStep& step, std::vector<std::string>& warnings) const override {
+    if (step.trace.model.file && step.request.strategies.contains(Strategy::Tempo)) {
+      warnings.push_back("Tempo does not apply to a TorchScript module: its memory-lean layers are headroom's own "
+                         "implementations of the zoo's layers (checkpointing and micro-batching do apply)");
+    }
+  }
+};
+
+}  // namespace
+
+const Technique& tempo_technique() {
+  static const Tempo technique;
+  return technique;
+}
+
+}  // namespace headroom::planner
