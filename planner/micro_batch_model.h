@@ -96,8 +96,9 @@ struct StepSequence {
   std::vector<Segment> segments;
   std::int64_t static_bytes = 0;  // parameters, gradients and optimizer state, before and after
 };
-// `cache`, when given and made from `costs`, supplies the batch costs. An L2L step (choice.l2l) is
-// not a sequence of micro-batches: predict_step and build_schedule take it to planner/l2l_model.h.
+// `cache`, when given and made from `costs`, supplies the batch costs. A step a technique runs its own
+// way (L2L's relay: planner/technique.h, step_runner) is not a sequence of micro-batches:
+// predict_step and build_schedule hand it to that technique.
 StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
                            BatchCostsCache* cache = nullptr);
 
@@ -140,7 +141,7 @@ struct StepPrediction {
 };
 StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
                             BatchCostsCache* cache = nullptr);
-// The same for these batches in place of the choice's micro-batches (not an L2L step's).
+// The same for these batches in place of the choice's micro-batches (not a step_runner's step).
 StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
                             const StepBatches& batches, BatchCostsCache* cache = nullptr);
 

@@ -930,9 +930,10 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
   for (const Technique* technique : techniques()) technique->explain({trace, costs, graph, request, plan.choice}, plan.warnings);
   plan.predicted = weighed(best, request.global_batch).predicted;
   plan.peak_at = best.prediction.peak_at;
-  // The ring Inf-CL's time depends on the global batch, which the search's worker-0 choice only
-  // approximates (its share times the workers): the plan states the expanded choice's prediction.
-  if (plan.choice.world_size > 1 && trace.contrastive_loss) {
+  // The search weighed worker 0's share; where the plan lists more (every worker's micro-batches), it
+  // states that choice's prediction (the ring Inf-CL's time depends on the global batch, which the
+  // share times the workers only approximates).
+  if (plan.choice.micro_batches.size() != static_cast<std::size_t>(best.micro_batch_count())) {
     Candidate expanded = best;
     expanded.choice = plan.choice;
     expanded.prediction = predict_step(costs, graph, plan.choice);
