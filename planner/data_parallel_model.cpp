@@ -100,6 +100,14 @@ namespace {
 class DataParallel final : public Technique {
  public:
   bool used_by(const core::StepChoice& choice) const override { return choice.world_size > 1; }
+  std::int64_t after_last_micro_batch_ns(const core::CostModel& costs, const std::vector<Op>& last_ops,
+                                         const core::StepChoice& choice) const override {
+    return used_by(choice) ? allreduce_timing(costs, last_ops, choice).exposed_ns : 0;
+  }
+  int append_after_last_micro_batch(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice,
+                                    const std::vector<int>& task_of_op, core::Schedule& schedule) const override {
+    return used_by(choice) ? append_allreduce_tasks(costs, last_ops, choice, task_of_op, schedule) : -1;
+  }
   void check(const CheckedChoice& c) const override {
     const core::StepChoice& choice = c.choice;
     if (!used_by(choice)) return;

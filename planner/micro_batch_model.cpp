@@ -595,9 +595,12 @@ StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& grap
                             std::to_string(segment.batch) + ")";
     }
     for (std::size_t k = 0; k + (segment.keeps_input ? 1 : 0) < ops.size(); ++k) level += ops[k].retained_bytes;
-    // The optimizer waits for the last bucket's all-reduce, which the last backward partly hides.
-    if (segment.keeps_input && choice.world_size > 1) {
-      p.step_ns = core::saturating_add(p.step_ns, allreduce_timing(costs, ops, choice).exposed_ns);
+    // The optimizer waits for what techniques add after the last micro-batch (data parallel's
+    // all-reduce, which the last backward partly hides).
+    if (segment.keeps_input) {
+      for (const Technique* technique : techniques()) {
+        p.step_ns = core::saturating_add(p.step_ns, technique->after_last_micro_batch_ns(costs, ops, choice));
+      }
     }
   }
   // A step takes time even where the trace's layers and optimizer measured none (samples/s stays finite).
@@ -648,11 +651,15 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
     // Tasks name their micro-batch as an int; a step of more is refused by the planner's bounds.
     const int micro_batch = segment.batch > 0 ? static_cast<int>(segment.first) : -1;
     if (segment.keeps_input) last_task_of_op.assign(ops.size(), -1);
-    // The optimizer follows the last backward and the last bucket's all-reduce.
-    int last_allreduce = -1;
-    if (segment.batch == 0 && &segment == &seq.segments.back() && choice.world_size > 1 && seq.segments.size() >= 2) {
-      last_allreduce = append_allreduce_tasks(costs, seq.ops[seq.segments[seq.segments.size() - 2].ops], choice,
-                                              last_task_of_op, schedule);
+    // The optimizer follows the last backward and what techniques add after it (data parallel's
+    // last bucket's all-reduce).
+    std::vector<int> optimizer_waits_for;
+    if (segment.batch == 0 && &segment == &seq.segments.back() && seq.segments.size() >= 2) {
+      const auto& last_ops = seq.ops[seq.segments[seq.segments.size() - 2].ops];
+      for (const Technique* technique : techniques()) {
+        const int task = technique->append_after_last_micro_batch(costs, last_ops, choice, last_task_of_op, schedule);
+        if (task >= 0) optimizer_waits_for.push_back(task);
+      }
     }
     for (std::size_t k = 0; k < count; ++k) {
       const Op& op = ops[k];
@@ -683,7 +690,7 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
       task.at_start = std::move(pending_start);
       pending_start.clear();
       if (previous_compute >= 0) task.dependencies = {previous_compute};
-      if (op.kind == OpKind::Optimizer && last_allreduce >= 0) task.dependencies.push_back(last_allreduce);
+      if (op.kind == OpKind::Optimizer) task.dependencies.insert(task.dependencies.end(), optimizer_waits_for.begin(), optimizer_waits_for.end());
       previous_compute = static_cast<int>(schedule.tasks.size());
       if (segment.keeps_input) last_task_of_op[k] = previous_compute;
       schedule.tasks.push_back(std::move(task));

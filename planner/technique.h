@@ -4,6 +4,7 @@
 // whole step its own way (L2L's relay), the step's prediction and schedule. Each technique
 // implements it in its own file; check_choice, the plan's strategies and warnings, predict_step and
 // build_schedule walk the registered techniques instead of branching on the choice's fields.
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -51,6 +52,19 @@ class Technique {
   virtual void check(const CheckedChoice&) const {}
   // The plan's warnings it adds for the chosen step.
   virtual void explain(const ChosenStep&, std::vector<std::string>& /*warnings*/) const {}
+  // What it adds to the micro-batch sequence where the last micro-batch's ops (`last_ops`) end: the
+  // time the optimizer then waits for it (data parallel: the all-reduce the last backward does not
+  // hide) and its tasks in the schedule, after the tasks that complete what they carry (`task_of_op`:
+  // the last micro-batch's task per op); it returns the task the optimizer waits for, or -1.
+  virtual std::int64_t after_last_micro_batch_ns(const core::CostModel&, const std::vector<Op>& /*last_ops*/,
+                                                 const core::StepChoice&) const {
+    return 0;
+  }
+  virtual int append_after_last_micro_batch(const core::CostModel&, const std::vector<Op>& /*last_ops*/,
+                                            const core::StepChoice&, const std::vector<int>& /*task_of_op*/,
+                                            core::Schedule&) const {
+    return -1;
+  }
   // Whether it runs `choice`'s whole step its own way rather than as the micro-batch sequence
   // (micro_batch_model.h); one that does predicts and schedules it.
   virtual bool runs_the_step(const core::StepChoice&) const { return false; }
