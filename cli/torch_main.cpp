@@ -204,7 +204,7 @@ void print_trace_summary(const core::Trace& trace) {
             << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads
             << (trace.profile.threads == 1 ? " thread\n" : " threads\n");
   if (!trace.device.is_cuda() && trace.device.host_to_device_bytes_per_s > 0) {
-    std::cout << report::describe_copy_link(trace.device) << " (tensor copies: what times L2L's relay)\n";
+    std::cout << report::describe_copy_link(trace.device) << " (the relay's memcpys, past the caches: what times L2L's copies)\n";
   }
   if (trace.calibration) {
     std::cout << report::describe_calibration(*trace.calibration) << "\n";
