@@ -12,6 +12,8 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "cli/command_line.h"
 #include "cli/execute_commands.h"
@@ -171,19 +173,25 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
   models::Model model = args.torchscript.empty()
                             ? models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed)
                             : load_torchscript(args);
+  std::string threads_note;
   if (options.threads == 0 && options.device == "cpu") {
     // Only idle cores: a thread on a core another process keeps busy makes every parallel region
     // wait on it, and the trace would record that process's share rather than this machine.
     const runtime::IdleCores cores = runtime::measure_idle_cores();
     options.threads = cores.idle;
     if (cores.idle < cores.usable) {
-      std::cerr << "other processes keep " << one_decimal(cores.busy_with_others) << " of this process's "
-                << cores.usable << " cores busy: profiling at " << cores.idle << (cores.idle == 1 ? " thread" : " threads") << ", as execute will run the step "
-                << "(--threads " << cores.usable << " to use all of them)\n";
+      threads_note = "other processes keep " + one_decimal(cores.busy_with_others) + " of this process's " +
+                     std::to_string(cores.usable) + " cores busy: profiling at " + std::to_string(cores.idle) +
+                     (cores.idle == 1 ? " thread" : " threads") + ", as execute will run the step (--threads " +
+                     std::to_string(cores.usable) + " to use all of them)";
     }
   }
   ProgressPrinter printer(model.name());
-  options.on_progress = [&printer](const profiler::Progress& p) { printer(p); };
+  // Said once profiling starts: a bad input is refused with its one line alone.
+  options.on_progress = [&printer, &threads_note](const profiler::Progress& p) {
+    if (!threads_note.empty()) std::cerr << std::exchange(threads_note, std::string()) << "\n";
+    printer(p);
+  };
   options.on_gpu_step = [&gpu_step, largest = options.batch_sizes.back()](std::int64_t batch,
                                                                           const profiler::GpuStepRecord& record) {
     if (batch == largest) gpu_step = record;

@@ -1,8 +1,11 @@
 // Runs the `headroom` binary as a user would and checks exit codes, error lines and outputs.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -53,6 +56,19 @@ TEST(Cli, BadProfileInputsExitWithTwoAndWriteNothing) {
 #ifndef HEADROOM_CUDA_BUILD
   expect_one_line_error(run("profile --model mlp --device cuda" + o), "--device cuda");
 #endif
+  // Beside a process that keeps a core busy (where profile says at how many threads it will run), a
+  // bad input is still refused with its one line alone.
+  const pid_t spinner = ::fork();
+  ASSERT_GE(spinner, 0);
+  if (spinner == 0) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < end) {
+    }
+    ::_exit(0);
+  }
+  expect_one_line_error(run("profile --model mlp --batch-sizes 4,2" + o), "--batch-sizes: batch sizes must be strictly ascending");
+  ::kill(spinner, SIGKILL);
+  ::waitpid(spinner, nullptr, 0);
   EXPECT_FALSE(fs::exists(out));
 }
 
