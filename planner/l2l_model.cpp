@@ -697,9 +697,10 @@ class L2L final : public Technique {
         throw core::InputError(source + ": $.layers[" + std::to_string(layer.id) + "].variant: the relay runs standard layers only");
       }
     }
-    if (!choice.l2l->whole_model() && first_relayed_stage(l2l_stages(trace), trace, choice.l2l->from_block) < 0) {
+    const auto stages = l2l_stages(trace);
+    if (!choice.l2l->whole_model() && first_relayed_stage(stages, trace, choice.l2l->from_block) < 0) {
       std::string blocks;
-      for (const auto& stage : l2l_stages(trace)) {
+      for (const auto& stage : stages) {
         const int block = trace.layers[static_cast<std::size_t>(stage.first)].block;
         if (block >= 0) blocks += (blocks.empty() ? "" : ", ") + std::to_string(block);
       }

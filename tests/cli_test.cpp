@@ -1,11 +1,9 @@
 // Runs the `headroom` binary as a user would and checks exit codes, error lines and outputs.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +15,7 @@
 #include "core/report.h"
 #include "core/trace.h"
 #include "run_headroom.h"
+#include "spinning_child.h"
 
 namespace headroom {
 namespace {
@@ -58,17 +57,10 @@ TEST(Cli, BadProfileInputsExitWithTwoAndWriteNothing) {
 #endif
   // Beside a process that keeps a core busy (where profile says at how many threads it will run), a
   // bad input is still refused with its one line alone.
-  const pid_t spinner = ::fork();
-  ASSERT_GE(spinner, 0);
-  if (spinner == 0) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < end) {
-    }
-    ::_exit(0);
-  }
+  testing::SpinningChild spinner(std::chrono::seconds(10));
+  ASSERT_TRUE(spinner.started());
   expect_one_line_error(run("profile --model mlp --batch-sizes 4,2" + o), "--batch-sizes: batch sizes must be strictly ascending");
-  ::kill(spinner, SIGKILL);
-  ::waitpid(spinner, nullptr, 0);
+  spinner.stop();
   EXPECT_FALSE(fs::exists(out));
 }
 

@@ -1,7 +1,5 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +14,7 @@
 #include "runtime/memory_recorder.h"
 #include "runtime/optimizer.h"
 #include "runtime/tensor_bytes.h"
+#include "spinning_child.h"
 
 namespace headroom {
 namespace {
@@ -98,17 +97,10 @@ TEST(HostInfo, CountsTheCoresOtherProcessesKeepBusy) {
   EXPECT_EQ(runtime::cores_busy_with_others(before, runtime::CpuUsage{}), 0.0);
 
   // A child that spins is another process keeping a core busy.
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (std::chrono::steady_clock::now() < end) {
-    }
-    ::_exit(0);
-  }
+  testing::SpinningChild child(std::chrono::seconds(2));
+  ASSERT_TRUE(child.started());
   const runtime::IdleCores cores = runtime::measure_idle_cores(std::chrono::milliseconds(500));
-  ::kill(child, SIGKILL);
-  ::waitpid(child, nullptr, 0);
+  child.stop();
   if (!runtime::cpu_usage_now().known) GTEST_SKIP() << "no /proc/stat here";
   EXPECT_GT(cores.busy_with_others, 0.3);
   EXPECT_GE(cores.idle, 1);
