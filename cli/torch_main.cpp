@@ -203,6 +203,13 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
     std::cerr << "warning: other processes kept " << one_decimal(others) << " cores busy on average while "
               << "profiling: the trace's times were measured sharing the machine's caches and memory with them; "
               << "profile again on a quiet machine for its own\n";
+  } else if (trace.calibration && !trace.device.is_cuda()) {
+    // The newest timing of this machine at these threads: the plan made next compares the trace with
+    // it rather than with an older cached one (this machine's memory moves 20-40% within minutes; an
+    // hour-old cache would rescale a fresh trace to the machine as it was then). Not where other
+    // processes shared the machine: that is not its speed. `execute` times the machine again before
+    // and after its run either way.
+    runtime::save_cached_calibration(*trace.calibration);
   }
   return trace;
 }

@@ -144,6 +144,42 @@ TEST(Cli, PlanTimesThisMachineOnceInAChildAndKeepsIt) {
   fs::remove_all(dir);
 }
 
+// A profile's calibrations are the newest timing of this machine: kept as its cached one, so the plan
+// made next compares the trace with the machine as it just was, not as an older cache says it was
+// (this machine's memory moves 20-40% within minutes). Not kept where other processes shared the
+// machine while profiling.
+TEST(Cli, ProfileKeepsItsCalibrationForThePlansThatFollow) {
+  const fs::path dir = fs::temp_directory_path() / ("headroom_cli_profile_cache." + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const char* saved = std::getenv("XDG_CACHE_HOME");
+  const std::string restore = saved != nullptr ? saved : "";
+  ::setenv("XDG_CACHE_HOME", (dir / "cache").c_str(), 1);
+  const auto profiled = run("profile " + kSmallMlp + " -o " + (dir / "t.json").string());
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.err;
+  const core::Trace trace = core::read_trace_file(dir / "t.json");
+  ASSERT_TRUE(trace.calibration.has_value());
+  const fs::path kept = dir / "cache" / "headroom" / ("calibration-v2-cpu-" + std::to_string(trace.calibration->threads) + "t.json");
+  const bool shared = profiled.err.find("other processes kept") != std::string::npos;
+  if (shared) {
+    EXPECT_FALSE(fs::exists(kept)) << profiled.err;
+  } else {
+    ASSERT_TRUE(fs::exists(kept));
+    const auto document = core::parse_json(core::read_file(kept), kept.string());
+    EXPECT_EQ(core::read_calibration(core::JsonNode(document["calibration"], "$")), *trace.calibration);
+    // The plan reads it: the trace's machine is the machine at hand, nothing to rescale.
+    const auto plan = run("plan " + (dir / "t.json").string() + " --budget 1GiB --batch 2 -o " + (dir / "p.json").string());
+    ASSERT_EQ(plan.exit_code, 0) << plan.err;
+    EXPECT_EQ((plan.out + plan.err).find("as fast as"), std::string::npos) << plan.out << plan.err;
+  }
+  if (saved != nullptr) {
+    ::setenv("XDG_CACHE_HOME", restore.c_str(), 1);
+  } else {
+    ::unsetenv("XDG_CACHE_HOME");
+  }
+  fs::remove_all(dir);
+}
+
 // Tens of thousands of micro-batches simulate as one: the outputs list the first micro-batch of a run
 // of identical ones and summarise the rest, so they stay small (the Chrome trace opens in Perfetto).
 // A batch of 120,000 splits evenly at every micro-batch size the trace's times may make fastest
