@@ -116,20 +116,24 @@ std::vector<std::string> worker_arguments(const ExecuteArgs& args) {
   return out;
 }
 
-// Where this machine (timed right before the run) runs the calibration's kernels at another speed
-// than the one the plan's times hold for, the prediction rescaled to it: the plan's step time times
-// the rescale's effect on the plan's own step, so everything else the plan counted stays as it was.
+// Where this machine (timed right before the run and right after it) runs the calibration's kernels
+// at another speed than the one the plan's times hold for, the prediction rescaled to it: the plan's
+// step time times the rescale's effect on the plan's own step, so everything else the plan counted
+// stays as it was. Both timings count as one calibration's runs, the better one its speed (another
+// load only slows a timing down: a stall one of them caught is not the machine's speed, and where
+// the two differ their spread widens the noise the rescale must clear).
 void predict_for_this_machine(const core::Plan& plan, const core::Trace& trace, core::Report& report) {
   if (!report.calibration_before || !report.predicted_calibration || !trace.calibration) return;
   const core::Calibration planned_on = *report.predicted_calibration;
-  const core::SpeedRatio ratio = core::speed_ratio(planned_on, *report.calibration_before);
+  core::Calibration here = *report.calibration_before;
+  if (report.calibration_after) here.runs.insert(here.runs.end(), report.calibration_after->runs.begin(), report.calibration_after->runs.end());
+  const core::SpeedRatio ratio = core::speed_ratio(planned_on, here);
   if (!ratio.differs) return;
   const auto step_ns = [&](const core::Trace& timed) {
     const core::Trace planned = plan.optimizer.empty() ? timed : planner::with_estimated_optimizer(timed, plan.optimizer);
     return static_cast<double>(
         planner::predict_step(core::CostModel(planned), planner::LayerGraph(planned), plan.choice).step_ns);
   };
-  const core::Calibration& here = *report.calibration_before;
   const double before = step_ns(core::times_as_planned(trace, plan.calibration));
   const double after = step_ns(core::times_as_planned(trace, here));
   if (!(before > 0) || !(after > 0)) return;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +13,7 @@
 
 #include "core/atomic_file.h"
 #include "core/json_reader.h"
+#include "core/plan.h"
 #include "core/report.h"
 #include "core/trace.h"
 #include "run_headroom.h"
@@ -177,6 +179,44 @@ TEST(Cli, ProfileKeepsItsCalibrationForThePlansThatFollow) {
   } else {
     ::unsetenv("XDG_CACHE_HOME");
   }
+  fs::remove_all(dir);
+}
+
+// A plan whose times hold for a machine three times as fast as this one is rescaled to this one when
+// it runs: execute times the machine before and after the run and predicts from the better of the
+// two, saying so beside the plan's own prediction.
+TEST(Cli, ExecutePredictsForTheMachineItRunsOn) {
+  const fs::path dir = fs::temp_directory_path() / ("headroom_cli_rescale." + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ASSERT_EQ(run("profile " + kSmallMlp + " -o " + (dir / "t.json").string()).exit_code, 0);
+  core::Trace trace = core::read_trace_file(dir / "t.json");
+  ASSERT_TRUE(trace.calibration.has_value());
+  for (auto& r : trace.calibration->runs) {
+    r.matmul_flops_per_s *= 3;
+    r.conv_flops_per_s *= 3;
+    r.memory_bytes_per_s *= 3;
+  }
+  core::write_trace_file(dir / "fast.json", trace);
+  // Kept as the trace's machine's (--no-rescale), so the run is what finds the difference.
+  const auto planned = run("plan " + (dir / "fast.json").string() + " --budget 1GiB --batch 2 --no-rescale -o " + (dir / "p.json").string());
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const core::Plan plan = core::read_plan_file(dir / "p.json");
+  const auto executed = run("execute " + (dir / "p.json").string() + " --steps 2 -o " + (dir / "r.json").string());
+  ASSERT_EQ(executed.exit_code, 0) << executed.err;
+  const core::Report report = core::read_report_file(dir / "r.json");
+  ASSERT_TRUE(report.calibration_before && report.calibration_after && report.predicted_calibration);
+  const std::string said = "the predicted times are rescaled to it";
+  const auto line = std::find_if(report.warnings.begin(), report.warnings.end(),
+                                 [&](const std::string& w) { return w.find(said) != std::string::npos; });
+  ASSERT_NE(line, report.warnings.end()) << executed.out << executed.err;
+  // Rescaled from the plan's step, slower by what the layers are made of (between 1.5x and 3x here
+  // however the machine moves: its kernels are a third of the trace's, give or take the noise).
+  const double factor = report.predicted.step_seconds / plan.predicted.step_seconds;
+  EXPECT_GT(factor, 1.5) << *line;
+  EXPECT_LT(factor, 4.5) << *line;
+  // The machine the prediction now holds for is the better of the run's two timings.
+  EXPECT_EQ(report.predicted_calibration->runs.size(), report.calibration_before->runs.size() + report.calibration_after->runs.size());
   fs::remove_all(dir);
 }
 
