@@ -30,6 +30,7 @@
 #include "planner/micro_batch_model.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
+#include "planner/technique.h"
 #include "profiler/profiler.h"
 #include "simulator/simulator.h"
 #include "runtime/host_info.h"
@@ -272,6 +273,7 @@ CaseResult sweep(const ModelCase& mc, const Options& options, std::mt19937& rng)
     plan.predicted.peak_bytes = predicted.peak_bytes;
     plan.predicted.step_seconds = static_cast<double>(predicted.step_ns) / 1e9;
     plan.predicted.samples_per_second = static_cast<double>(plan.choice.samples()) / plan.predicted.step_seconds;
+    plan.predicted_parts = planner::predicted_parts({trace, costs, graph, request, plan.choice});
     const auto simulated = simulator::simulate(planner::plan_schedule(trace, plan, "sweep"), {false});
 
     executor::ExecuteOptions run;
@@ -292,9 +294,9 @@ CaseResult sweep(const ModelCase& mc, const Options& options, std::mt19937& rng)
       std::printf("  miss %+.3f%%: simulated %lld, measured %lld: %s\n", 100 * error, static_cast<long long>(simulated.peak_bytes),
                   static_cast<long long>(measured), what.c_str());
     }
-    if (plan.choice.l2l && report.l2l) {
+    if (report.l2l) {
       // The relay's host side is a bound like the device's.
-      const auto host = planner::predict_l2l_step(costs, graph, plan.choice.micro_batches, *plan.choice.l2l).host_bytes;
+      const auto host = report.l2l->predicted_host_bytes;
       const auto held = report.l2l->measured_host_peak_bytes;
       const double host_error = static_cast<double>(host - held) / static_cast<double>(held);
       ++result.relays;

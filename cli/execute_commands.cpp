@@ -26,9 +26,7 @@
 #include "executor/executor.h"
 #include "models/model_source.h"
 #include "models/zoo.h"
-#include "planner/data_parallel_model.h"
 #include "planner/micro_batch_model.h"
-#include "planner/l2l_model.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
@@ -178,24 +176,6 @@ int run_execute(const ExecuteArgs& args) {
   options.on_progress = progress_line;
   core::Report executed = executor::execute(plan, trace, args.plan, options);
   end_progress();
-  if (executed.data_parallel && plan.choice.world_size > 1) {
-    const auto timing = planner::plan_allreduce_timing(trace, plan);
-    executed.data_parallel->predicted_allreduce_seconds = static_cast<double>(timing.total_ns) / 1e9;
-    executed.data_parallel->predicted_exposed_allreduce_seconds = static_cast<double>(timing.exposed_ns) / 1e9;
-  }
-  if (executed.l2l && plan.choice.l2l) {
-    const core::Trace planned = plan.optimizer.empty() ? trace : planner::with_estimated_optimizer(trace, plan.optimizer);
-    const core::CostModel costs(planned);
-    const planner::L2LPrediction predicted =
-        planner::predict_l2l_step(costs, planner::LayerGraph(planned), plan.choice.micro_batches, *plan.choice.l2l);
-    executed.l2l->predicted_host_bytes = predicted.host_bytes;
-    // The compute thread waits for what it does not do itself: on a CPU (copies and the host step
-    // on its cores) nothing beyond them; on CUDA whatever of the step is not its compute.
-    const std::int64_t own = predicted.compute_ns + (predicted.host_shares_compute ? predicted.copy_ns + predicted.host_optimizer_ns : 0);
-    executed.l2l->predicted = {static_cast<double>(predicted.compute_ns) * 1e-9, static_cast<double>(predicted.copy_ns) * 1e-9,
-                               static_cast<double>(std::max<std::int64_t>(predicted.step_ns - own, 0)) * 1e-9,
-                               static_cast<double>(predicted.host_optimizer_ns) * 1e-9};
-  }
   if (!args.no_rescale) predict_for_this_machine(plan, trace, executed);
   // Worker 0 reports for all; the others only say how they ended.
   if (options.rank != 0) {

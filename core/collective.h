@@ -28,6 +28,12 @@ std::string format_link(const CollectiveLink& link);
 // bytes at the bandwidth, saturating. The bandwidth must be positive.
 std::int64_t transfer_ns(std::int64_t bytes, double bytes_per_second, std::int64_t latency_ns, std::int64_t messages = 1);
 
+// What a data-parallel plan predicts of worker 0's all-reduce for execute's report to set beside
+// what it measures (core::Plan::predicted_parts): every bucket's ring time, and how far the last one
+// ends past the last backward (the time the optimizer waits for it).
+inline constexpr std::string_view kAllReduceSecondsPart = "allreduce_seconds";
+inline constexpr std::string_view kExposedAllReduceSecondsPart = "exposed_allreduce_seconds";
+
 // The most workers a plan (its world_size), a plan request or an execution may name.
 inline constexpr int kMaxWorkers = 4096;
 // The default bucket size, PyTorch DDP's (25 MiB).

@@ -45,6 +45,7 @@ nlohmann::json to_json(const Plan& plan) {
   };
   // Only when it differs from the trace's, so plans made with the measured optimizer stay as they were.
   if (!plan.optimizer.empty()) document["optimizer"] = plan.optimizer;
+  if (!plan.predicted_parts.empty()) document["predicted_parts"] = plan.predicted_parts;
   if (plan.calibration) document["calibration"] = to_json(*plan.calibration);
   if (plan.threads > 0) document["threads"] = plan.threads;
   if (plan.choice.world_size != 1) {
@@ -64,6 +65,12 @@ nlohmann::json to_json(const Plan& plan) {
     if (!plan.choice.l2l->whole_model()) document["l2l"]["from_block"] = plan.choice.l2l->from_block;
   }
   return document;
+}
+
+std::optional<double> Plan::predicted_part(std::string_view name) const {
+  const auto found = predicted_parts.find(std::string(name));
+  if (found == predicted_parts.end()) return std::nullopt;
+  return found->second;
 }
 
 namespace {
@@ -217,6 +224,17 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     if (root.has("calibration")) plan.calibration = read_calibration(root.at("calibration"));
     if (root.has("threads")) plan.threads = static_cast<int>(root.at("threads").as_int_in(1, 4096));
     plan.predicted = read_step_figures(root.at("predicted"));
+    if (root.has("predicted_parts")) {
+      const auto parts = root.at("predicted_parts");
+      parts.expect_object();
+      for (const auto& item : parts.raw().items()) {
+        const auto node = parts.at(item.key());
+        const double figure = node.as_double();
+        // Seconds or bytes: finite, not negative, within what a trace can hold.
+        if (!(figure >= 0 && figure <= 1e18)) node.fail("expected a figure from 0 to 1e18");
+        plan.predicted_parts[item.key()] = figure;
+      }
+    }
     const auto explanation = root.at("explanation");
     plan.binding_constraint = explanation.at("binding_constraint").as_string();
     plan.peak_at = explanation.at("peak_at").as_string();

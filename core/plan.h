@@ -3,6 +3,7 @@
 // headroom.plan/1). It names its trace by path and sha256 so it can be simulated and executed alone.
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -53,6 +54,11 @@ struct Plan {
   // empty: the trace's.
   std::string optimizer;
   PlanPrediction predicted;
+  // The figures of the step's parts a technique adds that execute's report sets beside what it
+  // measured (L2L's lanes and host peak, data parallel's all-reduce), each named by its technique
+  // (core/relay_stages.h, core/collective.h); empty where the step has none. Carried so that no
+  // front end asks the planner again after a run.
+  std::map<std::string, double> predicted_parts;
   // Why the plan is what it is.
   std::string binding_constraint;
   std::string peak_at;  // where in the step the predicted peak occurs
@@ -64,6 +70,9 @@ struct Plan {
   int threads = 0;
 
   bool operator==(const Plan&) const = default;
+
+  // The part named `name` (predicted_parts), if the plan carries it.
+  std::optional<double> predicted_part(std::string_view name) const;
 
   // Loss weight of micro-batch i: b_i / B, which makes accumulated gradients equal the full batch's.
   double loss_weight(std::size_t i) const {

@@ -4,11 +4,21 @@
 // its stages and the executor runs them; both form them here, from the layers' block ids and inputs,
 // so the two cannot disagree on what a stage holds or where the relay starts.
 #include <cstddef>
+#include <string_view>
 #include <vector>
 
 #include "core/step_choice.h"
 
 namespace headroom::core {
+
+// What an L2L plan predicts of its relay for execute's report to set beside what it measures
+// (core::Plan::predicted_parts): seconds a step per lane (the compute thread's work, the copies, the
+// compute thread's waits for what it does not do itself, the host optimizer) and the host's peak.
+inline constexpr std::string_view kRelayComputeSecondsPart = "l2l_compute_seconds";
+inline constexpr std::string_view kRelayCopySecondsPart = "l2l_copy_seconds";
+inline constexpr std::string_view kRelayWaitSecondsPart = "l2l_wait_seconds";
+inline constexpr std::string_view kRelayHostOptimizerSecondsPart = "l2l_host_optimizer_seconds";
+inline constexpr std::string_view kRelayHostBytesPart = "l2l_host_bytes";
 
 struct RelayStage {
   int first = 0, last = 0;   // layer ids

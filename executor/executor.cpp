@@ -572,6 +572,14 @@ void run_plan(const core::Plan& plan, const core::Trace& trace, const ExecuteOpt
     report.data_parallel = core::DataParallelReport{};
     report.data_parallel->world_size = options.world_size;
     report.data_parallel->backend = workers->backend();
+    // Beside the plan's own figures (core/collective.h); a plan made before plans carried them has none.
+    const auto allreduce = plan.predicted_part(core::kAllReduceSecondsPart);
+    report.data_parallel->predicted_allreduce_seconds = allreduce.value_or(0);
+    report.data_parallel->predicted_exposed_allreduce_seconds = plan.predicted_part(core::kExposedAllReduceSecondsPart).value_or(0);
+    if (!allreduce) {
+      report.warnings.push_back("the plan carries no prediction of its all-reduce (made by an older headroom): plan "
+                                "again to compare it");
+    }
   }
 
   RunMemory memory(plan, options, device);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
+#include <string_view>
 
 #include <torch/cuda.h>
 
@@ -185,6 +187,16 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
   const auto& [compute, copy, wait, host_optimizer] = step.lanes();
   if (!compute.empty()) {
     relay_report.measured = {core::median(compute), core::median(copy), core::median(wait), core::median(host_optimizer)};
+  }
+  // Beside the plan's own figures (core/relay_stages.h); a plan made before plans carried them has
+  // none (negative lanes: absent).
+  const auto part = [&plan](std::string_view name) { return plan.predicted_part(name).value_or(-1); };
+  relay_report.predicted = {part(core::kRelayComputeSecondsPart), part(core::kRelayCopySecondsPart),
+                            part(core::kRelayWaitSecondsPart), part(core::kRelayHostOptimizerSecondsPart)};
+  relay_report.predicted_host_bytes = std::max<std::int64_t>(std::llround(part(core::kRelayHostBytesPart)), 0);
+  if (!plan.predicted_part(core::kRelayHostBytesPart)) {
+    report.warnings.push_back("the plan carries no prediction of the relay's lanes and host peak (made by an older "
+                              "headroom): plan again to compare them");
   }
   report.l2l = relay_report;
   if (device.is_cpu()) {

@@ -13,6 +13,12 @@ class Checkpointing final : public Technique {
  public:
   std::optional<Strategy> strategy() const override { return Strategy::Checkpointing; }
   bool used_by(const core::StepChoice& choice) const override { return !choice.checkpointed_blocks.empty(); }
+  void summarize(const core::StepChoice& choice, std::vector<SummaryLine>& lines) const override {
+    const auto& blocks = choice.checkpointed_blocks;
+    std::string text = blocks.empty() ? "none" : std::to_string(blocks.size()) + (blocks.size() > 1 ? " blocks:" : " block:");
+    for (const int b : blocks) text += " " + std::to_string(b);
+    lines.push_back({"checkpointed", text});
+  }
   void check(const CheckedChoice& c) const override {
     for (const int id : c.choice.checkpointed_blocks) {
       const BlockSpan* span = c.graph.block_with_id(id);

@@ -6,7 +6,6 @@
 
 #include "core/errors.h"
 #include "core/units.h"
-#include "planner/optimizer_estimate.h"
 #include "planner/technique.h"
 
 namespace headroom::planner {
@@ -76,17 +75,6 @@ int append_allreduce_tasks(const core::CostModel& costs, const std::vector<Op>& 
   return previous;
 }
 
-AllReduceTiming plan_allreduce_timing(const core::Trace& trace, const core::Plan& plan) {
-  const core::Trace planned = plan.optimizer.empty() ? trace : with_estimated_optimizer(trace, plan.optimizer);
-  const core::CostModel costs(planned);
-  const LayerGraph graph(planned);
-  const StepSequence seq = step_sequence(costs, graph, plan.choice);
-  for (const auto& segment : seq.segments) {
-    if (segment.keeps_input) return allreduce_timing(costs, seq.ops[segment.ops], plan.choice);
-  }
-  return {};
-}
-
 std::vector<std::int64_t> worker_shares(std::int64_t global_batch, int workers) {
   std::vector<std::int64_t> shares(static_cast<std::size_t>(workers), global_batch / workers);
   for (std::int64_t r = 0; r < global_batch % workers; ++r) ++shares[static_cast<std::size_t>(r)];
@@ -100,6 +88,25 @@ namespace {
 class DataParallel final : public Technique {
  public:
   bool used_by(const core::StepChoice& choice) const override { return choice.world_size > 1; }
+  void summarize(const core::StepChoice& c, std::vector<SummaryLine>& lines) const override {
+    if (!used_by(c)) return;
+    // Workers whose micro-batches are alike, run by run: "workers 0-1: 2 x 4".
+    std::string text = std::to_string(c.world_size) + " workers:";
+    int from = 0;
+    for (int r = 1; r <= c.world_size; ++r) {
+      if (r < c.world_size && c.worker_micro_batches(r) == c.worker_micro_batches(from)) continue;
+      const auto sizes = c.worker_micro_batches(from);
+      const std::int64_t samples = std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0});
+      text += std::string(from > 0 ? ";" : "") +
+              (r - 1 > from ? " workers " + std::to_string(from) + "-" + std::to_string(r - 1) : " worker " + std::to_string(from)) +
+              " " + std::to_string(samples) + " samples as " + std::to_string(sizes.size()) + " x " + std::to_string(sizes.front()) +
+              (sizes.back() != sizes.front() ? ".." + std::to_string(sizes.back()) : "");
+      from = r;
+    }
+    text += "\n                   gradients all-reduced in buckets of " + core::format_bytes(c.bucket_cap_bytes) +
+            " over a ring, link " + core::format_link(c.link) + " (" + c.link.source + ")";
+    lines.push_back({"data parallel", text});
+  }
   std::int64_t after_last_micro_batch_ns(const core::CostModel& costs, const std::vector<Op>& last_ops,
                                          const core::StepChoice& choice) const override {
     return used_by(choice) ? allreduce_timing(costs, last_ops, choice).exposed_ns : 0;
@@ -107,6 +114,16 @@ class DataParallel final : public Technique {
   int append_after_last_micro_batch(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice,
                                     const std::vector<int>& task_of_op, core::Schedule& schedule) const override {
     return used_by(choice) ? append_allreduce_tasks(costs, last_ops, choice, task_of_op, schedule) : -1;
+  }
+  void predict_parts(const ChosenStep& step, std::map<std::string, double>& parts) const override {
+    const StepSequence seq = step_sequence(step.costs, step.graph, step.choice);
+    for (const auto& segment : seq.segments) {
+      if (!segment.keeps_input) continue;
+      const AllReduceTiming timing = allreduce_timing(step.costs, seq.ops[segment.ops], step.choice);
+      parts[std::string(core::kAllReduceSecondsPart)] = static_cast<double>(timing.total_ns) * 1e-9;
+      parts[std::string(core::kExposedAllReduceSecondsPart)] = static_cast<double>(timing.exposed_ns) * 1e-9;
+      return;
+    }
   }
   void check(const CheckedChoice& c) const override {
     const core::StepChoice& choice = c.choice;

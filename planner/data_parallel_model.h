@@ -9,7 +9,6 @@
 
 #include "core/collective.h"
 #include "core/cost_model.h"
-#include "core/plan.h"
 #include "core/schedule.h"
 #include "core/step_choice.h"
 #include "core/trace.h"
@@ -45,9 +44,6 @@ AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector
 // Returns the last one's index, or -1 when there are none.
 int append_allreduce_tasks(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice,
                            const std::vector<int>& task_of_op, core::Schedule& schedule);
-
-// A plan's all-reduce as its worker 0 runs it (the plan's optimizer; check_choice first).
-AllReduceTiming plan_allreduce_timing(const core::Trace& trace, const core::Plan& plan);
 
 // The shares of `global_batch` over `workers`, larger first: the remainder's extra samples go to
 // the lowest ranks, one each.

@@ -670,6 +670,14 @@ class L2L final : public Technique {
   std::optional<Strategy> strategy() const override { return Strategy::L2L; }
   bool used_by(const core::StepChoice& choice) const override { return choice.l2l.has_value(); }
   bool runs_the_step(const core::StepChoice& choice) const override { return used_by(choice); }
+  void summarize(const core::StepChoice& choice, std::vector<SummaryLine>& lines) const override {
+    if (!used_by(choice)) return;
+    const core::RelayChoice& relay = *choice.l2l;
+    lines.push_back({"l2l (relay)", (relay.whole_model() ? std::string("the whole model")
+                                                          : "from block " + std::to_string(relay.from_block) +
+                                                                " on (the layers before it kept on the device)") +
+                                          ", boundaries on the " + (relay.boundaries_on_host ? "host" : "device")});
+  }
   StepPrediction predict(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) const override {
     return l2l_step_prediction(costs, graph, choice);
   }
@@ -679,6 +687,18 @@ class L2L final : public Technique {
   void explain(const ChosenStep& step, std::vector<std::string>& warnings) const override {
     if (!used_by(step.choice)) return;
     warnings.push_back(l2l_note(predict_l2l_step(step.costs, step.graph, step.choice.micro_batches, *step.choice.l2l), *step.choice.l2l));
+  }
+  void predict_parts(const ChosenStep& step, std::map<std::string, double>& parts) const override {
+    const L2LPrediction p = predict_l2l_step(step.costs, step.graph, step.choice.micro_batches, *step.choice.l2l);
+    // The compute thread waits for what it does not do itself: on a CPU (copies and the host step
+    // on its cores) nothing beyond them; on CUDA whatever of the step is not its compute.
+    const std::int64_t own = p.compute_ns + (p.host_shares_compute ? p.copy_ns + p.host_optimizer_ns : 0);
+    const auto seconds = [](std::int64_t ns) { return static_cast<double>(ns) * 1e-9; };
+    parts[std::string(core::kRelayComputeSecondsPart)] = seconds(p.compute_ns);
+    parts[std::string(core::kRelayCopySecondsPart)] = seconds(p.copy_ns);
+    parts[std::string(core::kRelayWaitSecondsPart)] = seconds(std::max<std::int64_t>(p.step_ns - own, 0));
+    parts[std::string(core::kRelayHostOptimizerSecondsPart)] = seconds(p.host_optimizer_ns);
+    parts[std::string(core::kRelayHostBytesPart)] = static_cast<double>(p.host_bytes);
   }
   void check(const CheckedChoice& c) const override {
     if (!used_by(c.choice)) return;

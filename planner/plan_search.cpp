@@ -940,6 +940,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
     plan.predicted = weighed(expanded, request.global_batch).predicted;
     plan.peak_at = expanded.prediction.peak_at;
   }
+  plan.predicted_parts = predicted_parts({trace, costs, graph, request, plan.choice});
   return plan;
 }
 

@@ -24,6 +24,14 @@ std::span<const Technique* const> techniques() {
   return all;
 }
 
+std::map<std::string, double> predicted_parts(const ChosenStep& step) {
+  std::map<std::string, double> parts;
+  for (const Technique* technique : techniques()) {
+    if (technique->used_by(step.choice)) technique->predict_parts(step, parts);
+  }
+  return parts;
+}
+
 const Technique* step_runner(const core::StepChoice& choice) {
   for (const Technique* technique : techniques()) {
     if (technique->runs_the_step(choice)) return technique;

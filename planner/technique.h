@@ -5,6 +5,7 @@
 // implements it in its own file; check_choice, the plan's strategies and warnings, predict_step and
 // build_schedule walk the registered techniques instead of branching on the choice's fields.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -40,6 +41,12 @@ struct ChosenStep {
   const core::StepChoice& choice;
 };
 
+// One line of a plan's summary (report::render_plan_summary): "checkpointed     2 blocks: 1 3".
+struct SummaryLine {
+  std::string label;
+  std::string text;  // continuation lines, if any, indented to the text's column
+};
+
 class Technique {
  public:
   virtual ~Technique() = default;
@@ -52,6 +59,12 @@ class Technique {
   virtual void check(const CheckedChoice&) const {}
   // The plan's warnings it adds for the chosen step.
   virtual void explain(const ChosenStep&, std::vector<std::string>& /*warnings*/) const {}
+  // Its lines in a plan's summary, after the micro-batches'; one a summary always lists says "none"
+  // where the choice does not use it.
+  virtual void summarize(const core::StepChoice&, std::vector<SummaryLine>& /*lines*/) const {}
+  // The figures of its part of the chosen step that execute's report sets beside what it measures
+  // (core::Plan::predicted_parts), under the names its core header gives them.
+  virtual void predict_parts(const ChosenStep&, std::map<std::string, double>& /*parts*/) const {}
   // What it adds to the micro-batch sequence where the last micro-batch's ops (`last_ops`) end: the
   // time the optimizer then waits for it (data parallel: the all-reduce the last backward does not
   // hide) and its tasks in the schedule, after the tasks that complete what they carry (`task_of_op`:
@@ -82,6 +95,9 @@ const Technique& data_parallel_technique();   // data_parallel_model.cpp
 
 // Every technique: the strategy table's, in its order, then those asked for otherwise.
 std::span<const Technique* const> techniques();
+
+// Every used technique's predicted parts of the chosen step (core::Plan::predicted_parts).
+std::map<std::string, double> predicted_parts(const ChosenStep& step);
 
 // The technique that runs `choice`'s whole step its own way, or null: the micro-batch sequence does.
 const Technique* step_runner(const core::StepChoice& choice);

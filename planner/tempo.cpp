@@ -1,6 +1,7 @@
 // Tempo as a technique (planner/technique.h): memory-lean variants of the layers the trace measured
 // them for, chosen by the search (plan_search.cpp) and run by the step sequence (micro_batch_model.h).
 #include <string>
+#include <vector>
 
 #include "core/errors.h"
 #include "planner/plan_search.h"
@@ -14,6 +15,16 @@ class Tempo final : public Technique {
  public:
   std::optional<Strategy> strategy() const override { return Strategy::Tempo; }
   bool used_by(const core::StepChoice& choice) const override { return choice.lean_count() > 0; }
+  void summarize(const core::StepChoice& choice, std::vector<SummaryLine>& lines) const override {
+    std::vector<std::string> lean;
+    for (const auto& layer : choice.layers) {
+      if (layer.variant == core::LayerVariant::Tempo) lean.push_back(layer.name);
+    }
+    std::string text = lean.empty() ? "none" : std::to_string(lean.size()) + (lean.size() > 1 ? " layers:" : " layer:");
+    for (std::size_t i = 0; i < lean.size() && i < 4; ++i) text += (i ? ", " : " ") + lean[i];
+    if (lean.size() > 4) text += " and " + std::to_string(lean.size() - 4) + " more";
+    lines.push_back({"tempo (lean)", text});
+  }
   void check(const CheckedChoice& c) const override {
     for (const auto& layer : c.choice.layers) {
       if (layer.variant == core::LayerVariant::Tempo && !c.graph.can_be_lean(layer.id)) {

@@ -152,8 +152,13 @@ TEST(PlanFile, NumbersPastTheirRangeAreRejected) {
   plan.choice.checkpointed_blocks = {1};
   plan.choice.layers = {{0, "fc", false, core::LayerVariant::Standard}};
   plan.runner_ups = {{4, 1, {}, "slower"}};
+  // A technique's predicted parts (none here) are written only where the step has them.
+  EXPECT_FALSE(core::to_json(plan).contains("predicted_parts"));
+  plan.predicted_parts = {{"allreduce_seconds", 0.25}, {"l2l_host_bytes", 3e9}};
   const nlohmann::json good = core::to_json(plan);
   ASSERT_EQ(core::plan_from_json(good), plan);
+  EXPECT_EQ(plan.predicted_part("allreduce_seconds"), 0.25);
+  EXPECT_FALSE(plan.predicted_part("l2l_copy_seconds"));
   const std::int64_t huge = std::int64_t{1} << 62;
   struct Case {
     std::function<void(nlohmann::json&)> spoil;
@@ -177,6 +182,10 @@ TEST(PlanFile, NumbersPastTheirRangeAreRejected) {
       {[&](nlohmann::json& d) { d["strategies"] = {"mbp", "offload"}; },
        "$.strategies[1]: unknown strategy 'offload' (known: mbp, checkpoint, tempo, infcl, l2l)"},
       {[&](nlohmann::json& d) { d["optimizer"] = "rmsprop"; }, "$.optimizer: unknown optimizer 'rmsprop' (known: sgd, adam)"},
+      {[&](nlohmann::json& d) { d["predicted_parts"]["allreduce_seconds"] = -1; },
+       "$.predicted_parts.allreduce_seconds: expected a figure from 0 to 1e18"},
+      {[&](nlohmann::json& d) { d["predicted_parts"]["l2l_host_bytes"] = "3 GB"; }, "$.predicted_parts.l2l_host_bytes: expected"},
+      {[&](nlohmann::json& d) { d["predicted_parts"] = {1, 2}; }, "$.predicted_parts: expected"},
   };
   for (const auto& c : cases) {
     nlohmann::json document = good;

@@ -1,12 +1,19 @@
 // The planner's technique interface (planner/technique.h): every strategy-table entry registered in
 // the table's order, data parallel beside them, each technique saying whether a choice uses it and
-// refusing by name what the trace cannot run, and L2L running its step its own way.
+// refusing by name what the trace cannot run, L2L running its step its own way, and the parts of a
+// step and the lines of a plan's summary each adds.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "core/errors.h"
+#include "core/relay_stages.h"
+#include "planner/data_parallel_model.h"
+#include "planner/l2l_model.h"
+#include "planner/plan_search.h"
 #include "planner/technique.h"
+#include "report/plan_report.h"
 #include "trace_fixture.h"
 
 namespace headroom {
@@ -85,6 +92,58 @@ TEST(Technique, EachRefusesByNameWhatTheTraceCannotRun) {
   uneven.world_size = 2;
   uneven.micro_batches_per_worker = {1, 1};
   EXPECT_NE(refusal(planner::data_parallel_technique(), uneven).find("worker 1 carries more than worker 0"), std::string::npos);
+}
+
+planner::PlanRequest bert_request(std::int64_t budget, const std::string& strategies, int workers = 1) {
+  planner::PlanRequest request;
+  request.global_batch = 16;
+  request.budget_bytes = budget;
+  request.strategies = planner::parse_strategies(strategies, workers);
+  request.workers = workers;
+  request.link = core::parse_link("1GB/s,20us");
+  request.trace_path = "traces/cpu-bert.json";
+  request.trace_sha256 = std::string(64, '0');
+  return request;
+}
+
+// A plan carries what execute's report compares beside its measurements, from the technique that
+// adds the part: L2L's lanes and host peak, data parallel's all-reduce; a plan with neither, none.
+TEST(Technique, APlanCarriesThePartsItsTechniquesPredict) {
+  const core::Trace trace = core::read_trace_file(std::filesystem::path(HEADROOM_TRACES_DIR) / "cpu-bert.json");
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+
+  const auto plain = planner::plan_step(trace, bert_request(std::int64_t{1} << 30, "all"));
+  ASSERT_TRUE(plain.plan);
+  EXPECT_TRUE(plain.plan->predicted_parts.empty());
+
+  // The least any plan needs: below what anything but the relay reaches.
+  const std::int64_t least = planner::plan_step(trace, bert_request(1, "all")).smallest_budget;
+  const auto relayed = planner::plan_step(trace, bert_request(least, "all"));
+  ASSERT_TRUE(relayed.plan && relayed.plan->choice.l2l) << relayed.reason;
+  const auto& plan = *relayed.plan;
+  const planner::L2LPrediction p = planner::predict_l2l_step(costs, graph, plan.choice.micro_batches, *plan.choice.l2l);
+  EXPECT_EQ(plan.predicted_part(core::kRelayHostBytesPart), static_cast<double>(p.host_bytes));
+  EXPECT_EQ(plan.predicted_part(core::kRelayComputeSecondsPart), static_cast<double>(p.compute_ns) * 1e-9);
+  EXPECT_EQ(plan.predicted_part(core::kRelayCopySecondsPart), static_cast<double>(p.copy_ns) * 1e-9);
+  EXPECT_EQ(plan.predicted_part(core::kRelayHostOptimizerSecondsPart), static_cast<double>(p.host_optimizer_ns) * 1e-9);
+  ASSERT_TRUE(plan.predicted_part(core::kRelayWaitSecondsPart));
+  EXPECT_FALSE(plan.predicted_part(core::kAllReduceSecondsPart));
+  EXPECT_NE(report::render_plan_summary(plan).find("  l2l (relay)      "), std::string::npos);
+
+  const auto parallel = planner::plan_step(trace, bert_request(std::int64_t{1} << 30, "all", 2));
+  ASSERT_TRUE(parallel.plan) << parallel.reason;
+  const auto allreduce = parallel.plan->predicted_part(core::kAllReduceSecondsPart);
+  const auto exposed = parallel.plan->predicted_part(core::kExposedAllReduceSecondsPart);
+  ASSERT_TRUE(allreduce && exposed);
+  // bert mini's gradients (about 18 MiB) over 1 GB/s: tens of milliseconds, some of it hidden.
+  EXPECT_GT(*allreduce, 0.01);
+  EXPECT_LE(*exposed, *allreduce);
+  EXPECT_FALSE(parallel.plan->predicted_part(core::kRelayHostBytesPart));
+  const std::string summary = report::render_plan_summary(*parallel.plan);
+  EXPECT_NE(summary.find("  data parallel    2 workers: workers 0-1 8 samples as"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("  checkpointed     "), std::string::npos);
+  EXPECT_NE(summary.find("  tempo (lean)     "), std::string::npos);
 }
 
 }  // namespace
