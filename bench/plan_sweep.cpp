@@ -27,13 +27,13 @@
 #include "planner/infcl_model.h"
 #include "planner/l2l_model.h"
 #include "planner/layer_graph.h"
-#include "planner/micro_batch_model.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 #include "planner/technique.h"
 #include "profiler/profiler.h"
-#include "simulator/simulator.h"
 #include "runtime/host_info.h"
+#include "simulator/simulator.h"
 
 using namespace headroom;
 using Clock = std::chrono::steady_clock;

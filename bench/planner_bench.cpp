@@ -5,8 +5,8 @@
 #include <benchmark/benchmark.h>
 
 #include "core/cost_model.h"
-#include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 #include "simulator/simulator.h"
 #include "synthetic_chain.h"
 

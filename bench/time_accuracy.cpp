@@ -18,8 +18,8 @@
 #include "core/units.h"
 #include "executor/executor.h"
 #include "models/zoo.h"
-#include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 #include "profiler/profiler.h"
 #include "runtime/host_info.h"
 

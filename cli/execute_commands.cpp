@@ -13,23 +13,23 @@
 
 #include <ATen/Parallel.h>
 
+#include "cli/worker_launch.h"
+#include "core/atomic_file.h"
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "core/plan.h"
 #include "core/rescale.h"
 #include "core/sha256.h"
 #include "core/statistics.h"
-#include "core/atomic_file.h"
 #include "core/units.h"
-#include "cli/worker_launch.h"
 #include "executor/data_parallel.h"
 #include "executor/executor.h"
 #include "models/model_source.h"
 #include "models/zoo.h"
-#include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 #include "profiler/profiler.h"
 #include "report/execution_report.h"
 #include "report/plan_report.h"
@@ -59,7 +59,7 @@ constexpr int kMaxLocalWorkers = 64;
 // The data-parallel flags against each other and the plan; returns the workers to launch here
 // (0: this process runs the plan itself).
 int check_worker_flags(const ExecuteArgs& args, const core::Plan& plan) {
-  const int planned = plan.choice.world_size;
+  const int planned = plan.choice.workers();
   const bool by_hand = args.rank >= 0 || args.world_size > 0 || !args.store.empty();
   if (args.devices != kDevicesNotGiven) {
     if (by_hand) throw core::InputError("--devices: give either --devices or --rank/--world-size/--store, not both");

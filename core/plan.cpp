@@ -48,13 +48,12 @@ nlohmann::json to_json(const Plan& plan) {
   if (!plan.predicted_parts.empty()) document["predicted_parts"] = plan.predicted_parts;
   if (plan.calibration) document["calibration"] = to_json(*plan.calibration);
   if (plan.threads > 0) document["threads"] = plan.threads;
-  if (plan.choice.world_size != 1) {
-    const auto& c = plan.choice;
-    document["world_size"] = c.world_size;
+  if (const auto& dp = plan.choice.data_parallel) {
+    document["world_size"] = dp->workers;
     document["data_parallel"] = {
-        {"micro_batches_per_worker", c.micro_batches_per_worker},
-        {"bucket_cap_bytes", c.bucket_cap_bytes},
-        {"link", {{"bytes_per_second", c.link.bytes_per_second}, {"latency_ns", c.link.latency_ns}, {"source", c.link.source}}},
+        {"micro_batches_per_worker", dp->micro_batches_per_worker},
+        {"bucket_cap_bytes", dp->bucket_cap_bytes},
+        {"link", {{"bytes_per_second", dp->link.bytes_per_second}, {"latency_ns", dp->link.latency_ns}, {"source", dp->link.source}}},
     };
   }
   if (plan.choice.loss_tiles) {
@@ -88,34 +87,36 @@ LayerVariant read_variant(const JsonNode& layer) {
   return LayerVariant::Standard;
 }
 
-// How a data-parallel plan's micro-batches fall to its workers, and what its all-reduce runs over.
-void read_data_parallel(const JsonNode& root, StepChoice& choice) {
-  const auto dp = root.at("data_parallel");
-  if (choice.world_size == 1) dp.fail("given for one worker (world_size 1)");
-  const auto counts = dp.at("micro_batches_per_worker");
+// How a data-parallel plan's micro-batches fall to its `workers`, and what its all-reduce runs over.
+DataParallelChoice read_data_parallel(const JsonNode& root, int workers, const StepChoice& choice) {
+  const auto node = root.at("data_parallel");
+  if (workers == 1) node.fail("given for one worker (world_size 1)");
+  DataParallelChoice dp;
+  dp.workers = workers;
+  const auto counts = node.at("micro_batches_per_worker");
   const auto elements = counts.elements();
-  if (elements.size() != static_cast<std::size_t>(choice.world_size)) {
-    counts.fail("expected one count per worker (" + std::to_string(choice.world_size) + "), got " +
-                std::to_string(elements.size()));
+  if (elements.size() != static_cast<std::size_t>(workers)) {
+    counts.fail("expected one count per worker (" + std::to_string(workers) + "), got " + std::to_string(elements.size()));
   }
   std::size_t total = 0;
   for (const auto& e : elements) {
     const auto n = static_cast<int>(e.as_int_in(1, kMaxPlanBatch));
-    choice.micro_batches_per_worker.push_back(n);
+    dp.micro_batches_per_worker.push_back(n);
     total += static_cast<std::size_t>(n);
   }
   if (total != choice.micro_batches.size()) {
     counts.fail("counts sum to " + std::to_string(total) + ", but the plan has " +
                 std::to_string(choice.micro_batches.size()) + " micro-batches");
   }
-  choice.bucket_cap_bytes = dp.at("bucket_cap_bytes").as_int_in(1, kMaxPlanBudget);
-  const auto link = dp.at("link");
-  choice.link.bytes_per_second = link.at("bytes_per_second").as_double();
-  if (!(choice.link.bytes_per_second >= 1 && choice.link.bytes_per_second <= 1e14)) {
+  dp.bucket_cap_bytes = node.at("bucket_cap_bytes").as_int_in(1, kMaxPlanBudget);
+  const auto link = node.at("link");
+  dp.link.bytes_per_second = link.at("bytes_per_second").as_double();
+  if (!(dp.link.bytes_per_second >= 1 && dp.link.bytes_per_second <= 1e14)) {
     link.at("bytes_per_second").fail("expected from 1 to 1e14 bytes per second");
   }
-  choice.link.latency_ns = link.at("latency_ns").as_int_in(0, 10'000'000'000);
-  choice.link.source = link.at("source").as_string();
+  dp.link.latency_ns = link.at("latency_ns").as_int_in(0, 10'000'000'000);
+  dp.link.source = link.at("source").as_string();
+  return dp;
 }
 
 }  // namespace
@@ -197,10 +198,8 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
       step.variant = read_variant(layers[i]);
       plan.choice.layers.push_back(step);
     }
-    if (root.has("world_size")) {
-      plan.choice.world_size = static_cast<int>(root.at("world_size").as_int_in(1, kMaxWorkers));
-    }
-    if (plan.choice.world_size > 1 || root.has("data_parallel")) read_data_parallel(root, plan.choice);
+    const int workers = root.has("world_size") ? static_cast<int>(root.at("world_size").as_int_in(1, kMaxWorkers)) : 1;
+    if (workers > 1 || root.has("data_parallel")) plan.choice.data_parallel = read_data_parallel(root, workers, plan.choice);
     if (root.has("loss_tiles")) {
       const auto tiles = root.at("loss_tiles");
       plan.choice.loss_tiles = LossTiles{tiles.at("rows").as_int_in(1, kMaxPlanBatch), tiles.at("cols").as_int_in(1, kMaxPlanBatch)};

@@ -36,15 +36,18 @@ std::int64_t StepChoice::samples() const {
 }
 
 std::size_t StepChoice::first_micro_batch(int rank) const {
+  if (!data_parallel) return 0;
+  const auto& per_worker = data_parallel->micro_batches_per_worker;
   std::size_t first = 0;
-  for (int r = 0; r < rank && static_cast<std::size_t>(r) < micro_batches_per_worker.size(); ++r) {
-    first += static_cast<std::size_t>(micro_batches_per_worker[static_cast<std::size_t>(r)]);
+  for (int r = 0; r < rank && static_cast<std::size_t>(r) < per_worker.size(); ++r) {
+    first += static_cast<std::size_t>(per_worker[static_cast<std::size_t>(r)]);
   }
   return first;
 }
 
 std::vector<std::int64_t> StepChoice::worker_micro_batches(int rank) const {
-  if (micro_batches_per_worker.empty()) return micro_batches;
+  if (!data_parallel || data_parallel->micro_batches_per_worker.empty()) return micro_batches;
+  const auto& micro_batches_per_worker = data_parallel->micro_batches_per_worker;
   const std::size_t first = std::min(first_micro_batch(rank), micro_batches.size());
   const auto count = static_cast<std::size_t>(micro_batches_per_worker.at(static_cast<std::size_t>(rank)));
   const std::size_t end = std::min(first + count, micro_batches.size());

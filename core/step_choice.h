@@ -57,20 +57,28 @@ struct RelayChoice {
   bool operator==(const RelayChoice&) const = default;
 };
 
+// Data parallel (executor/data_parallel.h): `workers` processes, each running its share of the
+// micro-batches, their gradients all-reduced over a ring in buckets; a contrastive loss then runs as
+// Inf-CL's ring over every worker's embeddings (the planner predicts it, the executor attaches it).
+struct DataParallelChoice {
+  int workers = 2;
+  // How many of the step's micro_batches each worker runs, in rank order (worker 0 the first ones):
+  // a plan's micro_batches are the whole global batch, so b_i / B weighs each over it. Empty: every
+  // worker runs micro_batches (the search's working choices weigh one worker).
+  std::vector<int> micro_batches_per_worker;
+  CollectiveLink link;  // what the all-reduce's time is predicted from
+  std::int64_t bucket_cap_bytes = kDefaultBucketCapBytes;
+  bool operator==(const DataParallelChoice&) const = default;
+};
+
 struct StepChoice {
   std::vector<std::int64_t> micro_batches;  // sizes, in the order they run
   std::vector<int> checkpointed_blocks;     // block ids as the trace numbers them
   // By layer id. The planner's working choices may leave it empty or without names (every layer
   // standard); a plan's choice has one entry per trace layer.
   std::vector<LayerStep> layers;
-  // Data-parallel workers (executor/data_parallel.h).
-  int world_size = 1;
-  // With world_size > 1, how many of micro_batches each worker runs, in rank order (worker 0 the
-  // first ones): a plan's micro_batches are the whole global batch, so b_i / B weighs each over it.
-  // Empty: every worker runs micro_batches (the search's working choices weigh one worker).
-  std::vector<int> micro_batches_per_worker;
-  CollectiveLink link;  // what the all-reduce's time is predicted from
-  std::int64_t bucket_cap_bytes = kDefaultBucketCapBytes;
+  // Set: the step runs on more than one worker.
+  std::optional<DataParallelChoice> data_parallel;
   // A contrastive model's loss (the trace has a contrastive_loss profile): tiled as Inf-CL with
   // these tiles, or the standard B x B loss when unset. Its towers run under a gradient cache
   // where the step splits the batch (caches_contrastive_gradients).
@@ -81,6 +89,8 @@ struct StepChoice {
   bool operator==(const StepChoice&) const = default;
 
   std::int64_t samples() const;
+  // The workers the step runs on: 1 without data parallel.
+  int workers() const { return data_parallel ? data_parallel->workers : 1; }
   // Worker `rank`'s micro-batches, and the index of its first one in micro_batches.
   std::vector<std::int64_t> worker_micro_batches(int rank) const;
   std::size_t first_micro_batch(int rank) const;
@@ -105,8 +115,8 @@ struct StepChoice {
 // the towers run under a gradient cache so that the loss still sees the whole batch. The planner
 // predicts and the executor runs by this one rule; `micro_batches`: the step's, all of them or one
 // worker's (with several workers the answer is the same).
-inline bool caches_contrastive_gradients(std::int64_t micro_batches, int world_size) {
-  return micro_batches > 1 || world_size > 1;
+inline bool caches_contrastive_gradients(std::int64_t micro_batches, int workers) {
+  return micro_batches > 1 || workers > 1;
 }
 
 }  // namespace headroom::core

@@ -172,7 +172,7 @@ class HostMemoryWatch {
 // (executor/grad_cache.h); a worker's loss is the ring's over every worker's embeddings.
 bool uses_grad_cache(const models::Model& model, const core::Plan& plan) {
   const auto micro_batches = static_cast<std::int64_t>(plan.choice.micro_batches.size());
-  return core::caches_contrastive_gradients(micro_batches, plan.choice.world_size) && contrastive_layer(model) >= 0;
+  return core::caches_contrastive_gradients(micro_batches, plan.choice.workers()) && contrastive_layer(model) >= 0;
 }
 
 // The traced model, rebuilt from its source and set up the way the plan runs it.
@@ -219,7 +219,7 @@ struct PlannedTraining {
         optimizer(runtime::make_optimizer(plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer, parameters)),
         runner(model, plan.choice.checkpointed_blocks, position),
         workers(workers),
-        sync(workers != nullptr ? std::make_unique<GradientSync>(model, *workers, plan.choice.bucket_cap_bytes) : nullptr),
+        sync(workers != nullptr ? std::make_unique<GradientSync>(model, *workers, plan.choice.data_parallel->bucket_cap_bytes) : nullptr),
         ring(attach_ring(model, workers)),
         rank(workers != nullptr ? workers->rank() : 0) {}
   PlannedTraining(const PlannedTraining&) = delete;
@@ -533,8 +533,8 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
     report.warnings.push_back(warning);
   }
   const Datasets data = load_datasets(options);
-  if (options.world_size != plan.choice.world_size) {
-    throw core::InputError("world_size: the plan is for " + std::to_string(plan.choice.world_size) + " worker(s), got " +
+  if (options.world_size != plan.choice.workers()) {
+    throw core::InputError("world_size: the plan is for " + std::to_string(plan.choice.workers()) + " worker(s), got " +
                            std::to_string(options.world_size));
   }
   if (options.rank < 0 || options.rank >= options.world_size) {

@@ -1,5 +1,5 @@
 // Checkpointing as a technique (planner/technique.h): which blocks are recomputed is chosen by the
-// dynamic programming in checkpoint_dp.h, and run by the step sequence (micro_batch_model.h).
+// dynamic programming in checkpoint_dp.h, and run by the step sequence (step_sequence.h).
 #include <string>
 
 #include "core/errors.h"

@@ -15,11 +15,11 @@ std::vector<core::GradientBucket> plan_buckets(const core::CostModel& costs, con
   bytes.reserve(costs.layer_count());
   // fp32 gradients: a layer's gradient is as large as its parameters.
   for (const auto& layer : costs.trace().layers) bytes.push_back(layer.param_bytes);
-  return core::gradient_buckets(bytes, choice.bucket_cap_bytes);
+  return core::gradient_buckets(bytes, choice.data_parallel ? choice.data_parallel->bucket_cap_bytes : core::kDefaultBucketCapBytes);
 }
 
 std::int64_t bucket_buffer_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
-  if (choice.world_size <= 1) return 0;
+  if (!choice.data_parallel) return 0;
   std::int64_t total = 0;
   for (const auto& b : plan_buckets(costs, choice)) total += b.bytes;
   return total;
@@ -27,7 +27,7 @@ std::int64_t bucket_buffer_bytes(const core::CostModel& costs, const core::StepC
 
 AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice) {
   AllReduceTiming timing;
-  if (choice.world_size <= 1) return timing;
+  if (!choice.data_parallel) return timing;
   // When each op of the last micro-batch ends, and which op ends each layer's backward.
   std::vector<std::int64_t> end_of(last_ops.size(), 0);
   std::vector<std::size_t> backward_op(costs.layer_count(), last_ops.size());
@@ -44,7 +44,7 @@ AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector
     BucketAllReduce b;
     b.ready_after_op = std::min(backward_op[static_cast<std::size_t>(bucket.first_layer)], last_ops.size() - 1);
     b.bytes = bucket.bytes;
-    b.duration_ns = core::ring_allreduce_ns(bucket.bytes, choice.world_size, choice.link);
+    b.duration_ns = core::ring_allreduce_ns(bucket.bytes, choice.workers(), choice.data_parallel->link);
     b.start_ns = std::max(end_of[b.ready_after_op], collective_free);
     b.end_ns = b.start_ns + b.duration_ns;
     collective_free = b.end_ns;
@@ -87,14 +87,15 @@ namespace {
 // step sequence adds the all-reduce (above). A plan predicts its worker 0, so no other may carry more.
 class DataParallel final : public Technique {
  public:
-  bool used_by(const core::StepChoice& choice) const override { return choice.world_size > 1; }
+  bool used_by(const core::StepChoice& choice) const override { return choice.data_parallel.has_value(); }
   void summarize(const core::StepChoice& c, std::vector<SummaryLine>& lines) const override {
     if (!used_by(c)) return;
-    // Workers whose micro-batches are alike, run by run: "workers 0-1: 2 x 4".
-    std::string text = std::to_string(c.world_size) + " workers:";
+    const core::DataParallelChoice& dp = *c.data_parallel;
+    // Workers whose micro-batches are alike, run by run: "workers 0-1 16 samples as 3 x 6..5".
+    std::string text = std::to_string(dp.workers) + " workers:";
     int from = 0;
-    for (int r = 1; r <= c.world_size; ++r) {
-      if (r < c.world_size && c.worker_micro_batches(r) == c.worker_micro_batches(from)) continue;
+    for (int r = 1; r <= dp.workers; ++r) {
+      if (r < dp.workers && c.worker_micro_batches(r) == c.worker_micro_batches(from)) continue;
       const auto sizes = c.worker_micro_batches(from);
       const std::int64_t samples = std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0});
       text += std::string(from > 0 ? ";" : "") +
@@ -103,8 +104,8 @@ class DataParallel final : public Technique {
               (sizes.back() != sizes.front() ? ".." + std::to_string(sizes.back()) : "");
       from = r;
     }
-    text += "\n                   gradients all-reduced in buckets of " + core::format_bytes(c.bucket_cap_bytes) +
-            " over a ring, link " + core::format_link(c.link) + " (" + c.link.source + ")";
+    text += "\n                   gradients all-reduced in buckets of " + core::format_bytes(dp.bucket_cap_bytes) +
+            " over a ring, link " + core::format_link(dp.link) + " (" + dp.link.source + ")";
     lines.push_back({"data parallel", text});
   }
   std::int64_t after_last_micro_batch_ns(const core::CostModel& costs, const std::vector<Op>& last_ops,
@@ -133,7 +134,7 @@ class DataParallel final : public Technique {
     };
     const auto first = choice.worker_micro_batches(0);
     const std::int64_t first_samples = std::accumulate(first.begin(), first.end(), std::int64_t{0});
-    for (int r = 1; r < choice.world_size; ++r) {
+    for (int r = 1; r < choice.workers(); ++r) {
       const auto sizes = choice.worker_micro_batches(r);
       if (std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0}) > first_samples || largest(sizes) > largest(first)) {
         throw core::InputError(c.source + ": $.data_parallel.micro_batches_per_worker: worker " + std::to_string(r) +

@@ -12,7 +12,7 @@
 #include "core/schedule.h"
 #include "core/step_choice.h"
 #include "core/trace.h"
-#include "planner/micro_batch_model.h"
+#include "planner/step_sequence.h"
 
 namespace headroom::planner {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "core/units.h"
-#include "planner/micro_batch_model.h"
+#include "planner/step_sequence.h"
 
 namespace headroom::planner {
 

@@ -163,8 +163,8 @@ std::string contrastive_scheme(const core::Trace& trace, const core::StepChoice&
   const std::string loss = choice.loss_tiles ? "tiled " + std::to_string(choice.loss_tiles->rows) + " x " +
                                                    std::to_string(choice.loss_tiles->cols) + " (Inf-CL)"
                                              : std::string("standard (the full B x B similarity matrix)");
-  if (choice.world_size > 1) {
-    return "contrastive step: gradient cache on each of " + std::to_string(choice.world_size) +
+  if (choice.data_parallel) {
+    return "contrastive step: gradient cache on each of " + std::to_string(choice.workers()) +
            " workers over its share's micro-batches, the loss over all " + std::to_string(batch) +
            " pairs once as Inf-CL's ring (key blocks passed worker to worker, partial lse merged, dk accumulated round "
            "the ring); loss " +

@@ -21,7 +21,7 @@
 #include "core/step_choice.h"
 #include "core/trace.h"
 #include "planner/layer_graph.h"
-#include "planner/micro_batch_model.h"
+#include "planner/step_sequence.h"
 
 namespace headroom::planner {
 

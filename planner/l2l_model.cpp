@@ -708,7 +708,10 @@ class L2L final : public Technique {
     if (const std::string why = l2l_refusal(trace); !why.empty()) {
       throw core::InputError(source + ": $.l2l: the relay cannot run " + trace.model.name + ": " + why);
     }
-    if (choice.world_size > 1) throw core::InputError(source + ": $.l2l: L2L with data parallel (world_size > 1) is not implemented");
+    if (choice.data_parallel) {
+      throw core::InputError(source + ": $.l2l: L2L with data parallel (world_size " + std::to_string(choice.workers()) +
+                             ") is not implemented");
+    }
     if (!choice.checkpointed_blocks.empty()) {
       throw core::InputError(source + ": $.l2l: the relay recomputes every block already; give no checkpointed_blocks");
     }

@@ -14,8 +14,8 @@
 #include "core/schedule.h"
 #include "core/step_choice.h"
 #include "planner/layer_graph.h"
-#include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 
 namespace headroom::planner {
 

@@ -2,8 +2,8 @@
 
 #include "core/cost_model.h"
 #include "core/errors.h"
-#include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
+#include "planner/step_sequence.h"
 #include "planner/technique.h"
 
 namespace headroom::planner {

@@ -16,10 +16,10 @@
 #include "planner/device_error.h"
 #include "planner/infcl_model.h"
 #include "planner/l2l_model.h"
-#include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_explanation.h"
 #include "planner/split_bounds.h"
+#include "planner/step_sequence.h"
 #include "planner/technique.h"
 
 namespace headroom::planner {
@@ -227,9 +227,7 @@ struct SearchSpace {
 // A choice with only `c`'s data-parallel settings.
 core::StepChoice data_parallel_only(const core::StepChoice& c) {
   core::StepChoice out;
-  out.world_size = c.world_size;
-  out.link = c.link;
-  out.bucket_cap_bytes = c.bucket_cap_bytes;
+  out.data_parallel = c.data_parallel;
   return out;
 }
 
@@ -919,7 +917,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
     for (const std::int64_t share : worker_shares(request.global_batch, request.workers)) {
       const auto sizes = split_batch(share, std::min(count, share));
       plan.choice.micro_batches.insert(plan.choice.micro_batches.end(), sizes.begin(), sizes.end());
-      plan.choice.micro_batches_per_worker.push_back(static_cast<int>(sizes.size()));
+      plan.choice.data_parallel->micro_batches_per_worker.push_back(static_cast<int>(sizes.size()));
     }
   }
   plan.warnings = plan_warnings(trace, sizes_of(best.batches), request.global_batch);
@@ -996,9 +994,7 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   space.checkpointing = request.strategies.contains(Strategy::Checkpointing);
   space.tempo = request.strategies.contains(Strategy::Tempo) && !graph.lean_candidates().empty();
   space.limit = request.budget_bytes - margin;
-  space.base.world_size = request.workers;
-  space.base.link = request.link;
-  space.base.bucket_cap_bytes = request.bucket_cap_bytes;
+  if (request.workers > 1) space.base.data_parallel = core::DataParallelChoice{request.workers, {}, request.link, request.bucket_cap_bytes};
   if (request.strategies.contains(Strategy::L2L)) {
     // Named by itself it must apply (the CLI says so first); with others it applies where it can.
     if (request.workers > 1) {

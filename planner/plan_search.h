@@ -16,7 +16,7 @@
 
 namespace headroom::planner {
 
-class BatchCostsCache;  // planner/micro_batch_model.h
+class BatchCostsCache;  // planner/step_sequence.h
 
 // The largest global batch plan_step takes (what a plan file holds).
 inline constexpr std::int64_t kMaxGlobalBatch = core::kMaxPlanBatch;

@@ -17,7 +17,7 @@
 #include "core/collective.h"
 #include "core/step_choice.h"
 #include "planner/infcl_model.h"
-#include "planner/micro_batch_model.h"
+#include "planner/step_sequence.h"
 
 namespace headroom::planner {
 

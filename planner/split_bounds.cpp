@@ -52,7 +52,7 @@ bool bytes_unbent(const core::CostModel& costs, const BatchCosts& lo, const Batc
 }
 
 std::int64_t level_rounding_bytes(const LayerGraph& graph) {
-  // An op's bytes (micro_batch_model.cpp's append_layer_ops) add at most a few of its layer's
+  // An op's bytes (step_sequence.cpp's append_layer_ops) add at most a few of its layer's
   // counts, the outputs a checkpointed block still holds (at most a block's layers), and what
   // lean layers move onto it; a layer has at most three ops in a walk (forward, recompute,
   // backward). Each count is within half a byte of its affine value at every size, so a sum of c
@@ -74,7 +74,7 @@ TimeBound time_bound(const core::CostModel& costs, const LayerGraph& graph, cons
   TimeBound bound;
   // Every layer's time is rounded to whole ns from its affine value, then scaled by
   // micro_batch_ns / layer_sum_ns (each rounded from its own affine value) and rounded again
-  // (micro_batch_model.cpp). The scale, a ratio of two affine functions, is monotone over the
+  // (step_sequence.cpp). The scale, a ratio of two affine functions, is monotone over the
   // range: at least the least of its bounds at the ends. Clamps would bend these: none may be near.
   const auto end_sizes = {lo.batch, hi.batch};
   double scale_lo = std::numeric_limits<double>::infinity(), scale_hi = 0;

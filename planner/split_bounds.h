@@ -11,7 +11,7 @@
 
 #include "core/cost_model.h"
 #include "planner/layer_graph.h"
-#include "planner/micro_batch_model.h"
+#include "planner/step_sequence.h"
 
 namespace headroom::planner {
 

@@ -1,4 +1,4 @@
-#include "planner/micro_batch_model.h"
+#include "planner/step_sequence.h"
 
 #include <algorithm>
 #include <cmath>
@@ -414,13 +414,13 @@ void append_grad_cache_step(const core::CostModel& costs, const LayerGraph& grap
                             const core::StepChoice& choice, const StepBatches& batches, BatchCostsCache* cache,
                             OpsFor& ops_for, StepSequence& seq) {
   // A data-parallel worker (worker 0, the largest share) caches its own rows; its loss is the ring's.
-  const bool ring = choice.world_size > 1;
+  const core::DataParallelChoice* ring = choice.data_parallel ? &*choice.data_parallel : nullptr;
   std::int64_t rows = 0, count = 0;
   for (const auto& run : batches.runs) rows += run.size * run.count, count += run.count;
   // The plan lists every worker's micro-batches; the search weighs worker 0's alone, where the
   // global batch is about its share times the workers (the plan's prediction is the exact one).
   const std::int64_t global =
-      ring && choice.micro_batches_per_worker.empty() ? rows * choice.world_size : batches.samples;
+      ring != nullptr && ring->micro_batches_per_worker.empty() ? rows * ring->workers : batches.samples;
   const std::int64_t held = gradient_cache_bytes(model, rows, static_cast<std::size_t>(count), costs.checkpoint_state_bytes());
   seq.ops.push_back({{OpKind::GradientCache, -1, 0, 0, held}});
   seq.segments.push_back({seq.ops.size() - 1, 0, 0, 1, false});
@@ -445,7 +445,7 @@ void append_grad_cache_step(const core::CostModel& costs, const LayerGraph& grap
     embedding_made.emplace_back(b, seq.ops.size() - 1);
     return seq.ops.size() - 1;
   });
-  seq.ops.push_back(ring ? ring_loss_ops(model, {rows, rows, global, choice.world_size, choice.link}, choice.loss_tiles)
+  seq.ops.push_back(ring != nullptr ? ring_loss_ops(model, {rows, rows, global, ring->workers, ring->link}, choice.loss_tiles)
                          : cached_loss_ops(model, global, choice.loss_tiles));
   seq.segments.push_back({seq.ops.size() - 1, global, 0, 1, false});
   if (!ring) {
@@ -480,7 +480,7 @@ std::vector<MicroBatchRun> micro_batch_runs(const std::vector<std::int64_t>& siz
 StepBatches step_batches(const core::StepChoice& choice) {
   // Data parallel predicts worker 0, which carries the largest share. A plan's list can be long:
   // it is read once, not copied.
-  if (choice.world_size > 1) return {micro_batch_runs(choice.worker_micro_batches(0)), choice.samples()};
+  if (choice.data_parallel) return {micro_batch_runs(choice.worker_micro_batches(0)), choice.samples()};
   StepBatches batches{micro_batch_runs(choice.micro_batches), 0};
   for (const auto& run : batches.runs) batches.samples += run.size * run.count;
   return batches;
@@ -514,7 +514,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   // A contrastive model's loss layer costs what its own model says: the whole loss in a plain step,
   // the gradient cache's surrogate in a micro-batched one (infcl_model.h).
   const auto loss_model = contrastive_loss_model(costs.trace());
-  const bool grad_cache = loss_model && core::caches_contrastive_gradients(count, choice.world_size);
+  const bool grad_cache = loss_model && core::caches_contrastive_gradients(count, choice.workers());
   const auto ops_for = [&](std::int64_t b) {
     for (const auto& [size, index] : made) {
       if (size == b) return index;
@@ -620,7 +620,7 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
   if (const std::int64_t buckets = bucket_buffer_bytes(costs, choice); buckets > 0) {
     schedule.resident.push_back({MemoryKind::Gradient, buckets});
   }
-  schedule.workers = choice.world_size;
+  schedule.workers = choice.workers();
   // The last micro-batch's task per op, where its buckets' all-reduces wait for their backward.
   std::vector<int> last_task_of_op;
   int previous_compute = -1;

@@ -16,7 +16,7 @@
 #include "core/step_choice.h"
 #include "core/trace.h"
 #include "planner/layer_graph.h"
-#include "planner/micro_batch_model.h"
+#include "planner/step_sequence.h"
 #include "planner/strategy_table.h"
 
 namespace headroom::planner {
@@ -79,14 +79,14 @@ class Technique {
     return -1;
   }
   // Whether it runs `choice`'s whole step its own way rather than as the micro-batch sequence
-  // (micro_batch_model.h); one that does predicts and schedules it.
+  // (step_sequence.h); one that does predicts and schedules it.
   virtual bool runs_the_step(const core::StepChoice&) const { return false; }
   virtual StepPrediction predict(const core::CostModel&, const LayerGraph&, const core::StepChoice&) const { return {}; }
   virtual core::Schedule schedule(const core::CostModel&, const LayerGraph&, const core::StepChoice&) const { return {}; }
 };
 
 // Each technique, implemented in its own file.
-const Technique& micro_batching_technique();  // micro_batch_model.cpp
+const Technique& micro_batching_technique();  // step_sequence.cpp
 const Technique& checkpointing_technique();   // checkpointing.cpp
 const Technique& tempo_technique();           // tempo.cpp
 const Technique& infcl_technique();           // infcl_model.cpp

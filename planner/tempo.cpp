@@ -1,5 +1,5 @@
 // Tempo as a technique (planner/technique.h): memory-lean variants of the layers the trace measured
-// them for, chosen by the search (plan_search.cpp) and run by the step sequence (micro_batch_model.h).
+// them for, chosen by the search (plan_search.cpp) and run by the step sequence (step_sequence.h).
 #include <string>
 #include <vector>
 

@@ -10,8 +10,8 @@
 #include "core/errors.h"
 #include "core/units.h"
 #include "planner/layer_graph.h"
-#include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 #include "planner/strategy_table.h"
 
 namespace headroom::report {

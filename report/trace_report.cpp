@@ -8,7 +8,7 @@
 #include "core/host_memory.h"
 #include "core/units.h"
 #include "planner/layer_graph.h"
-#include "planner/micro_batch_model.h"
+#include "planner/step_sequence.h"
 #include "report/text_table.h"
 
 namespace headroom::report {

@@ -230,10 +230,7 @@ TEST(StepChoice, VariantsMicroBatchesAndWorldSize) {
   // Data parallel: every worker's micro-batches, and how many are whose.
   plan.global_batch = 9;
   plan.choice.micro_batches = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-  plan.choice.world_size = 8;
-  plan.choice.micro_batches_per_worker = {2, 1, 1, 1, 1, 1, 1, 1};
-  plan.choice.link = core::parse_link("25GB/s,5us");
-  plan.choice.bucket_cap_bytes = 1 << 20;
+  plan.choice.data_parallel = core::DataParallelChoice{8, {2, 1, 1, 1, 1, 1, 1, 1}, core::parse_link("25GB/s,5us"), 1 << 20};
   const auto document = core::to_json(plan);
   EXPECT_EQ(document.at("world_size"), 8);
   EXPECT_EQ(document.at("data_parallel").at("micro_batches_per_worker").size(), 8u);

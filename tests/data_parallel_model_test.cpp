@@ -12,10 +12,10 @@
 #include "core/trace.h"
 #include "planner/data_parallel_model.h"
 #include "planner/infcl_model.h"
-#include "planner/ring_infcl_model.h"
-#include "planner/micro_batch_model.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
+#include "planner/ring_infcl_model.h"
+#include "planner/step_sequence.h"
 #include "simulator/simulator.h"
 
 namespace headroom {
@@ -89,20 +89,18 @@ TEST(DataParallelPlan, AContrastiveModelRunsTheRingInfCl) {
     SCOPED_TRACE(link);
     // 2 workers, 65 pairs: worker 0 caches 33 (as 17 + 16), worker 1 32.
     core::StepChoice dp = core::StepChoice{}.with_micro_batches({17, 16, 16, 16});
-    dp.world_size = 2;
-    dp.micro_batches_per_worker = {2, 2};
-    dp.link = core::parse_link(link);
+    dp.data_parallel = core::DataParallelChoice{2, {2, 2}, core::parse_link(link)};
     dp.loss_tiles = loss.tiles().front();
     const auto seq = planner::step_sequence(costs, graph, dp);
     // The loss phase: worker 0's rows, the ring's buffers on top, its share of the whole loss's time
     // plus the transfers.
-    const planner::RingLossShape shape{33, 33, 65, 2, dp.link};
+    const planner::RingLossShape shape{33, 33, 65, 2, dp.data_parallel->link};
     const auto ops = planner::ring_loss_ops(loss, shape, dp.loss_tiles);
     const auto own = planner::ring_rows_loss(loss, shape, dp.loss_tiles), whole = loss.loss(65, dp.loss_tiles);
     // The measured tile is wider than a share: its buffers shrink to the tile the ring uses; a tile
     // a share holds is the measured line itself.
     EXPECT_LT(own.bwd_transient_bytes, loss.loss(33, dp.loss_tiles).bwd_transient_bytes);
-    const auto wide = planner::ring_rows_loss(loss, {2048, 2048, 4096, 2, dp.link}, dp.loss_tiles);
+    const auto wide = planner::ring_rows_loss(loss, {2048, 2048, 4096, 2, dp.data_parallel->link}, dp.loss_tiles);
     EXPECT_EQ(wide.bwd_transient_bytes, loss.loss(2048, dp.loss_tiles).bwd_transient_bytes);
     const auto buffers = planner::ring_buffer_bytes(loss, 33, 2);
     EXPECT_EQ(buffers.forward, loss.embedding_bytes(33) + 33 * 4);
@@ -132,12 +130,10 @@ TEST(DataParallelPlan, AContrastiveModelRunsTheRingInfCl) {
   }
   // A slower link costs the ring time; the plan search plans it, and a plan file of it checks.
   core::StepChoice fast = core::StepChoice{}.with_micro_batches({17, 16, 16, 16}), slow;
-  fast.world_size = 2;
-  fast.micro_batches_per_worker = {2, 2};
+  fast.data_parallel = core::DataParallelChoice{2, {2, 2}, core::parse_link("100GB/s,1us")};
   fast.loss_tiles = loss.tiles().front();
   slow = fast;
-  fast.link = core::parse_link("100GB/s,1us");
-  slow.link = core::parse_link("50MB/s,1ms");
+  slow.data_parallel->link = core::parse_link("50MB/s,1ms");
   EXPECT_GT(planner::predict_step(costs, graph, slow).step_ns, planner::predict_step(costs, graph, fast).step_ns);
   // An uneven split (4095 over 2 and 4), where the search's worker-0 view of the global batch is
   // not exact: the plan states what simulating it gives.
@@ -147,7 +143,7 @@ TEST(DataParallelPlan, AContrastiveModelRunsTheRingInfCl) {
     r.margin_fraction = 0;
     const auto outcome = planner::plan_step(trace, r);
     ASSERT_TRUE(outcome.plan) << outcome.reason;
-    EXPECT_EQ(outcome.plan->choice.world_size, workers);
+    EXPECT_EQ(outcome.plan->choice.workers(), workers);
     const auto sim = simulator::simulate(planner::plan_schedule(trace, *outcome.plan, "p.json"));
     EXPECT_EQ(sim.peak_bytes, outcome.plan->predicted.peak_bytes);
     EXPECT_NEAR(static_cast<double>(sim.makespan_ns) / 1e9, outcome.plan->predicted.step_seconds, 1e-9);
@@ -166,8 +162,8 @@ TEST(DataParallelPlan, SharesTheGlobalBatchOverWorkers) {
   ASSERT_TRUE(outcome.plan) << outcome.reason;
   const core::Plan& plan = *outcome.plan;
   const auto& c = plan.choice;
-  EXPECT_EQ(c.world_size, 4);
-  ASSERT_EQ(c.micro_batches_per_worker.size(), 4u);
+  EXPECT_EQ(c.workers(), 4);
+  ASSERT_EQ(c.data_parallel->micro_batches_per_worker.size(), 4u);
   std::vector<std::int64_t> shares;
   for (int r = 0; r < 4; ++r) {
     const auto sizes = c.worker_micro_batches(r);
@@ -195,9 +191,7 @@ TEST(DataParallelPlan, PredictionAndSimulationAgree) {
     SCOPED_TRACE(link);
     core::StepChoice one = core::StepChoice{}.with_micro_batches({4, 4, 3});
     core::StepChoice dp = one;
-    dp.world_size = 3;
-    dp.link = core::parse_link(link);
-    dp.bucket_cap_bytes = 1 << 20;
+    dp.data_parallel = core::DataParallelChoice{3, {}, core::parse_link(link), 1 << 20};
     const auto single = planner::predict_step(costs, graph, one);
     const auto parallel = planner::predict_step(costs, graph, dp);
     // Each worker keeps a buffer per bucket: as many bytes as its gradients.
@@ -236,13 +230,12 @@ TEST(DataParallelPlan, OverlapHidesAFastLinkAndNotASlowOne) {
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   core::StepChoice dp = core::StepChoice{}.with_micro_batches({4, 4});
-  dp.world_size = 2;
-  dp.bucket_cap_bytes = 1 << 20;
+  dp.data_parallel = core::DataParallelChoice{2, {}, {}, 1 << 20};
   const auto seq = planner::step_sequence(costs, graph, dp);
   const auto& last = seq.ops[seq.segments[seq.segments.size() - 2].ops];
-  dp.link = core::parse_link("1TB/s,1ns");
+  dp.data_parallel->link = core::parse_link("1TB/s,1ns");
   const auto fast = planner::allreduce_timing(costs, last, dp);
-  dp.link = core::parse_link("10MB/s,1ms");
+  dp.data_parallel->link = core::parse_link("10MB/s,1ms");
   const auto slow = planner::allreduce_timing(costs, last, dp);
   // Only the last bucket (the first layers' gradients, ready at the very end) can stick out.
   EXPECT_LE(fast.exposed_ns, fast.buckets.back().duration_ns);

@@ -21,9 +21,9 @@
 #include "core/sha256.h"
 #include "core/trace.h"
 #include "planner/layer_graph.h"
-#include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 #include "run_headroom.h"
 
 namespace headroom {
@@ -70,8 +70,7 @@ std::int64_t tight_budget(const core::Trace& trace, std::int64_t batch, int work
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   core::StepChoice whole = core::StepChoice{}.with_micro_batches({(batch + workers - 1) / workers});
-  whole.world_size = workers;
-  whole.link = r.link;
+  whole.data_parallel = core::DataParallelChoice{workers, {}, r.link};
   const std::int64_t need = planner::predict_step(costs, graph, whole).peak_bytes;
   // Both with the plan's 5% margin.
   return (least + static_cast<std::int64_t>(static_cast<double>(need) / 0.95)) / 2;
@@ -91,7 +90,7 @@ void weights_equal_the_full_batch_steps(int workers) {
   const fs::path dir = fresh_dir("headroom_dp_" + std::to_string(workers));
   const fs::path plan_path = make_plan(dir, 26, workers);
   const core::Plan plan = core::read_plan_file(plan_path);
-  ASSERT_EQ(plan.choice.world_size, workers);
+  ASSERT_EQ(plan.choice.workers(), workers);
   EXPECT_GT(plan.choice.worker_micro_batches(0).size(), 1u) << "the budget should need micro-batches";
   const fs::path report_path = dir / "report.json";
   const auto r = run("execute " + plan_path.string() + " --devices " + std::to_string(workers) +
@@ -140,7 +139,7 @@ TEST(DataParallel, AContrastiveModelTrainsOverTheRingInfCl) {
                "--link 1GB/s,20us -o " + plan_path.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const core::Plan plan = core::read_plan_file(plan_path);
-  ASSERT_EQ(plan.choice.world_size, 2);
+  ASSERT_EQ(plan.choice.workers(), 2);
   EXPECT_EQ(plan.choice.worker_micro_batches(0).size(), 2u) << "the budget should need micro-batches";
   const fs::path report_path = dir / "report.json";
   // A warm-up step first: the gradient check leaves no gradients allocated, the steps after it do.

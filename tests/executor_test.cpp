@@ -5,15 +5,15 @@
 
 #include "core/errors.h"
 #include "core/host_memory.h"
-#include "runtime/budget_allocator.h"
 #include "executor/executor.h"
-#include "runtime/host_info.h"
 #include "executor/plan_runner.h"
 #include "models/fashion_mnist.h"
 #include "models/zoo.h"
-#include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 #include "profiler/profiler.h"
+#include "runtime/budget_allocator.h"
+#include "runtime/host_info.h"
 
 namespace headroom {
 namespace {

@@ -11,8 +11,8 @@
 #include "core/cost_model.h"
 #include "core/json_reader.h"
 #include "core/plan.h"
-#include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 
 namespace headroom {
 namespace {

@@ -28,20 +28,20 @@
 #include "core/atomic_file.h"
 #include "core/cost_model.h"
 #include "core/trace.h"
-#include "expand_repeats.h"
 #include "core/units.h"
+#include "expand_repeats.h"
 #include "gui/app/guarded_application.h"
 #include "gui/app/main_window.h"
-#include "planner/micro_batch_model.h"
-#include "planner/plan_search.h"
-#include "planner/strategy_table.h"
-#include "simulator/simulator.h"
 #include "gui/logic/chart_axis.h"
 #include "gui/logic/executor_run.h"
 #include "gui/logic/layer_table_model.h"
 #include "gui/logic/plan_computation.h"
 #include "gui/logic/plan_coordinator.h"
 #include "gui/logic/recent_files.h"
+#include "planner/plan_search.h"
+#include "planner/step_sequence.h"
+#include "planner/strategy_table.h"
+#include "simulator/simulator.h"
 
 using namespace headroom;
 using namespace headroom::gui;
@@ -471,13 +471,13 @@ class GuiTest : public QObject {
     QVERIFY(settle(window));
     QCOMPARE(window.current_result()->inputs.workers, 2);
     QVERIFY(window.current_result()->plan);
-    QCOMPARE(window.current_result()->plan->choice.world_size, 2);
-    QCOMPARE(window.current_result()->plan->choice.link.bytes_per_second, 1e9);
+    QCOMPARE(window.current_result()->plan->choice.workers(), 2);
+    QCOMPARE(window.current_result()->plan->choice.data_parallel->link.bytes_per_second, 1e9);
     QVERIFY(window.summary_text().contains("data parallel    2 workers"));
     save_shot(window, "devices");
     window.devices_box()->setValue(1);
     QVERIFY(settle(window));
-    QCOMPARE(window.current_result()->plan->choice.world_size, 1);
+    QCOMPARE(window.current_result()->plan->choice.workers(), 1);
   }
 
   // The open trace against a second one, as `headroom compare` shows it: the layer whose

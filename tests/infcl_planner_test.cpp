@@ -7,9 +7,9 @@
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "planner/infcl_model.h"
-#include "planner/micro_batch_model.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 #include "simulator/simulator.h"
 
 namespace headroom {

@@ -10,9 +10,9 @@
 #include "core/errors.h"
 #include "core/plan.h"
 #include "planner/l2l_model.h"
-#include "planner/micro_batch_model.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 #include "simulator/simulator.h"
 
 namespace headroom {

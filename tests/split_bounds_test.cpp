@@ -10,9 +10,9 @@
 #include "core/cost_model.h"
 #include "core/json_reader.h"
 #include "planner/checkpoint_dp.h"
-#include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
 #include "planner/split_bounds.h"
+#include "planner/step_sequence.h"
 #include "random_chain.h"
 
 namespace headroom {

@@ -39,8 +39,7 @@ TEST(Technique, EachSaysWhetherAChoiceUsesIt) {
   EXPECT_TRUE(planner::micro_batching_technique().used_by(split));
   // With workers, worker 0's micro-batches count: one each is no micro-batching.
   core::StepChoice workers = split;
-  workers.world_size = 2;
-  workers.micro_batches_per_worker = {1, 1};
+  workers.data_parallel = core::DataParallelChoice{2, {1, 1}};
   EXPECT_FALSE(planner::micro_batching_technique().used_by(workers));
   EXPECT_TRUE(planner::data_parallel_technique().used_by(workers));
 
@@ -86,11 +85,10 @@ TEST(Technique, EachRefusesByNameWhatTheTraceCannotRun) {
   EXPECT_NE(refusal(planner::infcl_technique(), tiled).find("has no contrastive loss to tile"), std::string::npos);
   core::StepChoice relayed = choice;
   relayed.l2l = core::RelayChoice{};
-  relayed.world_size = 2;
+  relayed.data_parallel = core::DataParallelChoice{};
   EXPECT_NE(refusal(planner::l2l_technique(), relayed).find("L2L with data parallel"), std::string::npos);
   core::StepChoice uneven = choice.with_micro_batches({2, 6});
-  uneven.world_size = 2;
-  uneven.micro_batches_per_worker = {1, 1};
+  uneven.data_parallel = core::DataParallelChoice{2, {1, 1}};
   EXPECT_NE(refusal(planner::data_parallel_technique(), uneven).find("worker 1 carries more than worker 0"), std::string::npos);
 }
 

@@ -13,8 +13,8 @@
 #include "models/model_source.h"
 #include "models/torchscript_model.h"
 #include "planner/layer_graph.h"
-#include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 #include "profiler/profiler.h"
 #include "runtime/memory_recorder.h"
 

@@ -5,8 +5,8 @@
 
 #include "executor/executor.h"
 #include "models/zoo.h"
-#include "planner/micro_batch_model.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 #include "profiler/profiler.h"
 
 namespace headroom {

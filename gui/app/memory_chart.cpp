@@ -135,7 +135,7 @@ void MemoryChart::show_result(const PlanResult& result) {
                           .arg(mine.size())
                           .arg(mine.size() > 1 ? "es" : "")
                           .arg(mine.front())
-                          .arg(choice.world_size > 1 ? QString(" of worker 0 (of %1)").arg(choice.world_size) : QString()));
+                          .arg(choice.data_parallel ? QString(" of worker 0 (of %1)").arg(choice.workers()) : QString()));
   } else if (result.best_attempt) {
     chart()->setTitle(QString("no plan fits %1: the least that fits (shown) needs %2")
                           .arg(bytes_text(budget), QString::fromStdString(core::format_bytes_at_least(result.smallest_budget))));

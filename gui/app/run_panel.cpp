@@ -162,7 +162,7 @@ void RunPanel::run() {
   shown_plan_.reset();
   show_staleness();
   running_plan_ = plan_;
-  run_.start(program_, plan_path, report_path, steps_->value(), warmup, plan_->choice.world_size);
+  run_.start(program_, plan_path, report_path, steps_->value(), warmup, plan_->choice.workers());
 }
 
 void RunPanel::show_progress(const ExecutorProgress& p) {

@@ -10,9 +10,9 @@
 #include "core/sha256.h"
 #include "planner/l2l_model.h"
 #include "planner/layer_graph.h"
-#include "planner/micro_batch_model.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 
 namespace headroom::gui {
 
