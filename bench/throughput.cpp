@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
       if (p.peak_bytes > allowed) continue;
       core::Plan plan = chosen;
       plan.choice.micro_batches = split;
+      plan.predicted_parts.clear();  // the chosen step's, not this one's
       plan.choice.checkpointed_blocks.clear();
       for (auto& layer : plan.choice.layers) {
         layer.variant = core::LayerVariant::Standard;

@@ -117,14 +117,19 @@ std::vector<std::string> worker_arguments(const ExecuteArgs& args) {
 // Where this machine (timed right before the run and right after it) runs the calibration's kernels
 // at another speed than the one the plan's times hold for, the prediction rescaled to it: the plan's
 // step time times the rescale's effect on the plan's own step, so everything else the plan counted
-// stays as it was. Both timings count as one calibration's runs, the better one its speed (another
-// load only slows a timing down: a stall one of them caught is not the machine's speed, and where
-// the two differ their spread widens the noise the rescale must clear).
+// stays as it was. The machine's speed is the better of the two timings, kernel by kernel, as one
+// run (another load only slows a timing down: a stall one of them caught is not the machine's speed;
+// as one run it adds no spread of its own to the noise the rescale must clear).
 void predict_for_this_machine(const core::Plan& plan, const core::Trace& trace, core::Report& report) {
   if (!report.calibration_before || !report.predicted_calibration || !trace.calibration) return;
   const core::Calibration planned_on = *report.predicted_calibration;
   core::Calibration here = *report.calibration_before;
-  if (report.calibration_after) here.runs.insert(here.runs.end(), report.calibration_after->runs.begin(), report.calibration_after->runs.end());
+  here.runs = {{here.matmul(), here.conv(), here.memory()}};
+  if (const auto& after = report.calibration_after) {
+    auto& best = here.runs.front();
+    best = {std::max(best.matmul_flops_per_s, after->matmul()), std::max(best.conv_flops_per_s, after->conv()),
+            std::max(best.memory_bytes_per_s, after->memory())};
+  }
   const core::SpeedRatio ratio = core::speed_ratio(planned_on, here);
   if (!ratio.differs) return;
   const auto step_ns = [&](const core::Trace& timed) {

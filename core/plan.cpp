@@ -1,6 +1,7 @@
 #include "core/plan.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 
@@ -8,6 +9,7 @@
 #include "core/errors.h"
 #include "core/json_reader.h"
 #include "core/known_names.h"
+#include "core/relay_stages.h"
 #include "core/sha256.h"
 #include "core/trace.h"
 
@@ -73,6 +75,11 @@ std::optional<double> Plan::predicted_part(std::string_view name) const {
 }
 
 namespace {
+
+// The parts a plan may carry, as the techniques name them (core/relay_stages.h, core/collective.h).
+constexpr std::array<std::string_view, 7> kPredictedPartNames = {
+    kRelayComputeSecondsPart, kRelayCopySecondsPart, kRelayWaitSecondsPart, kRelayHostOptimizerSecondsPart,
+    kRelayHostBytesPart,      kAllReduceSecondsPart, kExposedAllReduceSecondsPart};
 
 // A layer's variant: `"variant": "tempo"`; plans written before the step choice had a `"tempo"`
 // flag, and plans from before Tempo have neither (standard).
@@ -228,6 +235,11 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
       parts.expect_object();
       for (const auto& item : parts.raw().items()) {
         const auto node = parts.at(item.key());
+        if (std::find(kPredictedPartNames.begin(), kPredictedPartNames.end(), item.key()) == kPredictedPartNames.end()) {
+          std::string known;
+          for (const auto name : kPredictedPartNames) known += (known.empty() ? "" : ", ") + std::string(name);
+          node.fail("unknown part (known: " + known + ")");
+        }
         const double figure = node.as_double();
         // Seconds or bytes: finite, not negative, within what a trace can hold.
         if (!(figure >= 0 && figure <= 1e18)) node.fail("expected a figure from 0 to 1e18");

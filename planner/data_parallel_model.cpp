@@ -129,6 +129,9 @@ class DataParallel final : public Technique {
   void check(const CheckedChoice& c) const override {
     const core::StepChoice& choice = c.choice;
     if (!used_by(choice)) return;
+    if (choice.workers() < 2) {
+      throw core::InputError(c.source + ": $.world_size: data parallel needs at least 2 workers, got " + std::to_string(choice.workers()));
+    }
     const auto largest = [](const std::vector<std::int64_t>& sizes) {
       return sizes.empty() ? std::int64_t{0} : *std::max_element(sizes.begin(), sizes.end());
     };

@@ -186,6 +186,8 @@ TEST(PlanFile, NumbersPastTheirRangeAreRejected) {
        "$.predicted_parts.allreduce_seconds: expected a figure from 0 to 1e18"},
       {[&](nlohmann::json& d) { d["predicted_parts"]["l2l_host_bytes"] = "3 GB"; }, "$.predicted_parts.l2l_host_bytes: expected"},
       {[&](nlohmann::json& d) { d["predicted_parts"] = {1, 2}; }, "$.predicted_parts: expected"},
+      {[&](nlohmann::json& d) { d["predicted_parts"]["allreduce_second"] = 1; },
+       "$.predicted_parts.allreduce_second: unknown part (known: l2l_compute_seconds"},
   };
   for (const auto& c : cases) {
     nlohmann::json document = good;

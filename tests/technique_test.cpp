@@ -39,7 +39,7 @@ TEST(Technique, EachSaysWhetherAChoiceUsesIt) {
   EXPECT_TRUE(planner::micro_batching_technique().used_by(split));
   // With workers, worker 0's micro-batches count: one each is no micro-batching.
   core::StepChoice workers = split;
-  workers.data_parallel = core::DataParallelChoice{2, {1, 1}};
+  workers.data_parallel = core::DataParallelChoice{2, {1, 1}, {}, core::kDefaultBucketCapBytes};
   EXPECT_FALSE(planner::micro_batching_technique().used_by(workers));
   EXPECT_TRUE(planner::data_parallel_technique().used_by(workers));
 
@@ -88,8 +88,11 @@ TEST(Technique, EachRefusesByNameWhatTheTraceCannotRun) {
   relayed.data_parallel = core::DataParallelChoice{};
   EXPECT_NE(refusal(planner::l2l_technique(), relayed).find("L2L with data parallel"), std::string::npos);
   core::StepChoice uneven = choice.with_micro_batches({2, 6});
-  uneven.data_parallel = core::DataParallelChoice{2, {1, 1}};
+  uneven.data_parallel = core::DataParallelChoice{2, {1, 1}, {}, core::kDefaultBucketCapBytes};
   EXPECT_NE(refusal(planner::data_parallel_technique(), uneven).find("worker 1 carries more than worker 0"), std::string::npos);
+  core::StepChoice alone = choice;
+  alone.data_parallel = core::DataParallelChoice{1, {1}, {}, core::kDefaultBucketCapBytes};
+  EXPECT_EQ(refusal(planner::data_parallel_technique(), alone), "plan.json: $.world_size: data parallel needs at least 2 workers, got 1");
 }
 
 planner::PlanRequest bert_request(std::int64_t budget, const std::string& strategies, int workers = 1) {
