@@ -17,6 +17,7 @@
 #include "core/report.h"
 #include "core/trace.h"
 #include "run_headroom.h"
+#include "scoped_env.h"
 #include "spinning_child.h"
 
 namespace headroom {
@@ -116,9 +117,7 @@ TEST(Cli, PlanTimesThisMachineOnceInAChildAndKeepsIt) {
   const fs::path dir = fs::temp_directory_path() / ("headroom_cli_calibration." + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const char* saved = std::getenv("XDG_CACHE_HOME");
-  const std::string restore = saved != nullptr ? saved : "";
-  ::setenv("XDG_CACHE_HOME", (dir / "cache").c_str(), 1);
+  testing::ScopedEnv cache_home("XDG_CACHE_HOME", (dir / "cache").string());
   const auto first = run("plan " + kTrace + " --budget 300MiB --batch 32 -o " + (dir / "p.json").string());
   ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_EQ(first.err.find("cannot time"), std::string::npos) << first.err;
@@ -134,15 +133,10 @@ TEST(Cli, PlanTimesThisMachineOnceInAChildAndKeepsIt) {
 
   // A file where the cache's directory would be: measured, not kept, no warning.
   core::write_file_atomically(dir / "blocked", "not a directory\n");
-  ::setenv("XDG_CACHE_HOME", (dir / "blocked").c_str(), 1);
+  cache_home.set((dir / "blocked").string());
   const auto blocked = run("plan " + kTrace + " --budget 300MiB --batch 32 -o " + (dir / "p.json").string());
   EXPECT_EQ(blocked.exit_code, 0) << blocked.err;
   EXPECT_EQ(blocked.err.find("cannot time"), std::string::npos) << blocked.err;
-  if (saved != nullptr) {
-    ::setenv("XDG_CACHE_HOME", restore.c_str(), 1);
-  } else {
-    ::unsetenv("XDG_CACHE_HOME");
-  }
   fs::remove_all(dir);
 }
 
@@ -154,9 +148,7 @@ TEST(Cli, ProfileKeepsItsCalibrationForThePlansThatFollow) {
   const fs::path dir = fs::temp_directory_path() / ("headroom_cli_profile_cache." + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const char* saved = std::getenv("XDG_CACHE_HOME");
-  const std::string restore = saved != nullptr ? saved : "";
-  ::setenv("XDG_CACHE_HOME", (dir / "cache").c_str(), 1);
+  const testing::ScopedEnv cache_home("XDG_CACHE_HOME", (dir / "cache").string());
   const auto profiled = run("profile " + kSmallMlp + " -o " + (dir / "t.json").string());
   ASSERT_EQ(profiled.exit_code, 0) << profiled.err;
   const core::Trace trace = core::read_trace_file(dir / "t.json");
@@ -173,11 +165,6 @@ TEST(Cli, ProfileKeepsItsCalibrationForThePlansThatFollow) {
     const auto plan = run("plan " + (dir / "t.json").string() + " --budget 1GiB --batch 2 -o " + (dir / "p.json").string());
     ASSERT_EQ(plan.exit_code, 0) << plan.err;
     EXPECT_EQ((plan.out + plan.err).find("as fast as"), std::string::npos) << plan.out << plan.err;
-  }
-  if (saved != nullptr) {
-    ::setenv("XDG_CACHE_HOME", restore.c_str(), 1);
-  } else {
-    ::unsetenv("XDG_CACHE_HOME");
   }
   fs::remove_all(dir);
 }

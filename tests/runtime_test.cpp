@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "core/errors.h"
 #include "runtime/calibration.h"
@@ -14,6 +15,7 @@
 #include "runtime/memory_recorder.h"
 #include "runtime/optimizer.h"
 #include "runtime/tensor_bytes.h"
+#include "scoped_env.h"
 #include "spinning_child.h"
 
 namespace headroom {
@@ -56,9 +58,7 @@ TEST(MemoryRecorder, SeesAllocationsWhileInstalledAndTheirOwners) {
 TEST(Calibration, TimesTheKernelsAndKeepsTheAnswer) {
   const std::filesystem::path cache =
       std::filesystem::temp_directory_path() / ("headroom-calibration-" + std::to_string(::getpid()));
-  const char* before = std::getenv("XDG_CACHE_HOME");
-  const std::string saved = before != nullptr ? before : "";
-  ::setenv("XDG_CACHE_HOME", cache.c_str(), 1);
+  std::optional<testing::ScopedEnv> cache_home(std::in_place, "XDG_CACHE_HOME", cache.string());
   const core::Calibration first = runtime::cached_calibration(torch::kCPU);
   ASSERT_EQ(first.runs.size(), 3u);
   for (const auto& r : first.runs) {
@@ -74,11 +74,7 @@ TEST(Calibration, TimesTheKernelsAndKeepsTheAnswer) {
   std::ofstream(file) << "{ half";
   EXPECT_EQ(runtime::cached_calibration(torch::kCPU).runs.size(), 3u);
   std::filesystem::remove_all(cache);
-  if (before != nullptr) {
-    ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
-  } else {
-    ::unsetenv("XDG_CACHE_HOME");
-  }
+  cache_home.reset();
   EXPECT_GE(runtime::usable_cores(), 1);
 }
 
