@@ -162,11 +162,12 @@ int run_execute(const ExecuteArgs& args) {
     return launch_workers({local, worker_arguments(args), args.output});
   }
   executor::ExecuteOptions options;
-  if (args.world_size > 1) {
+  if (plan.choice.data_parallel) {
+    // This process is one of the plan's workers (check_worker_flags said so); on one host they
+    // share its cores.
     options.rank = args.rank;
     options.world_size = args.world_size;
     options.store = args.store;
-    // Workers on one host share its cores.
     options.threads = std::max(1, runtime::usable_cores() / args.world_size);
   }
   if (args.threads > 0) options.threads = args.threads;

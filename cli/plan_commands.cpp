@@ -17,6 +17,7 @@
 #include "planner/plan_explanation.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
+#include "planner/technique.h"
 #include "report/plan_report.h"
 #include "simulator/simulator.h"
 
@@ -29,34 +30,6 @@ std::string strategies_help() {
   }
   return help;
 }
-
-namespace {
-
-// The largest model the budget trains with L2L, both variants: at the plan's micro-batches when it
-// is an L2L plan, else at the finest split the strategies allow (the least device peak).
-std::string l2l_capacity(const core::Trace& trace, const core::Plan& plan, const planner::PlanRequest& request) {
-  const core::CostModel costs(trace);
-  const planner::LayerGraph graph(trace);
-  const bool micro_batching = request.strategies.contains(planner::Strategy::MicroBatching);
-  const auto micro =
-      plan.choice.l2l ? plan.choice.micro_batches
-                      : planner::split_batch(request.global_batch,
-                                             micro_batching ? std::min<std::int64_t>(request.global_batch,
-                                                                                     planner::kMaxL2LMicroBatches)
-                                                            : 1);
-  const std::int64_t limit = plan.budget_bytes - plan.margin_bytes;
-  std::string out = "\nlargest model L2L trains under " + core::format_bytes(plan.budget_bytes) +
-                    " (estimate: this model with its largest block repeated; L2L's device memory grows with depth only "
-                    "by the stashed block boundaries, its host memory by each block's parameters, optimizer state and "
-                    "RNG states; a block's gradients are on the host only while it steps):\n";
-  for (const bool on_host : {false, true}) {
-    const auto capacity = planner::largest_l2l_model(costs, graph, micro, on_host, limit, request.host_memory_bytes);
-    out += "  " + planner::l2l_capacity_line(capacity, on_host, micro, request.host_memory_bytes) + "\n";
-  }
-  return out;
-}
-
-}  // namespace
 
 namespace {
 
@@ -154,8 +127,12 @@ int run_plan(const PlanArgs& args) {
   outcome.plan->threads = std::max(trace.profile.threads, 1);
   core::write_plan_file(args.output, *outcome.plan);
   std::cout << report::render_plan_summary(*outcome.plan) << "\nplan written to " << args.output << "\n";
-  // Asked for by name, or chosen: what else the budget trains with the relay.
-  if (outcome.plan->choice.l2l || (l2l && !all)) std::cout << l2l_capacity(trace, *outcome.plan, request);
+  // What a technique the plan uses, or one asked for by name, adds (L2L: what else the budget trains).
+  for (const planner::Technique* technique : planner::techniques()) {
+    const auto strategy = technique->strategy();
+    const bool named = !all && strategy && request.strategies.contains(*strategy);
+    std::cout << technique->after_summary(trace, *outcome.plan, request, named);
+  }
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include "core/errors.h"
 #include "core/json_reader.h"
 #include "core/known_names.h"
+#include "core/relay_choice_json.h"
 #include "core/relay_stages.h"
 #include "core/sha256.h"
 #include "core/trace.h"
@@ -61,10 +62,7 @@ nlohmann::json to_json(const Plan& plan) {
   if (plan.choice.loss_tiles) {
     document["loss_tiles"] = {{"rows", plan.choice.loss_tiles->rows}, {"cols", plan.choice.loss_tiles->cols}};
   }
-  if (plan.choice.l2l) {
-    document["l2l"] = {{"boundaries", plan.choice.l2l->boundaries_on_host ? "host" : "device"}};
-    if (!plan.choice.l2l->whole_model()) document["l2l"]["from_block"] = plan.choice.l2l->from_block;
-  }
+  write_relay_choice(document, plan.choice.l2l);
   return document;
 }
 
@@ -211,15 +209,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
       const auto tiles = root.at("loss_tiles");
       plan.choice.loss_tiles = LossTiles{tiles.at("rows").as_int_in(1, kMaxPlanBatch), tiles.at("cols").as_int_in(1, kMaxPlanBatch)};
     }
-    if (root.has("l2l")) {
-      const auto l2l = root.at("l2l");
-      const auto boundaries = l2l.at("boundaries");
-      const std::string where = boundaries.as_string();
-      if (where != "device" && where != "host") boundaries.fail("expected device or host, got '" + where + "'");
-      plan.choice.l2l = RelayChoice{where == "host"};
-      // Whether the trace has that block is checked against the trace (planner::check_choice).
-      if (l2l.has("from_block")) plan.choice.l2l->from_block = static_cast<int>(l2l.at("from_block").as_int_in(0, kMaxPlanBatch));
-    }
+    plan.choice.l2l = read_relay_choice(root);
     for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());
     if (root.has("optimizer")) {
       plan.optimizer = root.at("optimizer").as_string();

@@ -13,13 +13,13 @@
 #include "core/host_memory.h"
 #include "core/statistics.h"
 #include "core/units.h"
-#include "executor/data_parallel.h"
+#include "executor/data_parallel_step.h"
 #include "executor/grad_cache.h"
-#include "executor/l2l_execute.h"
 #include "executor/machine_timing.h"
 #include "executor/plan_runner.h"
 #include "executor/ring_peers.h"
 #include "executor/step_loop.h"
+#include "executor/whole_step_runners.h"
 #include "models/fashion_mnist.h"
 #include "models/model_source.h"
 #include "runtime/budget_allocator.h"
@@ -210,18 +210,20 @@ models::Model prepare_model(const core::Plan& plan, const core::Trace& trace, co
 }
 
 // Everything a planned step runs with. Built in place: the runner and the optimizer hold on to the
-// model and its parameters.
+// model and its parameters. A data-parallel worker's step is wrapped (data_parallel_step.h): its
+// gradients' exchange and the ring are attached to the model as it is built.
 struct PlannedTraining {
   PlannedTraining(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device,
-                  const std::optional<models::LabelledImages>& train, Position& position, Workers* workers = nullptr)
+                  const std::optional<models::LabelledImages>& train, Position& position,
+                  DataParallelStep* data_parallel = nullptr, core::Report* report = nullptr)
       : model(prepare_model(plan, trace, options, device, train)),
         parameters(model.parameters()),
         optimizer(runtime::make_optimizer(plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer, parameters)),
         runner(model, plan.choice.checkpointed_blocks, position),
-        workers(workers),
-        sync(workers != nullptr ? std::make_unique<GradientSync>(model, *workers, plan.choice.data_parallel->bucket_cap_bytes) : nullptr),
-        ring(attach_ring(model, workers)),
-        rank(workers != nullptr ? workers->rank() : 0) {}
+        data_parallel(data_parallel),
+        rank(data_parallel != nullptr ? data_parallel->rank() : 0) {
+    if (data_parallel != nullptr) data_parallel->attach(model, *report);
+  }
   PlannedTraining(const PlannedTraining&) = delete;
   PlannedTraining& operator=(const PlannedTraining&) = delete;
 
@@ -229,13 +231,8 @@ struct PlannedTraining {
   const std::vector<torch::Tensor> parameters;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   PlanRunner runner;
-  // Data parallel: the other workers, and the gradients' exchange with them.
-  Workers* workers;
-  std::unique_ptr<GradientSync> sync;
-  std::unique_ptr<GroupRingPeers> ring;  // a contrastive loss's, across the workers
+  DataParallelStep* data_parallel;  // null on one worker
   int rank;
-  double last_allreduce_wait = 0;             // the last step's
-  std::vector<double> allreduce_waits;        // the measured steps'
 };
 
 std::int64_t samples_of(const std::vector<std::int64_t>& sizes) {
@@ -247,8 +244,8 @@ std::int64_t samples_of(const std::vector<std::int64_t>& sizes) {
 // A gradient-cache step on a data-parallel worker arms the exchange before its last backward; the
 // loss layer's gradient is complete by then.
 std::function<void()> arm_before_last_backward(PlannedTraining& training) {
-  if (!training.sync) return {};
-  return [&training] { training.sync->arm(loss_layer_parameters(training.model)); };
+  if (training.data_parallel == nullptr) return {};
+  return [&training] { training.data_parallel->arm(loss_layer_parameters(training.model)); };
 }
 
 // From the initial weights: the plan's accumulated gradient against the full batch's, same data,
@@ -282,17 +279,17 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
                             samples_of(share), device, arm_before_last_backward(training));
     } else {
       for (std::size_t m = 0; m < own.size(); ++m) {
-        if (training.sync && m + 1 == own.size()) training.sync->arm();
+        if (training.data_parallel != nullptr && m + 1 == own.size()) training.data_parallel->arm();
         training.runner.run_micro_batch(own[m], static_cast<int>(first + m), plan.global_batch);
       }
     }
-    if (training.sync) training.sync->finish();
+    if (training.data_parallel != nullptr) training.data_parallel->finish();
     training.runner.set_phase("idle");
     const auto accumulated = gradients_of(parameters);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
     // The full batch, on worker 0 only when there are several.
     if (training.rank == 0) {
-      const auto micro = training.sync ? make_micro_batches(model, plan.choice.micro_batches, options.seed, device) : own;
+      const auto micro = training.data_parallel != nullptr ? make_micro_batches(model, plan.choice.micro_batches, options.seed, device) : own;
       // The reference runs the standard layers and loss: the planned variants must give the same gradients.
       model.set_all_variants(core::LayerVariant::Standard);
       const int contrastive = contrastive_layer(model);
@@ -315,7 +312,7 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
                      "from the full batch's by design; dropout off on both sides"
                    : uses_grad_cache(model, plan)
                    ? std::string("gradient-cache gradients (towers micro-batched, the loss over the whole batch ") +
-                         (training.ring ? std::string("as Inf-CL's ring across the workers") +
+                         (training.data_parallel != nullptr && training.data_parallel->runs_ring() ? std::string("as Inf-CL's ring across the workers") +
                                               (plan.choice.loss_tiles ? ", tiled" : "")
                                         : std::string(plan.choice.loss_tiles ? "tiled" : "standard")) +
                          ", checkpointing and Tempo as planned) against the full batch's with standard layers and the "
@@ -360,14 +357,14 @@ void train_step(PlannedTraining& training, const core::Plan& plan, const Execute
       batch.clear();
       batch = make_micro_batches(training.model, {sizes[k]}, step_seed(options, step, m), device);
       // The last backward sends each bucket of gradients as it completes.
-      if (training.sync && k + 1 == sizes.size()) training.sync->arm();
+      if (training.data_parallel != nullptr && k + 1 == sizes.size()) training.data_parallel->arm();
       training.runner.run_micro_batch(batch.front(), static_cast<int>(m), plan.global_batch);
       if (host != nullptr) host->sample_resident();
     }
   }
-  if (training.sync) {
+  if (training.data_parallel != nullptr) {
     training.runner.set_phase("all-reduce");
-    training.last_allreduce_wait = training.sync->finish();
+    training.data_parallel->finish();
   }
   training.runner.set_phase("optimizer");
   training.optimizer->step();
@@ -398,15 +395,10 @@ class PlannedStep : public StepRunner {
     if (watch_ != nullptr) watch_->sample_heap();  // after the optimizer, as the step ends
     if (host_limit_) host_.keep_within(plan_.budget_bytes);
     if (measured) {
-      training_.allreduce_waits.push_back(training_.last_allreduce_wait);
       report.measured.peak_bytes = std::max(report.measured.peak_bytes, memory_.recorder->peak());
       report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, memory_.recorder->reserved());
     }
-    // Every worker holds the same weights after every step, bit for bit (checked outside the clock).
-    if (training_.workers != nullptr) {
-      training_.workers->check_weights_agree(training_.parameters, "after step " + std::to_string(step + 1));
-      ++report.data_parallel->weight_checks;
-    }
+    if (training_.data_parallel != nullptr) training_.data_parallel->after_step(training_.parameters, step, measured, report);
   }
 
   // After the last step: the host's memory over the measured steps.
@@ -456,20 +448,6 @@ double full_batch_reference(PlannedTraining& training, const core::Plan& plan, c
   const double diff = max_relative_difference(training.parameters, reference.parameters);
   if (budget) budget->resume();
   return diff;
-}
-
-// Every worker's share, peak and median step, in rank 0's report.
-void gather_workers(Workers& workers, const core::Plan& plan, const std::vector<double>& waits, core::Report& report) {
-  const auto share = plan.choice.worker_micro_batches(workers.rank());
-  double samples = 0;
-  for (const auto b : share) samples += static_cast<double>(b);
-  const double step = report.step_seconds.empty() ? 0 : core::median(report.step_seconds);
-  const double wait = waits.empty() ? 0 : core::median(waits);
-  const auto all = workers.gather({samples, static_cast<double>(report.measured.peak_bytes), step, wait});
-  for (int r = 0; r < workers.size(); ++r) {
-    const auto& w = all[static_cast<std::size_t>(r)];
-    report.data_parallel->workers.push_back({r, std::llround(w[0]), std::llround(w[1]), w[2], w[3]});
-  }
 }
 
 // The measured figures and their errors against the plan's, from the measured steps.
@@ -559,28 +537,13 @@ namespace {
 
 void run_plan(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device,
               const Datasets& data, core::Report& report) {
-  // L2L's relay replaces the whole step (executor/l2l_execute.h).
-  if (plan.choice.l2l) {
-    execute_relay(plan, trace, options, device, report);
+  // A technique that runs the whole step its own way takes the plan (whole_step_runners.h).
+  if (const WholeStepRunner* own = whole_step_runner(plan)) {
+    own->run(plan, trace, options, device, report);
     return;
   }
   // The workers join before the budget starts counting: the process group is not the step's memory.
-  std::unique_ptr<Workers> workers;
-  if (options.world_size > 1) {
-    progress(options, "joining " + std::to_string(options.world_size) + " workers");
-    workers = std::make_unique<Workers>(WorkerIdentity{options.rank, options.world_size, options.store}, device);
-    report.data_parallel = core::DataParallelReport{};
-    report.data_parallel->world_size = options.world_size;
-    report.data_parallel->backend = workers->backend();
-    // Beside the plan's own figures (core/collective.h); a plan made before plans carried them has none.
-    const auto allreduce = plan.predicted_part(core::kAllReduceSecondsPart);
-    report.data_parallel->predicted_allreduce_seconds = allreduce.value_or(0);
-    report.data_parallel->predicted_exposed_allreduce_seconds = plan.predicted_part(core::kExposedAllReduceSecondsPart).value_or(0);
-    if (!allreduce) {
-      report.warnings.push_back("the plan carries no prediction of its all-reduce (made by an older headroom): plan "
-                                "again to compare it");
-    }
-  }
+  const std::unique_ptr<DataParallelStep> data_parallel = DataParallelStep::join(plan, options, device, report);
 
   RunMemory memory(plan, options, device);
   report.budget_bytes = memory.budget ? plan.budget_bytes : 0;
@@ -589,18 +552,14 @@ void run_plan(const core::Plan& plan, const core::Trace& trace, const ExecuteOpt
   const auto baseline = [&memory] { return memory.budget ? memory.budget->baseline() : std::int64_t{0}; };
   reporting_out_of_memory(
       [&] {
-        PlannedTraining training(plan, trace, options, device, data.train, position, workers.get());
-        if (training.sync) {
-          report.data_parallel->buckets = static_cast<std::int64_t>(training.sync->bucket_count());
-          report.data_parallel->bucket_bytes = training.sync->buffer_bytes();
-        }
+        PlannedTraining training(plan, trace, options, device, data.train, position, data_parallel.get(), &report);
         if (options.full_batch_reference) training.model.set_dropout(false);
         if (options.gradient_check) report.gradient_check = check_gradient(training, plan, trace, options, device, memory.budget);
         time_machine_before_run(options, device, memory.budget, report);
         PlannedStep step(training, plan, options, device, memory);
         run_steps(step, options, device, report);
         step.finish(report);
-        if (workers) gather_workers(*workers, plan, training.allreduce_waits, report);
+        if (data_parallel) data_parallel->gather(plan, report);
         if (options.full_batch_reference && training.rank == 0) {
           const double diff = full_batch_reference(training, plan, trace, options, device, memory.budget);
           if (!report.data_parallel) report.data_parallel = core::DataParallelReport{};

@@ -141,6 +141,8 @@ class RelayStep : public StepRunner {
 
 }  // namespace
 
+bool relay_takes(const core::Plan& plan) { return plan.choice.l2l.has_value(); }
+
 void execute_relay(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device,
                    core::Report& report) {
   check_options(options);

@@ -13,7 +13,10 @@
 
 namespace headroom::executor {
 
-// Runs the plan (plan.choice.l2l set) and fills `report`, which execute() started with the plan's
+// Whether the plan is the relay's to run: it chose L2L (plan.choice.l2l).
+bool relay_takes(const core::Plan& plan);
+
+// Runs the plan (relay_takes) and fills `report`, which execute() started with the plan's
 // side: the measured steps, the device peak, the gradient check, the relay's host bytes, or where
 // the budget refused. `device` is options.device resolved (the CPU or CUDA). Throws InputError for
 // options the relay does not run with (real data, a full-batch reference, the host limit) and for

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/errors.h"
+#include "core/units.h"
 #include "planner/plan_explanation.h"
 #include "planner/strategy_table.h"
 #include "planner/technique.h"
@@ -699,6 +700,29 @@ class L2L final : public Technique {
     parts[std::string(core::kRelayWaitSecondsPart)] = seconds(std::max<std::int64_t>(p.step_ns - own, 0));
     parts[std::string(core::kRelayHostOptimizerSecondsPart)] = seconds(p.host_optimizer_ns);
     parts[std::string(core::kRelayHostBytesPart)] = static_cast<double>(p.host_bytes);
+  }
+  // The largest model the budget trains with the relay, both variants: at the plan's micro-batches
+  // when it relays, else at the finest split the strategies allow (the least device peak).
+  std::string after_summary(const core::Trace& trace, const core::Plan& plan, const PlanRequest& request,
+                            bool named) const override {
+    if (!used_by(plan.choice) && !named) return {};
+    const core::CostModel costs(trace);
+    const LayerGraph graph(trace);
+    const bool micro_batching = request.strategies.contains(Strategy::MicroBatching);
+    const auto micro = used_by(plan.choice)
+                           ? plan.choice.micro_batches
+                           : split_batch(request.global_batch,
+                                         micro_batching ? std::min<std::int64_t>(request.global_batch, kMaxL2LMicroBatches) : 1);
+    const std::int64_t limit = plan.budget_bytes - plan.margin_bytes;
+    std::string out = "\nlargest model L2L trains under " + core::format_bytes(plan.budget_bytes) +
+                      " (estimate: this model with its largest block repeated; L2L's device memory grows with depth only "
+                      "by the stashed block boundaries, its host memory by each block's parameters, optimizer state and "
+                      "RNG states; a block's gradients are on the host only while it steps):\n";
+    for (const bool on_host : {false, true}) {
+      const auto capacity = largest_l2l_model(costs, graph, micro, on_host, limit, request.host_memory_bytes);
+      out += "  " + l2l_capacity_line(capacity, on_host, micro, request.host_memory_bytes) + "\n";
+    }
+    return out;
   }
   void check(const CheckedChoice& c) const override {
     if (!used_by(c.choice)) return;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/cost_model.h"
+#include "core/plan.h"
 #include "core/schedule.h"
 #include "core/step_choice.h"
 #include "core/trace.h"
@@ -62,6 +63,12 @@ class Technique {
   // Its lines in a plan's summary, after the micro-batches'; one a summary always lists says "none"
   // where the choice does not use it.
   virtual void summarize(const core::StepChoice&, std::vector<SummaryLine>& /*lines*/) const {}
+  // What `headroom plan` prints after the plan's summary where the plan uses it or the request named
+  // it (`named`: in --strategies, not through "all"): L2L, the largest model the budget trains with
+  // the relay.
+  virtual std::string after_summary(const core::Trace&, const core::Plan&, const PlanRequest&, bool /*named*/) const {
+    return {};
+  }
   // The figures of its part of the chosen step that execute's report sets beside what it measures
   // (core::Plan::predicted_parts), under the names its core header gives them.
   virtual void predict_parts(const ChosenStep&, std::map<std::string, double>& /*parts*/) const {}

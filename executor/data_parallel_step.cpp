@@ -1,0 +1,65 @@
+#include "executor/data_parallel_step.h"
+
+#include <cmath>
+
+#include "core/collective.h"
+#include "core/statistics.h"
+#include "executor/step_loop.h"
+
+namespace headroom::executor {
+
+DataParallelStep::DataParallelStep(const WorkerIdentity& identity, torch::Device device, std::int64_t bucket_cap_bytes)
+    : workers_(identity, device), bucket_cap_bytes_(bucket_cap_bytes) {}
+
+std::unique_ptr<DataParallelStep> DataParallelStep::join(const core::Plan& plan, const ExecuteOptions& options,
+                                                         torch::Device device, core::Report& report) {
+  if (!plan.choice.data_parallel) return nullptr;
+  progress(options, "joining " + std::to_string(options.world_size) + " workers");
+  std::unique_ptr<DataParallelStep> step(new DataParallelStep(
+      WorkerIdentity{options.rank, options.world_size, options.store}, device, plan.choice.data_parallel->bucket_cap_bytes));
+  report.data_parallel = core::DataParallelReport{};
+  report.data_parallel->world_size = options.world_size;
+  report.data_parallel->backend = step->workers_.backend();
+  // Beside the plan's own figures (core/collective.h); a plan made before plans carried them has none.
+  const auto allreduce = plan.predicted_part(core::kAllReduceSecondsPart);
+  report.data_parallel->predicted_allreduce_seconds = allreduce.value_or(0);
+  report.data_parallel->predicted_exposed_allreduce_seconds = plan.predicted_part(core::kExposedAllReduceSecondsPart).value_or(0);
+  if (!allreduce) {
+    report.warnings.push_back("the plan carries no prediction of its all-reduce (made by an older headroom): plan "
+                              "again to compare it");
+  }
+  return step;
+}
+
+void DataParallelStep::attach(models::Model& model, core::Report& report) {
+  sync_ = std::make_unique<GradientSync>(model, workers_, bucket_cap_bytes_);
+  ring_ = attach_ring(model, &workers_);
+  report.data_parallel->buckets = static_cast<std::int64_t>(sync_->bucket_count());
+  report.data_parallel->bucket_bytes = sync_->buffer_bytes();
+}
+
+void DataParallelStep::arm(const std::vector<torch::Tensor>& final_already) { sync_->arm(final_already); }
+
+void DataParallelStep::finish() { last_wait_ = sync_->finish(); }
+
+void DataParallelStep::after_step(const std::vector<torch::Tensor>& parameters, int step, bool measured, core::Report& report) {
+  if (measured) waits_.push_back(last_wait_);
+  // Every worker holds the same weights after every step, bit for bit (checked outside the clock).
+  workers_.check_weights_agree(parameters, "after step " + std::to_string(step + 1));
+  ++report.data_parallel->weight_checks;
+}
+
+void DataParallelStep::gather(const core::Plan& plan, core::Report& report) {
+  const auto share = plan.choice.worker_micro_batches(workers_.rank());
+  double samples = 0;
+  for (const auto b : share) samples += static_cast<double>(b);
+  const double step = report.step_seconds.empty() ? 0 : core::median(report.step_seconds);
+  const double wait = waits_.empty() ? 0 : core::median(waits_);
+  const auto all = workers_.gather({samples, static_cast<double>(report.measured.peak_bytes), step, wait});
+  for (int r = 0; r < workers_.size(); ++r) {
+    const auto& w = all[static_cast<std::size_t>(r)];
+    report.data_parallel->workers.push_back({r, std::llround(w[0]), std::llround(w[1]), w[2], w[3]});
+  }
+}
+
+}  // namespace headroom::executor
