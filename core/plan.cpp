@@ -59,6 +59,7 @@ nlohmann::json to_json(const Plan& plan) {
         {"link", {{"bytes_per_second", dp->link.bytes_per_second}, {"latency_ns", dp->link.latency_ns}, {"source", dp->link.source}}},
     };
   }
+  if (plan.choice.ring_loss) document["ring_loss"] = true;
   if (plan.choice.loss_tiles) {
     document["loss_tiles"] = {{"rows", plan.choice.loss_tiles->rows}, {"cols", plan.choice.loss_tiles->cols}};
   }
@@ -205,6 +206,8 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     }
     const int workers = root.has("world_size") ? static_cast<int>(root.at("world_size").as_int_in(1, kMaxWorkers)) : 1;
     if (workers > 1 || root.has("data_parallel")) plan.choice.data_parallel = read_data_parallel(root, workers, plan.choice);
+    // Whether the plan's workers and its model run the ring is checked against the trace (planner::check_choice).
+    if (root.has("ring_loss")) plan.choice.ring_loss = root.at("ring_loss").as_bool();
     if (root.has("loss_tiles")) {
       const auto tiles = root.at("loss_tiles");
       plan.choice.loss_tiles = LossTiles{tiles.at("rows").as_int_in(1, kMaxPlanBatch), tiles.at("cols").as_int_in(1, kMaxPlanBatch)};

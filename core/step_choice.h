@@ -79,6 +79,10 @@ struct StepChoice {
   std::vector<LayerStep> layers;
   // Set: the step runs on more than one worker.
   std::optional<DataParallelChoice> data_parallel;
+  // A contrastive loss run as Inf-CL's ring across the data-parallel workers: each worker's loss
+  // over every worker's embeddings, passed worker to worker (planner/ring_infcl_model.h,
+  // executor/ring_peers.h). The planner sets it for a contrastive model on several workers.
+  bool ring_loss = false;
   // A contrastive model's loss (the trace has a contrastive_loss profile): tiled as Inf-CL with
   // these tiles, or the standard B x B loss when unset. Its towers run under a gradient cache
   // where the step splits the batch (caches_contrastive_gradients).

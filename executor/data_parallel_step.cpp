@@ -3,20 +3,21 @@
 #include <cmath>
 
 #include "core/collective.h"
+#include "core/errors.h"
 #include "core/statistics.h"
 #include "executor/step_loop.h"
 
 namespace headroom::executor {
 
-DataParallelStep::DataParallelStep(const WorkerIdentity& identity, torch::Device device, std::int64_t bucket_cap_bytes)
-    : workers_(identity, device), bucket_cap_bytes_(bucket_cap_bytes) {}
+DataParallelStep::DataParallelStep(const WorkerIdentity& identity, torch::Device device, const core::StepChoice& choice)
+    : workers_(identity, device), bucket_cap_bytes_(choice.data_parallel->bucket_cap_bytes), ring_loss_(choice.ring_loss) {}
 
 std::unique_ptr<DataParallelStep> DataParallelStep::join(const core::Plan& plan, const ExecuteOptions& options,
                                                          torch::Device device, core::Report& report) {
   if (!plan.choice.data_parallel) return nullptr;
   progress(options, "joining " + std::to_string(options.world_size) + " workers");
   std::unique_ptr<DataParallelStep> step(new DataParallelStep(
-      WorkerIdentity{options.rank, options.world_size, options.store}, device, plan.choice.data_parallel->bucket_cap_bytes));
+      WorkerIdentity{options.rank, options.world_size, options.store}, device, plan.choice));
   report.data_parallel = core::DataParallelReport{};
   report.data_parallel->world_size = options.world_size;
   report.data_parallel->backend = step->workers_.backend();
@@ -33,7 +34,10 @@ std::unique_ptr<DataParallelStep> DataParallelStep::join(const core::Plan& plan,
 
 void DataParallelStep::attach(models::Model& model, core::Report& report) {
   sync_ = std::make_unique<GradientSync>(model, workers_, bucket_cap_bytes_);
-  ring_ = attach_ring(model, &workers_);
+  if (ring_loss_) {
+    ring_ = attach_ring(model, &workers_);
+    if (!ring_) throw core::InputError("ring_loss: the plan runs a contrastive loss as a ring, but the model has none");
+  }
   report.data_parallel->buckets = static_cast<std::int64_t>(sync_->bucket_count());
   report.data_parallel->bucket_bytes = sync_->buffer_bytes();
 }

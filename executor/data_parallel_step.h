@@ -29,7 +29,8 @@ class DataParallelStep {
   DataParallelStep& operator=(const DataParallelStep&) = delete;
 
   // The model the step trains: its gradients' buckets (their buffers count against the run's
-  // memory, as the plan counts them) and its contrastive loss's ring.
+  // memory, as the plan counts them) and, where the plan runs one (choice.ring_loss), its contrastive
+  // loss's ring.
   void attach(models::Model& model, core::Report& report);
   int rank() const { return workers_.rank(); }
   bool runs_ring() const { return ring_ != nullptr; }
@@ -45,10 +46,11 @@ class DataParallelStep {
   void gather(const core::Plan& plan, core::Report& report);
 
  private:
-  DataParallelStep(const WorkerIdentity& identity, torch::Device device, std::int64_t bucket_cap_bytes);
+  DataParallelStep(const WorkerIdentity& identity, torch::Device device, const core::StepChoice& choice);
 
   Workers workers_;
   std::int64_t bucket_cap_bytes_;
+  bool ring_loss_;
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<GroupRingPeers> ring_;
   double last_wait_ = 0;       // the last step's

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "planner/plan_search.h"
 #include "planner/technique.h"
 
 namespace headroom::planner {
@@ -13,6 +14,9 @@ class Checkpointing final : public Technique {
  public:
   std::optional<Strategy> strategy() const override { return Strategy::Checkpointing; }
   bool used_by(const core::StepChoice& choice) const override { return !choice.checkpointed_blocks.empty(); }
+  void open(SearchSpace& space, const core::Trace&, const LayerGraph&, const PlanRequest& request) const override {
+    space.checkpointing = request.strategies.contains(Strategy::Checkpointing);
+  }
   void summarize(const core::StepChoice& choice, std::vector<SummaryLine>& lines) const override {
     const auto& blocks = choice.checkpointed_blocks;
     std::string text = blocks.empty() ? "none" : std::to_string(blocks.size()) + (blocks.size() > 1 ? " blocks:" : " block:");

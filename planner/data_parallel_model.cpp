@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/units.h"
+#include "planner/plan_search.h"
 #include "planner/technique.h"
 
 namespace headroom::planner {
@@ -88,6 +89,9 @@ namespace {
 class DataParallel final : public Technique {
  public:
   bool used_by(const core::StepChoice& choice) const override { return choice.data_parallel.has_value(); }
+  void open(SearchSpace& space, const core::Trace&, const LayerGraph&, const PlanRequest& request) const override {
+    if (request.workers > 1) space.base.data_parallel = core::DataParallelChoice{request.workers, {}, request.link, request.bucket_cap_bytes};
+  }
   void summarize(const core::StepChoice& c, std::vector<SummaryLine>& lines) const override {
     if (!used_by(c)) return;
     const core::DataParallelChoice& dp = *c.data_parallel;

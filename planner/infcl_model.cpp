@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/saturating.h"
+#include "planner/plan_search.h"
 #include "planner/technique.h"
 
 namespace headroom::planner {
@@ -163,7 +164,7 @@ std::string contrastive_scheme(const core::Trace& trace, const core::StepChoice&
   const std::string loss = choice.loss_tiles ? "tiled " + std::to_string(choice.loss_tiles->rows) + " x " +
                                                    std::to_string(choice.loss_tiles->cols) + " (Inf-CL)"
                                              : std::string("standard (the full B x B similarity matrix)");
-  if (choice.data_parallel) {
+  if (choice.ring_loss) {
     return "contrastive step: gradient cache on each of " + std::to_string(choice.workers()) +
            " workers over its share's micro-batches, the loss over all " + std::to_string(batch) +
            " pairs once as Inf-CL's ring (key blocks passed worker to worker, partial lse merged, dk accumulated round "
@@ -189,6 +190,17 @@ class InfCl final : public Technique {
  public:
   std::optional<Strategy> strategy() const override { return Strategy::InfCl; }
   bool used_by(const core::StepChoice& choice) const override { return choice.loss_tiles.has_value(); }
+  // A contrastive model's loss options: the standard loss, and the measured tiles that fit the batch
+  // where Inf-CL is asked for.
+  void open(SearchSpace& space, const core::Trace& trace, const LayerGraph&, const PlanRequest& request) const override {
+    const auto loss = contrastive_loss_model(trace);
+    if (!loss) return;
+    space.loss_options.push_back(std::nullopt);
+    for (const auto& tiles : loss->tiles()) {
+      const bool fits_batch = tiles.rows <= request.global_batch && tiles.cols <= request.global_batch;
+      if (request.strategies.contains(Strategy::InfCl) && fits_batch) space.loss_options.push_back(tiles);
+    }
+  }
   void check(const CheckedChoice& c) const override {
     if (!used_by(c.choice)) return;
     if (!c.trace.contrastive_loss) {

@@ -671,6 +671,17 @@ class L2L final : public Technique {
   std::optional<Strategy> strategy() const override { return Strategy::L2L; }
   bool used_by(const core::StepChoice& choice) const override { return choice.l2l.has_value(); }
   bool runs_the_step(const core::StepChoice& choice) const override { return used_by(choice); }
+  void open(SearchSpace& space, const core::Trace& trace, const LayerGraph&, const PlanRequest& request) const override {
+    if (!request.strategies.contains(Strategy::L2L)) return;
+    // Named by itself it must apply (the CLI says so first); with others it applies where it can.
+    if (request.workers > 1) {
+      throw core::InputError("strategies: l2l with data parallel (" + std::to_string(request.workers) +
+                             " workers) is not implemented; plan L2L on one device");
+    }
+    if (request.host_memory_bytes < 0) throw core::InputError("host_memory_bytes: expected zero (not checked) or more");
+    space.l2l = relay_can_run(trace);
+    space.host_memory = request.host_memory_bytes;
+  }
   void summarize(const core::StepChoice& choice, std::vector<SummaryLine>& lines) const override {
     if (!used_by(choice)) return;
     const core::RelayChoice& relay = *choice.l2l;

@@ -209,25 +209,11 @@ Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, st
 
 namespace {
 
-// What the search is allowed, and the limit it plans to.
-struct SearchSpace {
-  bool micro_batching = false;
-  bool checkpointing = false;
-  bool tempo = false;  // asked for, and the trace has lean layers
-  std::int64_t limit = 0;
-  core::StepChoice base;  // what every choice starts from: data parallel's workers, link and buckets
-  // A contrastive model's loss: each option in turn (the standard loss, and Inf-CL's measured
-  // tiles when asked for), or the one in `tiles` when this is empty.
-  std::vector<std::optional<core::LossTiles>> loss_options;
-  std::optional<core::LossTiles> tiles;
-  bool l2l = false;                // asked for, and the relay can run the model
-  std::int64_t host_memory = 0;    // what L2L's host side may fill (0: not checked)
-};
-
-// A choice with only `c`'s data-parallel settings.
+// A choice with only `c`'s data-parallel settings (the workers and their ring loss).
 core::StepChoice data_parallel_only(const core::StepChoice& c) {
   core::StepChoice out;
   out.data_parallel = c.data_parallel;
+  out.ring_loss = c.ring_loss;
   return out;
 }
 
@@ -990,28 +976,8 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   };
   const std::int64_t margin = margin_of(request.budget_bytes);
   SearchSpace space;
-  space.micro_batching = request.strategies.contains(Strategy::MicroBatching);
-  space.checkpointing = request.strategies.contains(Strategy::Checkpointing);
-  space.tempo = request.strategies.contains(Strategy::Tempo) && !graph.lean_candidates().empty();
   space.limit = request.budget_bytes - margin;
-  if (request.workers > 1) space.base.data_parallel = core::DataParallelChoice{request.workers, {}, request.link, request.bucket_cap_bytes};
-  if (request.strategies.contains(Strategy::L2L)) {
-    // Named by itself it must apply (the CLI says so first); with others it applies where it can.
-    if (request.workers > 1) {
-      throw core::InputError("strategies: l2l with data parallel (" + std::to_string(request.workers) +
-                             " workers) is not implemented; plan L2L on one device");
-    }
-    if (request.host_memory_bytes < 0) throw core::InputError("host_memory_bytes: expected zero (not checked) or more");
-    space.l2l = relay_can_run(trace);
-    space.host_memory = request.host_memory_bytes;
-  }
-  if (const auto loss = contrastive_loss_model(trace)) {
-    space.loss_options.push_back(std::nullopt);
-    for (const auto& tiles : loss->tiles()) {
-      const bool fits_batch = tiles.rows <= request.global_batch && tiles.cols <= request.global_batch;
-      if (request.strategies.contains(Strategy::InfCl) && fits_batch) space.loss_options.push_back(tiles);
-    }
-  }
+  for (const Technique* technique : techniques()) technique->open(space, trace, graph, request);
 
   PlanOutcome outcome;
   // L2L only where no plan without it fits: it moves the training state to the host, which the

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/errors.h"
 #include "core/saturating.h"
+#include "planner/plan_search.h"
+#include "planner/technique.h"
 
 namespace headroom::planner {
 
@@ -103,6 +106,42 @@ std::vector<Op> ring_loss_ops(const ContrastiveLossModel& model, const RingLossS
           {OpKind::Backward, model.layer(), core::saturating_add(gradient, exposed.backward_ns),
            core::saturating_add(c.bwd_transient_bytes, ring.backward), c.bwd_retained_bytes},
           {OpKind::GradientCache, -1, 0, 0, -(c.fwd_retained_bytes + c.bwd_retained_bytes)}};
+}
+
+namespace {
+
+// The ring loss as a technique: asked for by nothing but the request's workers and the model's
+// contrastive loss. The planner sets it wherever both are (a worker's loss over its own share alone
+// would not be the global batch's loss), the step sequence runs the loss phase as the ring's
+// (ring_loss_ops), and the executor runs it over the workers' process group (executor/ring_peers.h).
+class RingLoss final : public Technique {
+ public:
+  bool used_by(const core::StepChoice& choice) const override { return choice.ring_loss; }
+  void open(SearchSpace& space, const core::Trace& trace, const LayerGraph&, const PlanRequest& request) const override {
+    space.base.ring_loss = request.workers > 1 && trace.contrastive_loss.has_value();
+  }
+  void check(const CheckedChoice& c) const override {
+    const bool contrastive = c.trace.contrastive_loss.has_value();
+    if (!used_by(c.choice)) {
+      if (c.choice.data_parallel && contrastive) {
+        throw core::InputError(c.source + ": $.ring_loss: a data-parallel plan of a contrastive model runs its loss as "
+                               "Inf-CL's ring across the workers, and this one does not say so (made by an older "
+                               "headroom?): plan again");
+      }
+      return;
+    }
+    if (!c.choice.data_parallel) {
+      throw core::InputError(c.source + ": $.ring_loss: the ring runs across data-parallel workers; the plan has one");
+    }
+    if (!contrastive) throw core::InputError(c.source + ": $.ring_loss: the trace's model has no contrastive loss to run as a ring");
+  }
+};
+
+}  // namespace
+
+const Technique& ring_loss_technique() {
+  static const RingLoss technique;
+  return technique;
 }
 
 }  // namespace headroom::planner

@@ -9,6 +9,7 @@
 #include "core/saturating.h"
 #include "planner/data_parallel_model.h"
 #include "planner/infcl_model.h"
+#include "planner/plan_search.h"
 #include "planner/ring_infcl_model.h"
 #include "planner/technique.h"
 
@@ -414,7 +415,7 @@ void append_grad_cache_step(const core::CostModel& costs, const LayerGraph& grap
                             const core::StepChoice& choice, const StepBatches& batches, BatchCostsCache* cache,
                             OpsFor& ops_for, StepSequence& seq) {
   // A data-parallel worker (worker 0, the largest share) caches its own rows; its loss is the ring's.
-  const core::DataParallelChoice* ring = choice.data_parallel ? &*choice.data_parallel : nullptr;
+  const core::DataParallelChoice* ring = choice.ring_loss && choice.data_parallel ? &*choice.data_parallel : nullptr;
   std::int64_t rows = 0, count = 0;
   for (const auto& run : batches.runs) rows += run.size * run.count, count += run.count;
   // The plan lists every worker's micro-batches; the search weighs worker 0's alone, where the
@@ -709,6 +710,9 @@ class MicroBatching final : public Technique {
  public:
   std::optional<Strategy> strategy() const override { return Strategy::MicroBatching; }
   bool used_by(const core::StepChoice& choice) const override { return choice.worker_micro_batches(0).size() > 1; }
+  void open(SearchSpace& space, const core::Trace&, const LayerGraph&, const PlanRequest& request) const override {
+    space.micro_batching = request.strategies.contains(Strategy::MicroBatching);
+  }
 };
 
 }  // namespace

@@ -6,10 +6,11 @@
 namespace headroom::planner {
 
 std::span<const Technique* const> techniques() {
-  static const std::array<const Technique*, 6> all = [] {
-    const std::array<const Technique*, 6> registered{&micro_batching_technique(), &checkpointing_technique(),
+  static const std::array<const Technique*, 7> all = [] {
+    const std::array<const Technique*, 7> registered{&micro_batching_technique(), &checkpointing_technique(),
                                                      &tempo_technique(),          &infcl_technique(),
-                                                     &l2l_technique(),            &data_parallel_technique()};
+                                                     &l2l_technique(),            &data_parallel_technique(),
+                                                     &ring_loss_technique()};
     // The table's entries first, in its order (a plan lists its strategies so), each once.
     const auto table = strategy_table();
     if (table.size() > registered.size()) throw std::logic_error("techniques(): a table entry without its technique");

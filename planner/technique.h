@@ -17,6 +17,7 @@
 #include "core/step_choice.h"
 #include "core/trace.h"
 #include "planner/layer_graph.h"
+#include "planner/search_space.h"
 #include "planner/step_sequence.h"
 #include "planner/strategy_table.h"
 
@@ -56,6 +57,9 @@ class Technique {
   virtual std::optional<Strategy> strategy() const { return std::nullopt; }
   // Whether `choice` applies it (as a plan lists it: worker 0's micro-batches are the ones that count).
   virtual bool used_by(const core::StepChoice& choice) const = 0;
+  // What it opens to the search for `request` (search_space.h): its flags, options and the fields
+  // every choice starts from. Throws core::InputError for a request it cannot plan.
+  virtual void open(SearchSpace&, const core::Trace&, const LayerGraph&, const PlanRequest&) const {}
   // Throws core::InputError where the choice asks of it what the trace cannot run.
   virtual void check(const CheckedChoice&) const {}
   // The plan's warnings it adds for the chosen step.
@@ -99,6 +103,7 @@ const Technique& tempo_technique();           // tempo.cpp
 const Technique& infcl_technique();           // infcl_model.cpp
 const Technique& l2l_technique();             // l2l_model.cpp
 const Technique& data_parallel_technique();   // data_parallel_model.cpp
+const Technique& ring_loss_technique();       // ring_infcl_model.cpp
 
 // Every technique: the strategy table's, in its order, then those asked for otherwise.
 std::span<const Technique* const> techniques();

@@ -15,6 +15,9 @@ class Tempo final : public Technique {
  public:
   std::optional<Strategy> strategy() const override { return Strategy::Tempo; }
   bool used_by(const core::StepChoice& choice) const override { return choice.lean_count() > 0; }
+  void open(SearchSpace& space, const core::Trace&, const LayerGraph& graph, const PlanRequest& request) const override {
+    space.tempo = request.strategies.contains(Strategy::Tempo) && !graph.lean_candidates().empty();
+  }
   void summarize(const core::StepChoice& choice, std::vector<SummaryLine>& lines) const override {
     std::vector<std::string> lean;
     for (const auto& layer : choice.layers) {

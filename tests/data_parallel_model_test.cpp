@@ -90,6 +90,7 @@ TEST(DataParallelPlan, AContrastiveModelRunsTheRingInfCl) {
     // 2 workers, 65 pairs: worker 0 caches 33 (as 17 + 16), worker 1 32.
     core::StepChoice dp = core::StepChoice{}.with_micro_batches({17, 16, 16, 16});
     dp.data_parallel = core::DataParallelChoice{2, {2, 2}, core::parse_link(link)};
+    dp.ring_loss = true;
     dp.loss_tiles = loss.tiles().front();
     const auto seq = planner::step_sequence(costs, graph, dp);
     // The loss phase: worker 0's rows, the ring's buffers on top, its share of the whole loss's time
@@ -131,6 +132,7 @@ TEST(DataParallelPlan, AContrastiveModelRunsTheRingInfCl) {
   // A slower link costs the ring time; the plan search plans it, and a plan file of it checks.
   core::StepChoice fast = core::StepChoice{}.with_micro_batches({17, 16, 16, 16}), slow;
   fast.data_parallel = core::DataParallelChoice{2, {2, 2}, core::parse_link("100GB/s,1us")};
+  fast.ring_loss = true;
   fast.loss_tiles = loss.tiles().front();
   slow = fast;
   slow.data_parallel->link = core::parse_link("50MB/s,1ms");

@@ -1,5 +1,5 @@
 // The planner's technique interface (planner/technique.h): every strategy-table entry registered in
-// the table's order, data parallel beside them, each technique saying whether a choice uses it and
+// the table's order, data parallel and its ring loss beside them, each technique saying whether a choice uses it and
 // refusing by name what the trace cannot run, L2L running its step its own way, and the parts of a
 // step and the lines of a plan's summary each adds.
 #include <gtest/gtest.h>
@@ -8,9 +8,11 @@
 #include <string>
 
 #include "core/errors.h"
+#include "core/plan.h"
 #include "core/relay_stages.h"
 #include "planner/data_parallel_model.h"
 #include "planner/l2l_model.h"
+#include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
 #include "planner/technique.h"
 #include "report/plan_report.h"
@@ -24,10 +26,12 @@ using planner::Strategy;
 TEST(Technique, EveryTableEntryIsRegisteredInItsOrderThenTheOthers) {
   const auto all = planner::techniques();
   const auto table = planner::strategy_table();
-  ASSERT_EQ(all.size(), table.size() + 1);
+  ASSERT_EQ(all.size(), table.size() + 2);
   for (std::size_t i = 0; i < table.size(); ++i) EXPECT_EQ(all[i]->strategy(), table[i].id);
-  EXPECT_FALSE(all.back()->strategy());  // data parallel: asked for by the request's workers
-  EXPECT_EQ(all.back(), &planner::data_parallel_technique());
+  // Asked for by the request's workers (and the model's contrastive loss), not by --strategies.
+  EXPECT_EQ(all[table.size()], &planner::data_parallel_technique());
+  EXPECT_EQ(all[table.size() + 1], &planner::ring_loss_technique());
+  for (std::size_t i = table.size(); i < all.size(); ++i) EXPECT_FALSE(all[i]->strategy());
 }
 
 TEST(Technique, EachSaysWhetherAChoiceUsesIt) {
@@ -42,6 +46,10 @@ TEST(Technique, EachSaysWhetherAChoiceUsesIt) {
   workers.data_parallel = core::DataParallelChoice{2, {1, 1}, {}, core::kDefaultBucketCapBytes};
   EXPECT_FALSE(planner::micro_batching_technique().used_by(workers));
   EXPECT_TRUE(planner::data_parallel_technique().used_by(workers));
+  EXPECT_FALSE(planner::ring_loss_technique().used_by(workers));
+  core::StepChoice ring = workers;
+  ring.ring_loss = true;
+  EXPECT_TRUE(planner::ring_loss_technique().used_by(ring));
 
   core::StepChoice checkpointed = plain;
   checkpointed.checkpointed_blocks = {0};
@@ -93,6 +101,56 @@ TEST(Technique, EachRefusesByNameWhatTheTraceCannotRun) {
   core::StepChoice alone = choice;
   alone.data_parallel = core::DataParallelChoice{1, {1}, {}, core::kDefaultBucketCapBytes};
   EXPECT_EQ(refusal(planner::data_parallel_technique(), alone), "plan.json: $.world_size: data parallel needs at least 2 workers, got 1");
+  core::StepChoice ring_alone = choice;
+  ring_alone.ring_loss = true;
+  EXPECT_EQ(refusal(planner::ring_loss_technique(), ring_alone),
+            "plan.json: $.ring_loss: the ring runs across data-parallel workers; the plan has one");
+  core::StepChoice ring = uneven.with_micro_batches({4, 4});
+  ring.ring_loss = true;
+  EXPECT_NE(refusal(planner::ring_loss_technique(), ring).find("has no contrastive loss to run as a ring"), std::string::npos);
+}
+
+// The ring loss is its own field, set by the planner wherever a contrastive model runs on several
+// workers and nowhere else; a plan file carries it, and a data-parallel plan of a contrastive model
+// without it (an older headroom's) is refused rather than run with each worker's loss alone.
+TEST(Technique, TheRingLossIsChosenForAContrastiveModelOnSeveralWorkers) {
+  const auto trace_of = [](const std::string& name) {
+    return core::read_trace_file(std::filesystem::path(HEADROOM_TRACES_DIR) / name);
+  };
+  const core::Trace clip = trace_of("cpu-clip.json"), bert = trace_of("cpu-bert.json");
+  const auto request = [](std::int64_t batch, int workers) {
+    planner::PlanRequest r;
+    r.global_batch = batch;
+    r.budget_bytes = std::int64_t{4} << 30;
+    r.strategies = planner::parse_strategies("all", workers);
+    r.workers = workers;
+    r.link = core::parse_link("1GB/s,20us");
+    r.trace_path = "t.json";
+    r.trace_sha256 = std::string(64, '0');
+    return r;
+  };
+  const auto clip_on_two = planner::plan_step(clip, request(256, 2));
+  ASSERT_TRUE(clip_on_two.plan) << clip_on_two.reason;
+  EXPECT_TRUE(clip_on_two.plan->choice.ring_loss);
+  EXPECT_EQ(core::to_json(*clip_on_two.plan).at("ring_loss"), true);
+  EXPECT_EQ(core::plan_from_json(core::to_json(*clip_on_two.plan), "p.json").choice, clip_on_two.plan->choice);
+  const auto clip_alone = planner::plan_step(clip, request(256, 1));
+  ASSERT_TRUE(clip_alone.plan) << clip_alone.reason;
+  EXPECT_FALSE(clip_alone.plan->choice.ring_loss);
+  EXPECT_FALSE(core::to_json(*clip_alone.plan).contains("ring_loss"));
+  const auto bert_on_two = planner::plan_step(bert, request(16, 2));
+  ASSERT_TRUE(bert_on_two.plan) << bert_on_two.reason;
+  EXPECT_FALSE(bert_on_two.plan->choice.ring_loss);
+
+  core::Plan older = *clip_on_two.plan;
+  older.choice.ring_loss = false;
+  try {
+    planner::check_choice(older, clip, "old.json");
+    ADD_FAILURE() << "a data-parallel clip plan without the ring was accepted";
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("old.json: $.ring_loss: a data-parallel plan of a contrastive model"), std::string::npos)
+        << e.what();
+  }
 }
 
 planner::PlanRequest bert_request(std::int64_t budget, const std::string& strategies, int workers = 1) {
