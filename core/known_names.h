@@ -11,10 +11,6 @@
 
 namespace headroom::core {
 
-// The techniques a plan's "strategies" may name. planner/strategy_table.h has one entry for each,
-// in this order (it checks so at compile time).
-inline constexpr std::array<std::string_view, 5> kStrategyNames{"mbp", "checkpoint", "tempo", "infcl", "l2l"};
-
 // The optimizers a trace may have measured and a plan may be made for (runtime::make_optimizer
 // builds them; planner/optimizer_estimate.cpp estimates their state).
 inline constexpr std::array<std::string_view, 2> kOptimizerNames{"sgd", "adam"};

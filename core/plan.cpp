@@ -12,6 +12,7 @@
 #include "core/relay_choice_json.h"
 #include "core/relay_stages.h"
 #include "core/sha256.h"
+#include "core/strategies.h"
 #include "core/trace.h"
 
 namespace headroom::core {

@@ -12,15 +12,15 @@ namespace headroom::executor {
 DataParallelStep::DataParallelStep(const WorkerIdentity& identity, torch::Device device, const core::StepChoice& choice)
     : workers_(identity, device), bucket_cap_bytes_(choice.data_parallel->bucket_cap_bytes), ring_loss_(choice.ring_loss) {}
 
-std::unique_ptr<DataParallelStep> DataParallelStep::join(const core::Plan& plan, const ExecuteOptions& options,
-                                                         torch::Device device, core::Report& report) {
+std::unique_ptr<StepWrapper> join_data_parallel(const core::Plan& plan, const ExecuteOptions& options, torch::Device device,
+                                                core::Report& report) {
   if (!plan.choice.data_parallel) return nullptr;
   progress(options, "joining " + std::to_string(options.world_size) + " workers");
-  std::unique_ptr<DataParallelStep> step(new DataParallelStep(
-      WorkerIdentity{options.rank, options.world_size, options.store}, device, plan.choice));
+  auto step = std::make_unique<DataParallelStep>(WorkerIdentity{options.rank, options.world_size, options.store}, device,
+                                                 plan.choice);
   report.data_parallel = core::DataParallelReport{};
   report.data_parallel->world_size = options.world_size;
-  report.data_parallel->backend = step->workers_.backend();
+  report.data_parallel->backend = step->backend();
   // Beside the plan's own figures (core/collective.h); a plan made before plans carried them has none.
   const auto allreduce = plan.predicted_part(core::kAllReduceSecondsPart);
   report.data_parallel->predicted_allreduce_seconds = allreduce.value_or(0);
@@ -42,9 +42,9 @@ void DataParallelStep::attach(models::Model& model, core::Report& report) {
   report.data_parallel->bucket_bytes = sync_->buffer_bytes();
 }
 
-void DataParallelStep::arm(const std::vector<torch::Tensor>& final_already) { sync_->arm(final_already); }
+void DataParallelStep::before_last_backward(const std::vector<torch::Tensor>& final_already) { sync_->arm(final_already); }
 
-void DataParallelStep::finish() { last_wait_ = sync_->finish(); }
+void DataParallelStep::after_backward() { last_wait_ = sync_->finish(); }
 
 void DataParallelStep::after_step(const std::vector<torch::Tensor>& parameters, int step, bool measured, core::Report& report) {
   if (measured) waits_.push_back(last_wait_);
@@ -53,7 +53,7 @@ void DataParallelStep::after_step(const std::vector<torch::Tensor>& parameters, 
   ++report.data_parallel->weight_checks;
 }
 
-void DataParallelStep::gather(const core::Plan& plan, core::Report& report) {
+void DataParallelStep::after_run(const core::Plan& plan, core::Report& report) {
   const auto share = plan.choice.worker_micro_batches(workers_.rank());
   double samples = 0;
   for (const auto b : share) samples += static_cast<double>(b);

@@ -6,19 +6,21 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
+#include <vector>
 
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "core/host_memory.h"
 #include "core/statistics.h"
 #include "core/units.h"
-#include "executor/data_parallel_step.h"
 #include "executor/grad_cache.h"
 #include "executor/machine_timing.h"
 #include "executor/plan_runner.h"
 #include "executor/ring_peers.h"
 #include "executor/step_loop.h"
+#include "executor/step_wrappers.h"
 #include "executor/whole_step_runners.h"
 #include "models/fashion_mnist.h"
 #include "models/model_source.h"
@@ -210,19 +212,20 @@ models::Model prepare_model(const core::Plan& plan, const core::Trace& trace, co
 }
 
 // Everything a planned step runs with. Built in place: the runner and the optimizer hold on to the
-// model and its parameters. A data-parallel worker's step is wrapped (data_parallel_step.h): its
-// gradients' exchange and the ring are attached to the model as it is built.
+// model and its parameters. What wraps the step (step_wrappers.h: data parallel's exchange and ring)
+// is attached to the model as it is built.
 struct PlannedTraining {
   PlannedTraining(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device,
                   const std::optional<models::LabelledImages>& train, Position& position,
-                  DataParallelStep* data_parallel = nullptr, core::Report* report = nullptr)
+                  std::span<const std::unique_ptr<StepWrapper>> wrappers = {}, core::Report* report = nullptr)
       : model(prepare_model(plan, trace, options, device, train)),
         parameters(model.parameters()),
         optimizer(runtime::make_optimizer(plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer, parameters)),
         runner(model, plan.choice.checkpointed_blocks, position),
-        data_parallel(data_parallel),
-        rank(data_parallel != nullptr ? data_parallel->rank() : 0) {
-    if (data_parallel != nullptr) data_parallel->attach(model, *report);
+        grad_cache(uses_grad_cache(model, plan)),
+        wrappers(wrappers),
+        rank(options.rank) {
+    for (const auto& wrapper : wrappers) wrapper->attach(model, *report);
   }
   PlannedTraining(const PlannedTraining&) = delete;
   PlannedTraining& operator=(const PlannedTraining&) = delete;
@@ -231,8 +234,22 @@ struct PlannedTraining {
   const std::vector<torch::Tensor> parameters;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   PlanRunner runner;
-  DataParallelStep* data_parallel;  // null on one worker
-  int rank;
+  // The step runs under a gradient cache (uses_grad_cache), chosen once.
+  const bool grad_cache;
+  std::span<const std::unique_ptr<StepWrapper>> wrappers;
+  int rank;  // a data-parallel worker's; 0 on one worker
+
+  // The next backward is the step's last.
+  void before_last_backward(const std::vector<torch::Tensor>& final_already = {}) {
+    for (const auto& wrapper : wrappers) wrapper->before_last_backward(final_already);
+  }
+  // Every micro-batch's backward has run.
+  void after_backward() {
+    for (const auto& wrapper : wrappers) {
+      runner.set_phase(wrapper->phase());
+      wrapper->after_backward();
+    }
+  }
 };
 
 std::int64_t samples_of(const std::vector<std::int64_t>& sizes) {
@@ -244,8 +261,8 @@ std::int64_t samples_of(const std::vector<std::int64_t>& sizes) {
 // A gradient-cache step on a data-parallel worker arms the exchange before its last backward; the
 // loss layer's gradient is complete by then.
 std::function<void()> arm_before_last_backward(PlannedTraining& training) {
-  if (training.data_parallel == nullptr) return {};
-  return [&training] { training.data_parallel->arm(loss_layer_parameters(training.model)); };
+  if (training.wrappers.empty()) return {};
+  return [&training] { training.before_last_backward(loss_layer_parameters(training.model)); };
 }
 
 // From the initial weights: the plan's accumulated gradient against the full batch's, same data,
@@ -272,24 +289,24 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
     const std::size_t first = plan.choice.first_micro_batch(training.rank);
     const auto own = make_micro_batches(model, share, options.seed, device, first);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-    if (uses_grad_cache(model, plan)) {
+    if (training.grad_cache) {
       // A contrastive model's micro-batches go twice around the loss over the whole batch (the
       // ring's across workers).
       grad_cache_accumulate(model, training.runner, own.size(), [&](std::size_t m) { return own[m]; },
                             samples_of(share), device, arm_before_last_backward(training));
     } else {
       for (std::size_t m = 0; m < own.size(); ++m) {
-        if (training.data_parallel != nullptr && m + 1 == own.size()) training.data_parallel->arm();
+        if (m + 1 == own.size()) training.before_last_backward();
         training.runner.run_micro_batch(own[m], static_cast<int>(first + m), plan.global_batch);
       }
     }
-    if (training.data_parallel != nullptr) training.data_parallel->finish();
+    training.after_backward();
     training.runner.set_phase("idle");
     const auto accumulated = gradients_of(parameters);
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
     // The full batch, on worker 0 only when there are several.
     if (training.rank == 0) {
-      const auto micro = training.data_parallel != nullptr ? make_micro_batches(model, plan.choice.micro_batches, options.seed, device) : own;
+      const auto micro = plan.choice.data_parallel ? make_micro_batches(model, plan.choice.micro_batches, options.seed, device) : own;
       // The reference runs the standard layers and loss: the planned variants must give the same gradients.
       model.set_all_variants(core::LayerVariant::Standard);
       const int contrastive = contrastive_layer(model);
@@ -310,9 +327,9 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
   check.note = batchnorm && plan.choice.micro_batches.size() > 1 && !options.batchnorm_eval
                    ? "BatchNorm normalizes each micro-batch with its own statistics, so the accumulated gradient differs "
                      "from the full batch's by design; dropout off on both sides"
-                   : uses_grad_cache(model, plan)
+                   : training.grad_cache
                    ? std::string("gradient-cache gradients (towers micro-batched, the loss over the whole batch ") +
-                         (training.data_parallel != nullptr && training.data_parallel->runs_ring() ? std::string("as Inf-CL's ring across the workers") +
+                         (plan.choice.ring_loss ? std::string("as Inf-CL's ring across the workers") +
                                               (plan.choice.loss_tiles ? ", tiled" : "")
                                         : std::string(plan.choice.loss_tiles ? "tiled" : "standard")) +
                          ", checkpointing and Tempo as planned) against the full batch's with standard layers and the "
@@ -333,7 +350,7 @@ void train_step(PlannedTraining& training, const core::Plan& plan, const Execute
   // The last micro-batch's data stays until the optimizer has stepped, as in a training loop (and
   // as the plan counts it).
   std::vector<models::Batch> batch;
-  if (uses_grad_cache(training.model, plan)) {
+  if (training.grad_cache) {
     // A contrastive model's micro-batches run twice around the loss over the whole batch; a
     // data-parallel worker runs its share, the loss over every worker's through the ring.
     const auto sizes = plan.choice.worker_micro_batches(training.rank);
@@ -357,16 +374,14 @@ void train_step(PlannedTraining& training, const core::Plan& plan, const Execute
       batch.clear();
       batch = make_micro_batches(training.model, {sizes[k]}, step_seed(options, step, m), device);
       // The last backward sends each bucket of gradients as it completes.
-      if (training.data_parallel != nullptr && k + 1 == sizes.size()) training.data_parallel->arm();
+      if (k + 1 == sizes.size()) training.before_last_backward();
       training.runner.run_micro_batch(batch.front(), static_cast<int>(m), plan.global_batch);
       if (host != nullptr) host->sample_resident();
     }
   }
-  if (training.data_parallel != nullptr) {
-    training.runner.set_phase("all-reduce");
-    training.data_parallel->finish();
-  }
+  training.after_backward();
   training.runner.set_phase("optimizer");
+  for (const auto& wrapper : training.wrappers) wrapper->before_optimizer(training.parameters);
   training.optimizer->step();
   training.runner.set_phase("idle");
 }
@@ -398,7 +413,7 @@ class PlannedStep : public StepRunner {
       report.measured.peak_bytes = std::max(report.measured.peak_bytes, memory_.recorder->peak());
       report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, memory_.recorder->reserved());
     }
-    if (training_.data_parallel != nullptr) training_.data_parallel->after_step(training_.parameters, step, measured, report);
+    for (const auto& wrapper : training_.wrappers) wrapper->after_step(training_.parameters, step, measured, report);
   }
 
   // After the last step: the host's memory over the measured steps.
@@ -542,8 +557,9 @@ void run_plan(const core::Plan& plan, const core::Trace& trace, const ExecuteOpt
     own->run(plan, trace, options, device, report);
     return;
   }
-  // The workers join before the budget starts counting: the process group is not the step's memory.
-  const std::unique_ptr<DataParallelStep> data_parallel = DataParallelStep::join(plan, options, device, report);
+  // What wraps the step is made before the budget starts counting: data parallel's process group is
+  // not the step's memory.
+  const std::vector<std::unique_ptr<StepWrapper>> wrappers = make_step_wrappers(plan, options, device, report);
 
   RunMemory memory(plan, options, device);
   report.budget_bytes = memory.budget ? plan.budget_bytes : 0;
@@ -552,14 +568,14 @@ void run_plan(const core::Plan& plan, const core::Trace& trace, const ExecuteOpt
   const auto baseline = [&memory] { return memory.budget ? memory.budget->baseline() : std::int64_t{0}; };
   reporting_out_of_memory(
       [&] {
-        PlannedTraining training(plan, trace, options, device, data.train, position, data_parallel.get(), &report);
+        PlannedTraining training(plan, trace, options, device, data.train, position, wrappers, &report);
         if (options.full_batch_reference) training.model.set_dropout(false);
         if (options.gradient_check) report.gradient_check = check_gradient(training, plan, trace, options, device, memory.budget);
         time_machine_before_run(options, device, memory.budget, report);
         PlannedStep step(training, plan, options, device, memory);
         run_steps(step, options, device, report);
         step.finish(report);
-        if (data_parallel) data_parallel->gather(plan, report);
+        for (const auto& wrapper : wrappers) wrapper->after_run(plan, report);
         if (options.full_batch_reference && training.rank == 0) {
           const double diff = full_batch_reference(training, plan, trace, options, device, memory.budget);
           if (!report.data_parallel) report.data_parallel = core::DataParallelReport{};

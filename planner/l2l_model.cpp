@@ -15,21 +15,6 @@
 
 namespace headroom::planner {
 
-std::string l2l_refusal(const core::Trace& trace) {
-  if (trace.contrastive_loss) {
-    return "its contrastive loss couples every micro-batch, and the relay computes each micro-batch's loss alone";
-  }
-  if (trace.model.file) return "it is a TorchScript module, and the relay runs only the zoo's models stage by stage";
-  for (const auto& layer : trace.layers) {
-    if (layer.kind.find("batchnorm") != std::string::npos) {
-      return "its BatchNorm layer " + layer.name + " would update its running statistics twice (forward and recompute)";
-    }
-  }
-  return "";
-}
-
-bool relay_can_run(const core::Trace& trace) { return l2l_refusal(trace).empty(); }
-
 namespace {
 
 std::vector<int> block_ids(const core::Trace& trace) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cost_model.h"
+#include "core/relay_refusal.h"
 #include "core/relay_stages.h"
 #include "core/schedule.h"
 #include "core/step_choice.h"
@@ -24,11 +25,8 @@ struct L2LStage : core::RelayStage {
   std::int64_t parameter_bytes = 0;
 };
 
-// Why L2L's relay cannot run the traced model, in one phrase ("" when it can): a contrastive loss
-// couples every micro-batch (the relay computes each one's loss alone), BatchNorm would update its
-// running statistics twice (forward and recompute), and a TorchScript module's layers are not the
-// zoo's that the relay runs one stage at a time.
-std::string l2l_refusal(const core::Trace& trace);
+// Why L2L's relay cannot run the traced model (core/relay_refusal.h).
+using core::l2l_refusal;
 
 // The stages the relay forms from the trace's block ids (core::relay_stages, as the executor forms
 // them from the model's).

@@ -1,0 +1,18 @@
+#include "core/relay_refusal.h"
+
+namespace headroom::core {
+
+std::string l2l_refusal(const Trace& trace) {
+  if (trace.contrastive_loss) {
+    return "its contrastive loss couples every micro-batch, and the relay computes each micro-batch's loss alone";
+  }
+  if (trace.model.file) return "it is a TorchScript module, and the relay runs only the zoo's models stage by stage";
+  for (const auto& layer : trace.layers) {
+    if (layer.kind.find("batchnorm") != std::string::npos) {
+      return "its BatchNorm layer " + layer.name + " would update its running statistics twice (forward and recompute)";
+    }
+  }
+  return "";
+}
+
+}  // namespace headroom::core

@@ -1,0 +1,17 @@
+#pragma once
+// What L2L's relay can run, as the planner (the strategy table, a plan's check) and the executor's
+// relay must agree on it.
+#include <string>
+
+#include "core/trace.h"
+
+namespace headroom::core {
+
+// Why L2L's relay cannot run the traced model, in one phrase ("" when it can): a contrastive loss
+// couples every micro-batch (the relay computes each one's loss alone), BatchNorm would update its
+// running statistics twice (forward and recompute), and a TorchScript module's layers are not the
+// zoo's that the relay runs one stage at a time.
+std::string l2l_refusal(const Trace& trace);
+inline bool relay_can_run(const Trace& trace) { return l2l_refusal(trace).empty(); }
+
+}  // namespace headroom::core
