@@ -1,8 +1,8 @@
 #pragma once
 // Names a file written by one side and read by another must agree on. The readers refuse any
 // other name, listing these, so a misspelt one is an error where it is read rather than a silent
-// change of meaning later (a plan naming a technique no step runs, a trace whose optimizer nobody
-// builds, a BatchNorm layer the planner's notes do not see).
+// change of meaning later (a trace whose optimizer nobody builds, a BatchNorm layer the planner's
+// notes do not see). The techniques a plan may name are core/strategies.h's.
 #include <algorithm>
 #include <array>
 #include <span>

@@ -1,6 +1,6 @@
 #pragma once
-// What L2L's relay can run, as the planner (the strategy table, a plan's check) and the executor's
-// relay must agree on it.
+// What L2L's relay can run: the strategy table's test for L2L (core/strategies.h), the planner's
+// search and its check of a plan's choice, and the CLI's refusal of --strategies l2l read it.
 #include <string>
 
 #include "core/trace.h"

@@ -5,6 +5,7 @@
 #include "core/collective.h"
 #include "core/errors.h"
 #include "core/statistics.h"
+#include "executor/grad_cache.h"
 #include "executor/step_loop.h"
 
 namespace headroom::executor {
@@ -37,6 +38,11 @@ void DataParallelStep::attach(models::Model& model, core::Report& report) {
   if (ring_loss_) {
     ring_ = attach_ring(model, &workers_);
     if (!ring_) throw core::InputError("ring_loss: the plan runs a contrastive loss as a ring, but the model has none");
+  } else if (contrastive_layer(model) >= 0) {
+    // Each worker's loss over its own share alone is not the global batch's (planner::check_choice
+    // refuses such a plan; a caller that skipped it is refused here).
+    throw core::InputError("ring_loss: a data-parallel plan of a contrastive model must run its loss as Inf-CL's ring "
+                           "across the workers, and this one does not: plan again");
   }
   report.data_parallel->buckets = static_cast<std::int64_t>(sync_->bucket_count());
   report.data_parallel->bucket_bytes = sync_->buffer_bytes();
@@ -51,6 +57,11 @@ void DataParallelStep::after_step(const std::vector<torch::Tensor>& parameters, 
   // Every worker holds the same weights after every step, bit for bit (checked outside the clock).
   workers_.check_weights_agree(parameters, "after step " + std::to_string(step + 1));
   ++report.data_parallel->weight_checks;
+}
+
+void DataParallelStep::detach() {
+  ring_.reset();
+  sync_.reset();
 }
 
 void DataParallelStep::after_run(const core::Plan& plan, core::Report& report) {

@@ -44,6 +44,7 @@ class DataParallelStep final : public StepWrapper {
   void after_step(const std::vector<torch::Tensor>& parameters, int step, bool measured, core::Report& report) override;
   // Every worker's share, peak, median step and wait, in rank 0's report.
   void after_run(const core::Plan& plan, core::Report& report) override;
+  void detach() override;
 
  private:
   Workers workers_;

@@ -225,7 +225,11 @@ struct PlannedTraining {
         grad_cache(uses_grad_cache(model, plan)),
         wrappers(wrappers),
         rank(options.rank) {
+    if (!wrappers.empty() && report == nullptr) throw std::logic_error("PlannedTraining: step wrappers need the run's report");
     for (const auto& wrapper : wrappers) wrapper->attach(model, *report);
+  }
+  ~PlannedTraining() {
+    for (const auto& wrapper : wrappers) wrapper->detach();
   }
   PlannedTraining(const PlannedTraining&) = delete;
   PlannedTraining& operator=(const PlannedTraining&) = delete;

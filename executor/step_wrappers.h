@@ -40,6 +40,9 @@ class StepWrapper {
                           core::Report&) {}
   // After the last step.
   virtual void after_run(const core::Plan&, core::Report&) {}
+  // The model is about to go: let go of what holds on to it (its parameters, hooks on its gradients),
+  // so it is freed with it as the run ends.
+  virtual void detach() {}
 };
 
 // Makes a technique's wrapper for `plan`, or null where the plan does not use it.

@@ -464,7 +464,7 @@ TEST_F(BadInputCli, TracesWithClashingOrOutOfRangeFields) {
   expect_refused("execute " + write("config.json", p) + " --steps 1", "key 'depth'");
 }
 
-// Names both sides must agree on (core/known_names.h): a technique no step runs, an optimizer
+// Names both sides must agree on (core/strategies.h, core/known_names.h): a technique no step runs, an optimizer
 // nothing builds, a layer kind the zoo never makes are refused where the file is read, with the
 // names known.
 TEST_F(BadInputCli, UnknownNamesInPlansAndTraces) {

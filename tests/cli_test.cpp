@@ -295,6 +295,21 @@ TEST(Cli, BadPlanInputsExitWithTwo) {
   fs::remove_all(dir);
 }
 
+// What else the budget trains with the relay follows a plan that relays or one asked for l2l by
+// name, not one "all" made without it.
+TEST(Cli, L2LCapacityIsPrintedWhereL2LIsNamedOrChosen) {
+  const fs::path out = fs::temp_directory_path() / "headroom_cli_capacity.json";
+  const std::string capacity = "largest model L2L trains under 1.00 GiB";
+  const auto named = run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies mbp,l2l -o " + out.string());
+  ASSERT_EQ(named.exit_code, 0) << named.err;
+  EXPECT_FALSE(core::parse_json(core::read_file(out), out.string()).contains("l2l"));
+  EXPECT_NE(named.out.find(capacity), std::string::npos) << named.out;
+  const auto all = run("plan " + kTrace + " --budget 1GiB --batch 8 -o " + out.string());
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_EQ(all.out.find("largest model L2L trains"), std::string::npos) << all.out;
+  fs::remove(out);
+}
+
 TEST(Cli, InfeasibleBudgetExitsWithThreeAndNamesTheLeastBudget) {
   const fs::path out = fs::temp_directory_path() / "headroom_cli_infeasible.json";
   fs::remove(out);

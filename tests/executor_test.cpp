@@ -6,7 +6,10 @@
 #include "core/errors.h"
 #include "core/host_memory.h"
 #include "executor/executor.h"
+#include "executor/l2l_execute.h"
 #include "executor/plan_runner.h"
+#include "executor/step_wrappers.h"
+#include "executor/whole_step_runners.h"
 #include "models/fashion_mnist.h"
 #include "models/zoo.h"
 #include "planner/plan_search.h"
@@ -39,6 +42,22 @@ double gradient_difference(const std::string& name, const std::map<std::string, 
   for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
   model.forward(executor::concatenate(batches)).backward();
   return executor::max_relative_difference(accumulated, executor::gradients_of(model.parameters()));
+}
+
+// A plan goes to the first whole-step runner that takes it (an L2L plan to the relay, any other to
+// the micro-batch step) and is wrapped by each step wrapper it uses (on one worker none: nothing
+// joins a process group).
+TEST(Executor, APlanRunsOnTheRunnerAndWrappersItChose) {
+  core::Plan plan;
+  plan.choice.micro_batches = {4, 4};
+  EXPECT_EQ(executor::whole_step_runner(plan), nullptr);
+  core::Report report;
+  EXPECT_TRUE(executor::make_step_wrappers(plan, executor::ExecuteOptions{}, torch::kCPU, report).empty());
+  EXPECT_FALSE(report.data_parallel);
+  plan.choice.l2l = core::RelayChoice{};
+  const executor::WholeStepRunner* relay = executor::whole_step_runner(plan);
+  ASSERT_NE(relay, nullptr);
+  EXPECT_EQ(relay->run, &executor::execute_relay);
 }
 
 TEST(Executor, MicroBatchedGradientsEqualTheFullBatch) {

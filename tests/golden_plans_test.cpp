@@ -24,6 +24,7 @@ struct Case {
   std::int64_t batch;
   double budget_fraction;  // of the way from the static floor to the whole batch's need
   std::string strategies = "mbp,checkpoint";
+  int workers = 1;  // data parallel over a 10 GB/s, 20 us link beyond one
 };
 
 TEST(GoldenPlans, MatchExpectedFiles) {
@@ -34,6 +35,8 @@ TEST(GoldenPlans, MatchExpectedFiles) {
       {"cpu-gpt.json", 32, 0.3}, {"cpu-gpt.json", 32, 0.7},
       // Tempo with the others.
       {"cpu-bert.json", 32, 0.4, "all"}, {"cpu-gpt.json", 32, 0.3, "all"},
+      // Data parallel, and a contrastive model's ring loss across the workers.
+      {"cpu-bert.json", 32, 0.4, "all", 2}, {"cpu-clip.json", 256, 0.3, "all", 2},
   };
   for (const auto& c : cases) {
     const fs::path trace_path = fs::path(HEADROOM_TRACES_DIR) / c.trace;
@@ -45,7 +48,9 @@ TEST(GoldenPlans, MatchExpectedFiles) {
         planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({c.batch})).peak_bytes;
     planner::PlanRequest request;
     request.global_batch = c.batch;
-    request.strategies = planner::parse_strategies(c.strategies);
+    request.strategies = planner::parse_strategies(c.strategies, c.workers);
+    request.workers = c.workers;
+    if (c.workers > 1) request.link = core::parse_link("10GB/s,20us");
     // Round the budget to whole KiB so the golden files stay readable.
     request.budget_bytes = static_cast<std::int64_t>(floor / 0.95 + c.budget_fraction * static_cast<double>(whole - floor)) / 1024 * 1024;
     request.trace_path = "traces/" + c.trace;
@@ -55,7 +60,8 @@ TEST(GoldenPlans, MatchExpectedFiles) {
 
     const std::string name = fs::path(c.trace).stem().string() + "-b" + std::to_string(c.batch) + "-" +
                              std::to_string(static_cast<int>(c.budget_fraction * 100)) +
-                             (c.strategies == "mbp,checkpoint" ? "" : "-" + c.strategies) + ".json";
+                             (c.strategies == "mbp,checkpoint" ? "" : "-" + c.strategies) +
+                             (c.workers > 1 ? "-w" + std::to_string(c.workers) : "") + ".json";
     const fs::path golden = fs::path(HEADROOM_GOLDEN_DIR) / name;
     const std::string actual = core::to_json(*outcome.plan).dump(1) + "\n";
     if (update) {
