@@ -1,6 +1,7 @@
 #include "executor/data_parallel_step.h"
 
 #include <cmath>
+#include <numeric>
 
 #include "core/collective.h"
 #include "core/errors.h"
@@ -66,8 +67,7 @@ void DataParallelStep::detach() {
 
 void DataParallelStep::after_run(const core::Plan& plan, core::Report& report) {
   const auto share = plan.choice.worker_micro_batches(workers_.rank());
-  double samples = 0;
-  for (const auto b : share) samples += static_cast<double>(b);
+  const auto samples = static_cast<double>(std::accumulate(share.begin(), share.end(), std::int64_t{0}));
   const double step = report.step_seconds.empty() ? 0 : core::median(report.step_seconds);
   const double wait = waits_.empty() ? 0 : core::median(waits_);
   const auto all = workers_.gather({samples, static_cast<double>(report.measured.peak_bytes), step, wait});

@@ -196,9 +196,9 @@ class InfCl final : public Technique {
     const auto loss = contrastive_loss_model(trace);
     if (!loss) return;
     space.loss_options.push_back(std::nullopt);
+    if (!request.strategies.contains(Strategy::InfCl)) return;
     for (const auto& tiles : loss->tiles()) {
-      const bool fits_batch = tiles.rows <= request.global_batch && tiles.cols <= request.global_batch;
-      if (request.strategies.contains(Strategy::InfCl) && fits_batch) space.loss_options.push_back(tiles);
+      if (tiles.rows <= request.global_batch && tiles.cols <= request.global_batch) space.loss_options.push_back(tiles);
     }
   }
   void check(const CheckedChoice& c) const override {

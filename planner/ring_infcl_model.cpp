@@ -118,10 +118,10 @@ class RingLoss final : public Technique {
  public:
   bool used_by(const core::StepChoice& choice) const override { return choice.ring_loss; }
   void open(SearchSpace& space, const core::Trace& trace, const LayerGraph&, const PlanRequest& request) const override {
-    space.base.ring_loss = request.workers > 1 && trace.contrastive_loss.has_value();
+    space.base.ring_loss = request.workers > 1 && has_contrastive_loss(trace);
   }
   void check(const CheckedChoice& c) const override {
-    const bool contrastive = c.trace.contrastive_loss.has_value();
+    const bool contrastive = has_contrastive_loss(c.trace);
     if (!used_by(c.choice)) {
       if (c.choice.data_parallel && contrastive) {
         throw core::InputError(c.source + ": $.ring_loss: a data-parallel plan of a contrastive model runs its loss as "
