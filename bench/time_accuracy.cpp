@@ -16,8 +16,11 @@
 #include "core/cost_model.h"
 #include "core/statistics.h"
 #include "core/units.h"
+#include "core/host_memory.h"
+#include "core/rescale.h"
 #include "executor/executor.h"
 #include "models/zoo.h"
+#include "planner/plan_for_machine.h"
 #include "planner/plan_search.h"
 #include "planner/step_sequence.h"
 #include "profiler/profiler.h"
@@ -79,11 +82,9 @@ int main(int argc, char** argv) {
       const std::int64_t whole = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({size.batch})).peak_bytes;
       for (const double fraction : {0.2, 0.7}) {
         request.budget_bytes = least + static_cast<std::int64_t>(fraction * static_cast<double>(whole - least));
-        const auto outcome = planner::plan_step(trace, request);
+        const auto outcome = planner::plan_for_machine(trace, request, {trace.calibration, "", core::headroom_regime(), 0});
         if (!outcome.plan) continue;
-        core::Plan plan = *outcome.plan;
-        plan.calibration = trace.calibration;
-        plan.threads = trace.profile.threads;
+        const core::Plan& plan = *outcome.plan;
         const auto& mb = plan.choice.micro_batches;
         const std::string shape = std::to_string(mb.size()) + "x" + std::to_string(mb.front()) +
                                   (plan.choice.checkpointed_blocks.empty() ? "" : ", " + std::to_string(plan.choice.checkpointed_blocks.size()) + " ckpt");
@@ -91,7 +92,8 @@ int main(int argc, char** argv) {
           executor::ExecuteOptions run_options;
           run_options.steps = steps;
           run_options.gradient_check = false;
-          const core::Report r = executor::execute(plan, trace, "fresh", run_options);
+          core::Report r = executor::execute(plan, trace, "fresh", run_options);
+          core::predict_for_the_run(plan, r);  // as `headroom execute` reports it
           if (r.status != "ok") {
             std::printf("| %s | %s | %s | %s | out of memory | | | | |\n", z.model, size.label,
                         core::format_bytes(plan.budget_bytes).c_str(), shape.c_str());

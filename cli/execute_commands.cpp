@@ -17,6 +17,7 @@
 #include "core/atomic_file.h"
 #include "core/cost_model.h"
 #include "core/errors.h"
+#include "core/host_memory.h"
 #include "core/plan.h"
 #include "core/rescale.h"
 #include "core/sha256.h"
@@ -26,7 +27,7 @@
 #include "executor/executor.h"
 #include "models/model_source.h"
 #include "models/zoo.h"
-#include "planner/optimizer_estimate.h"
+#include "planner/plan_for_machine.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
 #include "planner/step_sequence.h"
@@ -114,43 +115,6 @@ std::vector<std::string> worker_arguments(const ExecuteArgs& args) {
   return out;
 }
 
-// Where this machine (timed right before the run and right after it) runs the calibration's kernels
-// at another speed than the one the plan's times hold for, the prediction rescaled to it: the plan's
-// step time times the rescale's effect on the plan's own step, so everything else the plan counted
-// stays as it was. The machine's speed is the better of the two timings, kernel by kernel, as one
-// run (another load only slows a timing down: a stall one of them caught is not the machine's speed;
-// as one run it adds no spread of its own to the noise the rescale must clear).
-void predict_for_this_machine(const core::Plan& plan, const core::Trace& trace, core::Report& report) {
-  if (!report.calibration_before || !report.predicted_calibration || !trace.calibration) return;
-  const core::Calibration planned_on = *report.predicted_calibration;
-  core::Calibration here = *report.calibration_before;
-  here.runs = {{here.matmul(), here.conv(), here.memory()}};
-  if (const auto& after = report.calibration_after) {
-    auto& best = here.runs.front();
-    best = {std::max(best.matmul_flops_per_s, after->matmul()), std::max(best.conv_flops_per_s, after->conv()),
-            std::max(best.memory_bytes_per_s, after->memory())};
-  }
-  const core::SpeedRatio ratio = core::speed_ratio(planned_on, here);
-  if (!ratio.differs) return;
-  const auto step_ns = [&](const core::Trace& timed) {
-    const core::Trace planned = plan.optimizer.empty() ? timed : planner::with_estimated_optimizer(timed, plan.optimizer);
-    return static_cast<double>(
-        planner::predict_step(core::CostModel(planned), planner::LayerGraph(planned), plan.choice).step_ns);
-  };
-  const double before = step_ns(core::times_as_planned(trace, plan.calibration));
-  const double after = step_ns(core::times_as_planned(trace, here));
-  if (!(before > 0) || !(after > 0)) return;
-  const double factor = after / before;
-  char line[256];
-  std::snprintf(line, sizeof line, "; the predicted times are rescaled to it (x%.2f; the plan predicted %.4f s a step)", factor,
-                report.predicted.step_seconds);
-  report.warnings.push_back(core::describe_speed(ratio, planned_on, here) + line);
-  report.predicted.step_seconds *= factor;
-  report.predicted.samples_per_second /= factor;
-  report.predicted_calibration = here;
-  report.throughput_rel_error = core::relative_error(report.predicted.samples_per_second, report.measured.samples_per_second);
-}
-
 }  // namespace
 
 int run_execute(const ExecuteArgs& args) {
@@ -166,7 +130,7 @@ int run_execute(const ExecuteArgs& args) {
     // This process is one of the plan's workers (check_worker_flags said so); on one host they
     // share its cores.
     options.rank = args.rank;
-    options.world_size = args.world_size;
+    options.workers = args.world_size;
     options.store = args.store;
     options.threads = std::max(1, runtime::usable_cores() / args.world_size);
   }
@@ -182,14 +146,14 @@ int run_execute(const ExecuteArgs& args) {
   options.on_progress = progress_line;
   core::Report executed = executor::execute(plan, trace, args.plan, options);
   end_progress();
-  if (!args.no_rescale) predict_for_this_machine(plan, trace, executed);
+  if (!args.no_rescale) core::predict_for_the_run(plan, executed);
   // Worker 0 reports for all; the others only say how they ended.
   if (options.rank != 0) {
     if (executed.status != "ok") {
       std::cerr << "headroom: " << report::describe_out_of_memory(*executed.out_of_memory) << "\n";
       return 1;
     }
-    std::cout << "worker " << options.rank << " of " << options.world_size << ": done\n";
+    std::cout << "worker " << options.rank << " of " << options.workers << ": done\n";
     return 0;
   }
   if (!args.output.empty()) core::write_report_file(args.output, executed);
@@ -261,7 +225,7 @@ int run_demo(const DemoArgs& args) {
   }
 
   std::cout << "3. plan\n";
-  const auto outcome = planner::plan_step(trace, request);
+  const auto outcome = planner::plan_for_machine(trace, request, {trace.calibration, "", core::headroom_regime(), 0});
   if (!outcome.plan) {
     std::cerr << "headroom: infeasible: " << outcome.reason << "\n";
     return 3;

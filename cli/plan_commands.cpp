@@ -14,6 +14,7 @@
 #include "core/trace.h"
 #include "core/units.h"
 #include "planner/l2l_model.h"
+#include "planner/plan_for_machine.h"
 #include "planner/plan_explanation.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
@@ -78,8 +79,7 @@ int run_plan(const PlanArgs& args) {
   }
   request.workers = args.devices;
   // L2L's host side must fit this machine's memory (or its container's).
-  const bool l2l = request.strategies.contains(planner::Strategy::L2L);
-  if (l2l) request.host_memory_bytes = core::available_host_memory_bytes();
+  if (request.strategies.contains(planner::Strategy::L2L)) request.host_memory_bytes = core::available_host_memory_bytes();
   if (!args.link.empty()) {
     try {
       request.link = core::parse_link(args.link);
@@ -104,7 +104,8 @@ int run_plan(const PlanArgs& args) {
                            ": the trace has no measured link (profile with --measure-link) and no --link was given, "
                            "e.g. --link 25GB/s,5us");
   }
-  planner::PlanOutcome outcome = planner::plan_step(trace, request);
+  const planner::PlanningMachine machine{here.calibration, here.note, core::headroom_regime(), request.host_memory_bytes};
+  planner::PlanOutcome outcome = planner::plan_for_machine(trace, request, machine);
   if (!outcome.plan) {
     std::cerr << "headroom: infeasible: " << outcome.reason;
     // Strategies named without l2l: say what the relay would need, where it needs less.
@@ -116,15 +117,6 @@ int run_plan(const PlanArgs& args) {
     std::cerr << "\n";
     return kExitInfeasible;
   }
-  // The plan's times are the trace's: measured in another host-memory regime they may not hold
-  // where this headroom executes it.
-  if (const std::string warning = core::regime_mismatch_warning(trace.host_memory_regime, core::headroom_regime());
-      !warning.empty()) {
-    outcome.plan->warnings.push_back(warning);
-  }
-  if (!here.note.empty()) outcome.plan->warnings.push_back(here.note);
-  outcome.plan->calibration = here.calibration;
-  outcome.plan->threads = std::max(trace.profile.threads, 1);
   core::write_plan_file(args.output, *outcome.plan);
   std::cout << report::render_plan_summary(*outcome.plan) << "\nplan written to " << args.output << "\n";
   // What a technique the plan uses, or one asked for by name, adds (L2L: what else the budget trains).

@@ -11,6 +11,7 @@
 #include "core/known_names.h"
 #include "core/relay_choice_json.h"
 #include "core/relay_stages.h"
+#include "core/rescale.h"
 #include "core/sha256.h"
 #include "core/strategies.h"
 #include "core/trace.h"
@@ -76,10 +77,12 @@ std::optional<double> Plan::predicted_part(std::string_view name) const {
 
 namespace {
 
-// The parts a plan may carry, as the techniques name them (core/relay_stages.h, core/collective.h).
-constexpr std::array<std::string_view, 7> kPredictedPartNames = {
-    kRelayComputeSecondsPart, kRelayCopySecondsPart, kRelayWaitSecondsPart, kRelayHostOptimizerSecondsPart,
-    kRelayHostBytesPart,      kAllReduceSecondsPart, kExposedAllReduceSecondsPart};
+// The parts a plan may carry, as the techniques name them (core/relay_stages.h, core/collective.h),
+// and its time by class of work (core/rescale.h).
+constexpr std::array<std::string_view, 9> kPredictedPartNames = {
+    kRelayComputeSecondsPart,    kRelayCopySecondsPart,    kRelayWaitSecondsPart,
+    kRelayHostOptimizerSecondsPart, kRelayHostBytesPart,   kAllReduceSecondsPart,
+    kExposedAllReduceSecondsPart, kComputeBoundSecondsPart, kMemoryBoundSecondsPart};
 
 // A layer's variant: `"variant": "tempo"`; plans written before the step choice had a `"tempo"`
 // flag, and plans from before Tempo have neither (standard).

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
+
+#include "core/statistics.h"
 
 namespace headroom::core {
 
@@ -133,6 +136,50 @@ TimesHere times_here(const Trace& trace, const std::optional<Calibration>& here,
 Trace times_as_planned(const Trace& trace, const std::optional<Calibration>& plan_calibration) {
   if (!trace.calibration || !plan_calibration || *plan_calibration == *trace.calibration) return trace;
   return rescaled(trace, speed_ratio(*trace.calibration, *plan_calibration), *plan_calibration);
+}
+
+std::optional<double> step_seconds_on(const Plan& plan, const SpeedRatio& ratio) {
+  const auto compute = plan.predicted_part(kComputeBoundSecondsPart);
+  const auto memory = plan.predicted_part(kMemoryBoundSecondsPart);
+  if (!compute || !memory) return std::nullopt;
+  // What scales with neither (a GPU's link, an all-reduce over the given link) stays as it is.
+  return std::max(plan.predicted.step_seconds + *compute * (ratio.compute - 1) + *memory * (ratio.memory - 1), 0.0);
+}
+
+// Where this machine (timed right before the run and right after it) runs the calibration's kernels
+// at another speed than the one the plan's times hold for, the prediction moved to it by the plan's
+// own time by class of work, so everything else the plan counted stays as it was. The machine's
+// speed is the better of the two timings, kernel by kernel, as one run (another load only slows a
+// timing down: a stall one of them caught is not the machine's speed; as one run it adds no spread
+// of its own to the noise the rescale must clear).
+void predict_for_the_run(const Plan& plan, Report& report) {
+  if (!report.calibration_before || !report.predicted_calibration) return;
+  const Calibration planned_on = *report.predicted_calibration;
+  Calibration here = *report.calibration_before;
+  here.runs = {{here.matmul(), here.conv(), here.memory()}};
+  if (const auto& after = report.calibration_after) {
+    auto& best = here.runs.front();
+    best = {std::max(best.matmul_flops_per_s, after->matmul()), std::max(best.conv_flops_per_s, after->conv()),
+            std::max(best.memory_bytes_per_s, after->memory())};
+  }
+  const SpeedRatio ratio = speed_ratio(planned_on, here);
+  if (!ratio.differs) return;
+  const std::optional<double> step_seconds = step_seconds_on(plan, ratio);
+  if (!step_seconds || !(*step_seconds > 0) || !(plan.predicted.step_seconds > 0)) {
+    report.warnings.push_back(describe_speed(ratio, planned_on, here) +
+                              "; the plan does not split its time by class of work (made by an older headroom): its "
+                              "prediction is left as it is (plan again to have it moved to this machine)");
+    return;
+  }
+  const double factor = *step_seconds / plan.predicted.step_seconds;
+  char line[256];
+  std::snprintf(line, sizeof line, "; the predicted times are rescaled to it (x%.2f; the plan predicted %.4f s a step)", factor,
+                report.predicted.step_seconds);
+  report.warnings.push_back(describe_speed(ratio, planned_on, here) + line);
+  report.predicted.step_seconds *= factor;
+  report.predicted.samples_per_second /= factor;
+  report.predicted_calibration = here;
+  report.throughput_rel_error = relative_error(report.predicted.samples_per_second, report.measured.samples_per_second);
 }
 
 }  // namespace headroom::core

@@ -4,8 +4,11 @@
 // and the desktop app stay so; the machine at hand is timed by their callers.
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/calibration.h"
+#include "core/plan.h"
+#include "core/report.h"
 #include "core/trace.h"
 
 namespace headroom::core {
@@ -29,5 +32,23 @@ TimesHere times_here(const Trace& trace, const std::optional<Calibration>& here,
 // The trace's times as `plan_calibration` (a plan's: the machine its times hold for) says they were
 // planned: rescaled to it where it is not the trace's own.
 Trace times_as_planned(const Trace& trace, const std::optional<Calibration>& plan_calibration);
+
+// A plan's step time by the class of work it scales with (core::Plan::predicted_parts, filled by
+// the planner where the trace has a calibration): seconds a step that take `ratio.compute` times as
+// long where compute-bound work does, and `ratio.memory` times where memory-bound work does.
+inline constexpr std::string_view kComputeBoundSecondsPart = "compute_bound_seconds";
+inline constexpr std::string_view kMemoryBoundSecondsPart = "memory_bound_seconds";
+
+// The plan's predicted step time on the machine `ratio` leads to from the machine its times hold
+// for (speed_ratio(*plan.calibration, here)), from its time by class of work; none where the plan
+// carries no such parts (made by an older headroom, or of a trace without a calibration).
+std::optional<double> step_seconds_on(const Plan& plan, const SpeedRatio& ratio);
+
+// A run's report with its prediction moved to the machine it ran on, where that machine (timed
+// right before and right after the run: report.calibration_before/after) differs from the one the
+// plan's times hold for beyond their noise: the prediction and the error rescaled, one warning that
+// says so, and the machine it now holds for. Left as it is, with a warning, where the plan carries
+// no time by class of work.
+void predict_for_the_run(const Plan& plan, Report& report);
 
 }  // namespace headroom::core

@@ -49,13 +49,13 @@ TcpAddress tcp_address(const std::string& store) {
 
 c10::intrusive_ptr<c10d::Store> open_store(const WorkerIdentity& id) {
   if (id.store.rfind("file:", 0) == 0) {
-    return c10::make_intrusive<c10d::FileStore>(id.store.substr(5), id.world_size);
+    return c10::make_intrusive<c10d::FileStore>(id.store.substr(5), id.workers);
   }
   const TcpAddress address = tcp_address(id.store);
   c10d::TCPStoreOptions options;
   options.port = address.port;
   options.isServer = id.rank == 0;
-  options.numWorkers = static_cast<std::size_t>(id.world_size);
+  options.numWorkers = static_cast<std::size_t>(id.workers);
   options.waitWorkers = true;
   options.timeout = id.timeout;
   return c10::make_intrusive<c10d::TCPStore>(address.host, options);
@@ -142,12 +142,12 @@ Workers::Workers(const WorkerIdentity& identity, torch::Device device) : identit
   auto store = open_store(identity);
   const auto on_device = torch::TensorOptions().dtype(torch::kInt64).device(device);
   digest_ = torch::zeros({1}, on_device);
-  for (int r = 0; r < identity.world_size; ++r) digests_.push_back(torch::zeros({1}, on_device));
+  for (int r = 0; r < identity.workers; ++r) digests_.push_back(torch::zeros({1}, on_device));
   if (device.is_cuda()) {
 #ifdef HEADROOM_WITH_NCCL
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = identity.timeout;
-    auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, identity.rank, identity.world_size, options);
+    auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, identity.rank, identity.workers, options);
     group_ = std::shared_ptr<CollectiveGroup>(group.release(), [](CollectiveGroup* g) { c10::raw::intrusive_ptr::decref(g); });
     backend_ = "nccl";
     return;
@@ -162,7 +162,7 @@ Workers::Workers(const WorkerIdentity& identity, torch::Device device) : identit
   options->threads = 1;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
   try {
-    group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, identity.rank, identity.world_size, options);
+    group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, identity.rank, identity.workers, options);
   } catch (const std::exception& e) {
     throw std::runtime_error("collective failed while the workers joined: " + std::string(e.what()).substr(0, 300));
   }

@@ -57,7 +57,7 @@ void wait_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::stri
 // Who this worker is and how it finds the others.
 struct WorkerIdentity {
   int rank = 0;
-  int world_size = 1;
+  int workers = 1;  // c10d's world size
   // "file:PATH" (a c10d::FileStore, what `execute --devices N` uses) or "tcp:HOST:PORT" (a
   // c10d::TCPStore served by rank 0, for workers launched by hand).
   std::string store;
@@ -83,7 +83,7 @@ class Workers {
   Workers& operator=(const Workers&) = delete;
 
   int rank() const { return identity_.rank; }
-  int size() const { return identity_.world_size; }
+  int size() const { return identity_.workers; }
   const std::string& backend() const { return backend_; }
   CollectiveGroup& group() { return *group_; }
 

@@ -17,11 +17,11 @@ DataParallelStep::DataParallelStep(const WorkerIdentity& identity, torch::Device
 std::unique_ptr<StepWrapper> join_data_parallel(const core::Plan& plan, const ExecuteOptions& options, torch::Device device,
                                                 core::Report& report) {
   if (!plan.choice.data_parallel) return nullptr;
-  progress(options, "joining " + std::to_string(options.world_size) + " workers");
-  auto step = std::make_unique<DataParallelStep>(WorkerIdentity{options.rank, options.world_size, options.store}, device,
+  progress(options, "joining " + std::to_string(options.workers) + " workers");
+  auto step = std::make_unique<DataParallelStep>(WorkerIdentity{options.rank, options.workers, options.store}, device,
                                                  plan.choice);
   report.data_parallel = core::DataParallelReport{};
-  report.data_parallel->world_size = options.world_size;
+  report.data_parallel->world_size = options.workers;
   report.data_parallel->backend = step->backend();
   // Beside the plan's own figures (core/collective.h); a plan made before plans carried them has none.
   const auto allreduce = plan.predicted_part(core::kAllReduceSecondsPart);

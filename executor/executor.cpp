@@ -530,12 +530,12 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
     report.warnings.push_back(warning);
   }
   const Datasets data = load_datasets(options);
-  if (options.world_size != plan.choice.workers()) {
+  if (options.workers != plan.choice.workers()) {
     throw core::InputError("world_size: the plan is for " + std::to_string(plan.choice.workers()) + " worker(s), got " +
-                           std::to_string(options.world_size));
+                           std::to_string(options.workers));
   }
-  if (options.rank < 0 || options.rank >= options.world_size) {
-    throw core::InputError("rank: expected from 0 to " + std::to_string(options.world_size - 1) + ", got " +
+  if (options.rank < 0 || options.rank >= options.workers) {
+    throw core::InputError("rank: expected from 0 to " + std::to_string(options.workers - 1) + ", got " +
                            std::to_string(options.rank));
   }
   const int threads = step_threads(plan, trace, options, device);

@@ -28,10 +28,10 @@ struct ExecuteOptions {
   // Intra-op CPU threads; 0: the plan's (the trace's, as profiled). More than this process may use
   // is refused: the step would not run as it was profiled.
   int threads = 0;
-  // Data parallel: this process is worker `rank` of `world_size`, which find each other
-  // through `store` (executor/data_parallel.h); a plan for N workers needs world_size N.
+  // Data parallel: this process is worker `rank` of `workers` (c10d's rank and world size), which
+  // find each other through `store` (executor/data_parallel.h); a plan for N workers needs N.
   int rank = 0;
-  int world_size = 1;
+  int workers = 1;
   std::string store;
   // Train with dropout off and afterwards run the same steps in one process on each step's full
   // batch, from the same initial weights: the report says how far the weights are apart.

@@ -206,6 +206,17 @@ TEST(Cli, ExecutePredictsForTheMachineItRunsOn) {
   ASSERT_EQ(report.predicted_calibration->runs.size(), 1u);
   EXPECT_EQ(report.predicted_calibration->memory(), std::max(report.calibration_before->memory(), report.calibration_after->memory()));
   EXPECT_EQ(report.predicted_calibration->matmul(), std::max(report.calibration_before->matmul(), report.calibration_after->matmul()));
+
+  // A plan without its time by class of work (an older headroom's) keeps its prediction, and says so.
+  auto older = core::parse_json(core::read_file(dir / "p.json"), "p.json");
+  ASSERT_TRUE(older["predicted_parts"].contains("compute_bound_seconds")) << older["predicted_parts"];
+  older.erase("predicted_parts");
+  core::write_file_atomically(dir / "older.json", older.dump(1));
+  const auto kept = run("execute " + (dir / "older.json").string() + " --steps 1 -o " + (dir / "r2.json").string());
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  const core::Report unmoved = core::read_report_file(dir / "r2.json");
+  EXPECT_EQ(unmoved.predicted.step_seconds, plan.predicted.step_seconds);
+  EXPECT_NE(kept.out.find("does not split its time by class of work"), std::string::npos) << kept.out;
   fs::remove_all(dir);
 }
 

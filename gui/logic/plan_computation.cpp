@@ -14,6 +14,7 @@
 #include "core/units.h"
 #include "planner/l2l_model.h"
 #include "planner/optimizer_estimate.h"
+#include "planner/plan_for_machine.h"
 #include "planner/plan_schedule.h"
 #include "report/plan_report.h"
 #include "simulator/simulator.h"
@@ -345,25 +346,20 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
   PlanResult result;
   result.inputs = inputs;
   try {
-    planner::PlanOutcome outcome = planner::plan_step(trace.trace, plan_request(trace, inputs));
+    const planner::PlanRequest request = plan_request(trace, inputs);
+    // As `headroom plan` plans: this machine's regime, its times' note and host memory.
+    const planner::PlanningMachine machine{trace.trace.calibration, trace.machine_note, core::headroom_regime(),
+                                           request.host_memory_bytes};
+    planner::PlanOutcome outcome = planner::plan_for_machine(trace.trace, request, machine);
     result.throughput = throughput_curve(outcome);
     if (outcome.plan) {
       // Moved: a plan of many micro-batches lists hundreds of thousands.
       result.plan = std::move(outcome.plan);
-      // As headroom plan warns: the trace's times may not hold where headroom executes the plan.
-      if (const std::string warning = core::regime_mismatch_warning(trace.trace.host_memory_regime, core::headroom_regime());
-          !warning.empty()) {
-        result.plan->warnings.push_back(warning);
-      }
-      if (!trace.machine_note.empty()) result.plan->warnings.push_back(trace.machine_note);
-      result.plan->calibration = trace.trace.calibration;
-      result.plan->threads = std::max(trace.trace.profile.threads, 1);
       result.timeline = memory_timeline(trace.trace, *result.plan);
       result.summary = report::render_plan_summary(*result.plan);
     } else {
       result.infeasible_reason = outcome.reason;
       // L2L unticked where it would need less: say so, and how much.
-      const planner::PlanRequest request = plan_request(trace, inputs);
       if (const std::int64_t relay_least =
               planner::least_budget_with_l2l(trace.trace, request, outcome, core::available_host_memory_bytes());
           relay_least > 0) {

@@ -1,0 +1,42 @@
+#pragma once
+// What a front end asks the planner for (`headroom plan`, the desktop app, the demo): the plan for a
+// request on the machine at hand, with the warnings that machine calls for and every figure a run
+// of the plan is later compared with, so that nothing after planning asks the planner again.
+// Torch-free: the caller times the machine and reads its host memory.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/calibration.h"
+#include "core/trace.h"
+#include "planner/plan_search.h"
+
+namespace headroom::planner {
+
+// The machine a plan is made on, as its front end found it.
+struct PlanningMachine {
+  // The machine the trace's times hold for (core::TimesHere::calibration): the trace's own, or the
+  // one at hand where they were rescaled to it; none where the trace has no calibration.
+  std::optional<core::Calibration> calibration;
+  std::string times_note;  // core::TimesHere::note: how the trace's machine compares with this one, or empty
+  std::string regime;      // the host-memory regime headroom executes in here (core::headroom_regime())
+  // What L2L's host side may fill here (core::available_host_memory_bytes()); asked for only where
+  // the request allows L2L.
+  std::int64_t host_memory_bytes = 0;
+};
+
+// plan_step for `request` on `machine`: L2L's host side bounded by its memory, the plan's warnings
+// for a trace measured in another host-memory regime or on another machine, the calibration and
+// threads its times hold for, and its step time by class of work (core::kComputeBoundSecondsPart,
+// core::kMemoryBoundSecondsPart) so that `execute` moves the prediction to the machine it runs on
+// without the planner.
+PlanOutcome plan_for_machine(const core::Trace& trace, PlanRequest request, const PlanningMachine& machine);
+
+// The plan's step time by class of work: the seconds that scale with compute-bound speed and with
+// memory-bound speed, from the plan's step predicted on the trace with each class's times doubled
+// (the step's time is a sum of its ops, each layer's scaled by its own class mix: exact there;
+// where lanes overlap, as L2L's, the line through those two points). Adds nothing where the trace
+// has no calibration.
+void add_time_by_class(const core::Trace& trace, core::Plan& plan);
+
+}  // namespace headroom::planner
