@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "core/cost_model.h"
+#include "core/host_memory.h"
 #include "core/units.h"
 #include "executor/executor.h"
 #include "models/model_source.h"
@@ -22,6 +23,7 @@ using namespace headroom;
 
 int main(int argc, char** argv) {
   runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
+  core::enter_host_memory_regime();              // and in its host-memory regime (core/host_memory.h)
   const int steps = argc > 1 ? std::atoi(argv[1]) : 5;
   const bool fresh = argc > 2 && std::string(argv[2]) == "--fresh";
   struct Case {

@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "core/host_memory.h"
 #include "core/units.h"
 #include "executor/l2l_relay.h"
 #include "executor/plan_runner.h"
@@ -174,6 +175,7 @@ int parse(const char* flag, const char* value, int low, int high) {
 
 int main(int argc, char** argv) {
   runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
+  core::enter_host_memory_regime();              // and in its host-memory regime (core/host_memory.h)
   Settings s;
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;

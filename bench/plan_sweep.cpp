@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/host_memory.h"
 #include "executor/executor.h"
 #include "models/zoo.h"
 #include "planner/infcl_model.h"
@@ -319,6 +320,7 @@ CaseResult sweep(const ModelCase& mc, const Options& options, std::mt19937& rng)
 
 int main(int argc, char** argv) {
   runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
+  core::enter_host_memory_regime();              // and in its host-memory regime (core/host_memory.h)
   const Options options = parse(argc, argv);
   std::mt19937 rng(options.seed);
   bool missed_any = false;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/cost_model.h"
+#include "core/host_memory.h"
 #include "core/units.h"
 #include "executor/executor.h"
 #include "models/zoo.h"
@@ -234,6 +235,7 @@ int overhead(int steps) {
 
 int main(int argc, char** argv) {
   runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
+  core::enter_host_memory_regime();              // and in its host-memory regime (core/host_memory.h)
   const std::string what = argc > 1 ? argv[1] : "";
   const int steps = argc > 2 ? std::atoi(argv[2]) : 3;
   if (what == "kept") return kept();

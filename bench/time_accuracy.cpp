@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "core/cost_model.h"
-#include "core/statistics.h"
-#include "core/units.h"
 #include "core/host_memory.h"
 #include "core/rescale.h"
+#include "core/statistics.h"
+#include "core/units.h"
 #include "executor/executor.h"
 #include "models/zoo.h"
 #include "planner/plan_for_machine.h"
@@ -57,6 +57,7 @@ const std::vector<Zoo>& zoo() {
 
 int main(int argc, char** argv) {
   runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
+  core::enter_host_memory_regime();              // and in its host-memory regime (core/host_memory.h)
   const int steps = argc > 1 ? std::atoi(argv[1]) : 5;
   std::vector<std::string> only;
   for (int i = 2; i < argc; ++i) only.emplace_back(argv[i]);
