@@ -1,6 +1,7 @@
 #include "planner/plan_for_machine.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/cost_model.h"
 #include "core/host_memory.h"
@@ -13,16 +14,20 @@ namespace headroom::planner {
 
 void add_time_by_class(const core::Trace& trace, core::Plan& plan) {
   if (!trace.calibration) return;
-  const auto step_seconds = [&](const core::Trace& timed) {
-    const core::Trace planned = plan.optimizer.empty() ? timed : with_estimated_optimizer(timed, plan.optimizer);
-    return static_cast<double>(predict_step(core::CostModel(planned), LayerGraph(planned), plan.choice).step_ns) / 1e9;
+  // The plan's step as the search predicted it, on the trace it planned on (with the other
+  // optimizer's estimated state where the plan names one); the graph holds no times, so one serves.
+  std::optional<core::Trace> estimated;
+  if (!plan.optimizer.empty()) estimated = with_estimated_optimizer(trace, plan.optimizer);
+  const core::Trace& planned = estimated ? *estimated : trace;
+  const LayerGraph graph(planned);
+  const double as_planned = plan.predicted.step_seconds;
+  const auto slower = [&](double compute, double memory) {
+    const core::Trace there = core::rescaled(planned, {compute, memory, true}, *trace.calibration);
+    const double seconds = static_cast<double>(predict_step(core::CostModel(there), graph, plan.choice).step_ns) / 1e9;
+    return std::max(seconds - as_planned, 0.0);
   };
-  const double as_planned = step_seconds(trace);
-  const auto doubled = [&](double compute, double memory) {
-    return step_seconds(core::rescaled(trace, {compute, memory, true}, *trace.calibration)) - as_planned;
-  };
-  plan.predicted_parts[std::string(core::kComputeBoundSecondsPart)] = std::max(doubled(2, 1), 0.0);
-  plan.predicted_parts[std::string(core::kMemoryBoundSecondsPart)] = std::max(doubled(1, 2), 0.0);
+  plan.predicted_parts[std::string(core::kComputeBoundSecondsPart)] = slower(2, 1);
+  plan.predicted_parts[std::string(core::kMemoryBoundSecondsPart)] = slower(1, 2);
 }
 
 PlanOutcome plan_for_machine(const core::Trace& trace, PlanRequest request, const PlanningMachine& machine) {
@@ -38,7 +43,7 @@ PlanOutcome plan_for_machine(const core::Trace& trace, PlanRequest request, cons
   if (!machine.times_note.empty()) plan.warnings.push_back(machine.times_note);
   plan.calibration = machine.calibration;
   plan.threads = std::max(trace.profile.threads, 1);
-  add_time_by_class(trace, plan);
+  if (machine.time_by_class) add_time_by_class(trace, plan);
   return outcome;
 }
 

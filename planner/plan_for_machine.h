@@ -23,13 +23,17 @@ struct PlanningMachine {
   // What L2L's host side may fill here (core::available_host_memory_bytes()); asked for only where
   // the request allows L2L.
   std::int64_t host_memory_bytes = 0;
+  // Whether to add the plan's time by class of work (add_time_by_class: two more predictions of the
+  // step, up to a millisecond on a large trace). The desktop app adds it when a plan leaves the app
+  // (saved or run), not on every replan as the budget moves.
+  bool time_by_class = true;
 };
 
 // plan_step for `request` on `machine`: L2L's host side bounded by its memory, the plan's warnings
 // for a trace measured in another host-memory regime or on another machine, the calibration and
-// threads its times hold for, and its step time by class of work (core::kComputeBoundSecondsPart,
-// core::kMemoryBoundSecondsPart) so that `execute` moves the prediction to the machine it runs on
-// without the planner.
+// threads its times hold for, and (unless the machine says otherwise) its step time by class of work
+// (core::kComputeBoundSecondsPart, core::kMemoryBoundSecondsPart) so that `execute` moves the
+// prediction to the machine it runs on without the planner.
 PlanOutcome plan_for_machine(const core::Trace& trace, PlanRequest request, const PlanningMachine& machine);
 
 // The plan's step time by class of work: the seconds that scale with compute-bound speed and with

@@ -19,6 +19,7 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,8 @@
 
 #include "core/atomic_file.h"
 #include "core/cost_model.h"
+#include "core/plan.h"
+#include "core/rescale.h"
 #include "core/trace.h"
 #include "core/units.h"
 #include "expand_repeats.h"
@@ -707,6 +710,25 @@ class GuiTest : public QObject {
     QCOMPARE(cli.exitCode(), 0);
     QCOMPARE(QString::fromStdString(headroom::core::read_file(dir.filePath("gui.json").toStdString())),
              QString::fromStdString(headroom::core::read_file(dir.filePath("cli.json").toStdString())));
+  }
+
+  // The replans leave the plan's time by class of work out (two more predictions each); the plan
+  // the app writes has it, so `headroom execute` can move its prediction to the machine it runs on.
+  void aWrittenPlanCarriesItsTimeByClassOfWork() {
+    QTemporaryDir dir;
+    MainWindow window;
+    QVERIFY(window.open_trace(committed("cpu-mlp.json")));
+    QVERIFY(settle(window));
+    QVERIFY(window.current_result()->plan);
+    QVERIFY(!window.current_result()->plan->predicted_part(headroom::core::kComputeBoundSecondsPart));
+    QVERIFY(window.save_plan(dir.filePath("gui.json")));
+    const headroom::core::Plan plan = headroom::core::read_plan_file(dir.filePath("gui.json").toStdString());
+    const auto compute = plan.predicted_part(headroom::core::kComputeBoundSecondsPart);
+    const auto memory = plan.predicted_part(headroom::core::kMemoryBoundSecondsPart);
+    QVERIFY(compute && memory);
+    // A CPU step's time is all one class or the other.
+    QVERIFY2(std::abs(*compute + *memory - plan.predicted.step_seconds) < 1e-3 * plan.predicted.step_seconds,
+             qPrintable(QString("%1 + %2 against %3").arg(*compute).arg(*memory).arg(plan.predicted.step_seconds)));
   }
 
   void runningAPlanShowsPredictedAgainstMeasured() {

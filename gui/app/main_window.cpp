@@ -347,6 +347,7 @@ bool MainWindow::open_trace(const QString& path) {
   controls_->setEnabled(true);
   compare_action_->setEnabled(true);
   layer_model_->set_trace(trace_);
+  run_panel_->set_trace(trace_);
   run_panel_->clear_results();
   statusBar()->showMessage("opened " + path);
   replan();
@@ -381,6 +382,7 @@ void MainWindow::use_machine(const std::optional<core::Calibration>& here, const
   if (document->machine_note == trace_->machine_note && !here) return;
   trace_ = std::move(document);
   layer_model_->set_trace(trace_);
+  run_panel_->set_trace(trace_);
   if (here) statusBar()->showMessage("timed this machine: " + QString::fromStdString(report::describe_calibration(*here)));
   replan();
 }
@@ -471,7 +473,7 @@ bool MainWindow::save_plan(const QString& path) {
     return false;
   }
   try {
-    core::write_plan_file(path.toStdString(), *result_->plan);
+    core::write_plan_file(path.toStdString(), plan_as_written(*trace_, *result_->plan));
   } catch (const std::exception& e) {
     show_error("Cannot save the plan", QString::fromUtf8(e.what()));
     return false;

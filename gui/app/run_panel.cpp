@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/units.h"
+#include "gui/logic/plan_computation.h"
 
 namespace headroom::gui {
 
@@ -144,7 +145,7 @@ void RunPanel::run() {
   const QString plan_path = directory_.filePath("plan.json");
   const QString report_path = directory_.filePath("report.json");
   try {
-    core::write_plan_file(plan_path.toStdString(), *plan_);
+    core::write_plan_file(plan_path.toStdString(), trace_ ? plan_as_written(*trace_, *plan_) : *plan_);
   } catch (const std::exception& e) {
     emit error("Cannot run the plan", QString::fromUtf8(e.what()));
     return;

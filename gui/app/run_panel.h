@@ -10,10 +10,12 @@
 #include <QTemporaryDir>
 #include <QWidget>
 
+#include <memory>
 #include <optional>
 
 #include "core/plan.h"
 #include "gui/logic/executor_run.h"
+#include "gui/logic/trace_document.h"
 
 namespace headroom::gui {
 
@@ -23,6 +25,9 @@ class RunPanel : public QWidget {
   explicit RunPanel(QWidget* parent = nullptr);
 
   void set_plan(const std::optional<core::Plan>& plan);
+  // The trace the plans are of: a plan is written for `headroom execute` as it leaves the app
+  // (plan_as_written).
+  void set_trace(std::shared_ptr<const TraceDocument> trace) { trace_ = std::move(trace); }
   // Forgets the results (another trace: they belong to another model).
   void clear_results();
   // Where `headroom` is; empty: not found (Run then says so).
@@ -55,6 +60,7 @@ class RunPanel : public QWidget {
   ExecutorRun run_;
   QTemporaryDir directory_;
   QString program_;
+  std::shared_ptr<const TraceDocument> trace_;
   std::optional<core::Plan> plan_;
   std::optional<core::Plan> running_plan_;
   std::optional<core::Plan> shown_plan_;  // the plan the table's results are for

@@ -341,6 +341,11 @@ std::string in_window_words(std::string message) {
 
 }  // namespace
 
+core::Plan plan_as_written(const TraceDocument& trace, core::Plan plan) {
+  planner::add_time_by_class(trace.trace, plan);
+  return plan;
+}
+
 PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
   const auto start = std::chrono::steady_clock::now();
   PlanResult result;
@@ -348,8 +353,9 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
   try {
     const planner::PlanRequest request = plan_request(trace, inputs);
     // As `headroom plan` plans: this machine's regime, its times' note and host memory.
-    const planner::PlanningMachine machine{trace.trace.calibration, trace.machine_note, core::headroom_regime(),
-                                           request.host_memory_bytes};
+    planner::PlanningMachine machine{trace.trace.calibration, trace.machine_note, core::headroom_regime(),
+                                     request.host_memory_bytes};
+    machine.time_by_class = false;  // added as the plan leaves the app (plan_as_written)
     planner::PlanOutcome outcome = planner::plan_for_machine(trace.trace, request, machine);
     result.throughput = throughput_curve(outcome);
     if (outcome.plan) {

@@ -129,6 +129,10 @@ struct PlanResult {
 
 PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs);
 
+// A plan as it leaves the app (saved, or written for `headroom execute`): with its time by class of
+// work (planner::add_time_by_class), which compute_plan leaves out of the replans as the budget moves.
+core::Plan plan_as_written(const TraceDocument& trace, core::Plan plan);
+
 // Simulates the plan's step and keeps at most `max_bins` bins of it.
 MemoryTimeline memory_timeline(const core::Trace& trace, const core::Plan& plan, int max_bins = 800);
 // The same from a simulated schedule (`layer_names` by layer id, the step's `micro_batches`).
