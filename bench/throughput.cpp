@@ -64,7 +64,8 @@ double measure(const core::Plan& plan, const core::Trace& trace, int steps, doub
   return r.measured.samples_per_second;
 }
 
-double error(double predicted, double measured) { return measured > 0 ? std::fabs(predicted - measured) / measured : 1; }
+// Signed, as execute reports it: above 0, predicted too fast.
+double error(double predicted, double measured) { return measured > 0 ? (predicted - measured) / measured : 1; }
 
 }  // namespace
 
@@ -147,8 +148,8 @@ int main(int argc, char** argv) {
     for (std::size_t k = 0; k < plans.size(); ++k) {
       const double predicted = plans[k].predicted.samples_per_second;
       const double e1 = error(predicted, measured[k][0]), e2 = error(predicted, measured[k][1]);
-      over += (e1 > 0.15) + (e2 > 0.15);
-      std::printf("| %s | %lld | %s | %s | %.1f | %.1f | %.1f | %.1f%% | %.1f%% |\n", c.model.c_str(),
+      over += (std::fabs(e1) > 0.15) + (std::fabs(e2) > 0.15);
+      std::printf("| %s | %lld | %s | %s | %.1f | %.1f | %.1f | %+.1f%% | %+.1f%% |\n", c.model.c_str(),
                   static_cast<long long>(c.global_batch), core::format_bytes(plans[k].budget_bytes).c_str(),
                   describe(plans[k]).c_str(), predicted, measured[k][0], measured[k][1], 100 * e1, 100 * e2);
       std::fflush(stdout);
@@ -191,7 +192,7 @@ int main(int argc, char** argv) {
                         "| rank | plan | predicted samples/s | measured samples/s | error | of the fastest |\n|---|---|---|---|---|---|\n";
     for (std::size_t k = 0; k < runs.size(); ++k) {
       char row[256];
-      std::snprintf(row, sizeof row, "| %zu | %s | %.1f | %.1f | %.1f%% | %.0f%% |\n", k + 1, runs[k].what.c_str(),
+      std::snprintf(row, sizeof row, "| %zu | %s | %.1f | %.1f | %+.1f%% | %.0f%% |\n", k + 1, runs[k].what.c_str(),
                     runs[k].predicted, runs[k].measured, 100 * error(runs[k].predicted, runs[k].measured),
                     100 * runs[k].measured / runs.front().measured);
       table += row;

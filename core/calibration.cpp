@@ -51,19 +51,27 @@ SpeedRatio speed_ratio(const Calibration& recorded, const Calibration& here) {
   if (here.compute() <= 0 || here.memory() <= 0 || recorded.compute() <= 0 || recorded.memory() <= 0) return ratio;
   // A time on `recorded` times its speed over here's is the time here.
   ratio.compute = recorded.compute() / here.compute();
+  if (recorded.matmul() > 0 && here.matmul() > 0) ratio.matmul = recorded.matmul() / here.matmul();
+  if (recorded.conv() > 0 && here.conv() > 0) ratio.conv = recorded.conv() / here.conv();
   ratio.memory = recorded.memory() / here.memory();
   const double noise = std::max(kCalibrationTolerance, std::max(recorded.spread(), here.spread()));
   const auto off = [noise](double r) { return std::fabs(std::log(r)) > std::log1p(noise); };
-  ratio.differs = off(ratio.compute) || off(ratio.memory);
+  ratio.differs = off(ratio.compute) || off(ratio.memory) || off(ratio.matmul.value_or(1)) || off(ratio.conv.value_or(1));
   return ratio;
 }
 
 std::string describe_speed(const SpeedRatio& ratio, const Calibration& recorded, const Calibration& here) {
-  char line[512];
+  // The product and the convolution apart, where they did not move together.
+  char kinds[128] = "";
+  const double matmul = ratio.matmul.value_or(ratio.compute), conv = ratio.conv.value_or(ratio.compute);
+  if (std::fabs(std::log(matmul / conv)) > std::log1p(kCalibrationTolerance)) {
+    std::snprintf(kinds, sizeof kinds, " (matrix products %.3gx, convolutions %.3gx)", 1 / matmul, 1 / conv);
+  }
+  char line[640];
   std::snprintf(line, sizeof line,
-                "this machine (%s, %d thread%s) runs compute-bound work %.3gx and memory-bound work %.3gx as fast as the "
+                "this machine (%s, %d thread%s) runs compute-bound work %.3gx%s and memory-bound work %.3gx as fast as the "
                 "one the times were measured on (%s, %d thread%s, %s)",
-                here.device.c_str(), here.threads, here.threads == 1 ? "" : "s", 1 / ratio.compute, 1 / ratio.memory,
+                here.device.c_str(), here.threads, here.threads == 1 ? "" : "s", 1 / ratio.compute, kinds, 1 / ratio.memory,
                 recorded.device.c_str(), recorded.threads, recorded.threads == 1 ? "" : "s", recorded.measured_at.c_str());
   return line;
 }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,10 +49,15 @@ struct Calibration {
 
 // What a time measured on one machine is multiplied by to hold on another, per class of work.
 struct SpeedRatio {
-  double compute = 1;
+  double compute = 1;  // compute-bound work of no one kind: the matrix product's and the convolution's geometric mean
   double memory = 1;
   // Beyond both calibrations' noise: the rescale applies and is said.
   bool differs = false;
+  // A layer that is a matrix product (linear, attention, a contrastive loss's similarities) or a
+  // convolution, by its kind: the two need not move together (one 2-core machine ran the product
+  // 1.1x and the convolution 0.6x as fast as another). Absent: as `compute`.
+  std::optional<double> matmul;
+  std::optional<double> conv;
 };
 
 // `recorded`'s times to `here`'s. Differs where either class is off by more than the noise: the

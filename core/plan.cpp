@@ -79,10 +79,10 @@ namespace {
 
 // The parts a plan may carry, as the techniques name them (core/relay_stages.h, core/collective.h),
 // and its time by class of work (core/rescale.h).
-constexpr std::array<std::string_view, 9> kPredictedPartNames = {
-    kRelayComputeSecondsPart,    kRelayCopySecondsPart,    kRelayWaitSecondsPart,
-    kRelayHostOptimizerSecondsPart, kRelayHostBytesPart,   kAllReduceSecondsPart,
-    kExposedAllReduceSecondsPart, kComputeBoundSecondsPart, kMemoryBoundSecondsPart};
+constexpr std::array<std::string_view, 11> kPredictedPartNames = {
+    kRelayComputeSecondsPart,     kRelayCopySecondsPart,    kRelayWaitSecondsPart,   kRelayHostOptimizerSecondsPart,
+    kRelayHostBytesPart,          kAllReduceSecondsPart,    kExposedAllReduceSecondsPart, kMatmulBoundSecondsPart,
+    kConvBoundSecondsPart,        kComputeBoundSecondsPart, kMemoryBoundSecondsPart};
 
 // A layer's variant: `"variant": "tempo"`; plans written before the step choice had a `"tempo"`
 // flag, and plans from before Tempo have neither (standard).

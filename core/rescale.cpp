@@ -27,12 +27,20 @@ std::int64_t moved_bytes(const Trace& trace, const LayerProfile& layer, std::siz
   return 3 * (in + sample.output_bytes);
 }
 
+// The compute-bound share of a layer moves with what its kind computes: a convolution, a matrix
+// product, or (elementwise work, a composite module) neither in particular.
+double compute_ratio_of(const std::string& kind, const SpeedRatio& ratio) {
+  if (kind == "conv") return ratio.conv.value_or(ratio.compute);
+  if (is_matrix_product_kind(kind)) return ratio.matmul.value_or(ratio.compute);
+  return ratio.compute;
+}
+
 // Rescales one sample in place; returns its time before and after.
 std::pair<double, double> rescale_sample(const Trace& trace, const LayerProfile& layer, std::size_t k, LayerSample& s,
                                          const SpeedRatio& ratio, double bandwidth) {
   const double before = static_cast<double>(s.fwd_ns + s.bwd_ns);
   const double m = memory_share(moved_bytes(trace, layer, k, s), s.fwd_ns + s.bwd_ns, bandwidth);
-  const double factor = m * ratio.memory + (1 - m) * ratio.compute;
+  const double factor = m * ratio.memory + (1 - m) * compute_ratio_of(layer.kind, ratio);
   s.fwd_ns = scaled(s.fwd_ns, factor);
   s.bwd_ns = scaled(s.bwd_ns, factor);
   if (s.gpu) {
@@ -93,10 +101,11 @@ Trace rescaled(const Trace& trace, const SpeedRatio& ratio, const Calibration& h
     rescale_step(out.tempo_steps[k], factor(lean_before[k], lean_after[k]), ratio);
   }
   if (out.contrastive_loss) {
-    // Similarity products, tile by tile: compute-bound.
+    // Similarity products, tile by tile: compute-bound matrix products.
+    const double products = ratio.matmul.value_or(ratio.compute);
     for (auto& s : out.contrastive_loss->samples) {
-      s.fwd_ns = scaled(s.fwd_ns, ratio.compute);
-      s.bwd_ns = scaled(s.bwd_ns, ratio.compute);
+      s.fwd_ns = scaled(s.fwd_ns, products);
+      s.bwd_ns = scaled(s.bwd_ns, products);
     }
   }
   if (!out.device.is_cuda()) {
@@ -138,12 +147,21 @@ Trace times_as_planned(const Trace& trace, const std::optional<Calibration>& pla
   return rescaled(trace, speed_ratio(*trace.calibration, *plan_calibration), *plan_calibration);
 }
 
+bool is_matrix_product_kind(std::string_view kind) {
+  return kind == "linear" || kind == "attention" || kind == "pooler" || kind == "contrastive_loss";
+}
+
 std::optional<double> step_seconds_on(const Plan& plan, const SpeedRatio& ratio) {
   const auto compute = plan.predicted_part(kComputeBoundSecondsPart);
   const auto memory = plan.predicted_part(kMemoryBoundSecondsPart);
   if (!compute || !memory) return std::nullopt;
-  // What scales with neither (a GPU's link, an all-reduce over the given link) stays as it is.
-  return std::max(plan.predicted.step_seconds + *compute * (ratio.compute - 1) + *memory * (ratio.memory - 1), 0.0);
+  // A plan whose compute part covers the products and the convolutions too has neither of theirs.
+  const double matmul = plan.predicted_part(kMatmulBoundSecondsPart).value_or(0);
+  const double conv = plan.predicted_part(kConvBoundSecondsPart).value_or(0);
+  // What scales with none of them (a GPU's link, an all-reduce over the given link) stays as it is.
+  return std::max(plan.predicted.step_seconds + *compute * (ratio.compute - 1) + *memory * (ratio.memory - 1) +
+                      matmul * (ratio.matmul.value_or(ratio.compute) - 1) + conv * (ratio.conv.value_or(ratio.compute) - 1),
+                  0.0);
 }
 
 // Where this machine (timed right before the run and right after it) runs the calibration's kernels

@@ -21,13 +21,22 @@ void add_time_by_class(const core::Trace& trace, core::Plan& plan) {
   const core::Trace& planned = estimated ? *estimated : trace;
   const LayerGraph graph(planned);
   const double as_planned = plan.predicted.step_seconds;
-  const auto slower = [&](double compute, double memory) {
-    const core::Trace there = core::rescaled(planned, {compute, memory, true}, *trace.calibration);
+  // Each class twice as slow alone: its seconds are what the step then takes longer.
+  const auto slower = [&](double matmul, double conv, double compute, double memory) {
+    core::SpeedRatio ratio;
+    ratio.compute = compute;
+    ratio.memory = memory;
+    ratio.differs = true;
+    ratio.matmul = matmul;
+    ratio.conv = conv;
+    const core::Trace there = core::rescaled(planned, ratio, *trace.calibration);
     const double seconds = static_cast<double>(predict_step(core::CostModel(there), graph, plan.choice).step_ns) / 1e9;
     return std::max(seconds - as_planned, 0.0);
   };
-  plan.predicted_parts[std::string(core::kComputeBoundSecondsPart)] = slower(2, 1);
-  plan.predicted_parts[std::string(core::kMemoryBoundSecondsPart)] = slower(1, 2);
+  plan.predicted_parts[std::string(core::kMatmulBoundSecondsPart)] = slower(2, 1, 1, 1);
+  plan.predicted_parts[std::string(core::kConvBoundSecondsPart)] = slower(1, 2, 1, 1);
+  plan.predicted_parts[std::string(core::kComputeBoundSecondsPart)] = slower(1, 1, 2, 1);
+  plan.predicted_parts[std::string(core::kMemoryBoundSecondsPart)] = slower(1, 1, 1, 2);
 }
 
 PlanOutcome plan_for_machine(const core::Trace& trace, PlanRequest request, const PlanningMachine& machine) {

@@ -2,6 +2,8 @@
 // machine by the class of work each layer is made of.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/calibration.h"
 #include "core/rescale.h"
 #include "core/errors.h"
@@ -43,11 +45,38 @@ TEST(Calibration, MachinesDifferOnlyBeyondTheirNoise) {
   EXPECT_NE(core::describe_speed(slower, home, machine(50, 8)).find("compute-bound work 0.5x and memory-bound work 0.8x"), std::string::npos);
 }
 
+// Two machines whose matrix product and convolution did not move together (one 2-core machine ran
+// the product 1.1x and the convolution 0.6x as fast as another): a linear layer moves with the
+// product, a convolution with the convolution, an elementwise layer with their geometric mean; the
+// line says so.
+TEST(Calibration, AProductAndAConvolutionMoveApart) {
+  const auto home = machine(100, 1e6);
+  core::Calibration here = home;
+  for (auto& r : here.runs) r.conv_flops_per_s /= 2;  // convolutions half as fast, products as fast
+  const core::SpeedRatio ratio = core::speed_ratio(home, here);
+  EXPECT_TRUE(ratio.differs);
+  EXPECT_DOUBLE_EQ(*ratio.matmul, 1.0);
+  EXPECT_DOUBLE_EQ(*ratio.conv, 2.0);
+  EXPECT_NEAR(ratio.compute, std::sqrt(2.0), 1e-12);
+  EXPECT_NE(core::describe_speed(ratio, home, here).find("(matrix products 1x, convolutions 0.5x)"), std::string::npos)
+      << core::describe_speed(ratio, home, here);
+  core::Trace trace = testing::make_small_trace();  // fc (linear), gelu, loss
+  trace.calibration = home;
+  trace.layers[1].kind = "conv";
+  const core::Trace there = core::rescaled(trace, ratio, here);
+  const auto time = [](const core::Trace& t, std::size_t i) {
+    return static_cast<double>(t.layers[i].samples[0].fwd_ns + t.layers[i].samples[0].bwd_ns);
+  };
+  EXPECT_NEAR(time(there, 0), time(trace, 0), 2.0);
+  EXPECT_NEAR(time(there, 1), 2.0 * time(trace, 1), 2.0);
+  EXPECT_NEAR(time(there, 2), std::sqrt(2.0) * time(trace, 2), 2.0);
+}
+
 TEST(Calibration, LayersMoveWithTheClassOfWorkTheyAreMadeOf) {
   core::Trace trace = testing::make_small_trace();
   // Compute-bound: at a bandwidth this high no layer's bytes take measurable time.
   trace.calibration = machine(100, 1e6);
-  const core::SpeedRatio ratio{2.0, 1.5, true};
+  const core::SpeedRatio ratio{2.0, 1.5, true, std::nullopt, std::nullopt};
   const core::Trace compute = core::rescaled(trace, ratio, machine(50, 1e6 / 1.5));
   for (std::size_t i = 0; i < trace.layers.size(); ++i) {
     for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "core/cost_model.h"
 #include "core/rescale.h"
@@ -49,7 +50,13 @@ double replanned_seconds(const core::Trace& trace, const core::Plan& plan, const
   return static_cast<double>(planner::predict_step(core::CostModel(there), planner::LayerGraph(there), plan.choice).step_ns) / 1e9;
 }
 
-const std::vector<core::SpeedRatio> kRatios = {{0.5, 0.5, true}, {3, 3, true}, {1.3, 0.7, true}, {0.8, 1.6, true}};
+core::SpeedRatio at(double compute, double memory, std::optional<double> matmul = {}, std::optional<double> conv = {}) {
+  return {compute, memory, true, matmul, conv};
+}
+
+// Faster and slower, each class alone, and the matrix product and the convolution moving apart.
+const std::vector<core::SpeedRatio> kRatios = {at(0.5, 0.5), at(3, 3),           at(1.3, 0.7),
+                                               at(0.8, 1.6), at(1.2, 0.9, 0.8, 1.5), at(1, 1, 1.4, 0.6)};
 
 // A step whose time is the sum of its ops (every CPU plan but L2L's, whose lanes overlap): the plan's
 // time by class of work moves its prediction as predicting again on the rescaled trace does, for
@@ -99,9 +106,9 @@ TEST(PlanForMachine, AnL2LPlanIsMovedAlongItsLanes) {
   const auto outcome = planner::plan_for_machine(trace, request_at(trace, 32, 0.0, "mbp,l2l"), machine_of(trace));
   ASSERT_TRUE(outcome.plan && outcome.plan->choice.l2l) << outcome.reason;
   const core::Plan& plan = *outcome.plan;
-  EXPECT_NEAR(*core::step_seconds_on(plan, {2, 1, true}) / replanned_seconds(trace, plan, {2, 1, true}), 1.0, 1e-4);
-  EXPECT_NEAR(*core::step_seconds_on(plan, {1, 2, true}) / replanned_seconds(trace, plan, {1, 2, true}), 1.0, 1e-4);
-  for (const auto& ratio : {core::SpeedRatio{0.8, 0.8, true}, core::SpeedRatio{1.25, 1.25, true}, core::SpeedRatio{1.2, 0.9, true}}) {
+  EXPECT_NEAR(*core::step_seconds_on(plan, at(2, 1)) / replanned_seconds(trace, plan, at(2, 1)), 1.0, 1e-4);
+  EXPECT_NEAR(*core::step_seconds_on(plan, at(1, 2)) / replanned_seconds(trace, plan, at(1, 2)), 1.0, 1e-4);
+  for (const auto& ratio : {at(0.8, 0.8), at(1.25, 1.25), at(1.2, 0.9)}) {
     EXPECT_NEAR(*core::step_seconds_on(plan, ratio) / replanned_seconds(trace, plan, ratio), 1.0, 0.05)
         << "compute x" << ratio.compute << ", memory x" << ratio.memory;
   }
@@ -127,7 +134,7 @@ TEST(PlanForMachine, AddsWhatTheMachineAtHandCallsFor) {
   ASSERT_TRUE(uncalibrated.plan);
   EXPECT_FALSE(uncalibrated.plan->calibration.has_value());
   EXPECT_FALSE(uncalibrated.plan->predicted_part(core::kComputeBoundSecondsPart).has_value());
-  EXPECT_FALSE(core::step_seconds_on(*uncalibrated.plan, {2, 2, true}).has_value());
+  EXPECT_FALSE(core::step_seconds_on(*uncalibrated.plan, at(2, 2)).has_value());
 }
 
 core::Calibration scaled(core::Calibration c, double speed) {
