@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
@@ -240,6 +241,14 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
         const double figure = node.as_double();
         // Seconds or bytes: finite, not negative, within what a trace can hold.
         if (!(figure >= 0 && figure <= 1e18)) node.fail("expected a figure from 0 to 1e18");
+        // A class of work twice as slow lengthens the step by at most the step.
+        const bool by_class = item.key() == kMatmulBoundSecondsPart || item.key() == kConvBoundSecondsPart ||
+                              item.key() == kComputeBoundSecondsPart || item.key() == kMemoryBoundSecondsPart;
+        if (by_class && figure > plan.predicted.step_seconds * (1 + 1e-9)) {
+          char text[160];
+          std::snprintf(text, sizeof text, "expected at most the predicted step (%.6g s), got %.6g", plan.predicted.step_seconds, figure);
+          node.fail(text);
+        }
         plan.predicted_parts[item.key()] = figure;
       }
     }

@@ -508,9 +508,11 @@ void note_machine_speed(core::Report& report) {
     if (moved.differs) {
       char line[512];
       std::snprintf(line, sizeof line,
-                    "the machine's speed moved during the run (compute-bound work %+.0f%%, memory-bound %+.0f%% from before "
-                    "the warm-up to after the last step): another load shared it, so its times are not a fair test of the prediction",
-                    100 * (1 / moved.compute - 1), 100 * (1 / moved.memory - 1));
+                    "the machine's speed moved during the run (matrix products %+.0f%%, convolutions %+.0f%%, memory-bound "
+                    "work %+.0f%% from before the warm-up to after the last step): another load shared it, so its times are "
+                    "not a fair test of the prediction",
+                    100 * (1 / moved.matmul.value_or(moved.compute) - 1), 100 * (1 / moved.conv.value_or(moved.compute) - 1),
+                    100 * (1 / moved.memory - 1));
       report.warnings.push_back(line);
     }
   }

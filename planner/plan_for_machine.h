@@ -23,8 +23,8 @@ struct PlanningMachine {
   // What L2L's host side may fill here (core::available_host_memory_bytes()); asked for only where
   // the request allows L2L.
   std::int64_t host_memory_bytes = 0;
-  // Whether to add the plan's time by class of work (add_time_by_class: two more predictions of the
-  // step, up to a millisecond on a large trace). The desktop app adds it when a plan leaves the app
+  // Whether to add the plan's time by class of work (add_time_by_class: five more predictions of
+  // the step, each on a rescaled copy of the trace, up to a few milliseconds on a large trace). The desktop app adds it when a plan leaves the app
   // (saved or run), not on every replan as the budget moves.
   bool time_by_class = true;
 };
@@ -36,11 +36,13 @@ struct PlanningMachine {
 // prediction to the machine it runs on without the planner.
 PlanOutcome plan_for_machine(const core::Trace& trace, PlanRequest request, const PlanningMachine& machine);
 
-// The plan's step time by class of work: the seconds that scale with compute-bound speed and with
-// memory-bound speed, from the plan's step predicted on the trace with each class's times doubled
-// (the step's time is a sum of its ops, each layer's scaled by its own class mix: exact there;
-// where lanes overlap, as L2L's, the line through those two points). Adds nothing where the trace
-// has no calibration.
+// The plan's step time by class of work: the seconds that scale with the speed of matrix products,
+// of convolutions, of other compute-bound work and of memory-bound work, from the plan's step
+// predicted on the trace with each class's times doubled alone. Where the step's time is a sum of
+// its ops, each layer's scaled by its own class mix, that is exact; where it takes the longer of
+// two (L2L's lanes, an exposed all-reduce), the parts are scaled down to what doubling every class
+// at once adds, so a uniformly faster or slower machine still moves it exactly. Adds nothing where
+// the trace has no calibration.
 void add_time_by_class(const core::Trace& trace, core::Plan& plan);
 
 }  // namespace headroom::planner

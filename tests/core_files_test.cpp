@@ -186,6 +186,11 @@ TEST(PlanFile, NumbersPastTheirRangeAreRejected) {
        "$.predicted_parts.allreduce_seconds: expected a figure from 0 to 1e18"},
       {[&](nlohmann::json& d) { d["predicted_parts"]["l2l_host_bytes"] = "3 GB"; }, "$.predicted_parts.l2l_host_bytes: expected"},
       {[&](nlohmann::json& d) { d["predicted_parts"] = {1, 2}; }, "$.predicted_parts: expected"},
+      {[&](nlohmann::json& d) { d["predicted_parts"]["matmul_bound_seconds"] = -0.5; },
+       "$.predicted_parts.matmul_bound_seconds: expected a figure from 0 to 1e18"},
+      // A class of work twice as slow cannot lengthen the step by more than the step.
+      {[&](nlohmann::json& d) { d["predicted_parts"]["memory_bound_seconds"] = 1e6; },
+       "$.predicted_parts.memory_bound_seconds: expected at most the predicted step"},
       {[&](nlohmann::json& d) { d["predicted_parts"]["allreduce_second"] = 1; },
        "$.predicted_parts.allreduce_second: unknown part (known: l2l_compute_seconds"},
   };

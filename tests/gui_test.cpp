@@ -712,7 +712,7 @@ class GuiTest : public QObject {
              QString::fromStdString(headroom::core::read_file(dir.filePath("cli.json").toStdString())));
   }
 
-  // The replans leave the plan's time by class of work out (two more predictions each); the plan
+  // The replans leave the plan's time by class of work out (five more predictions each); the plan
   // the app writes has it, so `headroom execute` can move its prediction to the machine it runs on.
   void aWrittenPlanCarriesItsTimeByClassOfWork() {
     QTemporaryDir dir;

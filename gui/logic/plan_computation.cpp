@@ -342,7 +342,11 @@ std::string in_window_words(std::string message) {
 }  // namespace
 
 core::Plan plan_as_written(const TraceDocument& trace, core::Plan plan) {
-  planner::add_time_by_class(trace.trace, plan);
+  // Only of the trace the plan was made from, as its times were then: a replan may not have caught
+  // up yet with another trace opened, or with this one rescaled to the machine (it follows soon).
+  if (plan.trace_sha256 == trace.sha256 && plan.calibration == trace.trace.calibration) {
+    planner::add_time_by_class(trace.trace, plan);
+  }
   return plan;
 }
 

@@ -130,7 +130,8 @@ struct PlanResult {
 PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs);
 
 // A plan as it leaves the app (saved, or written for `headroom execute`): with its time by class of
-// work (planner::add_time_by_class), which compute_plan leaves out of the replans as the budget moves.
+// work (planner::add_time_by_class), which compute_plan leaves out of the replans as the budget moves;
+// left out too where `plan` is not of `trace` as it now is (a replan not yet caught up).
 core::Plan plan_as_written(const TraceDocument& trace, core::Plan plan);
 
 // Simulates the plan's step and keeps at most `max_bins` bins of it.
