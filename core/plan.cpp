@@ -80,10 +80,10 @@ namespace {
 
 // The parts a plan may carry, as the techniques name them (core/relay_stages.h, core/collective.h),
 // and its time by class of work (core/rescale.h).
-constexpr std::array<std::string_view, 11> kPredictedPartNames = {
-    kRelayComputeSecondsPart,     kRelayCopySecondsPart,    kRelayWaitSecondsPart,   kRelayHostOptimizerSecondsPart,
-    kRelayHostBytesPart,          kAllReduceSecondsPart,    kExposedAllReduceSecondsPart, kMatmulBoundSecondsPart,
-    kConvBoundSecondsPart,        kComputeBoundSecondsPart, kMemoryBoundSecondsPart};
+constexpr std::array<std::string_view, 10> kPredictedPartNames = {
+    kRelayComputeSecondsPart, kRelayCopySecondsPart,        kRelayWaitSecondsPart,   kRelayHostOptimizerSecondsPart,
+    kRelayHostBytesPart,      kAllReduceSecondsPart,        kExposedAllReduceSecondsPart, kMatmulBoundSecondsPart,
+    kComputeBoundSecondsPart, kMemoryBoundSecondsPart};
 
 // A layer's variant: `"variant": "tempo"`; plans written before the step choice had a `"tempo"`
 // flag, and plans from before Tempo have neither (standard).
@@ -242,8 +242,8 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
         // Seconds or bytes: finite, not negative, within what a trace can hold.
         if (!(figure >= 0 && figure <= 1e18)) node.fail("expected a figure from 0 to 1e18");
         // A class of work twice as slow lengthens the step by at most the step.
-        const bool by_class = item.key() == kMatmulBoundSecondsPart || item.key() == kConvBoundSecondsPart ||
-                              item.key() == kComputeBoundSecondsPart || item.key() == kMemoryBoundSecondsPart;
+        const bool by_class = item.key() == kMatmulBoundSecondsPart || item.key() == kComputeBoundSecondsPart ||
+                              item.key() == kMemoryBoundSecondsPart;
         if (by_class && figure > plan.predicted.step_seconds * (1 + 1e-9)) {
           char text[160];
           std::snprintf(text, sizeof text, "expected at most the predicted step (%.6g s), got %.6g", plan.predicted.step_seconds, figure);

@@ -35,15 +35,14 @@ Trace times_as_planned(const Trace& trace, const std::optional<Calibration>& pla
 
 // A plan's step time by the class of work it scales with (core::Plan::predicted_parts, filled by
 // the planner where the trace has a calibration): seconds a step that take `ratio.matmul` times as
-// long where matrix products do, `ratio.conv` where convolutions do, `ratio.compute` where other
-// compute-bound work does, and `ratio.memory` where memory-bound work does.
+// long where matrix products do, `ratio.compute` where other compute-bound work does, and
+// `ratio.memory` where memory-bound work does.
 inline constexpr std::string_view kMatmulBoundSecondsPart = "matmul_bound_seconds";
-inline constexpr std::string_view kConvBoundSecondsPart = "conv_bound_seconds";
 inline constexpr std::string_view kComputeBoundSecondsPart = "compute_bound_seconds";
 inline constexpr std::string_view kMemoryBoundSecondsPart = "memory_bound_seconds";
 
 // Layer kinds whose compute-bound work is a matrix product (linear, attention, a pooler, a
-// contrastive loss's similarities); "conv" is a convolution; any other kind is neither in particular.
+// contrastive loss's similarities); any other kind's moves with the calibration's compute mean.
 bool is_matrix_product_kind(std::string_view kind);
 
 // The plan's predicted step time on the machine `ratio` leads to from the machine its times hold

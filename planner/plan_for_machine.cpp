@@ -25,28 +25,25 @@ void add_time_by_class(const core::Trace& trace, core::Plan& plan) {
   const LayerGraph graph(planned);
   const double as_planned = plan.predicted.step_seconds;
   // Each class twice as slow alone: its seconds are what the step then takes longer.
-  const auto slower = [&](double matmul, double conv, double compute, double memory) {
+  const auto slower = [&](double matmul, double compute, double memory) {
     core::SpeedRatio ratio;
     ratio.compute = compute;
     ratio.memory = memory;
     ratio.differs = true;
     ratio.matmul = matmul;
-    ratio.conv = conv;
     const core::Trace there = core::rescaled(planned, ratio, *trace.calibration);
     const double seconds = static_cast<double>(predict_step(core::CostModel(there), graph, plan.choice).step_ns) / 1e9;
     return std::max(seconds - as_planned, 0.0);
   };
-  const std::array<std::pair<std::string_view, double>, 4> parts = {
-      {{core::kMatmulBoundSecondsPart, slower(2, 1, 1, 1)},
-       {core::kConvBoundSecondsPart, slower(1, 2, 1, 1)},
-       {core::kComputeBoundSecondsPart, slower(1, 1, 2, 1)},
-       {core::kMemoryBoundSecondsPart, slower(1, 1, 1, 2)}}};
+  const std::array<std::pair<std::string_view, double>, 3> parts = {{{core::kMatmulBoundSecondsPart, slower(2, 1, 1)},
+                                                                      {core::kComputeBoundSecondsPart, slower(1, 2, 1)},
+                                                                      {core::kMemoryBoundSecondsPart, slower(1, 1, 2)}}};
   // Where lanes overlap (L2L's step is its longest lane) each class alone may lengthen the step by
   // more than its share: scaled so that they add up to what every class twice as slow adds, so a
   // machine uniformly faster or slower moves the step exactly.
   double sum = 0;
   for (const auto& [name, seconds] : parts) sum += seconds;
-  const double all = slower(2, 2, 2, 2);
+  const double all = slower(2, 2, 2);
   const double scale = sum > all && sum > 0 ? all / sum : 1.0;
   for (const auto& [name, seconds] : parts) plan.predicted_parts[std::string(name)] = seconds * scale;
 }

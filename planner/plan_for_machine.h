@@ -23,7 +23,7 @@ struct PlanningMachine {
   // What L2L's host side may fill here (core::available_host_memory_bytes()); asked for only where
   // the request allows L2L.
   std::int64_t host_memory_bytes = 0;
-  // Whether to add the plan's time by class of work (add_time_by_class: five more predictions of
+  // Whether to add the plan's time by class of work (add_time_by_class: four more predictions of
   // the step, each on a rescaled copy of the trace, up to a few milliseconds on a large trace). The desktop app adds it when a plan leaves the app
   // (saved or run), not on every replan as the budget moves.
   bool time_by_class = true;
@@ -37,7 +37,7 @@ struct PlanningMachine {
 PlanOutcome plan_for_machine(const core::Trace& trace, PlanRequest request, const PlanningMachine& machine);
 
 // The plan's step time by class of work: the seconds that scale with the speed of matrix products,
-// of convolutions, of other compute-bound work and of memory-bound work, from the plan's step
+// of other compute-bound work and of memory-bound work, from the plan's step
 // predicted on the trace with each class's times doubled alone. Where the step's time is a sum of
 // its ops, each layer's scaled by its own class mix, that is exact; where it takes the longer of
 // two (L2L's lanes, an exposed all-reduce), the parts are scaled down to what doubling every class

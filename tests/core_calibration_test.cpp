@@ -47,8 +47,8 @@ TEST(Calibration, MachinesDifferOnlyBeyondTheirNoise) {
 
 // Two machines whose matrix product and convolution did not move together (one 2-core machine ran
 // the product 1.1x and the convolution 0.6x as fast as another): a linear layer moves with the
-// product, a convolution with the convolution, an elementwise layer with their geometric mean; the
-// line says so.
+// product; a convolution and an elementwise layer with the geometric mean of the two (the zoo cnn's
+// small convolutions did not follow the calibration's); the line names both.
 TEST(Calibration, AProductAndAConvolutionMoveApart) {
   const auto home = machine(100, 1e6);
   core::Calibration here = home;
@@ -68,7 +68,7 @@ TEST(Calibration, AProductAndAConvolutionMoveApart) {
     return static_cast<double>(t.layers[i].samples[0].fwd_ns + t.layers[i].samples[0].bwd_ns);
   };
   EXPECT_NEAR(time(there, 0), time(trace, 0), 2.0);
-  EXPECT_NEAR(time(there, 1), 2.0 * time(trace, 1), 2.0);
+  EXPECT_NEAR(time(there, 1), std::sqrt(2.0) * time(trace, 1), 2.0);
   EXPECT_NEAR(time(there, 2), std::sqrt(2.0) * time(trace, 2), 2.0);
 }
 

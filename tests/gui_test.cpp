@@ -712,7 +712,7 @@ class GuiTest : public QObject {
              QString::fromStdString(headroom::core::read_file(dir.filePath("cli.json").toStdString())));
   }
 
-  // The replans leave the plan's time by class of work out (five more predictions each); the plan
+  // The replans leave the plan's time by class of work out (four more predictions each); the plan
   // the app writes has it, so `headroom execute` can move its prediction to the machine it runs on.
   void aWrittenPlanCarriesItsTimeByClassOfWork() {
     QTemporaryDir dir;
@@ -724,8 +724,8 @@ class GuiTest : public QObject {
     QVERIFY(window.save_plan(dir.filePath("gui.json")));
     const headroom::core::Plan plan = headroom::core::read_plan_file(dir.filePath("gui.json").toStdString());
     double classes = 0;
-    for (const auto part : {headroom::core::kMatmulBoundSecondsPart, headroom::core::kConvBoundSecondsPart,
-                            headroom::core::kComputeBoundSecondsPart, headroom::core::kMemoryBoundSecondsPart}) {
+    for (const auto part : {headroom::core::kMatmulBoundSecondsPart, headroom::core::kComputeBoundSecondsPart,
+                            headroom::core::kMemoryBoundSecondsPart}) {
       const auto seconds = plan.predicted_part(part);
       QVERIFY2(seconds.has_value(), part.data());
       classes += *seconds;
