@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
       const std::int64_t whole = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({size.batch})).peak_bytes;
       for (const double fraction : {0.2, 0.7}) {
         request.budget_bytes = least + static_cast<std::int64_t>(fraction * static_cast<double>(whole - least));
-        const auto outcome = planner::plan_for_machine(trace, request, {trace.calibration, "", core::headroom_regime(), 0});
+        const auto outcome = planner::plan_for_machine(trace, request, {trace.calibration, "", core::headroom_regime()});
         if (!outcome.plan) continue;
         const core::Plan& plan = *outcome.plan;
         const auto& mb = plan.choice.micro_batches;

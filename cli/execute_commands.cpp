@@ -225,7 +225,7 @@ int run_demo(const DemoArgs& args) {
   }
 
   std::cout << "3. plan\n";
-  const auto outcome = planner::plan_for_machine(trace, request, {trace.calibration, "", core::headroom_regime(), 0});
+  const auto outcome = planner::plan_for_machine(trace, request, {trace.calibration, "", core::headroom_regime()});
   if (!outcome.plan) {
     std::cerr << "headroom: infeasible: " << outcome.reason << "\n";
     return 3;

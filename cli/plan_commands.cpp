@@ -104,7 +104,7 @@ int run_plan(const PlanArgs& args) {
                            ": the trace has no measured link (profile with --measure-link) and no --link was given, "
                            "e.g. --link 25GB/s,5us");
   }
-  const planner::PlanningMachine machine{here.calibration, here.note, core::headroom_regime(), request.host_memory_bytes};
+  const planner::PlanningMachine machine{here.calibration, here.note, core::headroom_regime()};
   planner::PlanOutcome outcome = planner::plan_for_machine(trace, request, machine);
   if (!outcome.plan) {
     std::cerr << "headroom: infeasible: " << outcome.reason;

@@ -48,8 +48,7 @@ void add_time_by_class(const core::Trace& trace, core::Plan& plan) {
   for (const auto& [name, seconds] : parts) plan.predicted_parts[std::string(name)] = seconds * scale;
 }
 
-PlanOutcome plan_for_machine(const core::Trace& trace, PlanRequest request, const PlanningMachine& machine) {
-  if (request.strategies.contains(Strategy::L2L)) request.host_memory_bytes = machine.host_memory_bytes;
+PlanOutcome plan_for_machine(const core::Trace& trace, const PlanRequest& request, const PlanningMachine& machine) {
   PlanOutcome outcome = plan_step(trace, request);
   if (!outcome.plan) return outcome;
   core::Plan& plan = *outcome.plan;

@@ -20,21 +20,18 @@ struct PlanningMachine {
   std::optional<core::Calibration> calibration;
   std::string times_note;  // core::TimesHere::note: how the trace's machine compares with this one, or empty
   std::string regime;      // the host-memory regime headroom executes in here (core::headroom_regime())
-  // What L2L's host side may fill here (core::available_host_memory_bytes()); asked for only where
-  // the request allows L2L.
-  std::int64_t host_memory_bytes = 0;
   // Whether to add the plan's time by class of work (add_time_by_class: four more predictions of
   // the step, each on a rescaled copy of the trace, up to a few milliseconds on a large trace). The desktop app adds it when a plan leaves the app
   // (saved or run), not on every replan as the budget moves.
   bool time_by_class = true;
 };
 
-// plan_step for `request` on `machine`: L2L's host side bounded by its memory, the plan's warnings
+// plan_step for `request` (whose host_memory_bytes, where it allows L2L, is this machine's), the plan's warnings
 // for a trace measured in another host-memory regime or on another machine, the calibration and
 // threads its times hold for, and (unless the machine says otherwise) its step time by class of work
 // (core::kComputeBoundSecondsPart, core::kMemoryBoundSecondsPart) so that `execute` moves the
 // prediction to the machine it runs on without the planner.
-PlanOutcome plan_for_machine(const core::Trace& trace, PlanRequest request, const PlanningMachine& machine);
+PlanOutcome plan_for_machine(const core::Trace& trace, const PlanRequest& request, const PlanningMachine& machine);
 
 // The plan's step time by class of work: the seconds that scale with the speed of matrix products,
 // of other compute-bound work and of memory-bound work, from the plan's step

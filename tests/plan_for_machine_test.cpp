@@ -42,7 +42,7 @@ planner::PlanRequest request_at(const core::Trace& trace, std::int64_t batch, do
   return request;
 }
 
-planner::PlanningMachine machine_of(const core::Trace& trace) { return {trace.calibration, "", trace.host_memory_regime, 0}; }
+planner::PlanningMachine machine_of(const core::Trace& trace) { return {trace.calibration, "", trace.host_memory_regime}; }
 
 // The step a plan predicts on the machine `ratio` leads to, as the planner would predict it there.
 double replanned_seconds(const core::Trace& trace, const core::Plan& plan, const core::SpeedRatio& ratio) {

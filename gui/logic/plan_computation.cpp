@@ -357,8 +357,7 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
   try {
     const planner::PlanRequest request = plan_request(trace, inputs);
     // As `headroom plan` plans: this machine's regime, its times' note and host memory.
-    planner::PlanningMachine machine{trace.trace.calibration, trace.machine_note, core::headroom_regime(),
-                                     request.host_memory_bytes};
+    planner::PlanningMachine machine{trace.trace.calibration, trace.machine_note, core::headroom_regime()};
     machine.time_by_class = false;  // added as the plan leaves the app (plan_as_written)
     planner::PlanOutcome outcome = planner::plan_for_machine(trace.trace, request, machine);
     result.throughput = throughput_curve(outcome);
