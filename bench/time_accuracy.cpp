@@ -1,5 +1,7 @@
 // How well a plan's time holds on the machine that profiled it: every zoo model at two sizes,
-// profiled afresh here (the default threads: the cores this process may use), planned at two
+// profiled afresh here (the default threads: the cores this process may use) at sizes up to the
+// whole batch, as `plan` tells a user to (a micro-batch past the largest profiled size has its time
+// extrapolated, with a warning, and that is not what this checks), planned at two
 // budgets between its least and its whole batch's need, each plan executed twice. Prints one
 // Markdown row per run: predicted and measured samples/s, the signed throughput error (above 0:
 // predicted too fast), the run's own step-to-step spread and how much the machine's calibration
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
       models::Model model = models::build_zoo_model(z.model, size.settings, 0);
       profiler::ProfileOptions options;
       options.batch_sizes = size.batch_sizes;
+      options.batch_sizes.push_back(size.batch);
       options.repeats = 3;
       const core::Trace trace = profiler::profile(model, options);
       const core::CostModel costs(trace);
