@@ -156,6 +156,16 @@ std::variant<Cut, std::string> inline_calls(const jit::Module& module, const Dec
       changed = true;
       break;
     }
+    // Functions it calls (torch.nn.functional's, the module's own helpers) are ops like any other.
+    for (jit::Node* node : graph.nodes()) {
+      if (changed || node->kind() != c10::prim::CallFunction) continue;
+      const auto function_type = node->input(0)->type()->cast<c10::FunctionType>();
+      if (!function_type) continue;
+      node->removeInput(0);  // the function itself; what remains are its arguments
+      jit::inlineCallTo(node, &jit::toGraphFunction(*function_type->function()), /*use_graph=*/false);
+      changed = true;
+      break;  // the node is gone; the walk starts again
+    }
     // A branch on a setting the module was built with (`if self.use_res_connect:`) is fixed for
     // this module: it is folded, and what it calls is in the step unconditionally.
     if (!changed) changed = fold_settings(cut.graph, module);
@@ -257,9 +267,9 @@ bool recomputable(const jit::Node* node, const jit::AliasDb& aliases) {
   for (const jit::Value* out : node->outputs()) {
     if (contains_tensor(out->type()) || aliases.hasWriters(out)) return false;
   }
-  static const std::set<c10::Symbol> metadata = {c10::aten::size, c10::aten::dim, c10::aten::numel, c10::aten::len,
-                                                  c10::prim::device, c10::prim::dtype, c10::prim::shape};
-  if (metadata.count(node->kind()) > 0) return true;
+  static const std::set<std::string> metadata = {"aten::size", "aten::dim", "aten::numel", "aten::len", "prim::device",
+                                                  "prim::dtype", "prim::shape"};
+  if (metadata.count(node->kind().toQualString()) > 0) return true;
   for (const jit::Value* in : node->inputs()) {
     if (contains_tensor(in->type())) return false;
   }
@@ -472,11 +482,13 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
   for (std::size_t p = 0; p < pieces.size(); ++p) {
     const auto out = handed_on(p);
     const Piece& piece = pieces[p];
-    const std::string label = piece.call != nullptr ? piece.path : "the functional code after the last layer";
+    const std::string label = piece.call != nullptr       ? piece.path
+                              : p + 1 < pieces.size()       ? "the functional code before " + pieces[p + 1].path
+                                                            : "the functional code after the last layer";
     if (out.size() > 1) {
       std::string names;
       for (const jit::Value* v : out) names += (names.empty() ? "" : ", ") + v->debugName();
-      throw core::InputError("the code around " + label + " computes " + std::to_string(out.size()) + " values that "
+      throw core::InputError((piece.call != nullptr ? "the code around " : "") + label + " computes " + std::to_string(out.size()) + " values that "
                              "later layers read (" + names + ", " + where(out[0]->node()) + "): a layer hands on one; "
                              "pick another --depth or --layers");
     }

@@ -322,8 +322,8 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
         throw core::InputError("layer " + cut.segments[i].name + " fails on a batch of " + std::to_string(x.size(0)) +
                                ": " + error_text(e));
       }
-      writes_input[i].clear();
-      for (std::size_t k = 0; k < in.size(); ++k) writes_input[i].push_back(in[k]._version() != versions[k]);
+      writes_input[i].resize(in.size(), false);
+      for (std::size_t k = 0; k < in.size(); ++k) writes_input[i][k] = writes_input[i][k] || in[k]._version() != versions[k];
     }
     return outputs;
   };
@@ -354,6 +354,22 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
                              "not compute what it does; report this with the module");
     }
     probe_output = x;
+    // Which layers write into their inputs in place is seen in training, where dropout runs (in
+    // place, for nn.Dropout(inplace=True)); the module's statistics and the random state are put
+    // back as they were.
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers;
+    for (const auto& b : module.buffers()) buffers.emplace_back(b, b.clone());
+    auto generator = at::detail::getDefaultCPUGenerator();
+    const auto state = generator.get_state();
+    module.train();
+    try {
+      run_layers(probe);
+    } catch (const core::InputError&) {
+      // BatchNorm over a batch of 2 with one value per channel cannot train: the eval run decides.
+    }
+    module.eval();
+    generator.set_state(state);
+    for (auto& [buffer, saved] : buffers) buffer.copy_(saved);
   }
   assign_blocks(cut, writes_input);
 
