@@ -94,7 +94,7 @@ struct ProfileArgs {
   std::string model;
   // A user's TorchScript module instead of a zoo model, and what it is run with.
   std::string torchscript;
-  std::string input, target, loss, layers;
+  std::string input, target, loss, layers, depth;
   std::string batch_sizes;  // as typed: "1,2,4"
   std::vector<std::string> settings;
   profiler::ProfileOptions options;
@@ -131,7 +131,7 @@ void check_model_flags(const ProfileArgs& args) {
   }
   if (args.torchscript.empty()) {
     for (const auto& [flag, value] : {std::pair{"--input", &args.input}, {"--target", &args.target}, {"--loss", &args.loss},
-                                      {"--layers", &args.layers}}) {
+                                      {"--layers", &args.layers}, {"--depth", &args.depth}}) {
       if (!value->empty()) throw core::InputError(std::string(flag) + ": applies to --torchscript modules only");
     }
   } else if (args.input.empty()) {
@@ -144,6 +144,7 @@ std::map<std::string, std::string> torchscript_config(const ProfileArgs& args) {
   if (!args.target.empty()) config["target"] = args.target;
   if (!args.loss.empty()) config["loss"] = args.loss;
   if (!args.layers.empty()) config["layers"] = args.layers;
+  if (!args.depth.empty()) config["depth"] = args.depth;
   return config;
 }
 
@@ -266,7 +267,8 @@ int main(int argc, char** argv) {
   auto* profile = cli::add_torch_command(app, "profile");
   profile->add_option("--model", profile_args.model, "zoo model name (or --torchscript)");
   profile->add_option("--torchscript", profile_args.torchscript,
-                      "your own model: a TorchScript file whose children, called in order, are its layers");
+                      "your own model: a TorchScript file (torch.jit.script of any nn.Module), cut into layers at its "
+                      "submodule calls");
   profile->add_option("--input", profile_args.input,
                       "with --torchscript: one sample's input as SHAPE:DTYPE, e.g. 3x224x224:float32 or 128:int64:0-50257");
   profile->add_option("--target", profile_args.target,
@@ -276,8 +278,11 @@ int main(int argc, char** argv) {
                       "or model (the module returns the loss)")
       ->check(CLI::IsMember({"cross-entropy", "mse", "model"}));
   profile->add_option("--layers", profile_args.layers,
-                      "with --torchscript: the children that are the layers, in the order forward calls them, e.g. "
-                      "stem,stage1,head (default: every child forward calls)");
+                      "with --torchscript: the submodules that are layers, by dotted path, e.g. conv1,layer1,layer2.0,fc; "
+                      "the code between them runs with the layer that reads its result");
+  profile->add_option("--depth", profile_args.depth,
+                      "with --torchscript, instead of --layers: the submodules this deep that forward calls are the "
+                      "layers (1: its children; default: deep enough for 8 layers, descending into the largest)");
   add_profile_options(*profile, profile_args);
   profile->add_option("-o,--output", profile_args.output, "trace file to write")->required();
   profile->add_flag("--measure-link", profile_args.measure_link,

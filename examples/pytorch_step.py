@@ -46,10 +46,11 @@ class UsageError(Exception):
 # The reference step puts these, and only these, in eval mode: BatchNorm then normalizes with its
 # running statistics and dropout draws nothing, so headroom's micro-batched step and PyTorch's
 # full-batch step compute the same function. MultiheadAttention applies its attention dropout
-# functionally, gated by its own training flag.
+# functionally, gated by its own training flag; torchvision's StochasticDepth drops whole samples'
+# residual branches at random (efficientnet, convnext).
 BATCHNORM_KINDS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
 DROPOUT_KINDS = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout",
-                 "MultiheadAttention")
+                 "MultiheadAttention", "StochasticDepth")
 
 
 def load_model(path):

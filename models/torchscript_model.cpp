@@ -1,5 +1,6 @@
 #include "models/torchscript_model.h"
 
+#include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/script.h>
@@ -7,11 +8,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
+#include <unordered_set>
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/sha256.h"
 #include "models/build_allocations.h"
+#include "models/script_graph.h"
 
 namespace headroom::models {
 
@@ -81,11 +84,6 @@ bool is_batchnorm(const torch::jit::Module& module) {
   return name && name->qualifiedName().find("BatchNorm") != std::string::npos;
 }
 
-std::string class_name(const torch::jit::Module& module) {
-  const auto name = module.type()->name();
-  return name ? name->name() : "module";
-}
-
 // The module's parameters and modes, for the Model that runs its children as layers.
 class ScriptModules : public ForeignModules {
  public:
@@ -115,80 +113,48 @@ class ScriptModules : public ForeignModules {
   mutable torch::jit::Module module_;
 };
 
-// The children the module's forward calls on itself, in order (calls inside branches and loops are
-// not a plain chain and are not listed).
-std::vector<std::string> called_children(const torch::jit::Module& module) {
-  std::vector<std::string> order;
-  const auto graph = module.get_method("forward").graph();
-  const torch::jit::Value* self = graph->inputs()[0];
-  for (const torch::jit::Node* node : graph->nodes()) {
-    if (node->kind() != c10::prim::CallMethod) continue;
-    const torch::jit::Node* callee = node->inputs()[0]->node();
-    if (callee->kind() == c10::prim::GetAttr && callee->inputs()[0] == self) order.push_back(callee->s(c10::attr::name));
-  }
-  return order;
+torch::Tensor run_segment(torch::jit::GraphFunction& function, const c10::IValue& module,
+                          const std::vector<torch::Tensor>& inputs) {
+  torch::jit::Stack stack;
+  stack.reserve(inputs.size() + 1);
+  stack.emplace_back(module);
+  for (const auto& t : inputs) stack.emplace_back(t);
+  function.run(stack);
+  return stack.back().toTensor();
 }
 
-// The layers: --layers as named, or the children forward calls. Either way each must be a child,
-// called once, in that order.
-std::vector<std::string> chain_of(const torch::jit::Module& module, const std::string& layers_text) {
-  std::vector<std::string> children;
-  for (const auto& child : module.named_children()) children.push_back(child.name);
-  if (children.empty()) {
-    throw core::InputError("the module has no children (submodules) to profile as layers: export an nn.Sequential of "
-                           "its blocks");
+// The parameters a layer uses: those of the modules it calls, and those its functional code reads
+// as attributes (a class token, a layer scale).
+std::vector<torch::Tensor> parameters_read(const torch::jit::Module& module, const ScriptSegment& segment,
+                                           const std::vector<torch::jit::Module>& called) {
+  std::vector<torch::Tensor> out;
+  for (const auto& c : called) {
+    for (const auto& p : c.parameters()) out.push_back(p);
   }
-  const std::vector<std::string> called = called_children(module);
-  std::vector<std::string> chain = layers_text.empty() ? called : split(layers_text, ',');
-  std::string listed;
-  for (const auto& c : children) listed += (listed.empty() ? "" : ", ") + c;
-  for (std::size_t i = 0; i < chain.size(); ++i) {
-    if (std::find(children.begin(), children.end(), chain[i]) == children.end()) {
-      throw core::InputError("layers: '" + chain[i] + "' is not a child of the module (its children: " + listed + ")");
+  std::unordered_set<const void*> parameters;
+  for (const auto& p : module.parameters()) parameters.insert(p.unsafeGetTensorImpl());
+  const torch::jit::Value* self = segment.graph->inputs()[0];
+  std::function<std::optional<torch::jit::Module>(const torch::jit::Value*)> object_of =
+      [&](const torch::jit::Value* v) -> std::optional<torch::jit::Module> {
+    if (v == self) return module;
+    if (v->node()->kind() != c10::prim::GetAttr) return std::nullopt;
+    const auto parent = object_of(v->node()->input(0));
+    if (!parent) return std::nullopt;
+    const c10::IValue a = parent->attr(v->node()->s(c10::attr::name));
+    return a.isModule() ? std::optional<torch::jit::Module>(a.toModule()) : std::nullopt;
+  };
+  std::function<void(const torch::jit::Block*)> visit = [&](const torch::jit::Block* block) {
+    for (const torch::jit::Node* node : block->nodes()) {
+      for (const auto* inner : node->blocks()) visit(inner);
+      if (node->kind() != c10::prim::GetAttr || node->output()->type()->kind() != c10::TypeKind::TensorType) continue;
+      const auto owner = object_of(node->input(0));
+      if (!owner) continue;
+      const c10::IValue a = owner->attr(node->s(c10::attr::name));
+      if (a.isTensor() && parameters.count(a.toTensor().unsafeGetTensorImpl()) > 0) out.push_back(a.toTensor());
     }
-    if (std::find(chain.begin(), chain.begin() + static_cast<std::ptrdiff_t>(i), chain[i]) != chain.begin() + static_cast<std::ptrdiff_t>(i)) {
-      throw core::InputError("layers: '" + chain[i] + "' is " + (layers_text.empty() ? "called" : "named") +
-                             " twice; each layer runs once per step");
-    }
-  }
-  if (chain.empty()) {
-    throw core::InputError("the module's forward calls none of its children directly (children: " + listed +
-                           "): name them in order with --layers");
-  }
-  std::string calls;
-  for (const auto& c : called) calls += (calls.empty() ? "" : ", ") + c;
-  for (std::size_t i = 0; i < chain.size(); ++i) {
-    if (i >= called.size() || called[i] != chain[i]) {
-      throw core::InputError("layers: forward does not call '" + chain[i] + "' as layer " + std::to_string(i + 1) +
-                             " (it calls " + (calls.empty() ? std::string("no child directly") : calls) + ")");
-    }
-  }
-  if (chain.size() < called.size()) {
-    throw core::InputError("layers: forward also calls '" + called[chain.size()] + "' after '" + chain.back() +
-                           "'; name every child it calls (it calls " + calls + ")");
-  }
-  return chain;
-}
-
-// A chain gives each child one tensor, the previous child's output.
-void expect_one_input(const torch::jit::Module& child, const std::string& name) {
-  const auto& arguments = child.get_method("forward").function().getSchema().arguments();
-  std::vector<std::string> required;
-  for (std::size_t i = 1; i < arguments.size(); ++i) {
-    if (!arguments[i].default_value()) required.push_back(arguments[i].name());
-  }
-  if (required.size() != 1) {
-    std::string names;
-    for (const auto& r : required) names += (names.empty() ? "" : ", ") + r;
-    throw core::InputError("layer " + name + ": its forward reads " + std::to_string(required.size()) + " inputs (" +
-                           names + "); in a chain each layer reads one tensor, the previous layer's output");
-  }
-}
-
-torch::Tensor call_child(torch::jit::Module& child, const torch::Tensor& input) {
-  const c10::IValue out = child.forward({input});
-  if (!out.isTensor()) throw std::runtime_error("returns a " + out.tagKind() + ", not a tensor");
-  return out.toTensor();
+  };
+  visit(segment.graph->block());
+  return out;
 }
 
 struct ModelFileBytes {
@@ -288,7 +254,7 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
                   const std::string& expected_sha256) {
   for (const auto& [key, value] : config) {
     if (std::find(std::begin(kTorchScriptKeys), std::end(kTorchScriptKeys), key) == std::end(kTorchScriptKeys)) {
-      throw core::InputError("config: '" + key + "' is not a TorchScript model setting (input, target, loss, layers)");
+      throw core::InputError("config: '" + key + "' is not a TorchScript model setting (input, target, loss, layers, depth)");
     }
   }
   const TensorSpec input = parse_tensor_spec(
@@ -322,15 +288,47 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
   file.bytes.clear();
   file.bytes.shrink_to_fit();
 
-  const auto layers_it = config.find("layers");
-  const std::vector<std::string> chain = chain_of(module, layers_it == config.end() ? "" : layers_it->second);
-  std::vector<torch::jit::Module> children;
-  for (const auto& name : chain) {
-    children.push_back(module.attr(name).toModule());
-    expect_one_input(children.back(), name);
+  LayerSelection selection;
+  if (const auto it = config.find("layers"); it != config.end() && !it->second.empty()) selection.paths = split(it->second, ',');
+  if (const auto it = config.find("depth"); it != config.end() && !it->second.empty()) {
+    if (!selection.paths.empty()) throw core::InputError("depth: give --depth or --layers, not both");
+    const auto depth = parse_count(it->second, kMaxDepth);
+    if (!depth || *depth == 0) {
+      throw core::InputError("depth: '" + it->second + "' is not a depth from 1 to " + std::to_string(kMaxDepth) +
+                             " (1: the module's children)");
+    }
+    selection.depth = static_cast<int>(*depth);
   }
+  ScriptGraph cut = cut_into_layers(module, selection);
+  std::vector<std::shared_ptr<torch::jit::GraphFunction>> functions;
+  for (std::size_t i = 0; i < cut.segments.size(); ++i) {
+    functions.push_back(std::make_shared<torch::jit::GraphFunction>(
+        c10::QualifiedName("headroom.layer" + std::to_string(i)), cut.segments[i].graph, nullptr));
+  }
+  const c10::IValue object = module._ivalue();
+  // Runs the layers on a batch as the model will, returning every layer's output and noting which
+  // inputs each layer wrote into in place (their version counters moved).
+  std::vector<std::vector<bool>> writes_input(cut.segments.size());
+  const auto run_layers = [&](const torch::Tensor& x) {
+    std::vector<torch::Tensor> outputs;
+    for (std::size_t i = 0; i < cut.segments.size(); ++i) {
+      std::vector<torch::Tensor> in;
+      for (const int producer : cut.segments[i].inputs) in.push_back(producer == kModelInput ? x : outputs[static_cast<std::size_t>(producer)]);
+      std::vector<std::int64_t> versions;
+      for (const auto& t : in) versions.push_back(t._version());
+      try {
+        outputs.push_back(run_segment(*functions[i], object, in));
+      } catch (const std::exception& e) {
+        throw core::InputError("layer " + cut.segments[i].name + " fails on a batch of " + std::to_string(x.size(0)) +
+                               ": " + error_text(e));
+      }
+      writes_input[i].resize(in.size(), false);
+      for (std::size_t k = 0; k < in.size(); ++k) writes_input[i][k] = writes_input[i][k] || in[k]._version() != versions[k];
+    }
+    return outputs;
+  };
 
-  // A probe batch of two, deterministic and without autograd: the chain must compute what the
+  // A probe batch of two, deterministic and without autograd: the layers must compute what the
   // module's own forward computes, and the output tells the target's shape.
   const auto make_input = [input](std::int64_t batch, std::uint64_t s) {
     auto generator = at::detail::createCPUGenerator(s);
@@ -343,27 +341,37 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     const torch::Tensor probe = make_input(2, seed);
     torch::Tensor expected;
     try {
-      expected = module.forward({probe}).toTensor();
+      const c10::IValue out = module.forward({probe});
+      if (!out.isTensor()) throw std::runtime_error("it returns a " + out.tagKind() + ", not a tensor");
+      expected = out.toTensor();
     } catch (const std::exception& e) {
       throw core::InputError("the module's forward fails on a batch of 2 inputs of " + input.text() + " (shape " +
                              shape_text(probe.sizes()) + "): " + error_text(e));
     }
-    torch::Tensor x = probe;
-    for (std::size_t i = 0; i < children.size(); ++i) {
-      try {
-        x = call_child(children[i], x);
-      } catch (const std::exception& e) {
-        throw core::InputError("layer " + chain[i] + " fails on the previous layer's output (shape " + shape_text(x.sizes()) +
-                               "): " + error_text(e));
-      }
-    }
+    const torch::Tensor x = run_layers(probe).back();
     if (!x.sizes().equals(expected.sizes()) || !torch::allclose(x, expected, 1e-4, 1e-5)) {
-      throw core::InputError("the chain " + std::to_string(chain.size()) + " layers long (" + chain.front() + " … " +
-                             chain.back() + ") does not compute what the module's forward does: forward does more "
-                             "than pass each child's output to the next; export an nn.Sequential of its blocks");
+      throw core::InputError("the " + std::to_string(cut.segments.size()) + " layers cut from the module's forward do "
+                             "not compute what it does; report this with the module");
     }
     probe_output = x;
+    // Which layers write into their inputs in place is seen in training, where dropout runs (in
+    // place, for nn.Dropout(inplace=True)); the module's statistics and the random state are put
+    // back as they were.
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers;
+    for (const auto& b : module.buffers()) buffers.emplace_back(b, b.clone());
+    auto generator = at::detail::getDefaultCPUGenerator();
+    const auto state = generator.get_state();
+    module.train();
+    try {
+      run_layers(probe);
+    } catch (const core::InputError&) {
+      // BatchNorm over a batch of 2 with one value per channel cannot train: the eval run decides.
+    }
+    module.eval();
+    generator.set_state(state);
+    for (auto& [buffer, saved] : buffers) buffer.copy_(saved);
   }
+  assign_blocks(cut, writes_input);
 
   std::optional<TensorSpec> target;
   if (loss == "model") {
@@ -389,24 +397,34 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
 
   std::map<std::string, std::string> resolved = {{"input", input.text()}, {"loss", loss}};
   std::string layer_list;
-  for (const auto& name : chain) layer_list += (layer_list.empty() ? "" : ",") + name;
+  for (const auto& name : cut.layer_paths) layer_list += (layer_list.empty() ? "" : ",") + name;
   resolved["layers"] = layer_list;
   if (target) resolved["target"] = target->text();
 
   const std::string stem = std::filesystem::path(path).stem().string();
   Model model(stem.empty() ? "torchscript" : stem, Config("torchscript", resolved));
-  for (std::size_t i = 0; i < children.size(); ++i) {
+  // A parameter belongs to the first layer that uses it (a shared one is counted once).
+  std::unordered_set<const void*> attributed;
+  for (std::size_t i = 0; i < cut.segments.size(); ++i) {
+    const ScriptSegment& segment = cut.segments[i];
     Layer layer;
-    layer.name = chain[i];
+    layer.name = segment.name;
+    std::vector<torch::jit::Module> called;
+    for (const auto& path : segment.called_modules) called.push_back(*submodule_at(module, path));
     bool batchnorm = false;
-    for (const auto& m : children[i].modules()) batchnorm |= is_batchnorm(m);
+    for (const auto& c : called) {
+      for (const auto& m : c.modules()) batchnorm |= is_batchnorm(m);
+    }
     // "batchnorm" in the kind is what the planner's and executor's BatchNorm notes look for.
-    layer.kind = class_name(children[i]) + (batchnorm ? " (batchnorm)" : "");
-    layer.inputs = {i == 0 ? kModelInput : static_cast<int>(i) - 1};
-    layer.block = static_cast<int>(i);
-    for (const auto& p : children[i].parameters()) layer.parameters.push_back(p);
-    layer.forward = [child = children[i], batchnorm](const std::vector<torch::Tensor>& in, const RunContext& context) mutable {
-      if (!(batchnorm && context.recomputing)) return call_child(child, in[0]);
+    layer.kind = segment.class_name + (batchnorm ? " (batchnorm)" : "");
+    layer.inputs = segment.inputs;
+    layer.block = segment.block;
+    for (const auto& p : parameters_read(module, segment, called)) {
+      if (attributed.insert(p.unsafeGetTensorImpl()).second) layer.parameters.push_back(p);
+    }
+    layer.forward = [function = functions[i], object, called, batchnorm](const std::vector<torch::Tensor>& in,
+                                                                           const RunContext& context) {
+      if (!(batchnorm && context.recomputing)) return run_segment(*function, object, in);
       // A checkpointed block's second run: its batch is already in BatchNorm's running statistics.
       // The run updates copies instead (the zoo's BatchNorm skips the update); writing the old
       // values back in place would change tensors the backward saved.
@@ -416,10 +434,12 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
         torch::Tensor original;
       };
       std::vector<Swapped> swapped;
-      for (auto m : child.modules()) {
-        for (const auto& b : m.named_buffers(/*recurse=*/false)) {
-          swapped.push_back({m, b.name, b.value});
-          m.setattr(b.name, b.value.clone());
+      for (const auto& c : called) {
+        for (auto m : c.modules()) {
+          for (const auto& b : m.named_buffers(/*recurse=*/false)) {
+            swapped.push_back({m, b.name, b.value});
+            m.setattr(b.name, b.value.clone());
+          }
         }
       }
       struct Restore {
@@ -428,12 +448,12 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
           for (auto& s : swapped) s.module.setattr(s.name, s.original);
         }
       } restore{swapped};
-      return call_child(child, in[0]);
+      return run_segment(*function, object, in);
     };
     model.add_layer(std::move(layer));
   }
   if (loss != "model") {
-    const int last = static_cast<int>(children.size()) - 1;
+    const int last = static_cast<int>(cut.segments.size()) - 1;
     const bool cross_entropy = loss == "cross-entropy";
     Layer layer;
     layer.name = "loss";

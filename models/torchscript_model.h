@@ -1,7 +1,8 @@
 #pragma once
-// A user's own model: a TorchScript module (torch.jit.save of torch.jit.script(model)) whose
-// top-level children, called in order, are the layers headroom profiles, plans and executes. Each
-// child is a block of its own (so it can be checkpointed), followed by the loss unless the module
+// A user's own model: a TorchScript module (torch.jit.save of torch.jit.script(model)) as it is
+// written. Its forward is cut into layers at the calls of its submodules (models/script_graph.h),
+// with the functional code between them; the spans between points where one tensor carries
+// everything forward are blocks that can be checkpointed. The loss follows unless the module
 // computes it. Batches are synthetic, of the shapes the user names.
 #include <cstdint>
 #include <map>
@@ -39,12 +40,13 @@ TensorSpec parse_tensor_spec(const std::string& text, const std::string& field);
 //   target  the target's TensorSpec; when absent it is found from the module's output and the loss
 //   loss    cross-entropy (classes along the output's last dimension), mse, or model (the module's
 //           output is the loss, a mean over the batch)
-//   layers  child names, comma-separated; when absent, the children forward calls, in its order
-inline constexpr const char* kTorchScriptKeys[] = {"input", "target", "loss", "layers"};
+//   layers  the submodules that are layers, by dotted path (layer2.1), comma-separated
+//   depth   instead of layers: the submodules this deep that forward calls (1: its children); when
+//           neither is given, a depth with enough layers to plan (models/script_graph.h)
+inline constexpr const char* kTorchScriptKeys[] = {"input", "target", "loss", "layers", "depth"};
 
-// Loads the module at `path` and checks it: its children must be called in order, each on the
-// previous one's output (checked on a probe batch against the module's own forward), the input and
-// target must fit. `expected_sha256`, when given, must be the file's hash (a trace recorded it).
+// Loads the module at `path` and cuts it into layers, checked on a probe batch against the module's
+// own forward; the input and target must fit. `expected_sha256`, when given, must be the file's hash (a trace recorded it).
 // The returned model's config holds every key resolved (target and layers filled in), so
 // model_source() rebuilds it exactly. Throws InputError with one line naming the problem.
 Model load_torchscript_model(const std::string& path, const std::map<std::string, std::string>& config,

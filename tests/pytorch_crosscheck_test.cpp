@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -63,8 +64,11 @@ class PyTorchCrossCheck : public ::testing::Test {
     if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
   }
 
-  static Exported resnet18() { return {(directory_ / "resnet18.pt").string(), {{"input", "3x32x32:float32"}}}; }
-  static Exported decoder() { return {(directory_ / "decoder.pt").string(), {{"input", "16:int64:0-512"}}}; }
+  // The chains' children as the layers (--depth 1), so the blocks are the stages the tests name.
+  static Exported resnet18() {
+    return {(directory_ / "resnet18.pt").string(), {{"input", "3x32x32:float32"}, {"depth", "1"}}};
+  }
+  static Exported decoder() { return {(directory_ / "decoder.pt").string(), {{"input", "16:int64:0-512"}, {"depth", "1"}}}; }
 
   static nlohmann::json python(const std::string& arguments) {
     const fs::path out = directory_ / "result.json";
@@ -129,6 +133,65 @@ TEST_F(PyTorchCrossCheck, PlannedStepEndsWithPyTorchsFullBatchWeights) {
   EXPECT_LE(gpt["max_rel_diff_grad"].get<double>(), 1e-5) << gpt.dump();
   std::printf("decoder, micro-batches 3+3+2, both blocks checkpointed, SGD: weights %.3g, gradients %.3g\n",
               gpt["max_rel_diff"].get<double>(), gpt["max_rel_diff_grad"].get<double>());
+}
+
+// torchvision's classifiers as torchvision builds them (examples/export_classifiers.py), cut at
+// headroom's default depth: a micro-batched step with two of their blocks checkpointed ends with
+// the weights of PyTorch's full-batch step, and the plain step's peak is torch.profiler's. The
+// models are HEADROOM_CROSSCHECK_CLASSIFIERS (comma-separated; all eleven for the table in
+// traces/README.md), by default two small ones.
+TEST_F(PyTorchCrossCheck, UnmodifiedClassifiersStepAsPyTorchDoes) {
+  const char* listed = std::getenv("HEADROOM_CROSSCHECK_CLASSIFIERS");
+  const std::string models = listed != nullptr && *listed != '\0' ? listed : "resnet18,mobilenet_v2";
+  const fs::path out = directory_ / "classifiers";
+  ASSERT_EQ(run("python3 " + (kExamples / "export_classifiers.py").string() + " --models " + models +
+                " --image-size 64 --out " + out.string()),
+            0)
+      << log_text();
+  const auto py = [](const std::string& a) { return python(a); };
+  std::size_t start = 0;
+  while (start <= models.size()) {
+    const std::size_t end = std::min(models.find(',', start), models.size());
+    const std::string name = models.substr(start, end - start);
+    start = end + 1;
+    const Exported exported{(out / (name + ".pt")).string(), {{"input", "3x64x64:float32"}}};
+    // Two checkpointable blocks from the middle of the model.
+    std::vector<int> blocks;
+    {
+      models::Model model = models::load_torchscript_model(exported.file, exported.config, 0);
+      std::vector<int> checkpointable;
+      executor::Position position;
+      for (int b = 1; b + 1 < model.block_count(); ++b) {
+        try {
+          executor::PlanRunner probe(model, {b}, position);
+          checkpointable.push_back(b);
+        } catch (const std::exception&) {
+        }
+      }
+      ASSERT_GE(checkpointable.size(), 2u) << name;
+      blocks = {checkpointable[checkpointable.size() / 3], checkpointable[2 * checkpointable.size() / 3]};
+      if (blocks[0] == blocks[1]) blocks.pop_back();
+    }
+    const auto step = planned_step_against_pytorch(exported, {4, 2}, blocks, directory_, py);
+    std::printf("%s 64x64, micro-batches 4+2, blocks %d and %d checkpointed, SGD: weights %.3g, gradients %.3g\n",
+                name.c_str(), blocks.front(), blocks.back(), step["max_rel_diff"].get<double>(),
+                step["max_rel_diff_grad"].get<double>());
+    EXPECT_LE(step["max_rel_diff"].get<double>(), 1e-5) << name << " " << step.dump();
+    EXPECT_LE(step["max_rel_diff_grad"].get<double>(), 1e-5) << name << " " << step.dump();
+
+    models::Model model = models::load_torchscript_model(exported.file, exported.config, 0);
+    profiler::ProfileOptions options;
+    options.batch_sizes = {8};
+    options.repeats = 1;
+    options.optimizer = "sgd";
+    const core::Trace trace = profiler::profile(model, options);
+    const nlohmann::json peak = python("peak --model " + exported.file + " --input 3x64x64:float32 --batch 8 --optimizer sgd");
+    const auto headroom_peak = static_cast<double>(trace.steps.front().peak_bytes - model.extra_resident_bytes());
+    const double torch_peak = peak["peak_bytes"].get<double>();
+    std::printf("%s plain step at batch 8: headroom %.0f B, torch.profiler %.0f B: %+.2f%%\n", name.c_str(), headroom_peak,
+                torch_peak, 100 * (headroom_peak - torch_peak) / torch_peak);
+    EXPECT_NEAR(headroom_peak, torch_peak, 0.02 * torch_peak) << name << " " << peak.dump();
+  }
 }
 
 // headroom's profiled peak of a plain step (static bytes, the batch, the step's highest allocation

@@ -84,6 +84,38 @@ fs::path mlp_chain(double dropout = 0) {
                      kChainForward);
 }
 
+// A small residual network written as one would in PyTorch: a helper method, blocks of their own
+// class with a skip connection, a flatten before the head.
+torch::jit::Module residual_block(const std::string& type, std::int64_t width) {
+  torch::jit::Module m = scripted(type);
+  m.register_module("fc1", dense(type + "A", width, width));
+  m.register_module("fc2", dense(type + "B", width, width));
+  m.define("def forward(self, x):\n"
+           "    y = self.fc2.forward(self.fc1.forward(x))\n"
+           "    return torch.relu(y + x)\n");
+  return m;
+}
+
+fs::path residual_network() {
+  torch::manual_seed(5);
+  torch::jit::Module stage = scripted("Stage");
+  stage.register_module("0", residual_block("Res0", 16));
+  stage.register_module("1", residual_block("Res1", 16));
+  stage.define("def forward(self, x):\n"
+               "    x = getattr(self, '0').forward(x)\n"
+               "    return getattr(self, '1').forward(x)\n");
+  torch::jit::Module head_module = scripted("ResHead");
+  head_module.register_module("fc", head(16, 5));
+  head_module.define("def forward(self, x):\n    return self.fc.forward(x)\n");
+  return save_module("residual.pt", {{"stem", dense("Stem", 8, 16)}, {"stage", stage}, {"head", head_module}},
+                     "def _forward_impl(self, x):\n"
+                     "    x = self.stem.forward(x)\n"
+                     "    x = self.stage.forward(x)\n"
+                     "    return self.head.forward(torch.flatten(x, 1))\n"
+                     "def forward(self, x):\n"
+                     "    return self._forward_impl(x)\n");
+}
+
 std::map<std::string, std::string> features_input() { return {{"input", "8:float32"}}; }
 
 std::string error_of(const std::function<void()>& f) {
@@ -322,35 +354,213 @@ TEST(TorchScriptModel, MalformedModulesAreRefusedWithOneLine) {
   lone.define("def forward(self, x):\n    return torch.matmul(x, self.w)\n");
   const fs::path childless = fs::temp_directory_path() / ("headroom-ts-" + std::to_string(::getpid()) + "-lone.pt");
   lone.save(childless.string());
-  EXPECT_NE(refuse(childless, features_input()).find("no children"), std::string::npos);
+  EXPECT_NE(refuse(childless, features_input()).find("calls no submodule"), std::string::npos);
   fs::remove(childless);
 
-  torch::manual_seed(1);
-  const fs::path residual = save_module("res.pt", {{"fc1", dense("A", 8, 8)}, {"fc2", dense("B", 8, 8)}},
-                                        "def forward(self, x):\n    return self.fc2.forward(self.fc1.forward(x)) + x\n");
-  EXPECT_NE(refuse(residual, features_input()).find("does not compute what the module's forward does"), std::string::npos);
-  fs::remove(residual);
-
   const fs::path chain = mlp_chain();
-  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"layers", "fc2,fc1,out"}}).find("does not call 'fc2' as layer 1"),
+  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"layers", "fc1,nope,out"}}).find("'nope' is not a submodule"),
             std::string::npos);
-  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"layers", "fc1,fc2"}}).find("also calls 'out'"), std::string::npos);
-  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"layers", "fc1,nope,out"}}).find("'nope' is not a child"),
-            std::string::npos);
+  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"layers", "fc1,fc1"}}).find("'fc1' is named twice"), std::string::npos);
   EXPECT_NE(refuse(chain, {{"input", "9:float32"}}).find("fails on a batch of 2 inputs of 9:float32"), std::string::npos);
   EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"target", "3:int64:0-5"}}).find("the loss (cross-entropy) fails"),
             std::string::npos);
   EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"loss", "model"}}).find("must return the loss"), std::string::npos);
-  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"depth", "3"}}).find("'depth' is not a TorchScript model setting"),
+  for (const std::string depth : {"0", "17", "x", "-1", ""}) {
+    if (depth.empty()) continue;
+    EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"depth", depth}}).find("depth: '" + depth + "' is not a depth"),
+              std::string::npos) << depth;
+  }
+  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"depth", "1"}, {"layers", "fc1"}}).find("not both"), std::string::npos);
+  EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"colour", "red"}}).find("'colour' is not a TorchScript model setting"),
             std::string::npos);
   EXPECT_NE(refuse(chain, {}).find("input: give the input's shape"), std::string::npos);
   fs::remove(chain);
 
-  torch::jit::Module pair = scripted("Pair");
-  pair.define("def forward(self, x, y):\n    return x + y\n");
-  const fs::path two = save_module("two.pt", {{"pair", pair}}, "def forward(self, x):\n    return self.pair.forward(x, x)\n");
-  EXPECT_NE(refuse(two, features_input()).find("layer pair: its forward reads 2 inputs (x, y)"), std::string::npos);
-  fs::remove(two);
+  // A layer whose running depends on the data: no fixed list of layers.
+  torch::manual_seed(1);
+  const fs::path branch = save_module("branch.pt", {{"fc1", dense("A", 8, 8)}, {"fc2", dense("B", 8, 8)}},
+                                      "def forward(self, x):\n"
+                                      "    x = self.fc1.forward(x)\n"
+                                      "    if bool(x.sum() > 0):\n"
+                                      "        x = self.fc2.forward(x)\n"
+                                      "    return x\n");
+  const std::string in_if = refuse(branch, features_input());
+  EXPECT_NE(in_if.find("forward calls fc2 inside an if"), std::string::npos) << in_if;
+  fs::remove(branch);
+
+  // What passes between layers is a tensor.
+  torch::jit::Module splitter = scripted("Splitter");
+  splitter.define("def forward(self, x):\n    return (x, x * 2)\n");
+  torch::manual_seed(1);
+  const fs::path tuple = save_module("tuple.pt", {{"split", splitter}, {"fc", dense("A", 8, 8)}},
+                                     "def forward(self, x):\n"
+                                     "    a, b = self.split.forward(x)\n"
+                                     "    return self.fc.forward(a + b)\n");
+  const std::string handed = refuse(tuple, features_input());
+  EXPECT_NE(handed.find("split hands a Tuple[Tensor, Tensor] to later layers"), std::string::npos) << handed;
+  // Named as one layer with what reads it, it runs.
+  EXPECT_NO_THROW(models::load_torchscript_model(tuple.string(), {{"input", "8:float32"}, {"layers", "fc"}}, 0));
+  fs::remove(tuple);
+
+  const fs::path nested = residual_network();
+  EXPECT_NE(refuse(nested, {{"input", "8:float32"}, {"layers", "stage,stage.0"}}).find("are both named"), std::string::npos);
+  EXPECT_NE(refuse(nested, {{"input", "8:float32"}, {"layers", "stem,head.unused"}}).find("is not a submodule"),
+            std::string::npos);
+  fs::remove(nested);
+}
+
+// The layers cut from a module as it is written match its own forward, step for step: the loss, and
+// the gradients of one backward, whichever depth cuts it.
+TEST(TorchScriptGraph, LayersComputeWhatTheModuleComputesAtEveryDepth) {
+  const fs::path path = residual_network();
+  torch::jit::Module module = torch::jit::load(path.string());
+  for (const std::string depth : {"1", "2", "3", ""}) {
+    std::map<std::string, std::string> config = features_input();
+    if (!depth.empty()) config["depth"] = depth;
+    models::Model model = models::load_torchscript_model(path.string(), config, 0);
+    model.set_dropout(false);
+    const auto batch = model.make_batch(6, 3);
+    for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
+    const torch::Tensor loss = model.forward(batch);
+    loss.backward();
+    const auto layered = executor::gradients_of(model.parameters());
+    std::vector<torch::Tensor> parameters;
+    for (const auto& p : module.parameters()) {
+      p.mutable_grad() = torch::Tensor();
+      parameters.push_back(p);
+    }
+    const torch::Tensor logits = module.forward({batch.input}).toTensor();
+    const torch::Tensor reference = torch::cross_entropy_loss(logits, batch.target);
+    EXPECT_TRUE(torch::allclose(loss, reference, 1e-5, 1e-6)) << "depth " << depth;
+    reference.backward();
+    EXPECT_LT(executor::max_relative_difference(layered, executor::gradients_of(parameters)), 1e-5) << depth;
+  }
+}
+
+// The helper method is followed, the residual's add and the flatten run with the layer that reads
+// their result, and blocks are the spans between points where one tensor carries everything.
+TEST(TorchScriptGraph, HelperMethodsResidualsAndGlueBecomeLayersAndBlocks) {
+  const fs::path path = residual_network();
+  const auto names = [](const models::Model& model) {
+    std::vector<std::string> out;
+    for (const auto& layer : model.layers()) out.push_back(layer.name);
+    return out;
+  };
+  const models::Model one = models::load_torchscript_model(path.string(), {{"input", "8:float32"}, {"depth", "1"}}, 0);
+  EXPECT_EQ(names(one), (std::vector<std::string>{"stem", "stage", "head", "loss"}));
+  const models::Model two = models::load_torchscript_model(path.string(), {{"input", "8:float32"}, {"depth", "2"}}, 0);
+  EXPECT_EQ(names(two), (std::vector<std::string>{"stem", "stage.0", "stage.1", "head.fc", "loss"}));
+  const models::Model three = models::load_torchscript_model(path.string(), {{"input", "8:float32"}, {"depth", "3"}}, 0);
+  // Block 0's sum (and ReLU) is read by block 1's first layer and by its skip: a layer of its own.
+  // Block 1's, with the flatten, runs with the head that reads it.
+  EXPECT_EQ(names(three), (std::vector<std::string>{"stem", "stage.0.fc1", "stage.0.fc2", "glue:add", "stage.1.fc1",
+                                                    "stage.1.fc2", "head.fc", "loss"}));
+  const auto& layers = three.layers();
+  EXPECT_EQ(layers[1].inputs, (std::vector<int>{0}));
+  EXPECT_EQ(layers[3].inputs, (std::vector<int>{2, 0}));  // the branch and the skip
+  EXPECT_EQ(layers[6].inputs, (std::vector<int>{5, 3}));
+  // Blocks: where one tensor carries everything forward (the stem's output, block 0's sum).
+  std::vector<int> blocks;
+  for (std::size_t i = 0; i + 1 < layers.size(); ++i) blocks.push_back(layers[i].block);
+  EXPECT_EQ(blocks, (std::vector<int>{0, 1, 1, 1, 2, 2, 2}));
+  // The default is the shallowest depth with 8 layers that hold parameters, or the deepest there
+  // is: here the fully connected layers, 6 of them.
+  const models::Model chosen = models::load_torchscript_model(path.string(), features_input(), 0);
+  EXPECT_EQ(names(chosen), names(three));
+  EXPECT_EQ(chosen.config().values().at("layers"), "stem,stage.0.fc1,stage.0.fc2,stage.1.fc1,stage.1.fc2,head.fc");
+  // Parameters are each counted once, by the layer that uses them.
+  std::size_t counted = 0;
+  for (const auto& layer : chosen.layers()) counted += layer.parameters.size();
+  EXPECT_EQ(counted, chosen.parameters().size());
+  fs::remove(path);
+}
+
+// Glue whose result several layers read (a mask every block uses) is a layer of its own.
+TEST(TorchScriptGraph, GlueThatSeveralLayersReadIsALayerOfItsOwn) {
+  torch::manual_seed(4);
+  torch::jit::Module gated = scripted("Gated");
+  gated.register_module("fc", dense("G", 8, 8));
+  gated.define("def forward(self, x, gate):\n    return self.fc.forward(x) * gate\n");
+  torch::jit::Module gated2 = scripted("Gated");
+  gated2.register_module("fc", dense("G2", 8, 8));
+  gated2.define("def forward(self, x, gate):\n    return self.fc.forward(x) * gate\n");
+  const fs::path path = save_module("gate.pt", {{"a", gated}, {"b", gated2}, {"out", head(8, 5)}},
+                                    "def forward(self, x):\n"
+                                    "    gate = torch.sigmoid(x.mean(1, keepdim=True))\n"
+                                    "    h = self.a.forward(x, gate)\n"
+                                    "    h = self.b.forward(h, gate)\n"
+                                    "    return self.out.forward(h)\n");
+  const models::Model model = models::load_torchscript_model(path.string(), {{"input", "8:float32"}, {"depth", "1"}}, 0);
+  ASSERT_EQ(model.layers().size(), 5u);
+  EXPECT_EQ(model.layers()[0].name.rfind("glue:", 0), 0u) << model.layers()[0].name;
+  EXPECT_EQ(model.layers()[1].inputs, (std::vector<int>{models::kModelInput, 0}));
+  EXPECT_EQ(model.layers()[2].inputs, (std::vector<int>{1, 0}));
+  fs::remove(path);
+}
+
+// A branch on a setting the module was built with (torchvision's `if self.use_res_connect:`) is
+// fixed for the module, so the layers under it are plain layers; `training` stays switchable.
+TEST(TorchScriptGraph, BranchesOnTheModulesSettingsAreResolved) {
+  torch::manual_seed(6);
+  torch::jit::Module block = scripted("Skip");
+  block.register_attribute("use_skip", c10::BoolType::get(), true);
+  block.register_module("fc", dense("S", 8, 8, 0.5));
+  block.define("def forward(self, x):\n"
+               "    if self.use_skip:\n"
+               "        return self.fc.forward(x) + x\n"
+               "    else:\n"
+               "        return self.fc.forward(x)\n");
+  const fs::path path = save_module("skip.pt", {{"block", block}, {"out", head(8, 5)}},
+                                    "def forward(self, x):\n    return self.out.forward(self.block.forward(x))\n");
+  models::Model model = models::load_torchscript_model(path.string(), {{"input", "8:float32"}, {"depth", "2"}}, 0);
+  ASSERT_EQ(model.layers().size(), 3u);
+  EXPECT_EQ(model.layers()[0].name, "block.fc");
+  EXPECT_EQ(model.layers()[1].inputs, (std::vector<int>{0, models::kModelInput}));  // the skip
+  // Dropout inside still follows the model's mode: on, two runs differ; off, they agree.
+  const auto batch = model.make_batch(4, 1);
+  torch::NoGradGuard no_grad;
+  model.set_dropout(true);
+  EXPECT_FALSE(torch::equal(model.forward(batch), model.forward(batch)));
+  model.set_dropout(false);
+  EXPECT_TRUE(torch::equal(model.forward(batch), model.forward(batch)));
+  fs::remove(path);
+}
+
+// Checkpointing a residual block of a module as it is: recomputed in backward, the gradients are the
+// full batch's, and the profiled, planned step runs under its budget.
+TEST(TorchScriptGraph, ResidualBlocksCheckpointAndRunUnderABudget) {
+  const fs::path path = residual_network();
+  std::map<std::string, std::string> config = features_input();
+  models::Model model = models::load_torchscript_model(path.string(), config, 0);
+  std::vector<int> blocks;
+  for (const auto& layer : model.layers()) {
+    if (layer.block >= 0 && std::find(blocks.begin(), blocks.end(), layer.block) == blocks.end()) blocks.push_back(layer.block);
+  }
+  ASSERT_EQ(blocks.size(), 3u);  // the stem, then each residual block (the last with the head)
+  EXPECT_LT(gradient_difference(path, {5, 4, 3}, {1, 2}, false), 1e-5);
+
+  profiler::ProfileOptions options;
+  options.batch_sizes = {1, 2, 4, 8};
+  options.repeats = 1;
+  const core::Trace trace = profiler::profile(model, options);
+  planner::PlanRequest request;
+  request.global_batch = 16;
+  request.budget_bytes = 1;
+  const auto least = planner::plan_step(trace, request).smallest_budget;
+  ASSERT_GT(least, 0);
+  request.budget_bytes = least * 11 / 10;
+  const auto outcome = planner::plan_step(trace, request);
+  ASSERT_TRUE(outcome.plan);
+  executor::ExecuteOptions run;
+  run.steps = 2;
+  const core::Report report = executor::execute(*outcome.plan, trace, "p.json", run);
+  ASSERT_EQ(report.status, "ok");
+  EXPECT_LE(report.measured.peak_bytes, outcome.plan->budget_bytes);
+  EXPECT_GE(report.predicted.peak_bytes, report.measured.peak_bytes);
+  EXPECT_LE(static_cast<double>(report.predicted.peak_bytes), 1.01 * static_cast<double>(report.measured.peak_bytes));
+  ASSERT_TRUE(report.gradient_check.computed);
+  EXPECT_LT(report.gradient_check.max_rel_diff, 1e-5);
+  fs::remove(path);
 }
 
 }  // namespace

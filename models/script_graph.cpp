@@ -1,0 +1,700 @@
+#include "models/script_graph.h"
+
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+#include <variant>
+
+#include "core/errors.h"
+#include "core/trace.h"
+
+namespace headroom::models {
+
+namespace jit = torch::jit;
+
+namespace {
+
+std::string join(const std::string& parent, const std::string& name) { return parent.empty() ? name : parent + "." + name; }
+
+int depth_of(const std::string& path) {
+  return path.empty() ? 0 : 1 + static_cast<int>(std::count(path.begin(), path.end(), '.'));
+}
+
+bool is_module_type(const c10::TypePtr& type) {
+  const auto cls = type->cast<c10::ClassType>();
+  return cls && cls->is_module();
+}
+
+// Where a node is in the module's source, for error lines: "file.py:123", or its kind alone.
+std::string where(const jit::Node* node) {
+  if (const auto location = node->sourceRange().file_line_col()) {
+    return std::get<0>(*location) + ":" + std::to_string(std::get<1>(*location));
+  }
+  return "node " + std::string(node->kind().toQualString());
+}
+
+bool contains_tensor(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::TensorType) return true;
+  if (is_module_type(type)) return false;
+  for (const auto& contained : type->containedTypes()) {
+    if (contains_tensor(contained)) return true;
+  }
+  return false;
+}
+
+std::int64_t parameter_count(const jit::Module& module) {
+  std::int64_t n = 0;
+  for (const auto& p : module.parameters()) n += p.numel();
+  return n;
+}
+
+bool has_children(const jit::Module& module) { return module.children().size() > 0; }
+
+// The dotted path of the submodule a value holds, reached from `self` through attributes; nullopt
+// for anything else.
+std::optional<std::string> module_path(const jit::Value* value, const jit::Value* self) {
+  if (value == self) return std::string();
+  if (!is_module_type(value->type())) return std::nullopt;
+  const jit::Node* node = value->node();
+  if (node->kind() != c10::prim::GetAttr) return std::nullopt;
+  const auto parent = module_path(node->input(0), self);
+  if (!parent) return std::nullopt;
+  return join(*parent, node->s(c10::attr::name));
+}
+
+// The top-level node a (possibly nested) node belongs to.
+const jit::Node* top_level(const jit::Node* node, const jit::Block* top) {
+  while (node->owningBlock() != top) node = node->owningBlock()->owningNode();
+  return node;
+}
+
+enum class CallRole { Inline, Layer, Glue };
+
+using Decide = std::function<CallRole(const std::string& path, const jit::Module& callee)>;
+
+struct Cut {
+  std::shared_ptr<jit::Graph> graph;  // forward with the inlined methods
+  std::vector<jit::Node*> layer_calls;
+  std::vector<std::string> layer_call_paths;
+};
+
+// A module's settings (bool, int, float, string or None attributes other than `training`, which
+// headroom switches) as constants, then constant propagation: branches on them are resolved.
+// Returns whether anything changed.
+bool fold_settings(std::shared_ptr<jit::Graph>& graph, const jit::Module& module) {
+  const jit::Value* self = graph->inputs()[0];
+  std::set<std::string> assigned;
+  std::vector<jit::Node*> reads;
+  std::function<void(jit::Block*)> visit = [&](jit::Block* block) {
+    for (jit::Node* node : block->nodes()) {
+      for (jit::Block* inner : node->blocks()) visit(inner);
+      if (node->kind() == c10::prim::SetAttr) assigned.insert(node->s(c10::attr::name));
+      if (node->kind() != c10::prim::GetAttr) continue;
+      const auto kind = node->output()->type()->kind();
+      if (kind == c10::TypeKind::BoolType || kind == c10::TypeKind::IntType || kind == c10::TypeKind::FloatType ||
+          kind == c10::TypeKind::StringType || kind == c10::TypeKind::NoneType) {
+        reads.push_back(node);
+      }
+    }
+  };
+  visit(graph->block());
+  bool changed = false;
+  for (jit::Node* node : reads) {
+    const std::string& name = node->s(c10::attr::name);
+    if (name == "training" || assigned.count(name) > 0) continue;
+    const auto path = module_path(node->input(0), self);
+    if (!path) continue;
+    const auto owner = submodule_at(module, *path);
+    if (!owner || !owner->hasattr(name)) continue;
+    jit::WithInsertPoint here(node);
+    jit::Value* constant = graph->insertConstant(owner->attr(name));
+    node->output()->replaceAllUsesWith(constant);
+    node->destroy();
+    changed = true;
+  }
+  if (changed) jit::ConstantPropagation(graph);
+  return changed;
+}
+
+// The forward with every call `decide` inlines replaced by its body. Returns an error line instead
+// where a call that should be inlined or be a layer sits inside control flow.
+std::variant<Cut, std::string> inline_calls(const jit::Module& module, const Decide& decide) {
+  Cut cut;
+  cut.graph = module.get_method("forward").graph()->copy();
+  jit::Graph& graph = *cut.graph;
+  const jit::Value* self = graph.inputs()[0];
+  const auto callee_of = [&](const jit::Node* node) -> std::optional<std::pair<std::string, jit::Module>> {
+    const auto path = module_path(node->input(0), self);
+    if (!path) return std::nullopt;
+    auto callee = submodule_at(module, *path);
+    if (!callee) return std::nullopt;
+    return std::make_pair(*path, *callee);
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (jit::Node* node : graph.nodes()) {
+      if (node->kind() != c10::prim::CallMethod) continue;
+      const auto callee = callee_of(node);
+      if (!callee) {
+        return "forward calls " + node->s(c10::attr::name) + " on an object it does not reach through the module's "
+               "attributes (" + where(node) + ")";
+      }
+      if (decide(callee->first, callee->second) != CallRole::Inline) continue;
+      jit::Function& function = callee->second.get_method(node->s(c10::attr::name)).function();
+      // The callee's graph as written (not its optimized one, which would inline every call below it).
+      jit::inlineCallTo(node, &jit::toGraphFunction(function), /*use_graph=*/false);
+      changed = true;
+      break;
+    }
+    // Functions it calls (torch.nn.functional's, the module's own helpers) are ops like any other.
+    for (jit::Node* node : graph.nodes()) {
+      if (changed || node->kind() != c10::prim::CallFunction) continue;
+      const auto function_type = node->input(0)->type()->cast<c10::FunctionType>();
+      if (!function_type) continue;
+      node->removeInput(0);  // the function itself; what remains are its arguments
+      jit::inlineCallTo(node, &jit::toGraphFunction(*function_type->function()), /*use_graph=*/false);
+      changed = true;
+      break;  // the node is gone; the walk starts again
+    }
+    // A branch on a setting the module was built with (`if self.use_res_connect:`) is fixed for
+    // this module: it is folded, and what it calls is in the step unconditionally.
+    if (!changed) changed = fold_settings(cut.graph, module);
+  }
+  // A layer inside an `if` or a loop would run or not, or run a count of times, that only the data
+  // decides: there is no fixed list of layers to profile and plan.
+  std::function<std::optional<std::string>(const jit::Block*, const jit::Node*)> nested_call =
+      [&](const jit::Block* block, const jit::Node* owner) -> std::optional<std::string> {
+    for (const jit::Node* node : block->nodes()) {
+      if (node->kind() == c10::prim::CallMethod) {
+        const auto callee = callee_of(node);
+        if (!callee || decide(callee->first, callee->second) != CallRole::Glue) {
+          const std::string name = callee ? (callee->first.empty() ? "its own method " + node->s(c10::attr::name) : callee->first)
+                                          : node->s(c10::attr::name);
+          const std::string construct = owner->kind() == c10::prim::Loop ? "a loop" : "an if";
+          return "forward calls " + name + " inside " + construct + " (" + where(owner) + "), whose " +
+                 (owner->kind() == c10::prim::Loop ? "count" : "branch") + " the data decides: headroom cannot make "
+                 "it a fixed layer; pick a --depth or --layers above it";
+        }
+      }
+      for (const jit::Block* inner : node->blocks()) {
+        if (auto found = nested_call(inner, owner)) return found;
+      }
+    }
+    return std::nullopt;
+  };
+  for (jit::Node* node : graph.nodes()) {
+    for (const jit::Block* block : node->blocks()) {
+      if (auto found = nested_call(block, node)) return *found;
+    }
+    if (node->kind() != c10::prim::CallMethod) continue;
+    const auto callee = callee_of(node);
+    if (decide(callee->first, callee->second) == CallRole::Layer) {
+      cut.layer_calls.push_back(node);
+      cut.layer_call_paths.push_back(callee->first);
+    }
+  }
+  return cut;
+}
+
+Cut inline_or_throw(const jit::Module& module, const Decide& decide) {
+  auto result = inline_calls(module, decide);
+  if (auto* error = std::get_if<std::string>(&result)) throw core::InputError(*error);
+  return std::get<Cut>(std::move(result));
+}
+
+// Which calls become layers.
+Cut choose_layers(const jit::Module& module, const LayerSelection& selection) {
+  if (!selection.paths.empty()) {
+    for (std::size_t i = 0; i < selection.paths.size(); ++i) {
+      const std::string& path = selection.paths[i];
+      if (path.empty() || !submodule_at(module, path)) {
+        throw core::InputError("layers: '" + path + "' is not a submodule of the module (name them by dotted path, "
+                               "e.g. layer2.1 or features.3)");
+      }
+      for (std::size_t j = 0; j < selection.paths.size(); ++j) {
+        if (i == j) continue;
+        if (selection.paths[j] == path) throw core::InputError("layers: '" + path + "' is named twice");
+        if (selection.paths[j].rfind(path + ".", 0) == 0) {
+          throw core::InputError("layers: '" + path + "' and its submodule '" + selection.paths[j] +
+                                 "' are both named; a layer is one or the other");
+        }
+      }
+    }
+    const auto named = [&](const std::string& path) {
+      return std::find(selection.paths.begin(), selection.paths.end(), path) != selection.paths.end();
+    };
+    const auto ancestor = [&](const std::string& path) {
+      return path.empty() || std::any_of(selection.paths.begin(), selection.paths.end(),
+                                         [&](const std::string& p) { return p.rfind(path + ".", 0) == 0; });
+    };
+    Cut cut = inline_or_throw(module, [&](const std::string& path, const jit::Module&) {
+      return ancestor(path) ? CallRole::Inline : named(path) ? CallRole::Layer : CallRole::Glue;
+    });
+    for (const auto& path : selection.paths) {
+      if (std::find(cut.layer_call_paths.begin(), cut.layer_call_paths.end(), path) == cut.layer_call_paths.end()) {
+        std::string called;
+        for (const auto& c : cut.layer_call_paths) called += (called.empty() ? "" : ", ") + c;
+        throw core::InputError("layers: forward never calls '" + path + "' (the named layers it calls: " +
+                               (called.empty() ? std::string("none") : called) + ")");
+      }
+    }
+    return cut;
+  }
+  return inline_or_throw(module, [&](const std::string& path, const jit::Module& callee) {
+    return depth_of(path) < selection.depth && (path.empty() || has_children(callee)) ? CallRole::Inline : CallRole::Layer;
+  });
+  throw std::logic_error("choose_layers: no depth and no layers");
+}
+
+// Outputs of no tensor that cost nothing to compute again (constants, the module's attributes, a
+// tensor's sizes, arithmetic on them): each layer that reads one computes its own copy instead of
+// receiving it. An op that reads a tensor's values (item, tolist) is not one of them.
+bool recomputable(const jit::Node* node, const jit::AliasDb& aliases) {
+  if (node->kind() == c10::prim::Constant || node->kind() == c10::prim::GetAttr) return true;
+  if (!node->blocks().empty() || node->kind() == c10::prim::CallMethod || node->kind() == c10::prim::CallFunction) return false;
+  if (node->hasSideEffects() || node->isNondeterministic()) return false;
+  if (const auto* schema = node->maybeSchema(); schema != nullptr && schema->is_mutable()) return false;
+  for (const jit::Value* out : node->outputs()) {
+    if (contains_tensor(out->type()) || aliases.hasWriters(out)) return false;
+  }
+  static const std::set<std::string> metadata = {"aten::size", "aten::dim", "aten::numel", "aten::len", "prim::device",
+                                                  "prim::dtype", "prim::shape"};
+  if (metadata.count(node->kind().toQualString()) > 0) return true;
+  for (const jit::Value* in : node->inputs()) {
+    if (contains_tensor(in->type())) return false;
+  }
+  return true;
+}
+
+// Whether running a node earlier or later than written could change a result: it writes in place,
+// has side effects or draws random numbers.
+bool order_matters(const jit::Node* node) {
+  const auto* schema = node->maybeSchema();
+  return node->hasSideEffects() || node->isNondeterministic() || (schema != nullptr && schema->is_mutable()) ||
+         node->kind() == c10::prim::CallMethod || node->kind() == c10::prim::CallFunction || !node->blocks().empty();
+}
+
+struct Piece {
+  std::vector<jit::Node*> nodes;  // in program order
+  jit::Node* call = nullptr;      // the layer call, last of nodes; null for glue
+  std::string path;
+};
+
+std::string op_name(const std::vector<jit::Node*>& nodes) {
+  for (const jit::Node* node : nodes) {
+    if (node->kind().is_aten()) return node->kind().toUnqualString();
+  }
+  return nodes.empty() ? "glue" : nodes.front()->kind().toUnqualString();
+}
+
+}  // namespace
+
+std::optional<jit::Module> submodule_at(const jit::Module& module, const std::string& path) {
+  jit::Module current = module;
+  std::size_t start = 0;
+  while (start < path.size()) {
+    const auto end = std::min(path.find('.', start), path.size());
+    const std::string name = path.substr(start, end - start);
+    if (!current.hasattr(name)) return std::nullopt;
+    const c10::IValue attribute = current.attr(name);
+    if (!attribute.isModule()) return std::nullopt;
+    current = attribute.toModule();
+    start = end + 1;
+  }
+  return current;
+}
+
+namespace {
+
+ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection) {
+  Cut cut = choose_layers(module, selection);
+  jit::Graph& graph = *cut.graph;
+  const jit::Value* self = graph.inputs()[0];
+  if (graph.inputs().size() != 2) {
+    throw core::InputError("the module's forward reads " + std::to_string(graph.inputs().size() - 1) +
+                           " inputs; headroom gives it one (--input)");
+  }
+  const jit::Value* model_input = graph.inputs()[1];
+  if (graph.outputs().size() != 1 || graph.outputs()[0]->type()->kind() != c10::TypeKind::TensorType) {
+    throw core::InputError("the module's forward returns " + graph.outputs()[0]->type()->annotation_str() +
+                           ", not one tensor");
+  }
+  if (cut.layer_calls.empty()) {
+    throw core::InputError("the module's forward calls no submodule to profile as a layer (it is one operation "
+                           "on its input): wrap it in a module with children");
+  }
+  const jit::AliasDb aliases(cut.graph);
+  const std::unordered_set<const jit::Node*> calls(cut.layer_calls.begin(), cut.layer_calls.end());
+
+  // Program order: the functional code since the previous layer goes with the next layer call.
+  std::vector<Piece> pieces;
+  {
+    Piece current;
+    std::size_t k = 0;
+    for (jit::Node* node : graph.nodes()) {
+      if (calls.count(node) > 0) {
+        current.nodes.push_back(node);
+        current.call = node;
+        current.path = cut.layer_call_paths[k++];
+        pieces.push_back(std::move(current));
+        current = Piece{};
+      } else if (!recomputable(node, aliases)) {
+        current.nodes.push_back(node);
+      }
+    }
+    if (!current.nodes.empty()) pieces.push_back(std::move(current));
+  }
+
+  // Which piece defines each value, and which values each piece reads from outside itself (values
+  // of recomputable nodes are followed to what they are computed from).
+  std::unordered_map<const jit::Node*, int> piece_of;
+  std::vector<std::vector<const jit::Value*>> reads;
+  const auto index = [&] {
+    piece_of.clear();
+    for (std::size_t p = 0; p < pieces.size(); ++p) {
+      for (const jit::Node* node : pieces[p].nodes) piece_of[node] = static_cast<int>(p);
+    }
+    reads.assign(pieces.size(), {});
+    for (std::size_t p = 0; p < pieces.size(); ++p) {
+      std::unordered_set<const jit::Value*> seen;
+      std::function<void(const jit::Value*)> read = [&](const jit::Value* v) {
+        if (v == self || !seen.insert(v).second) return;
+        if (v == model_input) {
+          reads[p].push_back(v);
+          return;
+        }
+        const jit::Node* owner = top_level(v->node(), graph.block());
+        const auto it = piece_of.find(owner);
+        if (it == piece_of.end()) {
+          for (const jit::Value* in : owner->inputs()) read(in);  // recomputable
+        } else if (it->second != static_cast<int>(p)) {
+          reads[p].push_back(v);
+        }
+      };
+      std::function<void(const jit::Node*)> visit = [&](const jit::Node* node) {
+        for (const jit::Value* in : node->inputs()) read(in);
+        for (const jit::Block* block : node->blocks()) {
+          for (const jit::Node* inner : block->nodes()) visit(inner);
+          visit(block->return_node());
+        }
+      };
+      for (const jit::Node* node : pieces[p].nodes) visit(node);
+    }
+  };
+  // The values a piece hands on: read by a later piece or returned.
+  const auto handed_on = [&](std::size_t p) {
+    std::vector<const jit::Value*> out;
+    const auto add = [&](const jit::Value* v) {
+      if (v == model_input || v == self) return;
+      const auto it = piece_of.find(top_level(v->node(), graph.block()));
+      if (it != piece_of.end() && it->second == static_cast<int>(p) && std::find(out.begin(), out.end(), v) == out.end()) {
+        out.push_back(v);
+      }
+    };
+    for (std::size_t q = p + 1; q < pieces.size(); ++q) {
+      for (const jit::Value* v : reads[q]) add(v);
+    }
+    std::unordered_set<const jit::Value*> seen;
+    std::function<void(const jit::Value*)> returned = [&](const jit::Value* v) {
+      if (!seen.insert(v).second || v == self || v == model_input) return;
+      const jit::Node* owner = top_level(v->node(), graph.block());
+      if (piece_of.count(owner) == 0) {
+        for (const jit::Value* in : owner->inputs()) returned(in);
+      } else {
+        add(v);
+      }
+    };
+    returned(graph.outputs()[0]);
+    return out;
+  };
+
+  // A piece hands on one tensor. Where its functional code computes something more that later layers
+  // read (an attention mask every block reads), that code becomes a glue layer of its own before it.
+  for (bool split = true; split;) {
+    split = false;
+    index();
+    for (std::size_t p = 0; p < pieces.size() && !split; ++p) {
+      const auto out = handed_on(p);
+      std::vector<const jit::Value*> glue_out;
+      for (const jit::Value* v : out) {
+        if (pieces[p].call == nullptr || v->node() != pieces[p].call) glue_out.push_back(v);
+      }
+      if (pieces[p].call == nullptr || glue_out.empty()) continue;
+      // The glue that computes them, within this piece.
+      std::unordered_set<const jit::Node*> slice;
+      std::function<void(const jit::Value*)> need = [&](const jit::Value* v) {
+        if (v == self || v == model_input) return;
+        const jit::Node* owner = top_level(v->node(), graph.block());
+        const auto it = piece_of.find(owner);
+        if (it == piece_of.end()) {
+          for (const jit::Value* in : owner->inputs()) need(in);
+        } else if (it->second == static_cast<int>(p) && slice.insert(owner).second) {
+          for (const jit::Value* in : owner->inputs()) need(in);
+          std::function<void(const jit::Block*)> inner = [&](const jit::Block* block) {
+            for (const jit::Node* n : block->nodes()) {
+              for (const jit::Value* in : n->inputs()) need(in);
+              for (const jit::Block* b : n->blocks()) inner(b);
+            }
+            for (const jit::Value* in : block->return_node()->inputs()) need(in);
+          };
+          for (const jit::Block* block : owner->blocks()) inner(block);
+        }
+      };
+      for (const jit::Value* v : glue_out) need(v);
+      Piece glue, rest;
+      rest.call = pieces[p].call;
+      rest.path = pieces[p].path;
+      // The glue moves ahead of the rest of the piece: nothing it passes may depend on the order.
+      const jit::Node* passed = nullptr;
+      for (jit::Node* node : pieces[p].nodes) {
+        if (slice.count(node) > 0) {
+          const jit::Node* conflict = order_matters(node) ? node : passed;
+          if (conflict != nullptr) {
+            throw core::InputError("the functional code before " + pieces[p].path + " computes a value that later "
+                                   "layers read, next to code whose order matters (" + where(conflict) +
+                                   "): headroom cannot move it into a layer of its own; pick another --depth or --layers");
+          }
+          glue.nodes.push_back(node);
+        } else {
+          if (order_matters(node) && node != pieces[p].call) passed = node;
+          rest.nodes.push_back(node);
+        }
+      }
+      pieces[p] = std::move(rest);
+      pieces.insert(pieces.begin() + static_cast<std::ptrdiff_t>(p), std::move(glue));
+      split = true;
+    }
+  }
+
+  ScriptGraph result;
+  std::vector<const jit::Value*> output_of(pieces.size());
+  std::map<std::string, int> name_count;
+  for (std::size_t p = 0; p < pieces.size(); ++p) {
+    const auto out = handed_on(p);
+    const Piece& piece = pieces[p];
+    const std::string label = piece.call != nullptr       ? piece.path
+                              : p + 1 < pieces.size()       ? "the functional code before " + pieces[p + 1].path
+                                                            : "the functional code after the last layer";
+    if (out.size() > 1) {
+      std::string names;
+      for (const jit::Value* v : out) names += (names.empty() ? "" : ", ") + v->debugName();
+      throw core::InputError((piece.call != nullptr ? "the code around " : "") + label + " computes " + std::to_string(out.size()) + " values that "
+                             "later layers read (" + names + ", " + where(out[0]->node()) + "): a layer hands on one; "
+                             "pick another --depth or --layers");
+    }
+    const jit::Value* handed = out.empty() ? (piece.call != nullptr ? piece.call->output(0) : nullptr) : out[0];
+    if (handed == nullptr) {
+      // Functional code after the last layer whose result nothing reads: dropped, unless it does
+      // something besides computing that result.
+      for (const jit::Node* node : piece.nodes) {
+        if (order_matters(node)) {
+          throw core::InputError("forward does more after its output is computed (" + where(node) + "): headroom "
+                                 "runs the layers up to the output and cannot run it");
+        }
+      }
+      continue;
+    }
+    if (handed->type()->kind() != c10::TypeKind::TensorType) {
+      throw core::InputError(label + " hands a " + handed->type()->annotation_str() + " to later layers (" +
+                             where(handed->node()) + "): only a tensor can pass from one layer to the next; pick "
+                             "another --depth or --layers");
+    }
+    output_of[p] = handed;
+  }
+  // Pieces whose result nothing reads (and that change nothing) are dropped above; the rest are the
+  // layers, numbered in order.
+  std::vector<int> layer_of(pieces.size(), -1);
+  for (std::size_t p = 0; p < pieces.size(); ++p) {
+    if (output_of[p] == nullptr) continue;
+    layer_of[p] = static_cast<int>(result.segments.size());
+    result.segments.emplace_back();
+  }
+  const jit::Value* returned = graph.outputs()[0];
+  {
+    const jit::Node* owner = top_level(returned->node(), graph.block());
+    const auto it = piece_of.find(owner);
+    if (returned == model_input || it == piece_of.end() || output_of[static_cast<std::size_t>(it->second)] != returned ||
+        layer_of[static_cast<std::size_t>(it->second)] != static_cast<int>(result.segments.size()) - 1) {
+      throw core::InputError("the module's output is not computed by its last layer: headroom runs the layers in "
+                             "order and the loss reads the last one's output");
+    }
+  }
+
+  for (std::size_t p = 0; p < pieces.size(); ++p) {
+    if (layer_of[p] < 0) continue;
+    const Piece& piece = pieces[p];
+    ScriptSegment& segment = result.segments[static_cast<std::size_t>(layer_of[p])];
+    const std::string base = piece.call != nullptr ? piece.path : "glue:" + op_name(piece.nodes);
+    const int n = ++name_count[base];
+    segment.name = n == 1 ? base : base + "#" + std::to_string(n);
+    segment.module_path = piece.call != nullptr ? piece.path : "";
+    if (piece.call != nullptr) {
+      const auto callee = submodule_at(module, piece.path);
+      const auto type_name = callee->type()->name();
+      segment.class_name = type_name ? type_name->name() : "module";
+      if (std::find(result.layer_paths.begin(), result.layer_paths.end(), piece.path) == result.layer_paths.end()) {
+        result.layer_paths.push_back(piece.path);
+      }
+    } else {
+      segment.class_name = "glue";
+    }
+
+    // Its own graph: (the module, what it reads...) -> what it hands on.
+    auto g = std::make_shared<jit::Graph>();
+    std::unordered_map<const jit::Value*, jit::Value*> mapped;
+    mapped[self] = g->addInput("self")->setType(self->type());
+    for (const jit::Value* v : reads[p]) {
+      int producer = core::kModelInput;
+      if (v != model_input) {
+        const int from = piece_of.at(top_level(v->node(), graph.block()));
+        if (output_of[static_cast<std::size_t>(from)] != v) {
+          throw core::InputError(segment.name + " reads " + v->debugName() + " (" + where(v->node()) + "), which is " +
+                                 "not what an earlier layer hands on");
+        }
+        producer = layer_of[static_cast<std::size_t>(from)];
+      }
+      segment.inputs.push_back(producer);
+      mapped[v] = g->addInput()->setType(v->type());
+    }
+    std::function<jit::Value*(jit::Value*)> map = [&](jit::Value* v) -> jit::Value* {
+      const auto it = mapped.find(v);
+      if (it != mapped.end()) return it->second;
+      if (piece_of.count(top_level(v->node(), graph.block())) > 0) {
+        throw std::logic_error("script_graph: " + segment.name + " reads " + v->debugName() + " without an input for it");
+      }
+      // A recomputable value: its node is copied here, ahead of its reader.
+      jit::Node* copy = g->createClone(v->node(), map);
+      g->appendNode(copy);
+      for (std::size_t i = 0; i < v->node()->outputs().size(); ++i) mapped[v->node()->output(i)] = copy->output(i);
+      return mapped.at(v);
+    };
+    // The outer values a node's blocks read are mapped first, so that their copies land at the top
+    // level, ahead of the node.
+    std::function<void(jit::Block*)> premap = [&](jit::Block* block) {
+      for (jit::Node* inner : block->nodes()) {
+        for (jit::Value* in : inner->inputs()) {
+          if (in->node()->owningBlock() == graph.block()) map(in);
+        }
+        for (jit::Block* b : inner->blocks()) premap(b);
+      }
+      for (jit::Value* in : block->return_node()->inputs()) {
+        if (in->node()->owningBlock() == graph.block()) map(in);
+      }
+    };
+    for (jit::Node* node : piece.nodes) {
+      for (jit::Value* in : node->inputs()) map(in);
+      for (jit::Block* block : node->blocks()) premap(block);
+      jit::Node* copy = g->createClone(node, [&](jit::Value* v) { return map(v); });
+      g->appendNode(copy);
+      for (std::size_t i = 0; i < node->outputs().size(); ++i) mapped[node->output(i)] = copy->output(i);
+      std::function<void(const jit::Node*)> calls = [&](const jit::Node* n) {
+        if (n->kind() == c10::prim::CallMethod) {
+          const auto path = module_path(n->input(0), self);
+          if (path && !path->empty() &&
+              std::find(segment.called_modules.begin(), segment.called_modules.end(), *path) == segment.called_modules.end()) {
+            segment.called_modules.push_back(*path);
+          }
+        }
+        for (const jit::Block* b : n->blocks()) {
+          for (const jit::Node* inner : b->nodes()) calls(inner);
+        }
+      };
+      calls(node);
+    }
+    g->registerOutput(mapped.at(output_of[p]));
+    segment.graph = g;
+  }
+
+  assign_blocks(result, {});
+  return result;
+}
+
+std::size_t layers_with_parameters(const jit::Module& module, const ScriptGraph& graph) {
+  std::size_t n = 0;
+  for (const auto& segment : graph.segments) {
+    if (!segment.module_path.empty() && parameter_count(*submodule_at(module, segment.module_path)) > 0) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+ScriptGraph cut_into_layers(const jit::Module& module, const LayerSelection& selection) {
+  if (selection.depth < 0 || selection.depth > kMaxDepth) {
+    throw core::InputError("depth: " + std::to_string(selection.depth) + " is not from 1 to " + std::to_string(kMaxDepth));
+  }
+  if (selection.depth > 0 || !selection.paths.empty()) return cut_with(module, selection);
+  // The default: the shallowest depth with enough layers that hold parameters to plan with, or the
+  // deepest that can be cut where a deeper one cannot (a list of tensors passed between blocks).
+  std::optional<ScriptGraph> shallower;
+  for (int depth = 1; depth <= kMaxDepth; ++depth) {
+    ScriptGraph deeper;
+    try {
+      deeper = cut_with(module, LayerSelection{depth, {}});
+    } catch (const core::InputError&) {
+      if (!shallower) throw;
+      break;
+    }
+    if (shallower && deeper.layer_paths == shallower->layer_paths) break;  // nothing below
+    const bool enough = layers_with_parameters(module, deeper) >= static_cast<std::size_t>(kDefaultLayers);
+    shallower = std::move(deeper);
+    if (enough) break;
+  }
+  return std::move(*shallower);
+}
+
+void assign_blocks(ScriptGraph& graph, const std::vector<std::vector<bool>>& writes_input) {
+  // A cut before layer i where what layers from i on read of the earlier ones is one tensor, and
+  // no layer after the cut writes into it in place (a checkpoint's second run would see it changed).
+  auto& segments = graph.segments;
+  const std::size_t n = segments.size();
+  if (n == 0) return;
+  const auto writes = [&](std::size_t i, std::size_t k) {
+    return i < writes_input.size() && k < writes_input[i].size() && writes_input[i][k];
+  };
+  std::vector<bool> cut_before(n, false);
+  cut_before[0] = true;
+  for (std::size_t i = 1; i < n; ++i) {
+    std::set<int> live;
+    for (std::size_t j = i; j < n; ++j) {
+      for (const int input : segments[j].inputs) {
+        if (input < static_cast<int>(i)) live.insert(input);
+      }
+    }
+    cut_before[i] = live.size() == 1;
+  }
+  for (bool merged = true; merged;) {
+    merged = false;
+    for (std::size_t first = 0; first < n; ++first) {
+      if (!cut_before[first]) continue;
+      std::size_t last = first;
+      while (last + 1 < n && !cut_before[last + 1]) ++last;
+      for (std::size_t i = first; i <= last && first > 0 && cut_before[first]; ++i) {
+        for (std::size_t k = 0; k < segments[i].inputs.size(); ++k) {
+          if (writes(i, k) && segments[i].inputs[k] < static_cast<int>(first)) {
+            cut_before[first] = false;  // the block joins the one before it
+            merged = true;
+            break;
+          }
+        }
+      }
+    }
+  }
+  int block = -1;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (cut_before[i]) ++block;
+    segments[i].block = block;
+  }
+}
+
+}  // namespace headroom::models

@@ -1,0 +1,67 @@
+#pragma once
+// A TorchScript module's forward cut into layers, as the module is written: its own helper methods
+// (`_forward_impl`) and the containers above the chosen depth are inlined, each call of a submodule
+// at that depth becomes a layer, and the functional code between calls (flatten, pooling, a
+// residual's `+`, a `cat`, reshapes) runs with the layer that consumes its result. Each layer is a
+// graph of its own that reads the module and earlier layers' outputs, so what the profiler times,
+// the planner plans and the executor runs is the module's forward, piece by piece.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+namespace headroom::models {
+
+// How deep layers go. `paths` (dotted module paths such as "layer2.1" or "features.3") names the
+// layers; otherwise `depth` does (1: the module's children; a submodule without children above the
+// depth is a layer too); depth 0 picks the shallowest depth with at least kDefaultLayers layers that
+// hold parameters (or the deepest that can be cut, where a deeper one cannot).
+struct LayerSelection {
+  int depth = 0;
+  std::vector<std::string> paths;
+};
+
+inline constexpr int kDefaultLayers = 8;
+inline constexpr int kMaxDepth = 16;
+
+// One layer: a call of a submodule with the functional code that feeds it, or functional code alone
+// (glue) where its result is read by more than one layer or after the last call.
+struct ScriptSegment {
+  std::string name;         // the module path it calls ("layer1.0"), or "glue:<op>"
+  std::string module_path;  // empty for glue
+  std::string class_name;   // the called module's class, or "glue"
+  // Earlier segments whose outputs it reads, or the model's input (core::kModelInput), in the order
+  // of its graph's inputs after the module itself.
+  std::vector<int> inputs;
+  // (the module, inputs...) -> the one tensor later layers read.
+  std::shared_ptr<torch::jit::Graph> graph;
+  // The segments between two points where one tensor carries everything forward form a block,
+  // checkpointable as a unit.
+  int block = 0;
+  std::vector<std::string> called_modules;  // every submodule path its graph calls
+};
+
+struct ScriptGraph {
+  std::vector<ScriptSegment> segments;
+  // The module paths called as layers, each once, in order: --layers that rebuilds the same cut.
+  std::vector<std::string> layer_paths;
+};
+
+// Throws InputError with one line naming the construct and where it is in the source: a layer called
+// inside data-dependent control flow, a value other than a tensor passed between layers, a layer
+// named twice or not called, an output that is not one tensor.
+ScriptGraph cut_into_layers(const torch::jit::Module& module, const LayerSelection& selection);
+
+// Blocks again, knowing which layers write into which of their inputs in place (writes_input[i][k]
+// for layer i's k-th input, as a run showed): a block whose layer writes into a tensor from before
+// the block joins the block before it, as a checkpoint's second run would read the changed tensor.
+void assign_blocks(ScriptGraph& graph, const std::vector<std::vector<bool>>& writes_input);
+
+// The submodule at a dotted path ("" is the module itself); nullopt where there is none.
+std::optional<torch::jit::Module> submodule_at(const torch::jit::Module& module, const std::string& path);
+
+}  // namespace headroom::models
