@@ -54,7 +54,7 @@ def main():
                  "--repeats", "1", "-o", trace])
         seconds = time.monotonic() - started
         if p.returncode:
-            print(f"| {name} | | | | | | | | | | profile failed: {p.stderr.strip().splitlines()[-1]} |", flush=True)
+            print(f"| {name} | | | | | | | | | | profile failed: {(p.stderr.strip().splitlines() or ['?'])[-1]} |", flush=True)
             continue
         t = json.load(open(trace))
         layers = len(t["layers"]) - 1  # less the loss headroom adds
@@ -62,7 +62,7 @@ def main():
         whole = os.path.join(work, name + "-whole.json")
         w = run([H, "plan", trace, "--budget", "1TiB", "--batch", str(args.batch), "--strategies", "none", "-o", whole])
         if w.returncode:
-            print(f"| {name} | {layers} ({blocks}) | {seconds:.1f} | | | | | | | | plan failed: {w.stderr.strip()} |")
+            print(f"| {name} | {layers} ({blocks}) | {seconds:.1f} | | | | | | | | plan failed: {' '.join(w.stderr.split())} |")
             continue
         need = json.load(open(whole))["predicted"]["peak_bytes"]
         budget = int(0.6 * need)
@@ -84,7 +84,7 @@ def main():
                     least = " (60% is below the training state; the least budget)"
         if q.returncode:
             print(f"| {name} | {layers} ({blocks}) | {seconds:.1f} | {need / 2**20:.1f} MiB | {budget / 2**20:.1f} MiB | | | | | | "
-                  f"plan: {q.stderr.strip()} |", flush=True)
+                  f"plan: {' '.join(q.stderr.split())} |", flush=True)
             continue
         choice = json.load(open(plan))
         mb = choice["micro_batches"]

@@ -279,10 +279,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cross-entropy", "mse", "model"}));
   profile->add_option("--layers", profile_args.layers,
                       "with --torchscript: the submodules that are layers, by dotted path, e.g. conv1,layer1,layer2.0,fc; "
-                      "the code between them runs with the layer that reads its result");
+                      "the code between them runs with the next of them");
   profile->add_option("--depth", profile_args.depth,
                       "with --torchscript, instead of --layers: the submodules this deep that forward calls are the "
-                      "layers (1: its children; default: deep enough for 8 layers, descending into the largest)");
+                      "layers (1: its children; default: the shallowest depth with 8 layers that hold parameters)");
   add_profile_options(*profile, profile_args);
   profile->add_option("-o,--output", profile_args.output, "trace file to write")->required();
   profile->add_flag("--measure-link", profile_args.measure_link,

@@ -2,7 +2,8 @@
 """Exports real models as TorchScript chains for `headroom profile --torchscript`.
 
 Each model is an `nn.Sequential` of named blocks, scripted with `torch.jit.script` and saved with
-`torch.jit.save`: headroom's layers are its top-level children, called in order. Weights are random
+`torch.jit.save`: with `--depth 1` headroom's layers are its top-level children, called in order
+(export_classifiers.py exports torchvision's models unmodified instead). Weights are random
 (seeded): nothing outside Debian's package registry can be fetched here, and memory and time do not
 depend on the values. Next to each NAME.pt goes NAME.json with the input, loss and the exact
 `headroom profile` line to run next.
@@ -244,7 +245,7 @@ def export(name, args):
     output_spec = "x".join(str(d) for d in out.shape[1:]) + ":" + str(out.dtype).replace("torch.", "")
     parameters = sum(p.numel() for p in loaded.parameters())
     command = (f"headroom profile --torchscript {display_path(path)} --input {input_spec} --loss {loss} "
-               f"-o {name}-trace.json")
+               f"--depth 1 -o {name}-trace.json")
     sidecar = OrderedDict([
         ("model", name),
         ("torchscript", os.path.basename(path)),

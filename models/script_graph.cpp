@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <functional>
 #include <map>
-#include <numeric>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -122,8 +121,9 @@ bool fold_settings(std::shared_ptr<jit::Graph>& graph, const jit::Module& module
     node->destroy();
     changed = true;
   }
-  if (changed) jit::ConstantPropagation(graph);
-  return changed;
+  // Also where nothing was folded: an inlined helper or function called with a constant (F.relu's
+  // `if inplace:`, a method's default argument) leaves branches on constants.
+  return jit::ConstantPropagation(graph) || changed;
 }
 
 // The forward with every call `decide` inlines replaced by its body. Returns an error line instead
@@ -253,14 +253,15 @@ Cut choose_layers(const jit::Module& module, const LayerSelection& selection) {
   return inline_or_throw(module, [&](const std::string& path, const jit::Module& callee) {
     return depth_of(path) < selection.depth && (path.empty() || has_children(callee)) ? CallRole::Inline : CallRole::Layer;
   });
-  throw std::logic_error("choose_layers: no depth and no layers");
 }
 
 // Outputs of no tensor that cost nothing to compute again (constants, the module's attributes, a
 // tensor's sizes, arithmetic on them): each layer that reads one computes its own copy instead of
 // receiving it. An op that reads a tensor's values (item, tolist) is not one of them.
-bool recomputable(const jit::Node* node, const jit::AliasDb& aliases) {
-  if (node->kind() == c10::prim::Constant || node->kind() == c10::prim::GetAttr) return true;
+bool recomputable(const jit::Node* node, const jit::AliasDb& aliases, const std::set<std::string>& assigned) {
+  if (node->kind() == c10::prim::Constant) return true;
+  // An attribute forward also assigns (a counter) is read where it is written, not again later.
+  if (node->kind() == c10::prim::GetAttr) return assigned.count(node->s(c10::attr::name)) == 0;
   if (!node->blocks().empty() || node->kind() == c10::prim::CallMethod || node->kind() == c10::prim::CallFunction) return false;
   if (node->hasSideEffects() || node->isNondeterministic()) return false;
   if (const auto* schema = node->maybeSchema(); schema != nullptr && schema->is_mutable()) return false;
@@ -334,6 +335,14 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
                            "on its input): wrap it in a module with children");
   }
   const jit::AliasDb aliases(cut.graph);
+  std::set<std::string> assigned;
+  std::function<void(const jit::Block*)> find_assignments = [&](const jit::Block* block) {
+    for (const jit::Node* node : block->nodes()) {
+      if (node->kind() == c10::prim::SetAttr) assigned.insert(node->s(c10::attr::name));
+      for (const jit::Block* inner : node->blocks()) find_assignments(inner);
+    }
+  };
+  find_assignments(graph.block());
   const std::unordered_set<const jit::Node*> calls(cut.layer_calls.begin(), cut.layer_calls.end());
 
   // Program order: the functional code since the previous layer goes with the next layer call.
@@ -348,7 +357,7 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
         current.path = cut.layer_call_paths[k++];
         pieces.push_back(std::move(current));
         current = Piece{};
-      } else if (!recomputable(node, aliases)) {
+      } else if (!recomputable(node, aliases, assigned)) {
         current.nodes.push_back(node);
       }
     }
@@ -633,9 +642,14 @@ ScriptGraph cut_into_layers(const jit::Module& module, const LayerSelection& sel
   if (selection.depth < 0 || selection.depth > kMaxDepth) {
     throw core::InputError("depth: " + std::to_string(selection.depth) + " is not from 1 to " + std::to_string(kMaxDepth));
   }
-  if (selection.depth > 0 || !selection.paths.empty()) return cut_with(module, selection);
+  if (selection.depth > 0 || !selection.paths.empty()) {
+    ScriptGraph cut = cut_with(module, selection);
+    cut.depth = selection.depth;
+    return cut;
+  }
   // The default: the shallowest depth with enough layers that hold parameters to plan with, or the
   // deepest that can be cut where a deeper one cannot (a list of tensors passed between blocks).
+  // The depth is recorded with the model, so rebuilding it from a trace cuts it the same way.
   std::optional<ScriptGraph> shallower;
   for (int depth = 1; depth <= kMaxDepth; ++depth) {
     ScriptGraph deeper;
@@ -645,23 +659,27 @@ ScriptGraph cut_into_layers(const jit::Module& module, const LayerSelection& sel
       if (!shallower) throw;
       break;
     }
-    if (shallower && deeper.layer_paths == shallower->layer_paths) break;  // nothing below
+    deeper.depth = depth;
     const bool enough = layers_with_parameters(module, deeper) >= static_cast<std::size_t>(kDefaultLayers);
-    shallower = std::move(deeper);
-    if (enough) break;
+    // A layer a level down (a ModuleList's blocks.0) is the same at this depth and the next; only
+    // where no layer has submodules is there nothing below.
+    bool below = false;
+    for (const auto& segment : deeper.segments) {
+      below = below || (!segment.module_path.empty() && has_children(*submodule_at(module, segment.module_path)));
+    }
+    if (!shallower || deeper.layer_paths != shallower->layer_paths) shallower = std::move(deeper);
+    if (enough || !below) break;
   }
   return std::move(*shallower);
 }
 
-void assign_blocks(ScriptGraph& graph, const std::vector<std::vector<bool>>& writes_input) {
+void assign_blocks(ScriptGraph& graph, const std::vector<std::vector<int>>& written) {
   // A cut before layer i where what layers from i on read of the earlier ones is one tensor, and
-  // no layer after the cut writes into it in place (a checkpoint's second run would see it changed).
+  // no layer after the cut writes into an earlier layer's output in place (a checkpoint's second run
+  // would read it changed).
   auto& segments = graph.segments;
   const std::size_t n = segments.size();
   if (n == 0) return;
-  const auto writes = [&](std::size_t i, std::size_t k) {
-    return i < writes_input.size() && k < writes_input[i].size() && writes_input[i][k];
-  };
   std::vector<bool> cut_before(n, false);
   cut_before[0] = true;
   for (std::size_t i = 1; i < n; ++i) {
@@ -673,21 +691,10 @@ void assign_blocks(ScriptGraph& graph, const std::vector<std::vector<bool>>& wri
     }
     cut_before[i] = live.size() == 1;
   }
-  for (bool merged = true; merged;) {
-    merged = false;
-    for (std::size_t first = 0; first < n; ++first) {
-      if (!cut_before[first]) continue;
-      std::size_t last = first;
-      while (last + 1 < n && !cut_before[last + 1]) ++last;
-      for (std::size_t i = first; i <= last && first > 0 && cut_before[first]; ++i) {
-        for (std::size_t k = 0; k < segments[i].inputs.size(); ++k) {
-          if (writes(i, k) && segments[i].inputs[k] < static_cast<int>(first)) {
-            cut_before[first] = false;  // the block joins the one before it
-            merged = true;
-            break;
-          }
-        }
-      }
+  for (std::size_t i = 0; i < n && i < written.size(); ++i) {
+    for (const int producer : written[i]) {
+      // Every cut between the producer and the writer goes: they end up in one block.
+      for (std::size_t k = static_cast<std::size_t>(std::max(producer, 0)) + 1; k <= i; ++k) cut_before[k] = false;
     }
   }
   int block = -1;

@@ -2,7 +2,7 @@
 // A TorchScript module's forward cut into layers, as the module is written: its own helper methods
 // (`_forward_impl`) and the containers above the chosen depth are inlined, each call of a submodule
 // at that depth becomes a layer, and the functional code between calls (flatten, pooling, a
-// residual's `+`, a `cat`, reshapes) runs with the layer that consumes its result. Each layer is a
+// residual's `+`, a `cat`, reshapes) runs with the next call, in forward's order. Each layer is a
 // graph of its own that reads the module and earlier layers' outputs, so what the profiler times,
 // the planner plans and the executor runs is the module's forward, piece by piece.
 #include <cstdint>
@@ -29,7 +29,7 @@ inline constexpr int kDefaultLayers = 8;
 inline constexpr int kMaxDepth = 16;
 
 // One layer: a call of a submodule with the functional code that feeds it, or functional code alone
-// (glue) where its result is read by more than one layer or after the last call.
+// (glue) where its result is read by a later layer than the next call, or after the last call.
 struct ScriptSegment {
   std::string name;         // the module path it calls ("layer1.0"), or "glue:<op>"
   std::string module_path;  // empty for glue
@@ -47,8 +47,10 @@ struct ScriptSegment {
 
 struct ScriptGraph {
   std::vector<ScriptSegment> segments;
-  // The module paths called as layers, each once, in order: --layers that rebuilds the same cut.
+  // The module paths called as layers, each once, in order.
   std::vector<std::string> layer_paths;
+  // The depth it was cut at (0 for --layers): recorded with the model, it rebuilds the same cut.
+  int depth = 0;
 };
 
 // Throws InputError with one line naming the construct and where it is in the source: a layer called
@@ -56,10 +58,11 @@ struct ScriptGraph {
 // named twice or not called, an output that is not one tensor.
 ScriptGraph cut_into_layers(const torch::jit::Module& module, const LayerSelection& selection);
 
-// Blocks again, knowing which layers write into which of their inputs in place (writes_input[i][k]
-// for layer i's k-th input, as a run showed): a block whose layer writes into a tensor from before
-// the block joins the block before it, as a checkpoint's second run would read the changed tensor.
-void assign_blocks(ScriptGraph& graph, const std::vector<std::vector<bool>>& writes_input);
+// Blocks again, knowing which earlier layers' outputs each layer writes into in place (written[i]:
+// producers, core::kModelInput for the batch's input, as a run showed through the tensors' version
+// counters, which a view shares with its base): the writer and the producer end up in one block,
+// as a checkpoint's second run would read the changed tensor.
+void assign_blocks(ScriptGraph& graph, const std::vector<std::vector<int>>& written);
 
 // The submodule at a dotted path ("" is the module itself); nullopt where there is none.
 std::optional<torch::jit::Module> submodule_at(const torch::jit::Module& module, const std::string& path);

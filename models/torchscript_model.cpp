@@ -84,7 +84,7 @@ bool is_batchnorm(const torch::jit::Module& module) {
   return name && name->qualifiedName().find("BatchNorm") != std::string::npos;
 }
 
-// The module's parameters and modes, for the Model that runs its children as layers.
+// The module's parameters and modes, for the Model whose layers run pieces of its forward.
 class ScriptModules : public ForeignModules {
  public:
   explicit ScriptModules(torch::jit::Module module) : module_(std::move(module)) {}
@@ -299,6 +299,7 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     }
     selection.depth = static_cast<int>(*depth);
   }
+  if (!module.find_method("forward")) throw core::InputError(path + ": the module has no forward method");
   ScriptGraph cut = cut_into_layers(module, selection);
   std::vector<std::shared_ptr<torch::jit::GraphFunction>> functions;
   for (std::size_t i = 0; i < cut.segments.size(); ++i) {
@@ -306,24 +307,31 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
         c10::QualifiedName("headroom.layer" + std::to_string(i)), cut.segments[i].graph, nullptr));
   }
   const c10::IValue object = module._ivalue();
-  // Runs the layers on a batch as the model will, returning every layer's output and noting which
-  // inputs each layer wrote into in place (their version counters moved).
-  std::vector<std::vector<bool>> writes_input(cut.segments.size());
+  // Runs the layers on a batch as the model will, returning every layer's output and noting whose
+  // outputs each layer wrote into in place: the version counter of the input or of an earlier output
+  // moved (a view shares its base's, so a write through an alias shows too).
+  std::vector<std::vector<int>> written(cut.segments.size());
   const auto run_layers = [&](const torch::Tensor& x) {
     std::vector<torch::Tensor> outputs;
     for (std::size_t i = 0; i < cut.segments.size(); ++i) {
       std::vector<torch::Tensor> in;
       for (const int producer : cut.segments[i].inputs) in.push_back(producer == kModelInput ? x : outputs[static_cast<std::size_t>(producer)]);
-      std::vector<std::int64_t> versions;
-      for (const auto& t : in) versions.push_back(t._version());
+      std::vector<std::int64_t> versions{x._version()};
+      for (const auto& t : outputs) versions.push_back(t._version());
       try {
         outputs.push_back(run_segment(*functions[i], object, in));
       } catch (const std::exception& e) {
         throw core::InputError("layer " + cut.segments[i].name + " fails on a batch of " + std::to_string(x.size(0)) +
                                ": " + error_text(e));
       }
-      writes_input[i].resize(in.size(), false);
-      for (std::size_t k = 0; k < in.size(); ++k) writes_input[i][k] = writes_input[i][k] || in[k]._version() != versions[k];
+      auto& mine = written[i];
+      const auto note = [&mine](int producer) {
+        if (std::find(mine.begin(), mine.end(), producer) == mine.end()) mine.push_back(producer);
+      };
+      if (x._version() != versions[0]) note(kModelInput);
+      for (std::size_t j = 0; j < i; ++j) {
+        if (outputs[j]._version() != versions[j + 1]) note(static_cast<int>(j));
+      }
     }
     return outputs;
   };
@@ -341,14 +349,14 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     const torch::Tensor probe = make_input(2, seed);
     torch::Tensor expected;
     try {
-      const c10::IValue out = module.forward({probe});
+      const c10::IValue out = module.forward({probe.clone()});
       if (!out.isTensor()) throw std::runtime_error("it returns a " + out.tagKind() + ", not a tensor");
       expected = out.toTensor();
     } catch (const std::exception& e) {
       throw core::InputError("the module's forward fails on a batch of 2 inputs of " + input.text() + " (shape " +
                              shape_text(probe.sizes()) + "): " + error_text(e));
     }
-    const torch::Tensor x = run_layers(probe).back();
+    const torch::Tensor x = run_layers(probe.clone()).back();
     if (!x.sizes().equals(expected.sizes()) || !torch::allclose(x, expected, 1e-4, 1e-5)) {
       throw core::InputError("the " + std::to_string(cut.segments.size()) + " layers cut from the module's forward do "
                              "not compute what it does; report this with the module");
@@ -363,15 +371,16 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     const auto state = generator.get_state();
     module.train();
     try {
-      run_layers(probe);
+      run_layers(probe.clone());
     } catch (const core::InputError&) {
-      // BatchNorm over a batch of 2 with one value per channel cannot train: the eval run decides.
+      // A module that cannot train on 2 samples (BatchNorm over one value per channel): the eval run
+      // decides.
     }
     module.eval();
     generator.set_state(state);
     for (auto& [buffer, saved] : buffers) buffer.copy_(saved);
   }
-  assign_blocks(cut, writes_input);
+  assign_blocks(cut, written);
 
   std::optional<TensorSpec> target;
   if (loss == "model") {
@@ -396,9 +405,14 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
   }
 
   std::map<std::string, std::string> resolved = {{"input", input.text()}, {"loss", loss}};
-  std::string layer_list;
-  for (const auto& name : cut.layer_paths) layer_list += (layer_list.empty() ? "" : ",") + name;
-  resolved["layers"] = layer_list;
+  // What rebuilds the same cut: the depth it was made at, or the layers named.
+  if (cut.depth > 0) {
+    resolved["depth"] = std::to_string(cut.depth);
+  } else {
+    std::string layer_list;
+    for (const auto& name : cut.layer_paths) layer_list += (layer_list.empty() ? "" : ",") + name;
+    resolved["layers"] = layer_list;
+  }
   if (target) resolved["target"] = target->text();
 
   const std::string stem = std::filesystem::path(path).stem().string();

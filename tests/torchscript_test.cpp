@@ -1,4 +1,4 @@
-// A user's own TorchScript module: loaded as a chain of its children, profiled, planned and
+// A user's own TorchScript module: cut into layers at its submodule calls, profiled, planned and
 // executed like a zoo model, and every malformed module or flag refused with one line. The modules
 // are scripted here in C++ (torch::jit::Module::define), so these tests need no Python.
 #include <gtest/gtest.h>
@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "core/errors.h"
 #include "executor/executor.h"
@@ -170,7 +171,7 @@ TEST(TorchScriptModel, ChildrenBecomeLayersAndTheLossIsAdded) {
   EXPECT_EQ(model.layers()[3].name, "loss");
   EXPECT_EQ(model.layers()[1].block, 1);
   EXPECT_EQ(model.config().values().at("target"), "scalar:int64:0-5");  // classes from the output
-  EXPECT_EQ(model.config().values().at("layers"), "fc1,fc2,out");
+  EXPECT_EQ(model.config().values().at("depth"), "1");  // what rebuilds the same layers
   EXPECT_EQ(model.parameters().size(), 5u);
 
   // What the trace records rebuilds the same model; a changed file is refused.
@@ -365,8 +366,7 @@ TEST(TorchScriptModel, MalformedModulesAreRefusedWithOneLine) {
   EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"target", "3:int64:0-5"}}).find("the loss (cross-entropy) fails"),
             std::string::npos);
   EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"loss", "model"}}).find("must return the loss"), std::string::npos);
-  for (const std::string depth : {"0", "17", "x", "-1", ""}) {
-    if (depth.empty()) continue;
+  for (const std::string depth : {"0", "17", "x", "-1"}) {
     EXPECT_NE(refuse(chain, {{"input", "8:float32"}, {"depth", depth}}).find("depth: '" + depth + "' is not a depth"),
               std::string::npos) << depth;
   }
@@ -467,11 +467,21 @@ TEST(TorchScriptGraph, HelperMethodsResidualsAndGlueBecomeLayersAndBlocks) {
   // is: here the fully connected layers, 6 of them.
   const models::Model chosen = models::load_torchscript_model(path.string(), features_input(), 0);
   EXPECT_EQ(names(chosen), names(three));
-  EXPECT_EQ(chosen.config().values().at("layers"), "stem,stage.0.fc1,stage.0.fc2,stage.1.fc1,stage.1.fc2,head.fc");
+  EXPECT_EQ(chosen.config().values().at("depth"), "3");
+  // Named by --layers, the same calls are the same layers.
+  const models::Model named = models::load_torchscript_model(
+      path.string(), {{"input", "8:float32"}, {"layers", "stem,stage.0.fc1,stage.0.fc2,stage.1.fc1,stage.1.fc2,head.fc"}}, 0);
+  EXPECT_EQ(names(named), names(three));
+  EXPECT_EQ(named.config().values().at("layers"), "stem,stage.0.fc1,stage.0.fc2,stage.1.fc1,stage.1.fc2,head.fc");
   // Parameters are each counted once, by the layer that uses them.
-  std::size_t counted = 0;
-  for (const auto& layer : chosen.layers()) counted += layer.parameters.size();
-  EXPECT_EQ(counted, chosen.parameters().size());
+  std::set<const void*> counted, all;
+  std::size_t listed = 0;
+  for (const auto& layer : chosen.layers()) {
+    for (const auto& p : layer.parameters) counted.insert(p.unsafeGetTensorImpl()), ++listed;
+  }
+  for (const auto& p : chosen.parameters()) all.insert(p.unsafeGetTensorImpl());
+  EXPECT_EQ(counted, all);
+  EXPECT_EQ(listed, all.size());
   fs::remove(path);
 }
 
@@ -523,6 +533,48 @@ TEST(TorchScriptGraph, BranchesOnTheModulesSettingsAreResolved) {
   EXPECT_FALSE(torch::equal(model.forward(batch), model.forward(batch)));
   model.set_dropout(false);
   EXPECT_TRUE(torch::equal(model.forward(batch), model.forward(batch)));
+  fs::remove(path);
+}
+
+// A layer that writes in place into an earlier layer's output, directly or through a view of it,
+// shares that layer's block: a checkpoint's second run would otherwise read the changed tensor.
+TEST(TorchScriptGraph, InPlaceWritesKeepTheWriterInTheProducersBlock) {
+  torch::manual_seed(7);
+  torch::jit::Module view = scripted("View");
+  view.define("def forward(self, x):\n    return x.view(x.size(0), -1)\n");
+  torch::jit::Module inplace = scripted("InPlaceRelu");
+  inplace.define("def forward(self, x):\n    return x.relu_()\n");
+  // A linear layer keeps its input for backward, not its output, so writing into the output is allowed.
+  torch::jit::Module linear = scripted("Linear8");
+  linear.register_parameter("weight", (torch::randn({8, 8}) / std::sqrt(8.0)).requires_grad_(), false);
+  linear.define("def forward(self, x):\n    return torch.matmul(x, self.weight.t())\n");
+  const fs::path path = save_module("inplace.pt", {{"fc", linear}, {"flat", view}, {"act", inplace}, {"out", head(8, 5)}},
+                                    "def forward(self, x):\n"
+                                    "    return self.out.forward(self.act.forward(self.flat.forward(self.fc.forward(x))))\n");
+  const models::Model model = models::load_torchscript_model(path.string(), features_input(), 0);
+  ASSERT_EQ(model.layers().size(), 5u);
+  EXPECT_EQ(model.layers()[0].block, model.layers()[1].block);
+  EXPECT_EQ(model.layers()[1].block, model.layers()[2].block);
+  EXPECT_NE(model.layers()[2].block, model.layers()[3].block);
+  // Checkpointed, that block recomputes from the fc's input and the gradients are the full batch's.
+  EXPECT_LT(gradient_difference(path, {5, 3}, {model.layers()[0].block}, false), 1e-5);
+  fs::remove(path);
+}
+
+// Blocks in a ModuleList are a level below the list: the default goes on past it.
+TEST(TorchScriptGraph, TheDefaultDepthLooksInsideModuleLists) {
+  torch::manual_seed(8);
+  torch::jit::Module blocks = scripted("Blocks");
+  blocks.register_module("0", residual_block("L0", 8));
+  blocks.register_module("1", residual_block("L1", 8));
+  const fs::path path = save_module("list.pt", {{"blocks", blocks}, {"out", head(8, 5)}},
+                                    "def forward(self, x):\n"
+                                    "    x = getattr(self.blocks, '0').forward(x)\n"
+                                    "    x = getattr(self.blocks, '1').forward(x)\n"
+                                    "    return self.out.forward(x)\n");
+  const models::Model model = models::load_torchscript_model(path.string(), features_input(), 0);
+  EXPECT_EQ(model.config().values().at("depth"), "3");
+  EXPECT_EQ(model.layers()[0].name, "blocks.0.fc1");
   fs::remove(path);
 }
 
