@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 #include <torch/cuda.h>
 #include <cctype>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -94,7 +95,7 @@ struct ProfileArgs {
   std::string model;
   // A user's TorchScript module instead of a zoo model, and what it is run with.
   std::string torchscript;
-  std::string input, target, loss, layers, depth;
+  std::string input, target, loss, layers, depth, output_index;
   std::string batch_sizes;  // as typed: "1,2,4"
   std::vector<std::string> settings;
   profiler::ProfileOptions options;
@@ -131,7 +132,8 @@ void check_model_flags(const ProfileArgs& args) {
   }
   if (args.torchscript.empty()) {
     for (const auto& [flag, value] : {std::pair{"--input", &args.input}, {"--target", &args.target}, {"--loss", &args.loss},
-                                      {"--layers", &args.layers}, {"--depth", &args.depth}}) {
+                                      {"--layers", &args.layers}, {"--depth", &args.depth},
+                                      {"--output-index", &args.output_index}}) {
       if (!value->empty()) throw core::InputError(std::string(flag) + ": applies to --torchscript modules only");
     }
   } else if (args.input.empty()) {
@@ -145,6 +147,7 @@ std::map<std::string, std::string> torchscript_config(const ProfileArgs& args) {
   if (!args.loss.empty()) config["loss"] = args.loss;
   if (!args.layers.empty()) config["layers"] = args.layers;
   if (!args.depth.empty()) config["depth"] = args.depth;
+  if (!args.output_index.empty()) config["output_index"] = args.output_index;
   return config;
 }
 
@@ -154,7 +157,8 @@ models::Model load_torchscript(const ProfileArgs& args) {
     return models::load_torchscript_model(args.torchscript, torchscript_config(args), args.options.seed);
   } catch (const core::InputError& e) {
     const std::string message = e.what();
-    for (const std::string key : models::kTorchScriptKeys) {
+    for (std::string key : models::kTorchScriptKeys) {
+      std::replace(key.begin(), key.end(), '_', '-');  // output_index is --output-index
       if (message.rfind(key + ": ", 0) == 0) throw core::InputError("--" + message);
     }
     throw;
@@ -283,6 +287,9 @@ int main(int argc, char** argv) {
   profile->add_option("--depth", profile_args.depth,
                       "with --torchscript, instead of --layers: the submodules this deep that forward calls are the "
                       "layers (1: its children; default: the shallowest depth with 8 layers that hold parameters)");
+  profile->add_option("--output-index", profile_args.output_index,
+                      "with --torchscript, where forward returns a tuple (logits and more): the element the loss reads, "
+                      "from 0");
   add_profile_options(*profile, profile_args);
   profile->add_option("-o,--output", profile_args.output, "trace file to write")->required();
   profile->add_flag("--measure-link", profile_args.measure_link,

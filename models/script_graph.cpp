@@ -317,6 +317,42 @@ std::optional<jit::Module> submodule_at(const jit::Module& module, const std::st
 
 namespace {
 
+// The one tensor the loss reads: forward's output, or the chosen element of the tuple it builds.
+void pick_output(jit::Graph& graph, int index) {
+  jit::Value* out = graph.outputs()[0];
+  const auto tuple = out->type()->cast<c10::TupleType>();
+  if (!tuple) {
+    if (out->type()->kind() != c10::TypeKind::TensorType) {
+      throw core::InputError("the module's forward returns " + out->type()->annotation_str() + ", not a tensor");
+    }
+    if (index >= 0) throw core::InputError("output-index: the module's forward returns one tensor, not a tuple");
+    return;
+  }
+  const std::string what = "the module's forward returns " + out->type()->annotation_str();
+  if (index < 0) {
+    throw core::InputError(what + ": name the element the loss reads with --output-index (0 to " +
+                           std::to_string(tuple->elements().size() - 1) + ")");
+  }
+  if (index >= static_cast<int>(tuple->elements().size())) {
+    throw core::InputError("output-index: " + std::to_string(index) + " is past the " +
+                           std::to_string(tuple->elements().size()) + " elements of the " + out->type()->annotation_str() +
+                           " forward returns");
+  }
+  if (out->node()->kind() != c10::prim::TupleConstruct) {
+    throw core::InputError(what + " made by " + std::string(out->node()->kind().toQualString()) + " (" + where(out->node()) +
+                           "): --output-index picks from a tuple forward builds itself");
+  }
+  jit::Value* element = out->node()->input(static_cast<std::size_t>(index));
+  if (element->type()->kind() != c10::TypeKind::TensorType) {
+    throw core::InputError("output-index: element " + std::to_string(index) + " of what forward returns is a " +
+                           element->type()->annotation_str() + ", not a tensor");
+  }
+  jit::Node* built = out->node();
+  graph.return_node()->replaceInput(0, element);
+  // The other elements are computed still (what computes them may do more); only the tuple goes.
+  if (!built->hasUses()) built->destroy();
+}
+
 ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection) {
   Cut cut = choose_layers(module, selection);
   jit::Graph& graph = *cut.graph;
@@ -326,10 +362,7 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
                            " inputs; headroom gives it one (--input)");
   }
   const jit::Value* model_input = graph.inputs()[1];
-  if (graph.outputs().size() != 1 || graph.outputs()[0]->type()->kind() != c10::TypeKind::TensorType) {
-    throw core::InputError("the module's forward returns " + graph.outputs()[0]->type()->annotation_str() +
-                           ", not one tensor");
-  }
+  pick_output(graph, selection.output_index);
   if (cut.layer_calls.empty()) {
     throw core::InputError("the module's forward calls no submodule to profile as a layer (it is one operation "
                            "on its input): wrap it in a module with children");
@@ -654,7 +687,7 @@ ScriptGraph cut_into_layers(const jit::Module& module, const LayerSelection& sel
   for (int depth = 1; depth <= kMaxDepth; ++depth) {
     ScriptGraph deeper;
     try {
-      deeper = cut_with(module, LayerSelection{depth, {}});
+      deeper = cut_with(module, LayerSelection{depth, {}, selection.output_index});
     } catch (const core::InputError&) {
       if (!shallower) throw;
       break;

@@ -23,6 +23,8 @@ namespace headroom::models {
 struct LayerSelection {
   int depth = 0;
   std::vector<std::string> paths;
+  // Where forward returns a tuple (logits and more): the element the loss reads, or -1.
+  int output_index = -1;
 };
 
 inline constexpr int kDefaultLayers = 8;

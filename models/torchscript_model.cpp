@@ -254,7 +254,8 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
                   const std::string& expected_sha256) {
   for (const auto& [key, value] : config) {
     if (std::find(std::begin(kTorchScriptKeys), std::end(kTorchScriptKeys), key) == std::end(kTorchScriptKeys)) {
-      throw core::InputError("config: '" + key + "' is not a TorchScript model setting (input, target, loss, layers, depth)");
+      throw core::InputError("config: '" + key + "' is not a TorchScript model setting (input, target, loss, layers, depth, "
+                             "output_index)");
     }
   }
   const TensorSpec input = parse_tensor_spec(
@@ -290,6 +291,11 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
 
   LayerSelection selection;
   if (const auto it = config.find("layers"); it != config.end() && !it->second.empty()) selection.paths = split(it->second, ',');
+  if (const auto it = config.find("output_index"); it != config.end() && !it->second.empty()) {
+    const auto index = parse_count(it->second, 1 << 20);
+    if (!index) throw core::InputError("output-index: '" + it->second + "' is not an element's index (0, 1, ...)");
+    selection.output_index = static_cast<int>(*index);
+  }
   if (const auto it = config.find("depth"); it != config.end() && !it->second.empty()) {
     if (!selection.paths.empty()) throw core::InputError("depth: give --depth or --layers, not both");
     const auto depth = parse_count(it->second, kMaxDepth);
@@ -349,7 +355,8 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     const torch::Tensor probe = make_input(2, seed);
     torch::Tensor expected;
     try {
-      const c10::IValue out = module.forward({probe.clone()});
+      c10::IValue out = module.forward({probe.clone()});
+      if (out.isTuple() && selection.output_index >= 0) out = out.toTupleRef().elements().at(static_cast<std::size_t>(selection.output_index));
       if (!out.isTensor()) throw std::runtime_error("it returns a " + out.tagKind() + ", not a tensor");
       expected = out.toTensor();
     } catch (const std::exception& e) {
@@ -405,6 +412,7 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
   }
 
   std::map<std::string, std::string> resolved = {{"input", input.text()}, {"loss", loss}};
+  if (selection.output_index >= 0) resolved["output_index"] = std::to_string(selection.output_index);
   // What rebuilds the same cut: the depth it was made at, or the layers named.
   if (cut.depth > 0) {
     resolved["depth"] = std::to_string(cut.depth);

@@ -43,7 +43,8 @@ TensorSpec parse_tensor_spec(const std::string& text, const std::string& field);
 //   layers  the submodules that are layers, by dotted path (layer2.1), comma-separated
 //   depth   instead of layers: the submodules this deep that forward calls (1: its children); when
 //           neither is given, a depth with enough layers to plan (models/script_graph.h)
-inline constexpr const char* kTorchScriptKeys[] = {"input", "target", "loss", "layers", "depth"};
+//   output_index  where forward returns a tuple: the element the loss reads
+inline constexpr const char* kTorchScriptKeys[] = {"input", "target", "loss", "layers", "depth", "output_index"};
 
 // Loads the module at `path` and cuts it into layers, checked on a probe batch against the module's
 // own forward; the input and target must fit. `expected_sha256`, when given, must be the file's hash (a trace recorded it).

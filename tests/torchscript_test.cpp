@@ -578,6 +578,34 @@ TEST(TorchScriptGraph, TheDefaultDepthLooksInsideModuleLists) {
   fs::remove(path);
 }
 
+// A forward that returns the logits with more (an auxiliary head, features): --output-index picks
+// what the loss reads; without it, or past the tuple, one line says what to give.
+TEST(TorchScriptGraph, ATupleOutputIsPickedByIndex) {
+  torch::manual_seed(9);
+  const fs::path path = save_module("tuple-out.pt", {{"fc", dense("T", 8, 8)}, {"out", head(8, 5)}},
+                                    "def forward(self, x):\n"
+                                    "    h = self.fc.forward(x)\n"
+                                    "    return (h, self.out.forward(h))\n");
+  const auto refuse = [&](const std::map<std::string, std::string>& config) {
+    return error_of([&] { models::load_torchscript_model(path.string(), config, 0); });
+  };
+  EXPECT_NE(refuse(features_input()).find("name the element the loss reads with --output-index (0 to 1)"), std::string::npos);
+  EXPECT_NE(refuse({{"input", "8:float32"}, {"output_index", "2"}}).find("output-index: 2 is past the 2 elements"),
+            std::string::npos);
+  EXPECT_NE(refuse({{"input", "8:float32"}, {"output_index", "x"}}).find("is not an element's index"), std::string::npos);
+  const models::Model model = models::load_torchscript_model(path.string(), {{"input", "8:float32"}, {"output_index", "1"}}, 0);
+  EXPECT_EQ(model.config().values().at("target"), "scalar:int64:0-5");  // classes from element 1
+  EXPECT_EQ(model.config().values().at("output_index"), "1");
+  const auto batch = model.make_batch(4, 2);
+  torch::jit::Module module = torch::jit::load(path.string());
+  torch::NoGradGuard no_grad;
+  const auto logits = module.forward({batch.input}).toTupleRef().elements().at(1).toTensor();
+  EXPECT_TRUE(torch::allclose(models::load_torchscript_model(path.string(), {{"input", "8:float32"}, {"output_index", "1"}}, 0)
+                                  .forward_to(batch, static_cast<int>(model.layers().size()) - 2),
+                              logits, 1e-5, 1e-6));
+  fs::remove(path);
+}
+
 // Checkpointing a residual block of a module as it is: recomputed in backward, the gradients are the
 // full batch's, and the profiled, planned step runs under its budget.
 TEST(TorchScriptGraph, ResidualBlocksCheckpointAndRunUnderABudget) {
