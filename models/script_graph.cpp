@@ -81,7 +81,12 @@ enum class CallRole { Inline, Layer, Glue };
 
 using Decide = std::function<CallRole(const std::string& path, const jit::Module& callee)>;
 
+// Inlining and folding end when nothing changes; a bound on the passes keeps a graph that
+// ConstantPropagation keeps reporting as changed from looping.
+constexpr int kMaxPasses = 100000;
+
 struct Cut {
+  int passes = 0;
   std::shared_ptr<jit::Graph> graph;  // forward with the inlined methods
   std::vector<jit::Node*> layer_calls;
   std::vector<std::string> layer_call_paths;
@@ -140,7 +145,10 @@ std::variant<Cut, std::string> inline_calls(const jit::Module& module, const Dec
     if (!callee) return std::nullopt;
     return std::make_pair(*path, *callee);
   };
-  for (bool changed = true; changed;) {
+  for (bool changed = true, first = true; changed; first = false) {
+    if (!first && ++cut.passes > kMaxPasses) {
+      return "forward does not settle into calls and ops after " + std::to_string(kMaxPasses) + " passes of inlining";
+    }
     changed = false;
     for (jit::Node* node : graph.nodes()) {
       if (node->kind() != c10::prim::CallMethod) continue;
@@ -261,6 +269,7 @@ Cut choose_layers(const jit::Module& module, const LayerSelection& selection) {
 bool recomputable(const jit::Node* node, const jit::AliasDb& aliases, const std::set<std::string>& assigned) {
   if (node->kind() == c10::prim::Constant) return true;
   // An attribute forward also assigns (a counter) is read where it is written, not again later.
+  // Only assignments in the inlined code are seen; a layer's own forward is not looked into.
   if (node->kind() == c10::prim::GetAttr) return assigned.count(node->s(c10::attr::name)) == 0;
   if (!node->blocks().empty() || node->kind() == c10::prim::CallMethod || node->kind() == c10::prim::CallFunction) return false;
   if (node->hasSideEffects() || node->isNondeterministic()) return false;
@@ -329,6 +338,7 @@ void pick_output(jit::Graph& graph, int index) {
     return;
   }
   const std::string what = "the module's forward returns " + out->type()->annotation_str();
+  if (tuple->elements().empty()) throw core::InputError(what + ": an empty tuple has nothing for the loss to read");
   if (index < 0) {
     throw core::InputError(what + ": name the element the loss reads with --output-index (0 to " +
                            std::to_string(tuple->elements().size() - 1) + ")");
@@ -568,7 +578,10 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
     if (returned == model_input || it == piece_of.end() || output_of[static_cast<std::size_t>(it->second)] != returned ||
         layer_of[static_cast<std::size_t>(it->second)] != static_cast<int>(result.segments.size()) - 1) {
       throw core::InputError("the module's output is not computed by its last layer: headroom runs the layers in "
-                             "order and the loss reads the last one's output");
+                             "order and the loss reads the last one's output" +
+                             std::string(selection.output_index >= 0 ? " (with --output-index, the element the loss reads "
+                                                                       "must be the last one forward computes)"
+                                                                     : ""));
     }
   }
 

@@ -387,6 +387,16 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     generator.set_state(state);
     for (auto& [buffer, saved] : buffers) buffer.copy_(saved);
   }
+  // A layer that writes into the batch's input (directly, or through a view another layer made of
+  // it) would change what a checkpoint recomputes from, and the batch itself: layers that read the
+  // input read a copy of it instead.
+  bool input_written = false;
+  for (auto& mine : written) {
+    const auto it = std::find(mine.begin(), mine.end(), kModelInput);
+    if (it == mine.end()) continue;
+    input_written = true;
+    mine.erase(it);
+  }
   assign_blocks(cut, written);
 
   std::optional<TensorSpec> target;
@@ -444,8 +454,18 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     for (const auto& p : parameters_read(module, segment, called)) {
       if (attributed.insert(p.unsafeGetTensorImpl()).second) layer.parameters.push_back(p);
     }
-    layer.forward = [function = functions[i], object, called, batchnorm](const std::vector<torch::Tensor>& in,
-                                                                           const RunContext& context) {
+    std::vector<bool> copied(segment.inputs.size(), false);
+    for (std::size_t k = 0; k < segment.inputs.size(); ++k) copied[k] = input_written && segment.inputs[k] == kModelInput;
+    layer.forward = [function = functions[i], object, called, batchnorm, copied](const std::vector<torch::Tensor>& given,
+                                                                                   const RunContext& context) {
+      std::vector<torch::Tensor> copies;
+      if (std::find(copied.begin(), copied.end(), true) != copied.end()) {
+        copies = given;
+        for (std::size_t k = 0; k < copies.size(); ++k) {
+          if (copied[k]) copies[k] = copies[k].clone();
+        }
+      }
+      const std::vector<torch::Tensor>& in = copies.empty() ? given : copies;
       if (!(batchnorm && context.recomputing)) return run_segment(*function, object, in);
       // A checkpointed block's second run: its batch is already in BatchNorm's running statistics.
       // The run updates copies instead (the zoo's BatchNorm skips the update); writing the old

@@ -561,6 +561,27 @@ TEST(TorchScriptGraph, InPlaceWritesKeepTheWriterInTheProducersBlock) {
   fs::remove(path);
 }
 
+// A first layer that writes into the batch's input reads a copy of it: checkpointed, its block
+// recomputes from the input as it was, and the gradients are the full batch's.
+TEST(TorchScriptGraph, ALayerThatWritesIntoTheInputReadsACopy) {
+  torch::manual_seed(10);
+  torch::jit::Module inplace = scripted("InPlaceInput");
+  inplace.define("def forward(self, x):\n    return x.relu_()\n");
+  const fs::path path = save_module("input-inplace.pt", {{"act", inplace}, {"fc", dense("J", 8, 8)}, {"out", head(8, 5)}},
+                                    "def forward(self, x):\n"
+                                    "    return self.out.forward(self.fc.forward(self.act.forward(x)))\n");
+  models::Model model = models::load_torchscript_model(path.string(), features_input(), 0);
+  const auto batch = model.make_batch(4, 3);
+  const torch::Tensor before = batch.input.clone();
+  {
+    torch::NoGradGuard no_grad;
+    model.forward(batch);
+  }
+  EXPECT_TRUE(torch::equal(batch.input, before));  // the batch is as it was
+  EXPECT_LT(gradient_difference(path, {5, 3}, {model.layers()[0].block, model.layers()[1].block}, false), 1e-5);
+  fs::remove(path);
+}
+
 // Blocks in a ModuleList are a level below the list: the default goes on past it.
 TEST(TorchScriptGraph, TheDefaultDepthLooksInsideModuleLists) {
   torch::manual_seed(8);
