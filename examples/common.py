@@ -39,6 +39,15 @@ def require_torch(prog):
                f"with `./scripts/install-deps.sh --with-pytorch` and run with {SYSTEM_PYTHON}", EXIT_NO_TORCH)
 
 
+def require_torchvision(prog):
+    """Imports torchvision (and returns it) after require_torch, or exits 77 saying how to install it."""
+    try:
+        import torchvision
+        return torchvision
+    except ImportError as error:
+        fail(prog, f"cannot import torchvision ({error}); run `./scripts/install-deps.sh --with-pytorch`", EXIT_NO_TORCH)
+
+
 # The dtypes headroom's --input/--target accept; integer ones need a value range for synthetic data.
 FLOAT_DTYPES = ("float32", "float64")
 INT_DTYPES = ("int64", "int32")

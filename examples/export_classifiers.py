@@ -21,11 +21,7 @@ import common  # noqa: E402
 PROG = "export_classifiers.py"
 torch = common.require_torch(PROG)
 
-try:
-    import torchvision  # noqa: E402
-except ImportError as error:
-    common.fail(PROG, f"cannot import torchvision ({error}); run `./scripts/install-deps.sh --with-pytorch`",
-                common.EXIT_NO_TORCH)
+torchvision = common.require_torchvision(PROG)
 
 MODELS = ("resnet18", "shufflenet_v2_x0_5", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny",
           "densenet121", "vgg11", "alexnet", "regnet_y_400mf", "squeezenet1_0")

@@ -28,11 +28,7 @@ PROG = "export_torchvision.py"
 torch = common.require_torch(PROG)
 from torch import nn  # noqa: E402
 
-try:
-    import torchvision  # noqa: E402
-except ImportError as error:
-    common.fail(PROG, f"cannot import torchvision ({error}); run `./scripts/install-deps.sh --with-pytorch`",
-                common.EXIT_NO_TORCH)
+torchvision = common.require_torchvision(PROG)
 
 # nn.TransformerEncoderLayer of torch 1.13 lists batch_first among its TorchScript constants but keeps it
 # only in its attention module; scripting warns about it on every export, with nothing to fix on our side.

@@ -633,22 +633,10 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
       for (std::size_t i = 0; i < v->node()->outputs().size(); ++i) mapped[v->node()->output(i)] = copy->output(i);
       return mapped.at(v);
     };
-    // The outer values a node's blocks read are mapped first, so that their copies land at the top
-    // level, ahead of the node.
-    std::function<void(jit::Block*)> premap = [&](jit::Block* block) {
-      for (jit::Node* inner : block->nodes()) {
-        for (jit::Value* in : inner->inputs()) {
-          if (in->node()->owningBlock() == graph.block()) map(in);
-        }
-        for (jit::Block* b : inner->blocks()) premap(b);
-      }
-      for (jit::Value* in : block->return_node()->inputs()) {
-        if (in->node()->owningBlock() == graph.block()) map(in);
-      }
-    };
     for (jit::Node* node : piece.nodes) {
+      // Outer values its blocks read are mapped as the clone reaches them; copies of recomputable
+      // ones are appended at the top level, ahead of the node, which is appended after.
       for (jit::Value* in : node->inputs()) map(in);
-      for (jit::Block* block : node->blocks()) premap(block);
       jit::Node* copy = g->createClone(node, [&](jit::Value* v) { return map(v); });
       g->appendNode(copy);
       for (std::size_t i = 0; i < node->outputs().size(); ++i) mapped[node->output(i)] = copy->output(i);
