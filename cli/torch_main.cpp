@@ -95,7 +95,8 @@ struct ProfileArgs {
   std::string model;
   // A user's TorchScript module instead of a zoo model, and what it is run with.
   std::string torchscript;
-  std::string input, target, loss, layers, depth, output_index;
+  std::vector<std::string> inputs;  // one per input forward takes, in its order
+  std::string target, loss, layers, depth, output_index;
   std::string batch_sizes;  // as typed: "1,2,4"
   std::vector<std::string> settings;
   profiler::ProfileOptions options;
@@ -131,18 +132,21 @@ void check_model_flags(const ProfileArgs& args) {
     throw core::InputError("--set: size settings are for zoo models; a TorchScript module has its own sizes");
   }
   if (args.torchscript.empty()) {
-    for (const auto& [flag, value] : {std::pair{"--input", &args.input}, {"--target", &args.target}, {"--loss", &args.loss},
+    if (!args.inputs.empty()) throw core::InputError("--input: applies to --torchscript modules only");
+    for (const auto& [flag, value] : {std::pair{"--target", &args.target}, {"--loss", &args.loss},
                                       {"--layers", &args.layers}, {"--depth", &args.depth},
                                       {"--output-index", &args.output_index}}) {
       if (!value->empty()) throw core::InputError(std::string(flag) + ": applies to --torchscript modules only");
     }
-  } else if (args.input.empty()) {
+  } else if (args.inputs.empty()) {
     throw core::InputError("--input: give one sample's shape and dtype, e.g. --input 3x224x224:float32");
   }
 }
 
 std::map<std::string, std::string> torchscript_config(const ProfileArgs& args) {
-  std::map<std::string, std::string> config{{"input", args.input}};
+  std::string inputs;
+  for (const auto& input : args.inputs) inputs += (inputs.empty() ? "" : ",") + input;
+  std::map<std::string, std::string> config{{"input", inputs}};
   if (!args.target.empty()) config["target"] = args.target;
   if (!args.loss.empty()) config["loss"] = args.loss;
   if (!args.layers.empty()) config["layers"] = args.layers;
@@ -273,8 +277,10 @@ int main(int argc, char** argv) {
   profile->add_option("--torchscript", profile_args.torchscript,
                       "your own model: a TorchScript file (torch.jit.script of any nn.Module), cut into layers at its "
                       "submodule calls");
-  profile->add_option("--input", profile_args.input,
-                      "with --torchscript: one sample's input as SHAPE:DTYPE, e.g. 3x224x224:float32 or 128:int64:0-50257");
+  profile->add_option("--input", profile_args.inputs,
+                      "with --torchscript: one sample's input as SHAPE:DTYPE, e.g. 3x224x224:float32 or 128:int64:0-50257; "
+                      "repeated for a forward that takes several, in its order (token ids, then a mask)")
+      ->take_all();
   profile->add_option("--target", profile_args.target,
                       "with --torchscript: one sample's target as SHAPE:DTYPE (default: from the output and the loss)");
   profile->add_option("--loss", profile_args.loss,

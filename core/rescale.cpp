@@ -21,7 +21,7 @@ std::int64_t scaled(std::int64_t ns, double factor) {
 std::int64_t moved_bytes(const Trace& trace, const LayerProfile& layer, std::size_t k, const LayerSample& sample) {
   std::int64_t in = 0;
   for (const int input : layer.inputs) {
-    if (input == kModelInput) in += trace.steps[k].input_bytes;
+    if (is_model_input(input)) in += trace.steps[k].input_bytes;  // at most the batch
     if (input >= 0) in += trace.layers[static_cast<std::size_t>(input)].samples[k].output_bytes;
   }
   return 3 * (in + sample.output_bytes);

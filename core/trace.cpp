@@ -352,8 +352,10 @@ LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector
   layer.block = static_cast<int>(block_index);
   for (const auto& input : node.at("inputs").elements()) {
     const std::int64_t id = input.as_int();
-    if (id != kModelInput && id != kTargetInput && (id < 0 || id >= expected_id)) {
-      input.fail("input " + std::to_string(id) + " is not an earlier layer, -1 (model input) or -2 (target)");
+    const bool model_input = id < 0 && id >= -1 - kMaxModelInputs && is_model_input(static_cast<int>(id));
+    if (!model_input && id != kTargetInput && (id < 0 || id >= expected_id)) {
+      input.fail("input " + std::to_string(id) + " is not an earlier layer, -1 (model input), -2 (target) or -3 to " +
+                 std::to_string(-1 - kMaxModelInputs) + " (the model's further inputs)");
     }
     layer.inputs.push_back(static_cast<int>(id));
   }

@@ -28,8 +28,17 @@ inline constexpr std::int64_t kMaxTraceBatch = std::int64_t{1} << 20;  // a samp
 inline constexpr std::int64_t kMaxTraceLayers = std::int64_t{1} << 14;  // 16384 layers
 
 // Special values in LayerProfile::inputs (everything else is an earlier layer's id).
-inline constexpr int kModelInput = -1;  // the batch's input tensor
+inline constexpr int kModelInput = -1;  // the batch's (first) input tensor
 inline constexpr int kTargetInput = -2;  // the batch's target tensor (read by the loss layer)
+// A model with several inputs (token ids, then an attention mask): its input k >= 1 is -2 - k.
+inline constexpr int kMaxModelInputs = 16;
+constexpr int model_input_id(int k) { return k == 0 ? kModelInput : -2 - k; }
+// Whether an input id names one of the batch's inputs (the first or a further one), and which.
+constexpr bool is_model_input(int id) { return id == kModelInput || (id <= -3 && id > -2 - kMaxModelInputs); }
+constexpr int model_input_index(int id) { return id == kModelInput ? 0 : -2 - id; }
+// A further input: held by the batch for the whole micro-batch, so a checkpointed block that reads
+// one reads it from the batch again when it recomputes; it is not what carries the block's work in.
+constexpr bool is_further_input(int id) { return id != kModelInput && is_model_input(id); }
 
 // What a layer costs at one micro-batch size: measured (a trace's samples) or evaluated between
 // samples (core::CostModel). Times are medians over the profiled repeats.
@@ -108,7 +117,7 @@ struct LayerProfile {
   std::string name;
   std::string kind;      // linear, gelu, layernorm, attention, batchnorm, loss, ...
   int block = -1;        // the block (encoder layer, residual block) it belongs to; -1 for none
-  std::vector<int> inputs;          // earlier layer ids, kModelInput or kTargetInput
+  std::vector<int> inputs;          // earlier layer ids, model inputs (model_input_id) or kTargetInput
   std::vector<bool> saves_inputs;   // per input: does the layer keep it for backward
   std::int64_t param_bytes = 0;
   std::vector<LayerSample> samples;  // one per Trace::batch_sizes entry, in that order
@@ -151,7 +160,7 @@ struct StepSample {
   std::int64_t optimizer_transient_bytes = 0;  // highest allocated during the optimizer step above its start
   std::int64_t peak_bytes = 0;     // highest allocated amount during the step
   std::int64_t static_bytes = 0;   // parameters + gradients + optimizer state
-  std::int64_t input_bytes = 0;    // the batch (input and target tensors)
+  std::int64_t input_bytes = 0;    // the batch (its inputs and target)
   std::optional<GpuStepCost> gpu;  // present exactly in CUDA traces
   // How this batch size runs inside a step of several micro-batches; absent in traces recorded
   // before the profiler measured it (then micro-batches cost step_ns - optimizer_ns each).

@@ -8,6 +8,7 @@
         the peak of allocated CPU memory during one plain training step, from torch.profiler
   loop  --model M.pt --input SHAPE:DTYPE --batch B --steps N [--threads T] ...
         a plain Python training loop's samples/s (median step time after warm-up)
+  (--input repeated for a forward that takes several inputs, in its order; D.pt then holds input.1 ...)
   versions
         {"python", "torch", "torchvision"}: a probe for tests (exit 77 when torch is missing)
 
@@ -110,9 +111,23 @@ def last_line(error):
     return lines[-1] if lines else type(error).__name__
 
 
+class Inputs:
+    """The specs of a forward's inputs (--input repeated), made into one batch together."""
+
+    def __init__(self, specs):
+        self.specs = list(specs)
+
+    def __str__(self):
+        return ",".join(str(s) for s in self.specs)
+
+    def make(self, torch, batch, generator=None):
+        return tuple(s.make(torch, batch, generator) for s in self.specs)
+
+
 def run_forward(model, x, what):
+    """x: one tensor, or a tuple of them for a forward that takes several."""
     try:
-        return model(x)
+        return model(*x) if isinstance(x, tuple) else model(x)
     except Exception as error:
         raise UsageError(f"the model rejects {what}: {last_line(error)}")
 
@@ -187,7 +202,9 @@ def load_data(path, parameter_count, loss):
         raise UsageError(f"--data: '{path}' is not a file torch.load reads ({last_line(error)})")
     if not isinstance(data, dict):
         raise UsageError(f"--data: '{path}' holds a {type(data).__name__}, not a dict of tensors")
+    # A forward with several inputs: the first is `input`, the further ones `input.1`, `input.2`, ...
     expected = {"input"} | ({"target"} if loss != "model" else set())
+    expected |= {key for key in data if key.startswith("input.")}
     expected |= {f"param.{i}" for i in range(parameter_count)}
     has_grads = any(key.startswith("grad.") for key in data)
     if has_grads:
@@ -243,11 +260,15 @@ def cmd_step(args):
                 raise UsageError(f"--data: '{key}' has shape {list(got.shape)}, the model's parameter {i} "
                                  f"('{name}') {list(p.shape)}")
     switched = set_modes(model, batchnorm_eval=True, dropout_off=True)
-    x = data["input"]
+    further = sorted((key for key in data if key.startswith("input.")), key=_key_order)
+    if further and further != [f"input.{i}" for i in range(1, len(further) + 1)]:
+        raise UsageError(f"--data: the further inputs are {', '.join(further)}, not input.1 .. input.{len(further)}")
+    x = (data["input"],) + tuple(data[key] for key in further) if further else data["input"]
     target = data.get("target")
     optimizer = make_optimizer(args.optimizer, [p for _, p in named])
     optimizer.zero_grad(set_to_none=True)
-    out = run_forward(model, x, f"--data's input {list(x.shape)} {x.dtype}")
+    first = x[0] if isinstance(x, tuple) else x
+    out = run_forward(model, x, f"--data's input {list(first.shape)} {first.dtype}")
     loss = compute_loss(args.loss, out, target)
     loss.backward()
     # A parameter the loss does not reach has no gradient; headroom's would be zero or absent alike.
@@ -270,7 +291,7 @@ def cmd_step(args):
         "worst_grad_parameter": None,
         "loss_kind": args.loss,
         "optimizer": args.optimizer,
-        "batch": x.shape[0] if x.dim() > 0 else None,
+        "batch": first.shape[0] if first.dim() > 0 else None,
         "eval_modules": len(switched),
         "torch": torch.__version__,
     }
@@ -336,7 +357,7 @@ def cmd_peak(args):
         optimizer.zero_grad(set_to_none=False)
         x = args.input.make(torch, args.batch, generator)
         y = target.make(torch, args.batch, generator) if target is not None else None
-        data_bytes.append(tensor_bytes([x, y]))
+        data_bytes.append(tensor_bytes(list(x) + [y]))
         loss = compute_loss(args.loss, run_forward(model, x, f"--input {args.input} at --batch {args.batch}"), y)
         loss.backward()
         optimizer.step()
@@ -522,7 +543,8 @@ def build_parser():
                                  ("loop", cmd_loop, "samples/s of a plain Python training loop")):
         sub = commands.add_parser(name, help=help_text)
         sub.add_argument("--model", required=True)
-        sub.add_argument("--input", required=True, type=shape_arg("--input"))
+        sub.add_argument("--input", required=True, type=shape_arg("--input"), action="append",
+                         help="one sample's input; repeated for each input forward takes, in its order")
         sub.add_argument("--target", type=shape_arg("--target"))
         sub.add_argument("--batch", required=True, type=count_arg(1, 2 ** 20))
         sub.add_argument("--loss", choices=("cross-entropy", "mse", "model"), default="cross-entropy")
@@ -545,6 +567,8 @@ def build_parser():
 
 def main():
     args = build_parser().parse_args()
+    if isinstance(getattr(args, "input", None), list):
+        args.input = Inputs(args.input)
     if getattr(args, "out", None):
         directory = os.path.dirname(os.path.abspath(args.out))
         if not os.path.isdir(directory):

@@ -64,9 +64,7 @@ core::GradientCheck check_gradient(L2LRelay& relay, models::Model& model, const 
   models::Model reference = models::build_model(trace.model, options.seed);
   reference.set_training(true);
   reference.set_dropout(false);
-  models::Batch whole = concatenate(batches);
-  whole.input = whole.input.cpu();
-  whole.target = whole.target.cpu();
+  const models::Batch whole = concatenate(batches).to(torch::kCPU);
   reference.forward(whole).backward();
   check.max_rel_diff = max_relative_difference(relayed, gradients_of(reference.parameters()));
   check.computed = true;

@@ -74,6 +74,8 @@ PlanRunner::PlanRunner(const models::Model& model, const std::vector<int>& check
     std::vector<int> external;
     for (int i = span.first; i <= span.last; ++i) {
       for (const int input : layers[static_cast<std::size_t>(i)].inputs) {
+        // A further input of the batch is read from the batch again when the block recomputes.
+        if (core::is_further_input(input)) continue;
         if (input < span.first && std::find(external.begin(), external.end(), input) == external.end()) {
           external.push_back(input);
         }
@@ -184,18 +186,9 @@ std::vector<models::Batch> make_micro_batches(const models::Model& model, const 
   std::vector<models::Batch> batches;
   for (std::size_t m = 0; m < sizes.size(); ++m) {
     models::Batch b = model.make_batch(sizes[m], seed * 1000003 + first + m);
-    batches.push_back({b.input.to(device), b.target.to(device)});
+    batches.push_back(b.to(device));
   }
   return batches;
-}
-
-models::Batch concatenate(const std::vector<models::Batch>& batches) {
-  std::vector<torch::Tensor> inputs, targets;
-  for (const auto& b : batches) {
-    inputs.push_back(b.input);
-    targets.push_back(b.target);
-  }
-  return {torch::cat(inputs), torch::cat(targets)};
 }
 
 std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parameters) {

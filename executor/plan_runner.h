@@ -22,8 +22,9 @@ struct Position {
 
 class PlanRunner {
  public:
-  // `checkpointed_blocks` are model block ids; each must read one tensor from outside and be read
-  // from outside only through its last layer (throws InputError otherwise).
+  // `checkpointed_blocks` are model block ids; each must read one tensor from outside besides the
+  // batch's further inputs and be read from outside only through its last layer (throws InputError
+  // otherwise).
   // `position` is written as the step runs; it belongs to the caller so it outlives the runner when
   // an out-of-memory error unwinds the step.
   PlanRunner(const models::Model& model, const std::vector<int>& checkpointed_blocks, Position& position);
@@ -62,7 +63,7 @@ class PlanRunner {
 // worker's share), so each draws the same data wherever it runs.
 std::vector<models::Batch> make_micro_batches(const models::Model& model, const std::vector<std::int64_t>& sizes,
                                               std::uint64_t seed, torch::Device device, std::size_t first = 0);
-models::Batch concatenate(const std::vector<models::Batch>& batches);
+using models::concatenate;
 
 // max over tensors of |a - b|_inf / |b|_inf (b the reference).
 double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b);

@@ -8,10 +8,46 @@ namespace headroom::models {
 
 std::int64_t Batch::bytes() const {
   std::int64_t total = 0;
-  for (const auto* t : {&input, &target}) {
-    if (t->defined()) total += static_cast<std::int64_t>(t->numel() * t->element_size());
-  }
+  const auto add = [&total](const torch::Tensor& t) {
+    if (t.defined()) total += static_cast<std::int64_t>(t.numel() * t.element_size());
+  };
+  add(input);
+  add(target);
+  for (const auto& t : further_inputs) add(t);
   return total;
+}
+
+Batch Batch::to(torch::Device device) const {
+  Batch out{input.to(device), target.to(device), {}};
+  for (const auto& t : further_inputs) out.further_inputs.push_back(t.to(device));
+  return out;
+}
+
+const torch::Tensor& Batch::tensor(int id) const {
+  if (id == kModelInput) return input;
+  if (id == kTargetInput) return target;
+  const int k = core::model_input_index(id);
+  if (!is_model_input(id) || k > static_cast<int>(further_inputs.size())) {
+    throw std::out_of_range("the batch has no input " + std::to_string(id) + " (it has " +
+                            std::to_string(1 + further_inputs.size()) + ")");
+  }
+  return further_inputs[static_cast<std::size_t>(k - 1)];
+}
+
+Batch concatenate(const std::vector<Batch>& batches) {
+  std::vector<torch::Tensor> inputs, targets;
+  for (const auto& b : batches) {
+    inputs.push_back(b.input);
+    targets.push_back(b.target);
+  }
+  Batch out{torch::cat(inputs), torch::cat(targets), {}};
+  const std::size_t further = batches.empty() ? 0 : batches.front().further_inputs.size();
+  for (std::size_t k = 0; k < further; ++k) {
+    std::vector<torch::Tensor> parts;
+    for (const auto& b : batches) parts.push_back(b.further_inputs.at(k));
+    out.further_inputs.push_back(torch::cat(parts));
+  }
+  return out;
 }
 
 Model::Model(std::string name, Config config)
@@ -27,7 +63,7 @@ std::string Model::sanitize(const std::string& name) {
 int Model::add_layer(Layer layer) {
   const int id = static_cast<int>(layers_.size());
   for (const int input : layer.inputs) {
-    if (input != kModelInput && input != kTargetInput && (input < 0 || input >= id)) {
+    if (!is_model_input(input) && input != kTargetInput && (input < 0 || input >= id)) {
       throw std::invalid_argument("layer " + layer.name + " reads layer " + std::to_string(input) +
                                   ", which is not an earlier layer");
     }
@@ -107,8 +143,7 @@ std::vector<torch::Tensor> gather_inputs(const Layer& layer, const Batch& batch,
   std::vector<torch::Tensor> inputs;
   inputs.reserve(layer.inputs.size());
   for (const int input : layer.inputs) {
-    if (input == kModelInput) inputs.push_back(batch.input);
-    else if (input == kTargetInput) inputs.push_back(batch.target);
+    if (input < 0) inputs.push_back(batch.tensor(input));
     else inputs.push_back(outputs[static_cast<std::size_t>(input)]);
   }
   return inputs;

@@ -18,8 +18,10 @@
 
 namespace headroom::models {
 
+using core::is_model_input;
 using core::kModelInput;
 using core::kTargetInput;
+using core::model_input_id;
 
 struct RunContext {
   bool training = true;  // dropout active, BatchNorm uses batch statistics
@@ -36,7 +38,7 @@ using LayerForward = std::function<torch::Tensor(const std::vector<torch::Tensor
 struct Layer {
   std::string name;
   std::string kind;
-  std::vector<int> inputs;  // earlier layer ids, kModelInput or kTargetInput
+  std::vector<int> inputs;  // earlier layer ids, model inputs (model_input_id) or kTargetInput
   int block = -1;
   LayerForward forward;
   // Tempo's memory-lean variant of the same function (models/lean_layers.h), where there is one.
@@ -55,8 +57,14 @@ struct Layer {
 struct Batch {
   torch::Tensor input;
   torch::Tensor target;
+  // A model with several inputs (token ids and an attention mask): those after the first, in order;
+  // each with the batch along dimension 0.
+  std::vector<torch::Tensor> further_inputs;
   std::int64_t size() const { return input.size(0); }
   std::int64_t bytes() const;
+  Batch to(torch::Device device) const;
+  // The input a layer input id names (model_input_id(k) or kTargetInput).
+  const torch::Tensor& tensor(int id) const;
 };
 
 using BatchGenerator = std::function<Batch(std::int64_t batch_size, std::uint64_t seed)>;
@@ -158,6 +166,9 @@ class Model {
   std::optional<core::ModelFile> file_;
   std::int64_t extra_resident_bytes_ = 0;
 };
+
+// The batches' samples one after another, each input and the target concatenated along dimension 0.
+Batch concatenate(const std::vector<Batch>& batches);
 
 // The tensors a layer reads, gathered from the batch and earlier outputs.
 std::vector<torch::Tensor> gather_inputs(const Layer& layer, const Batch& batch,

@@ -266,25 +266,77 @@ Cut choose_layers(const jit::Module& module, const LayerSelection& selection) {
 // Outputs of no tensor that cost nothing to compute again (constants, the module's attributes, a
 // tensor's sizes, arithmetic on them): each layer that reads one computes its own copy instead of
 // receiving it. An op that reads a tensor's values (item, tolist) is not one of them.
-bool recomputable(const jit::Node* node, const jit::AliasDb& aliases, const std::set<std::string>& assigned) {
-  if (node->kind() == c10::prim::Constant) return true;
-  // An attribute forward also assigns (a counter) is read where it is written, not again later.
-  // Only assignments in the inlined code are seen; a layer's own forward is not looked into.
-  if (node->kind() == c10::prim::GetAttr) return assigned.count(node->s(c10::attr::name)) == 0;
-  if (!node->blocks().empty() || node->kind() == c10::prim::CallMethod || node->kind() == c10::prim::CallFunction) return false;
-  if (node->hasSideEffects() || node->isNondeterministic()) return false;
-  if (const auto* schema = node->maybeSchema(); schema != nullptr && schema->is_mutable()) return false;
-  for (const jit::Value* out : node->outputs()) {
-    if (contains_tensor(out->type()) || aliases.hasWriters(out)) return false;
+// Values each layer that reads them computes again rather than receiving them from an earlier
+// layer: constants, attributes, sizes, and what is computed from those and the batch's inputs alone
+// (an attention mask made from the mask input, a causal mask sliced from a buffer to a length).
+// Then the blocks of a model with several inputs still cut where one tensor carries everything
+// forward; a value made that way is deterministic and cheap next to a layer.
+class Recomputable {
+ public:
+  Recomputable(jit::Graph& graph, const jit::AliasDb& aliases, const std::set<std::string>& assigned)
+      : aliases_(aliases), assigned_(assigned) {
+    // A tensor forward's own code writes into in place is read where it is; a layer that writes into
+    // its copy changes only that copy (the layer calls themselves alias analysis cannot see into, so
+    // it takes them to write into everything they are given).
+    std::function<void(jit::Block*)> collect = [&](jit::Block* block) {
+      for (jit::Node* node : block->nodes()) {
+        if (node->kind() != c10::prim::CallMethod) writers_.push_back(node);
+        for (jit::Block* inner : node->blocks()) collect(inner);
+      }
+    };
+    collect(graph.block());
+    for (std::size_t i = 1; i < graph.inputs().size(); ++i) {
+      if (!written(graph.inputs()[i])) tensors_.insert(graph.inputs()[i]);
+    }
+    for (const jit::Node* node : graph.nodes()) {
+      if (!decide(node)) continue;
+      nodes_.insert(node);
+      for (const jit::Value* out : node->outputs()) {
+        if (contains_tensor(out->type())) tensors_.insert(out);
+      }
+    }
   }
-  static const std::set<std::string> metadata = {"aten::size", "aten::dim", "aten::numel", "aten::len", "prim::device",
-                                                  "prim::dtype", "prim::shape"};
-  if (metadata.count(node->kind().toQualString()) > 0) return true;
-  for (const jit::Value* in : node->inputs()) {
-    if (contains_tensor(in->type())) return false;
+  bool operator()(const jit::Node* node) const { return nodes_.count(node) > 0; }
+
+ private:
+  bool decide(const jit::Node* node) const {
+    if (node->kind() == c10::prim::Constant) return true;
+    // An attribute forward also assigns (a counter) is read where it is written, not again later.
+    // Only assignments in the inlined code are seen; a layer's own forward is not looked into.
+    if (node->kind() == c10::prim::GetAttr) return assigned_.count(node->s(c10::attr::name)) == 0;
+    if (!node->blocks().empty() || node->kind() == c10::prim::CallMethod || node->kind() == c10::prim::CallFunction) return false;
+    if (node->hasSideEffects() || node->isNondeterministic()) return false;
+    if (const auto* schema = node->maybeSchema(); schema != nullptr && schema->is_mutable()) return false;
+    for (const jit::Value* out : node->outputs()) {
+      if (contains_tensor(out->type()) ? written(out) : aliases_.hasWriters(out)) return false;
+    }
+    static const std::set<std::string> metadata = {"aten::size", "aten::dim", "aten::numel", "aten::len", "prim::device",
+                                                    "prim::dtype", "prim::shape"};
+    if (metadata.count(node->kind().toQualString()) > 0) return true;
+    // Tensors in: the batch's inputs, attributes, or what is computed from those alone (not an
+    // earlier layer's output); anything else in: a value recomputed itself.
+    for (const jit::Value* in : node->inputs()) {
+      if (contains_tensor(in->type()) ? tensors_.count(in) == 0
+                                      : in->node()->kind() != c10::prim::Param && nodes_.count(in->node()) == 0) {
+        return false;
+      }
+    }
+    return true;
   }
-  return true;
-}
+
+  bool written(const jit::Value* value) const {
+    for (jit::Node* node : writers_) {
+      if (aliases_.writesToAlias(node, {value})) return true;
+    }
+    return false;
+  }
+
+  const jit::AliasDb& aliases_;
+  const std::set<std::string>& assigned_;
+  std::vector<jit::Node*> writers_;
+  std::unordered_set<const jit::Value*> tensors_;
+  std::unordered_set<const jit::Node*> nodes_;
+};
 
 // Whether running a node earlier or later than written could change a result: it writes in place,
 // has side effects or draws random numbers.
@@ -367,11 +419,26 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
   Cut cut = choose_layers(module, selection);
   jit::Graph& graph = *cut.graph;
   const jit::Value* self = graph.inputs()[0];
-  if (graph.inputs().size() != 2) {
-    throw core::InputError("the module's forward reads " + std::to_string(graph.inputs().size() - 1) +
-                           " inputs; headroom gives it one (--input)");
+  if (graph.inputs().size() < 2) throw core::InputError("the module's forward reads no input");
+  if (graph.inputs().size() - 1 > static_cast<std::size_t>(core::kMaxModelInputs)) {
+    throw core::InputError("the module's forward reads " + std::to_string(graph.inputs().size() - 1) + " inputs; headroom "
+                           "gives a module at most " + std::to_string(core::kMaxModelInputs));
   }
-  const jit::Value* model_input = graph.inputs()[1];
+  for (std::size_t i = 1; i < graph.inputs().size(); ++i) {
+    const jit::Value* in = graph.inputs()[i];
+    if (in->type()->kind() != c10::TypeKind::TensorType) {
+      throw core::InputError("the module's forward takes " + in->debugName() + " as " + in->type()->annotation_str() +
+                             ": headroom gives each input a batch of tensors (--input per input)");
+    }
+  }
+  // The batch's inputs, in forward's order: input k is core::model_input_id(k) to the layers.
+  const auto input_index = [&graph](const jit::Value* v) -> int {
+    for (std::size_t i = 1; i < graph.inputs().size(); ++i) {
+      if (graph.inputs()[i] == v) return static_cast<int>(i) - 1;
+    }
+    return -1;
+  };
+  const auto is_input = [&](const jit::Value* v) { return input_index(v) >= 0; };
   pick_output(graph, selection.output_index);
   if (cut.layer_calls.empty()) {
     throw core::InputError("the module's forward calls no submodule to profile as a layer (it is one operation "
@@ -386,6 +453,7 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
     }
   };
   find_assignments(graph.block());
+  const Recomputable recomputable(graph, aliases, assigned);
   const std::unordered_set<const jit::Node*> calls(cut.layer_calls.begin(), cut.layer_calls.end());
 
   // Program order: the functional code since the previous layer goes with the next layer call.
@@ -400,7 +468,7 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
         current.path = cut.layer_call_paths[k++];
         pieces.push_back(std::move(current));
         current = Piece{};
-      } else if (!recomputable(node, aliases, assigned)) {
+      } else if (!recomputable(node)) {
         current.nodes.push_back(node);
       }
     }
@@ -421,7 +489,7 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
       std::unordered_set<const jit::Value*> seen;
       std::function<void(const jit::Value*)> read = [&](const jit::Value* v) {
         if (v == self || !seen.insert(v).second) return;
-        if (v == model_input) {
+        if (is_input(v)) {
           reads[p].push_back(v);
           return;
         }
@@ -447,7 +515,7 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
   const auto handed_on = [&](std::size_t p) {
     std::vector<const jit::Value*> out;
     const auto add = [&](const jit::Value* v) {
-      if (v == model_input || v == self) return;
+      if (is_input(v) || v == self) return;
       const auto it = piece_of.find(top_level(v->node(), graph.block()));
       if (it != piece_of.end() && it->second == static_cast<int>(p) && std::find(out.begin(), out.end(), v) == out.end()) {
         out.push_back(v);
@@ -458,7 +526,7 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
     }
     std::unordered_set<const jit::Value*> seen;
     std::function<void(const jit::Value*)> returned = [&](const jit::Value* v) {
-      if (!seen.insert(v).second || v == self || v == model_input) return;
+      if (!seen.insert(v).second || v == self || is_input(v)) return;
       const jit::Node* owner = top_level(v->node(), graph.block());
       if (piece_of.count(owner) == 0) {
         for (const jit::Value* in : owner->inputs()) returned(in);
@@ -485,7 +553,7 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
       // The glue that computes them, within this piece.
       std::unordered_set<const jit::Node*> slice;
       std::function<void(const jit::Value*)> need = [&](const jit::Value* v) {
-        if (v == self || v == model_input) return;
+        if (v == self || is_input(v)) return;
         const jit::Node* owner = top_level(v->node(), graph.block());
         const auto it = piece_of.find(owner);
         if (it == piece_of.end()) {
@@ -575,7 +643,7 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
   {
     const jit::Node* owner = top_level(returned->node(), graph.block());
     const auto it = piece_of.find(owner);
-    if (returned == model_input || it == piece_of.end() || output_of[static_cast<std::size_t>(it->second)] != returned ||
+    if (is_input(returned) || it == piece_of.end() || output_of[static_cast<std::size_t>(it->second)] != returned ||
         layer_of[static_cast<std::size_t>(it->second)] != static_cast<int>(result.segments.size()) - 1) {
       throw core::InputError("the module's output is not computed by its last layer: headroom runs the layers in "
                              "order and the loss reads the last one's output" +
@@ -609,8 +677,8 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
     std::unordered_map<const jit::Value*, jit::Value*> mapped;
     mapped[self] = g->addInput("self")->setType(self->type());
     for (const jit::Value* v : reads[p]) {
-      int producer = core::kModelInput;
-      if (v != model_input) {
+      int producer = core::model_input_id(std::max(input_index(v), 0));
+      if (!is_input(v)) {
         const int from = piece_of.at(top_level(v->node(), graph.block()));
         if (output_of[static_cast<std::size_t>(from)] != v) {
           throw core::InputError(segment.name + " reads " + v->debugName() + " (" + where(v->node()) + "), which is " +
@@ -707,6 +775,32 @@ ScriptGraph cut_into_layers(const jit::Module& module, const LayerSelection& sel
   return std::move(*shallower);
 }
 
+void fold_dtypes(ScriptGraph& graph, const std::vector<c10::ScalarType>& output_dtypes) {
+  for (auto& segment : graph.segments) {
+    jit::Graph& g = *segment.graph;
+    for (std::size_t k = segment.inputs.size(); k-- > 0;) {
+      const int producer = segment.inputs[k];
+      if (producer < 0 || static_cast<std::size_t>(producer) >= output_dtypes.size()) continue;
+      jit::Value* in = g.inputs()[k + 1];
+      std::vector<jit::Node*> dtype_reads;
+      for (const jit::Use& use : in->uses()) {
+        if (use.user->kind() == c10::prim::dtype) dtype_reads.push_back(use.user);
+      }
+      for (jit::Node* read : dtype_reads) {
+        jit::WithInsertPoint at(read);
+        jit::Value* constant =
+            g.insertConstant(static_cast<std::int64_t>(output_dtypes[static_cast<std::size_t>(producer)]));
+        read->output()->replaceAllUsesWith(constant);
+        read->destroy();
+      }
+      if (in->uses().empty()) {
+        g.eraseInput(k + 1);
+        segment.inputs.erase(segment.inputs.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+    }
+  }
+}
+
 void assign_blocks(ScriptGraph& graph, const std::vector<std::vector<int>>& written) {
   // A cut before layer i where what layers from i on read of the earlier ones is one tensor, and
   // no layer after the cut writes into an earlier layer's output in place (a checkpoint's second run
@@ -720,7 +814,8 @@ void assign_blocks(ScriptGraph& graph, const std::vector<std::vector<int>>& writ
     std::set<int> live;
     for (std::size_t j = i; j < n; ++j) {
       for (const int input : segments[j].inputs) {
-        if (input < static_cast<int>(i)) live.insert(input);
+        // The batch's further inputs stay with the batch; a checkpoint reads them again from there.
+        if (input < static_cast<int>(i) && !core::is_further_input(input)) live.insert(input);
       }
     }
     cut_before[i] = live.size() == 1;

@@ -36,8 +36,8 @@ struct ScriptSegment {
   std::string name;         // the module path it calls ("layer1.0"), or "glue:<op>"
   std::string module_path;  // empty for glue
   std::string class_name;   // the called module's class, or "glue"
-  // Earlier segments whose outputs it reads, or the model's input (core::kModelInput), in the order
-  // of its graph's inputs after the module itself.
+  // Earlier segments whose outputs it reads, or the batch's inputs (core::model_input_id of forward's
+  // input), in the order of its graph's inputs after the module itself.
   std::vector<int> inputs;
   // (the module, inputs...) -> the one tensor later layers read.
   std::shared_ptr<torch::jit::Graph> graph;
@@ -61,10 +61,16 @@ struct ScriptGraph {
 ScriptGraph cut_into_layers(const torch::jit::Module& module, const LayerSelection& selection);
 
 // Blocks again, knowing which earlier layers' outputs each layer writes into in place (written[i]:
-// producers, core::kModelInput for the batch's input, as a run showed through the tensors' version
+// producers, as a run showed through the tensors' version
 // counters, which a view shares with its base): the writer and the producer end up in one block,
 // as a checkpoint's second run would read the changed tensor.
 void assign_blocks(ScriptGraph& graph, const std::vector<std::vector<int>>& written);
+
+// After a run of the layers: a layer that reads an earlier layer's output only for its dtype
+// (`mask.to(x.dtype)` in every block) gets the dtype that run showed (output_dtypes, per layer) as a
+// constant, so it neither holds that output nor ties the layers between into one block. Drops the
+// inputs left unread; call assign_blocks after it.
+void fold_dtypes(ScriptGraph& graph, const std::vector<c10::ScalarType>& output_dtypes);
 
 // The submodule at a dotted path ("" is the module itself); nullopt where there is none.
 std::optional<torch::jit::Module> submodule_at(const torch::jit::Module& module, const std::string& path);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <unordered_set>
 
@@ -258,8 +259,15 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
                              "output_index)");
     }
   }
-  const TensorSpec input = parse_tensor_spec(
-      required_key(config, "input", "give the input's shape and dtype, e.g. --input 3x224x224:float32"), "input");
+  // One spec per input forward takes, comma-separated in the config (--input repeated).
+  std::vector<TensorSpec> inputs;
+  for (const auto& text : split(required_key(config, "input", "give the input's shape and dtype, e.g. --input 3x224x224:float32"), ',')) {
+    inputs.push_back(parse_tensor_spec(text, "input"));
+  }
+  if (inputs.size() > static_cast<std::size_t>(core::kMaxModelInputs)) {
+    throw core::InputError("input: " + std::to_string(inputs.size()) + " inputs given; a module takes at most " +
+                           std::to_string(core::kMaxModelInputs));
+  }
   const auto loss_it = config.find("loss");
   const std::string loss = loss_it == config.end() ? "cross-entropy" : loss_it->second;
   if (loss != "cross-entropy" && loss != "mse" && loss != "model") {
@@ -305,38 +313,59 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     }
     selection.depth = static_cast<int>(*depth);
   }
-  if (!module.find_method("forward")) throw core::InputError(path + ": the module has no forward method");
+  const auto forward = module.find_method("forward");
+  if (!forward) throw core::InputError(path + ": the module has no forward method");
+  {
+    const auto& arguments = forward->function().getSchema().arguments();
+    std::string names;
+    for (std::size_t i = 1; i < arguments.size(); ++i) names += (i > 1 ? ", " : "") + arguments[i].name();
+    if (arguments.size() - 1 != inputs.size()) {
+      throw core::InputError("input: the module's forward takes " + std::to_string(arguments.size() - 1) + " input" +
+                             (arguments.size() == 2 ? "" : "s") + " (" + names + "); give --input for each, in that order (" +
+                             std::to_string(inputs.size()) + " given)");
+    }
+  }
   ScriptGraph cut = cut_into_layers(module, selection);
   std::vector<std::shared_ptr<torch::jit::GraphFunction>> functions;
-  for (std::size_t i = 0; i < cut.segments.size(); ++i) {
-    functions.push_back(std::make_shared<torch::jit::GraphFunction>(
-        c10::QualifiedName("headroom.layer" + std::to_string(i)), cut.segments[i].graph, nullptr));
-  }
+  const auto make_functions = [&] {
+    functions.clear();
+    for (std::size_t i = 0; i < cut.segments.size(); ++i) {
+      functions.push_back(std::make_shared<torch::jit::GraphFunction>(
+          c10::QualifiedName("headroom.layer" + std::to_string(i)), cut.segments[i].graph, nullptr));
+    }
+  };
+  make_functions();
   const c10::IValue object = module._ivalue();
   // Runs the layers on a batch as the model will, returning every layer's output and noting whose
   // outputs each layer wrote into in place: the version counter of the input or of an earlier output
   // moved (a view shares its base's, so a write through an alias shows too).
   std::vector<std::vector<int>> written(cut.segments.size());
-  const auto run_layers = [&](const torch::Tensor& x) {
+  const auto run_layers = [&](const std::vector<torch::Tensor>& xs) {
     std::vector<torch::Tensor> outputs;
     for (std::size_t i = 0; i < cut.segments.size(); ++i) {
       std::vector<torch::Tensor> in;
-      for (const int producer : cut.segments[i].inputs) in.push_back(producer == kModelInput ? x : outputs[static_cast<std::size_t>(producer)]);
-      std::vector<std::int64_t> versions{x._version()};
+      for (const int producer : cut.segments[i].inputs) {
+        in.push_back(producer < 0 ? xs[static_cast<std::size_t>(core::model_input_index(producer))]
+                                  : outputs[static_cast<std::size_t>(producer)]);
+      }
+      std::vector<std::int64_t> versions;
+      for (const auto& t : xs) versions.push_back(t._version());
       for (const auto& t : outputs) versions.push_back(t._version());
       try {
         outputs.push_back(run_segment(*functions[i], object, in));
       } catch (const std::exception& e) {
-        throw core::InputError("layer " + cut.segments[i].name + " fails on a batch of " + std::to_string(x.size(0)) +
+        throw core::InputError("layer " + cut.segments[i].name + " fails on a batch of " + std::to_string(xs[0].size(0)) +
                                ": " + error_text(e));
       }
       auto& mine = written[i];
       const auto note = [&mine](int producer) {
         if (std::find(mine.begin(), mine.end(), producer) == mine.end()) mine.push_back(producer);
       };
-      if (x._version() != versions[0]) note(kModelInput);
+      for (std::size_t k = 0; k < xs.size(); ++k) {
+        if (xs[k]._version() != versions[k]) note(model_input_id(static_cast<int>(k)));
+      }
       for (std::size_t j = 0; j < i; ++j) {
-        if (outputs[j]._version() != versions[j + 1]) note(static_cast<int>(j));
+        if (outputs[j]._version() != versions[xs.size() + j]) note(static_cast<int>(j));
       }
     }
     return outputs;
@@ -344,31 +373,51 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
 
   // A probe batch of two, deterministic and without autograd: the layers must compute what the
   // module's own forward computes, and the output tells the target's shape.
-  const auto make_input = [input](std::int64_t batch, std::uint64_t s) {
-    auto generator = at::detail::createCPUGenerator(s);
-    return random_batch(input, batch, generator);
+  // Each input from its own stream: the first from the seed itself, as when there was one input.
+  const auto make_inputs = [inputs](std::int64_t batch, std::uint64_t s) {
+    std::vector<torch::Tensor> out;
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      auto generator = at::detail::createCPUGenerator(s + 0x9e3779b97f4a7c15ull * k);
+      out.push_back(random_batch(inputs[k], batch, generator));
+    }
+    return out;
   };
+  const auto clones = [](const std::vector<torch::Tensor>& xs) {
+    std::vector<torch::Tensor> out;
+    for (const auto& x : xs) out.push_back(x.clone());
+    return out;
+  };
+  std::string inputs_text;
+  for (const auto& spec : inputs) inputs_text += (inputs_text.empty() ? "" : ",") + spec.text();
   torch::Tensor probe_output;
   {
     torch::NoGradGuard no_grad;
     module.eval();
-    const torch::Tensor probe = make_input(2, seed);
+    const std::vector<torch::Tensor> probe = make_inputs(2, seed);
     torch::Tensor expected;
     try {
-      c10::IValue out = module.forward({probe.clone()});
+      const auto given = clones(probe);
+      c10::IValue out = module.forward(std::vector<c10::IValue>(given.begin(), given.end()));
       if (out.isTuple() && selection.output_index >= 0) out = out.toTupleRef().elements().at(static_cast<std::size_t>(selection.output_index));
       if (!out.isTensor()) throw std::runtime_error("it returns a " + out.tagKind() + ", not a tensor");
       expected = out.toTensor();
     } catch (const std::exception& e) {
-      throw core::InputError("the module's forward fails on a batch of 2 inputs of " + input.text() + " (shape " +
-                             shape_text(probe.sizes()) + "): " + error_text(e));
+      std::string shapes;
+      for (const auto& x : probe) shapes += (shapes.empty() ? "" : ", ") + shape_text(x.sizes());
+      throw core::InputError("the module's forward fails on a batch of 2 samples of " + inputs_text + " (shape" +
+                             (probe.size() > 1 ? "s " : " ") + shapes + "): " + error_text(e));
     }
-    const torch::Tensor x = run_layers(probe.clone()).back();
+    const std::vector<torch::Tensor> outputs = run_layers(clones(probe));
+    const torch::Tensor& x = outputs.back();
     if (!x.sizes().equals(expected.sizes()) || !torch::allclose(x, expected, 1e-4, 1e-5)) {
       throw core::InputError("the " + std::to_string(cut.segments.size()) + " layers cut from the module's forward do "
                              "not compute what it does; report this with the module");
     }
     probe_output = x;
+    std::vector<c10::ScalarType> dtypes;
+    for (const auto& t : outputs) dtypes.push_back(t.scalar_type());
+    fold_dtypes(cut, dtypes);
+    make_functions();
     // Which layers write into their inputs in place is seen in training, where dropout runs (in
     // place, for nn.Dropout(inplace=True)); the module's statistics and the random state are put
     // back as they were.
@@ -378,7 +427,7 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     const auto state = generator.get_state();
     module.train();
     try {
-      run_layers(probe.clone());
+      run_layers(clones(probe));
     } catch (const core::InputError&) {
       // A module that cannot train on 2 samples (BatchNorm over one value per channel): the eval run
       // decides.
@@ -387,15 +436,19 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     generator.set_state(state);
     for (auto& [buffer, saved] : buffers) buffer.copy_(saved);
   }
-  // A layer that writes into the batch's input (directly, or through a view another layer made of
-  // it) would change what a checkpoint recomputes from, and the batch itself: layers that read the
-  // input read a copy of it instead.
-  bool input_written = false;
+  // A layer that writes into one of the batch's inputs (directly, or through a view another layer
+  // made of it) would change what a checkpoint recomputes from, and the batch itself: layers that
+  // read that input read a copy of it instead.
+  std::set<int> inputs_written;
   for (auto& mine : written) {
-    const auto it = std::find(mine.begin(), mine.end(), kModelInput);
-    if (it == mine.end()) continue;
-    input_written = true;
-    mine.erase(it);
+    for (auto it = mine.begin(); it != mine.end();) {
+      if (*it >= 0) {
+        ++it;
+        continue;
+      }
+      inputs_written.insert(*it);
+      it = mine.erase(it);
+    }
   }
   assign_blocks(cut, written);
 
@@ -421,7 +474,7 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     target = t;
   }
 
-  std::map<std::string, std::string> resolved = {{"input", input.text()}, {"loss", loss}};
+  std::map<std::string, std::string> resolved = {{"input", inputs_text}, {"loss", loss}};
   if (selection.output_index >= 0) resolved["output_index"] = std::to_string(selection.output_index);
   // What rebuilds the same cut: the depth it was made at, or the layers named.
   if (cut.depth > 0) {
@@ -455,7 +508,7 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
       if (attributed.insert(p.unsafeGetTensorImpl()).second) layer.parameters.push_back(p);
     }
     std::vector<bool> copied(segment.inputs.size(), false);
-    for (std::size_t k = 0; k < segment.inputs.size(); ++k) copied[k] = input_written && segment.inputs[k] == kModelInput;
+    for (std::size_t k = 0; k < segment.inputs.size(); ++k) copied[k] = inputs_written.count(segment.inputs[k]) > 0;
     layer.forward = [function = functions[i], object, called, batchnorm, copied](const std::vector<torch::Tensor>& given,
                                                                                    const RunContext& context) {
       std::vector<torch::Tensor> copies;
@@ -508,9 +561,11 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     };
     model.add_layer(std::move(layer));
   }
-  model.set_batch_generator([make_input, target](std::int64_t batch, std::uint64_t s) {
+  model.set_batch_generator([make_inputs, target](std::int64_t batch, std::uint64_t s) {
     Batch b;
-    b.input = make_input(batch, s);
+    auto xs = make_inputs(batch, s);
+    b.input = xs.front();
+    b.further_inputs.assign(xs.begin() + 1, xs.end());
     if (target) {
       // Its own stream, so the input does not depend on whether there is a target.
       auto generator = at::detail::createCPUGenerator(s ^ 0x7a26e7ull);

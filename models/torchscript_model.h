@@ -36,7 +36,8 @@ inline constexpr std::int64_t kMaxModelFileBytes = std::int64_t{4} << 30;
 TensorSpec parse_tensor_spec(const std::string& text, const std::string& field);
 
 // The config keys a TorchScript model records (and is rebuilt from):
-//   input   the input's TensorSpec (required)
+//   input   the inputs' TensorSpecs, one per input forward takes, in its order, comma-separated
+//           (required; --input repeated)
 //   target  the target's TensorSpec; when absent it is found from the module's output and the loss
 //   loss    cross-entropy (classes along the output's last dimension), mse, or model (the module's
 //           output is the loss, a mean over the batch)

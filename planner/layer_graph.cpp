@@ -75,6 +75,9 @@ LayerGraph::LayerGraph(const core::Trace& trace)
     span.checkpointable = true;
     for (int i = span.first; i <= span.last; ++i) {
       for (const int input : trace.layers[static_cast<std::size_t>(i)].inputs) {
+        // The batch's further inputs (an attention mask) are held for the whole micro-batch and read
+        // again when the block recomputes: they do not carry its work in.
+        if (core::is_further_input(input)) continue;
         if (input < span.first && std::find(external.begin(), external.end(), input) == external.end()) {
           external.push_back(input);
         }

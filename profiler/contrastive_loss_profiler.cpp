@@ -98,7 +98,7 @@ core::ContrastiveProfile profile_contrastive_loss(const models::Model& model, to
     // The embedding width, from the first tower's output on a small batch.
     torch::NoGradGuard no_grad;
     const models::Batch probe = model.make_batch(2, 0);
-    profile.dim = model.forward_to({probe.input.to(device), probe.target.to(device)}, layer.inputs.at(0)).size(1);
+    profile.dim = model.forward_to(probe.to(device), layer.inputs.at(0)).size(1);
   }
   const auto add = [&](core::ContrastiveMode mode, std::int64_t batch, std::optional<core::LossTiles> tiles) {
     // The first run warms the allocator's pools and lazy initialization.

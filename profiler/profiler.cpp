@@ -476,6 +476,18 @@ SavedTensors detect_saved_tensors(const models::Model& model, const models::Batc
 
 namespace {
 
+// Which of a layer's inputs carries the work in, the others being the batch's further inputs (read
+// from the batch again by a checkpoint's recompute); -1 where there is not exactly one such.
+int carried_input(const models::Layer& layer) {
+  int carried = -1;
+  for (std::size_t k = 0; k < layer.inputs.size(); ++k) {
+    if (core::is_further_input(layer.inputs[k])) continue;
+    if (carried >= 0 || layer.inputs[k] == models::kTargetInput) return -1;
+    carried = static_cast<int>(k);
+  }
+  return carried;
+}
+
 // Layers the planner cannot see into (not a zoo kind: a user's module, many autograd nodes) that
 // are a checkpointable block of their own: the checkpointed pass measures them.
 std::vector<std::size_t> opaque_blocks(const models::Model& model) {
@@ -484,7 +496,7 @@ std::vector<std::size_t> opaque_blocks(const models::Model& model) {
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& layer = layers[i];
     if (core::is_known(core::kZooLayerKinds, layer.kind) || layer.block < 0) continue;
-    if (layer.inputs.size() != 1 || layer.inputs.front() == models::kTargetInput) continue;
+    if (carried_input(layer) < 0) continue;
     bool alone = true;
     for (std::size_t j = 0; j < layers.size(); ++j) alone &= j == i || layers[j].block != layer.block;
     if (alone) out.push_back(i);
@@ -497,18 +509,19 @@ std::vector<std::size_t> opaque_blocks(const models::Model& model) {
 // copies of its buffers), then the backward with the incoming gradient and the recomputed output
 // held until it returns. A standard forward from the same input first gives what the recompute
 // holds beyond it. Gradients accumulate into the parameters' as in a step's later micro-batch.
-core::CheckpointedSample checkpointed_alone(const models::Layer& layer, const torch::Tensor& input, bool input_grad,
-                                            models::RunContext context, std::int64_t b, torch::Device device,
-                                            bool& keeps_output) {
+core::CheckpointedSample checkpointed_alone(const models::Layer& layer, std::vector<torch::Tensor> inputs, int carried,
+                                            bool input_grad, models::RunContext context, std::int64_t b,
+                                            torch::Device device, bool& keeps_output) {
   auto recorder = std::make_shared<runtime::MemoryRecorder>(device.type());
   runtime::ScopedMemoryRecording recording(recorder);
-  const torch::Tensor x = input.detach().requires_grad_(input_grad);
+  auto& x = inputs[static_cast<std::size_t>(carried)];
+  x = x.detach().requires_grad_(input_grad);
   std::int64_t standard_retained = 0;
   torch::Tensor grad;
   {
     context.recomputing = false;
     const std::int64_t start = recorder->allocated();
-    torch::Tensor y = layer.run({x}, context);
+    torch::Tensor y = layer.run(inputs, context);
     standard_retained = recorder->allocated() - start;
     grad = torch::ones_like(y);  // allocated after the measurement; the graph goes with y
     // Whether the layer's graph keeps its output: with only the graph left, is the storage alive?
@@ -520,7 +533,7 @@ core::CheckpointedSample checkpointed_alone(const models::Layer& layer, const to
   context.recomputing = true;
   recorder->mark();
   const std::int64_t start = recorder->allocated();
-  const torch::Tensor y = layer.run({x}, context);
+  const torch::Tensor y = layer.run(inputs, context);
   core::CheckpointedSample out;
   out.batch = b;
   out.recompute_transient_bytes = recorder->peak_since_mark() - start;
@@ -551,10 +564,11 @@ std::vector<core::CheckpointedSample> checkpointed_pass(const models::Model& mod
     for (const int j : layer.inputs) gradient = gradient || (j >= 0 && carries_gradient[static_cast<std::size_t>(j)]);
     carries_gradient[i] = gradient;
     if (measured[next] == i) {
-      const int from = layer.inputs.front();
+      const int carried = carried_input(layer);
+      const int from = layer.inputs[static_cast<std::size_t>(carried)];
       const bool input_grad = from >= 0 && carries_gradient[static_cast<std::size_t>(from)];
       bool keeps = false;
-      out.push_back(checkpointed_alone(layer, inputs.front(), input_grad, context, batch.size(), device, keeps));
+      out.push_back(checkpointed_alone(layer, inputs, carried, input_grad, context, batch.size(), device, keeps));
       keeps_output[next] = keeps;
       ++next;
     }
@@ -671,7 +685,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   std::unique_ptr<gpu::GpuBackend> backend = options.device == "cuda" ? make_gpu_backend() : nullptr;
   const torch::Device device = backend != nullptr ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   const auto on_device = [&](models::Batch batch) {
-    return backend != nullptr ? models::Batch{batch.input.to(device), batch.target.to(device)} : batch;
+    return backend != nullptr ? batch.to(device) : batch;
   };
   runtime::use_threads(options.threads > 0 ? options.threads : runtime::usable_cores());
   model.to(device);

@@ -547,6 +547,10 @@ TEST_F(BadInputCli, TorchScriptFlagsAndFilesThatAreNotAModule) {
   expect_refused("profile --torchscript " + junk + " --input 3x0:float32", "--input: dimension '0'");
   expect_refused("profile --torchscript " + junk + " --input 16:int64", "--input: integers need their range");
   expect_refused("profile --torchscript " + junk + " --input 16:int64:9-3", "--input: range '9-3'");
+  // Repeated for a forward with several inputs, each is checked before the file is read.
+  expect_refused("profile --torchscript " + junk + " --input 3:float32 --input 16:int64", "--input: integers need their range");
+  expect_refused("profile --torchscript " + junk + " --input 3:float32 --input ''", "--input: '' is not a tensor spec");
+  expect_refused("profile --model mlp --input 3:float32 --input 4:float32", "--input: applies to --torchscript modules only");
   expect_refused("profile --torchscript " + junk + " --input 3:float32 --target 3:bool", "--target: dtype 'bool'");
   expect_refused("profile --torchscript " + junk + " --input 3:float32 --loss hinge", "--loss");
   expect_refused("profile --torchscript " + junk + " --input 3:float32 --loss model --target 3:float32",

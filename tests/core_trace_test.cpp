@@ -92,6 +92,8 @@ TEST(TraceJson, EachProblemNamesItsPath) {
       {[](json& d) { d["layers"][0].erase("kind"); }, "$.layers[0].kind: missing"},
       {[](json& d) { d["layers"][2]["param_bytes"] = -5; }, "$.layers[2].param_bytes: expected a non-negative integer, got -5"},
       {[](json& d) { d["layers"][0]["inputs"][0] = 2; }, "$.layers[0].inputs[0]: input 2 is not an earlier layer"},
+      // -3 .. -17 are a model's further inputs; past them nothing is.
+      {[](json& d) { d["layers"][0]["inputs"][0] = -18; }, "$.layers[0].inputs[0]: input -18 is not an earlier layer"},
       {[](json& d) { d["layers"][1]["id"] = 7; }, "$.layers[1].id: expected 1"},
       {[](json& d) { d["layers"][1]["samples"].erase(1); }, "$.layers[1].samples: expected one sample per batch size"},
       {[](json& d) { d["layers"][2]["samples"][1]["batch"] = 3; }, "$.layers[2].samples[1].batch: expected 2"},

@@ -56,6 +56,10 @@ class PyTorchCrossCheck : public ::testing::Test {
                              " --models resnet18,decoder --image-size 32 --vocab 512 --seq 16 --d-model 64 --heads 4 "
                              "--layers 2 --out " + directory_.string());
     ASSERT_EQ(exported, 0) << log_text();
+    ASSERT_EQ(run("python3 " + (kExamples / "export_language_model.py").string() +
+                  " --vocab 512 --hidden 64 --heads 4 --layers 3 --seq 16 --out " + directory_.string()),
+              0)
+        << log_text();
   }
   static void TearDownTestSuite() {
     if (!directory_.empty()) fs::remove_all(directory_);
@@ -69,6 +73,10 @@ class PyTorchCrossCheck : public ::testing::Test {
     return {(directory_ / "resnet18.pt").string(), {{"input", "3x32x32:float32"}, {"depth", "1"}}};
   }
   static Exported decoder() { return {(directory_ / "decoder.pt").string(), {{"input", "16:int64:0-512"}, {"depth", "1"}}}; }
+  // A language model as one writes it, with token ids and an attention mask; its blocks at depth 2.
+  static Exported language_model() {
+    return {(directory_ / "language_model.pt").string(), {{"input", "16:int64:0-512,16:int64:0-2"}, {"depth", "2"}}};
+  }
 
   static nlohmann::json python(const std::string& arguments) {
     const fs::path out = directory_ / "result.json";
@@ -80,6 +88,26 @@ class PyTorchCrossCheck : public ::testing::Test {
   static inline std::string skip_reason_;
   static inline fs::path directory_;
 };
+
+// The block of the layer named `layer`.
+int model_block(const Exported& exported, const std::string& layer) {
+  const models::Model model = models::load_torchscript_model(exported.file, exported.config, 0);
+  for (const auto& l : model.layers()) {
+    if (l.name == layer) return l.block;
+  }
+  ADD_FAILURE() << "no layer " << layer;
+  return -1;
+}
+
+// --input once per input the config lists.
+std::string input_flags(const Exported& exported) {
+  std::string flags;
+  std::string inputs = exported.config.at("input") + ",";
+  for (std::size_t start = 0, end; (end = inputs.find(',', start)) != std::string::npos; start = end + 1) {
+    flags += " --input " + inputs.substr(start, end - start);
+  }
+  return flags;
+}
 
 // One step as headroom runs a plan: micro-batches of `micro` with `checkpointed` blocks, weights
 // b_i/B, then SGD; BatchNorm on running statistics and dropout off, so the step computes the same
@@ -106,6 +134,7 @@ nlohmann::json planned_step_against_pytorch(const Exported& exported, const std:
   const models::Batch whole = executor::concatenate(batches);
   c10::Dict<std::string, torch::Tensor> data;
   data.insert("input", whole.input);
+  for (std::size_t k = 0; k < whole.further_inputs.size(); ++k) data.insert("input." + std::to_string(k + 1), whole.further_inputs[k]);
   data.insert("target", whole.target);
   for (std::size_t i = 0; i < parameters.size(); ++i) {
     data.insert("param." + std::to_string(i), parameters[i].detach());
@@ -133,6 +162,20 @@ TEST_F(PyTorchCrossCheck, PlannedStepEndsWithPyTorchsFullBatchWeights) {
   EXPECT_LE(gpt["max_rel_diff_grad"].get<double>(), 1e-5) << gpt.dump();
   std::printf("decoder, micro-batches 3+3+2, both blocks checkpointed, SGD: weights %.3g, gradients %.3g\n",
               gpt["max_rel_diff"].get<double>(), gpt["max_rel_diff_grad"].get<double>());
+
+  // The language model's two inputs reach its blocks, and its blocks checkpoint.
+  const Exported lm = language_model();
+  {
+    const models::Model model = models::load_torchscript_model(lm.file, lm.config, 0);
+    ASSERT_EQ(model.layers()[4].name, "blocks.1");
+    EXPECT_EQ(model.layers()[4].inputs, (std::vector<int>{3, models::model_input_id(1)}));
+  }
+  const auto language = planned_step_against_pytorch(lm, {3, 3, 2}, {model_block(lm, "blocks.1"), model_block(lm, "blocks.2")},
+                                                     directory_, py);
+  EXPECT_LE(language["max_rel_diff"].get<double>(), 1e-5) << language.dump();
+  EXPECT_LE(language["max_rel_diff_grad"].get<double>(), 1e-5) << language.dump();
+  std::printf("language model (ids and mask), micro-batches 3+3+2, blocks.1-2 checkpointed, SGD: weights %.3g, gradients %.3g\n",
+              language["max_rel_diff"].get<double>(), language["max_rel_diff_grad"].get<double>());
 }
 
 // torchvision's classifiers as torchvision builds them (examples/export_classifiers.py), cut at
@@ -197,7 +240,8 @@ TEST_F(PyTorchCrossCheck, UnmodifiedClassifiersStepAsPyTorchDoes) {
 // headroom's profiled peak of a plain step (static bytes, the batch, the step's highest allocation
 // above its start) against torch.profiler's of the same step in Python.
 TEST_F(PyTorchCrossCheck, PlainStepPeakAgreesWithTorchProfiler) {
-  for (const auto& [exported, batch] : {std::pair{resnet18(), std::int64_t{8}}, {decoder(), std::int64_t{8}}}) {
+  for (const auto& [exported, batch] :
+       {std::pair{resnet18(), std::int64_t{8}}, {decoder(), std::int64_t{8}}, {language_model(), std::int64_t{8}}}) {
     models::Model model = models::load_torchscript_model(exported.file, exported.config, 0);
     profiler::ProfileOptions options;
     options.batch_sizes = {batch};
@@ -205,8 +249,8 @@ TEST_F(PyTorchCrossCheck, PlainStepPeakAgreesWithTorchProfiler) {
     options.optimizer = "sgd";
     const core::Trace trace = profiler::profile(model, options);
     const core::StepSample& step = trace.steps.front();
-    const nlohmann::json py = python("peak --model " + exported.file + " --input " + exported.config.at("input") +
-                                     " --batch " + std::to_string(batch) + " --optimizer sgd");
+    const nlohmann::json py = python("peak --model " + exported.file + input_flags(exported) + " --batch " +
+                                     std::to_string(batch) + " --optimizer sgd");
     // Both sides hold parameters, gradients, momentum and buffers; headroom also counts the
     // module's debug records (what loading keeps), which PyTorch's profiler does not see.
     const std::int64_t debug_records = model.extra_resident_bytes();
