@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch's own answers for a TorchScript chain, to hold headroom's against.
 
-  step  --model M.pt --data D.pt --loss cross-entropy|mse|model --optimizer sgd|adam [--out R.json]
+  step  --model M.pt --data D.pt --loss cross-entropy|mse|model --optimizer sgd|adam [--threads T] [--out R.json]
         one full-batch optimizer step from the module's own weights, compared with the weights headroom
         ended its step with (written by C++ into D.pt); prints {"max_rel_diff": ..., "parameters": n, ...}
   peak  --model M.pt --input SHAPE:DTYPE --batch B [--target SHAPE:DTYPE] [--loss ...] --optimizer ...
@@ -250,6 +250,8 @@ def compare_pairs(ours, theirs):
 
 
 def cmd_step(args):
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model = load_model(args.model)
     named = list(model.named_parameters())
     data, has_grads = load_data(args.data, len(named), args.loss)
@@ -291,6 +293,7 @@ def cmd_step(args):
         "worst_grad_parameter": None,
         "loss_kind": args.loss,
         "optimizer": args.optimizer,
+        "threads": torch.get_num_threads(),
         "batch": first.shape[0] if first.dim() > 0 else None,
         "eval_modules": len(switched),
         "torch": torch.__version__,
@@ -536,6 +539,9 @@ def build_parser():
     step.add_argument("--data", required=True, help="input, target and param.N written by headroom")
     step.add_argument("--loss", choices=("cross-entropy", "mse", "model"), required=True)
     step.add_argument("--optimizer", choices=("sgd", "adam"), required=True)
+    # torch's default is the physical cores, headroom's the logical ones: on a 2-vCPU machine 1 and 2.
+    # The threads split reductions (BatchNorm's sums), so comparisons pass headroom's.
+    step.add_argument("--threads", type=count_arg(0, 256), default=0, help="torch.set_num_threads (0: torch's default)")
     step.add_argument("--out", help="JSON file (default: stdout)")
     step.set_defaults(run=cmd_step)
 
