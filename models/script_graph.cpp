@@ -392,8 +392,15 @@ void pick_output(jit::Graph& graph, int index) {
   const std::string what = "the module's forward returns " + out->type()->annotation_str();
   if (tuple->elements().empty()) throw core::InputError(what + ": an empty tuple has nothing for the loss to read");
   if (index < 0) {
+    // A named tuple's fields, so the user sees which index is the logits.
+    std::string fields;
+    if (const auto names = tuple->names()) {
+      for (std::size_t i = 0; i < names->size(); ++i) {
+        fields += (i > 0 ? ", " : ": ") + std::to_string(i) + " " + std::string((*names)[i]);
+      }
+    }
     throw core::InputError(what + ": name the element the loss reads with --output-index (0 to " +
-                           std::to_string(tuple->elements().size() - 1) + ")");
+                           std::to_string(tuple->elements().size() - 1) + fields + ")");
   }
   if (index >= static_cast<int>(tuple->elements().size())) {
     throw core::InputError("output-index: " + std::to_string(index) + " is past the " +
