@@ -20,8 +20,11 @@ std::int64_t scaled(std::int64_t ns, double factor) {
 // out).
 std::int64_t moved_bytes(const Trace& trace, const LayerProfile& layer, std::size_t k, const LayerSample& sample) {
   std::int64_t in = 0;
+  bool batch_read = false;
   for (const int input : layer.inputs) {
-    if (is_model_input(input)) in += trace.steps[k].input_bytes;  // at most the batch
+    // The batch's inputs at most the batch, however many of them the layer reads.
+    if (is_model_input(input) && !batch_read) in += trace.steps[k].input_bytes;
+    batch_read = batch_read || is_model_input(input);
     if (input >= 0) in += trace.layers[static_cast<std::size_t>(input)].samples[k].output_bytes;
   }
   return 3 * (in + sample.output_bytes);

@@ -87,7 +87,7 @@ PlanRunner::PlanRunner(const models::Model& model, const std::vector<int>& check
     }
     if (external.size() != 1 || external.front() == models::kTargetInput) {
       throw core::InputError("block " + std::to_string(block) + " cannot be checkpointed: it must read exactly one "
-                             "earlier layer's output or the model input");
+                             "earlier layer's output or the model input besides the batch's further inputs");
     }
     span.input = external.front();
     spans_.push_back(span);

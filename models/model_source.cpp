@@ -17,14 +17,25 @@ ModelSource model_source(const Model& model) { return {model.name(), model.confi
 
 Model build_traced_model(const core::Trace& trace, std::uint64_t seed) {
   Model model = build_model(trace.model, seed);
+  // A module is cut by this headroom's rules, which may differ from the ones that recorded the trace:
+  // the same names reading other layers, or in other blocks, would run another plan than was made.
+  const std::string what = trace.model.file ? "the module " + trace.model.file->path + " as headroom now cuts it"
+                                            : "the zoo's " + trace.model.name;
+  const std::string again = trace.model.file ? " (profile it again)" : "";
   if (model.layers().size() != trace.layers.size()) {
-    throw core::InputError("the zoo's " + trace.model.name + " has " + std::to_string(model.layers().size()) +
-                           " layers but the trace has " + std::to_string(trace.layers.size()));
+    throw core::InputError(what + " has " + std::to_string(model.layers().size()) + " layers but the trace has " +
+                           std::to_string(trace.layers.size()) + again);
   }
   for (std::size_t i = 0; i < trace.layers.size(); ++i) {
-    if (model.layers()[i].name != trace.layers[i].name) {
-      throw core::InputError("the zoo's " + trace.model.name + " differs from the trace at layer " + std::to_string(i) +
-                             " (" + model.layers()[i].name + " vs " + trace.layers[i].name + ")");
+    const Layer& layer = model.layers()[i];
+    const core::LayerProfile& traced = trace.layers[i];
+    if (layer.name != traced.name) {
+      throw core::InputError(what + " differs from the trace at layer " + std::to_string(i) + " (" + layer.name +
+                             " vs " + traced.name + ")" + again);
+    }
+    if (layer.inputs != traced.inputs || layer.block != traced.block) {
+      throw core::InputError(what + " differs from the trace at layer " + std::to_string(i) + " (" + layer.name +
+                             "): it reads other inputs or sits in another block" + again);
     }
   }
   return model;

@@ -263,9 +263,6 @@ Cut choose_layers(const jit::Module& module, const LayerSelection& selection) {
   });
 }
 
-// Outputs of no tensor that cost nothing to compute again (constants, the module's attributes, a
-// tensor's sizes, arithmetic on them): each layer that reads one computes its own copy instead of
-// receiving it. An op that reads a tensor's values (item, tolist) is not one of them.
 // Values each layer that reads them computes again rather than receiving them from an earlier
 // layer: constants, attributes, sizes, and what is computed from those and the batch's inputs alone
 // (an attention mask made from the mask input, a causal mask sliced from a buffer to a length).
@@ -275,12 +272,13 @@ class Recomputable {
  public:
   Recomputable(jit::Graph& graph, const jit::AliasDb& aliases, const std::set<std::string>& assigned)
       : aliases_(aliases), assigned_(assigned) {
-    // A tensor forward's own code writes into in place is read where it is; a layer that writes into
-    // its copy changes only that copy (the layer calls themselves alias analysis cannot see into, so
-    // it takes them to write into everything they are given).
+    // A tensor forward's own code writes into in place (a buffer it counts with, a mask it edits)
+    // is read where it is. The layer calls alias analysis cannot see into, and takes to write into
+    // everything they are given; were one to write into a recomputed value, the layers after it
+    // would read the value unchanged, which the probe against the module's forward would show.
     std::function<void(jit::Block*)> collect = [&](jit::Block* block) {
       for (jit::Node* node : block->nodes()) {
-        if (node->kind() != c10::prim::CallMethod) writers_.push_back(node);
+        if (node->kind() != c10::prim::CallMethod && aliases.isMutable(node)) writers_.push_back(node);
         for (jit::Block* inner : node->blocks()) collect(inner);
       }
     };
@@ -303,7 +301,9 @@ class Recomputable {
     if (node->kind() == c10::prim::Constant) return true;
     // An attribute forward also assigns (a counter) is read where it is written, not again later.
     // Only assignments in the inlined code are seen; a layer's own forward is not looked into.
-    if (node->kind() == c10::prim::GetAttr) return assigned_.count(node->s(c10::attr::name)) == 0;
+    if (node->kind() == c10::prim::GetAttr) {
+      return assigned_.count(node->s(c10::attr::name)) == 0 && !(contains_tensor(node->output()->type()) && written(node->output()));
+    }
     if (!node->blocks().empty() || node->kind() == c10::prim::CallMethod || node->kind() == c10::prim::CallFunction) return false;
     if (node->hasSideEffects() || node->isNondeterministic()) return false;
     if (const auto* schema = node->maybeSchema(); schema != nullptr && schema->is_mutable()) return false;

@@ -407,17 +407,20 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
       throw core::InputError("the module's forward fails on a batch of 2 samples of " + inputs_text + " (shape" +
                              (probe.size() > 1 ? "s " : " ") + shapes + "): " + error_text(e));
     }
+    const auto computes_the_same = [&](const torch::Tensor& x) {
+      if (!x.sizes().equals(expected.sizes()) || !torch::allclose(x, expected, 1e-4, 1e-5)) {
+        throw core::InputError("the " + std::to_string(cut.segments.size()) + " layers cut from the module's forward "
+                               "do not compute what it does; report this with the module");
+      }
+    };
     const std::vector<torch::Tensor> outputs = run_layers(clones(probe));
-    const torch::Tensor& x = outputs.back();
-    if (!x.sizes().equals(expected.sizes()) || !torch::allclose(x, expected, 1e-4, 1e-5)) {
-      throw core::InputError("the " + std::to_string(cut.segments.size()) + " layers cut from the module's forward do "
-                             "not compute what it does; report this with the module");
-    }
-    probe_output = x;
+    computes_the_same(outputs.back());
     std::vector<c10::ScalarType> dtypes;
     for (const auto& t : outputs) dtypes.push_back(t.scalar_type());
     fold_dtypes(cut, dtypes);
     make_functions();
+    probe_output = run_layers(clones(probe)).back();
+    computes_the_same(probe_output);
     // Which layers write into their inputs in place is seen in training, where dropout runs (in
     // place, for nn.Dropout(inplace=True)); the module's statistics and the random state are put
     // back as they were.

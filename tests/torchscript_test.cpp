@@ -733,6 +733,13 @@ TEST(TorchScriptGraph, SeveralInputsReachTheLayersThatReadThemAndBlocksStillCut)
   const core::Trace trace = profiler::profile(model, options);
   EXPECT_EQ(trace.layers[2].inputs, (std::vector<int>{1, mask}));
   EXPECT_EQ(core::trace_from_json(core::to_json(trace)), trace);
+  // Rebuilt from the trace, the module must be cut as it was profiled, not only name the same layers.
+  EXPECT_EQ(models::build_traced_model(trace, 0).layers().size(), trace.layers.size());
+  core::Trace recut = trace;
+  recut.layers[2].inputs = {1, mask, 0};
+  recut.layers[2].saves_inputs.push_back(false);
+  EXPECT_NE(error_of([&] { models::build_traced_model(recut, 0); }).find("differs from the trace at layer 2 (c): it reads other inputs"),
+            std::string::npos);
   const planner::LayerGraph graph(trace);
   for (const auto& span : graph.blocks()) EXPECT_TRUE(span.checkpointable) << span.block << ": " << span.why_not;
   planner::PlanRequest request;
