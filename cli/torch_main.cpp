@@ -98,6 +98,7 @@ struct ProfileArgs {
   std::vector<std::string> inputs;  // one per input forward takes, in its order
   std::string target, loss, layers, depth, output_index;
   std::string batch_sizes;  // as typed: "1,2,4"
+  std::string precision = "fp32";
   std::vector<std::string> settings;
   profiler::ProfileOptions options;
   std::string output;
@@ -179,6 +180,7 @@ std::string one_decimal(double value) {
 core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStepRecord>& gpu_step) {
   profiler::ProfileOptions options = args.options;
   options.batch_sizes = parse_batch_sizes(args.batch_sizes);
+  options.precision = core::parse_precision(args.precision, "--precision");
   models::Model model = args.torchscript.empty()
                             ? models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed)
                             : load_torchscript(args);
@@ -258,6 +260,10 @@ void add_profile_options(CLI::App& command, ProfileArgs& args) {
   command.add_option("--seed", args.options.seed, "seed for parameters and batches");
   command.add_option("--threads", args.options.threads,
                      "intra-op CPU threads (default: the cores this process may use that other processes do not keep busy; execute runs the step at the same)");
+  command.add_option("--precision", args.precision,
+                     "the precision the step runs in: fp32 (the default) or bf16-autocast (forward and loss under "
+                     "autocast to bfloat16, backward outside; parameters, gradients and optimizer state in float32); "
+                     "the trace and its plans hold for it alone");
   command.add_flag("!--no-tempo", args.options.tempo,
                    "skip the second pass that measures Tempo's memory-lean layers (bert, gpt); plans then cannot use tempo");
 }

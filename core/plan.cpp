@@ -54,6 +54,7 @@ nlohmann::json to_json(const Plan& plan) {
   if (!plan.predicted_parts.empty()) document["predicted_parts"] = plan.predicted_parts;
   if (plan.calibration) document["calibration"] = to_json(*plan.calibration);
   if (plan.threads > 0) document["threads"] = plan.threads;
+  if (plan.precision != Precision::Fp32) document["precision"] = std::string(precision_name(plan.precision));
   if (const auto& dp = plan.choice.data_parallel) {
     document["world_size"] = dp->workers;
     document["data_parallel"] = {
@@ -227,6 +228,15 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     }
     if (root.has("calibration")) plan.calibration = read_calibration(root.at("calibration"));
     if (root.has("threads")) plan.threads = static_cast<int>(root.at("threads").as_int_in(1, 4096));
+    if (root.has("precision")) {
+      const auto node = root.at("precision");
+      const std::string name = node.as_string();
+      try {
+        plan.precision = parse_precision(name, "precision");
+      } catch (const InputError&) {
+        node.fail("'" + name + "' is not a precision (known: " + precision_names() + ")");
+      }
+    }
     plan.predicted = read_step_figures(root.at("predicted"));
     if (root.has("predicted_parts")) {
       const auto parts = root.at("predicted_parts");
@@ -289,7 +299,12 @@ Trace load_plan_trace(const Plan& plan, const std::filesystem::path& plan_file) 
     throw InputError(plan_file.string() + ": trace " + path.string() + " changed since planning (sha256 " +
                      digest.substr(0, 12) + "..., the plan expects " + plan.trace_sha256.substr(0, 12) + "...)");
   }
-  return trace_from_json(parse_json(text, path.string()), path.string());
+  Trace trace = trace_from_json(parse_json(text, path.string()), path.string());
+  if (trace.precision != plan.precision) {
+    throw InputError(plan_file.string() + ": the plan runs the step in " + std::string(precision_name(plan.precision)) +
+                     " but its trace was measured in " + std::string(precision_name(trace.precision)));
+  }
+  return trace;
 }
 
 void write_plan_file(const std::filesystem::path& path, const Plan& plan) {

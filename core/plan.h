@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/calibration.h"
+#include "core/precision.h"
 #include "core/step_choice.h"
 #include "core/step_figures.h"
 
@@ -68,6 +69,8 @@ struct Plan {
   std::optional<Calibration> calibration;
   // The intra-op threads the step was profiled with and is run with.
   int threads = 0;
+  // The precision the step runs in: its trace's (written when not fp32).
+  Precision precision = Precision::Fp32;
 
   bool operator==(const Plan&) const = default;
 

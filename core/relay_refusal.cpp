@@ -7,6 +7,9 @@ std::string l2l_refusal(const Trace& trace) {
     return "its contrastive loss couples every micro-batch, and the relay computes each micro-batch's loss alone";
   }
   if (trace.model.file) return "it is a TorchScript module, and the relay runs only the zoo's models stage by stage";
+  if (trace.precision != Precision::Fp32) {
+    return "its step runs in " + std::string(precision_name(trace.precision)) + ", and the relay runs float32 steps only";
+  }
   for (const auto& layer : trace.layers) {
     if (layer.kind.find("batchnorm") != std::string::npos) {
       return "its BatchNorm layer " + layer.name + " would update its running statistics twice (forward and recompute)";

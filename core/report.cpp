@@ -29,6 +29,7 @@ nlohmann::json to_json(const Report& r) {
       {"data", r.data},
   };
   if (r.threads > 0) doc["threads"] = r.threads;
+  if (r.precision != Precision::Fp32) doc["precision"] = std::string(precision_name(r.precision));
   if (r.predicted_calibration || r.calibration_before || r.calibration_after) {
     nlohmann::json calibration = nlohmann::json::object();
     if (r.predicted_calibration) calibration["predicted"] = to_json(*r.predicted_calibration);
@@ -123,6 +124,15 @@ Report report_from_json(const nlohmann::json& document, std::string_view source)
     for (const auto& s : root.at("step_seconds").elements()) r.step_seconds.push_back(s.as_double());
     r.data = root.at("data").as_string();
     if (root.has("threads")) r.threads = static_cast<int>(root.at("threads").as_int_in(1, 4096));
+    if (root.has("precision")) {
+      const auto node = root.at("precision");
+      const std::string name = node.as_string();
+      try {
+        r.precision = parse_precision(name, "precision");
+      } catch (const InputError&) {
+        node.fail("'" + name + "' is not a precision (known: " + precision_names() + ")");
+      }
+    }
     if (root.has("calibration")) {
       const auto calibration = root.at("calibration");
       calibration.expect_object();

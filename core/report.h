@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/calibration.h"
+#include "core/precision.h"
 #include "core/step_figures.h"
 
 namespace headroom::core {
@@ -118,6 +119,7 @@ struct Report {
   std::vector<std::string> warnings;
   std::vector<double> step_seconds;  // every measured step
   int threads = 0;                   // intra-op threads the steps ran with (0: not recorded)
+  Precision precision = Precision::Fp32;  // the step's (the plan's and its trace's)
   // The machine the predicted times hold for (the plan's), and this one timed right before the
   // warm-up and right after the last step: a run on a machine whose speed moved is said to be.
   std::optional<Calibration> predicted_calibration;

@@ -193,6 +193,7 @@ nlohmann::json to_json(const Trace& trace) {
       {"steps", std::move(steps)},
   };
   if (!trace.host_memory_regime.empty()) document["host_memory"] = {{"regime", trace.host_memory_regime}};
+  if (trace.precision != Precision::Fp32) document["precision"] = std::string(precision_name(trace.precision));
   document["checkpoint_state_bytes"] = trace.checkpoint_state_bytes;
   document["model_extra_bytes"] = trace.model_extra_bytes;
   if (trace.link) {
@@ -484,6 +485,15 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
       host.expect_object();
       trace.host_memory_regime = host.at("regime").as_string();
       if (trace.host_memory_regime.empty()) host.at("regime").fail("expected a non-empty regime");
+    }
+    if (root.has("precision")) {
+      const auto node = root.at("precision");
+      const std::string name = node.as_string();
+      try {
+        trace.precision = parse_precision(name, "precision");
+      } catch (const InputError&) {
+        node.fail("'" + name + "' is not a precision (known: " + precision_names() + ")");
+      }
     }
     if (root.has("checkpoint_state_bytes")) {
       // An RNG state: kilobytes (a CPU generator's is 5 KiB).

@@ -14,6 +14,7 @@
 #include "core/collective.h"
 #include "core/calibration.h"
 #include "core/contrastive_profile.h"
+#include "core/precision.h"
 
 namespace headroom::core {
 
@@ -228,6 +229,9 @@ struct Trace {
   // before it was recorded, which were measured in glibc's default.
   std::string host_memory_regime;
   OptimizerInfo optimizer;
+  // What the step was measured in: every figure of the trace holds for it alone. Written when not
+  // fp32, the precision of traces from before it was recorded.
+  Precision precision = Precision::Fp32;
   ProfileSettings profile;
   std::vector<std::int64_t> batch_sizes;  // ascending
   std::vector<LayerProfile> layers;       // in execution order, id == index

@@ -82,6 +82,7 @@ core::Report start_report(const core::Plan& plan, const std::string& plan_path, 
   report.global_batch = plan.global_batch;
   report.micro_batches = plan.choice.micro_batches;
   report.checkpointed_blocks = plan.choice.checkpointed_blocks;
+  report.precision = plan.precision;
   report.predicted = {plan.predicted.peak_bytes, plan.predicted.step_seconds, plan.predicted.samples_per_second};
   for (const auto& warning : plan.warnings) {
     // Eval-style BatchNorm is the remedy the plan's BatchNorm warning names; it no longer applies.

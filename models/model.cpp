@@ -1,10 +1,65 @@
 #include "models/model.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <algorithm>
 
 #include "core/errors.h"
 
 namespace headroom::models {
+
+namespace {
+
+// Autocast on for one layer's forward, as torch.autocast(device, dtype) is for a Python model's:
+// the state before it is put back after, and leaving the outermost region frees the cast cache (the
+// lower-precision copies of the weights it used; those an op saved for backward live on with it).
+class AutocastRegion {
+ public:
+  AutocastRegion(core::Precision precision, c10::DeviceType device) : device_(device) {
+    if (!core::is_autocast(precision)) return;
+    active_ = true;
+    const at::ScalarType dtype = precision == core::Precision::Bf16Autocast ? at::kBFloat16 : at::kHalf;
+    if (device_ == c10::DeviceType::CUDA) {
+      was_enabled_ = at::autocast::is_enabled();
+      was_dtype_ = at::autocast::get_autocast_gpu_dtype();
+      at::autocast::set_enabled(true);
+      at::autocast::set_autocast_gpu_dtype(dtype);
+    } else {
+      was_enabled_ = at::autocast::is_cpu_enabled();
+      was_dtype_ = at::autocast::get_autocast_cpu_dtype();
+      at::autocast::set_cpu_enabled(true);
+      at::autocast::set_autocast_cpu_dtype(dtype);
+    }
+    at::autocast::increment_nesting();
+  }
+  ~AutocastRegion() {
+    if (!active_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    if (device_ == c10::DeviceType::CUDA) {
+      at::autocast::set_enabled(was_enabled_);
+      at::autocast::set_autocast_gpu_dtype(was_dtype_);
+    } else {
+      at::autocast::set_cpu_enabled(was_enabled_);
+      at::autocast::set_autocast_cpu_dtype(was_dtype_);
+    }
+  }
+  AutocastRegion(const AutocastRegion&) = delete;
+  AutocastRegion& operator=(const AutocastRegion&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool active_ = false;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
+};
+
+}  // namespace
+
+torch::Tensor Layer::run(const std::vector<torch::Tensor>& inputs, const RunContext& context) const {
+  const c10::DeviceType device = inputs.empty() ? c10::DeviceType::CPU : inputs.front().device().type();
+  const AutocastRegion region(context.precision, device);
+  return lean ? lean_forward(inputs, context) : forward(inputs, context);
+}
 
 std::int64_t Batch::bytes() const {
   std::int64_t total = 0;

@@ -31,6 +31,9 @@ struct RunContext {
   // A checkpointed block running again in backward: the forward already counted this batch into
   // BatchNorm's running statistics, so it must not count it twice.
   bool recomputing = false;
+  // Each layer's forward runs in an autocast region of this precision (core/precision.h); the
+  // backward, which autograd runs after the forward returned, is outside it, as in PyTorch.
+  core::Precision precision = core::Precision::Fp32;
 };
 
 using LayerForward = std::function<torch::Tensor(const std::vector<torch::Tensor>& inputs, const RunContext&)>;
@@ -49,9 +52,8 @@ struct Layer {
   std::shared_ptr<ContrastiveLossSettings> contrastive;
 
   bool has_lean_variant() const { return static_cast<bool>(lean_forward); }
-  torch::Tensor run(const std::vector<torch::Tensor>& inputs, const RunContext& context) const {
-    return lean ? lean_forward(inputs, context) : forward(inputs, context);
-  }
+  // The forward (or lean forward) in the context's precision.
+  torch::Tensor run(const std::vector<torch::Tensor>& inputs, const RunContext& context) const;
 };
 
 struct Batch {
@@ -114,6 +116,8 @@ class Model {
   std::int64_t parameter_bytes() const;
   void set_training(bool training);
   void set_dropout(bool enabled);
+  // The precision every layer's forward runs in (profiled, planned and executed alike).
+  void set_precision(core::Precision precision) { context_.precision = precision; }
   // Moves parameters and buffers; batches are made on the CPU and moved by the caller.
   void to(torch::Device device);
 

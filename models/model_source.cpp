@@ -38,6 +38,7 @@ Model build_traced_model(const core::Trace& trace, std::uint64_t seed) {
                              "): it reads other inputs or sits in another block" + again);
     }
   }
+  model.set_precision(trace.precision);  // run as it was measured
   return model;
 }
 

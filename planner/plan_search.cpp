@@ -887,6 +887,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
   plan.trace_sha256 = request.trace_sha256;
   plan.model = trace.model.name;
   plan.device = trace.device.kind;
+  plan.precision = trace.precision;  // every figure of the trace holds for its precision alone
   plan.budget_bytes = request.budget_bytes;
   plan.margin_bytes = margin;
   plan.global_batch = request.global_batch;

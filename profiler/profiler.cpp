@@ -626,6 +626,18 @@ void validate(const ProfileOptions& options) {
   if (options.device != "cpu" && options.device != "cuda") {
     throw core::InputError("device: expected cpu or cuda, got '" + options.device + "'");
   }
+  if (options.precision == core::Precision::Fp16Autocast && options.device != "cuda") {
+    throw core::InputError("precision: fp16-autocast runs on CUDA (with loss scaling); on the CPU autocast's lower "
+                           "precision is bf16-autocast");
+  }
+  if (options.precision == core::Precision::Fp16Autocast) {
+    throw core::InputError("precision: fp16-autocast needs dynamic loss scaling, which headroom does not have yet; "
+                           "fp32 and bf16-autocast run");
+  }
+  if (options.precision == core::Precision::Bf16) {
+    throw core::InputError("precision: bf16 (bfloat16 parameters with float32 master weights) is not implemented yet; "
+                           "fp32 and bf16-autocast run");
+  }
 }
 
 // The CUDA backend, or a clear reason why there is none.
@@ -688,8 +700,13 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     return backend != nullptr ? batch.to(device) : batch;
   };
   runtime::use_threads(options.threads > 0 ? options.threads : runtime::usable_cores());
+  if (options.precision != core::Precision::Fp32 && contrastive_loss_layer(model) >= 0) {
+    throw core::InputError("precision: " + std::string(core::precision_name(options.precision)) + " is not measured for a "
+                           "contrastive loss (Inf-CL's tiles) yet; profile " + model.name() + " in fp32");
+  }
   model.to(device);
   model.set_training(true);
+  model.set_precision(options.precision);
   const auto parameters = model.parameters();
   auto optimizer = runtime::make_optimizer(options.optimizer, parameters);
   const std::size_t layer_count = model.layers().size();
@@ -709,6 +726,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   trace.framework = {{"torch", TORCH_VERSION}, {"headroom", HEADROOM_VERSION}};
   trace.host_memory_regime = regime;
   trace.optimizer.name = options.optimizer;
+  trace.precision = options.precision;
   trace.profile = {options.warmup_steps, options.repeats, options.seed, at::get_num_threads(), runtime::utc_timestamp_now()};
   trace.batch_sizes = options.batch_sizes;
   {
@@ -733,7 +751,10 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
 
   std::vector<std::size_t> lean_layers;
   for (std::size_t i = 0; i < layer_count; ++i) {
-    if (options.tempo && model.layers()[i].has_lean_variant()) lean_layers.push_back(i);
+    // Tempo's lean layers are headroom's own autograd functions, written for float32.
+    if (options.tempo && options.precision == core::Precision::Fp32 && model.layers()[i].has_lean_variant()) {
+      lean_layers.push_back(i);
+    }
   }
   const int passes = lean_layers.empty() ? 1 : 2;
   const std::vector<std::size_t> opaque = opaque_blocks(model);

@@ -53,6 +53,8 @@ struct ProfileOptions {
   // Measure Tempo's lean variants too, where the model has any: a second pass at every batch size
   // with every lean variant on (Model::set_all_variants).
   bool tempo = true;
+  // The precision the step runs in (core/precision.h); the trace holds for it alone.
+  core::Precision precision = core::Precision::Fp32;
   // On the CPU profiling stays within the host's available memory (less a reserve); a positive
   // value here lowers that bound further (tests), never raises it.
   std::int64_t host_memory_bytes = 0;

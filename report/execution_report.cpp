@@ -41,7 +41,9 @@ std::string render_report(const core::Report& r) {
   std::ostringstream out;
   out << r.model << " on " << r.device_name << ": global batch " << r.global_batch << " as " << r.micro_batches.size()
       << " micro-batch" << (r.micro_batches.size() > 1 ? "es" : "") << ", " << r.checkpointed_blocks.size()
-      << " checkpointed block" << (r.checkpointed_blocks.size() == 1 ? "" : "s") << ", budget "
+      << " checkpointed block" << (r.checkpointed_blocks.size() == 1 ? "" : "s")
+      << (r.precision != core::Precision::Fp32 ? ", in " + std::string(core::precision_name(r.precision)) : std::string())
+      << ", budget "
       << (r.budget_bytes > 0 ? core::format_bytes(r.budget_bytes) + " enforced" : std::string("not enforced")) << "\n\n";
   if (r.status == "out_of_memory" && r.out_of_memory) {
     out << describe_out_of_memory(*r.out_of_memory) << "\n";

@@ -46,6 +46,12 @@ std::string render_plan_summary(const core::Plan& plan) {
                       [](const std::string& w) { return w.rfind("contrastive step: gradient cache", 0) == 0; })
               ? "  (gradient cache: one loss over the whole batch)\n"
               : "  (loss weight b_i/B)\n");
+  // A precision other than the default: every figure below holds for it (the trace's).
+  if (plan.precision != core::Precision::Fp32) {
+    for (const auto& entry : core::kPrecisions) {
+      if (entry.id == plan.precision) out << "  precision        " << entry.name << ": " << entry.summary << "\n";
+    }
+  }
   // Each technique's lines, in the strategy table's order (planner/technique.h).
   std::vector<planner::SummaryLine> lines;
   for (const planner::Technique* technique : planner::techniques()) technique->summarize(plan.choice, lines);

@@ -34,6 +34,12 @@ TEST(TraceJson, RoundTripKeepsEveryField) {
   EXPECT_EQ(document["model"]["config"]["note"], "text value");
   const core::Trace back = core::trace_from_json(json::parse(document.dump()));
   EXPECT_EQ(back, trace);
+  // fp32, the default, is what a trace without "precision" was measured in; another is written.
+  EXPECT_FALSE(document.contains("precision"));
+  core::Trace autocast = trace;
+  autocast.precision = core::Precision::Bf16Autocast;
+  EXPECT_EQ(core::to_json(autocast)["precision"], "bf16-autocast");
+  EXPECT_EQ(core::trace_from_json(json::parse(core::to_json(autocast).dump())), autocast);
 }
 
 TEST(TraceJson, FileRoundTrip) {
@@ -92,6 +98,7 @@ TEST(TraceJson, EachProblemNamesItsPath) {
       {[](json& d) { d["layers"][0].erase("kind"); }, "$.layers[0].kind: missing"},
       {[](json& d) { d["layers"][2]["param_bytes"] = -5; }, "$.layers[2].param_bytes: expected a non-negative integer, got -5"},
       {[](json& d) { d["layers"][0]["inputs"][0] = 2; }, "$.layers[0].inputs[0]: input 2 is not an earlier layer"},
+      {[](json& d) { d["precision"] = "fp8"; }, "$.precision: 'fp8' is not a precision (known: fp32, bf16-autocast"},
       // -3 .. -17 are a model's further inputs; past them nothing is.
       {[](json& d) { d["layers"][0]["inputs"][0] = -18; }, "$.layers[0].inputs[0]: input -18 is not an earlier layer"},
       {[](json& d) { d["layers"][1]["id"] = 7; }, "$.layers[1].id: expected 1"},

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""The zoo's models in each precision headroom runs: one Markdown row per model and precision.
+
+Each model is profiled (`headroom profile --model M --precision P`, one process per command as a user
+runs them), planned at 60% of its whole batch's need in that precision (`plan --strategies none` at an
+unbounded budget gives the need; default strategies but L2L), and executed twice under that budget.
+Printed: static bytes per parameter (parameters, gradients, optimizer state, as measured), activation
+bytes per sample (what the layers keep for backward at the largest profiled batch, per sample), the
+whole batch's need, the plan, predicted and measured peak (signed: above 0, predicted over) and
+samples/s (the better of two runs against the prediction; above 0, predicted too fast).
+
+  python3 bench/precision_rows.py [--headroom build/default/headroom] [--models mlp,cnn,bert,gpt]
+      [--precisions fp32,bf16-autocast] [--batch 32] [--batch-sizes 1,2,4,8,16,32] [--steps 5]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def run(command):
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def last_line(text):
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "?"
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--headroom", default=os.path.join(root, "build/default/headroom"))
+    parser.add_argument("--models", default="mlp,cnn,bert,gpt")
+    parser.add_argument("--precisions", default="fp32,bf16-autocast")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--batch-sizes", default="1,2,4,8,16,32")
+    parser.add_argument("--steps", type=int, default=5)
+    args = parser.parse_args()
+    H = args.headroom
+    work = tempfile.mkdtemp(prefix="headroom-precision-")
+    print("| model | precision | static B/param | activations/sample | whole batch needs | budget (60%) | plan "
+          "| predicted peak | measured peak | peak error | samples/s predicted | measured (best of 2) | error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        for precision in args.precisions.split(","):
+            row = f"| {name} | {precision} "
+            trace = os.path.join(work, f"{name}-{precision}.json")
+            p = run([H, "profile", "--model", name, "--precision", precision, "--batch-sizes", args.batch_sizes,
+                     "--repeats", "3", "-o", trace])
+            if p.returncode:
+                print(row + f"| profile: {last_line(p.stderr)} |", flush=True)
+                continue
+            t = json.load(open(trace))
+            params = sum(layer["param_bytes"] for layer in t["layers"]) / 4  # float32 parameters
+            static = t["steps"][-1]["static_bytes"]
+            largest = t["batch_sizes"][-1]
+            kept = sum(layer["samples"][-1]["kept_bytes"] for layer in t["layers"])
+            whole = os.path.join(work, f"{name}-{precision}-whole.json")
+            w = run([H, "plan", trace, "--budget", "1TiB", "--batch", str(args.batch), "--strategies", "none", "-o", whole])
+            if w.returncode:
+                print(row + f"| plan: {last_line(w.stderr)} |", flush=True)
+                continue
+            need = json.load(open(whole))["predicted"]["peak_bytes"]
+            budget = int(0.6 * need)
+            plan = os.path.join(work, f"{name}-{precision}-plan.json")
+            q = run([H, "plan", trace, "--budget", str(budget), "--batch", str(args.batch), "-o", plan])
+            if q.returncode:
+                print(row + f"| {static / params:.1f} | {kept / largest / 1024:.1f} KiB | {need / 2**20:.1f} MiB "
+                      f"| {budget / 2**20:.1f} MiB | plan: {last_line(q.stderr)} |", flush=True)
+                continue
+            choice = json.load(open(plan))
+            mb = choice["micro_batches"]
+            shape = f"{len(mb)}x{mb[0]}" + ("*" if len(set(mb)) > 1 else "")
+            if choice.get("checkpointed_blocks"):
+                shape += f", {len(choice['checkpointed_blocks'])} ckpt"
+            reports = []
+            for attempt in range(2):
+                report = os.path.join(work, f"{name}-{precision}-report{attempt}.json")
+                e = run([H, "execute", plan, "--steps", str(args.steps), "-o", report])
+                if e.returncode:
+                    reports = None
+                    print(row + f"| execute: {last_line(e.stderr)} |", flush=True)
+                    break
+                reports.append(json.load(open(report)))
+            if not reports:
+                continue
+            r = reports[0]
+            predicted, measured = r["predicted"]["peak_bytes"], max(x["measured"]["peak_bytes"] for x in reports)
+            speed = r["predicted"]["samples_per_second"]
+            best = min(reports, key=lambda x: abs(x["predicted"]["samples_per_second"] / x["measured"]["samples_per_second"] - 1))
+            measured_speed = best["measured"]["samples_per_second"]
+            predicted_speed = best["predicted"]["samples_per_second"]
+            print(row + f"| {static / params:.1f} | {kept / largest / 1024:.1f} KiB | {need / 2**20:.1f} MiB "
+                  f"| {budget / 2**20:.1f} MiB | {shape} | {predicted:,} | {measured:,} "
+                  f"| {100 * (predicted - measured) / measured:+.2f}% | {speed:.1f} | {measured_speed:.1f} "
+                  f"| {100 * (predicted_speed - measured_speed) / measured_speed:+.1f}% |", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

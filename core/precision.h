@@ -1,0 +1,41 @@
+#pragma once
+// The numeric precision a training step runs in: a property of the step, not a technique. The
+// profiler measures under it, the trace and the plan record it, and the executor runs under it;
+// a plan for one precision is refused for a trace of another.
+#include <array>
+#include <string>
+#include <string_view>
+
+namespace headroom::core {
+
+enum class Precision {
+  Fp32,          // everything in float32 (the default; traces from before precision was recorded)
+  Bf16Autocast,  // forward and loss under autocast to bfloat16 (CPU and CUDA), backward outside it
+  Fp16Autocast,  // the same in float16, with loss scaling (CUDA)
+  Bf16,          // parameters and gradients in bfloat16, the optimizer keeping float32 master weights
+};
+
+struct PrecisionEntry {
+  Precision id;
+  std::string_view name;     // as --precision and the trace and plan files write it
+  std::string_view summary;  // what runs in which dtype
+};
+
+inline constexpr auto kPrecisions = std::to_array<PrecisionEntry>({
+    {Precision::Fp32, "fp32", "every tensor in float32"},
+    {Precision::Bf16Autocast, "bf16-autocast",
+     "forward and loss under autocast to bfloat16 (matrix products and convolutions in bfloat16, parameters, "
+     "gradients and optimizer state in float32), backward outside the autocast region"},
+    {Precision::Fp16Autocast, "fp16-autocast", "forward and loss under autocast to float16 with dynamic loss scaling (CUDA)"},
+    {Precision::Bf16, "bf16", "parameters and gradients in bfloat16, the optimizer keeping float32 master weights and state"},
+});
+
+std::string_view precision_name(Precision precision);
+std::string precision_names();  // "fp32, bf16-autocast, fp16-autocast, bf16"
+// Throws InputError "<field>: '<text>' is not a precision (known: ...)".
+Precision parse_precision(std::string_view text, std::string_view field = "precision");
+inline bool is_autocast(Precision precision) {
+  return precision == Precision::Bf16Autocast || precision == Precision::Fp16Autocast;
+}
+
+}  // namespace headroom::core
