@@ -228,7 +228,9 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
 void print_trace_summary(const core::Trace& trace) {
   std::cout << trace.model.name << " on " << trace.device.name << ", optimizer " << trace.optimizer.name
             << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads
-            << (trace.profile.threads == 1 ? " thread\n" : " threads\n");
+            << (trace.profile.threads == 1 ? " thread" : " threads")
+            << (trace.precision != core::Precision::Fp32 ? ", " + std::string(core::precision_name(trace.precision)) : std::string())
+            << "\n";
   if (!trace.device.is_cuda() && trace.device.host_to_device_bytes_per_s > 0) {
     std::cout << report::describe_copy_link(trace.device) << " (the relay's memcpys, past the caches: what times L2L's copies)\n";
   }

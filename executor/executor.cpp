@@ -182,6 +182,11 @@ bool uses_grad_cache(const models::Model& model, const core::Plan& plan) {
 // Runs each layer as the plan's choice says (Tempo's lean variant or the standard one).
 void use_variants(models::Model& model, const core::StepChoice& choice) {
   for (const auto& step : choice.layers) {
+    // Tempo's lean layers are float32 autograd functions; the profiler measures none in another precision.
+    if (step.variant == core::LayerVariant::Tempo && model.context().precision != core::Precision::Fp32) {
+      throw core::InputError("the plan runs layer " + step.name + " as tempo, which runs in fp32 only; the step runs in " +
+                             std::string(core::precision_name(model.context().precision)));
+    }
     try {
       model.set_variant(step.id, step.variant);
     } catch (const std::invalid_argument& e) {
@@ -524,6 +529,10 @@ void note_machine_speed(core::Report& report) {
 core::Report execute(const core::Plan& plan, const core::Trace& trace, const std::string& plan_path,
                      const ExecuteOptions& options) {
   validate(options);
+  if (plan.precision != trace.precision) {
+    throw core::InputError(plan_path + ": the plan runs the step in " + std::string(core::precision_name(plan.precision)) +
+                           " but its trace was measured in " + std::string(core::precision_name(trace.precision)));
+  }
   const torch::Device device = resolve_device(options.device);
   // Run in the regime the profiler measured in, and say when the trace was measured in another.
   const std::string regime = core::enter_host_memory_regime();

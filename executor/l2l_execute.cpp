@@ -9,6 +9,7 @@
 #include <torch/cuda.h>
 
 #include "core/errors.h"
+#include "core/relay_refusal.h"
 #include "core/statistics.h"
 #include "executor/l2l_relay.h"
 #include "executor/machine_timing.h"
@@ -144,6 +145,11 @@ bool relay_takes(const core::Plan& plan) { return plan.choice.l2l.has_value(); }
 void execute_relay(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device,
                    core::Report& report) {
   check_options(options);
+  // What the planner refuses (a hand-written plan may still ask): the relay and its gradient check
+  // run float32 steps of the zoo's models.
+  if (const std::string why = core::l2l_refusal(trace); !why.empty()) {
+    throw core::InputError("the plan relays " + trace.model.name + " layer to layer (L2L), which cannot run: " + why);
+  }
   auto& allocator = BudgetAllocator::instance();
   // On CUDA the device side is what the caching allocator reports while recording (the copy and
   // optimizer threads record into it too); on the CPU the budget allocator counts it.

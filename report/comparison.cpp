@@ -155,6 +155,12 @@ TraceComparison compare_traces(const core::Trace& base, const core::Trace& next,
     out.warnings.push_back("the traces profiled different models (" + base.model.name + " and " + next.model.name +
                            "): layers are matched by name");
   }
+  if (base.precision != next.precision) {
+    // A step in bf16 keeps other bytes and takes other times: the differences are the precision's.
+    out.warnings.push_back("the traces measured the step in different precisions (" +
+                           std::string(core::precision_name(base.precision)) + " and " +
+                           std::string(core::precision_name(next.precision)) + ")");
+  }
   for (const std::int64_t b : base.batch_sizes) {
     if (std::find(next.batch_sizes.begin(), next.batch_sizes.end(), b) != next.batch_sizes.end()) {
       out.common_batches.push_back(b);
@@ -333,6 +339,10 @@ ChoiceComparison compare_plans(const core::Plan& base, const core::Plan& next, c
   ChoiceComparison out;
   out.kind = "plan";
   if (base.model != next.model) out.warnings.push_back("the plans are for different models (" + base.model + " and " + next.model + ")");
+  if (base.precision != next.precision) {
+    out.warnings.push_back("the plans run the step in different precisions (" + std::string(core::precision_name(base.precision)) +
+                           " and " + std::string(core::precision_name(next.precision)) + ")");
+  }
   add_row(out, "model", base.model, next.model);
   add_row(out, "device", base.device, next.device);
   add_row(out, "budget", core::format_bytes(base.budget_bytes), core::format_bytes(next.budget_bytes));
@@ -351,6 +361,10 @@ ChoiceComparison compare_reports(const core::Report& base, const core::Report& n
   ChoiceComparison out;
   out.kind = "report";
   if (base.model != next.model) out.warnings.push_back("the reports are of different models (" + base.model + " and " + next.model + ")");
+  if (base.precision != next.precision) {
+    out.warnings.push_back("the reports ran the step in different precisions (" + std::string(core::precision_name(base.precision)) +
+                           " and " + std::string(core::precision_name(next.precision)) + ")");
+  }
   add_row(out, "model", base.model, next.model);
   add_row(out, "device", base.device_name, next.device_name);
   add_row(out, "status", base.status, next.status);

@@ -15,6 +15,7 @@
 #include "models/zoo.h"
 #include "planner/plan_search.h"
 #include "profiler/profiler.h"
+#include "report/comparison.h"
 #include "report/plan_report.h"
 
 namespace headroom {
@@ -115,7 +116,17 @@ TEST(Precision, Bf16AutocastIsProfiledPlannedAndExecutedWithinOnePercent) {
     EXPECT_NE(error_of([&] { core::load_plan_trace(plan, dir / "p.json"); })
                   .find("the plan runs the step in fp32 but its trace was measured in bf16-autocast"),
               std::string::npos);
+    EXPECT_NE(error_of([&] { executor::execute(plan, trace, "p.json", run); })
+                  .find("the plan runs the step in fp32 but its trace was measured in bf16-autocast"),
+              std::string::npos);
     fs::remove_all(dir);
+    // Compared with the same model in fp32, the difference is named as the precision's.
+    core::Trace fp32 = trace;
+    fp32.precision = core::Precision::Fp32;
+    const auto comparison = report::compare_traces(fp32, trace, {});
+    EXPECT_NE(std::find(comparison.warnings.begin(), comparison.warnings.end(),
+                        "the traces measured the step in different precisions (fp32 and bf16-autocast)"),
+              comparison.warnings.end());
   }
 }
 
