@@ -277,5 +277,26 @@ TEST_F(PyTorchCrossCheck, PlainStepPeakAgreesWithTorchProfiler) {
   }
 }
 
+// Under bf16 autocast (forward and loss in the region, backward outside) the language model's plain
+// step peaks where PyTorch's does when PyTorch runs the module's graph as headroom does (no graph
+// executor optimizations: TorchScript's own autocast pass would rewrite the graph).
+TEST_F(PyTorchCrossCheck, Bf16AutocastPlainStepPeakAgreesWithTorchProfiler) {
+  const Exported exported = language_model();
+  models::Model model = models::load_torchscript_model(exported.file, exported.config, 0);
+  profiler::ProfileOptions options;
+  options.batch_sizes = {8};
+  options.repeats = 1;
+  options.optimizer = "sgd";
+  options.precision = core::Precision::Bf16Autocast;
+  const core::Trace trace = profiler::profile(model, options);
+  const nlohmann::json py = python("peak --model " + exported.file + input_flags(exported) +
+                                   " --batch 8 --optimizer sgd --autocast bf16 --no-graph-optimize");
+  const auto headroom_peak = static_cast<double>(trace.steps.front().peak_bytes - debug_record_bytes(model));
+  const double torch_peak = py["peak_bytes"].get<double>();
+  std::printf("language_model under bf16 autocast at batch 8: headroom %.0f B, torch.profiler %.0f B: %.2f%%\n",
+              headroom_peak, torch_peak, 100 * (headroom_peak - torch_peak) / torch_peak);
+  EXPECT_NEAR(headroom_peak, torch_peak, 0.005 * torch_peak) << py.dump();
+}
+
 }  // namespace
 }  // namespace headroom
