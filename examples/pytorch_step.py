@@ -260,6 +260,8 @@ def compare_pairs(ours, theirs):
 def cmd_step(args):
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.no_graph_optimize:
+        torch._C._set_graph_executor_optimize(False)  # as headroom runs a module (see cmd_peak)
     model = load_model(args.model)
     named = list(model.named_parameters())
     data, has_grads = load_data(args.data, len(named), args.loss)
@@ -278,8 +280,9 @@ def cmd_step(args):
     optimizer = make_optimizer(args.optimizer, [p for _, p in named])
     optimizer.zero_grad(set_to_none=True)
     first = x[0] if isinstance(x, tuple) else x
-    out = run_forward(model, x, f"--data's input {list(first.shape)} {first.dtype}")
-    loss = compute_loss(args.loss, out, target)
+    with autocast_region(args.autocast):
+        out = run_forward(model, x, f"--data's input {list(first.shape)} {first.dtype}")
+        loss = compute_loss(args.loss, out, target)
     loss.backward()
     # A parameter the loss does not reach has no gradient; headroom's would be zero or absent alike.
     grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for _, p in named]
@@ -302,6 +305,7 @@ def cmd_step(args):
         "loss_kind": args.loss,
         "optimizer": args.optimizer,
         "threads": torch.get_num_threads(),
+        "autocast": args.autocast,
         "batch": first.shape[0] if first.dim() > 0 else None,
         "eval_modules": len(switched),
         "torch": torch.__version__,
@@ -560,6 +564,10 @@ def build_parser():
     # torch's default is the physical cores, headroom's the logical ones: on a 2-vCPU machine 1 and 2.
     # The threads split reductions (BatchNorm's sums), so comparisons pass headroom's.
     step.add_argument("--threads", type=count_arg(0, 256), default=0, help="torch.set_num_threads (0: torch's default)")
+    step.add_argument("--autocast", choices=("fp32", "bf16"), default="fp32",
+                      help="forward and loss under torch.autocast('cpu', dtype=torch.bfloat16) (default: fp32, none)")
+    step.add_argument("--no-graph-optimize", action="store_true",
+                      help="run the module's graph without the graph executor's optimizations, as headroom does")
     step.add_argument("--out", help="JSON file (default: stdout)")
     step.set_defaults(run=cmd_step)
 

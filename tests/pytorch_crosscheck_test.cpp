@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "core/atomic_file.h"
 #include "executor/plan_runner.h"
@@ -126,8 +127,11 @@ std::int64_t debug_record_bytes(const models::Model& model) {
 // function as the full batch. Returns Python's comparison of its weights and gradients.
 nlohmann::json planned_step_against_pytorch(const Exported& exported, const std::vector<std::int64_t>& micro,
                                             const std::vector<int>& checkpointed, const fs::path& directory,
-                                            const std::function<nlohmann::json(const std::string&)>& python) {
+                                            const std::function<nlohmann::json(const std::string&)>& python,
+                                            core::Precision precision = core::Precision::Fp32,
+                                            std::optional<core::Precision> reference = std::nullopt) {
   models::Model model = models::load_torchscript_model(exported.file, exported.config, 0);
+  model.set_precision(precision);
   model.set_training(true);
   model.set_batchnorm_eval(true);
   model.set_dropout(false);
@@ -155,7 +159,8 @@ nlohmann::json planned_step_against_pytorch(const Exported& exported, const std:
   const std::vector<char> bytes = torch::pickle_save(c10::IValue(data));
   const fs::path path = directory / "step-data.pt";
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  return python("step --model " + exported.file + " --data " + path.string() + " --loss cross-entropy --optimizer sgd");
+  return python("step --model " + exported.file + " --data " + path.string() + " --loss cross-entropy --optimizer sgd" +
+                (reference.value_or(precision) == core::Precision::Bf16Autocast ? " --autocast bf16 --no-graph-optimize" : ""));
 }
 
 TEST_F(PyTorchCrossCheck, PlannedStepEndsWithPyTorchsFullBatchWeights) {
@@ -275,6 +280,33 @@ TEST_F(PyTorchCrossCheck, PlainStepPeakAgreesWithTorchProfiler) {
                 py["static_bytes"].get<long long>(), 100 * (headroom_peak - torch_peak) / torch_peak);
     EXPECT_NEAR(headroom_peak, torch_peak, 0.005 * torch_peak) << py.dump();
   }
+}
+
+// Under bf16 autocast the language model's step against PyTorch's under torch.autocast, same weights
+// and data: as one batch, the same arithmetic; in micro-batches, what bfloat16's 8 bits of mantissa
+// make of sums over fewer samples; and how far either is from the fp32 step.
+TEST_F(PyTorchCrossCheck, Bf16AutocastStepAgainstPyTorchsAndFp32) {
+  const auto py = [](const std::string& a) { return python(a); };
+  const Exported lm = language_model();
+  const auto whole = planned_step_against_pytorch(lm, {8}, {}, directory_, py, core::Precision::Bf16Autocast);
+  const auto micro = planned_step_against_pytorch(lm, {3, 3, 2}, {model_block(lm, "blocks.1")}, directory_, py,
+                                                  core::Precision::Bf16Autocast);
+  std::printf("language model under bf16 autocast against PyTorch's: one batch of 8 gradients %.3g, weights %.3g; "
+              "micro-batches 3+3+2 with blocks.1 checkpointed gradients %.3g, weights %.3g\n",
+              whole["max_rel_diff_grad"].get<double>(), whole["max_rel_diff"].get<double>(),
+              micro["max_rel_diff_grad"].get<double>(), micro["max_rel_diff"].get<double>());
+  EXPECT_LE(whole["max_rel_diff_grad"].get<double>(), 1e-5) << whole.dump();
+  // bfloat16: a sum over 3 samples rounds differently from one over 8.
+  EXPECT_LE(micro["max_rel_diff_grad"].get<double>(), 5e-2) << micro.dump();
+  // headroom's bf16 step against PyTorch's fp32 step of the same batch: what bf16 costs in accuracy.
+  const auto cost = planned_step_against_pytorch(lm, {8}, {}, directory_, py, core::Precision::Bf16Autocast,
+                                                 core::Precision::Fp32);
+  std::printf("language model: headroom's bf16-autocast step against PyTorch's fp32 step: gradients %.3g, weights %.3g, "
+              "loss %.6g (bf16) against %.6g\n",
+              cost["max_rel_diff_grad"].get<double>(), cost["max_rel_diff"].get<double>(), whole["loss"].get<double>(),
+              cost["loss"].get<double>());
+  EXPECT_GT(cost["max_rel_diff_grad"].get<double>(), whole["max_rel_diff_grad"].get<double>());
+  EXPECT_LE(cost["max_rel_diff_grad"].get<double>(), 0.1) << cost.dump();
 }
 
 // Under bf16 autocast (forward and loss in the region, backward outside) the language model's plain
