@@ -9,6 +9,7 @@
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/json_reader.h"
+#include "core/precision_json.h"
 #include "core/known_names.h"
 #include "core/relay_choice_json.h"
 #include "core/relay_stages.h"
@@ -228,15 +229,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     }
     if (root.has("calibration")) plan.calibration = read_calibration(root.at("calibration"));
     if (root.has("threads")) plan.threads = static_cast<int>(root.at("threads").as_int_in(1, 4096));
-    if (root.has("precision")) {
-      const auto node = root.at("precision");
-      const std::string name = node.as_string();
-      try {
-        plan.precision = parse_precision(name, "precision");
-      } catch (const InputError&) {
-        node.fail("'" + name + "' is not a precision (known: " + precision_names() + ")");
-      }
-    }
+    if (root.has("precision")) plan.precision = read_precision(root.at("precision"));
     plan.predicted = read_step_figures(root.at("predicted"));
     if (root.has("predicted_parts")) {
       const auto parts = root.at("predicted_parts");

@@ -5,6 +5,7 @@
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/json_reader.h"
+#include "core/precision_json.h"
 
 namespace headroom::core {
 
@@ -124,15 +125,7 @@ Report report_from_json(const nlohmann::json& document, std::string_view source)
     for (const auto& s : root.at("step_seconds").elements()) r.step_seconds.push_back(s.as_double());
     r.data = root.at("data").as_string();
     if (root.has("threads")) r.threads = static_cast<int>(root.at("threads").as_int_in(1, 4096));
-    if (root.has("precision")) {
-      const auto node = root.at("precision");
-      const std::string name = node.as_string();
-      try {
-        r.precision = parse_precision(name, "precision");
-      } catch (const InputError&) {
-        node.fail("'" + name + "' is not a precision (known: " + precision_names() + ")");
-      }
-    }
+    if (root.has("precision")) r.precision = read_precision(root.at("precision"));
     if (root.has("calibration")) {
       const auto calibration = root.at("calibration");
       calibration.expect_object();

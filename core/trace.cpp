@@ -7,6 +7,7 @@
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/json_reader.h"
+#include "core/precision_json.h"
 #include "core/known_names.h"
 #include "core/collective.h"
 
@@ -486,15 +487,7 @@ Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
       trace.host_memory_regime = host.at("regime").as_string();
       if (trace.host_memory_regime.empty()) host.at("regime").fail("expected a non-empty regime");
     }
-    if (root.has("precision")) {
-      const auto node = root.at("precision");
-      const std::string name = node.as_string();
-      try {
-        trace.precision = parse_precision(name, "precision");
-      } catch (const InputError&) {
-        node.fail("'" + name + "' is not a precision (known: " + precision_names() + ")");
-      }
-    }
+    if (root.has("precision")) trace.precision = read_precision(root.at("precision"));
     if (root.has("checkpoint_state_bytes")) {
       // An RNG state: kilobytes (a CPU generator's is 5 KiB).
       trace.checkpoint_state_bytes = root.at("checkpoint_state_bytes").as_int_in(0, std::int64_t{1} << 24);
