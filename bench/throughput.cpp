@@ -7,6 +7,7 @@
 // For gpt and cnn at the tight budget it also executes every micro-batch size that fits with
 // micro-batching alone, to show where the chosen plan ranks.
 //   ./build/default/bench/throughput [--steps N] [--min-seconds S] [--models mlp,cnn,bert,gpt]
+//                                    [--precision fp32|bf16-autocast|bf16]
 // Each execution runs at least N steps (default 5) and at least S seconds as predicted (default 1).
 // Prints Markdown tables; exits 1 when a run fails or a throughput error exceeds 15% (the issue's
 // acceptance), so a script can tell.
@@ -19,7 +20,9 @@
 #include <vector>
 
 #include "core/cost_model.h"
+#include "core/errors.h"
 #include "core/host_memory.h"
+#include "core/precision.h"
 #include "core/units.h"
 #include "executor/executor.h"
 #include "models/zoo.h"
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
   int steps = 5;
   double min_seconds = 1.0;
   std::string only;
+  core::Precision precision = core::Precision::Fp32;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--steps" && i + 1 < argc) {
@@ -82,8 +86,17 @@ int main(int argc, char** argv) {
       min_seconds = std::atof(argv[++i]);
     } else if (arg == "--models" && i + 1 < argc) {
       only = argv[++i];
+    } else if (arg == "--precision" && i + 1 < argc) {
+      try {
+        precision = core::parse_precision(argv[++i], "--precision");
+      } catch (const core::InputError& e) {
+        std::fprintf(stderr, "throughput: %s\n", e.what());
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "throughput: unknown argument '%s' (usage: throughput [--steps N] [--min-seconds S] [--models mlp,cnn,bert,gpt])\n",
+      std::fprintf(stderr,
+                   "throughput: unknown argument '%s' (usage: throughput [--steps N] [--min-seconds S] [--models mlp,cnn,bert,gpt] "
+                   "[--precision P])\n",
                    arg.c_str());
       return 2;
     }
@@ -104,7 +117,8 @@ int main(int argc, char** argv) {
       {"bert", {{"preset", "mini"}}, {1, 2, 4, 8, 16}, 32, false},
       {"gpt", {{"preset", "tiny"}}, {1, 2, 4, 8, 16}, 32, true},
   };
-  std::printf("host-memory regime: %s\n\n", core::enter_host_memory_regime().c_str());
+  std::printf("host-memory regime: %s; precision %s\n\n", core::enter_host_memory_regime().c_str(),
+              std::string(core::precision_name(precision)).c_str());
   int failures = 0, over = 0;
   std::vector<std::string> sweeps;
   std::printf("| model | batch | budget | plan | predicted samples/s | measured 1 | measured 2 | error 1 | error 2 |\n");
@@ -114,6 +128,7 @@ int main(int argc, char** argv) {
     models::Model model = models::build_zoo_model(c.model, c.config);
     profiler::ProfileOptions profile_options;
     profile_options.batch_sizes = c.batch_sizes;
+    profile_options.precision = precision;
     const core::Trace trace = profiler::profile(model, profile_options);
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);

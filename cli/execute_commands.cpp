@@ -167,6 +167,7 @@ int run_execute(const ExecuteArgs& args) {
 
 int run_demo(const DemoArgs& args) {
   namespace fs = std::filesystem;
+  const core::Precision precision = core::parse_precision(args.precision, "--precision");
   std::string directory = args.directory;
   if (directory.empty()) {
     std::string pattern = (fs::temp_directory_path() / "headroom-demo-XXXXXX").string();
@@ -177,11 +178,13 @@ int run_demo(const DemoArgs& args) {
   const auto start = std::chrono::steady_clock::now();
   const std::int64_t batch = 32;
 
-  std::cout << "1. profile: bert tiny (2 encoder layers, hidden 128, seq 128) on the CPU\n";
+  std::cout << "1. profile: bert tiny (2 encoder layers, hidden 128, seq 128) on the CPU"
+            << (precision != core::Precision::Fp32 ? ", in " + std::string(core::precision_name(precision)) : std::string()) << "\n";
   models::Model model = models::build_zoo_model("bert", {{"preset", "tiny"}}, 0);
   profiler::ProfileOptions profile_options;
   // Up to the global batch, so whatever micro-batch the plan picks has a measured time.
   profile_options.batch_sizes = {1, 2, 4, 8, 16, 32};
+  profile_options.precision = precision;
   const core::Trace trace = profiler::profile(model, profile_options);
   const std::string trace_path = directory + "/trace.json";
   core::write_trace_file(trace_path, trace);
@@ -209,6 +212,7 @@ int run_demo(const DemoArgs& args) {
   whole_plan.device = "cpu";
   whole_plan.budget_bytes = request.budget_bytes;
   whole_plan.global_batch = batch;
+  whole_plan.precision = trace.precision;
   whole_plan.choice.micro_batches = {batch};
   whole_plan.predicted = {whole.peak_bytes, static_cast<double>(whole.step_ns) / 1e9,
                           static_cast<double>(batch) * 1e9 / static_cast<double>(whole.step_ns)};

@@ -31,6 +31,7 @@ int run_execute(const ExecuteArgs& args);
 
 struct DemoArgs {
   std::string directory;  // where the trace, plans and reports go; a temporary one if empty
+  std::string precision = "fp32";  // the step's (core/precision.h)
 };
 int run_demo(const DemoArgs& args);
 

@@ -263,9 +263,10 @@ void add_profile_options(CLI::App& command, ProfileArgs& args) {
   command.add_option("--threads", args.options.threads,
                      "intra-op CPU threads (default: the cores this process may use that other processes do not keep busy; execute runs the step at the same)");
   command.add_option("--precision", args.precision,
-                     "the precision the step runs in: fp32 (the default) or bf16-autocast (forward and loss under "
+                     "the precision the step runs in: fp32 (the default); bf16-autocast (forward and loss under "
                      "autocast to bfloat16, backward outside; parameters, gradients and optimizer state in float32); "
-                     "the trace and its plans hold for it alone");
+                     "bf16 (parameters, activations and gradients in bfloat16, the loss in float32, the optimizer "
+                     "updating float32 master weights); the trace and its plans hold for it alone");
   command.add_flag("!--no-tempo", args.options.tempo,
                    "skip the second pass that measures Tempo's memory-lean layers (bert, gpt); plans then cannot use tempo");
 }
@@ -356,6 +357,7 @@ int main(int argc, char** argv) {
   cli::DemoArgs demo_args;
   auto* demo = cli::add_torch_command(app, "demo");
   demo->add_option("--dir", demo_args.directory, "where to keep the trace, plan and report (default: a new temporary directory)");
+  demo->add_option("--precision", demo_args.precision, "the precision the step runs in: fp32 (the default), bf16-autocast or bf16");
 
   if (const std::optional<int> done = cli::parse_command_line(app, argc, argv)) return *done;
 

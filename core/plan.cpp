@@ -56,6 +56,7 @@ nlohmann::json to_json(const Plan& plan) {
   if (plan.calibration) document["calibration"] = to_json(*plan.calibration);
   if (plan.threads > 0) document["threads"] = plan.threads;
   if (plan.precision != Precision::Fp32) document["precision"] = std::string(precision_name(plan.precision));
+  if (plan.static_memory) document["static_memory"] = to_json(*plan.static_memory);
   if (const auto& dp = plan.choice.data_parallel) {
     document["world_size"] = dp->workers;
     document["data_parallel"] = {
@@ -230,6 +231,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
     if (root.has("calibration")) plan.calibration = read_calibration(root.at("calibration"));
     if (root.has("threads")) plan.threads = static_cast<int>(root.at("threads").as_int_in(1, 4096));
     if (root.has("precision")) plan.precision = read_precision(root.at("precision"));
+    if (root.has("static_memory")) plan.static_memory = read_static_memory(root.at("static_memory"));
     plan.predicted = read_step_figures(root.at("predicted"));
     if (root.has("predicted_parts")) {
       const auto parts = root.at("predicted_parts");

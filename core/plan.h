@@ -13,6 +13,7 @@
 
 #include "core/calibration.h"
 #include "core/precision.h"
+#include "core/static_memory.h"
 #include "core/step_choice.h"
 #include "core/step_figures.h"
 
@@ -71,6 +72,9 @@ struct Plan {
   int threads = 0;
   // The precision the step runs in: its trace's (written when not fp32).
   Precision precision = Precision::Fp32;
+  // What the step holds throughout, by kind (its trace's, for the plan's optimizer); absent in
+  // plans from before it was recorded.
+  std::optional<StaticMemory> static_memory;
 
   bool operator==(const Plan&) const = default;
 

@@ -37,5 +37,8 @@ Precision parse_precision(std::string_view text, std::string_view field = "preci
 inline bool is_autocast(Precision precision) {
   return precision == Precision::Bf16Autocast || precision == Precision::Fp16Autocast;
 }
+// Bytes of one parameter element as the step keeps it: bfloat16 under bf16; float32 otherwise
+// (autocast casts copies of the weights, the parameters themselves stay float32).
+inline int parameter_element_bytes(Precision precision) { return precision == Precision::Bf16 ? 2 : 4; }
 
 }  // namespace headroom::core

@@ -58,6 +58,18 @@ class AutocastRegion {
 torch::Tensor Layer::run(const std::vector<torch::Tensor>& inputs, const RunContext& context) const {
   const c10::DeviceType device = inputs.empty() ? c10::DeviceType::CPU : inputs.front().device().type();
   const AutocastRegion region(context.precision, device);
+  if (context.precision == core::Precision::Bf16) {
+    // The parameters are bfloat16 and the batch arrives in float32, as a loader gives it: a layer
+    // reads its floating inputs in bfloat16, and the loss reads the logits in float32, as a bf16
+    // training loop casts them (`loss_fn(logits.float(), y)`), so the loss and its gradient's
+    // start are not rounded to 8 bits of mantissa.
+    const at::ScalarType wanted = kind == "loss" ? at::kFloat : at::kBFloat16;
+    std::vector<torch::Tensor> cast = inputs;
+    for (auto& t : cast) {
+      if (t.defined() && t.is_floating_point() && t.scalar_type() != wanted) t = t.to(wanted);
+    }
+    return lean ? lean_forward(cast, context) : forward(cast, context);
+  }
   return lean ? lean_forward(inputs, context) : forward(inputs, context);
 }
 
@@ -174,6 +186,30 @@ void Model::apply_foreign_modes() {
 void Model::set_dropout(bool enabled) {
   context_.dropout = enabled;
   apply_foreign_modes();
+}
+
+void Model::set_precision(core::Precision precision) {
+  const bool was_bf16 = context_.precision == core::Precision::Bf16;
+  const bool is_bf16 = precision == core::Precision::Bf16;
+  if (was_bf16 != is_bf16) {
+    const at::ScalarType dtype = is_bf16 ? at::kBFloat16 : at::kFloat;
+    // Tensor by tensor, floating ones only: Module::to(dtype) would also turn BatchNorm's integer
+    // batch counter into bfloat16. set_data keeps each tensor's identity, so the layers' and the
+    // foreign modules' handles see the new dtype.
+    torch::NoGradGuard no_grad;
+    std::int64_t buffer_change = 0;
+    for (auto p : parameters()) {
+      if (p.is_floating_point()) p.set_data(p.to(dtype));
+    }
+    for (auto b : buffers()) {
+      if (!b.is_floating_point()) continue;
+      const std::int64_t before = static_cast<std::int64_t>(b.numel() * b.element_size());
+      b.set_data(b.to(dtype));
+      buffer_change += static_cast<std::int64_t>(b.numel() * b.element_size()) - before;
+    }
+    extra_resident_bytes_ += buffer_change;
+  }
+  context_.precision = precision;
 }
 
 void Model::to(torch::Device device) {

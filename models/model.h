@@ -116,8 +116,10 @@ class Model {
   std::int64_t parameter_bytes() const;
   void set_training(bool training);
   void set_dropout(bool enabled);
-  // The precision every layer's forward runs in (profiled, planned and executed alike).
-  void set_precision(core::Precision precision) { context_.precision = precision; }
+  // The precision every layer's forward runs in (profiled, planned and executed alike). Under bf16
+  // the floating parameters and buffers become bfloat16 (as PyTorch's model.to(torch.bfloat16)),
+  // and back to float32 when leaving it; the extra resident bytes follow the buffers.
+  void set_precision(core::Precision precision);
   // Moves parameters and buffers; batches are made on the CPU and moved by the caller.
   void to(torch::Device device);
 

@@ -19,17 +19,23 @@ core::Trace with_estimated_optimizer(const core::Trace& trace, const std::string
   const double per_param = optimizer_state_bytes_per_param(optimizer);
   core::Trace out = trace;
   if (optimizer == trace.optimizer.name) return out;
-  // The zoo's parameters are fp32.
-  const double elements = static_cast<double>(trace.param_bytes()) / 4.0;
-  const auto state = static_cast<std::int64_t>(std::llround(elements * per_param));
+  const int element_bytes = core::parameter_element_bytes(trace.precision);
+  const double elements = static_cast<double>(trace.param_bytes()) / element_bytes;
+  // Under bf16 the optimizer also keeps float32 master weights, and steps one parameter at a time
+  // with its gradient widened to float32 (runtime/optimizer.h).
+  const bool master_weights = trace.precision == core::Precision::Bf16;
+  const double kept_per_param = per_param + (master_weights ? 4.0 : 0.0);
+  const auto state = static_cast<std::int64_t>(std::llround(elements * kept_per_param));
   const std::int64_t state_change = state - trace.optimizer.state_bytes;
   std::int64_t largest_layer_params = 0;
   for (const auto& layer : trace.layers) largest_layer_params = std::max(largest_layer_params, layer.param_bytes);
-  const std::int64_t estimated_transient = optimizer == "adam" ? 2 * largest_layer_params : 0;
+  const std::int64_t largest_layer_elements = largest_layer_params / element_bytes;
+  const std::int64_t estimated_transient = (optimizer == "adam" ? 8 * largest_layer_elements : 0) +
+                                           (master_weights ? 4 * largest_layer_elements : 0);
 
   out.optimizer.name = optimizer;
   out.optimizer.state_bytes = state;
-  out.optimizer.state_bytes_per_param = per_param;
+  out.optimizer.state_bytes_per_param = kept_per_param;
   for (auto& step : out.steps) {
     step.static_bytes += state_change;
     step.peak_bytes += state_change;

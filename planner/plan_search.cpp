@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "core/errors.h"
+#include "core/static_memory.h"
 #include "core/units.h"
 #include "planner/data_parallel_model.h"
 #include "planner/device_error.h"
@@ -888,6 +889,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
   plan.model = trace.model.name;
   plan.device = trace.device.kind;
   plan.precision = trace.precision;  // every figure of the trace holds for its precision alone
+  plan.static_memory = core::static_memory(trace);
   plan.budget_bytes = request.budget_bytes;
   plan.margin_bytes = margin;
   plan.global_batch = request.global_batch;

@@ -632,11 +632,7 @@ void validate(const ProfileOptions& options) {
   }
   if (options.precision == core::Precision::Fp16Autocast) {
     throw core::InputError("precision: fp16-autocast needs dynamic loss scaling, which headroom does not have yet; "
-                           "fp32 and bf16-autocast run");
-  }
-  if (options.precision == core::Precision::Bf16) {
-    throw core::InputError("precision: bf16 (bfloat16 parameters with float32 master weights) is not implemented yet; "
-                           "fp32 and bf16-autocast run");
+                           "fp32, bf16-autocast and bf16 run");
   }
 }
 

@@ -52,6 +52,11 @@ std::string render_plan_summary(const core::Plan& plan) {
       if (entry.id == plan.precision) out << "  precision        " << entry.name << ": " << entry.summary << "\n";
     }
   }
+  if (plan.static_memory) {
+    out << "  static memory    "
+        << core::describe_static_memory(*plan.static_memory, plan.precision)
+        << "\n";
+  }
   // Each technique's lines, in the strategy table's order (planner/technique.h).
   std::vector<planner::SummaryLine> lines;
   for (const planner::Technique* technique : planner::techniques()) technique->summarize(plan.choice, lines);

@@ -10,7 +10,10 @@
 
 namespace headroom::runtime {
 
-// "sgd" (momentum 0.9) or "adam". Throws InputError for another name.
+// "sgd" (momentum 0.9) or "adam". Throws InputError for another name. For bfloat16 parameters (the
+// bf16 precision) it keeps float32 master weights: each step widens a parameter's gradient to
+// float32, lets libtorch's optimizer update the master, and rounds the master into the parameter,
+// one parameter at a time, so one parameter's float32 gradient exists at once.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
                                                         const std::vector<torch::Tensor>& parameters);
 // Zeroes the gradients in place, keeping them allocated between steps as libtorch 1.13's
@@ -18,7 +21,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
 // zero_grad() frees them instead (set_to_none), which on an H200 made bert large's step hold
 // 1.2 GiB less than its trace said.
 void zero_gradients_kept(torch::optim::Optimizer& optimizer);
-// Bytes of the optimizer's state tensors (momentum, Adam moments).
+// Bytes of the optimizer's state tensors (momentum, Adam moments, and master weights where it keeps them).
 std::int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer);
 
 }  // namespace headroom::runtime

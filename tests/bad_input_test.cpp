@@ -553,7 +553,6 @@ TEST_F(BadInputCli, TorchScriptFlagsAndFilesThatAreNotAModule) {
   expect_refused("profile --model mlp --input 3:float32 --input 4:float32", "--input: applies to --torchscript modules only");
   // A precision headroom does not run is refused by name before anything is built.
   expect_refused("profile --model mlp --precision fp8", "--precision: 'fp8' is not a precision (known: fp32, bf16-autocast");
-  expect_refused("profile --model mlp --precision bf16", "precision: bf16 (bfloat16 parameters with float32 master weights) is not implemented yet");
   expect_refused("profile --model mlp --precision fp16-autocast", "precision: fp16-autocast runs on CUDA");
   expect_refused("profile --model clip --precision bf16-autocast", "is not measured for a contrastive loss");
   expect_refused("profile --torchscript " + junk + " --input 3:float32 --target 3:bool", "--target: dtype 'bool'");

@@ -1,6 +1,7 @@
 // The step's precision: bf16 autocast as PyTorch runs it (forward and loss inside the region,
-// backward outside), recorded in the trace and the plan, refused where they disagree, and a plan
-// under it predicted at or above what runs and within 1% of it.
+// backward outside) and bf16 parameters trained through float32 master weights, each recorded in
+// the trace and the plan, refused where they disagree, and a plan under it predicted at or above
+// what runs and within 1% of it.
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 #include "profiler/profiler.h"
 #include "report/comparison.h"
 #include "report/plan_report.h"
+#include "runtime/optimizer.h"
 
 namespace headroom {
 namespace {
@@ -63,20 +65,22 @@ TEST(Precision, Bf16AutocastRunsTheForwardInBfloat16AndTheBackwardOutside) {
   EXPECT_LT(difference, 0.1);
 }
 
-// Profiled under bf16 autocast, the trace says so and its plan does; the plan runs under it with the
-// peak predicted at or above what runs and within 1% of it, and a plan of another precision than its
-// trace is refused.
-TEST(Precision, Bf16AutocastIsProfiledPlannedAndExecutedWithinOnePercent) {
+// Profiled under bf16 autocast or bf16, the trace says so and its plan does, with the bytes per
+// parameter the step keeps; the plan runs under it with the peak predicted at or above what runs and
+// within 1% of it, and a plan of another precision than its trace is refused.
+void expect_profiled_planned_and_executed(core::Precision precision, const std::string& static_line) {
+  const std::string precision_text(core::precision_name(precision));
   for (const auto& [name, config] : {std::pair{std::string("mlp"), kMlp}, {std::string("bert"), kBertTiny}}) {
+    SCOPED_TRACE(name + " in " + precision_text);
     models::Model model = models::build_zoo_model(name, config, 0);
     profiler::ProfileOptions options;
     options.batch_sizes = {1, 2, 4, 8, 16};
     options.repeats = 1;
-    options.precision = core::Precision::Bf16Autocast;
+    options.precision = precision;
     const core::Trace trace = profiler::profile(model, options);
-    EXPECT_EQ(trace.precision, core::Precision::Bf16Autocast);
+    EXPECT_EQ(trace.precision, precision);
     EXPECT_FALSE(trace.has_tempo()) << "Tempo's lean layers are float32's";
-    EXPECT_EQ(core::trace_from_json(core::to_json(trace)).precision, core::Precision::Bf16Autocast);
+    EXPECT_EQ(core::trace_from_json(core::to_json(trace)).precision, precision);
 
     planner::PlanRequest request;
     request.global_batch = 32;
@@ -93,8 +97,14 @@ TEST(Precision, Bf16AutocastIsProfiledPlannedAndExecutedWithinOnePercent) {
       outcome = planner::plan_step(trace, request);
     }
     ASSERT_TRUE(outcome.plan) << name << ": " << outcome.reason;
-    EXPECT_EQ(outcome.plan->precision, core::Precision::Bf16Autocast);
-    EXPECT_NE(report::render_plan_summary(*outcome.plan).find("precision        bf16-autocast"), std::string::npos);
+    EXPECT_EQ(outcome.plan->precision, precision);
+    const std::string summary = report::render_plan_summary(*outcome.plan);
+    EXPECT_NE(summary.find("precision        " + precision_text), std::string::npos);
+    EXPECT_NE(summary.find("static memory    " + static_line), std::string::npos) << summary;
+    core::Plan written = *outcome.plan;
+    written.trace_path = "t.json";
+    written.trace_sha256 = std::string(64, '0');
+    EXPECT_EQ(core::plan_from_json(core::to_json(written)).static_memory, outcome.plan->static_memory);
 
     executor::ExecuteOptions run;
     run.steps = 2;
@@ -114,10 +124,10 @@ TEST(Precision, Bf16AutocastIsProfiledPlannedAndExecutedWithinOnePercent) {
     EXPECT_NO_THROW(core::load_plan_trace(plan, dir / "p.json"));
     plan.precision = core::Precision::Fp32;
     EXPECT_NE(error_of([&] { core::load_plan_trace(plan, dir / "p.json"); })
-                  .find("the plan runs the step in fp32 but its trace was measured in bf16-autocast"),
+                  .find("the plan runs the step in fp32 but its trace was measured in " + precision_text),
               std::string::npos);
     EXPECT_NE(error_of([&] { executor::execute(plan, trace, "p.json", run); })
-                  .find("the plan runs the step in fp32 but its trace was measured in bf16-autocast"),
+                  .find("the plan runs the step in fp32 but its trace was measured in " + precision_text),
               std::string::npos);
     fs::remove_all(dir);
     // Compared with the same model in fp32, the difference is named as the precision's.
@@ -125,8 +135,87 @@ TEST(Precision, Bf16AutocastIsProfiledPlannedAndExecutedWithinOnePercent) {
     fp32.precision = core::Precision::Fp32;
     const auto comparison = report::compare_traces(fp32, trace, {});
     EXPECT_NE(std::find(comparison.warnings.begin(), comparison.warnings.end(),
-                        "the traces measured the step in different precisions (fp32 and bf16-autocast)"),
+                        "the traces measured the step in different precisions (fp32 and " + precision_text + ")"),
               comparison.warnings.end());
+  }
+}
+
+TEST(Precision, Bf16AutocastIsProfiledPlannedAndExecutedWithinOnePercent) {
+  expect_profiled_planned_and_executed(core::Precision::Bf16Autocast,
+                                       "adam under bf16-autocast: 16 B/param (parameters 4, gradients 4, optimizer state 8) + a "
+                                       "bfloat16 copy of each layer's weights");
+}
+
+TEST(Precision, Bf16IsProfiledPlannedAndExecutedWithinOnePercent) {
+  expect_profiled_planned_and_executed(
+      core::Precision::Bf16,
+      "adam under bf16: 16 B/param (parameters 2, gradients 2, float32 master weights 4, optimizer state 8)");
+}
+
+// Under bf16 the floating parameters and buffers are bfloat16 (BatchNorm's batch counter stays an
+// integer), a layer computes in bfloat16 and the loss in float32, the gradients are bfloat16; the
+// model's extra resident bytes follow its buffers, and leaving bf16 brings float32 back.
+TEST(Precision, Bf16KeepsParametersAndBuffersInBfloat16) {
+  models::Model model = models::build_zoo_model("cnn", {}, 1);
+  model.set_training(true);
+  const std::int64_t fp32_parameters = model.parameter_bytes();
+  const std::int64_t fp32_extra = model.extra_resident_bytes();
+  std::int64_t floating_buffer_bytes = 0;
+  for (const auto& b : model.buffers()) {
+    if (b.is_floating_point()) floating_buffer_bytes += static_cast<std::int64_t>(b.numel() * b.element_size());
+  }
+  ASSERT_GT(floating_buffer_bytes, 0) << "the cnn has BatchNorm";
+  model.set_precision(core::Precision::Bf16);
+  for (const auto& p : model.parameters()) EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
+  bool counter = false;
+  for (const auto& b : model.buffers()) {
+    EXPECT_EQ(b.scalar_type(), b.is_floating_point() ? torch::kBFloat16 : torch::kLong);
+    counter = counter || !b.is_floating_point();
+  }
+  EXPECT_TRUE(counter) << "BatchNorm's num_batches_tracked";
+  EXPECT_EQ(model.parameter_bytes() * 2, fp32_parameters);
+  EXPECT_EQ(model.extra_resident_bytes(), fp32_extra - floating_buffer_bytes / 2);
+
+  const models::Batch batch = model.make_batch(4, 2);
+  EXPECT_EQ(model.forward_to(batch, 0).scalar_type(), torch::kBFloat16);
+  const torch::Tensor loss = model.forward(batch);
+  EXPECT_EQ(loss.scalar_type(), torch::kFloat32);
+  loss.backward();
+  for (const auto& p : model.parameters()) {
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_EQ(p.grad().scalar_type(), torch::kBFloat16);
+  }
+  model.set_precision(core::Precision::Fp32);
+  for (const auto& p : model.parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(model.parameter_bytes(), fp32_parameters);
+  EXPECT_EQ(model.extra_resident_bytes(), fp32_extra);
+}
+
+// bfloat16 parameters train through float32 master weights: after steps whose updates are mostly
+// below bfloat16's resolution at the weight, each parameter is exactly the float32 optimizer's
+// weight (run on a float32 copy with the same gradients) rounded to bfloat16, and the state is the
+// masters plus the optimizer's own.
+TEST(Precision, Bf16ParametersTrainThroughFloat32MasterWeights) {
+  for (const std::string name : {"sgd", "adam"}) {
+    SCOPED_TRACE(name);
+    torch::manual_seed(3);
+    const torch::Tensor start = torch::randn({256}) + 2;
+    torch::Tensor parameter = start.to(torch::kBFloat16).requires_grad_();
+    torch::Tensor reference = parameter.detach().to(torch::kFloat32).clone().requires_grad_();
+    auto optimizer = runtime::make_optimizer(name, {parameter});
+    auto float_optimizer = runtime::make_optimizer(name, {reference});
+    for (int step = 0; step < 40; ++step) {
+      const torch::Tensor gradient = (torch::randn({256}) * 1e-3).to(torch::kBFloat16);
+      parameter.mutable_grad() = gradient;
+      reference.mutable_grad() = gradient.to(torch::kFloat32);
+      optimizer->step();
+      float_optimizer->step();
+    }
+    EXPECT_EQ(parameter.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(parameter.detach(), reference.detach().to(torch::kBFloat16)));
+    EXPECT_FALSE(torch::equal(parameter.detach(), start.to(torch::kBFloat16))) << "the updates accumulated";
+    const std::int64_t moments = name == "adam" ? 8 : 4;
+    EXPECT_EQ(runtime::optimizer_state_bytes(*optimizer), 256 * (4 + moments));
   }
 }
 
@@ -140,9 +229,6 @@ TEST(Precision, WhatIsNotBuiltIsRefusedByName) {
   options.batch_sizes = {1};
   options.precision = core::Precision::Fp16Autocast;
   EXPECT_NE(error_of([&] { profiler::profile(model, options); }).find("fp16-autocast runs on CUDA"), std::string::npos);
-  options.precision = core::Precision::Bf16;
-  EXPECT_NE(error_of([&] { profiler::profile(model, options); }).find("bf16 (bfloat16 parameters with float32 master weights) is not implemented yet"),
-            std::string::npos);
   models::Model clip = models::build_zoo_model("clip", {}, 0);
   options.precision = core::Precision::Bf16Autocast;
   EXPECT_NE(error_of([&] { profiler::profile(clip, options); }).find("is not measured for a contrastive loss"), std::string::npos);
