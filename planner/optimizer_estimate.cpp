@@ -21,17 +21,19 @@ core::Trace with_estimated_optimizer(const core::Trace& trace, const std::string
   if (optimizer == trace.optimizer.name) return out;
   const int element_bytes = core::parameter_element_bytes(trace.precision);
   const double elements = static_cast<double>(trace.param_bytes()) / element_bytes;
-  // Under bf16 the optimizer also keeps float32 master weights, and steps one parameter at a time
-  // with its gradient widened to float32 (runtime/optimizer.h).
+  // Under bf16 the optimizer also keeps float32 master weights, and steps them in pieces of at most
+  // 2^20 elements with the gradient widened to float32 (runtime/optimizer.h).
   const bool master_weights = trace.precision == core::Precision::Bf16;
   const double kept_per_param = per_param + (master_weights ? 4.0 : 0.0);
   const auto state = static_cast<std::int64_t>(std::llround(elements * kept_per_param));
   const std::int64_t state_change = state - trace.optimizer.state_bytes;
   std::int64_t largest_layer_params = 0;
   for (const auto& layer : trace.layers) largest_layer_params = std::max(largest_layer_params, layer.param_bytes);
-  const std::int64_t largest_layer_elements = largest_layer_params / element_bytes;
-  const std::int64_t estimated_transient = (optimizer == "adam" ? 8 * largest_layer_elements : 0) +
-                                           (master_weights ? 4 * largest_layer_elements : 0);
+  const std::int64_t largest_step_elements =
+      master_weights ? std::min<std::int64_t>(largest_layer_params / element_bytes, std::int64_t{1} << 20)
+                     : largest_layer_params / element_bytes;
+  const std::int64_t estimated_transient = (optimizer == "adam" ? 8 * largest_step_elements : 0) +
+                                           (master_weights ? 4 * largest_step_elements : 0);
 
   out.optimizer.name = optimizer;
   out.optimizer.state_bytes = state;

@@ -35,17 +35,27 @@ std::int64_t float_state_bytes(torch::optim::Optimizer& optimizer) {
 // Low-precision parameters trained through float32 master copies (Micikevicius et al. 2018): the
 // parameters are what the model computes with and accumulates gradients into (zero_grad, the
 // all-reduce and the executor see them in param_groups); the masters and libtorch's own optimizer
-// arithmetic on them are what keep small updates from rounding away.
+// arithmetic on them are what keep small updates from rounding away. Each master is stepped in
+// pieces of at most kPieceElements, each piece with an optimizer of its own, so the float32
+// gradient and the optimizer's temporaries exist for one piece at a time: a vocabulary's embedding
+// (bert's 7.8M elements) would otherwise need 94 MiB of them at once, more than the activations
+// bf16 saves. The optimizers' arithmetic is elementwise, so pieces update exactly as the whole would.
 class MasterWeightOptimizer : public torch::optim::Optimizer {
  public:
+  static constexpr std::int64_t kPieceElements = std::int64_t{1} << 20;
+
   MasterWeightOptimizer(const std::string& name, const std::vector<torch::Tensor>& parameters)
       : Optimizer(parameters, std::make_unique<torch::optim::AdamOptions>(1e-3)) {
     torch::NoGradGuard no_grad;
-    for (const auto& p : parameters) {
-      masters_.push_back(p.detach().to(torch::kFloat32).clone());
-      // One optimizer per parameter: stepping them in turn bounds the float32 gradients alive at
-      // once to one parameter's.
-      per_master_.push_back(make_float_optimizer(name, {masters_.back()}));
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      masters_.push_back(parameters[i].detach().to(torch::kFloat32).contiguous().clone());
+      const torch::Tensor flat = masters_.back().view(-1);
+      for (std::int64_t offset = 0; offset < flat.numel(); offset += kPieceElements) {
+        const std::int64_t length = std::min(kPieceElements, flat.numel() - offset);
+        Piece piece{i, offset, flat.narrow(0, offset, length), nullptr};
+        piece.optimizer = make_float_optimizer(name, {piece.master});
+        pieces_.push_back(std::move(piece));
+      }
     }
   }
 
@@ -57,13 +67,20 @@ class MasterWeightOptimizer : public torch::optim::Optimizer {
     }
     torch::NoGradGuard no_grad;
     auto& params = param_groups().front().params();
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      torch::Tensor& p = params[i];
-      if (!p.grad().defined()) continue;
-      masters_[i].mutable_grad() = p.grad().to(torch::kFloat32);
-      per_master_[i]->step();
-      masters_[i].mutable_grad() = torch::Tensor();
-      p.copy_(masters_[i]);
+    torch::Tensor flat;  // the current parameter's gradient, flattened once (a copy only where it is strided)
+    for (std::size_t k = 0; k < pieces_.size(); ++k) {
+      Piece& piece = pieces_[k];
+      const torch::Tensor& gradient = params[piece.parameter].grad();
+      if (!gradient.defined()) continue;
+      if (piece.offset == 0) flat = gradient.reshape(-1);
+      piece.master.mutable_grad() = flat.narrow(0, piece.offset, piece.master.numel()).to(torch::kFloat32);
+      piece.optimizer->step();
+      piece.master.mutable_grad() = torch::Tensor();
+      // The parameter takes its master's value once all its pieces have stepped.
+      if (k + 1 == pieces_.size() || pieces_[k + 1].parameter != piece.parameter) {
+        params[piece.parameter].copy_(masters_[piece.parameter]);
+        flat = torch::Tensor();
+      }
     }
     return loss;
   }
@@ -71,13 +88,19 @@ class MasterWeightOptimizer : public torch::optim::Optimizer {
   std::int64_t state_bytes() {
     std::int64_t total = 0;
     for (const auto& m : masters_) total += tensor_bytes(m);
-    for (auto& o : per_master_) total += float_state_bytes(*o);
+    for (auto& piece : pieces_) total += float_state_bytes(*piece.optimizer);
     return total;
   }
 
  private:
+  struct Piece {
+    std::size_t parameter;  // index in the parameter group and in masters_
+    std::int64_t offset;    // in the flattened parameter
+    torch::Tensor master;   // a view of the master
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+  };
   std::vector<torch::Tensor> masters_;
-  std::vector<std::unique_ptr<torch::optim::Optimizer>> per_master_;
+  std::vector<Piece> pieces_;
 };
 
 }  // namespace

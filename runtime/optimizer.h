@@ -13,7 +13,7 @@ namespace headroom::runtime {
 // "sgd" (momentum 0.9) or "adam". Throws InputError for another name. For bfloat16 parameters (the
 // bf16 precision) it keeps float32 master weights: each step widens a parameter's gradient to
 // float32, lets libtorch's optimizer update the master, and rounds the master into the parameter,
-// one parameter at a time, so one parameter's float32 gradient exists at once.
+// a piece of at most 2^20 elements at a time, so that little of the float32 gradient exists at once.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
                                                         const std::vector<torch::Tensor>& parameters);
 // Zeroes the gradients in place, keeping them allocated between steps as libtorch 1.13's
