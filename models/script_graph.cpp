@@ -793,11 +793,20 @@ void fold_dtypes(ScriptGraph& graph, const std::vector<c10::ScalarType>& output_
       for (const jit::Use& use : in->uses()) {
         if (use.user->kind() == c10::prim::dtype) dtype_reads.push_back(use.user);
       }
+      const c10::ScalarType seen = output_dtypes[static_cast<std::size_t>(producer)];
       for (jit::Node* read : dtype_reads) {
-        jit::WithInsertPoint at(read);
-        jit::Value* constant =
-            g.insertConstant(static_cast<std::int64_t>(output_dtypes[static_cast<std::size_t>(producer)]));
-        read->output()->replaceAllUsesWith(constant);
+        jit::Value* dtype = nullptr;
+        if (seen == c10::ScalarType::Float) {
+          if (!segment.reads_activation_dtype) {
+            g.addInput("activation_dtype")->setType(c10::IntType::get());
+            segment.reads_activation_dtype = true;
+          }
+          dtype = g.inputs().back();
+        } else {
+          jit::WithInsertPoint at(read);
+          dtype = g.insertConstant(static_cast<std::int64_t>(seen));
+        }
+        read->output()->replaceAllUsesWith(dtype);
         read->destroy();
       }
       if (in->uses().empty()) {

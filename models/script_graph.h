@@ -45,6 +45,10 @@ struct ScriptSegment {
   // checkpointable as a unit.
   int block = 0;
   std::vector<std::string> called_modules;  // every submodule path its graph calls
+  // fold_dtypes replaced a read of a float32 activation's dtype with its graph's last input: the
+  // caller passes the dtype floating activations have in the step (float32, or bfloat16 where the
+  // parameters are), as `mask.to(x.dtype)` would have read it.
+  bool reads_activation_dtype = false;
 };
 
 struct ScriptGraph {
@@ -68,8 +72,9 @@ void assign_blocks(ScriptGraph& graph, const std::vector<std::vector<int>>& writ
 
 // After a run of the layers: a layer that reads an earlier layer's output only for its dtype
 // (`mask.to(x.dtype)` in every block) gets the dtype that run showed (output_dtypes, per layer) as a
-// constant, so it neither holds that output nor ties the layers between into one block. Drops the
-// inputs left unread; call assign_blocks after it.
+// constant, so it neither holds that output nor ties the layers between into one block; a float32
+// one instead becomes the graph's last input (ScriptSegment::reads_activation_dtype), since under
+// bf16 the same read gives bfloat16. Drops the inputs left unread; call assign_blocks after it.
 void fold_dtypes(ScriptGraph& graph, const std::vector<c10::ScalarType>& output_dtypes);
 
 // The submodule at a dotted path ("" is the module itself); nullopt where there is none.

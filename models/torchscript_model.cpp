@@ -114,12 +114,14 @@ class ScriptModules : public ForeignModules {
   mutable torch::jit::Module module_;
 };
 
+// `activation_dtype`: what the segment's folded dtype reads give (ScriptSegment::reads_activation_dtype).
 torch::Tensor run_segment(torch::jit::GraphFunction& function, const c10::IValue& module,
-                          const std::vector<torch::Tensor>& inputs) {
+                          const std::vector<torch::Tensor>& inputs, std::optional<c10::ScalarType> activation_dtype = {}) {
   torch::jit::Stack stack;
-  stack.reserve(inputs.size() + 1);
+  stack.reserve(inputs.size() + 2);
   stack.emplace_back(module);
   for (const auto& t : inputs) stack.emplace_back(t);
+  if (activation_dtype) stack.emplace_back(static_cast<std::int64_t>(*activation_dtype));
   function.run(stack);
   return stack.back().toTensor();
 }
@@ -352,7 +354,10 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
       for (const auto& t : xs) versions.push_back(t._version());
       for (const auto& t : outputs) versions.push_back(t._version());
       try {
-        outputs.push_back(run_segment(*functions[i], object, in));
+        // The probe runs in float32.
+        outputs.push_back(run_segment(*functions[i], object, in,
+                                      cut.segments[i].reads_activation_dtype ? std::optional(c10::ScalarType::Float)
+                                                                             : std::nullopt));
       } catch (const std::exception& e) {
         throw core::InputError("layer " + cut.segments[i].name + " fails on a batch of " + std::to_string(xs[0].size(0)) +
                                ": " + error_text(e));
@@ -512,8 +517,14 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     }
     std::vector<bool> copied(segment.inputs.size(), false);
     for (std::size_t k = 0; k < segment.inputs.size(); ++k) copied[k] = inputs_written.count(segment.inputs[k]) > 0;
-    layer.forward = [function = functions[i], object, called, batchnorm, copied](const std::vector<torch::Tensor>& given,
-                                                                                   const RunContext& context) {
+    const bool reads_dtype = segment.reads_activation_dtype;
+    layer.forward = [function = functions[i], object, called, batchnorm, copied, reads_dtype](const std::vector<torch::Tensor>& given,
+                                                                                                const RunContext& context) {
+      // Under bf16 every floating activation is bfloat16 (Layer::run casts what a layer reads).
+      const std::optional<c10::ScalarType> dtype =
+          reads_dtype ? std::optional(context.precision == core::Precision::Bf16 ? c10::ScalarType::BFloat16
+                                                                                 : c10::ScalarType::Float)
+                      : std::nullopt;
       std::vector<torch::Tensor> copies;
       if (std::find(copied.begin(), copied.end(), true) != copied.end()) {
         copies = given;
@@ -522,7 +533,7 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
         }
       }
       const std::vector<torch::Tensor>& in = copies.empty() ? given : copies;
-      if (!(batchnorm && context.recomputing)) return run_segment(*function, object, in);
+      if (!(batchnorm && context.recomputing)) return run_segment(*function, object, in, dtype);
       // A checkpointed block's second run: its batch is already in BatchNorm's running statistics.
       // The run updates copies instead (the zoo's BatchNorm skips the update); writing the old
       // values back in place would change tensors the backward saved.
@@ -546,7 +557,7 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
           for (auto& s : swapped) s.module.setattr(s.name, s.original);
         }
       } restore{swapped};
-      return run_segment(*function, object, in);
+      return run_segment(*function, object, in, dtype);
     };
     model.add_layer(std::move(layer));
   }
