@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -47,8 +48,11 @@ TEST(LossScaler, SkipsStepsWithInfOrNanBacksOffAndGrowsAfterCleanSteps) {
   runtime::LossScaler scaler(torch::kCPU, options);
   EXPECT_EQ(scaler.buffer_bytes(), 12);  // scale, growth tracker, inf flag
   EXPECT_FLOAT_EQ(scaler.scale(torch::tensor(0.5f)).item<float>(), 512.0f);
+  // A float16 loss is promoted, as GradScaler's: the default 65536 is past float16's largest.
+  EXPECT_TRUE(std::isfinite(runtime::LossScaler(torch::kCPU).scale(torch::tensor(1.0f).to(torch::kHalf)).item<float>()));
+  // A scalar parameter's gradient is 0-dimensional; a missing one is skipped.
   const auto scaled = [&](float by) {
-    return std::vector<torch::Tensor>{torch::full({4}, 3 * by), torch::full({2, 2}, -by), torch::Tensor()};
+    return std::vector<torch::Tensor>{torch::full({4}, 3 * by), torch::full({2, 2}, -by), torch::Tensor(), torch::tensor(by)};
   };
   const auto expect_scale = [&](double expected) { EXPECT_EQ(scaler.current_scale(), expected); };
 
@@ -69,6 +73,7 @@ TEST(LossScaler, SkipsStepsWithInfOrNanBacksOffAndGrowsAfterCleanSteps) {
     EXPECT_TRUE(scaler.unscale(gradients));
     EXPECT_TRUE(torch::equal(gradients[0], torch::full({4}, 3.0f)));
     EXPECT_TRUE(torch::equal(gradients[1], torch::full({2, 2}, -1.0f)));
+    EXPECT_EQ(gradients[3].item<float>(), 1.0f);
     scaler.update();
     expect_scale(step < 2 ? 256 : 512);
   }
