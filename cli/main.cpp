@@ -47,6 +47,9 @@ int main(int argc, char** argv) {
   plan->add_option("--bucket-cap", plan_args.bucket_cap, "gradients are all-reduced in buckets of at least this size (default 25MiB)");
   plan->add_flag("--no-rescale", plan_args.no_rescale,
                  "keep the trace's times where this machine runs the calibration's kernels at another speed");
+  plan->add_option("--precision", plan_args.precision,
+                   "plan the step in this one of the precisions the trace measured (default: the trace's own; "
+                   "a trace of several prints each one's plan beside the chosen)");
   plan->add_option("-o,--output", plan_args.output, "plan file to write")->required();
 
   cli::SimulateArgs simulate_args;

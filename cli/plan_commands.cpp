@@ -12,6 +12,7 @@
 #include "core/sha256.h"
 #include "core/statistics.h"
 #include "core/trace.h"
+#include "core/trace_precisions.h"
 #include "core/units.h"
 #include "planner/l2l_model.h"
 #include "planner/plan_for_machine.h"
@@ -45,7 +46,12 @@ core::TimesHere times_on_this_machine(const core::Trace& trace, bool no_rescale,
 }  // namespace
 
 int run_plan(const PlanArgs& args) {
-  const core::Trace recorded = core::read_trace_file(args.trace);
+  const core::Trace file = core::read_trace_file(args.trace);
+  // A trace of several precisions: the one asked for first (its figures are the plan's).
+  const core::Trace recorded =
+      args.precision.empty()
+          ? file
+          : core::with_precision_first(file, core::parse_precision(args.precision, "--precision"), "--precision: " + args.trace);
   const core::TimesHere here = times_on_this_machine(recorded, args.no_rescale, args.calibrate_here);
   const core::Trace& trace = here.rescaled ? *here.rescaled : recorded;
   planner::PlanRequest request;
@@ -124,6 +130,9 @@ int run_plan(const PlanArgs& args) {
     const auto strategy = technique->strategy();
     const bool named = !all && strategy && request.strategies.contains(*strategy);
     std::cout << technique->after_summary(trace, *outcome.plan, request, named);
+  }
+  if (!trace.other_precisions.empty()) {
+    std::cout << "\n" << report::render_precision_comparison(planner::plan_each_precision(trace, request, machine), trace.precision);
   }
   return 0;
 }

@@ -21,6 +21,7 @@ struct PlanArgs {
   std::string link;         // "25GB/s,5us"; empty: the trace's measured link
   std::string bucket_cap;   // empty: 25 MiB
   bool no_rescale = false;  // keep the trace's times where this machine's speed differs
+  std::string precision;    // which of the trace's precisions the plan is for; empty: the trace's own
   // Times this machine for the trace (cli/calibration_child.h, given by main); unset: no comparison.
   std::function<std::optional<core::Calibration>(const core::Trace&)> calibrate_here;
 };

@@ -176,14 +176,45 @@ std::string one_decimal(double value) {
   return text;
 }
 
+// "fp32,bf16-autocast" as precisions, each once.
+std::vector<core::Precision> parse_precisions(const std::string& text) {
+  std::vector<core::Precision> out;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ',') continue;
+    const core::Precision precision = core::parse_precision(text.substr(start, i - start), "--precision");
+    if (std::find(out.begin(), out.end(), precision) != out.end()) {
+      throw core::InputError("--precision: " + std::string(core::precision_name(precision)) + " is named twice");
+    }
+    out.push_back(precision);
+    start = i + 1;
+  }
+  return out;
+}
+
 // `gpu_step` receives the last profiled step at the largest batch size when profiling on CUDA.
+// Several precisions are profiled in turn, each on a model built afresh (float32 weights as seeded),
+// into one trace: the first's, holding the others.
 core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStepRecord>& gpu_step) {
   profiler::ProfileOptions options = args.options;
   options.batch_sizes = parse_batch_sizes(args.batch_sizes);
-  options.precision = core::parse_precision(args.precision, "--precision");
-  models::Model model = args.torchscript.empty()
-                            ? models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed)
-                            : load_torchscript(args);
+  const std::vector<core::Precision> precisions = parse_precisions(args.precision);
+  if (precisions.size() > 1 && options.device == "cuda") {
+    // The caching allocator would keep the first precision's blocks reserved while the next is
+    // measured, and the reserve is what a CUDA trace's device figures read.
+    throw core::InputError("--precision: several precisions are profiled in one process on the CPU only; on cuda the "
+                           "caching allocator keeps the first one's memory reserved: profile one precision at a time");
+  }
+  const auto build = [&args] {
+    return args.torchscript.empty() ? models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed)
+                                    : load_torchscript(args);
+  };
+  std::optional<models::Model> model(build());
+  // Every precision asked for is refused or accepted before the first is measured.
+  for (const core::Precision precision : precisions) {
+    options.precision = precision;
+    profiler::check_profile_options(*model, options);
+  }
   std::string threads_note;
   if (options.threads == 0 && options.device == "cpu") {
     // Only idle cores: a thread on a core another process keeps busy makes every parallel region
@@ -197,39 +228,51 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
                      std::to_string(cores.usable) + " to use all of them)";
     }
   }
-  ProgressPrinter printer(model.name());
-  // Said once profiling starts: a bad input is refused with its one line alone.
-  options.on_progress = [&printer, &threads_note](const profiler::Progress& p) {
-    if (!threads_note.empty()) std::cerr << std::exchange(threads_note, std::string()) << "\n";
-    printer(p);
-  };
   options.on_gpu_step = [&gpu_step, largest = options.batch_sizes.back()](std::int64_t batch,
                                                                           const profiler::GpuStepRecord& record) {
-    if (batch == largest) gpu_step = record;
+    if (batch == largest && !gpu_step) gpu_step = record;
   };
   const runtime::CpuUsage before = runtime::cpu_usage_now();
-  core::Trace trace = profiler::profile(model, options);
+  std::optional<core::Trace> trace;
+  for (std::size_t k = 0; k < precisions.size(); ++k) {
+    options.precision = precisions[k];
+    if (k > 0) model.emplace(build());
+    ProgressPrinter printer(model->name() + (precisions.size() > 1 ? " in " + std::string(core::precision_name(precisions[k])) : ""));
+    // Said once profiling starts: a bad input is refused with its one line alone.
+    options.on_progress = [&printer, &threads_note](const profiler::Progress& p) {
+      if (!threads_note.empty()) std::cerr << std::exchange(threads_note, std::string()) << "\n";
+      printer(p);
+    };
+    core::Trace measured = profiler::profile(*model, options);
+    if (!trace) {
+      trace = std::move(measured);
+    } else {
+      trace->other_precisions.push_back(std::move(measured));
+    }
+  }
   const double others = runtime::cores_busy_with_others(before, runtime::cpu_usage_now());
   if (options.device == "cpu" && runtime::cores_taken(others) > 0) {
     std::cerr << "warning: other processes kept " << one_decimal(others) << " cores busy on average while "
               << "profiling: the trace's times were measured sharing the machine's caches and memory with them; "
               << "profile again on a quiet machine for its own\n";
-  } else if (trace.calibration && !trace.device.is_cuda()) {
+  } else if (trace->calibration && !trace->device.is_cuda()) {
     // The newest timing of this machine at these threads: the plan made next compares the trace with
     // it rather than with an older cached one (this machine's memory moves 20-40% within minutes; an
     // hour-old cache would rescale a fresh trace to the machine as it was then). Not where other
     // processes shared the machine: that is not its speed. `execute` times the machine again before
     // and after its run either way.
-    runtime::save_cached_calibration(*trace.calibration);
+    runtime::save_cached_calibration(*trace->calibration);
   }
-  return trace;
+  return std::move(*trace);
 }
 
-void print_trace_summary(const core::Trace& trace) {
+// `name_precision`: say the precision even where it is fp32 (a trace of several).
+void print_trace_summary(const core::Trace& trace, bool name_precision) {
   std::cout << trace.model.name << " on " << trace.device.name << ", optimizer " << trace.optimizer.name
             << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads
             << (trace.profile.threads == 1 ? " thread" : " threads")
-            << (trace.precision != core::Precision::Fp32 ? ", " + std::string(core::precision_name(trace.precision)) : std::string())
+            << (name_precision || trace.precision != core::Precision::Fp32 ? ", " + std::string(core::precision_name(trace.precision))
+                                                                           : std::string())
             << "\n";
   if (!trace.device.is_cuda() && trace.device.host_to_device_bytes_per_s > 0) {
     std::cout << report::describe_copy_link(trace.device) << " (the relay's memcpys, past the caches: what times L2L's copies)\n";
@@ -263,7 +306,8 @@ void add_profile_options(CLI::App& command, ProfileArgs& args) {
   command.add_option("--threads", args.options.threads,
                      "intra-op CPU threads (default: the cores this process may use that other processes do not keep busy; execute runs the step at the same)");
   command.add_option("--precision", args.precision,
-                     "the precision the step runs in: fp32 (the default); bf16-autocast (forward and loss under "
+                     "the precision the step runs in, or several comma-separated, each profiled into the one trace "
+                     "(plan --precision picks one): fp32 (the default); bf16-autocast (forward and loss under "
                      "autocast to bfloat16, backward outside; parameters, gradients and optimizer state in float32); "
                      "bf16 (parameters, activations and gradients in bfloat16, the loss in float32, the optimizer "
                      "updating float32 master weights); the trace and its plans hold for it alone");
@@ -393,6 +437,8 @@ int main(int argc, char** argv) {
       if (args.measure_link) {
         std::cerr << "measuring the loopback link (Gloo all-reduce, 2 workers)\n";
         trace.link = executor::measure_loopback_link();
+        // The machine's link, whichever precision a plan picks.
+        for (auto& other : trace.other_precisions) other.link = trace.link;
         std::cerr << "link: " << core::format_link(*trace.link) << "\n";
       }
       std::vector<std::pair<std::filesystem::path, std::string>> outputs;
@@ -407,7 +453,12 @@ int main(int argc, char** argv) {
         outputs.emplace_back(args.chrome, chrome.to_json().dump() + "\n");
       }
       core::write_files_together(outputs);
-      print_trace_summary(trace);
+      const bool several = !trace.other_precisions.empty();
+      print_trace_summary(trace, several);
+      for (const auto& other : trace.other_precisions) {
+        std::cout << "\n";
+        print_trace_summary(other, several);
+      }
       if (!args.output.empty()) std::cout << "\ntrace written to " << args.output << "\n";
     }
     return cli::kExitOk;

@@ -295,11 +295,15 @@ Trace load_plan_trace(const Plan& plan, const std::filesystem::path& plan_file) 
                      digest.substr(0, 12) + "..., the plan expects " + plan.trace_sha256.substr(0, 12) + "...)");
   }
   Trace trace = trace_from_json(parse_json(text, path.string()), path.string());
-  if (trace.precision != plan.precision) {
+  // A trace of several precisions: the plan's figures are those of the one it was made for.
+  const Trace* measured = trace.in_precision(plan.precision);
+  if (measured == nullptr) {
     throw InputError(plan_file.string() + ": the plan runs the step in " + std::string(precision_name(plan.precision)) +
-                     " but its trace was measured in " + std::string(precision_name(trace.precision)));
+                     " but its trace was measured in " + trace.precision_list());
   }
-  return trace;
+  if (measured == &trace) return trace;
+  Trace chosen = *measured;
+  return chosen;
 }
 
 void write_plan_file(const std::filesystem::path& path, const Plan& plan) {

@@ -124,7 +124,9 @@ Trace rescaled(const Trace& trace, const SpeedRatio& ratio, const Calibration& h
   return out;
 }
 
-TimesHere times_here(const Trace& trace, const std::optional<Calibration>& here, bool rescale) {
+namespace {
+
+TimesHere times_here_alone(const Trace& trace, const std::optional<Calibration>& here, bool rescale) {
   TimesHere out{std::nullopt, trace.calibration, ""};
   if (!trace.calibration) {
     out.note = "the trace has no calibration (recorded before headroom timed machines): its times are " + trace.device.name +
@@ -145,6 +147,26 @@ TimesHere times_here(const Trace& trace, const std::optional<Calibration>& here,
   out.rescaled = rescaled(trace, ratio, *here);
   out.calibration = here;
   out.note += "; times rescaled to this machine (--no-rescale keeps the trace's)";
+  return out;
+}
+
+}  // namespace
+
+TimesHere times_here(const Trace& trace, const std::optional<Calibration>& here, bool rescale) {
+  TimesHere out = times_here_alone(trace, here, rescale);
+  if (trace.other_precisions.empty() || !rescale) return out;
+  // The trace's other precisions were profiled (and timed) apart: each is rescaled by its own
+  // calibration, so a comparison of them holds for this machine as the chosen one does.
+  Trace whole = out.rescaled ? std::move(*out.rescaled) : trace;
+  bool changed = out.rescaled.has_value();
+  for (auto& other : whole.other_precisions) {
+    TimesHere moved = times_here_alone(other, here, true);
+    if (moved.rescaled) {
+      other = std::move(*moved.rescaled);
+      changed = true;
+    }
+  }
+  if (changed) out.rescaled = std::move(whole);
   return out;
 }
 

@@ -30,6 +30,26 @@ std::int64_t DeviceInfo::device_to_host_ns(std::int64_t bytes, std::int64_t copi
   return copy_ns(bytes, copies, device_to_host_bytes_per_s, device_to_host_latency_ns);
 }
 
+const Trace* Trace::in_precision(Precision wanted) const {
+  if (precision == wanted) return this;
+  for (const auto& other : other_precisions) {
+    if (other.precision == wanted) return &other;
+  }
+  return nullptr;
+}
+
+std::vector<Precision> Trace::precisions() const {
+  std::vector<Precision> out{precision};
+  for (const auto& other : other_precisions) out.push_back(other.precision);
+  return out;
+}
+
+std::string Trace::precision_list(std::string_view separator) const {
+  std::string out;
+  for (const Precision p : precisions()) out += (out.empty() ? "" : std::string(separator)) + std::string(precision_name(p));
+  return out;
+}
+
 std::int64_t Trace::param_bytes() const {
   std::int64_t total = 0;
   for (const auto& layer : layers) total += layer.param_bytes;
@@ -209,6 +229,11 @@ nlohmann::json to_json(const Trace& trace) {
   }
   if (trace.contrastive_loss) document["contrastive_loss"] = to_json(*trace.contrastive_loss);
   if (trace.calibration) document["calibration"] = to_json(*trace.calibration);
+  if (!trace.other_precisions.empty()) {
+    nlohmann::json others = nlohmann::json::array();
+    for (const auto& other : trace.other_precisions) others.push_back(to_json(other));
+    document["other_precisions"] = std::move(others);
+  }
   return document;
 }
 
@@ -425,146 +450,183 @@ std::vector<StepSample> read_steps(const JsonNode& steps, const std::vector<std:
 
 }  // namespace
 
+namespace {
+
+Trace read_trace(const JsonNode& root, bool nested) {
+  expect_schema(root, kTraceSchema);
+  Trace trace;
+
+  const auto model = root.at("model");
+  trace.model.name = model.at("name").as_string();
+  if (trace.model.name.empty()) model.at("name").fail("expected a non-empty model name");
+  const auto config = model.at("config");
+  config.expect_object();
+  for (const auto& [key, value] : config.raw().items()) {
+    trace.model.config[key] = config_value_from_json(JsonNode(value, config.path() + "." + key));
+  }
+  if (model.has("file")) {
+    const auto file = model.at("file");
+    ModelFile f{file.at("path").as_string(), file.at("sha256").as_string()};
+    if (f.path.empty() || f.path.size() > 4096) file.at("path").fail("expected a file path of 1 to 4096 characters");
+    const bool hex = f.sha256.size() == 64 && f.sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (!hex) file.at("sha256").fail("expected 64 lower-case hex digits");
+    trace.model.file = std::move(f);
+  }
+
+  const auto device = root.at("device");
+  trace.device.kind = device.at("kind").as_string();
+  if (trace.device.kind != "cpu" && trace.device.kind != "cuda") {
+    device.at("kind").fail("expected \"cpu\" or \"cuda\", got \"" + trace.device.kind + "\"");
+  }
+  trace.device.name = device.at("name").as_string();
+  trace.device.total_memory_bytes = as_bytes(device.at("total_memory_bytes"));
+  if (trace.device.is_cuda()) trace.device.sm_count = as_count(device.at("sm_count"));
+  // A CPU trace from before the memcpy bandwidth was measured has none (0: copies not timed).
+  if (trace.device.is_cuda() || device.has("host_to_device_bytes_per_s") || device.has("device_to_host_bytes_per_s")) {
+    trace.device.host_to_device_bytes_per_s = device.at("host_to_device_bytes_per_s").as_double();
+    trace.device.device_to_host_bytes_per_s = device.at("device_to_host_bytes_per_s").as_double();
+    for (const char* key : {"host_to_device_bytes_per_s", "device_to_host_bytes_per_s"}) {
+      const double v = device.at(key).as_double();
+      if (!(v > 0 && v <= 1e14)) device.at(key).fail("expected a positive bandwidth, at most 1e14 bytes/s");
+    }
+    // Traces from before the latency was measured have none: their copies are timed by bandwidth alone.
+    if (device.has("host_to_device_latency_ns")) {
+      trace.device.host_to_device_latency_ns = device.at("host_to_device_latency_ns").as_int_in(0, 10'000'000'000);
+    }
+    if (device.has("device_to_host_latency_ns")) {
+      trace.device.device_to_host_latency_ns = device.at("device_to_host_latency_ns").as_int_in(0, 10'000'000'000);
+    }
+  }
+
+  const auto framework = root.at("framework");
+  framework.expect_object();
+  for (const auto& [key, value] : framework.raw().items()) {
+    trace.framework[key] = JsonNode(value, framework.path() + "." + key).as_string();
+  }
+  // What recorded the trace, shown with it.
+  for (const char* key : {"headroom", "torch"}) framework.at(key).as_string();
+
+  if (root.has("host_memory")) {
+    const auto host = root.at("host_memory");
+    host.expect_object();
+    trace.host_memory_regime = host.at("regime").as_string();
+    if (trace.host_memory_regime.empty()) host.at("regime").fail("expected a non-empty regime");
+  }
+  if (root.has("precision")) trace.precision = read_precision(root.at("precision"));
+  if (root.has("checkpoint_state_bytes")) {
+    // An RNG state: kilobytes (a CPU generator's is 5 KiB).
+    trace.checkpoint_state_bytes = root.at("checkpoint_state_bytes").as_int_in(0, std::int64_t{1} << 24);
+  }
+  if (root.has("model_extra_bytes")) trace.model_extra_bytes = as_bytes(root.at("model_extra_bytes"));
+  if (root.has("link")) {
+    const auto link = root.at("link");
+    CollectiveLink l;
+    l.bytes_per_second = link.at("bytes_per_second").as_double();
+    if (!(l.bytes_per_second >= 1 && l.bytes_per_second <= 1e14)) {
+      link.at("bytes_per_second").fail("expected from 1 to 1e14 bytes per second");
+    }
+    l.latency_ns = link.at("latency_ns").as_int_in(0, 10'000'000'000);
+    l.source = link.at("source").as_string();
+    trace.link = l;
+  }
+  trace.extras_recorded = root.has("model_extra_bytes") && root.has("checkpoint_state_bytes");
+  if (root.has("calibration")) trace.calibration = read_calibration(root.at("calibration"));
+
+  const auto optimizer = root.at("optimizer");
+  trace.optimizer.name = optimizer.at("name").as_string();
+  if (!is_known(kOptimizerNames, trace.optimizer.name)) {
+    optimizer.at("name").fail("unknown optimizer '" + trace.optimizer.name + "' (known: " + name_list(kOptimizerNames) + ")");
+  }
+  trace.optimizer.state_bytes = as_bytes(optimizer.at("state_bytes"));
+  trace.optimizer.state_bytes_per_param = optimizer.at("state_bytes_per_param").as_double();
+  if (!(trace.optimizer.state_bytes_per_param >= 0 && trace.optimizer.state_bytes_per_param <= 1024)) {
+    optimizer.at("state_bytes_per_param").fail("expected a number from 0 to 1024");
+  }
+
+  const auto profile = root.at("profile");
+  trace.profile.warmup_steps = as_count(profile.at("warmup_steps"));
+  trace.profile.repeats = as_count(profile.at("repeats"));
+  trace.profile.seed = static_cast<std::uint64_t>(profile.at("seed").as_non_negative_int());
+  trace.profile.threads = as_count(profile.at("threads"));
+  trace.profile.recorded_at = profile.at("recorded_at").as_string();
+
+  const auto batch_sizes = root.at("batch_sizes");
+  for (const auto& b : batch_sizes.elements()) {
+    const std::int64_t v = as_batch(b);
+    if (!trace.batch_sizes.empty() && v <= trace.batch_sizes.back()) {
+      b.fail("batch sizes must be strictly ascending");
+    }
+    trace.batch_sizes.push_back(v);
+  }
+  if (trace.batch_sizes.empty()) batch_sizes.fail("expected at least one batch size");
+
+  const auto layers = root.at("layers").elements();
+  if (layers.empty()) root.at("layers").fail("expected at least one layer");
+  if (static_cast<std::int64_t>(layers.size()) > kMaxTraceLayers) {
+    root.at("layers").fail("expected at most " + std::to_string(kMaxTraceLayers) + " layers, got " + std::to_string(layers.size()));
+  }
+  std::map<std::string, std::size_t> names;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    trace.layers.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes, trace.device.is_cuda(), !trace.model.file));
+    // Plans, reports and the desktop app name layers: a name must say which one.
+    const auto [earlier, fresh] = names.emplace(trace.layers.back().name, i);
+    if (!fresh) {
+      layers[i].at("name").fail("'" + trace.layers.back().name + "' is already the name of layer " +
+                                std::to_string(earlier->second));
+    }
+  }
+
+  trace.steps = read_steps(root.at("steps"), trace.batch_sizes, trace.device.is_cuda());
+  // A Tempo pass measures whole steps as well as its lean layers: both or neither.
+  const bool lean_layers =
+      std::any_of(trace.layers.begin(), trace.layers.end(), [](const LayerProfile& l) { return l.tempo.has_value(); });
+  if (root.has("tempo_steps")) {
+    if (!lean_layers) root.at("tempo_steps").fail("unexpected: no layer has a \"tempo\" profile");
+    trace.tempo_steps = read_steps(root.at("tempo_steps"), trace.batch_sizes, trace.device.is_cuda());
+  } else if (lean_layers) {
+    root.fail("missing \"tempo_steps\" (layers have \"tempo\" profiles)");
+  }
+  if (root.has("contrastive_loss")) {
+    trace.contrastive_loss = read_contrastive_profile(root.at("contrastive_loss"), trace.layers.size());
+  }
+  if (root.has("other_precisions")) {
+    if (nested) root.at("other_precisions").fail("unexpected: a trace in other_precisions holds no further ones");
+    for (const auto& element : root.at("other_precisions").elements()) {
+      Trace other = read_trace(element, true);
+      if (trace.in_precision(other.precision) != nullptr) {
+        element.fail("precision " + std::string(precision_name(other.precision)) + " is measured twice");
+      }
+      // The same model: plans of either precision name the same layers and blocks.
+      bool same = other.model.name == trace.model.name && other.layers.size() == trace.layers.size();
+      for (std::size_t i = 0; same && i < trace.layers.size(); ++i) {
+        same = other.layers[i].name == trace.layers[i].name && other.layers[i].block == trace.layers[i].block &&
+               other.layers[i].inputs == trace.layers[i].inputs;
+      }
+      if (!same) element.at("layers").fail("expected the same model's layers as the trace's own (" + trace.model.name + ")");
+      // Measured alike but for the precision: a comparison of them, and a plan's choice between them,
+      // then differ by the precision alone.
+      if (!(other.model == trace.model)) element.at("model").fail("expected the trace's own model, its configuration and file");
+      if (other.device.kind != trace.device.kind || other.device.name != trace.device.name) {
+        element.at("device").fail("expected the trace's own device (" + trace.device.name + ")");
+      }
+      if (other.profile.threads != trace.profile.threads) {
+        element.at("profile").at("threads").fail("expected the trace's own threads (" + std::to_string(trace.profile.threads) + ")");
+      }
+      if (other.optimizer.name != trace.optimizer.name) {
+        element.at("optimizer").at("name").fail("expected the trace's own optimizer (" + trace.optimizer.name + ")");
+      }
+      if (other.batch_sizes != trace.batch_sizes) element.at("batch_sizes").fail("expected the trace's own batch sizes");
+      trace.other_precisions.push_back(std::move(other));
+    }
+  }
+  return trace;
+}
+
+}  // namespace
+
 Trace trace_from_json(const nlohmann::json& document, std::string_view source) {
   try {
-    const JsonNode root(document, "$");
-    expect_schema(root, kTraceSchema);
-    Trace trace;
-
-    const auto model = root.at("model");
-    trace.model.name = model.at("name").as_string();
-    if (trace.model.name.empty()) model.at("name").fail("expected a non-empty model name");
-    const auto config = model.at("config");
-    config.expect_object();
-    for (const auto& [key, value] : config.raw().items()) {
-      trace.model.config[key] = config_value_from_json(JsonNode(value, config.path() + "." + key));
-    }
-    if (model.has("file")) {
-      const auto file = model.at("file");
-      ModelFile f{file.at("path").as_string(), file.at("sha256").as_string()};
-      if (f.path.empty() || f.path.size() > 4096) file.at("path").fail("expected a file path of 1 to 4096 characters");
-      const bool hex = f.sha256.size() == 64 && f.sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
-      if (!hex) file.at("sha256").fail("expected 64 lower-case hex digits");
-      trace.model.file = std::move(f);
-    }
-
-    const auto device = root.at("device");
-    trace.device.kind = device.at("kind").as_string();
-    if (trace.device.kind != "cpu" && trace.device.kind != "cuda") {
-      device.at("kind").fail("expected \"cpu\" or \"cuda\", got \"" + trace.device.kind + "\"");
-    }
-    trace.device.name = device.at("name").as_string();
-    trace.device.total_memory_bytes = as_bytes(device.at("total_memory_bytes"));
-    if (trace.device.is_cuda()) trace.device.sm_count = as_count(device.at("sm_count"));
-    // A CPU trace from before the memcpy bandwidth was measured has none (0: copies not timed).
-    if (trace.device.is_cuda() || device.has("host_to_device_bytes_per_s") || device.has("device_to_host_bytes_per_s")) {
-      trace.device.host_to_device_bytes_per_s = device.at("host_to_device_bytes_per_s").as_double();
-      trace.device.device_to_host_bytes_per_s = device.at("device_to_host_bytes_per_s").as_double();
-      for (const char* key : {"host_to_device_bytes_per_s", "device_to_host_bytes_per_s"}) {
-        const double v = device.at(key).as_double();
-        if (!(v > 0 && v <= 1e14)) device.at(key).fail("expected a positive bandwidth, at most 1e14 bytes/s");
-      }
-      // Traces from before the latency was measured have none: their copies are timed by bandwidth alone.
-      if (device.has("host_to_device_latency_ns")) {
-        trace.device.host_to_device_latency_ns = device.at("host_to_device_latency_ns").as_int_in(0, 10'000'000'000);
-      }
-      if (device.has("device_to_host_latency_ns")) {
-        trace.device.device_to_host_latency_ns = device.at("device_to_host_latency_ns").as_int_in(0, 10'000'000'000);
-      }
-    }
-
-    const auto framework = root.at("framework");
-    framework.expect_object();
-    for (const auto& [key, value] : framework.raw().items()) {
-      trace.framework[key] = JsonNode(value, framework.path() + "." + key).as_string();
-    }
-    // What recorded the trace, shown with it.
-    for (const char* key : {"headroom", "torch"}) framework.at(key).as_string();
-
-    if (root.has("host_memory")) {
-      const auto host = root.at("host_memory");
-      host.expect_object();
-      trace.host_memory_regime = host.at("regime").as_string();
-      if (trace.host_memory_regime.empty()) host.at("regime").fail("expected a non-empty regime");
-    }
-    if (root.has("precision")) trace.precision = read_precision(root.at("precision"));
-    if (root.has("checkpoint_state_bytes")) {
-      // An RNG state: kilobytes (a CPU generator's is 5 KiB).
-      trace.checkpoint_state_bytes = root.at("checkpoint_state_bytes").as_int_in(0, std::int64_t{1} << 24);
-    }
-    if (root.has("model_extra_bytes")) trace.model_extra_bytes = as_bytes(root.at("model_extra_bytes"));
-    if (root.has("link")) {
-      const auto link = root.at("link");
-      CollectiveLink l;
-      l.bytes_per_second = link.at("bytes_per_second").as_double();
-      if (!(l.bytes_per_second >= 1 && l.bytes_per_second <= 1e14)) {
-        link.at("bytes_per_second").fail("expected from 1 to 1e14 bytes per second");
-      }
-      l.latency_ns = link.at("latency_ns").as_int_in(0, 10'000'000'000);
-      l.source = link.at("source").as_string();
-      trace.link = l;
-    }
-    trace.extras_recorded = root.has("model_extra_bytes") && root.has("checkpoint_state_bytes");
-    if (root.has("calibration")) trace.calibration = read_calibration(root.at("calibration"));
-
-    const auto optimizer = root.at("optimizer");
-    trace.optimizer.name = optimizer.at("name").as_string();
-    if (!is_known(kOptimizerNames, trace.optimizer.name)) {
-      optimizer.at("name").fail("unknown optimizer '" + trace.optimizer.name + "' (known: " + name_list(kOptimizerNames) + ")");
-    }
-    trace.optimizer.state_bytes = as_bytes(optimizer.at("state_bytes"));
-    trace.optimizer.state_bytes_per_param = optimizer.at("state_bytes_per_param").as_double();
-    if (!(trace.optimizer.state_bytes_per_param >= 0 && trace.optimizer.state_bytes_per_param <= 1024)) {
-      optimizer.at("state_bytes_per_param").fail("expected a number from 0 to 1024");
-    }
-
-    const auto profile = root.at("profile");
-    trace.profile.warmup_steps = as_count(profile.at("warmup_steps"));
-    trace.profile.repeats = as_count(profile.at("repeats"));
-    trace.profile.seed = static_cast<std::uint64_t>(profile.at("seed").as_non_negative_int());
-    trace.profile.threads = as_count(profile.at("threads"));
-    trace.profile.recorded_at = profile.at("recorded_at").as_string();
-
-    const auto batch_sizes = root.at("batch_sizes");
-    for (const auto& b : batch_sizes.elements()) {
-      const std::int64_t v = as_batch(b);
-      if (!trace.batch_sizes.empty() && v <= trace.batch_sizes.back()) {
-        b.fail("batch sizes must be strictly ascending");
-      }
-      trace.batch_sizes.push_back(v);
-    }
-    if (trace.batch_sizes.empty()) batch_sizes.fail("expected at least one batch size");
-
-    const auto layers = root.at("layers").elements();
-    if (layers.empty()) root.at("layers").fail("expected at least one layer");
-    if (static_cast<std::int64_t>(layers.size()) > kMaxTraceLayers) {
-      root.at("layers").fail("expected at most " + std::to_string(kMaxTraceLayers) + " layers, got " + std::to_string(layers.size()));
-    }
-    std::map<std::string, std::size_t> names;
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      trace.layers.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes, trace.device.is_cuda(), !trace.model.file));
-      // Plans, reports and the desktop app name layers: a name must say which one.
-      const auto [earlier, fresh] = names.emplace(trace.layers.back().name, i);
-      if (!fresh) {
-        layers[i].at("name").fail("'" + trace.layers.back().name + "' is already the name of layer " +
-                                  std::to_string(earlier->second));
-      }
-    }
-
-    trace.steps = read_steps(root.at("steps"), trace.batch_sizes, trace.device.is_cuda());
-    // A Tempo pass measures whole steps as well as its lean layers: both or neither.
-    const bool lean_layers =
-        std::any_of(trace.layers.begin(), trace.layers.end(), [](const LayerProfile& l) { return l.tempo.has_value(); });
-    if (root.has("tempo_steps")) {
-      if (!lean_layers) root.at("tempo_steps").fail("unexpected: no layer has a \"tempo\" profile");
-      trace.tempo_steps = read_steps(root.at("tempo_steps"), trace.batch_sizes, trace.device.is_cuda());
-    } else if (lean_layers) {
-      root.fail("missing \"tempo_steps\" (layers have \"tempo\" profiles)");
-    }
-    if (root.has("contrastive_loss")) {
-      trace.contrastive_loss = read_contrastive_profile(root.at("contrastive_loss"), trace.layers.size());
-    }
-    return trace;
+    return read_trace(JsonNode(document, "$"), false);
   } catch (const InputError& e) {
     throw InputError(std::string(source) + ": " + e.what());
   }

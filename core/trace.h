@@ -259,8 +259,20 @@ struct Trace {
   // How fast the machine that profiled ran the calibration's kernels, at the trace's threads, timed
   // before each batch size and at the end; absent in traces from before it was recorded.
   std::optional<Calibration> calibration;
+  // The same model profiled in further precisions (`profile --precision fp32,bf16-autocast`), each a
+  // whole trace of its own with a distinct precision and none of its own further ones. Plans use
+  // this trace's precision unless told another (`plan --precision`); which one is the user's
+  // decision, since it changes the numerics.
+  std::vector<Trace> other_precisions;
 
   bool operator==(const Trace&) const = default;
+
+  // This trace or the one of other_precisions measured in `precision`; nullptr where none was.
+  const Trace* in_precision(Precision precision) const;
+  // The precisions measured: this trace's first, then other_precisions' in order.
+  std::vector<Precision> precisions() const;
+  // "fp32" or "fp32, bf16-autocast", for messages.
+  std::string precision_list(std::string_view separator = ", ") const;
 
   std::int64_t param_bytes() const;
   bool has_tempo() const { return !tempo_steps.empty(); }

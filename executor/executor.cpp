@@ -526,13 +526,16 @@ void note_machine_speed(core::Report& report) {
 
 }  // namespace
 
-core::Report execute(const core::Plan& plan, const core::Trace& trace, const std::string& plan_path,
+core::Report execute(const core::Plan& plan, const core::Trace& measured, const std::string& plan_path,
                      const ExecuteOptions& options) {
   validate(options);
-  if (plan.precision != trace.precision) {
+  // A trace of several precisions: the step runs in the plan's, with that one's figures.
+  const core::Trace* in_precision = measured.in_precision(plan.precision);
+  if (in_precision == nullptr) {
     throw core::InputError(plan_path + ": the plan runs the step in " + std::string(core::precision_name(plan.precision)) +
-                           " but its trace was measured in " + std::string(core::precision_name(trace.precision)));
+                           " but its trace was measured in " + measured.precision_list());
   }
+  const core::Trace& trace = *in_precision;
   const torch::Device device = resolve_device(options.device);
   // Run in the regime the profiler measured in, and say when the trace was measured in another.
   const std::string regime = core::enter_host_memory_regime();
@@ -542,6 +545,10 @@ core::Report execute(const core::Plan& plan, const core::Trace& trace, const std
     report.warnings.push_back(warning);
   }
   const Datasets data = load_datasets(options);
+  if (plan.choice.workers() > 1 && trace.precision == core::Precision::Bf16) {
+    throw core::InputError(plan_path + ": data parallel all-reduces the gradients, and a bf16 step's are bfloat16, which "
+                           "Gloo in libtorch 1.13 cannot sum");
+  }
   if (options.workers != plan.choice.workers()) {
     throw core::InputError("world_size: the plan is for " + std::to_string(plan.choice.workers()) + " worker(s), got " +
                            std::to_string(options.workers));

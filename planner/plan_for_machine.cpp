@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/cost_model.h"
+#include "core/errors.h"
 #include "core/host_memory.h"
 #include "core/rescale.h"
 #include "planner/layer_graph.h"
@@ -62,6 +63,33 @@ PlanOutcome plan_for_machine(const core::Trace& trace, const PlanRequest& reques
   plan.threads = std::max(trace.profile.threads, 1);
   if (machine.time_by_class) add_time_by_class(trace, plan);
   return outcome;
+}
+
+std::vector<PrecisionPlan> plan_each_precision(const core::Trace& trace, const PlanRequest& request,
+                                               const PlanningMachine& machine) {
+  std::vector<PrecisionPlan> out;
+  for (const core::Precision precision : trace.precisions()) {
+    core::Trace alone = *trace.in_precision(precision);
+    alone.other_precisions.clear();
+    PlanningMachine at = machine;
+    at.calibration = alone.calibration;
+    at.time_by_class = false;  // a comparison: the chosen plan carries its own
+    if (precision != trace.precision) at.times_note.clear();
+    PrecisionPlan row;
+    row.precision = precision;
+    try {
+      PlanOutcome outcome = plan_for_machine(alone, request, at);
+      if (outcome.plan) {
+        row.plan = std::move(outcome.plan);
+      } else {
+        row.why_not = outcome.reason;
+      }
+    } catch (const core::InputError& e) {
+      row.why_not = e.what();
+    }
+    out.push_back(std::move(row));
+  }
+  return out;
 }
 
 }  // namespace headroom::planner

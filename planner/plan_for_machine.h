@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/calibration.h"
 #include "core/trace.h"
@@ -41,5 +42,17 @@ PlanOutcome plan_for_machine(const core::Trace& trace, const PlanRequest& reques
 // at once adds, so a uniformly faster or slower machine still moves it exactly. Adds nothing where
 // the trace has no calibration.
 void add_time_by_class(const core::Trace& trace, core::Plan& plan);
+
+// One precision's plan for a request, or why there is none.
+struct PrecisionPlan {
+  core::Precision precision = core::Precision::Fp32;
+  std::optional<core::Plan> plan;
+  std::string why_not;
+};
+// The request planned in the trace's precision and in each of its other_precisions (each on the
+// machine its own calibration says, as the trace's times were rescaled), in that order: what the
+// user chooses between, since a precision changes the numerics.
+std::vector<PrecisionPlan> plan_each_precision(const core::Trace& trace, const PlanRequest& request,
+                                               const PlanningMachine& machine);
 
 }  // namespace headroom::planner

@@ -631,8 +631,8 @@ void validate(const ProfileOptions& options) {
                            "precision is bf16-autocast");
   }
   if (options.precision == core::Precision::Fp16Autocast) {
-    throw core::InputError("precision: fp16-autocast needs dynamic loss scaling, which headroom does not have yet; "
-                           "fp32, bf16-autocast and bf16 run");
+    throw core::InputError("precision: fp16-autocast's dynamic loss scaling (runtime/loss_scaler.h) is not in the CUDA "
+                           "step yet; fp32, bf16-autocast and bf16 run");
   }
 }
 
@@ -686,8 +686,16 @@ core::GpuStepCost gpu_step_cost(const std::vector<StepMeasurement>& runs) {
 
 }  // namespace
 
-core::Trace profile(models::Model& model, const ProfileOptions& options) {
+void check_profile_options(const models::Model& model, const ProfileOptions& options) {
   validate(options);
+  if (options.precision != core::Precision::Fp32 && contrastive_loss_layer(model) >= 0) {
+    throw core::InputError("precision: " + std::string(core::precision_name(options.precision)) + " is not measured for a "
+                           "contrastive loss (Inf-CL's tiles) yet; profile " + model.name() + " in fp32");
+  }
+}
+
+core::Trace profile(models::Model& model, const ProfileOptions& options) {
+  check_profile_options(model, options);
   // Measured in the regime the executor runs in (core/host_memory.h); the trace says which.
   const std::string regime = core::enter_host_memory_regime();
   std::unique_ptr<gpu::GpuBackend> backend = options.device == "cuda" ? make_gpu_backend() : nullptr;
@@ -696,10 +704,6 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     return backend != nullptr ? batch.to(device) : batch;
   };
   runtime::use_threads(options.threads > 0 ? options.threads : runtime::usable_cores());
-  if (options.precision != core::Precision::Fp32 && contrastive_loss_layer(model) >= 0) {
-    throw core::InputError("precision: " + std::string(core::precision_name(options.precision)) + " is not measured for a "
-                           "contrastive loss (Inf-CL's tiles) yet; profile " + model.name() + " in fp32");
-  }
   model.to(device);
   model.set_training(true);
   model.set_precision(options.precision);

@@ -85,4 +85,55 @@ std::string render_plan_summary(const core::Plan& plan) {
   return out.str();
 }
 
+std::string render_precision_comparison(const std::vector<planner::PrecisionPlan>& rows, core::Precision chosen) {
+  double chosen_rate = 0;
+  for (const auto& row : rows) {
+    if (row.precision == chosen && row.plan) chosen_rate = row.plan->predicted.samples_per_second;
+  }
+  std::ostringstream out;
+  out << "each precision the trace measured, planned alike (the plan above is for the one marked *; "
+         "--precision picks another):\n";
+  TextTable table({{"precision", TextTable::Align::Left},
+                   {"micro-batches", TextTable::Align::Left},
+                   {"checkpointed"},
+                   {"static B/param"},
+                   {"peak"},
+                   {"s/step"},
+                   {"samples/s"},
+                   {"vs *"}});
+  std::vector<std::string> reasons;
+  for (const auto& row : rows) {
+    const std::string name = std::string(core::precision_name(row.precision)) + (row.precision == chosen ? " *" : "");
+    if (!row.plan) {
+      table.add_row({name, "none fits", "", "", "", "", "", ""});
+      reasons.push_back(std::string(core::precision_name(row.precision)) + ": " + row.why_not);
+      continue;
+    }
+    const core::Plan& plan = *row.plan;
+    const auto& micro = plan.choice.micro_batches;
+    std::size_t of_first = 0;
+    for (const auto b : micro) of_first += b == micro.front();
+    std::string shape = std::to_string(of_first) + " x " + std::to_string(micro.front());
+    if (micro.back() != micro.front()) shape += " + " + std::to_string(micro.size() - of_first) + " x " + std::to_string(micro.back());
+    std::string per_param;
+    if (plan.static_memory && plan.static_memory->parameter_elements > 0) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.1f", plan.static_memory->bytes_per_parameter(plan.static_memory->total_bytes()));
+      per_param = text;
+    }
+    std::string versus;
+    if (chosen_rate > 0) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.2fx", plan.predicted.samples_per_second / chosen_rate);
+      versus = text;
+    }
+    table.add_row({name, shape, std::to_string(plan.choice.checkpointed_blocks.size()), per_param,
+                   core::format_bytes(plan.predicted.peak_bytes), seconds(plan.predicted.step_seconds),
+                   rate(plan.predicted.samples_per_second), versus});
+  }
+  out << table.render();
+  for (const auto& reason : reasons) out << "  " << reason << "\n";
+  return out.str();
+}
+
 }  // namespace headroom::report

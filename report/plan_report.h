@@ -1,11 +1,18 @@
 #pragma once
 // What `headroom plan` and `headroom simulate` print.
 #include <string>
+#include <vector>
 
 #include "core/plan.h"
+#include "planner/plan_for_machine.h"
 
 namespace headroom::report {
 
 std::string render_plan_summary(const core::Plan& plan);
+
+// Each precision's plan for the same request side by side (`chosen`, the one the plan shown is for,
+// marked *): micro-batches, checkpointed blocks, static bytes per parameter, predicted peak, step
+// time and samples/s against the chosen one's; why none fits where none does.
+std::string render_precision_comparison(const std::vector<planner::PrecisionPlan>& rows, core::Precision chosen);
 
 }  // namespace headroom::report

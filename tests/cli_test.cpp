@@ -284,6 +284,40 @@ TEST(Cli, PlanForAnotherOptimizerEstimatesItsState) {
   fs::remove_all(dir);
 }
 
+// One trace of two precisions: the plan is for the trace's own unless --precision picks the other,
+// prints each one's plan side by side, and the plan executes in its own precision.
+TEST(Cli, ATraceOfSeveralPrecisionsIsPlannedInTheOneChosen) {
+  const fs::path dir = fs::temp_directory_path() / "headroom_cli_precisions";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string trace = (dir / "t.json").string();
+  const auto profiled = run("profile " + kSmallMlp + " --precision fp32,bf16 -o " + trace);
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.err;
+  EXPECT_NE(profiled.out.find(", bf16\n"), std::string::npos) << profiled.out;
+  const core::Trace read = core::read_trace_file(trace);
+  ASSERT_EQ(read.precision_list(), "fp32, bf16");
+  EXPECT_EQ(read.other_precisions[0].param_bytes() * 2, read.param_bytes());
+
+  const std::string plan = (dir / "p.json").string();
+  const auto own = run("plan " + trace + " --budget 64MiB --batch 4 -o " + plan);
+  ASSERT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_EQ(core::read_plan_file(plan).precision, core::Precision::Fp32);
+  EXPECT_NE(own.out.find("each precision the trace measured, planned alike"), std::string::npos) << own.out;
+  EXPECT_NE(own.out.find("fp32 *"), std::string::npos) << own.out;
+  const auto chosen = run("plan " + trace + " --budget 64MiB --batch 4 --precision bf16 -o " + plan);
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.err;
+  EXPECT_NE(chosen.out.find("bf16 *"), std::string::npos) << chosen.out;
+  EXPECT_EQ(core::read_plan_file(plan).precision, core::Precision::Bf16);
+  const auto executed = run("execute " + plan + " --steps 1 -o " + (dir / "r.json").string());
+  ASSERT_EQ(executed.exit_code, 0) << executed.err;
+  EXPECT_NE(executed.out.find("in bf16"), std::string::npos) << executed.out;
+  expect_one_line_error(run("plan " + trace + " --budget 64MiB --batch 4 --precision bf16-autocast -o " + plan),
+                        "--precision: " + trace + " measured the step in fp32, bf16, not bf16-autocast");
+  expect_one_line_error(run("plan " + trace + " --budget 64MiB --batch 4 --precision fp8 -o " + plan),
+                        "--precision: 'fp8' is not a precision");
+  fs::remove_all(dir);
+}
+
 TEST(Cli, BadPlanInputsExitWithTwo) {
   const fs::path dir = fs::temp_directory_path() / "headroom_cli_badplan";
   fs::remove_all(dir);

@@ -42,6 +42,49 @@ TEST(TraceJson, RoundTripKeepsEveryField) {
   EXPECT_EQ(core::trace_from_json(json::parse(core::to_json(autocast).dump())), autocast);
 }
 
+// A trace of several precisions holds the others whole; each is measured once, of the same model,
+// with no further ones of its own; a plan's precision picks its trace.
+TEST(TraceJson, OtherPrecisionsRoundTripAndAreChecked) {
+  core::Trace trace = testing::make_small_trace();
+  core::Trace bf16 = trace;
+  bf16.precision = core::Precision::Bf16;
+  bf16.layers[0].param_bytes /= 2;
+  trace.other_precisions.push_back(bf16);
+  const json document = core::to_json(trace);
+  ASSERT_EQ(document["other_precisions"].size(), 1u);
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+  EXPECT_EQ(core::trace_from_json(document).in_precision(core::Precision::Bf16)->layers[0].param_bytes,
+            bf16.layers[0].param_bytes);
+  EXPECT_EQ(trace.in_precision(core::Precision::Fp32), &trace);
+  EXPECT_EQ(trace.in_precision(core::Precision::Bf16Autocast), nullptr);
+  EXPECT_EQ(trace.precision_list(), "fp32, bf16");
+
+  json twice = document;
+  twice["other_precisions"].push_back(document["other_precisions"][0]);
+  EXPECT_NE(read_error(twice).find("$.other_precisions[1]: precision bf16 is measured twice"), std::string::npos) << read_error(twice);
+  json own = document;
+  own["other_precisions"][0]["precision"] = "fp32";
+  EXPECT_NE(read_error(own).find("precision fp32 is measured twice"), std::string::npos) << read_error(own);
+  json nested = document;
+  nested["other_precisions"][0]["other_precisions"] = json::array();
+  EXPECT_NE(read_error(nested).find("holds no further ones"), std::string::npos) << read_error(nested);
+  json other_model = document;
+  other_model["other_precisions"][0]["layers"][0]["name"] = "elsewhere";
+  EXPECT_NE(read_error(other_model).find("$.other_precisions[0].layers: expected the same model's layers"), std::string::npos)
+      << read_error(other_model);
+  json threads = document;
+  threads["other_precisions"][0]["profile"]["threads"] = 7;
+  EXPECT_NE(read_error(threads).find("$.other_precisions[0].profile.threads: expected the trace's own threads"), std::string::npos)
+      << read_error(threads);
+  json device = document;
+  device["other_precisions"][0]["device"]["name"] = "elsewhere";
+  EXPECT_NE(read_error(device).find("$.other_precisions[0].device: expected the trace's own device"), std::string::npos)
+      << read_error(device);
+  json broken = document;
+  broken["other_precisions"][0]["batch_sizes"] = json::array();
+  EXPECT_NE(read_error(broken).find("$.other_precisions[0].batch_sizes"), std::string::npos) << read_error(broken);
+}
+
 TEST(TraceJson, FileRoundTrip) {
   const auto path = std::filesystem::temp_directory_path() / "headroom_trace_roundtrip.json";
   const core::Trace trace = testing::make_small_trace();

@@ -712,6 +712,53 @@ class GuiTest : public QObject {
              QString::fromStdString(headroom::core::read_file(dir.filePath("cli.json").toStdString())));
   }
 
+  // A trace of two precisions: the precision box offers both, the plan text sets each one's plan
+  // side by side, and choosing the other plans (and saves) in it. The second precision here is the
+  // committed mlp trace relabelled with its times halved: what is checked is the window.
+  void aTraceOfSeveralPrecisionsPlansInTheOneChosen() {
+    QTemporaryDir dir;
+    headroom::core::Trace trace = headroom::core::read_trace_file(committed("cpu-mlp.json").toStdString());
+    headroom::core::Trace faster = trace;
+    faster.precision = headroom::core::Precision::Bf16Autocast;
+    for (auto& layer : faster.layers) {
+      for (auto& sample : layer.samples) {
+        sample.fwd_ns /= 2;
+        sample.bwd_ns /= 2;
+      }
+    }
+    trace.other_precisions.push_back(faster);
+    const QString path = dir.filePath("two.json");
+    headroom::core::write_trace_file(path.toStdString(), trace);
+    MainWindow window;
+    window.resize(1400, 880);
+    window.show();
+    QVERIFY(window.open_trace(path));
+    QVERIFY(settle(window));
+    QCOMPARE(window.precision_box()->count(), 2);
+    QVERIFY(window.precision_box()->isEnabled());
+    QVERIFY(window.current_result()->plan);
+    QCOMPARE(window.current_result()->plan->precision, headroom::core::Precision::Fp32);
+    const QString summary = QString::fromStdString(window.current_result()->summary);
+    QVERIFY2(summary.contains("each precision the trace measured, planned alike"), qPrintable(summary));
+    QVERIFY2(summary.contains("fp32 *"), qPrintable(summary));
+    window.precision_box()->setCurrentText("bf16-autocast");
+    QVERIFY(settle(window));
+    QVERIFY(window.current_result()->plan);
+    QCOMPARE(window.current_result()->plan->precision, headroom::core::Precision::Bf16Autocast);
+    QVERIFY(QString::fromStdString(window.current_result()->summary).contains("bf16-autocast *"));
+    save_shot(window, "precisions");
+    QVERIFY(window.save_plan(dir.filePath("plan.json")));
+    const headroom::core::Plan plan = headroom::core::read_plan_file(dir.filePath("plan.json").toStdString());
+    QCOMPARE(plan.precision, headroom::core::Precision::Bf16Autocast);
+    QCOMPARE(headroom::core::load_plan_trace(plan, dir.filePath("plan.json").toStdString()).precision,
+             headroom::core::Precision::Bf16Autocast);
+    // A trace of one precision: nothing to choose.
+    QVERIFY(window.open_trace(committed("cpu-mlp.json")));
+    QVERIFY(settle(window));
+    QCOMPARE(window.precision_box()->count(), 1);
+    QVERIFY(!window.precision_box()->isEnabled());
+  }
+
   // The replans leave the plan's time by class of work out (four more predictions each); the plan
   // the app writes has it, so `headroom execute` can move its prediction to the machine it runs on.
   void aWrittenPlanCarriesItsTimeByClassOfWork() {

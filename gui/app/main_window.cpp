@@ -22,6 +22,7 @@
 #include "core/plan.h"
 #include "core/errors.h"
 #include "core/rescale.h"
+#include "core/trace_precisions.h"
 #include "core/units.h"
 #include "gui/logic/recent_files.h"
 #include "planner/plan_search.h"
@@ -193,6 +194,13 @@ QWidget* MainWindow::build_controls() {
   optimizer_ = new QComboBox(step_box);
   optimizer_->setObjectName("optimizerBox");
   optimizer_->addItems({"sgd", "adam"});
+  // The precisions the trace measured (`profile --precision fp32,bf16-autocast`): which one the
+  // plan uses is the user's choice, since it changes the numerics; the plan text sets each one's
+  // plan beside it.
+  precision_ = new QComboBox(step_box);
+  precision_->setObjectName("precisionBox");
+  precision_->setToolTip("the precision the step runs in, of those the trace measured (profile --precision fp32,bf16-autocast "
+                         "measures several); the plan text compares each one's plan");
   // Data parallel: workers sharing the global batch, each under the budget, and the link they
   // all-reduce over (the trace's measured one, or typed as 25GB/s,5us).
   devices_ = new QSpinBox(step_box);
@@ -212,6 +220,7 @@ QWidget* MainWindow::build_controls() {
   form->addRow("link", link_);
   for (std::size_t i = 0; i < strategy_boxes_.size(); ++i) form->addRow(i == 0 ? "strategies" : "", strategy_boxes_[i].second);
   form->addRow("optimizer", optimizer_);
+  form->addRow("precision", precision_);
 
   timing_ = new QLabel(panel);
   timing_->setStyleSheet("QLabel { color: #555; }");
@@ -238,6 +247,7 @@ QWidget* MainWindow::build_controls() {
   for (const auto& [id, box] : strategy_boxes_) connect(box, &QCheckBox::toggled, this, &MainWindow::replan);
   // Another optimizer holds another amount of state, so the whole batch needs another amount.
   connect(optimizer_, &QComboBox::currentTextChanged, this, refresh_and_replan);
+  connect(precision_, &QComboBox::currentTextChanged, this, &MainWindow::choose_precision);
   connect(devices_, &QSpinBox::valueChanged, this, [this](int n) {
     link_->setEnabled(n > 1);
     // A strategy that does not run with several workers is greyed out and left out, its tick kept
@@ -292,7 +302,13 @@ CompareDialog* MainWindow::compare_with(const QString& path) {
   const QString absolute = QFileInfo(path).absoluteFilePath();
   CompareDialog* dialog = nullptr;
   try {
-    const auto next = load_trace_document(absolute.toStdString());
+    auto next = load_trace_document(absolute.toStdString());
+    // A trace that measured the precision shown is compared in it.
+    if (next->trace.precision != trace_->trace.precision && next->trace.in_precision(trace_->trace.precision) != nullptr) {
+      auto chosen = std::make_shared<TraceDocument>(*next);
+      chosen->trace = core::with_precision_first(next->trace, trace_->trace.precision, next->path);
+      next = std::move(chosen);
+    }
     dialog = new CompareDialog(*trace_, *next, inputs(), this);
   } catch (const std::exception& e) {
     show_error("Cannot compare with " + QFileInfo(path).fileName(), naming_the_file(absolute, QString::fromUtf8(e.what())));
@@ -328,16 +344,21 @@ bool MainWindow::open_trace(const QString& path) {
   remember_recent_file(path);
   refresh_recent_menu();
   setWindowTitle("headroom - " + QFileInfo(path).fileName());
-  trace_label_->setText(QString("%1 (%2 layers, %3 of parameters)\n%4, optimizer %5\nprofiled at batch %6 to %7")
+  trace_label_->setText(QString("%1 (%2 layers, %3 of parameters)\n%4, optimizer %5\nprofiled at batch %6 to %7, in %8")
                             .arg(QString::fromStdString(trace.model.name))
                             .arg(trace.layers.size())
                             .arg(bytes_text(trace.param_bytes()))
                             .arg(QString::fromStdString(trace.device.name))
                             .arg(QString::fromStdString(trace.optimizer.name))
                             .arg(trace.batch_sizes.front())
-                            .arg(trace.batch_sizes.back()));
+                            .arg(trace.batch_sizes.back())
+                            .arg(QString::fromStdString(trace.precision_list())));
   {
-    const QSignalBlocker b1(batch_), b2(optimizer_), b3(budget_);
+    const QSignalBlocker b1(batch_), b2(optimizer_), b3(budget_), b4(precision_);
+    precision_->clear();
+    for (const core::Precision p : trace.precisions()) precision_->addItem(QString::fromUtf8(core::precision_name(p).data()));
+    precision_->setCurrentIndex(0);
+    precision_->setEnabled(trace.precisions().size() > 1);
     batch_->setValue(static_cast<int>(start.global_batch));
     if (optimizer_index >= 0) optimizer_->setCurrentIndex(optimizer_index);
     show_budget_range(range);
@@ -375,6 +396,13 @@ void MainWindow::use_machine(const std::optional<core::Calibration>& here, const
   if (!error.isEmpty() && document->trace.calibration) {
     document->machine_note = "this machine could not be timed (" + error.toStdString() + "): the times are the trace's";
   } else {
+    // Each precision's note from its own calibration, before the rescale makes them this machine's.
+    document->machine_notes.clear();
+    for (const core::Precision precision : document->trace.precisions()) {
+      core::Trace alone = *document->trace.in_precision(precision);
+      alone.other_precisions.clear();
+      document->machine_notes[precision] = core::times_here(alone, here, true).note;
+    }
     core::TimesHere times = core::times_here(document->trace, here, true);
     if (times.rescaled) document->trace = std::move(*times.rescaled);
     document->machine_note = times.note;
@@ -401,6 +429,28 @@ void MainWindow::refresh_budget_range() {
     // The slider keeps its previous reach; the re-plan that follows says what the plan makes of it.
     show_error("Cannot size the budget slider", naming_the_file(QString::fromStdString(trace_->path), QString::fromUtf8(e.what())));
   }
+}
+
+void MainWindow::choose_precision(const QString& name) {
+  if (!trace_ || name.isEmpty()) return;
+  try {
+    const core::Precision precision = core::parse_precision(name.toStdString(), "precision");
+    if (precision == trace_->trace.precision) return;
+    auto document = std::make_shared<TraceDocument>(*trace_);
+    // The others were rescaled to this machine with it (core::times_here), so the swap keeps them so.
+    document->trace = core::with_precision_first(trace_->trace, precision, trace_->path);
+    if (const auto note = document->machine_notes.find(precision); note != document->machine_notes.end()) {
+      document->machine_note = note->second;
+    }
+    trace_ = std::move(document);
+  } catch (const std::exception& e) {
+    show_error("Cannot plan in " + name, QString::fromUtf8(e.what()));
+    return;
+  }
+  layer_model_->set_trace(trace_);
+  run_panel_->set_trace(trace_);
+  refresh_budget_range();
+  replan();
 }
 
 void MainWindow::show_budget_range(const BudgetRange& range) {

@@ -60,6 +60,7 @@ class MainWindow : public QMainWindow {
   BudgetControl* budget_control() const { return budget_; }
   QSpinBox* batch_box() const { return batch_; }
   QComboBox* optimizer_box() const { return optimizer_; }
+  QComboBox* precision_box() const { return precision_; }
   QSpinBox* devices_box() const { return devices_; }
   QLineEdit* link_edit() const { return link_; }
   MemoryChart* memory_chart() const { return memory_chart_; }
@@ -96,6 +97,8 @@ class MainWindow : public QMainWindow {
   void refresh_recent_menu();
   // The slider's reach and the whole batch's need follow the trace, batch and optimizer.
   void refresh_budget_range();
+  // Plans in another of the precisions the trace measured: its figures become the plan's.
+  void choose_precision(const QString& name);
   void show_budget_range(const BudgetRange& range);
   QWidget* build_error_banner();
   static QString naming_the_file(const QString& absolute_path, const QString& message);
@@ -119,6 +122,7 @@ class MainWindow : public QMainWindow {
   QSpinBox* batch_;
   std::vector<std::pair<planner::Strategy, QCheckBox*>> strategy_boxes_;
   QComboBox* optimizer_;
+  QComboBox* precision_;
   QSpinBox* devices_;
   QLineEdit* link_;
   QLabel* timing_;

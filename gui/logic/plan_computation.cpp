@@ -343,8 +343,9 @@ std::string in_window_words(std::string message) {
 
 core::Plan plan_as_written(const TraceDocument& trace, core::Plan plan) {
   // Only of the trace the plan was made from, as its times were then: a replan may not have caught
-  // up yet with another trace opened, or with this one rescaled to the machine (it follows soon).
-  if (plan.trace_sha256 == trace.sha256 && plan.calibration == trace.trace.calibration) {
+  // up yet with another trace opened, another of its precisions chosen, or this one rescaled to the
+  // machine (it follows soon).
+  if (plan.trace_sha256 == trace.sha256 && plan.precision == trace.trace.precision && plan.calibration == trace.trace.calibration) {
     planner::add_time_by_class(trace.trace, plan);
   }
   return plan;
@@ -366,6 +367,11 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
       result.plan = std::move(outcome.plan);
       result.timeline = memory_timeline(trace.trace, *result.plan);
       result.summary = report::render_plan_summary(*result.plan);
+      // A trace of several precisions: each one's plan for the same inputs, beside this one.
+      if (!trace.trace.other_precisions.empty()) {
+        result.summary += "\n" + report::render_precision_comparison(planner::plan_each_precision(trace.trace, request, machine),
+                                                                      trace.trace.precision);
+      }
     } else {
       result.infeasible_reason = outcome.reason;
       // L2L unticked where it would need less: say so, and how much.

@@ -3,6 +3,7 @@
 // the parsed trace. Shared, immutable, so a plan request in flight keeps the trace it was made for
 // even after another one is opened.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -17,6 +18,9 @@ struct TraceDocument {
   // How the trace's times compare with this machine's (core::times_here), shown with each plan;
   // empty until the machine is timed, or where they agree.
   std::string machine_note;
+  // The same for each precision the trace measured (each was timed apart): what machine_note
+  // becomes when that precision is chosen.
+  std::map<core::Precision, std::string> machine_notes;
 };
 
 // Throws core::InputError naming the file (and the JSON path of the first problem).
