@@ -6,11 +6,16 @@ runs them), planned at 60% of its whole batch's need in that precision (`plan --
 unbounded budget gives the need; default strategies but L2L), and executed twice under that budget.
 Printed: static bytes per parameter (parameters, gradients, optimizer state, as measured), activation
 bytes per sample (what the layers keep for backward at the largest profiled batch, per sample), the
-whole batch's need, the plan, predicted and measured peak (signed: above 0, predicted over) and
-samples/s (the better of two runs against the prediction; above 0, predicted too fast).
+whole batch's need, the largest batch that runs whole (no micro-batches, no checkpointing) within a
+budget fixed per model (the first precision's whole batch's need, so that precision's answer is the
+batch itself), the plan, predicted and measured peak (signed: above 0, predicted over) and samples/s
+(the better of two runs against the prediction; above 0, predicted too fast).
 
   python3 bench/precision_rows.py [--headroom build/default/headroom] [--models mlp,cnn,bert,gpt]
-      [--precisions fp32,bf16-autocast] [--batch 32] [--batch-sizes 1,2,4,8,16,32] [--steps 5]
+      [--precisions fp32,bf16-autocast,bf16] [--batch 32] [--batch-sizes 1,2,4,8,16,32] [--steps 5]
+      [--torchscript M.pt --input SPEC [--input SPEC ...] [--depth N] [--ts-batch 16] [--ts-batch-sizes 1,2,4,8,16]]
+
+With --torchscript the module is one more model (named by its file), profiled with its inputs.
 """
 import argparse
 import json
@@ -29,47 +34,85 @@ def last_line(text):
     return lines[-1] if lines else "?"
 
 
+def largest_whole_batch(H, trace, budget, work):
+    """The largest batch whose step runs whole within `budget` (a batch of 1 that does not: 0)."""
+    out = os.path.join(work, "largest.json")
+
+    def fits(batch):
+        return run([H, "plan", trace, "--budget", str(budget), "--batch", str(batch), "--strategies", "none", "--margin", "0",
+                    "-o", out]).returncode == 0
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while fits(high):
+        low, high = high, high * 2
+        if high > 1 << 20:
+            return low
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--headroom", default=os.path.join(root, "build/default/headroom"))
     parser.add_argument("--models", default="mlp,cnn,bert,gpt")
-    parser.add_argument("--precisions", default="fp32,bf16-autocast")
+    parser.add_argument("--precisions", default="fp32,bf16-autocast,bf16")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--batch-sizes", default="1,2,4,8,16,32")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--torchscript")
+    parser.add_argument("--input", action="append", default=[])
+    parser.add_argument("--depth")
+    parser.add_argument("--ts-batch", type=int, default=16)
+    parser.add_argument("--ts-batch-sizes", default="1,2,4,8,16")
     args = parser.parse_args()
     H = args.headroom
     work = tempfile.mkdtemp(prefix="headroom-precision-")
-    print("| model | precision | static B/param | activations/sample | whole batch needs | budget (60%) | plan "
-          "| predicted peak | measured peak | peak error | samples/s predicted | measured (best of 2) | error |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name in args.models.split(","):
+    print("| model | precision | static B/param | activations/sample | whole batch needs | largest whole batch in the "
+          "first's need | budget (60%) | plan | predicted peak | measured peak | peak error | samples/s predicted "
+          "| measured (best of 2) | error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    models = [(name, ["--model", name], args.batch, args.batch_sizes) for name in args.models.split(",") if name]
+    if args.torchscript:
+        source = ["--torchscript", args.torchscript] + [x for spec in args.input for x in ("--input", spec)]
+        if args.depth:
+            source += ["--depth", args.depth]
+        models.append((os.path.basename(args.torchscript), source, args.ts_batch, args.ts_batch_sizes))
+    for name, source, batch, batch_sizes in models:
+        fixed_budget = None
         for precision in args.precisions.split(","):
             row = f"| {name} | {precision} "
             trace = os.path.join(work, f"{name}-{precision}.json")
-            p = run([H, "profile", "--model", name, "--precision", precision, "--batch-sizes", args.batch_sizes,
+            p = run([H, "profile"] + source + ["--precision", precision, "--batch-sizes", batch_sizes,
                      "--repeats", "3", "-o", trace])
             if p.returncode:
                 print(row + f"| profile: {last_line(p.stderr)} |", flush=True)
                 continue
             t = json.load(open(trace))
-            params = sum(layer["param_bytes"] for layer in t["layers"]) / 4  # float32 parameters
+            element = 2 if precision == "bf16" else 4  # bf16 keeps bfloat16 parameters, the others float32
+            params = sum(layer["param_bytes"] for layer in t["layers"]) / element
             static = t["steps"][-1]["static_bytes"]
-            largest = t["batch_sizes"][-1]
+            largest_profiled = t["batch_sizes"][-1]
             kept = sum(layer["samples"][-1]["kept_bytes"] for layer in t["layers"])
             whole = os.path.join(work, f"{name}-{precision}-whole.json")
-            w = run([H, "plan", trace, "--budget", "1TiB", "--batch", str(args.batch), "--strategies", "none", "-o", whole])
+            w = run([H, "plan", trace, "--budget", "1TiB", "--batch", str(batch), "--strategies", "none", "-o", whole])
             if w.returncode:
                 print(row + f"| plan: {last_line(w.stderr)} |", flush=True)
                 continue
             need = json.load(open(whole))["predicted"]["peak_bytes"]
+            if fixed_budget is None:
+                fixed_budget = need
+            largest = f"{largest_whole_batch(H, trace, fixed_budget, work)} in {fixed_budget / 2**20:.1f} MiB"
             budget = int(0.6 * need)
             plan = os.path.join(work, f"{name}-{precision}-plan.json")
-            q = run([H, "plan", trace, "--budget", str(budget), "--batch", str(args.batch), "-o", plan])
+            q = run([H, "plan", trace, "--budget", str(budget), "--batch", str(batch), "-o", plan])
             if q.returncode:
-                print(row + f"| {static / params:.1f} | {kept / largest / 1024:.1f} KiB | {need / 2**20:.1f} MiB "
-                      f"| {budget / 2**20:.1f} MiB | plan: {last_line(q.stderr)} |", flush=True)
+                print(row + f"| {static / params:.1f} | {kept / largest_profiled / 1024:.1f} KiB | {need / 2**20:.1f} MiB "
+                      f"| {largest} | {budget / 2**20:.1f} MiB | plan: {last_line(q.stderr)} |", flush=True)
                 continue
             choice = json.load(open(plan))
             mb = choice["micro_batches"]
@@ -93,8 +136,8 @@ def main():
             best = min(reports, key=lambda x: abs(x["predicted"]["samples_per_second"] / x["measured"]["samples_per_second"] - 1))
             measured_speed = best["measured"]["samples_per_second"]
             predicted_speed = best["predicted"]["samples_per_second"]
-            print(row + f"| {static / params:.1f} | {kept / largest / 1024:.1f} KiB | {need / 2**20:.1f} MiB "
-                  f"| {budget / 2**20:.1f} MiB | {shape} | {predicted:,} | {measured:,} "
+            print(row + f"| {static / params:.1f} | {kept / largest_profiled / 1024:.1f} KiB | {need / 2**20:.1f} MiB "
+                  f"| {largest} | {budget / 2**20:.1f} MiB | {shape} | {predicted:,} | {measured:,} "
                   f"| {100 * (predicted - measured) / measured:+.2f}% | {speed:.1f} | {measured_speed:.1f} "
                   f"| {100 * (predicted_speed - measured_speed) / measured_speed:+.1f}% |", flush=True)
 
