@@ -263,6 +263,8 @@ def cmd_step(args):
     if args.no_graph_optimize:
         torch._C._set_graph_executor_optimize(False)  # as headroom runs a module (see cmd_peak)
     model = load_model(args.model)
+    if args.dtype == "bf16":
+        model.to(torch.bfloat16)  # floating parameters and buffers, as headroom's bf16 precision has them
     named = list(model.named_parameters())
     data, has_grads = load_data(args.data, len(named), args.loss)
     for i, (name, p) in enumerate(named):
@@ -277,16 +279,28 @@ def cmd_step(args):
         raise UsageError(f"--data: the further inputs are {', '.join(further)}, not input.1 .. input.{len(further)}")
     x = (data["input"],) + tuple(data[key] for key in further) if further else data["input"]
     target = data.get("target")
-    optimizer = make_optimizer(args.optimizer, [p for _, p in named])
+    # bf16: the optimizer updates float32 master weights, and each parameter takes its master's value.
+    masters = [p.detach().float().clone() for _, p in named] if args.dtype == "bf16" else None
+    optimizer = make_optimizer(args.optimizer, masters if masters is not None else [p for _, p in named])
     optimizer.zero_grad(set_to_none=True)
+    for _, p in named:
+        p.grad = None
     first = x[0] if isinstance(x, tuple) else x
     with autocast_region(args.autocast):
         out = run_forward(model, x, f"--data's input {list(first.shape)} {first.dtype}")
-        loss = compute_loss(args.loss, out, target)
+        # bf16: the loss reads the logits in float32, as a bf16 training loop casts them.
+        loss = compute_loss(args.loss, out.float() if args.dtype == "bf16" else out, target)
     loss.backward()
     # A parameter the loss does not reach has no gradient; headroom's would be zero or absent alike.
     grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for _, p in named]
+    if masters is not None:
+        for master, (_, p) in zip(masters, named):
+            master.grad = p.grad.float() if p.grad is not None else None
     optimizer.step()
+    if masters is not None:
+        with torch.no_grad():
+            for master, (_, p) in zip(masters, named):
+                p.copy_(master)
 
     ours = [p.detach() for _, p in named]
     theirs = [data[f"param.{i}"].to(p.dtype) for i, (_, p) in enumerate(named)]
@@ -306,6 +320,7 @@ def cmd_step(args):
         "optimizer": args.optimizer,
         "threads": torch.get_num_threads(),
         "autocast": args.autocast,
+        "dtype": args.dtype,
         "batch": first.shape[0] if first.dim() > 0 else None,
         "eval_modules": len(switched),
         "torch": torch.__version__,
@@ -566,6 +581,9 @@ def build_parser():
     step.add_argument("--threads", type=count_arg(0, 256), default=0, help="torch.set_num_threads (0: torch's default)")
     step.add_argument("--autocast", choices=("fp32", "bf16"), default="fp32",
                       help="forward and loss under torch.autocast('cpu', dtype=torch.bfloat16) (default: fp32, none)")
+    step.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                      help="bf16: the model in bfloat16 (model.to(torch.bfloat16)), the loss on float32 logits, the "
+                           "optimizer on float32 master weights (default: fp32)")
     step.add_argument("--no-graph-optimize", action="store_true",
                       help="run the module's graph without the graph executor's optimizations, as headroom does")
     step.add_argument("--out", help="JSON file (default: stdout)")

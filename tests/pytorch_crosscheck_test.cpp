@@ -159,8 +159,10 @@ nlohmann::json planned_step_against_pytorch(const Exported& exported, const std:
   const std::vector<char> bytes = torch::pickle_save(c10::IValue(data));
   const fs::path path = directory / "step-data.pt";
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  const core::Precision theirs = reference.value_or(precision);
   return python("step --model " + exported.file + " --data " + path.string() + " --loss cross-entropy --optimizer sgd" +
-                (reference.value_or(precision) == core::Precision::Bf16Autocast ? " --autocast bf16 --no-graph-optimize" : ""));
+                (theirs == core::Precision::Bf16Autocast ? " --autocast bf16 --no-graph-optimize" : "") +
+                (theirs == core::Precision::Bf16 ? " --dtype bf16 --no-graph-optimize" : ""));
 }
 
 TEST_F(PyTorchCrossCheck, PlannedStepEndsWithPyTorchsFullBatchWeights) {
@@ -307,6 +309,30 @@ TEST_F(PyTorchCrossCheck, Bf16AutocastStepAgainstPyTorchsAndFp32) {
               cost["loss"].get<double>());
   EXPECT_GT(cost["max_rel_diff_grad"].get<double>(), whole["max_rel_diff_grad"].get<double>());
   EXPECT_LE(cost["max_rel_diff_grad"].get<double>(), 0.1) << cost.dump();
+}
+
+// Under bf16 (the model in bfloat16, the loss on float32 logits, SGD on float32 master weights) the
+// language model's step against PyTorch's with model.to(torch.bfloat16), same weights and data; and
+// against PyTorch's fp32 step, which says what bf16 costs in accuracy.
+TEST_F(PyTorchCrossCheck, Bf16StepAgainstPyTorchsAndFp32) {
+  const auto py = [](const std::string& a) { return python(a); };
+  const Exported lm = language_model();
+  const auto whole = planned_step_against_pytorch(lm, {8}, {}, directory_, py, core::Precision::Bf16);
+  const auto micro = planned_step_against_pytorch(lm, {3, 3, 2}, {model_block(lm, "blocks.1")}, directory_, py,
+                                                  core::Precision::Bf16);
+  const auto cost = planned_step_against_pytorch(lm, {8}, {}, directory_, py, core::Precision::Bf16, core::Precision::Fp32);
+  std::printf("language model in bf16 against PyTorch's: one batch of 8 gradients %.3g, weights %.3g; micro-batches "
+              "3+3+2 with blocks.1 checkpointed gradients %.3g, weights %.3g; against PyTorch's fp32 step gradients %.3g, "
+              "weights %.3g, loss %.6g (bf16) against %.6g\n",
+              whole["max_rel_diff_grad"].get<double>(), whole["max_rel_diff"].get<double>(),
+              micro["max_rel_diff_grad"].get<double>(), micro["max_rel_diff"].get<double>(),
+              cost["max_rel_diff_grad"].get<double>(), cost["max_rel_diff"].get<double>(), whole["loss"].get<double>(),
+              cost["loss"].get<double>());
+  EXPECT_LE(whole["max_rel_diff_grad"].get<double>(), 1e-5) << whole.dump();
+  // Gradients accumulate across micro-batches in bfloat16, as PyTorch's do for a bf16 model.
+  EXPECT_LE(micro["max_rel_diff_grad"].get<double>(), 5e-2) << micro.dump();
+  EXPECT_GT(cost["max_rel_diff_grad"].get<double>(), whole["max_rel_diff_grad"].get<double>());
+  EXPECT_LE(cost["max_rel_diff_grad"].get<double>(), 0.2) << cost.dump();
 }
 
 // Under bf16 autocast (forward and loss in the region, backward outside) the language model's plain
