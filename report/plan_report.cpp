@@ -91,21 +91,20 @@ std::string render_precision_comparison(const std::vector<planner::PrecisionPlan
     if (row.precision == chosen && row.plan) chosen_rate = row.plan->predicted.samples_per_second;
   }
   std::ostringstream out;
-  out << "each precision the trace measured, planned alike (the plan above is for the one marked *; "
-         "--precision picks another):\n";
+  out << "each precision the trace measured, planned alike (the plan is for the one marked *):\n";
+  // Narrow enough for the desktop app's plan pane.
   TextTable table({{"precision", TextTable::Align::Left},
                    {"micro-batches", TextTable::Align::Left},
-                   {"checkpointed"},
-                   {"static B/param"},
+                   {"ckpt"},
+                   {"B/param"},
                    {"peak"},
-                   {"s/step"},
                    {"samples/s"},
                    {"vs *"}});
   std::vector<std::string> reasons;
   for (const auto& row : rows) {
     const std::string name = std::string(core::precision_name(row.precision)) + (row.precision == chosen ? " *" : "");
     if (!row.plan) {
-      table.add_row({name, "none fits", "", "", "", "", "", ""});
+      table.add_row({name, "none fits", "", "", "", "", ""});
       reasons.push_back(std::string(core::precision_name(row.precision)) + ": " + row.why_not);
       continue;
     }
@@ -128,8 +127,7 @@ std::string render_precision_comparison(const std::vector<planner::PrecisionPlan
       versus = text;
     }
     table.add_row({name, shape, std::to_string(plan.choice.checkpointed_blocks.size()), per_param,
-                   core::format_bytes(plan.predicted.peak_bytes), seconds(plan.predicted.step_seconds),
-                   rate(plan.predicted.samples_per_second), versus});
+                   core::format_bytes(plan.predicted.peak_bytes), rate(plan.predicted.samples_per_second), versus});
   }
   out << table.render();
   for (const auto& reason : reasons) out << "  " << reason << "\n";

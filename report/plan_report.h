@@ -11,8 +11,8 @@ namespace headroom::report {
 std::string render_plan_summary(const core::Plan& plan);
 
 // Each precision's plan for the same request side by side (`chosen`, the one the plan shown is for,
-// marked *): micro-batches, checkpointed blocks, static bytes per parameter, predicted peak, step
-// time and samples/s against the chosen one's; why none fits where none does.
+// marked *): micro-batches, checkpointed blocks, static bytes per parameter, predicted peak and
+// samples/s against the chosen one's; why none fits where none does.
 std::string render_precision_comparison(const std::vector<planner::PrecisionPlan>& rows, core::Precision chosen);
 
 }  // namespace headroom::report
