@@ -59,7 +59,9 @@ std::int64_t scaled(std::int64_t ns, double scale) { return std::llround(static_
 // whole model's step (what the trace measured) holds the most any stage's can. Adam's holds two
 // tensors the size of the parameter it is at (the square root of the second moment, then that
 // over the bias correction) and a few scalars: the measured steps are 2 x the largest parameter +
-// 12 bytes. A stage's largest parameter is at most its largest layer's parameter bytes.
+// 12 bytes. A stage's largest parameter is at most its largest layer's parameter bytes. Under bf16
+// the masters step in pieces of at most 2^20 elements (runtime/optimizer.h): a piece's gradient
+// widened to float32 and Adam's two float32 temporaries, 12 bytes an element.
 std::int64_t stage_optimizer_transient(const core::CostModel& costs, const L2LStage& stage) {
   const std::int64_t whole = costs.optimizer_transient_bytes();
   if (costs.trace().optimizer.name != "adam") return whole;
@@ -68,6 +70,11 @@ std::int64_t stage_optimizer_transient(const core::CostModel& costs, const L2LSt
     largest = std::max(largest, costs.trace().layers[static_cast<std::size_t>(i)].param_bytes);
   }
   constexpr std::int64_t kScalars = 64;
+  if (costs.trace().precision == core::Precision::Bf16) {
+    const std::int64_t piece = std::min<std::int64_t>(largest / core::parameter_element_bytes(core::Precision::Bf16),
+                                                      std::int64_t{1} << 20);
+    return std::min(whole, 12 * piece + kScalars);
+  }
   return std::min(whole, 2 * largest + kScalars);
 }
 
@@ -369,10 +376,11 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
     host_peak = std::max(host_peak, host_high + (trace.device.is_cuda() ? host_step : 0));
     host_step = s >= first_relayed && param(s) > 0 ? param(s) + stage_optimizer_transient(costs, stage) : 0;
     host_peak = std::max(host_peak, host_level + host_step);
-    // A kept stage steps on the device once its gradients are complete, then they go.
+    // A kept stage steps on the device once its gradients are complete, then they go; its optimizer
+    // is its own, so its temporaries are those of its largest parameter.
     if (s < first_relayed) {
       emit(OpKind::Optimizer, stage.last, s, n > 0 ? n - 1 : 0, transfers.device_optimizer_ns[static_cast<std::size_t>(s)], base,
-           params, gradients, stash + boundary_grads, costs.optimizer_transient_bytes());
+           params, gradients, stash + boundary_grads, stage_optimizer_transient(costs, stage));
     }
   }
 

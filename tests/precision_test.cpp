@@ -10,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/plan.h"
+#include "core/relay_refusal.h"
 #include "core/sha256.h"
 #include "executor/executor.h"
 #include "executor/plan_runner.h"
@@ -219,6 +220,45 @@ TEST(Precision, Bf16ParametersTrainThroughFloat32MasterWeights) {
     const std::int64_t moments = name == "adam" ? 8 : 4;
     EXPECT_EQ(runtime::optimizer_state_bytes(*optimizer), n * (4 + moments));
   }
+}
+
+// L2L's relay under bf16: its host keeps the bfloat16 parameters, the float32 master weights and
+// Adam's state, and steps the masters a piece at a time; both sides' peaks are predicted at or above
+// what runs and within 1% of it. Under autocast the relay is refused by name.
+TEST(Precision, L2LRelaysABf16StepAsPredicted) {
+  models::Model model = models::build_zoo_model("mlp", kMlp, 0);
+  profiler::ProfileOptions options;
+  options.batch_sizes = {1, 2, 4, 8, 16};
+  options.repeats = 1;
+  options.precision = core::Precision::Bf16;
+  const core::Trace trace = profiler::profile(model, options);
+  EXPECT_EQ(core::l2l_refusal(trace), "");
+  planner::PlanRequest request;
+  request.global_batch = 16;
+  request.trace_path = "t.json";
+  request.trace_sha256 = std::string(64, '0');
+  request.budget_bytes = 1;
+  request.strategies = {core::Strategy::MicroBatching, core::Strategy::Checkpointing};
+  const std::int64_t ordinary = planner::plan_step(trace, request).smallest_budget;
+  request.strategies.insert(core::Strategy::L2L);
+  const std::int64_t relayed = planner::plan_step(trace, request).smallest_budget;
+  ASSERT_LT(relayed, ordinary);
+  request.budget_bytes = (relayed + ordinary) / 2;
+  const auto outcome = planner::plan_step(trace, request);
+  ASSERT_TRUE(outcome.plan && outcome.plan->choice.l2l) << outcome.reason;
+  executor::ExecuteOptions run;
+  run.steps = 2;
+  const core::Report report = executor::execute(*outcome.plan, trace, "p.json", run);
+  ASSERT_EQ(report.status, "ok");
+  ASSERT_TRUE(report.l2l);
+  EXPECT_GE(report.predicted.peak_bytes, report.measured.peak_bytes);
+  EXPECT_LE(static_cast<double>(report.predicted.peak_bytes), 1.01 * static_cast<double>(report.measured.peak_bytes));
+  EXPECT_GE(report.l2l->predicted_host_bytes, report.l2l->measured_host_peak_bytes);
+  EXPECT_LE(static_cast<double>(report.l2l->predicted_host_bytes), 1.01 * static_cast<double>(report.l2l->measured_host_peak_bytes));
+
+  core::Trace autocast = trace;
+  autocast.precision = core::Precision::Bf16Autocast;
+  EXPECT_NE(core::l2l_refusal(autocast).find("its step runs under autocast (bf16-autocast)"), std::string::npos);
 }
 
 TEST(Precision, WhatIsNotBuiltIsRefusedByName) {
