@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
                  "keep the trace's times where this machine runs the calibration's kernels at another speed");
   plan->add_option("--precision", plan_args.precision,
                    "plan the step in this one of the precisions the trace measured (default: the trace's own; "
-                   "a trace of several prints each one's plan beside the chosen)");
+                   "a trace of several prints each one's plan beside the chosen)")
+      ->check([](const std::string& text) { return text.empty() ? std::string("expected a precision, e.g. bf16") : std::string(); });
   plan->add_option("-o,--output", plan_args.output, "plan file to write")->required();
 
   cli::SimulateArgs simulate_args;

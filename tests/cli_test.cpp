@@ -315,6 +315,8 @@ TEST(Cli, ATraceOfSeveralPrecisionsIsPlannedInTheOneChosen) {
                         "--precision: " + trace + " measured the step in fp32, bf16, not bf16-autocast");
   expect_one_line_error(run("plan " + trace + " --budget 64MiB --batch 4 --precision fp8 -o " + plan),
                         "--precision: 'fp8' is not a precision");
+  expect_one_line_error(run("plan " + trace + " --budget 64MiB --batch 4 --precision '' -o " + plan),
+                        "--precision: expected a precision");
   fs::remove_all(dir);
 }
 
