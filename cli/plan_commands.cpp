@@ -132,7 +132,8 @@ int run_plan(const PlanArgs& args) {
     std::cout << technique->after_summary(trace, *outcome.plan, request, named);
   }
   if (!trace.other_precisions.empty()) {
-    std::cout << "\n" << report::render_precision_comparison(planner::plan_each_precision(trace, request, machine), trace.precision);
+    std::cout << "\n" << report::render_precision_comparison(planner::plan_each_precision(trace, request, machine, *outcome.plan),
+                                                           trace.precision);
   }
   return 0;
 }

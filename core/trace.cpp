@@ -44,9 +44,9 @@ std::vector<Precision> Trace::precisions() const {
   return out;
 }
 
-std::string Trace::precision_list(std::string_view separator) const {
+std::string Trace::precision_list() const {
   std::string out;
-  for (const Precision p : precisions()) out += (out.empty() ? "" : std::string(separator)) + std::string(precision_name(p));
+  for (const Precision p : precisions()) out += (out.empty() ? "" : ", ") + std::string(precision_name(p));
   return out;
 }
 

@@ -272,7 +272,7 @@ struct Trace {
   // The precisions measured: this trace's first, then other_precisions' in order.
   std::vector<Precision> precisions() const;
   // "fp32" or "fp32, bf16-autocast", for messages.
-  std::string precision_list(std::string_view separator = ", ") const;
+  std::string precision_list() const;
 
   std::int64_t param_bytes() const;
   bool has_tempo() const { return !tempo_steps.empty(); }

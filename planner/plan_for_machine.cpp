@@ -66,19 +66,17 @@ PlanOutcome plan_for_machine(const core::Trace& trace, const PlanRequest& reques
 }
 
 std::vector<PrecisionPlan> plan_each_precision(const core::Trace& trace, const PlanRequest& request,
-                                               const PlanningMachine& machine) {
-  std::vector<PrecisionPlan> out;
-  for (const core::Precision precision : trace.precisions()) {
-    core::Trace alone = *trace.in_precision(precision);
-    alone.other_precisions.clear();
+                                               const PlanningMachine& machine, const core::Plan& own) {
+  std::vector<PrecisionPlan> out{{trace.precision, own, ""}};
+  for (const core::Trace& other : trace.other_precisions) {
     PlanningMachine at = machine;
-    at.calibration = alone.calibration;
+    at.calibration = other.calibration;
+    at.times_note.clear();
     at.time_by_class = false;  // a comparison: the chosen plan carries its own
-    if (precision != trace.precision) at.times_note.clear();
     PrecisionPlan row;
-    row.precision = precision;
+    row.precision = other.precision;
     try {
-      PlanOutcome outcome = plan_for_machine(alone, request, at);
+      PlanOutcome outcome = plan_for_machine(other, request, at);
       if (outcome.plan) {
         row.plan = std::move(outcome.plan);
       } else {

@@ -49,10 +49,10 @@ struct PrecisionPlan {
   std::optional<core::Plan> plan;
   std::string why_not;
 };
-// The request planned in the trace's precision and in each of its other_precisions (each on the
-// machine its own calibration says, as the trace's times were rescaled), in that order: what the
-// user chooses between, since a precision changes the numerics.
+// `own`, the request's plan in the trace's precision, then the request planned in each of its
+// other_precisions (each on the machine its own calibration says, as the trace's times were
+// rescaled): what the user chooses between, since a precision changes the numerics.
 std::vector<PrecisionPlan> plan_each_precision(const core::Trace& trace, const PlanRequest& request,
-                                               const PlanningMachine& machine);
+                                               const PlanningMachine& machine, const core::Plan& own);
 
 }  // namespace headroom::planner

@@ -20,6 +20,15 @@ std::string rate(double samples_per_second) {
   return buffer;
 }
 
+// "4 x 8", or "2 x 11 + 1 x 10" where the last micro-batches are smaller.
+std::string micro_batch_shape(const std::vector<std::int64_t>& micro) {
+  std::size_t of_first = 0;
+  for (const auto b : micro) of_first += b == micro.front();
+  std::string shape = std::to_string(of_first) + " x " + std::to_string(micro.front());
+  if (micro.back() != micro.front()) shape += " + " + std::to_string(micro.size() - of_first) + " x " + std::to_string(micro.back());
+  return shape;
+}
+
 std::string seconds(double s) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.4f", s);
@@ -35,12 +44,7 @@ std::string render_plan_summary(const core::Plan& plan) {
       << plan.global_batch << ", budget " << core::format_bytes(plan.budget_bytes) << " (margin "
       << core::format_bytes(plan.margin_bytes) << ")\n\n";
 
-  const auto& micro_batches = plan.choice.micro_batches;
-  std::int64_t first = micro_batches.front(), last = micro_batches.back();
-  std::size_t of_first = 0;
-  for (const auto b : micro_batches) of_first += b == first;
-  out << "  micro-batches    " << of_first << " x " << first;
-  if (last != first) out << " + " << micro_batches.size() - of_first << " x " << last;
+  out << "  micro-batches    " << micro_batch_shape(plan.choice.micro_batches);
   // A contrastive model's micro-batches share one loss over the whole batch (a gradient cache).
   out << (std::any_of(plan.warnings.begin(), plan.warnings.end(),
                       [](const std::string& w) { return w.rfind("contrastive step: gradient cache", 0) == 0; })
@@ -109,11 +113,7 @@ std::string render_precision_comparison(const std::vector<planner::PrecisionPlan
       continue;
     }
     const core::Plan& plan = *row.plan;
-    const auto& micro = plan.choice.micro_batches;
-    std::size_t of_first = 0;
-    for (const auto b : micro) of_first += b == micro.front();
-    std::string shape = std::to_string(of_first) + " x " + std::to_string(micro.front());
-    if (micro.back() != micro.front()) shape += " + " + std::to_string(micro.size() - of_first) + " x " + std::to_string(micro.back());
+    const std::string shape = micro_batch_shape(plan.choice.micro_batches);
     std::string per_param;
     if (plan.static_memory && plan.static_memory->parameter_elements > 0) {
       char text[32];

@@ -20,6 +20,7 @@
 #include "report/comparison.h"
 #include "report/plan_report.h"
 #include "runtime/optimizer.h"
+#include "input_error.h"
 
 namespace headroom {
 namespace {
@@ -30,14 +31,7 @@ const std::map<std::string, std::string> kMlp = {{"input", "64"}, {"hidden", "25
 const std::map<std::string, std::string> kBertTiny = {
     {"preset", "tiny"}, {"hidden", "64"}, {"heads", "2"}, {"seq", "32"}, {"vocab", "128"}};
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const core::InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 // Inside a layer's forward the matrix products run in bfloat16; the gradients, made in backward
 // outside the region, are float32 as the parameters are; and autocast is off again afterwards.

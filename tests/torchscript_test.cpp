@@ -18,6 +18,7 @@
 #include "planner/step_sequence.h"
 #include "profiler/profiler.h"
 #include "runtime/memory_recorder.h"
+#include "input_error.h"
 
 namespace headroom {
 namespace {
@@ -119,14 +120,7 @@ fs::path residual_network() {
 
 std::map<std::string, std::string> features_input() { return {{"input", "8:float32"}}; }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const core::InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST(TensorSpec, ParsesShapesDtypesAndRanges) {
   const auto image = models::parse_tensor_spec("3x224x224:float32", "input");

@@ -369,7 +369,7 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
       result.summary = report::render_plan_summary(*result.plan);
       // A trace of several precisions: each one's plan for the same inputs, beside this one.
       if (!trace.trace.other_precisions.empty()) {
-        result.summary += "\n" + report::render_precision_comparison(planner::plan_each_precision(trace.trace, request, machine),
+        result.summary += "\n" + report::render_precision_comparison(planner::plan_each_precision(trace.trace, request, machine, *result.plan),
                                                                       trace.trace.precision);
       }
     } else {
