@@ -45,7 +45,7 @@ core::TimesHere times_on_this_machine(const core::Trace& trace, bool no_rescale,
 
 }  // namespace
 
-int run_plan(const PlanArgs& args) {
+PlanMade make_plan(const PlanArgs& args) {
   const core::Trace file = core::read_trace_file(args.trace);
   // A trace of several precisions: the one asked for first (its figures are the plan's).
   const core::Trace recorded =
@@ -113,30 +113,43 @@ int run_plan(const PlanArgs& args) {
   const planner::PlanningMachine machine{here.calibration, here.note, core::headroom_regime()};
   planner::PlanOutcome outcome = planner::plan_for_machine(trace, request, machine);
   if (!outcome.plan) {
-    std::cerr << "headroom: infeasible: " << outcome.reason;
+    std::string reason = "infeasible: " + outcome.reason;
     // Strategies named without l2l: say what the relay would need, where it needs less.
     if (const std::int64_t relayed = planner::least_budget_with_l2l(trace, request, outcome, core::available_host_memory_bytes());
         relayed > 0) {
-      std::cerr << "; with l2l as well (--strategies " << args.strategies << ",l2l) it must be at least "
-                << core::format_bytes_at_least(relayed);
+      reason += "; with l2l as well (--strategies " + args.strategies + ",l2l) it must be at least " +
+                core::format_bytes_at_least(relayed);
     }
-    std::cerr << "\n";
-    return kExitInfeasible;
+    throw Infeasible(reason);
   }
-  core::write_plan_file(args.output, *outcome.plan);
-  std::cout << report::render_plan_summary(*outcome.plan) << "\nplan written to " << args.output << "\n";
+  std::string summary = report::render_plan_summary(*outcome.plan);
+  PlanMade made{std::move(*outcome.plan), std::move(summary), ""};
   // What a technique the plan uses, or one asked for by name, adds (L2L: what else the budget trains).
   for (const planner::Technique* technique : planner::techniques()) {
     const auto strategy = technique->strategy();
     const bool named = !all && strategy && request.strategies.contains(*strategy);
-    std::cout << technique->after_summary(trace, *outcome.plan, request, named);
+    made.after_summary += technique->after_summary(trace, made.plan, request, named);
   }
   if (!trace.other_precisions.empty()) {
-    std::cout << "\n" << report::render_precision_comparison(planner::plan_each_precision(trace, request, machine, *outcome.plan),
-                                                           trace.precision);
+    made.after_summary += "\n" + report::render_precision_comparison(planner::plan_each_precision(trace, request, machine, made.plan),
+                                                                      trace.precision);
   }
+  return made;
+}
+
+int run_plan(const PlanArgs& args) {
+  PlanMade made;
+  try {
+    made = make_plan(args);
+  } catch (const Infeasible& e) {
+    std::cerr << "headroom: " << e.what() << "\n";
+    return kExitInfeasible;
+  }
+  core::write_plan_file(args.output, made.plan);
+  std::cout << made.summary << "\nplan written to " << args.output << "\n" << made.after_summary;
   return 0;
 }
+
 
 int run_simulate(const SimulateArgs& args) {
   const core::Plan plan = core::read_plan_file(args.plan);

@@ -3,8 +3,10 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
+#include "core/plan.h"
 #include "core/trace.h"
 
 namespace headroom::cli {
@@ -25,6 +27,20 @@ struct PlanArgs {
   // Times this machine for the trace (cli/calibration_child.h, given by main); unset: no comparison.
   std::function<std::optional<core::Calibration>(const core::Trace&)> calibrate_here;
 };
+// A plan and what `headroom plan` prints about it: the summary, then what its techniques add.
+struct PlanMade {
+  core::Plan plan;
+  std::string summary;
+  std::string after_summary;
+};
+// No plan fits: what() is the reason, one line ("infeasible: no plan fits ..., so the budget must be
+// at least ...").
+class Infeasible : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// Plans as `headroom plan` does, writing nothing; throws core::InputError for bad input, Infeasible.
+PlanMade make_plan(const PlanArgs& args);
 int run_plan(const PlanArgs& args);
 // --strategies' help, from the planner's strategy table.
 std::string strategies_help();

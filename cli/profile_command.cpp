@@ -1,0 +1,246 @@
+#include "cli/profile_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <utility>
+
+#include "core/errors.h"
+#include "models/model_source.h"
+#include "models/torchscript_model.h"
+#include "models/zoo.h"
+#include "report/trace_report.h"
+#include "runtime/calibration_cache.h"
+#include "runtime/host_info.h"
+
+namespace headroom::cli {
+namespace {
+
+// Progress on stderr: one updating line on a terminal, a line per phase change otherwise.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(std::string label) : label_(std::move(label)), tty_(::isatty(STDERR_FILENO) != 0) {}
+
+  void operator()(const profiler::Progress& p) {
+    const std::string key = std::to_string(p.batch);
+    if (!tty_ && key == last_key_ && p.step != p.total) return;
+    last_key_ = key;
+    std::fprintf(stderr, "%sprofiling %s  batch %-5lld %-8s [%3d/%3d]%s", tty_ ? "\r" : "", label_.c_str(),
+                 static_cast<long long>(p.batch), p.phase.c_str(), p.step, p.total, tty_ ? "" : "\n");
+    if (tty_ && p.step == p.total) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string label_;
+  bool tty_;
+  std::string last_key_;
+};
+
+std::map<std::string, std::string> parse_settings(const std::vector<std::string>& items) {
+  std::map<std::string, std::string> settings;
+  for (const auto& item : items) {
+    auto [key, value] = models::parse_setting(item);
+    settings[key] = value;
+  }
+  return settings;
+}
+
+
+
+// "1,2,4" as sizes. Every item must be a number: CLI11's own splitting skips empty ones ("1,,2").
+std::vector<std::int64_t> parse_batch_sizes(const std::string& text) {
+  std::vector<std::int64_t> sizes;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ',') continue;
+    const std::string item = text.substr(start, i - start);
+    if (item.empty() || item.size() > 8 || item.find_first_not_of("0123456789") != std::string::npos) {
+      throw core::InputError("batch_sizes: item " + std::to_string(sizes.size() + 1) + " of '" + text +
+                             "' is not a batch size (expected positive integers separated by commas)");
+    }
+    sizes.push_back(std::stoll(item));
+    start = i + 1;
+  }
+  return sizes;
+}
+
+std::map<std::string, std::string> torchscript_config(const ProfileArgs& args) {
+  std::string inputs;
+  for (const auto& input : args.inputs) inputs += (inputs.empty() ? "" : ",") + input;
+  std::map<std::string, std::string> config{{"input", inputs}};
+  if (!args.target.empty()) config["target"] = args.target;
+  if (!args.loss.empty()) config["loss"] = args.loss;
+  if (!args.layers.empty()) config["layers"] = args.layers;
+  if (!args.depth.empty()) config["depth"] = args.depth;
+  if (!args.output_index.empty()) config["output_index"] = args.output_index;
+  return config;
+}
+
+// The loader names its config keys; here they were typed as flags.
+models::Model load_torchscript(const ProfileArgs& args) {
+  try {
+    return models::load_torchscript_model(args.torchscript, torchscript_config(args), args.options.seed);
+  } catch (const core::InputError& e) {
+    const std::string message = e.what();
+    for (std::string key : models::kTorchScriptKeys) {
+      std::replace(key.begin(), key.end(), '_', '-');  // output_index is --output-index
+      if (message.rfind(key + ": ", 0) == 0) throw core::InputError("--" + message);
+    }
+    throw;
+  }
+}
+
+std::string one_decimal(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", value);
+  return text;
+}
+
+// "fp32,bf16-autocast" as precisions, each once.
+std::vector<core::Precision> parse_precisions(const std::string& text) {
+  std::vector<core::Precision> out;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ',') continue;
+    const core::Precision precision = core::parse_precision(text.substr(start, i - start), "--precision");
+    if (std::find(out.begin(), out.end(), precision) != out.end()) {
+      throw core::InputError("--precision: " + std::string(core::precision_name(precision)) + " is named twice");
+    }
+    out.push_back(precision);
+    start = i + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+// A zoo model or a TorchScript file, and only the flags that go with the one given.
+void check_model_flags(const ProfileArgs& args) {
+  if (args.model.empty() == args.torchscript.empty()) {
+    throw core::InputError("give either --model (a zoo model) or --torchscript (your own module), not " +
+                           std::string(args.model.empty() ? "neither" : "both"));
+  }
+  if (!args.torchscript.empty() && !args.settings.empty()) {
+    throw core::InputError("--set: size settings are for zoo models; a TorchScript module has its own sizes");
+  }
+  if (args.torchscript.empty()) {
+    if (!args.inputs.empty()) throw core::InputError("--input: applies to --torchscript modules only");
+    for (const auto& [flag, value] : {std::pair{"--target", &args.target}, {"--loss", &args.loss},
+                                      {"--layers", &args.layers}, {"--depth", &args.depth},
+                                      {"--output-index", &args.output_index}}) {
+      if (!value->empty()) throw core::InputError(std::string(flag) + ": applies to --torchscript modules only");
+    }
+  } else if (args.inputs.empty()) {
+    throw core::InputError("--input: give one sample's shape and dtype, e.g. --input 3x224x224:float32");
+  }
+}
+
+// `gpu_step` receives the last profiled step at the largest batch size when profiling on CUDA.
+// Several precisions are profiled in turn, each on a model built afresh (float32 weights as seeded),
+// into one trace: the first's, holding the others.
+core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStepRecord>& gpu_step) {
+  profiler::ProfileOptions options = args.options;
+  options.batch_sizes = parse_batch_sizes(args.batch_sizes);
+  const std::vector<core::Precision> precisions = parse_precisions(args.precision);
+  if (precisions.size() > 1 && options.device == "cuda") {
+    // The caching allocator would keep the first precision's blocks reserved while the next is
+    // measured, and the reserve is what a CUDA trace's device figures read.
+    throw core::InputError("--precision: several precisions are profiled in one process on the CPU only; on cuda the "
+                           "caching allocator keeps the first one's memory reserved: profile one precision at a time");
+  }
+  const auto build = [&args] {
+    return args.torchscript.empty() ? models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed)
+                                    : load_torchscript(args);
+  };
+  std::optional<models::Model> model(build());
+  // Every precision asked for is refused or accepted before the first is measured.
+  for (const core::Precision precision : precisions) {
+    options.precision = precision;
+    profiler::check_profile_options(*model, options);
+  }
+  std::string threads_note;
+  if (options.threads == 0 && options.device == "cpu") {
+    // Only idle cores: a thread on a core another process keeps busy makes every parallel region
+    // wait on it, and the trace would record that process's share rather than this machine.
+    const runtime::IdleCores cores = runtime::measure_idle_cores();
+    options.threads = cores.idle;
+    if (cores.idle < cores.usable) {
+      threads_note = "other processes keep " + one_decimal(cores.busy_with_others) + " of this process's " +
+                     std::to_string(cores.usable) + " cores busy: profiling at " + std::to_string(cores.idle) +
+                     (cores.idle == 1 ? " thread" : " threads") + ", as execute will run the step (--threads " +
+                     std::to_string(cores.usable) + " to use all of them)";
+    }
+  }
+  options.on_gpu_step = [&gpu_step, largest = options.batch_sizes.back()](std::int64_t batch,
+                                                                          const profiler::GpuStepRecord& record) {
+    if (batch == largest && !gpu_step) gpu_step = record;
+  };
+  const runtime::CpuUsage before = runtime::cpu_usage_now();
+  std::optional<core::Trace> trace;
+  for (std::size_t k = 0; k < precisions.size(); ++k) {
+    options.precision = precisions[k];
+    if (k > 0) model.emplace(build());
+    ProgressPrinter printer(model->name() + (precisions.size() > 1 ? " in " + std::string(core::precision_name(precisions[k])) : ""));
+    // Said once profiling starts: a bad input is refused with its one line alone.
+    options.on_progress = [&printer, &threads_note](const profiler::Progress& p) {
+      if (!threads_note.empty()) std::cerr << std::exchange(threads_note, std::string()) << "\n";
+      printer(p);
+    };
+    core::Trace measured = profiler::profile(*model, options);
+    if (!trace) {
+      trace = std::move(measured);
+    } else {
+      trace->other_precisions.push_back(std::move(measured));
+    }
+  }
+  const double others = runtime::cores_busy_with_others(before, runtime::cpu_usage_now());
+  if (options.device == "cpu" && runtime::cores_taken(others) > 0) {
+    std::cerr << "warning: other processes kept " << one_decimal(others) << " cores busy on average while "
+              << "profiling: the trace's times were measured sharing the machine's caches and memory with them; "
+              << "profile again on a quiet machine for its own\n";
+  } else if (trace->calibration && !trace->device.is_cuda()) {
+    // The newest timing of this machine at these threads: the plan made next compares the trace with
+    // it rather than with an older cached one (this machine's memory moves 20-40% within minutes; an
+    // hour-old cache would rescale a fresh trace to the machine as it was then). Not where other
+    // processes shared the machine: that is not its speed. `execute` times the machine again before
+    // and after its run either way.
+    runtime::save_cached_calibration(*trace->calibration);
+  }
+  return std::move(*trace);
+}
+
+// `name_precision`: say the precision even where it is fp32 (a trace of several).
+std::string trace_summary(const core::Trace& trace, bool name_precision) {
+  std::ostringstream out;
+  out << trace.model.name << " on " << trace.device.name << ", optimizer " << trace.optimizer.name
+            << ", torch " << trace.framework.at("torch") << ", " << trace.profile.threads
+            << (trace.profile.threads == 1 ? " thread" : " threads")
+            << (name_precision || trace.precision != core::Precision::Fp32 ? ", " + std::string(core::precision_name(trace.precision))
+                                                                           : std::string())
+            << "\n";
+  if (!trace.device.is_cuda() && trace.device.host_to_device_bytes_per_s > 0) {
+    out << report::describe_copy_link(trace.device) << " (the relay's memcpys, past the caches: what times L2L's copies)\n";
+  }
+  if (trace.calibration) {
+    out << report::describe_calibration(*trace.calibration) << "\n";
+    if (trace.calibration->spread() > core::kCalibrationTolerance) {
+      out << "warning: the best of the calibrations taken while profiling was "
+                << static_cast<int>(100 * trace.calibration->spread() + 0.5)
+                << "% faster than their median: another load shared the machine for a stretch, and the trace's "
+                   "times may not hold even here; profile again on a quiet machine\n";
+    }
+  }
+  out << "\n"
+            << report::render_layer_table(trace) << "\n"
+            << report::render_step_table(trace);
+  if (trace.has_tempo()) out << "\nTempo: the same steps with every memory-lean layer on\n" << report::render_tempo_table(trace);
+  if (trace.device.is_cuda()) out << "\nGPU (CUPTI)\n" << report::render_gpu_table(trace);
+  return out.str();
+}
+
+}  // namespace headroom::cli
