@@ -1,6 +1,7 @@
 #include "core/host_memory.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <gnu/libc-version.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <string_view>
 #include <filesystem>
 #include <mutex>
 #include <stdexcept>
@@ -20,12 +22,26 @@ namespace {
 
 std::atomic<bool> g_entered{false};
 
-// The shared object that provides `malloc` to this process: glibc's, or one preloaded over it.
+// The shared object that provides `malloc` to this process: glibc's, or one preloaded over it. The
+// first loaded object after the program that defines it, in the dynamic linker's search order: the
+// address RTLD_DEFAULT gives can be the program's own PLT entry (a non-PIE program, such as Debian's
+// python3, that takes malloc's address), which names the program rather than the allocator.
 std::string malloc_provider() {
-  void* symbol = ::dlsym(RTLD_DEFAULT, "malloc");
-  Dl_info info{};
-  if (symbol == nullptr || ::dladdr(symbol, &info) == 0 || info.dli_fname == nullptr) return "unknown";
-  return std::filesystem::path(info.dli_fname).filename().string();
+  void* program = ::dlopen(nullptr, RTLD_LAZY | RTLD_NOLOAD);
+  link_map* map = nullptr;
+  if (program == nullptr || ::dlinfo(program, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr) return "unknown";
+  for (const link_map* object = map->l_next; object != nullptr; object = object->l_next) {
+    if (object->l_name == nullptr || object->l_name[0] == '\0') continue;
+    void* handle = ::dlopen(object->l_name, RTLD_LAZY | RTLD_NOLOAD);
+    if (handle == nullptr) continue;
+    void* symbol = ::dlsym(handle, "malloc");
+    Dl_info info{};
+    const bool defines = symbol != nullptr && ::dladdr(symbol, &info) != 0 && info.dli_fname != nullptr &&
+                         std::string_view(info.dli_fname) == object->l_name;
+    ::dlclose(handle);
+    if (defines) return std::filesystem::path(object->l_name).filename().string();
+  }
+  return "unknown";
 }
 
 bool glibc_malloc() { return malloc_provider().rfind("libc.so", 0) == 0; }
