@@ -53,6 +53,18 @@ macro(headroom_find_dependencies)
                        ELSE "configure with -DHEADROOM_WITH_GUI=OFF or -DHEADROOM_BUILD_TESTS=OFF")
     endif()
   endif()
+  if(HEADROOM_WITH_PYTHON)
+    # Debian's interpreter, the one python3-torch is installed for: a python3 earlier on PATH (pyenv,
+    # a virtualenv) would build a module that imports another torch, or none.
+    if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+      set(Python3_EXECUTABLE /usr/bin/python3)
+    endif()
+    headroom_require(Python3 COMPONENTS Interpreter Development.Module DEBIAN python3-dev
+                     WHAT "Python's headers, for the Python package" ELSE "configure with -DHEADROOM_WITH_PYTHON=OFF")
+    set(PYBIND11_FINDPYTHON ON)
+    headroom_require(pybind11 CONFIG DEBIAN pybind11-dev WHAT "the Python package's bindings"
+                     ELSE "configure with -DHEADROOM_WITH_PYTHON=OFF")
+  endif()
   if(HEADROOM_BUILD_TESTS)
     headroom_require(GTest DEBIAN libgtest-dev libgmock-dev WHAT "GoogleTest" ELSE "configure with -DHEADROOM_BUILD_TESTS=OFF")
   endif()

@@ -6,7 +6,7 @@
 # --with-fuzzing adds clang and libFuzzer's runtime for scripts/fuzz.sh (CI uses it).
 # --with-pytorch adds Debian's PyTorch 1.13 and torchvision 0.14 for /usr/bin/python3: the tests that
 # check headroom against PyTorch itself use them (and skip, saying why, without them), and examples/
-# exports real models with them. The build needs no Python.
+# exports real models with them, and the Python package's tests run with them (skipping without them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +27,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   xvfb
   zlib1g-dev
+  # The Python package (python/): its bindings, Debian's interpreter's headers, and its tests.
+  pybind11-dev python3-dev python3-pytest
   # Real data for the cnn model (gzipped IDX files under /usr/share/datasets/fashion-mnist).
   dataset-fashion-mnist
 )

@@ -1,0 +1,112 @@
+#!/usr/bin/python3
+"""The overhead of headroom.apply against the same plan written by hand in Python.
+
+One model is profiled and planned at a fraction of its whole batch's need (the examples' models:
+torchvision's resnet18, or the small language model of examples/python/models.py). Two copies with
+the same weights then train on the same batches, step by step in alternation: one through
+`headroom.apply(plan, ...)`, the other through the loop a user would write for the same plan (the
+micro-batches copied out of the batch, each loss weighted b_i/B, torch.utils.checkpoint on the
+planned submodules, the optimizer stepped after the last), at the same threads. Printed: each side's
+median step and their ratio, step by step (apply / by hand; above 1, apply is slower).
+
+  PYTHONPATH=build/default/python /usr/bin/python3 bench/python_apply_overhead.py --model resnet18 --steps 20
+"""
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import time
+
+import headroom  # before torch, as the package asks
+import torch
+import torch.utils.checkpoint
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "python"))
+import models  # noqa: E402
+
+
+def checkpoint_by_hand(model, names):
+    """What a user writes to checkpoint these submodules: their forward through torch.utils.checkpoint."""
+    for name in names:
+        module = model.get_submodule(name)
+        original = module.forward
+        module.forward = lambda *args, _f=original: torch.utils.checkpoint.checkpoint(_f, *args, use_reentrant=False)
+
+
+def step_by_hand(model, optimizer, loss_fn, plan, inputs, targets):
+    optimizer.zero_grad(set_to_none=False)
+    start = 0
+    total = 0.0
+    for size, weight in zip(plan.micro_batches, plan.loss_weights):
+        micro_inputs = inputs[start:start + size].clone()
+        micro_targets = targets[start:start + size].clone()
+        loss = loss_fn(model(micro_inputs), micro_targets) * weight
+        loss.backward()
+        total += float(loss.detach())
+        start += size
+    optimizer.step()
+    return total
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["resnet18", "lm"], default="resnet18")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--fraction", type=float, default=0.6)
+    parser.add_argument("--steps", type=int, default=20, help="measured steps per side (after one warm-up each)")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--image-size", type=int, default=128)
+    parser.add_argument("--trace", help="a trace of this model to plan from (default: profile it now)")
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    model, loss_fn, make_batch, _ = models.build(args.model, args.image_size)
+    inputs, _ = make_batch(args.batch)
+    if args.trace:
+        trace = headroom.Trace.load(args.trace)
+    else:
+        trace = headroom.profile(model, inputs, batch_sizes=[b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch],
+                                 threads=args.threads, repeats=3)
+    need = headroom.plan(trace, budget="1TiB", batch=args.batch, strategies="none").predicted_peak_bytes
+    plan = headroom.plan(trace, budget=int(args.fraction * need), batch=args.batch)
+    print(plan)
+
+    planned, by_hand = copy.deepcopy(model), copy.deepcopy(model)
+    step = headroom.apply(plan, planned, torch.optim.Adam(planned.parameters(), lr=1e-4), loss_fn)
+    # apply set the plan's threads (torch's and OpenBLAS's); the loop by hand runs at the same.
+    optimizer = torch.optim.Adam(by_hand.parameters(), lr=1e-4)
+    checkpoint_by_hand(by_hand, step._checkpointed)
+
+    seconds = {"apply": [], "by hand": []}
+    ratios = []
+    for i in range(args.steps + 1):
+        batch = make_batch(args.batch, seed=i)
+        order = ("apply", "by hand") if i % 2 == 0 else ("by hand", "apply")
+        taken = {}
+        for side in order:
+            started = time.perf_counter()
+            if side == "apply":
+                step(*batch)
+            else:
+                step_by_hand(by_hand, optimizer, loss_fn, plan, *batch)
+            taken[side] = time.perf_counter() - started
+        if i == 0:
+            continue  # warm-up: the optimizers' state is made
+        for side in taken:
+            seconds[side].append(taken[side])
+        ratios.append(taken["apply"] / taken["by hand"])
+        print(f"step {i}/{args.steps}: apply {taken['apply']:.4f} s, by hand {taken['by hand']:.4f} s, "
+              f"ratio {ratios[-1]:.3f}", file=sys.stderr)
+    print(f"\n{args.model}, global batch {args.batch} as {len(plan.micro_batches)} micro-batches, "
+          f"{len(plan.checkpointed_blocks)} checkpointed blocks, {torch.get_num_threads()} threads, {args.steps} steps each side")
+    print(f"median step: apply {statistics.median(seconds['apply']):.4f} s, by hand {statistics.median(seconds['by hand']):.4f} s")
+    print(f"apply / by hand, step by step: median {statistics.median(ratios):.4f} "
+          f"(min {min(ratios):.4f}, max {max(ratios):.4f})")
+    print(f"apply's measured peak {step.measured_peak_bytes:,} B, predicted {plan.predicted_peak_bytes:,} B")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+"""A plain PyTorch training loop with a headroom plan applied.
+
+The model is profiled and planned from this script at a fraction of what its whole batch needs, its
+gradients under the plan are checked against the unplanned whole-batch step, and then it trains in
+an ordinary loop in which `step(inputs, targets)` runs the plan's micro-batches and checkpoints under
+the enforced budget. The step's measured peak and time are printed beside the prediction.
+
+  PYTHONPATH=build/default/python /usr/bin/python3 examples/python/plain_loop.py --model resnet18
+  PYTHONPATH=build/default/python /usr/bin/python3 examples/python/plain_loop.py --model lm --report lm.json
+"""
+
+import argparse
+import copy
+import os
+import sys
+import time
+
+import headroom  # before torch: its thread pools then start as headroom's commands start them
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["resnet18", "lm"], default="resnet18")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--fraction", type=float, default=0.6, help="the budget, as a fraction of the whole batch's need")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--image-size", type=int, default=128)
+    parser.add_argument("--report", help="write the step's report here (headroom compare reads it)")
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    model, loss_fn, make_batch, _ = models.build(args.model, args.image_size)
+    inputs, targets = make_batch(args.batch)
+
+    started = time.perf_counter()
+    trace = headroom.profile(model, inputs, batch_sizes=[b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch],
+                             threads=args.threads, repeats=3)
+    need = headroom.plan(trace, budget="1TiB", batch=args.batch, strategies="none").predicted_peak_bytes
+    plan = headroom.plan(trace, budget=int(args.fraction * need), batch=args.batch)
+    print(f"profiled and planned in {time.perf_counter() - started:.1f} s; the whole batch needs {need / 2**20:.1f} MiB\n")
+    print(plan)
+
+    # The plan's gradients against the unplanned whole-batch step, from the same weights and data.
+    # BatchNorm in eval mode and dropout off on both sides: in training mode a micro-batch's
+    # statistics are its own, and the gradients differ by design.
+    planned, reference = copy.deepcopy(model).eval(), copy.deepcopy(model).eval()
+    loss_fn(reference(inputs), targets).backward()
+    check = headroom.apply(plan, planned, torch.optim.SGD(planned.parameters(), lr=0.0), loss_fn, warmup_steps=0)
+    check(inputs, targets)
+    check.remove()
+    difference = models.max_relative_difference(planned, reference)
+    print(f"gradients against the whole-batch step: max relative difference {difference:.2e}\n")
+    del planned, reference, check
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    step = headroom.apply(plan, model, optimizer, loss_fn)
+    for i in range(args.steps):
+        inputs, targets = make_batch(args.batch, seed=i)
+        loss = step(inputs, targets)
+        print(f"step {i + 1}/{args.steps}: loss {loss:.4f}", file=sys.stderr)
+    print(step)
+    if args.report:
+        step.save_report(args.report)
+        print(f"\nreport written to {args.report}")
+    return 0 if difference <= 1e-5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

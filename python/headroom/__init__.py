@@ -1,0 +1,313 @@
+"""headroom from Python: profile an nn.Module, plan its step under a memory budget, and run the plan
+in your own training loop with its peak measured against the prediction.
+
+    import headroom                      # before torch, so its thread pools start as headroom's do
+    trace = headroom.profile(model, example_inputs, batch_sizes=(1, 2, 4, 8, 16))
+    plan = headroom.plan(trace, budget="2GiB", batch=64)
+    print(plan)                          # what `headroom plan` prints
+    step = headroom.apply(plan, model, optimizer, loss_fn)
+    for inputs, targets in loader:
+        loss = step(inputs, targets)     # micro-batches, checkpoints, the budget enforced
+    print(step)                          # predicted against measured, as `headroom execute` prints
+
+The work is the C++ core's (headroom._core), the same as the command line's: a trace or plan made
+here is the file `headroom profile` or `headroom plan` would write, and `step.report()` is the
+report `headroom execute` writes (`headroom compare` reads it once saved).
+"""
+
+import json
+import os
+import sys
+
+# The two thread pools a step runs on read these once, as they load (runtime/host_info.h): imported
+# before torch, headroom gives them the settings its own commands run with. A setting the user made
+# is kept.
+if "torch" not in sys.modules:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+import torch  # noqa: E402
+
+from . import _core  # noqa: E402
+
+__all__ = ["profile", "plan", "apply", "Trace", "Plan", "Step", "Error", "InputError", "Infeasible", "BudgetExceeded"]
+__version__ = "0.1.0"
+
+
+class Error(Exception):
+    """Everything headroom raises of its own."""
+
+
+class InputError(Error, ValueError):
+    """Bad input: the message is the command line's one line naming the problem."""
+
+
+class Infeasible(Error):
+    """No plan fits the budget; the message says why and the least budget that would do."""
+
+
+class BudgetExceeded(Error, MemoryError):
+    """A step asked for more than the plan's budget: the message names the layer, phase and bytes."""
+
+    def __init__(self, message, layer="", phase="", micro_batch=-1, requested_bytes=0, in_use_bytes=0, budget_bytes=0):
+        super().__init__(message)
+        self.layer, self.phase, self.micro_batch = layer, phase, micro_batch
+        self.requested_bytes, self.in_use_bytes, self.budget_bytes = requested_bytes, in_use_bytes, budget_bytes
+
+
+def _core_call(function, *args, **kwargs):
+    """The core's errors as the package's: one line each, with the command line's words."""
+    try:
+        return function(*args, **kwargs)
+    except _core.InputError as e:
+        raise InputError(str(e)) from None
+    except _core.Infeasible as e:
+        raise Infeasible(str(e)) from None
+
+
+# Everything torch allocates from here on is counted by the allocator `headroom execute` enforces
+# budgets with (nothing is refused until a step sets a limit): a model built after `import
+# headroom` has its parameters counted from the start. The host-memory regime is the commands'.
+_core.allocator_install()
+_core.enter_host_memory_regime()
+
+
+def _write_atomically(path, text):
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w") as out:
+        out.write(text)
+    os.replace(temporary, path)
+
+
+class Trace:
+    """A profiled model: the JSON `headroom profile` writes (schema headroom.trace), in a file.
+
+    `repr(trace)` is the summary `headroom profile` prints; `trace.to_dict()` the document;
+    `trace.save(path)` and `Trace.load(path)` move it between scripts and the command line.
+    """
+
+    def __init__(self, text, path):
+        self._text = text
+        self.path = os.path.abspath(path)
+        self._document = json.loads(text)
+        self.how = None  # "scripted" or "traced" for a trace profile() made
+
+    @classmethod
+    def load(cls, path):
+        """Reads a trace file (one `headroom profile` wrote, or `Trace.save`), checking it whole."""
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError as e:
+            raise InputError(f"{path}: cannot read: {e.strerror}") from None
+        _valid_json(text, path)
+        _core_call(_core.trace_summary, text, str(path))  # validates as the command line reads it
+        return cls(text, path)
+
+    def save(self, path):
+        """Writes the trace to `path` (whole or not at all); later plans refer to it there."""
+        _write_atomically(path, self._text)
+        self.path = os.path.abspath(path)
+        return self
+
+    def to_dict(self):
+        return json.loads(self._text)
+
+    @property
+    def model(self):
+        return self._document["model"]["name"]
+
+    @property
+    def layers(self):
+        """The layers' names: for a module, their submodule paths."""
+        return [layer["name"] for layer in self._document["layers"]]
+
+    def __repr__(self):
+        return _core_call(_core.trace_summary, self._text, self.path)
+
+
+def _valid_json(text, source):
+    try:
+        json.loads(text)
+    except ValueError as e:
+        raise InputError(f"{source}: not JSON: {e}") from None
+    return True
+
+
+class Plan:
+    """A plan: the JSON `headroom plan` writes (schema headroom.plan).
+
+    `print(plan)` shows what `headroom plan` prints; `plan.to_dict()` is the document, `plan.save(path)`
+    writes it for `headroom execute` and `headroom simulate`.
+    """
+
+    def __init__(self, text, summary, after_summary="", path=None):
+        self._text = text
+        self._document = json.loads(text)
+        self._summary = summary
+        self._after = after_summary
+        self.path = path
+
+    @classmethod
+    def load(cls, path):
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError as e:
+            raise InputError(f"{path}: cannot read: {e.strerror}") from None
+        _valid_json(text, path)
+        text = _core_call(_core.read_plan, text, str(path))
+        return cls(text, _core_call(_core.plan_summary, text, str(path)), "", os.path.abspath(path))
+
+    def save(self, path):
+        _write_atomically(path, self._text)
+        self.path = os.path.abspath(path)
+        return self
+
+    def to_dict(self):
+        return json.loads(self._text)
+
+    @property
+    def micro_batches(self):
+        return list(self._document["micro_batches"])
+
+    @property
+    def loss_weights(self):
+        return list(self._document["loss_weights"])
+
+    @property
+    def checkpointed_blocks(self):
+        return list(self._document["checkpointed_blocks"])
+
+    @property
+    def budget_bytes(self):
+        return self._document["budget_bytes"]
+
+    @property
+    def global_batch(self):
+        return self._document["global_batch"]
+
+    @property
+    def predicted_peak_bytes(self):
+        return self._document["predicted"]["peak_bytes"]
+
+    @property
+    def predicted_samples_per_second(self):
+        return self._document["predicted"]["samples_per_second"]
+
+    @property
+    def precision(self):
+        return self._document.get("precision", "fp32")
+
+    @property
+    def trace_path(self):
+        return self._document["trace"]["path"]
+
+    def __str__(self):
+        return self._summary + self._after
+
+    __repr__ = __str__
+
+
+def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam", precision="fp32", depth=None,
+            layers=None, loss="cross-entropy", example_targets=None, output_index=None, threads=None, warmup=1,
+            repeats=5, seed=0, tempo=True, path=None):
+    """Profiles `model` as `headroom profile --torchscript` does and returns its Trace.
+
+    model: an nn.Module as it is. It is scripted (torch.jit.script), or traced on `example_inputs`
+        where scripting fails (said on stderr; `trace.how` says which), and cut into layers at the
+        submodule calls its forward makes.
+    example_inputs: a batch-first tensor, or a tuple of them for a forward that takes several; one
+        sample's shape and dtype (and an integer input's range) are read from it.
+    batch_sizes: the micro-batch sizes measured, ascending.
+    optimizer: "adam" or "sgd"; precision: "fp32", "bf16-autocast", "bf16", or several comma-separated.
+    depth / layers: which submodules are the layers (depth 1: the children), as --depth / --layers.
+    loss: "cross-entropy" (classes along the output's last dimension), "mse", or "model" (forward
+        returns the loss); example_targets: a batch-first target tensor, where the loss's default
+        target (from the output) is not the one.
+    output_index: where forward returns a tuple, the element the loss reads.
+    threads: intra-op threads (default: the idle cores, as the command line); warmup, repeats, seed
+        and tempo as the command line's --warmup, --repeats, --seed and --no-tempo.
+    path: where to keep the trace (default: headroom's cache directory).
+
+    Progress goes to stderr. Bad input raises InputError with the command line's message.
+    """
+    from . import _scripting
+
+    inputs = _scripting.as_tuple(example_inputs)
+    specs = [_scripting.sample_spec(t, "example_inputs" if len(inputs) == 1 else f"example_inputs[{k}]")
+             for k, t in enumerate(inputs)]
+    target = _scripting.sample_spec(example_targets, "example_targets") if example_targets is not None else ""
+    if isinstance(batch_sizes, int):
+        batch_sizes = (batch_sizes,)
+    try:
+        batch_text = ",".join(str(int(b)) for b in batch_sizes)
+    except (TypeError, ValueError):
+        raise InputError(f"--batch-sizes: expected positive integers, got {batch_sizes!r}") from None
+    if isinstance(precision, (list, tuple)):
+        precision = ",".join(precision)
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise InputError(f"--threads: expected a positive number of threads, got {threads!r}")
+    module_path, how = _scripting.to_torchscript(model, inputs)
+    text = _core_call(_core.profile, module_path, specs, target, loss or "", ",".join(layers) if layers else "",
+                      "" if depth is None else str(depth), "" if output_index is None else str(output_index), batch_text,
+                      optimizer, precision, threads or 0, warmup, repeats, seed, tempo)
+    if path is None:
+        import hashlib
+        from ._scripting import cache_directory
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        path = os.path.join(cache_directory("traces"), f"{type(model).__name__}-{digest}.json")
+    trace = Trace(text, path)
+    trace.save(path)
+    trace.how = how
+    return trace
+
+
+def plan(trace, budget, batch, *, strategies="all", margin=0.05, optimizer=None, precision=None, rescale=True):
+    """Plans the step of `batch` samples under `budget` as `headroom plan` does; returns the Plan.
+
+    trace: a Trace, or the path of a trace file. budget: bytes, or text as the command line takes it
+    ("8GiB", "512MiB"). strategies: "all", "none", or names comma-separated (as --strategies).
+    margin: the fraction of the budget kept free. optimizer and precision: another than the trace's
+    (precision: one of those the trace measured). rescale: compare the trace's times with this
+    machine's (the cached calibration, or one measured now) and predict for it.
+
+    Raises Infeasible where no plan fits (the message says the least budget), InputError for bad input.
+    """
+    if isinstance(trace, (str, os.PathLike)):
+        trace = Trace.load(trace)
+    if not isinstance(trace, Trace):
+        raise InputError(f"trace: expected a headroom.Trace or a trace file's path, got {type(trace).__name__}")
+    if isinstance(budget, bool) or not isinstance(budget, (int, str)):
+        raise InputError(f"--budget: expected bytes or text such as 8GiB, got {budget!r}")
+    if isinstance(batch, bool) or not isinstance(batch, int):
+        raise InputError(f"--batch: expected a whole number of samples, got {batch!r}")
+    if isinstance(strategies, (list, tuple)):
+        strategies = ",".join(strategies)
+    text, summary, after = _core_call(_core.plan, trace.path, str(budget), batch, strategies, float(margin),
+                                      optimizer or "", precision or "", bool(rescale))
+    return Plan(text, summary, after)
+
+
+def apply(plan, model, optimizer, loss_fn, *, enforce_budget=True, warmup_steps=1):
+    """The plan as a training step of your own loop: `loss = step(inputs, targets)`.
+
+    Each call zeroes the gradients, runs the plan's micro-batches (each copied out of the batch's
+    first dimension as it starts, as headroom's executor loads a micro-batch; each loss weighted
+    b_i/B so the gradients are the whole batch's), with
+    torch.utils.checkpoint around the plan's checkpointed blocks (named by submodule path), and
+    steps the optimizer; it returns the batch's loss as a float. The plan's budget is enforced by
+    the allocator `headroom execute` uses, on the step's memory (the model's parameters, gradients and
+    optimizer state, and what the step allocates; the batch your loop holds is yours, as a dataset is): a step that would go over raises
+    BudgetExceeded naming the layer, phase and bytes. The step's measured peak and time are kept beside the prediction:
+    `step.report()` (the report `headroom execute` writes), `print(step)`.
+
+    `step.micro_batches(inputs, targets)` yields (inputs, targets, loss weight) for loops that
+    must run the backward themselves.
+    """
+    from ._apply import Step
+
+    return Step(plan, model, optimizer, loss_fn, enforce_budget=enforce_budget, warmup_steps=warmup_steps)
+
+
+from ._apply import Step  # noqa: E402

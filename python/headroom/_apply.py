@@ -1,0 +1,428 @@
+"""A plan run as a step of the user's own training loop (headroom.apply)."""
+
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.utils.checkpoint
+
+from . import BudgetExceeded, InputError, Plan, _core
+
+
+def _format_bytes(n):
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+class _Position:
+    """Where the step is, for the message of an allocation the budget refuses."""
+
+    def __init__(self):
+        self.layer, self.phase, self.micro_batch = "", "", -1
+
+
+def _tensors_of(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors_of(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_of(item)
+
+
+class Step:
+    """The plan as a training step: `loss = step(inputs, targets)`. See headroom.apply."""
+
+    def __init__(self, plan, model, optimizer, loss_fn, *, enforce_budget=True, warmup_steps=1):
+        if not isinstance(plan, Plan):
+            raise InputError(f"plan: expected a headroom.Plan, got {type(plan).__name__}")
+        if not isinstance(model, torch.nn.Module):
+            raise InputError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise InputError(f"optimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if not callable(loss_fn):
+            raise InputError("loss_fn: expected a callable (output, targets) -> loss")
+        if not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise InputError(f"warmup_steps: expected a number of steps from 0, got {warmup_steps!r}")
+        self.plan, self.model, self.optimizer, self.loss_fn = plan, model, optimizer, loss_fn
+        self._calls = 0
+        self._peaks, self._seconds, self._losses = [], [], []
+        self._hooks, self._originals = [], {}
+        self.enforce_budget, self.warmup_steps = enforce_budget, warmup_steps
+        document = plan.to_dict()
+        self._refuse_what_cannot_run(document)
+        self._trace = self._read_trace(document)
+        layers = [layer for layer in self._trace["layers"] if layer["kind"] != "loss"]
+        self._check_model(layers)
+        self._position = _Position()
+        self._checkpointed = self._checkpointed_modules(document, layers)
+        self._hooks = []
+        self._install_hooks(layers)
+        self._threads = document.get("threads") or self._trace["profile"].get("threads")
+        if self._threads:
+            # The threads the trace was measured at, for torch and OpenBLAS both, as `execute` runs.
+            _core.use_threads(int(self._threads))
+        self._rehomed = False
+        self._pending = False  # a micro-batch iteration waiting for its optimizer step
+        self._wrap_optimizer_step()
+
+    # -- what the plan asks for, checked against what apply can do and the model it is given --
+
+    def _refuse_what_cannot_run(self, document):
+        if document.get("l2l"):
+            raise InputError("plan: L2L's relay runs in headroom's executor (`headroom execute`), not in a loop of your own")
+        if document.get("world_size", 1) > 1 or document.get("data_parallel"):
+            raise InputError("plan: a data-parallel plan runs on c10d workers (`headroom execute --devices N`), "
+                             "not in a loop of your own")
+        if document.get("loss_tiles") or document.get("ring_loss"):
+            raise InputError("plan: Inf-CL's tiled loss runs in headroom's executor, not in a loop of your own")
+        lean = [layer.get("name", str(k)) for k, layer in enumerate(document.get("layers", []))
+                if layer.get("variant") == "tempo" or layer.get("tempo")]
+        if lean:
+            raise InputError(f"plan: Tempo's memory-lean layers ({', '.join(lean)}) replace headroom's zoo layers; "
+                             "a module of your own has none to swap in: plan with --strategies that leave out tempo")
+        if self.plan.precision != "fp32":
+            raise InputError(f"plan: its step runs in {self.plan.precision}; apply runs fp32 plans (the command line "
+                             "executes the others: `headroom execute`)")
+
+    def _read_trace(self, document):
+        path = document["trace"]["path"]
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except OSError as e:
+            raise InputError(f"plan: its trace {path} cannot be read ({e.strerror}): plan again from the trace") from None
+
+    def _check_model(self, layers):
+        modules = dict(self.model.named_modules())
+        for layer in layers:
+            if layer["name"] not in modules:
+                raise InputError(f"plan: it is for model {self._trace['model']['name']}, whose layer {layer['name']} "
+                                 f"is not a submodule of this {type(self.model).__name__}")
+        # fp32 plans only (above): 4 bytes a parameter in the trace.
+        planned = sum(layer["param_bytes"] for layer in layers) // 4
+        seen, held = set(), 0
+        for p in self.model.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                held += p.numel()
+        if planned != held:
+            raise InputError(f"plan: it is for model {self._trace['model']['name']} with {planned:,} parameters; "
+                             f"this {type(self.model).__name__} has {held:,}")
+
+    def _checkpointed_modules(self, document, layers):
+        by_block = {}
+        for layer in layers:
+            by_block.setdefault(layer["block"], []).append(layer["name"])
+        chosen = []
+        for block in document["checkpointed_blocks"]:
+            names = by_block.get(block, [])
+            if len(names) != 1:
+                raise InputError(f"plan: block {block} ({', '.join(names)}) spans {len(names)} submodules; apply "
+                                 "checkpoints one submodule at a time (the command line runs it: `headroom execute`)")
+            chosen.append(names[0])
+        return chosen
+
+    def _install_hooks(self, layers):
+        modules = dict(self.model.named_modules())
+        position = self._position
+
+        def before(name):
+            def hook(module, args):
+                position.layer = name
+                position.phase = "recompute" if position.phase in ("backward", "recompute") else "forward"
+            return hook
+
+        def after(name):
+            def on_gradient(gradient):
+                position.layer, position.phase = name, "backward"
+            def hook(module, args, output):
+                for t in _tensors_of(output):
+                    if t.requires_grad:
+                        t.register_hook(on_gradient)
+                        break
+            return hook
+
+        for layer in layers:
+            module = modules[layer["name"]]
+            self._hooks.append(module.register_forward_pre_hook(before(layer["name"])))
+            self._hooks.append(module.register_forward_hook(after(layer["name"])))
+        self._originals = {}
+        for name in self._checkpointed:
+            module = modules[name]
+            original = module.forward
+            self._originals[name] = original
+
+            def checkpointed(*args, _original=original, _name=name, **kwargs):
+                def run(*inner):
+                    if torch.is_grad_enabled():  # checkpoint's re-run, in backward
+                        position.layer, position.phase = _name, "recompute"
+                    return _original(*inner, **kwargs)
+                return torch.utils.checkpoint.checkpoint(run, *args, use_reentrant=False)
+
+            module.forward = checkpointed
+
+    def remove(self):
+        """Takes the step's hooks, checkpoints and optimizer wrapper off: all run as before apply."""
+        self._finish_pending()
+        if "step" in vars(self.optimizer):
+            del self.optimizer.step
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        modules = dict(self.model.named_modules())
+        for name, original in getattr(self, "_originals", {}).items():
+            del modules[name].forward  # the instance attribute; the class's forward shows again
+        self._originals = {}
+
+    # -- the step --
+
+    def _rehome(self):
+        """Model state made before `import headroom` copied into the counting allocator, once."""
+        with torch.no_grad():
+            for t in list(self.model.parameters()) + list(self.model.buffers()):
+                if not _core.allocator_counts(t):
+                    t.data = t.data.clone()
+                if isinstance(t, torch.nn.Parameter) and t.grad is not None and not _core.allocator_counts(t.grad):
+                    t.grad = t.grad.clone()
+        self._rehomed = True
+
+    def _own_bytes(self, tensors):
+        """(bytes the allocator counts, bytes it does not) of these tensors' storages, each storage once."""
+        counted, uncounted, seen = 0, 0, set()
+        for t in tensors:
+            storage = t.storage()
+            key = storage.data_ptr()
+            if key in seen or storage.nbytes() == 0:
+                continue
+            seen.add(key)
+            if _core.allocator_counts(t):
+                counted += storage.nbytes()
+            else:
+                uncounted += storage.nbytes()
+        return counted, uncounted
+
+    def _state_tensors(self):
+        for p in self.model.parameters():
+            yield p
+            if p.grad is not None:
+                yield p.grad
+        yield from self.model.buffers()
+        for state in self.optimizer.state.values():
+            yield from _tensors_of(state)
+
+    def _checked(self, inputs, targets):
+        """(inputs as a tuple, targets), each with the plan's batch along dimension 0."""
+        inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+        if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
+            raise InputError("inputs: expected a batch-first tensor, or a tuple of them")
+        batch = self.plan.global_batch
+        for k, t in enumerate(list(inputs) + [targets]):
+            what = "targets" if k == len(inputs) else ("inputs" if len(inputs) == 1 else f"inputs[{k}]")
+            if not isinstance(t, torch.Tensor) or t.dim() < 1 or t.shape[0] != batch:
+                shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise InputError(f"{what}: the plan is for a batch of {batch} (batch first), got {shape}")
+        return inputs, targets
+
+    def _micro_batch(self, inputs, targets, m):
+        """Micro-batch m's inputs and targets, each a tensor of its own, and its loss weight.
+
+        Copied out of the batch, as headroom's executor loads a micro-batch when it starts: the batch
+        your loop holds is yours (as a dataset is), and the step's memory is the plan's, one
+        micro-batch's input at a time."""
+        start = sum(self.plan.micro_batches[:m])
+        end = start + self.plan.micro_batches[m]
+        return (tuple(t[start:end].clone() for t in inputs), targets[start:end].clone(), self.plan.loss_weights[m])
+
+    def _begin(self, inputs, targets):
+        if not self._rehomed:
+            self._rehome()
+        counted, uncounted = self._own_bytes(list(self._state_tensors()))
+        # What the process holds besides the model's state (a dataset, your loop's batch, other
+        # models): not the step's.
+        self._outside = _core.allocator_in_use() - counted
+        self._uncounted = uncounted
+        if self.enforce_budget:
+            _core.allocator_set_limit(self._outside + self.plan.budget_bytes - uncounted)
+        _core.allocator_clear_refusal()
+        _core.allocator_reset_peak()
+        self._started = time.perf_counter()
+
+    def _end(self, loss):
+        seconds = time.perf_counter() - self._started
+        peak = _core.allocator_peak() - self._outside + self._uncounted
+        _core.allocator_set_limit(0)
+        self._calls += 1
+        if self._calls > self.warmup_steps:
+            self._peaks.append(peak)
+            self._seconds.append(seconds)
+        self._losses.append(loss)
+
+    def _over_budget(self, error):
+        _core.allocator_set_limit(0)
+        refusal = _core.allocator_last_refusal()
+        if refusal is None or "headroom budget" not in str(error):
+            return None
+        requested, in_use, _ = refusal
+        p = self._position
+        where = f" in {p.phase}" if p.phase else ""
+        where += f" of {p.layer}" if p.layer else ""
+        where += f" (micro-batch {p.micro_batch})" if p.micro_batch >= 0 else ""
+        step_in_use = in_use - self._outside + self._uncounted
+        return BudgetExceeded(f"out of memory under the {_format_bytes(self.plan.budget_bytes)} budget{where}: "
+                              f"{_format_bytes(requested)} requested with {_format_bytes(step_in_use)} in use",
+                              p.layer, p.phase, p.micro_batch, requested, step_in_use, self.plan.budget_bytes)
+
+    def __call__(self, inputs, targets):
+        """One training step of the plan on a whole batch; returns the batch's loss."""
+        self._finish_pending()
+        inputs, targets = self._checked(inputs, targets)
+        self._begin(inputs, targets)
+        total = 0.0
+        count = len(self.plan.micro_batches)
+        try:
+            self.optimizer.zero_grad(set_to_none=False)
+            for m in range(count):
+                self._position.micro_batch, self._position.phase, self._position.layer = m, "data", ""
+                micro_inputs, micro_targets, weight = self._micro_batch(inputs, targets, m)
+                self._position.phase = "forward"
+                output = self.model(*micro_inputs)
+                self._position.layer = "loss"
+                loss = self.loss_fn(output, micro_targets) * weight
+                del output
+                self._position.phase = "backward"
+                loss.backward()
+                total += float(loss.detach())
+                del loss
+                if m + 1 < count:  # the last micro-batch's input stays through the optimizer's step, as planned
+                    del micro_inputs, micro_targets
+            self._position.phase, self._position.layer, self._position.micro_batch = "optimizer", "", -1
+            self._optimizer_step()
+            del micro_inputs, micro_targets
+        except RuntimeError as error:
+            over = self._over_budget(error)
+            if over is not None:
+                raise over from None
+            raise
+        finally:
+            _core.allocator_set_limit(0)
+        self._end(total)
+        return total
+
+    def micro_batches(self, inputs, targets):
+        """Yields (inputs, targets, loss weight) per micro-batch, for a loop that runs its own backward.
+
+        Multiply each micro-batch's loss by its weight before backward (the gradients then add up to
+        the whole batch's), and call the optimizer's step() after the last, as always. The gradients
+        are zeroed first. The budget holds, and the peak is measured, from the first micro-batch to
+        the end of that optimizer step. An allocation the budget refuses in your own code raises
+        torch's error ("headroom budget: allocating ..."); in the step's, BudgetExceeded.
+        """
+        self._finish_pending()
+        inputs, targets = self._checked(inputs, targets)
+        self._begin(inputs, targets)
+        try:
+            self.optimizer.zero_grad(set_to_none=False)
+            for m in range(len(self.plan.micro_batches)):
+                self._position.micro_batch, self._position.phase, self._position.layer = m, "data", ""
+                part = self._micro_batch(inputs, targets, m)
+                self._position.phase = "forward"
+                yield part
+                del part
+        except BaseException:
+            _core.allocator_set_limit(0)
+            raise
+        # The optimizer's step, which the loop calls next, ends the measured step.
+        self._position.phase, self._position.layer, self._position.micro_batch = "optimizer", "", -1
+        self._pending = True
+
+    def _finish_pending(self):
+        """A micro-batch iteration whose optimizer step never came: measured to here."""
+        if self._pending:
+            self._pending = False
+            self._end(float("nan"))
+
+    def _wrap_optimizer_step(self):
+        original = self.optimizer.step
+        self._optimizer_step = original
+
+        def step(*args, **kwargs):
+            if not self._pending:
+                return original(*args, **kwargs)
+            self._pending = False
+            try:
+                result = original(*args, **kwargs)
+            except RuntimeError as error:
+                over = self._over_budget(error)
+                if over is not None:
+                    raise over from None
+                raise
+            finally:
+                _core.allocator_set_limit(0)
+            self._end(float("nan"))
+            return result
+
+        self.optimizer.step = step
+
+    # -- what was measured --
+
+    @property
+    def measured_peak_bytes(self):
+        """The highest measured peak over the steps after warm-up (None before one)."""
+        return max(self._peaks) if self._peaks else None
+
+    def report(self):
+        """The run as `headroom execute` reports it (schema headroom.report/1): a dict."""
+        document = self.plan.to_dict()
+        predicted = document["predicted"]
+        measured_steps = len(self._seconds)
+        median = statistics.median(self._seconds) if self._seconds else 0.0
+        peak = max(self._peaks) if self._peaks else 0
+        samples_per_second = self.plan.global_batch / median if median > 0 else 0.0
+        report = {
+            "schema": "headroom.report/1",
+            "plan": self.plan.path or "",
+            "model": self._trace["model"]["name"],
+            "device": {"kind": self._trace["device"].get("kind", "cpu"), "name": self._trace["device"].get("name", "")},
+            "budget_bytes": self.plan.budget_bytes if self.enforce_budget else 0,
+            "global_batch": self.plan.global_batch,
+            "micro_batches": self.plan.micro_batches,
+            "checkpointed_blocks": self.plan.checkpointed_blocks,
+            "steps": measured_steps,
+            "status": "ok",
+            "predicted": {"peak_bytes": predicted["peak_bytes"], "samples_per_second": predicted["samples_per_second"],
+                          "step_seconds": predicted["step_seconds"]},
+            "measured": {"peak_bytes": peak, "samples_per_second": samples_per_second, "step_seconds": median},
+            "errors": {"peak_rel": (predicted["peak_bytes"] - peak) / peak if peak else 0.0,
+                       "throughput_rel": ((predicted["samples_per_second"] - samples_per_second) / samples_per_second
+                                          if samples_per_second else 0.0)},
+            "gradient_check": {"computed": False,
+                               "note": "your own loop's step (headroom.apply): compare with a whole-batch step yourself"},
+            "warnings": list(document.get("warnings", [])),
+            "step_seconds": list(self._seconds),
+            "threads": int(self._threads or torch.get_num_threads()),
+            "data": "your own loop's batches",
+        }
+        if self.plan.precision != "fp32":
+            report["precision"] = self.plan.precision
+        return json.loads(_core.report_json(json.dumps(report)))
+
+    def save_report(self, path):
+        """Writes report() where `headroom compare` reads it."""
+        text = json.dumps(self.report(), indent=1) + "\n"
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w") as out:
+            out.write(text)
+        os.replace(temporary, path)
+
+    def __repr__(self):
+        if not self._peaks:
+            return (f"headroom step for {self._trace['model']['name']}: {self._calls} step(s) run, "
+                    f"{self.warmup_steps} of them warm-up; nothing measured yet")
+        return _core.render_report(json.dumps(self.report()))

@@ -1,0 +1,184 @@
+// headroom._core: the C++ core as the Python package calls it (python/headroom/__init__.py). Each
+// function is one the command line runs, so the package and `headroom` answer alike: profile as
+// `headroom profile` (progress on stderr), plan as `headroom plan`, the summary tables they print,
+// the budget allocator `headroom execute` enforces its budget with, and its report.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/extension.h>
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/flag_names.h"
+#include "cli/plan_commands.h"
+#include "cli/profile_command.h"
+#include "core/errors.h"
+#include "core/host_memory.h"
+#include "core/plan.h"
+#include "core/report.h"
+#include "core/trace.h"
+#include "report/execution_report.h"
+#include "report/plan_report.h"
+#include "runtime/budget_allocator.h"
+#include "runtime/calibration.h"
+#include "runtime/host_info.h"
+#include "runtime/intra_op_threads.h"
+
+namespace py = pybind11;
+using namespace headroom;
+
+namespace {
+
+// A calibration of this machine at the trace's threads, for the plan to compare the trace's times
+// with: the cache's (what `headroom calibrate` and every profile leave), or measured here.
+std::optional<core::Calibration> calibrate_here(const core::Trace& trace) {
+  if (trace.device.is_cuda()) return std::nullopt;
+  const int threads = std::min(std::max(trace.profile.threads, 1), runtime::usable_cores());
+  if (auto cached = runtime::read_cached_calibration(false, threads)) return cached;
+  const int before = at::get_num_threads();
+  runtime::use_threads(threads);
+  core::Calibration measured = runtime::cached_calibration(c10::Device(c10::kCPU));
+  runtime::use_threads(before);
+  return measured;
+}
+
+// libtorch's errors carry a backtrace; the first line is the message.
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// Errors as the command line words them: a library's field named as the flag that sets it (the
+// package's keywords are the flags' names), libtorch's without its backtrace.
+template <typename F>
+auto as_the_cli_says(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const core::InputError& e) {
+    throw core::InputError(cli::name_flag(e.what()));
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(first_line(e.what_without_backtrace()));
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "headroom's C++ core (use the headroom package, not this module)";
+  py::register_exception<core::InputError>(m, "InputError", PyExc_ValueError);
+  py::register_exception<cli::Infeasible>(m, "Infeasible", PyExc_RuntimeError);
+
+  // The host-memory regime profile and execute run in (core/host_memory.h): freed pages stay with
+  // the process, so a step's time does not include handing them back and taking them again.
+  m.def("enter_host_memory_regime", [] { return core::enter_host_memory_regime(); });
+
+  m.def(
+      "profile",
+      [](const std::string& torchscript, const std::vector<std::string>& inputs, const std::string& target,
+         const std::string& loss, const std::string& layers, const std::string& depth, const std::string& output_index,
+         const std::string& batch_sizes, const std::string& optimizer, const std::string& precision, int threads,
+         int warmup, int repeats, std::uint64_t seed, bool tempo) {
+        cli::ProfileArgs args;
+        args.torchscript = torchscript;
+        args.inputs = inputs;
+        args.target = target;
+        args.loss = loss;
+        args.layers = layers;
+        args.depth = depth;
+        args.output_index = output_index;
+        args.batch_sizes = batch_sizes;
+        args.options.optimizer = optimizer;
+        args.precision = precision;
+        args.options.threads = threads;
+        args.options.warmup_steps = warmup;
+        args.options.repeats = repeats;
+        args.options.seed = seed;
+        args.options.tempo = tempo;
+        return as_the_cli_says([&] {
+          cli::check_model_flags(args);
+          std::optional<profiler::GpuStepRecord> gpu_step;
+          const int threads_before = at::get_num_threads();
+          core::Trace trace = [&] {
+            py::gil_scoped_release unlocked;  // hours of torch work; other Python threads go on
+            return cli::run_profile(args, gpu_step);
+          }();
+          // The user's own work goes on at the threads it had.
+          runtime::use_threads(threads_before);
+          return core::to_json(trace).dump(1) + "\n";
+        });
+      },
+      py::arg("torchscript"), py::arg("inputs"), py::arg("target"), py::arg("loss"), py::arg("layers"), py::arg("depth"),
+      py::arg("output_index"), py::arg("batch_sizes"), py::arg("optimizer"), py::arg("precision"), py::arg("threads"),
+      py::arg("warmup"), py::arg("repeats"), py::arg("seed"), py::arg("tempo"));
+
+  m.def("trace_summary", [](const std::string& trace_json, const std::string& source) {
+    return as_the_cli_says([&] {
+    const core::Trace trace = core::trace_from_json(nlohmann::json::parse(trace_json), source);
+    const bool several = !trace.other_precisions.empty();
+    std::string out = cli::trace_summary(trace, several);
+    for (const auto& other : trace.other_precisions) out += "\n" + cli::trace_summary(other, several);
+    return out;
+    });
+  });
+
+  // A plan as `headroom plan` makes it: (plan JSON, the summary it prints, what follows the summary).
+  m.def(
+      "plan",
+      [](const std::string& trace_path, const std::string& budget, std::int64_t batch, const std::string& strategies,
+         double margin, const std::string& optimizer, const std::string& precision, bool rescale) {
+        cli::PlanArgs args;
+        args.trace = trace_path;
+        args.budget = budget;
+        args.batch = batch;
+        args.strategies = strategies;
+        args.margin = margin;
+        args.optimizer = optimizer;
+        args.precision = precision;
+        args.no_rescale = !rescale;
+        args.calibrate_here = calibrate_here;
+        return as_the_cli_says([&] {
+          if (batch < 1) throw core::InputError("--batch: expected a positive global batch, got " + std::to_string(batch));
+          cli::PlanMade made = cli::make_plan(args);
+          return py::make_tuple(core::to_json(made.plan).dump(1) + "\n", made.summary, made.after_summary);
+        });
+      },
+      py::arg("trace_path"), py::arg("budget"), py::arg("batch"), py::arg("strategies"), py::arg("margin"),
+      py::arg("optimizer"), py::arg("precision"), py::arg("rescale"));
+
+  m.def("read_plan", [](const std::string& plan_json, const std::string& source) {
+    return core::to_json(core::plan_from_json(nlohmann::json::parse(plan_json), source)).dump(1) + "\n";
+  });
+  m.def("plan_summary", [](const std::string& plan_json, const std::string& source) {
+    return report::render_plan_summary(core::plan_from_json(nlohmann::json::parse(plan_json), source));
+  });
+
+  // The budget allocator (runtime/budget_allocator.h), installed as libtorch's CPU allocator on
+  // first use: what torch allocates from then on is counted, and refused past the limit.
+  m.def("allocator_install", [] { runtime::BudgetAllocator::instance(); });
+  m.def("allocator_set_limit", [](std::int64_t bytes) { runtime::BudgetAllocator::instance().set_limit(bytes); });
+  m.def("allocator_in_use", [] { return runtime::BudgetAllocator::instance().in_use(); });
+  m.def("allocator_peak", [] { return runtime::BudgetAllocator::instance().peak(); });
+  m.def("allocator_reset_peak", [] { runtime::BudgetAllocator::instance().reset_peak(); });
+  // (requested, in use, limit) of the last allocation the budget refused on this thread, or None.
+  m.def("allocator_last_refusal", []() -> std::optional<std::tuple<std::int64_t, std::int64_t, std::int64_t>> {
+    const runtime::Refusal& r = runtime::BudgetAllocator::last_refusal();
+    if (r.requested_bytes == 0) return std::nullopt;
+    return std::make_tuple(r.requested_bytes, r.in_use_bytes, r.budget_bytes);
+  });
+  m.def("allocator_clear_refusal", [] { runtime::BudgetAllocator::clear_last_refusal(); });
+  // Whether the allocator made this tensor's storage (made before it was installed: not counted).
+  m.def("allocator_counts", [](const at::Tensor& t) {
+    return t.storage().data_ptr().get_deleter() == runtime::BudgetAllocator::instance().raw_deleter();
+  });
+
+  m.def("report_json", [](const std::string& report_json) {
+    // Validated as `headroom compare` reads it.
+    return core::to_json(core::report_from_json(nlohmann::json::parse(report_json), "report")).dump(1) + "\n";
+  });
+  m.def("render_report", [](const std::string& report_json) {
+    return report::render_report(core::report_from_json(nlohmann::json::parse(report_json), "report"));
+  });
+  m.def("usable_cores", [] { return runtime::usable_cores(); });
+  m.def("use_threads", [](int threads) { runtime::use_threads(threads); });
+}
