@@ -6,22 +6,32 @@ torchvision's resnet18, or the small language model of examples/python/models.py
 the same weights then train on the same batches, step by step in alternation: one through
 `headroom.apply(plan, ...)`, the other through the loop a user would write for the same plan (the
 micro-batches copied out of the batch, each loss weighted b_i/B, torch.utils.checkpoint on the
-planned submodules, the optimizer stepped after the last), at the same threads. Printed: each side's
-median step and their ratio, step by step (apply / by hand; above 1, apply is slower).
+planned submodules, the optimizer stepped after the last), at the same threads. Both run in one
+process after `import headroom`, so both pay its counting allocator (a lock and a map entry per
+allocation); the figure is apply's own cost over it. Printed: each side's median step and their
+ratio, step by step (apply / by hand; above 1, apply is slower).
 
   PYTHONPATH=build/default/python /usr/bin/python3 bench/python_apply_overhead.py --model resnet18 --steps 20
+
+With --process apply|by-hand --plan PLAN.json, one side alone runs in this process (by-hand without
+importing headroom at all, so without its counting allocator): time the two as whole processes in
+alternation to see what a loop written without headroom costs against apply.
 """
 
 import argparse
 import copy
+import json
 import os
 import statistics
 import sys
 import time
 
-import headroom  # before torch, as the package asks
-import torch
-import torch.utils.checkpoint
+if "--process" in sys.argv and "by-hand" in sys.argv:
+    headroom = None  # the loop a user writes without headroom: not imported at all
+else:
+    import headroom  # before torch, as the package asks
+import torch  # noqa: E402
+import torch.utils.checkpoint  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "python"))
 import models  # noqa: E402
@@ -50,8 +60,49 @@ def step_by_hand(model, optimizer, loss_fn, plan, inputs, targets):
     return total
 
 
+class PlanFile:
+    """What the loop by hand reads of a plan, from its JSON (no headroom)."""
+
+    def __init__(self, path):
+        with open(path) as f:
+            document = json.load(f)
+        self.micro_batches, self.loss_weights = document["micro_batches"], document["loss_weights"]
+        self.global_batch, self.threads = document["global_batch"], document.get("threads")
+        with open(document["trace"]["path"]) as f:
+            layers = json.load(f)["layers"]
+        self.checkpointed = [layer["name"] for layer in layers
+                             if layer["kind"] != "loss" and layer["block"] in document["checkpointed_blocks"]]
+
+
+def one_side(args):
+    torch.manual_seed(0)
+    model, loss_fn, make_batch, _ = models.build(args.model, args.image_size)
+    if args.process == "apply":
+        plan = headroom.Plan.load(args.plan)
+        step = headroom.apply(plan, model, torch.optim.Adam(model.parameters(), lr=1e-4), loss_fn)
+        run = step
+    else:
+        plan = PlanFile(args.plan)
+        if plan.threads:
+            torch.set_num_threads(plan.threads)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+        checkpoint_by_hand(model, plan.checkpointed)
+        run = lambda inputs, targets: step_by_hand(model, optimizer, loss_fn, plan, inputs, targets)  # noqa: E731
+    seconds = []
+    for i in range(args.steps + 1):
+        batch = make_batch(plan.global_batch, seed=i)
+        started = time.perf_counter()
+        run(*batch)
+        if i > 0:
+            seconds.append(time.perf_counter() - started)
+    print(f"{args.process}: median step {statistics.median(seconds):.4f} s over {args.steps} steps")
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--process", choices=["apply", "by-hand"], help="run this side alone (with --plan)")
+    parser.add_argument("--plan", help="with --process: the plan both sides run")
     parser.add_argument("--model", choices=["resnet18", "lm"], default="resnet18")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--fraction", type=float, default=0.6)
@@ -60,6 +111,10 @@ def main():
     parser.add_argument("--image-size", type=int, default=128)
     parser.add_argument("--trace", help="a trace of this model to plan from (default: profile it now)")
     args = parser.parse_args()
+    if args.process:
+        if not args.plan:
+            parser.error("--process needs --plan")
+        return one_side(args)
 
     torch.manual_seed(0)
     model, loss_fn, make_batch, _ = models.build(args.model, args.image_size)

@@ -123,17 +123,21 @@ PlanMade make_plan(const PlanArgs& args) {
     throw Infeasible(reason);
   }
   std::string summary = report::render_plan_summary(*outcome.plan);
-  PlanMade made{std::move(*outcome.plan), std::move(summary), ""};
-  // What a technique the plan uses, or one asked for by name, adds (L2L: what else the budget trains).
-  for (const planner::Technique* technique : planner::techniques()) {
-    const auto strategy = technique->strategy();
-    const bool named = !all && strategy && request.strategies.contains(*strategy);
-    made.after_summary += technique->after_summary(trace, made.plan, request, named);
-  }
-  if (!trace.other_precisions.empty()) {
-    made.after_summary += "\n" + report::render_precision_comparison(planner::plan_each_precision(trace, request, machine, made.plan),
-                                                                      trace.precision);
-  }
+  PlanMade made{std::move(*outcome.plan), std::move(summary), {}};
+  // What a technique the plan uses, or one asked for by name, adds (L2L: what else the budget
+  // trains), and the other precisions' plans: asked for once the plan is out (written, printed).
+  made.after_summary = [trace = core::Trace(trace), request, machine, all, plan = made.plan] {
+    std::string out;
+    for (const planner::Technique* technique : planner::techniques()) {
+      const auto strategy = technique->strategy();
+      const bool named = !all && strategy && request.strategies.contains(*strategy);
+      out += technique->after_summary(trace, plan, request, named);
+    }
+    if (!trace.other_precisions.empty()) {
+      out += "\n" + report::render_precision_comparison(planner::plan_each_precision(trace, request, machine, plan), trace.precision);
+    }
+    return out;
+  };
   return made;
 }
 
@@ -146,7 +150,8 @@ int run_plan(const PlanArgs& args) {
     return kExitInfeasible;
   }
   core::write_plan_file(args.output, made.plan);
-  std::cout << made.summary << "\nplan written to " << args.output << "\n" << made.after_summary;
+  std::cout << made.summary << "\nplan written to " << args.output << "\n" << std::flush;
+  std::cout << made.after_summary();
   return 0;
 }
 

@@ -27,11 +27,12 @@ struct PlanArgs {
   // Times this machine for the trace (cli/calibration_child.h, given by main); unset: no comparison.
   std::function<std::optional<core::Calibration>(const core::Trace&)> calibrate_here;
 };
-// A plan and what `headroom plan` prints about it: the summary, then what its techniques add.
+// A plan and what `headroom plan` prints about it: the summary, then (computed when called: a
+// precision comparison plans again) what its techniques add and the other precisions' plans.
 struct PlanMade {
   core::Plan plan;
   std::string summary;
-  std::string after_summary;
+  std::function<std::string()> after_summary;
 };
 // No plan fits: what() is the reason, one line ("infeasible: no plan fits ..., so the budget must be
 // at least ...").

@@ -25,23 +25,32 @@ std::atomic<bool> g_entered{false};
 // The shared object that provides `malloc` to this process: glibc's, or one preloaded over it. The
 // first loaded object after the program that defines it, in the dynamic linker's search order: the
 // address RTLD_DEFAULT gives can be the program's own PLT entry (a non-PIE program, such as Debian's
-// python3, that takes malloc's address), which names the program rather than the allocator.
+// python3, that takes malloc's address), which names the program rather than the allocator. (An
+// allocator linked into the program itself reads as the library after it.)
 std::string malloc_provider() {
   void* program = ::dlopen(nullptr, RTLD_LAZY | RTLD_NOLOAD);
+  if (program == nullptr) return "unknown";
+  std::string provider = "unknown";
   link_map* map = nullptr;
-  if (program == nullptr || ::dlinfo(program, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr) return "unknown";
-  for (const link_map* object = map->l_next; object != nullptr; object = object->l_next) {
-    if (object->l_name == nullptr || object->l_name[0] == '\0') continue;
-    void* handle = ::dlopen(object->l_name, RTLD_LAZY | RTLD_NOLOAD);
-    if (handle == nullptr) continue;
-    void* symbol = ::dlsym(handle, "malloc");
-    Dl_info info{};
-    const bool defines = symbol != nullptr && ::dladdr(symbol, &info) != 0 && info.dli_fname != nullptr &&
-                         std::string_view(info.dli_fname) == object->l_name;
-    ::dlclose(handle);
-    if (defines) return std::filesystem::path(object->l_name).filename().string();
+  if (::dlinfo(program, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr) {
+    for (const link_map* object = map->l_next; object != nullptr; object = object->l_next) {
+      if (object->l_name == nullptr || object->l_name[0] == '\0') continue;  // the vDSO
+      void* handle = ::dlopen(object->l_name, RTLD_LAZY | RTLD_NOLOAD);
+      if (handle == nullptr) continue;
+      // dlsym on a handle searches the object's dependencies too: the definition must be its own.
+      void* symbol = ::dlsym(handle, "malloc");
+      Dl_info info{};
+      const bool defines = symbol != nullptr && ::dladdr(symbol, &info) != 0 && info.dli_fname != nullptr &&
+                           std::string_view(info.dli_fname) == object->l_name;
+      ::dlclose(handle);
+      if (defines) {
+        provider = std::filesystem::path(object->l_name).filename().string();
+        break;
+      }
+    }
   }
-  return "unknown";
+  ::dlclose(program);
+  return provider;
 }
 
 bool glibc_malloc() { return malloc_provider().rfind("libc.so", 0) == 0; }

@@ -33,17 +33,32 @@ using namespace headroom;
 
 namespace {
 
+// The process's threads (torch's and OpenBLAS's) as they were, again when it ends, however it ends:
+// the user's own work goes on at the threads it had.
+class KeepThreads {
+ public:
+  KeepThreads() : torch_(at::get_num_threads()), blas_(runtime::blas_threads()) {}
+  ~KeepThreads() {
+    runtime::use_threads(blas_ > 0 ? blas_ : torch_);
+    at::set_num_threads(torch_);
+  }
+  KeepThreads(const KeepThreads&) = delete;
+  KeepThreads& operator=(const KeepThreads&) = delete;
+
+ private:
+  int torch_;
+  int blas_;
+};
+
 // A calibration of this machine at the trace's threads, for the plan to compare the trace's times
 // with: the cache's (what `headroom calibrate` and every profile leave), or measured here.
 std::optional<core::Calibration> calibrate_here(const core::Trace& trace) {
   if (trace.device.is_cuda()) return std::nullopt;
   const int threads = std::min(std::max(trace.profile.threads, 1), runtime::usable_cores());
   if (auto cached = runtime::read_cached_calibration(false, threads)) return cached;
-  const int before = at::get_num_threads();
+  const KeepThreads keep;
   runtime::use_threads(threads);
-  core::Calibration measured = runtime::cached_calibration(c10::Device(c10::kCPU));
-  runtime::use_threads(before);
-  return measured;
+  return runtime::cached_calibration(c10::Device(c10::kCPU));
 }
 
 // libtorch's errors carry a backtrace; the first line is the message.
@@ -98,14 +113,9 @@ PYBIND11_MODULE(_core, m) {
         return as_the_cli_says([&] {
           cli::check_model_flags(args);
           std::optional<profiler::GpuStepRecord> gpu_step;
-          const int threads_before = at::get_num_threads();
-          core::Trace trace = [&] {
-            py::gil_scoped_release unlocked;  // hours of torch work; other Python threads go on
-            return cli::run_profile(args, gpu_step);
-          }();
-          // The user's own work goes on at the threads it had.
-          runtime::use_threads(threads_before);
-          return core::to_json(trace).dump(1) + "\n";
+          const KeepThreads keep;
+          py::gil_scoped_release unlocked;  // minutes of torch work; other Python threads go on
+          return core::to_json(cli::run_profile(args, gpu_step)).dump(1) + "\n";
         });
       },
       py::arg("torchscript"), py::arg("inputs"), py::arg("target"), py::arg("loss"), py::arg("layers"), py::arg("depth"),
@@ -114,11 +124,11 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("trace_summary", [](const std::string& trace_json, const std::string& source) {
     return as_the_cli_says([&] {
-    const core::Trace trace = core::trace_from_json(nlohmann::json::parse(trace_json), source);
-    const bool several = !trace.other_precisions.empty();
-    std::string out = cli::trace_summary(trace, several);
-    for (const auto& other : trace.other_precisions) out += "\n" + cli::trace_summary(other, several);
-    return out;
+      const core::Trace trace = core::trace_from_json(nlohmann::json::parse(trace_json), source);
+      const bool several = !trace.other_precisions.empty();
+      std::string out = cli::trace_summary(trace, several);
+      for (const auto& other : trace.other_precisions) out += "\n" + cli::trace_summary(other, several);
+      return out;
     });
   });
 
@@ -139,18 +149,27 @@ PYBIND11_MODULE(_core, m) {
         args.calibrate_here = calibrate_here;
         return as_the_cli_says([&] {
           if (batch < 1) throw core::InputError("--batch: expected a positive global batch, got " + std::to_string(batch));
-          cli::PlanMade made = cli::make_plan(args);
-          return py::make_tuple(core::to_json(made.plan).dump(1) + "\n", made.summary, made.after_summary);
+          std::string plan_json, summary, after;
+          {
+            py::gil_scoped_release unlocked;  // a calibration of this machine may run first
+            cli::PlanMade made = cli::make_plan(args);
+            plan_json = core::to_json(made.plan).dump(1) + "\n";
+            summary = std::move(made.summary);
+            after = made.after_summary();
+          }
+          return py::make_tuple(plan_json, summary, after);
         });
       },
       py::arg("trace_path"), py::arg("budget"), py::arg("batch"), py::arg("strategies"), py::arg("margin"),
       py::arg("optimizer"), py::arg("precision"), py::arg("rescale"));
 
   m.def("read_plan", [](const std::string& plan_json, const std::string& source) {
-    return core::to_json(core::plan_from_json(nlohmann::json::parse(plan_json), source)).dump(1) + "\n";
+    return as_the_cli_says(
+        [&] { return core::to_json(core::plan_from_json(nlohmann::json::parse(plan_json), source)).dump(1) + "\n"; });
   });
   m.def("plan_summary", [](const std::string& plan_json, const std::string& source) {
-    return report::render_plan_summary(core::plan_from_json(nlohmann::json::parse(plan_json), source));
+    return as_the_cli_says(
+        [&] { return report::render_plan_summary(core::plan_from_json(nlohmann::json::parse(plan_json), source)); });
   });
 
   // The budget allocator (runtime/budget_allocator.h), installed as libtorch's CPU allocator on
@@ -174,11 +193,15 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("report_json", [](const std::string& report_json) {
     // Validated as `headroom compare` reads it.
-    return core::to_json(core::report_from_json(nlohmann::json::parse(report_json), "report")).dump(1) + "\n";
+    return as_the_cli_says([&] {
+      return core::to_json(core::report_from_json(nlohmann::json::parse(report_json), "report")).dump(1) + "\n";
+    });
   });
   m.def("render_report", [](const std::string& report_json) {
-    return report::render_report(core::report_from_json(nlohmann::json::parse(report_json), "report"));
+    return as_the_cli_says(
+        [&] { return report::render_report(core::report_from_json(nlohmann::json::parse(report_json), "report")); });
   });
+  m.def("blas_threads", [] { return runtime::blas_threads(); });
   m.def("usable_cores", [] { return runtime::usable_cores(); });
   m.def("use_threads", [](int threads) { runtime::use_threads(threads); });
 }

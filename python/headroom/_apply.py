@@ -3,12 +3,14 @@
 import json
 import os
 import statistics
+import sys
 import time
+import types
 
 import torch
 import torch.utils.checkpoint
 
-from . import BudgetExceeded, InputError, Plan, _core
+from . import BudgetExceeded, InputError, Plan, _core, _core_call
 
 
 def _format_bytes(n):
@@ -40,6 +42,12 @@ class Step:
     """The plan as a training step: `loss = step(inputs, targets)`. See headroom.apply."""
 
     def __init__(self, plan, model, optimizer, loss_fn, *, enforce_budget=True, warmup_steps=1):
+        # What the measurements and remove() read, there whatever the checks below refuse.
+        self._calls, self._unfinished = 0, 0
+        self._peaks, self._seconds, self._losses = [], [], []
+        self._hooks, self._forwards = [], {}
+        self._threads_before = None
+        self._installed = False
         if not isinstance(plan, Plan):
             raise InputError(f"plan: expected a headroom.Plan, got {type(plan).__name__}")
         if not isinstance(model, torch.nn.Module):
@@ -50,27 +58,35 @@ class Step:
             raise InputError("loss_fn: expected a callable (output, targets) -> loss")
         if not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise InputError(f"warmup_steps: expected a number of steps from 0, got {warmup_steps!r}")
+        if getattr(model, "_headroom_step", None) is not None:
+            raise InputError("model: a plan is applied to it already; call remove() on that step first")
         self.plan, self.model, self.optimizer, self.loss_fn = plan, model, optimizer, loss_fn
-        self._calls = 0
-        self._peaks, self._seconds, self._losses = [], [], []
-        self._hooks, self._originals = [], {}
         self.enforce_budget, self.warmup_steps = enforce_budget, warmup_steps
         document = plan.to_dict()
         self._refuse_what_cannot_run(document)
         self._trace = self._read_trace(document)
+        if self._trace["device"].get("kind", "cpu") != "cpu" or any(p.device.type != "cpu" for p in model.parameters()):
+            raise InputError("plan: apply enforces budgets on the CPU (its allocator is libtorch's CPU one); "
+                             "a CUDA plan or model runs with `headroom execute`")
         layers = [layer for layer in self._trace["layers"] if layer["kind"] != "loss"]
         self._check_model(layers)
+        self._warnings = self._optimizer_warnings(document)
+        for warning in self._warnings:
+            print(f"headroom: warning: {warning}", file=sys.stderr)
         self._position = _Position()
         self._checkpointed = self._checkpointed_modules(document, layers)
-        self._hooks = []
+        self._generation = 0  # the step running now, for the micro-batch iterators still around
+        self._pending = False  # a micro-batch iteration waiting for its optimizer step
+        self._rehomed = False
         self._install_hooks(layers)
+        self._wrap_optimizer_step()
+        model._headroom_step = self
+        self._installed = True
         self._threads = document.get("threads") or self._trace["profile"].get("threads")
         if self._threads:
             # The threads the trace was measured at, for torch and OpenBLAS both, as `execute` runs.
+            self._threads_before = (torch.get_num_threads(), _core.blas_threads())
             _core.use_threads(int(self._threads))
-        self._rehomed = False
-        self._pending = False  # a micro-batch iteration waiting for its optimizer step
-        self._wrap_optimizer_step()
 
     # -- what the plan asks for, checked against what apply can do and the model it is given --
 
@@ -96,8 +112,9 @@ class Step:
         try:
             with open(path) as f:
                 return json.load(f)
-        except OSError as e:
-            raise InputError(f"plan: its trace {path} cannot be read ({e.strerror}): plan again from the trace") from None
+        except (OSError, ValueError) as e:
+            raise InputError(f"plan: its trace {path} cannot be read ({getattr(e, 'strerror', None) or e}): "
+                             "plan again from the trace") from None
 
     def _check_model(self, layers):
         modules = dict(self.model.named_modules())
@@ -115,6 +132,18 @@ class Step:
         if planned != held:
             raise InputError(f"plan: it is for model {self._trace['model']['name']} with {planned:,} parameters; "
                              f"this {type(self.model).__name__} has {held:,}")
+
+    def _optimizer_warnings(self, document):
+        """The plan's memory holds for the optimizer it was planned for: said where this one is another."""
+        planned = document.get("optimizer") or self._trace.get("optimizer", {}).get("name", "")
+        kind = {torch.optim.Adam: "adam", torch.optim.AdamW: "adam", torch.optim.SGD: "sgd"}.get(type(self.optimizer))
+        if kind is None:
+            return [f"the plan is for {planned}, whose state and step the profile measured; "
+                    f"{type(self.optimizer).__name__}'s may differ, and the peak with them"]
+        if kind != planned:
+            return [f"the plan is for {planned}; {type(self.optimizer).__name__} keeps other state "
+                    f"(the step's peak is not the one predicted)"]
+        return []
 
     def _checkpointed_modules(self, document, layers):
         by_block = {}
@@ -153,33 +182,45 @@ class Step:
             module = modules[layer["name"]]
             self._hooks.append(module.register_forward_pre_hook(before(layer["name"])))
             self._hooks.append(module.register_forward_hook(after(layer["name"])))
-        self._originals = {}
         for name in self._checkpointed:
             module = modules[name]
-            original = module.forward
-            self._originals[name] = original
-
-            def checkpointed(*args, _original=original, _name=name, **kwargs):
-                def run(*inner):
-                    if torch.is_grad_enabled():  # checkpoint's re-run, in backward
-                        position.layer, position.phase = _name, "recompute"
-                    return _original(*inner, **kwargs)
-                return torch.utils.checkpoint.checkpoint(run, *args, use_reentrant=False)
-
-            module.forward = checkpointed
+            # The instance's own forward, if it had one, comes back with remove().
+            self._forwards[name] = module.__dict__.get("forward")
+            module.forward = types.MethodType(_checkpointed_forward(name, position, self._forwards[name]), module)
 
     def remove(self):
-        """Takes the step's hooks, checkpoints and optimizer wrapper off: all run as before apply."""
-        self._finish_pending()
-        if "step" in vars(self.optimizer):
-            del self.optimizer.step
+        """Takes the step's hooks, checkpoints and optimizer wrapper off, gives the process its threads
+        back, and lifts any budget left set: model and optimizer run as before apply."""
+        _core.allocator_set_limit(0)
+        self._pending = False
+        self._generation = getattr(self, "_generation", 0) + 1  # an iterator still around lifts nothing now
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
-        modules = dict(self.model.named_modules())
-        for name, original in getattr(self, "_originals", {}).items():
-            del modules[name].forward  # the instance attribute; the class's forward shows again
-        self._originals = {}
+        if getattr(self, "_installed", False):
+            modules = dict(self.model.named_modules())
+            for name, before in self._forwards.items():
+                if before is None:
+                    modules[name].__dict__.pop("forward", None)
+                else:
+                    modules[name].forward = before
+            self._forwards = {}
+            # Ours unless something wrapped it since (a scheduler made after apply): then it stays,
+            # passing calls through.
+            mine = self.optimizer.__dict__.get("step")
+            if isinstance(mine, types.MethodType) and getattr(mine.__func__, "_headroom_step", None) is self:
+                original = self.optimizer.__dict__.pop("_headroom_original_step")
+                if self._step_was_own:
+                    self.optimizer.step = original
+                else:
+                    del self.optimizer.step
+            self.model._headroom_step = None
+            self._installed = False
+        if self._threads_before:
+            torch_threads, blas = self._threads_before
+            _core.use_threads(blas if blas > 0 else torch_threads)
+            torch.set_num_threads(torch_threads)
+            self._threads_before = None
 
     # -- the step --
 
@@ -219,6 +260,8 @@ class Step:
 
     def _checked(self, inputs, targets):
         """(inputs as a tuple, targets), each with the plan's batch along dimension 0."""
+        if not self._installed:
+            raise InputError("step: removed; apply the plan again")
         inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
         if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
             raise InputError("inputs: expected a batch-first tensor, or a tuple of them")
@@ -240,19 +283,28 @@ class Step:
         end = start + self.plan.micro_batches[m]
         return (tuple(t[start:end].clone() for t in inputs), targets[start:end].clone(), self.plan.loss_weights[m])
 
-    def _begin(self, inputs, targets):
+    def _begin(self):
+        """Starts a measured step under the budget; returns its generation."""
         if not self._rehomed:
             self._rehome()
+        self._generation += 1
         counted, uncounted = self._own_bytes(list(self._state_tensors()))
         # What the process holds besides the model's state (a dataset, your loop's batch, other
         # models): not the step's.
         self._outside = _core.allocator_in_use() - counted
         self._uncounted = uncounted
         if self.enforce_budget:
-            _core.allocator_set_limit(self._outside + self.plan.budget_bytes - uncounted)
+            room = self.plan.budget_bytes - counted - uncounted
+            if room <= 0:
+                raise BudgetExceeded(f"out of memory under the {_format_bytes(self.plan.budget_bytes)} budget before the "
+                                     f"step: the model's parameters, gradients and optimizer state take "
+                                     f"{_format_bytes(counted + uncounted)}", "", "data", -1, 0, counted + uncounted,
+                                     self.plan.budget_bytes)
+            _core.allocator_set_limit(_core.allocator_in_use() + room)
         _core.allocator_clear_refusal()
         _core.allocator_reset_peak()
         self._started = time.perf_counter()
+        return self._generation
 
     def _end(self, loss):
         seconds = time.perf_counter() - self._started
@@ -264,16 +316,27 @@ class Step:
             self._seconds.append(seconds)
         self._losses.append(loss)
 
+    def _abandon(self, generation):
+        """The step of this generation stopped short (an error, an iterator dropped): its limit lifted
+        and nothing recorded, unless a later step runs now."""
+        if generation == self._generation:
+            _core.allocator_set_limit(0)
+            self._pending = False
+
     def _over_budget(self, error):
         _core.allocator_set_limit(0)
-        refusal = _core.allocator_last_refusal()
-        if refusal is None or "headroom budget" not in str(error):
+        if "headroom budget" not in str(error):
             return None
-        requested, in_use, _ = refusal
+        refusal = _core.allocator_last_refusal()
         p = self._position
         where = f" in {p.phase}" if p.phase else ""
         where += f" of {p.layer}" if p.layer else ""
         where += f" (micro-batch {p.micro_batch})" if p.micro_batch >= 0 else ""
+        if refusal is None:  # refused on another thread (an intra-op worker): its own words
+            line = str(error).strip().splitlines()[0]
+            return BudgetExceeded(f"out of memory under the {_format_bytes(self.plan.budget_bytes)} budget{where}: {line}",
+                                  p.layer, p.phase, p.micro_batch, 0, 0, self.plan.budget_bytes)
+        requested, in_use, _ = refusal
         step_in_use = in_use - self._outside + self._uncounted
         return BudgetExceeded(f"out of memory under the {_format_bytes(self.plan.budget_bytes)} budget{where}: "
                               f"{_format_bytes(requested)} requested with {_format_bytes(step_in_use)} in use",
@@ -283,7 +346,7 @@ class Step:
         """One training step of the plan on a whole batch; returns the batch's loss."""
         self._finish_pending()
         inputs, targets = self._checked(inputs, targets)
-        self._begin(inputs, targets)
+        generation = self._begin()
         total = 0.0
         count = len(self.plan.micro_batches)
         try:
@@ -303,15 +366,17 @@ class Step:
                 if m + 1 < count:  # the last micro-batch's input stays through the optimizer's step, as planned
                     del micro_inputs, micro_targets
             self._position.phase, self._position.layer, self._position.micro_batch = "optimizer", "", -1
-            self._optimizer_step()
+            self.optimizer.step()  # through whatever wraps it (a scheduler's count)
             del micro_inputs, micro_targets
         except RuntimeError as error:
+            self._abandon(generation)
             over = self._over_budget(error)
             if over is not None:
                 raise over from None
             raise
-        finally:
-            _core.allocator_set_limit(0)
+        except BaseException:
+            self._abandon(generation)
+            raise
         self._end(total)
         return total
 
@@ -321,12 +386,13 @@ class Step:
         Multiply each micro-batch's loss by its weight before backward (the gradients then add up to
         the whole batch's), and call the optimizer's step() after the last, as always. The gradients
         are zeroed first. The budget holds, and the peak is measured, from the first micro-batch to
-        the end of that optimizer step. An allocation the budget refuses in your own code raises
-        torch's error ("headroom budget: allocating ..."); in the step's, BudgetExceeded.
+        the end of that optimizer step. An allocation the budget refuses in your own code (your
+        forward and backward) raises torch's error, "headroom budget: allocating ..."; one in the
+        optimizer's step, BudgetExceeded. A step whose optimizer step never comes is not measured.
         """
         self._finish_pending()
         inputs, targets = self._checked(inputs, targets)
-        self._begin(inputs, targets)
+        generation = self._begin()
         try:
             self.optimizer.zero_grad(set_to_none=False)
             for m in range(len(self.plan.micro_batches)):
@@ -335,40 +401,55 @@ class Step:
                 self._position.phase = "forward"
                 yield part
                 del part
-        except BaseException:
-            _core.allocator_set_limit(0)
+        except BaseException:  # an error in the loop's code, or the iterator dropped before its end
+            self._abandon(generation)
             raise
         # The optimizer's step, which the loop calls next, ends the measured step.
         self._position.phase, self._position.layer, self._position.micro_batch = "optimizer", "", -1
         self._pending = True
 
     def _finish_pending(self):
-        """A micro-batch iteration whose optimizer step never came: measured to here."""
+        """A micro-batch iteration whose optimizer step never came: not measured (its time and peak
+        would hold whatever the loop did since); the call counts as run."""
         if self._pending:
             self._pending = False
-            self._end(float("nan"))
+            _core.allocator_set_limit(0)
+            self._calls += 1
+            self._unfinished += 1
 
     def _wrap_optimizer_step(self):
-        original = self.optimizer.step
-        self._optimizer_step = original
+        """The optimizer's step, bound to it, ends a micro-batch iteration's measured step. Bound (not a
+        closure over the original) so that a copy of the optimizer steps itself, and marked as a
+        scheduler's counter where the original was one, so a scheduler made before apply goes on."""
+        optimizer = self.optimizer
+        self._step_was_own = "step" in optimizer.__dict__
+        optimizer._headroom_original_step = optimizer.step
+        step_of = self
 
-        def step(*args, **kwargs):
-            if not self._pending:
+        def step(opt, *args, **kwargs):
+            original = opt.__dict__["_headroom_original_step"]
+            if not step_of._pending or opt is not step_of.optimizer:
                 return original(*args, **kwargs)
-            self._pending = False
+            step_of._pending = False
+            generation = step_of._generation
             try:
                 result = original(*args, **kwargs)
             except RuntimeError as error:
-                over = self._over_budget(error)
+                step_of._abandon(generation)
+                over = step_of._over_budget(error)
                 if over is not None:
                     raise over from None
                 raise
-            finally:
-                _core.allocator_set_limit(0)
-            self._end(float("nan"))
+            except BaseException:
+                step_of._abandon(generation)
+                raise
+            step_of._end(float("nan"))
             return result
 
-        self.optimizer.step = step
+        step._headroom_step = self
+        if getattr(optimizer._headroom_original_step, "_with_counter", False):
+            step._with_counter = True
+        optimizer.step = types.MethodType(step, optimizer)
 
     # -- what was measured --
 
@@ -409,9 +490,13 @@ class Step:
             "threads": int(self._threads or torch.get_num_threads()),
             "data": "your own loop's batches",
         }
+        if self._unfinished:
+            report["warnings"].append(f"{self._unfinished} step(s) through micro_batches() whose optimizer step did "
+                                      "not come were not measured")
+        report["warnings"] = self._warnings + report["warnings"]
         if self.plan.precision != "fp32":
             report["precision"] = self.plan.precision
-        return json.loads(_core.report_json(json.dumps(report)))
+        return json.loads(_core_call(_core.report_json, json.dumps(report)))
 
     def save_report(self, path):
         """Writes report() where `headroom compare` reads it."""
@@ -425,4 +510,26 @@ class Step:
         if not self._peaks:
             return (f"headroom step for {self._trace['model']['name']}: {self._calls} step(s) run, "
                     f"{self.warmup_steps} of them warm-up; nothing measured yet")
-        return _core.render_report(json.dumps(self.report()))
+        return _core_call(_core.render_report, json.dumps(self.report()))
+
+
+def _checkpointed_forward(name, position, instance_forward=None):
+    """A submodule's forward through torch.utils.checkpoint, as a function to bind to the submodule
+    (so that a deep copy of the model checkpoints its own copy). Its first run is the forward, a
+    second the recompute in backward: named so for a budget's refusal. `instance_forward`: a forward
+    the submodule had of its own (set on the instance), run instead of its class's."""
+
+    def forward(module, *args, **kwargs):
+        runs = [0]
+
+        def run(*inner):
+            runs[0] += 1
+            if runs[0] > 1:
+                position.layer, position.phase = name, "recompute"
+            if instance_forward is not None:
+                return instance_forward(*inner, **kwargs)
+            return type(module).forward(module, *inner, **kwargs)
+
+        return torch.utils.checkpoint.checkpoint(run, *args, use_reentrant=False)
+
+    return forward

@@ -2,6 +2,7 @@
 a planned step's gradients are the whole batch's, its measured peak is what the plan predicted, and
 bad input fails with the command line's one line."""
 
+import copy
 import json
 import math
 import os
@@ -263,3 +264,74 @@ def test_the_command_line_reads_what_the_package_writes(trace, tmp_path):
     # under the executor's, which is the prediction to the byte here).
     mine = step.report()["measured"]["peak_bytes"]
     assert abs(cli["measured"]["peak_bytes"] - mine) <= 0.005 * mine
+
+
+def checkpoint_plan(trace):
+    """The whole batch in one micro-batch, under a budget only checkpointing meets."""
+    whole = need(trace)
+    for fraction in (0.95, 0.9, 0.85, 0.8, 0.75, 0.7):
+        try:
+            return headroom.plan(trace, budget=int(fraction * whole), batch=BATCH, strategies="checkpoint")
+        except headroom.Infeasible:
+            continue
+    raise AssertionError("no budget of the fractions tried is met by checkpointing")
+
+
+def test_a_refusal_after_a_checkpointed_block_is_named_forward(trace):
+    plan = checkpoint_plan(trace)
+    assert plan.checkpointed_blocks
+    model = Classifier()
+
+    def greedy_loss(output, targets):
+        waste = torch.empty(plan.budget_bytes // 4 + 1)
+        return nn.functional.cross_entropy(output, targets) + 0 * waste[0]
+
+    step = headroom.apply(plan, model, torch.optim.Adam(model.parameters()), greedy_loss)
+    with pytest.raises(headroom.BudgetExceeded) as caught:
+        step(*batch())
+    assert (caught.value.phase, caught.value.layer) == ("forward", "loss")
+    step.remove()
+
+
+def test_schedulers_copies_and_removal_work_with_a_step(trace):
+    plan = headroom.plan(trace, budget=int(0.6 * need(trace)), batch=BATCH)
+    model = Classifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    threads = torch.get_num_threads()
+    step = headroom.apply(plan, model, optimizer, nn.CrossEntropyLoss())
+    with pytest.raises(headroom.InputError, match=r"^model: a plan is applied to it already"):
+        headroom.apply(plan, model, optimizer, nn.CrossEntropyLoss())
+    # A scheduler made after apply counts the steps, through step() and through the iterator.
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    inputs, targets = batch()
+    step(inputs, targets)
+    scheduler.step()
+    for micro_inputs, micro_targets, weight in step.micro_batches(inputs, targets):
+        (nn.functional.cross_entropy(model(*micro_inputs), micro_targets) * weight).backward()
+    optimizer.step()
+    scheduler.step()
+    assert optimizer._step_count == 2 and optimizer.param_groups[0]["lr"] == pytest.approx(0.025)
+    assert len(step._peaks) == 1  # the warm-up, then the iterator's step, ended by the optimizer's
+
+    # An iterator dropped half-way lifts its budget.
+    parts = step.micro_batches(inputs, targets)
+    next(parts)
+    parts.close()
+    torch.empty(plan.budget_bytes // 4 + 1)
+
+    # A deep copy checkpoints and steps its own weights.
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.zero_()
+    assert torch.equal(twin(inputs), torch.zeros(BATCH, 10))
+
+    step.remove()
+    assert "forward" not in vars(model.blocks[0]) and torch.get_num_threads() == threads
+    # The scheduler wrapped the step's wrapper: it stays, passing calls through, and counting.
+    optimizer.step()
+    assert optimizer._step_count == 3
+    # Without a scheduler on top, the optimizer is as it was; the model takes a plan again.
+    fresh = torch.optim.Adam(model.parameters())
+    headroom.apply(plan, model, fresh, nn.CrossEntropyLoss()).remove()
+    assert "step" not in vars(fresh) and "_headroom_original_step" not in vars(fresh)
