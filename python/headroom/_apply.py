@@ -119,7 +119,8 @@ class Step:
     def _check_model(self, layers):
         modules = dict(self.model.named_modules())
         for layer in layers:
-            if layer["name"] not in modules:
+            # A glue layer is the forward's own code between submodule calls (a residual's add).
+            if layer["name"] not in modules and not layer["name"].startswith("glue:"):
                 raise InputError(f"plan: it is for model {self._trace['model']['name']}, whose layer {layer['name']} "
                                  f"is not a submodule of this {type(self.model).__name__}")
         # fp32 plans only (above): 4 bytes a parameter in the trace.
@@ -179,7 +180,9 @@ class Step:
             return hook
 
         for layer in layers:
-            module = modules[layer["name"]]
+            module = modules.get(layer["name"])
+            if module is None:  # a glue layer: no module to hook
+                continue
             self._hooks.append(module.register_forward_pre_hook(before(layer["name"])))
             self._hooks.append(module.register_forward_hook(after(layer["name"])))
         for name in self._checkpointed:

@@ -335,3 +335,28 @@ def test_schedulers_copies_and_removal_work_with_a_step(trace):
     fresh = torch.optim.Adam(model.parameters())
     headroom.apply(plan, model, fresh, nn.CrossEntropyLoss()).remove()
     assert "step" not in vars(fresh) and "_headroom_original_step" not in vars(fresh)
+
+
+def test_a_module_that_cannot_be_scripted_is_traced_and_applied():
+    import numpy as np
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.act, self.fc2 = nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)
+
+        def forward(self, x):
+            scale = float(np.sqrt(4.0))  # numpy: the TorchScript compiler refuses it, the tracer records a constant
+            return self.fc2(self.act(self.fc1(x))) / scale
+
+    trace = headroom.profile(Net(), torch.randn(8, 32), batch_sizes=(1, 2, 4, 8), depth=1, repeats=1, threads=1)
+    assert trace.how == "traced"
+    assert trace.layers == ["fc1", "act", "fc2", "glue:div", "loss"]  # the division: the forward's own code
+    plan = headroom.plan(trace, "1GiB", 8)
+    model = Net()
+    step = headroom.apply(plan, model, torch.optim.Adam(model.parameters()), nn.CrossEntropyLoss())
+    for _ in range(3):
+        step(torch.randn(8, 32), torch.randint(0, 10, (8,)))
+    # Never under. Not within 1% on a step this small (5% under a 65 KB prediction, measured): the
+    # traced graph the profile ran is not the module's eager forward to the byte.
+    assert step.report()["measured"]["peak_bytes"] <= plan.predicted_peak_bytes
