@@ -246,6 +246,11 @@ def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam"
         raise InputError(f"--batch-sizes: expected positive integers, got {batch_sizes!r}") from None
     if isinstance(precision, (list, tuple)):
         precision = ",".join(precision)
+    # What the command line's parser takes, with its words.
+    if optimizer not in ("sgd", "adam"):
+        raise InputError(f"--optimizer: {optimizer} not in {{sgd,adam}}")
+    if loss not in ("cross-entropy", "mse", "model"):
+        raise InputError(f"--loss: {loss} not in {{cross-entropy,mse,model}}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InputError(f"--threads: expected a positive number of threads, got {threads!r}")
     module_path, how = _scripting.to_torchscript(model, inputs)
@@ -290,7 +295,7 @@ def plan(trace, budget, batch, *, strategies="all", margin=0.05, optimizer=None,
 
 
 def apply(plan, model, optimizer, loss_fn, *, enforce_budget=True, warmup_steps=1):
-    """The plan as a training step of your own loop: `loss = step(inputs, targets)`.
+    """The plan (a Plan, or a plan file's path) as a training step of your own loop: `loss = step(inputs, targets)`.
 
     Each call zeroes the gradients, runs the plan's micro-batches (each copied out of the batch's
     first dimension as it starts, as headroom's executor loads a micro-batch; each loss weighted
@@ -307,6 +312,8 @@ def apply(plan, model, optimizer, loss_fn, *, enforce_budget=True, warmup_steps=
     """
     from ._apply import Step
 
+    if isinstance(plan, (str, os.PathLike)):
+        plan = Plan.load(plan)
     return Step(plan, model, optimizer, loss_fn, enforce_budget=enforce_budget, warmup_steps=warmup_steps)
 
 

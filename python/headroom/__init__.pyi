@@ -101,7 +101,7 @@ def plan(
     rescale: bool = ...,
 ) -> Plan: ...
 def apply(
-    plan: Plan,
+    plan: Union[Plan, str, os.PathLike],
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     loss_fn: Callable[[Any, torch.Tensor], torch.Tensor],

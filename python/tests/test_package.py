@@ -360,3 +360,17 @@ def test_a_module_that_cannot_be_scripted_is_traced_and_applied():
     # Never under. Not within 1% on a step this small (5% under a 65 KB prediction, measured): the
     # traced graph the profile ran is not the module's eager forward to the byte.
     assert step.report()["measured"]["peak_bytes"] <= plan.predicted_peak_bytes
+
+
+def test_profile_refuses_what_the_command_line_refuses():
+    model = nn.Sequential(nn.Linear(4, 4))
+    with pytest.raises(headroom.InputError, match=r"^--optimizer: lion not in \{sgd,adam\}$"):
+        headroom.profile(model, torch.ones(2, 4), optimizer="lion")
+    with pytest.raises(headroom.InputError, match=r"^--loss: hinge not in \{cross-entropy,mse,model\}$"):
+        headroom.profile(model, torch.ones(2, 4), loss="hinge")
+    with pytest.raises(headroom.InputError, match=r"^--input: dtype 'bool' is not supported"):
+        headroom.profile(model, torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(headroom.InputError, match=r"^--depth: '0' is not a depth"):
+        headroom.profile(model, torch.ones(2, 4), depth=0)
+    with pytest.raises(headroom.InputError, match=r"^--precision: 'fp64' is not a precision"):
+        headroom.profile(model, torch.ones(2, 4), precision="fp64")
