@@ -60,7 +60,8 @@ class Trainer:
             else:
                 total = 0.0
                 for micro_inputs, micro_targets, weight in step.micro_batches(inputs, targets):
-                    loss = lit.training_step((micro_inputs[0], micro_targets), batch_idx) * weight
+                    with step.autocast():  # the plan's precision, as Lightning's precision plugin would
+                        loss = lit.training_step((micro_inputs[0], micro_targets), batch_idx) * weight
                     loss.backward()
                     total += loss.item()
             optimizer.step()
@@ -76,6 +77,8 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--image-size", type=int, default=128)
+    parser.add_argument("--precision", choices=["fp32", "bf16-autocast"], default="fp32",
+                        help="the step's precision: profiled, planned and run in it")
     parser.add_argument("--report", help="write the step's report here (headroom compare reads it)")
     args = parser.parse_args()
 
@@ -84,7 +87,7 @@ def main():
     lit = LitModel(network, loss_fn)
     inputs, _ = make_batch(args.batch)
     trace = headroom.profile(network, inputs, batch_sizes=[b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch],
-                             threads=args.threads, repeats=3)
+                             threads=args.threads, repeats=3, precision=args.precision)
     need = headroom.plan(trace, budget="1TiB", batch=args.batch, strategies="none").predicted_peak_bytes
     plan = headroom.plan(trace, budget=int(args.fraction * need), batch=args.batch)
     print(plan)

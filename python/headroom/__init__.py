@@ -309,6 +309,10 @@ def apply(plan, model, optimizer, loss_fn, *, enforce_budget=True, warmup_steps=
 
     `step.micro_batches(inputs, targets)` yields (inputs, targets, loss weight) for loops that
     must run the backward themselves.
+
+    fp32 and bf16-autocast plans run (under bf16-autocast the forward and loss run in
+    `step.autocast()`, and each layer's weight casts leave autocast's cache as the layer ends, as in
+    headroom's executor); others are refused.
     """
     from ._apply import Step
 

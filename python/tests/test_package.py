@@ -374,3 +374,35 @@ def test_profile_refuses_what_the_command_line_refuses():
         headroom.profile(model, torch.ones(2, 4), depth=0)
     with pytest.raises(headroom.InputError, match=r"^--precision: 'fp64' is not a precision"):
         headroom.profile(model, torch.ones(2, 4), precision="fp64")
+
+
+def test_a_bf16_autocast_plan_runs_each_layer_under_autocast_and_its_peak_is_predicted():
+    torch.manual_seed(0)
+    inputs, targets = batch()
+    trace = headroom.profile(Classifier(), inputs, batch_sizes=(1, 2, 4, 8, 16), depth=2, repeats=2, threads=1,
+                             precision="bf16-autocast")
+    whole = headroom.plan(trace, budget="1TiB", batch=BATCH, strategies="none").predicted_peak_bytes
+    for plan in (headroom.plan(trace, budget=int(0.6 * whole), batch=BATCH), checkpoint_plan(trace)):
+        model = Classifier()
+        step = headroom.apply(plan, model, torch.optim.Adam(model.parameters()), nn.CrossEntropyLoss())
+        seen = []
+        model.blocks[0].conv1.register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+        for _ in range(3):
+            step(inputs, targets)
+        assert seen[0] == torch.bfloat16 and not torch.is_autocast_cpu_enabled()
+        measured, predicted = step.report()["measured"]["peak_bytes"], plan.predicted_peak_bytes
+        assert 0 <= (predicted - measured) / measured <= 0.01, (predicted, measured, str(plan))
+        assert step.report()["precision"] == "bf16-autocast"
+        step.remove()
+    # Outside a step the model runs as it is: in float32.
+    assert model(inputs).dtype == torch.float32
+
+    # A refusal inside a layer leaves no autocast region behind.
+    def greedy(module, args):
+        torch.empty(plan.budget_bytes // 4 + 1)
+    model = Classifier()
+    step = headroom.apply(plan, model, torch.optim.Adam(model.parameters()), nn.CrossEntropyLoss())
+    model.blocks[1].conv1.register_forward_pre_hook(greedy)
+    with pytest.raises(headroom.BudgetExceeded, match=r"in forward of blocks\.1 \(micro-batch 0\)"):
+        step(inputs, targets)
+    assert not torch.is_autocast_cpu_enabled()
