@@ -1,12 +1,12 @@
 """A plan run as a step of the user's own training loop (headroom.apply)."""
 
-import contextlib
 import json
 import os
 import statistics
 import sys
 import time
 import types
+import weakref
 
 import torch
 import torch.utils.checkpoint
@@ -26,6 +26,20 @@ class _Position:
 
     def __init__(self):
         self.layer, self.phase, self.micro_batch = "", "", -1
+
+
+class _Applied:
+    """What a model carries while a plan is applied to it: the step, weakly (the model does not keep
+    it alive), and nothing in a copy of the model (a copy has no plan applied)."""
+
+    def __init__(self, step):
+        self._step = weakref.ref(step)
+
+    def __deepcopy__(self, memo):
+        return None
+
+    def __bool__(self):
+        return self._step() is not None and self._step()._installed
 
 
 def _tensors_of(value):
@@ -59,7 +73,7 @@ class Step:
             raise InputError("loss_fn: expected a callable (output, targets) -> loss")
         if not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise InputError(f"warmup_steps: expected a number of steps from 0, got {warmup_steps!r}")
-        if getattr(model, "_headroom_step", None) is not None:
+        if getattr(model, "_headroom_step", None):
             raise InputError("model: a plan is applied to it already; call remove() on that step first")
         self.plan, self.model, self.optimizer, self.loss_fn = plan, model, optimizer, loss_fn
         self.enforce_budget, self.warmup_steps = enforce_budget, warmup_steps
@@ -81,9 +95,14 @@ class Step:
         self._said_fp32 = False
         self._pending = False  # a micro-batch iteration waiting for its optimizer step
         self._rehomed = False
-        self._install_hooks(layers)
-        self._wrap_optimizer_step()
-        model._headroom_step = self
+        self._original_step = None
+        try:
+            self._install_hooks(layers)
+            self._wrap_optimizer_step()
+        except BaseException:
+            self.remove()
+            raise
+        model._headroom_step = _Applied(self)
         self._installed = True
         self._threads = document.get("threads") or self._trace["profile"].get("threads")
         if self._threads:
@@ -156,6 +175,9 @@ class Step:
         chosen = []
         for block in document["checkpointed_blocks"]:
             names = by_block.get(block, [])
+            if len(names) == 1 and names[0].startswith("glue:"):
+                raise InputError(f"plan: block {block} is the forward's own code ({names[0]}), not a submodule; "
+                                 "apply checkpoints submodules (the command line runs it: `headroom execute`)")
             if len(names) != 1:
                 raise InputError(f"plan: block {block} ({', '.join(names)}) spans {len(names)} submodules; apply "
                                  "checkpoints one submodule at a time (the command line runs it: `headroom execute`)")
@@ -177,13 +199,18 @@ class Step:
 
         def before(name):
             def hook(module, args):
+                if step._pending:
+                    # A forward after a micro-batch iteration, before any optimizer step: that step
+                    # is not coming (accumulation, a skipped step); it ends unmeasured.
+                    step._finish_pending()
                 position.layer = name
                 position.phase = "recompute" if position.phase in ("backward", "recompute") else "forward"
                 if autocast_layers and step._in_step and not torch.is_autocast_cpu_enabled() and not step._said_fp32:
                     step._said_fp32 = True
-                    step._warnings.append(f"layer {name} ran outside autocast in a bf16-autocast step: run the "
-                                          "forward and loss inside `with step.autocast():`; the prediction is "
-                                          "for bf16-autocast")
+                    warning = (f"layer {name} ran outside autocast in a bf16-autocast step: run the forward and "
+                               "loss inside `with step.autocast():`; the prediction is for bf16-autocast")
+                    step._warnings.append(warning)
+                    print(f"headroom: warning: {warning}", file=sys.stderr)
             return hook
 
         def after(name):
@@ -220,7 +247,7 @@ class Step:
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
-        if getattr(self, "_installed", False):
+        if self._forwards:
             modules = dict(self.model.named_modules())
             for name, before in self._forwards.items():
                 if before is None:
@@ -228,15 +255,17 @@ class Step:
                 else:
                     modules[name].forward = before
             self._forwards = {}
+        if self._original_step is not None:
             # Ours unless something wrapped it since (a scheduler made after apply): then it stays,
-            # passing calls through.
+            # passing calls through to the step before it.
             mine = self.optimizer.__dict__.get("step")
             if isinstance(mine, types.MethodType) and getattr(mine.__func__, "_headroom_step", None) is self:
-                original = self.optimizer.__dict__.pop("_headroom_original_step")
                 if self._step_was_own:
-                    self.optimizer.step = original
+                    self.optimizer.step = self._original_step
                 else:
                     del self.optimizer.step
+            self._original_step = None
+        if self._installed:
             self.model._headroom_step = None
             self._installed = False
         if self._threads_before:
@@ -409,11 +438,11 @@ class Step:
 
     def autocast(self):
         """The plan's precision as a context for a micro-batch's forward and loss (backward outside):
-        torch.autocast to bfloat16 under a bf16-autocast plan, nothing under fp32. The step's own
+        torch.autocast to bfloat16 under a bf16-autocast plan, autocast off under fp32. The step's own
         calls use it; a loop that iterates micro_batches() wraps its forward and loss in it."""
         if self.plan.precision == "bf16-autocast":
             return torch.autocast("cpu", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return torch.autocast("cpu", enabled=False)  # an fp32 plan, inside a loop's own autocast too
 
     def micro_batches(self, inputs, targets):
         """Yields (inputs, targets, loss weight) per micro-batch, for a loop that runs its own backward.
@@ -437,12 +466,16 @@ class Step:
                 self._position.phase = "forward"
                 yield part
                 del part
+                if generation != self._generation:
+                    raise InputError("micro_batches: another step started (or remove() ran) before this "
+                                     "iteration ended; its micro-batches stop here")
         except BaseException:  # an error in the loop's code, or the iterator dropped before its end
             self._abandon(generation)
             raise
         # The optimizer's step, which the loop calls next, ends the measured step.
-        self._position.phase, self._position.layer, self._position.micro_batch = "optimizer", "", -1
-        self._pending = True
+        if generation == self._generation:
+            self._position.phase, self._position.layer, self._position.micro_batch = "optimizer", "", -1
+            self._pending = True
 
     def _finish_pending(self):
         """A micro-batch iteration whose optimizer step never came: not measured (its time and peak
@@ -455,16 +488,15 @@ class Step:
             self._unfinished += 1
 
     def _wrap_optimizer_step(self):
-        """The optimizer's step, bound to it, ends a micro-batch iteration's measured step. Bound (not a
-        closure over the original) so that a copy of the optimizer steps itself, and marked as a
-        scheduler's counter where the original was one, so a scheduler made before apply goes on."""
+        """The optimizer's step, bound to it, ends a micro-batch iteration's measured step. Marked as a
+        scheduler's counter where the step it wraps was one, so a scheduler made before apply goes on;
+        one made after wraps it as any step."""
         optimizer = self.optimizer
         self._step_was_own = "step" in optimizer.__dict__
-        optimizer._headroom_original_step = optimizer.step
+        original = self._original_step = optimizer.step
         step_of = self
 
         def step(opt, *args, **kwargs):
-            original = opt.__dict__["_headroom_original_step"]
             if not step_of._pending or opt is not step_of.optimizer:
                 return original(*args, **kwargs)
             step_of._pending = False
@@ -484,7 +516,7 @@ class Step:
             return result
 
         step._headroom_step = self
-        if getattr(optimizer._headroom_original_step, "_with_counter", False):
+        if getattr(original, "_with_counter", False):
             step._with_counter = True
         optimizer.step = types.MethodType(step, optimizer)
 

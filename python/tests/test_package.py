@@ -297,8 +297,9 @@ def test_schedulers_copies_and_removal_work_with_a_step(trace):
     plan = headroom.plan(trace, budget=int(0.6 * need(trace)), batch=BATCH)
     model = Classifier()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
     step = headroom.apply(plan, model, optimizer, nn.CrossEntropyLoss())
+    assert torch.get_num_threads() == 1  # the plan's, as the trace was profiled
     with pytest.raises(headroom.InputError, match=r"^model: a plan is applied to it already"):
         headroom.apply(plan, model, optimizer, nn.CrossEntropyLoss())
     # A scheduler made after apply counts the steps, through step() and through the iterator.
@@ -313,28 +314,61 @@ def test_schedulers_copies_and_removal_work_with_a_step(trace):
     assert optimizer._step_count == 2 and optimizer.param_groups[0]["lr"] == pytest.approx(0.025)
     assert len(step._peaks) == 1  # the warm-up, then the iterator's step, ended by the optimizer's
 
-    # An iterator dropped half-way lifts its budget.
+    # An iterator dropped half-way lifts its budget; one whose optimizer step never comes ends, unmeasured,
+    # at the next forward (an evaluation, here), which runs without the step's budget.
     parts = step.micro_batches(inputs, targets)
     next(parts)
     parts.close()
     torch.empty(plan.budget_bytes // 4 + 1)
+    for micro_inputs, micro_targets, weight in step.micro_batches(inputs, targets):
+        (nn.functional.cross_entropy(model(*micro_inputs), micro_targets) * weight).backward()
+    with torch.no_grad():
+        model(inputs)
+    torch.empty(plan.budget_bytes // 4 + 1)
+    assert len(step._peaks) == 1 and step._unfinished == 1
 
-    # A deep copy checkpoints and steps its own weights.
+    # A deep copy has no plan applied, and checkpoints with its own weights.
     twin = copy.deepcopy(model)
+    assert not twin._headroom_step
     with torch.no_grad():
         for p in twin.parameters():
-            p.zero_()
-    assert torch.equal(twin(inputs), torch.zeros(BATCH, 10))
+            p.mul_(1.5).add_(0.01)
+    plain = Classifier()
+    plain.load_state_dict(twin.state_dict())
+    assert torch.equal(twin(inputs), plain(inputs))
+    headroom.apply(plan, twin, torch.optim.SGD(twin.parameters(), lr=0.1), nn.CrossEntropyLoss()).remove()
 
     step.remove()
-    assert "forward" not in vars(model.blocks[0]) and torch.get_num_threads() == threads
+    assert "forward" not in vars(model.blocks[0]) and torch.get_num_threads() == 2
     # The scheduler wrapped the step's wrapper: it stays, passing calls through, and counting.
     optimizer.step()
     assert optimizer._step_count == 3
-    # Without a scheduler on top, the optimizer is as it was; the model takes a plan again.
+    # The same optimizer takes a plan again, with the scheduler's wrapper still on it.
+    again = headroom.apply(plan, model, optimizer, nn.CrossEntropyLoss())
+    again(inputs, targets)
+    scheduler.step()
+    assert optimizer._step_count == 4
+    again.remove()
+    # Without a scheduler on top, the optimizer is as it was.
     fresh = torch.optim.Adam(model.parameters())
     headroom.apply(plan, model, fresh, nn.CrossEntropyLoss()).remove()
-    assert "step" not in vars(fresh) and "_headroom_original_step" not in vars(fresh)
+    assert "step" not in vars(fresh)
+
+
+def test_a_scheduler_made_before_apply_goes_on_counting(trace):
+    plan = headroom.plan(trace, budget=int(0.6 * need(trace)), batch=BATCH)
+    model = Classifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    step = headroom.apply(plan, model, optimizer, nn.CrossEntropyLoss())
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "optimizer.step() has been overridden" would be one
+        for _ in range(2):
+            step(*batch())
+            scheduler.step()
+    assert optimizer._step_count == 2 and optimizer.param_groups[0]["lr"] == pytest.approx(0.025)
+    step.remove()
 
 
 def test_a_module_that_cannot_be_scripted_is_traced_and_applied():
@@ -390,12 +424,30 @@ def test_a_bf16_autocast_plan_runs_each_layer_under_autocast_and_its_peak_is_pre
         for _ in range(3):
             step(inputs, targets)
         assert seen[0] == torch.bfloat16 and not torch.is_autocast_cpu_enabled()
+        # A forward of the user's own between steps runs as the model does, in float32.
+        assert model(inputs).dtype == torch.float32 and not step._warnings
         measured, predicted = step.report()["measured"]["peak_bytes"], plan.predicted_peak_bytes
         assert 0 <= (predicted - measured) / measured <= 0.01, (predicted, measured, str(plan))
         assert step.report()["precision"] == "bf16-autocast"
         step.remove()
-    # Outside a step the model runs as it is: in float32.
-    assert model(inputs).dtype == torch.float32
+
+    # A loop that iterates the micro-batches runs its forward in step.autocast(); without it, said.
+    model = Classifier()
+    step = headroom.apply(plan, model, torch.optim.Adam(model.parameters()), nn.CrossEntropyLoss())
+    for micro_inputs, micro_targets, weight in step.micro_batches(inputs, targets):
+        with step.autocast():
+            loss = nn.functional.cross_entropy(model(*micro_inputs), micro_targets) * weight
+        loss.backward()
+    step.optimizer.step()
+    assert not step._warnings
+    step.remove()
+    # (Without it the activations are float32, over a bf16 budget: not enforced here.)
+    step = headroom.apply(plan, model, torch.optim.Adam(model.parameters()), nn.CrossEntropyLoss(), enforce_budget=False)
+    for micro_inputs, micro_targets, weight in step.micro_batches(inputs, targets):
+        (nn.functional.cross_entropy(model(*micro_inputs), micro_targets) * weight).backward()
+    step.optimizer.step()
+    assert any("ran outside autocast" in w for w in step.report()["warnings"])
+    step.remove()
 
     # A refusal inside a layer leaves no autocast region behind.
     def greedy(module, args):
