@@ -103,12 +103,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--process", choices=["apply", "by-hand"], help="run this side alone (with --plan)")
     parser.add_argument("--plan", help="with --process: the plan both sides run")
-    parser.add_argument("--model", choices=["resnet18", "lm"], default="resnet18")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--fraction", type=float, default=0.6)
-    parser.add_argument("--steps", type=int, default=20, help="measured steps per side (after one warm-up each)")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--image-size", type=int, default=128)
+    models.add_arguments(parser, model="resnet18", steps_help="measured steps per side (after one warm-up each)")
     parser.add_argument("--trace", help="a trace of this model to plan from (default: profile it now)")
     args = parser.parse_args()
     if args.process:
@@ -119,13 +114,9 @@ def main():
     torch.manual_seed(0)
     model, loss_fn, make_batch, _ = models.build(args.model, args.image_size)
     inputs, _ = make_batch(args.batch)
-    if args.trace:
-        trace = headroom.Trace.load(args.trace)
-    else:
-        trace = headroom.profile(model, inputs, batch_sizes=[b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch],
-                                 threads=args.threads, repeats=3)
-    need = headroom.plan(trace, budget="1TiB", batch=args.batch, strategies="none").predicted_peak_bytes
-    plan = headroom.plan(trace, budget=int(args.fraction * need), batch=args.batch)
+    import planning  # headroom's side: not for the loop by hand alone
+
+    _, plan = planning.profile_and_plan(model, inputs, args, trace=headroom.Trace.load(args.trace) if args.trace else None)
     print(plan)
 
     planned, by_hand = copy.deepcopy(model), copy.deepcopy(model)

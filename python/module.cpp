@@ -21,6 +21,7 @@
 #include "core/plan.h"
 #include "core/report.h"
 #include "core/trace.h"
+#include "core/units.h"
 #include "report/execution_report.h"
 #include "report/plan_report.h"
 #include "runtime/budget_allocator.h"
@@ -202,6 +203,6 @@ PYBIND11_MODULE(_core, m) {
         [&] { return report::render_report(core::report_from_json(nlohmann::json::parse(report_json), "report")); });
   });
   m.def("blas_threads", [] { return runtime::blas_threads(); });
-  m.def("usable_cores", [] { return runtime::usable_cores(); });
+  m.def("format_bytes", [](std::int64_t bytes) { return core::format_bytes(bytes); });
   m.def("use_threads", [](int threads) { runtime::use_threads(threads); });
 }

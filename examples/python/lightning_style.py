@@ -18,6 +18,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
+import planning  # noqa: E402
 
 
 class LitModel(torch.nn.Module):
@@ -71,12 +72,7 @@ class Trainer:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=["resnet18", "lm"], default="lm")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--fraction", type=float, default=0.6)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--image-size", type=int, default=128)
+    models.add_arguments(parser, model="lm")
     parser.add_argument("--precision", choices=["fp32", "bf16-autocast"], default="fp32",
                         help="the step's precision: profiled, planned and run in it")
     parser.add_argument("--report", help="write the step's report here (headroom compare reads it)")
@@ -86,10 +82,7 @@ def main():
     network, loss_fn, make_batch, _ = models.build(args.model, args.image_size)
     lit = LitModel(network, loss_fn)
     inputs, _ = make_batch(args.batch)
-    trace = headroom.profile(network, inputs, batch_sizes=[b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch],
-                             threads=args.threads, repeats=3, precision=args.precision)
-    need = headroom.plan(trace, budget="1TiB", batch=args.batch, strategies="none").predicted_peak_bytes
-    plan = headroom.plan(trace, budget=int(args.fraction * need), batch=args.batch)
+    _, plan = planning.profile_and_plan(network, inputs, args, precision=args.precision)
     print(plan)
 
     step = Trainer(args.steps, plan).fit(lit, (make_batch(args.batch, seed=i) for i in range(args.steps)))

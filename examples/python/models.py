@@ -81,3 +81,14 @@ def max_relative_difference(planned, reference):
         difference = (p.grad - q.grad).abs().max().item()
         worst = max(worst, difference / scale if scale > 0 else difference)
     return worst
+
+
+def add_arguments(parser, model="resnet18", steps_help="training steps"):
+    """The flags the examples and the overhead bench share."""
+    parser.add_argument("--model", choices=["resnet18", "lm"], default=model)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--fraction", type=float, default=0.6, help="the budget, as a fraction of the whole batch's need")
+    parser.add_argument("--steps", type=int, default=20, help=steps_help)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--image-size", type=int, default=128)
+

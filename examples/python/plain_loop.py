@@ -22,16 +22,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
+import planning  # noqa: E402
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=["resnet18", "lm"], default="resnet18")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--fraction", type=float, default=0.6, help="the budget, as a fraction of the whole batch's need")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--image-size", type=int, default=128)
+    models.add_arguments(parser, model="resnet18")
     parser.add_argument("--precision", choices=["fp32", "bf16-autocast"], default="fp32",
                         help="the step's precision: profiled, planned and run in it")
     parser.add_argument("--report", help="write the step's report here (headroom compare reads it)")
@@ -42,10 +38,7 @@ def main():
     inputs, targets = make_batch(args.batch)
 
     started = time.perf_counter()
-    trace = headroom.profile(model, inputs, batch_sizes=[b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch],
-                             threads=args.threads, repeats=3, precision=args.precision)
-    need = headroom.plan(trace, budget="1TiB", batch=args.batch, strategies="none").predicted_peak_bytes
-    plan = headroom.plan(trace, budget=int(args.fraction * need), batch=args.batch)
+    need, plan = planning.profile_and_plan(model, inputs, args, precision=args.precision)
     print(f"profiled and planned in {time.perf_counter() - started:.1f} s; the whole batch needs {need / 2**20:.1f} MiB\n")
     print(plan)
 

@@ -95,12 +95,7 @@ class Trace:
     @classmethod
     def load(cls, path):
         """Reads a trace file (one `headroom profile` wrote, or `Trace.save`), checking it whole."""
-        try:
-            with open(path) as f:
-                text = f.read()
-        except OSError as e:
-            raise InputError(f"{path}: cannot read: {e.strerror}") from None
-        _valid_json(text, path)
+        text = _read_json_text(path)
         _core_call(_core.trace_summary, text, str(path))  # validates as the command line reads it
         return cls(text, path)
 
@@ -126,12 +121,18 @@ class Trace:
         return _core_call(_core.trace_summary, self._text, self.path)
 
 
-def _valid_json(text, source):
+def _read_json_text(path):
+    """A file's text, which must be JSON; InputError naming the file otherwise."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
     try:
         json.loads(text)
     except ValueError as e:
-        raise InputError(f"{source}: not JSON: {e}") from None
-    return True
+        raise InputError(f"{path}: not JSON: {e}") from None
+    return text
 
 
 class Plan:
@@ -150,13 +151,7 @@ class Plan:
 
     @classmethod
     def load(cls, path):
-        try:
-            with open(path) as f:
-                text = f.read()
-        except OSError as e:
-            raise InputError(f"{path}: cannot read: {e.strerror}") from None
-        _valid_json(text, path)
-        text = _core_call(_core.read_plan, text, str(path))
+        text = _core_call(_core.read_plan, _read_json_text(path), str(path))
         return cls(text, _core_call(_core.plan_summary, text, str(path)), "", os.path.abspath(path))
 
     def save(self, path):

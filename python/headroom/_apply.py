@@ -1,7 +1,7 @@
 """A plan run as a step of the user's own training loop (headroom.apply)."""
 
+import contextlib
 import json
-import os
 import statistics
 import sys
 import time
@@ -11,14 +11,7 @@ import weakref
 import torch
 import torch.utils.checkpoint
 
-from . import BudgetExceeded, InputError, Plan, _core, _core_call
-
-
-def _format_bytes(n):
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
+from . import BudgetExceeded, InputError, Plan, _core, _core_call, _write_atomically
 
 
 class _Position:
@@ -348,9 +341,9 @@ class Step:
         if self.enforce_budget:
             room = self.plan.budget_bytes - counted - uncounted
             if room <= 0:
-                raise BudgetExceeded(f"out of memory under the {_format_bytes(self.plan.budget_bytes)} budget before the "
+                raise BudgetExceeded(f"out of memory under the {_core.format_bytes(self.plan.budget_bytes)} budget before the "
                                      f"step: the model's parameters, gradients and optimizer state take "
-                                     f"{_format_bytes(counted + uncounted)}", "", "data", -1, 0, counted + uncounted,
+                                     f"{_core.format_bytes(counted + uncounted)}", "", "data", -1, 0, counted + uncounted,
                                      self.plan.budget_bytes)
             _core.allocator_set_limit(_core.allocator_in_use() + room)
         _core.allocator_clear_refusal()
@@ -378,6 +371,22 @@ class Step:
             self._pending = False
             self._in_step = False
 
+    @contextlib.contextmanager
+    def _cut_short(self, generation):
+        """A step's own work: if it stops short, the step is abandoned, and a refusal of the budget
+        becomes BudgetExceeded."""
+        try:
+            yield
+        except RuntimeError as error:
+            self._abandon(generation)
+            over = self._over_budget(error)
+            if over is not None:
+                raise over from None
+            raise
+        except BaseException:
+            self._abandon(generation)
+            raise
+
     def _over_budget(self, error):
         _core.allocator_set_limit(0)
         if "headroom budget" not in str(error):
@@ -389,12 +398,12 @@ class Step:
         where += f" (micro-batch {p.micro_batch})" if p.micro_batch >= 0 else ""
         if refusal is None:  # refused on another thread (an intra-op worker): its own words
             line = str(error).strip().splitlines()[0]
-            return BudgetExceeded(f"out of memory under the {_format_bytes(self.plan.budget_bytes)} budget{where}: {line}",
+            return BudgetExceeded(f"out of memory under the {_core.format_bytes(self.plan.budget_bytes)} budget{where}: {line}",
                                   p.layer, p.phase, p.micro_batch, 0, 0, self.plan.budget_bytes)
         requested, in_use, _ = refusal
         step_in_use = in_use - self._outside + self._uncounted
-        return BudgetExceeded(f"out of memory under the {_format_bytes(self.plan.budget_bytes)} budget{where}: "
-                              f"{_format_bytes(requested)} requested with {_format_bytes(step_in_use)} in use",
+        return BudgetExceeded(f"out of memory under the {_core.format_bytes(self.plan.budget_bytes)} budget{where}: "
+                              f"{_core.format_bytes(requested)} requested with {_core.format_bytes(step_in_use)} in use",
                               p.layer, p.phase, p.micro_batch, requested, step_in_use, self.plan.budget_bytes)
 
     def __call__(self, inputs, targets):
@@ -404,7 +413,7 @@ class Step:
         generation = self._begin()
         total = 0.0
         count = len(self.plan.micro_batches)
-        try:
+        with self._cut_short(generation):
             self.optimizer.zero_grad(set_to_none=False)
             for m in range(count):
                 self._position.micro_batch, self._position.phase, self._position.layer = m, "data", ""
@@ -424,15 +433,6 @@ class Step:
             self._position.phase, self._position.layer, self._position.micro_batch = "optimizer", "", -1
             self.optimizer.step()  # through whatever wraps it (a scheduler's count)
             del micro_inputs, micro_targets
-        except RuntimeError as error:
-            self._abandon(generation)
-            over = self._over_budget(error)
-            if over is not None:
-                raise over from None
-            raise
-        except BaseException:
-            self._abandon(generation)
-            raise
         self._end(total)
         return total
 
@@ -500,18 +500,8 @@ class Step:
             if not step_of._pending or opt is not step_of.optimizer:
                 return original(*args, **kwargs)
             step_of._pending = False
-            generation = step_of._generation
-            try:
+            with step_of._cut_short(step_of._generation):
                 result = original(*args, **kwargs)
-            except RuntimeError as error:
-                step_of._abandon(generation)
-                over = step_of._over_budget(error)
-                if over is not None:
-                    raise over from None
-                raise
-            except BaseException:
-                step_of._abandon(generation)
-                raise
             step_of._end(float("nan"))
             return result
 
@@ -569,11 +559,7 @@ class Step:
 
     def save_report(self, path):
         """Writes report() where `headroom compare` reads it."""
-        text = json.dumps(self.report(), indent=1) + "\n"
-        temporary = f"{path}.{os.getpid()}.tmp"
-        with open(temporary, "w") as out:
-            out.write(text)
-        os.replace(temporary, path)
+        _write_atomically(path, json.dumps(self.report(), indent=1) + "\n")
 
     def __repr__(self):
         if not self._peaks:

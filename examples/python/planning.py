@@ -1,0 +1,14 @@
+"""What the examples and the overhead bench do with headroom before training: profile the model
+(or read its trace) and plan the batch at a fraction of what it needs whole."""
+
+import headroom
+
+
+def profile_and_plan(model, inputs, args, precision="fp32", trace=None):
+    """(the whole batch's need in bytes, the plan at args.fraction of it), profiling the model at
+    batch sizes up to args.batch unless a trace is given."""
+    if trace is None:
+        trace = headroom.profile(model, inputs, batch_sizes=[b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch],
+                                 threads=args.threads, repeats=3, precision=precision)
+    need = headroom.plan(trace, budget="1TiB", batch=args.batch, strategies="none").predicted_peak_bytes
+    return need, headroom.plan(trace, budget=int(args.fraction * need), batch=args.batch)
