@@ -147,7 +147,13 @@ CostModel::Series CostModel::series_of(const std::vector<std::int64_t>& batch_si
     out.fwd_ns.push_back(s.fwd_ns);
     out.bwd_ns.push_back(s.bwd_ns);
   }
+  const bool held = std::all_of(samples.begin(), samples.end(),
+                                [](const LayerSample& s) { return s.bwd_inputs_held_extra_bytes.has_value(); });
+  if (held) {
+    for (const auto& s : samples) out.bytes[6].push_back(s.bwd_transient_bytes + *s.bwd_inputs_held_extra_bytes);
+  }
   for (const std::size_t field : {2, 3}) out.slack[field] = segment_slack(batch_sizes, out.bytes[field]);
+  if (held) out.slack[6] = segment_slack(batch_sizes, out.bytes[6]);
   return out;
 }
 
@@ -166,6 +172,9 @@ LayerCost CostModel::evaluate(const Series& series, std::int64_t batch) const {
   cost.bwd_transient_bytes = non_negative(at(3));
   cost.fwd_retained_bytes = at(4);
   cost.bwd_retained_bytes = at(5);
+  // Interpolated as a transient of its own, so it bounds the held peak between samples as the
+  // transient bounds the plain one; never below it.
+  if (!series.bytes[6].empty()) cost.bwd_inputs_held_extra_bytes = std::max<std::int64_t>(at(6) - cost.bwd_transient_bytes, 0);
   return cost;
 }
 

@@ -78,8 +78,10 @@ class CostModel {
   std::int64_t optimizer_transient_bytes_ = 0;
   // One layer's samples as series over the batch sizes.
   struct Series {
-    std::array<std::vector<std::int64_t>, 6> bytes;  // kept, output, fwd/bwd transient, fwd/bwd retained
-    std::array<std::vector<double>, 6> slack;        // per segment between samples; transients only
+    // kept, output, fwd/bwd transient, fwd/bwd retained, and the backward's transient with its inputs
+    // held (empty where the samples do not measure it)
+    std::array<std::vector<std::int64_t>, 7> bytes;
+    std::array<std::vector<double>, 7> slack;  // per segment between samples; transients only
     std::vector<std::int64_t> fwd_ns, bwd_ns;
   };
   static Series series_of(const std::vector<std::int64_t>& batch_sizes, const std::vector<LayerSample>& samples);

@@ -98,6 +98,7 @@ nlohmann::json sample_to_json(const LayerSample& s) {
                         {"bwd_transient_bytes", s.bwd_transient_bytes},
                         {"fwd_retained_bytes", s.fwd_retained_bytes},
                         {"bwd_retained_bytes", s.bwd_retained_bytes}};
+  if (s.bwd_inputs_held_extra_bytes) out["bwd_inputs_held_extra_bytes"] = *s.bwd_inputs_held_extra_bytes;
   if (s.gpu) {
     out["gpu"] = {{"fwd_kernel_ns", s.gpu->fwd_kernel_ns},
                   {"fwd_kernel_span_ns", s.gpu->fwd_kernel_span_ns},
@@ -302,6 +303,7 @@ LayerSample read_sample(const JsonNode& node, bool cuda) {
   s.bwd_transient_bytes = as_bytes(node.at("bwd_transient_bytes"));
   s.fwd_retained_bytes = as_signed_bytes(node.at("fwd_retained_bytes"));
   s.bwd_retained_bytes = as_signed_bytes(node.at("bwd_retained_bytes"));
+  if (node.has("bwd_inputs_held_extra_bytes")) s.bwd_inputs_held_extra_bytes = as_bytes(node.at("bwd_inputs_held_extra_bytes"));
   expect_gpu_presence(node, cuda);
   if (cuda) s.gpu = read_gpu_layer_cost(node.at("gpu"));
   return s;
@@ -573,6 +575,18 @@ Trace read_trace(const JsonNode& root, bool nested) {
     if (!fresh) {
       layers[i].at("name").fail("'" + trace.layers.back().name + "' is already the name of layer " +
                                 std::to_string(earlier->second));
+    }
+  }
+
+  // The cost model reads the held-inputs figure for every sample or for none.
+  const bool held = trace.layers.front().samples.front().bwd_inputs_held_extra_bytes.has_value();
+  for (std::size_t i = 0; i < trace.layers.size(); ++i) {
+    const auto& samples = trace.layers[i].samples;
+    for (std::size_t k = 0; k < samples.size(); ++k) {
+      if (samples[k].bwd_inputs_held_extra_bytes.has_value() != held) {
+        layers[i].at("samples").elements()[k].fail(held ? "missing \"bwd_inputs_held_extra_bytes\" (the first layer's samples have it)"
+                                                        : "unexpected \"bwd_inputs_held_extra_bytes\" (the first layer's samples have none)");
+      }
     }
   }
 

@@ -60,6 +60,12 @@ struct LayerCost {
   // gradient accumulation are not computable from shapes.
   std::int64_t fwd_retained_bytes = 0;
   std::int64_t bwd_retained_bytes = 0;
+  // How much higher the backward's peak is when the tensors earlier layers made that this layer's
+  // backward frees (its saved inputs) stay allocated throughout, as L2L's relay keeps a stage's
+  // inputs in its stash. Under autocast a matrix product's saved input goes before its weight
+  // cast's float32 gradient is made, so that peak is lower by the input than the relay's. Absent in
+  // traces from before it was measured.
+  std::optional<std::int64_t> bwd_inputs_held_extra_bytes;
 
   bool operator==(const LayerCost&) const = default;
 };
@@ -276,6 +282,10 @@ struct Trace {
 
   std::int64_t param_bytes() const;
   bool has_tempo() const { return !tempo_steps.empty(); }
+  // Whether the layers' samples carry bwd_inputs_held_extra_bytes (every one or none does).
+  bool measures_inputs_held() const {
+    return !layers.empty() && !layers.front().samples.empty() && layers.front().samples.front().bwd_inputs_held_extra_bytes;
+  }
   // Index of `batch` in batch_sizes, or -1.
   int batch_index(std::int64_t batch) const;
 };

@@ -338,8 +338,13 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
       }
       for (int r = stage.last; r >= stage.first; --r) {
         const auto& c = cost(r, b);
+        // A layer reading the stage's inputs: what its backward frees of them in the profiled step
+        // (its saved inputs) the stash holds here, so its peak is the one measured with them held.
+        const auto& reads = trace.layers[static_cast<std::size_t>(r)].inputs;
+        const bool reads_stage_input = std::any_of(reads.begin(), reads.end(), [&](int j) { return j >= 0 && j < stage.first; });
+        const std::int64_t held = reads_stage_input ? c.bwd_inputs_held_extra_bytes.value_or(0) : 0;
         emit(OpKind::Backward, r, s, m, scaled(c.bwd_ns, scale_of[b]), base, params, gradients, activations(),
-             c.bwd_transient_bytes);
+             c.bwd_transient_bytes + held);
         level += c.bwd_retained_bytes;
         // The gradient arriving at an exported output was let go by this backward in the profiled
         // step; here the relay holds it (it seeded the stage's backward) until the stage is done.

@@ -188,6 +188,8 @@ class BackwardAttribution {
 
   void begin(int layer) {
     current_ = layer;
+    // What this layer's backward frees of earlier layers' allocations is its saved inputs.
+    recorder_.hold_frees_of_owners_below(layer);
     recorder_.mark();
     level_ = recorder_.allocated();
     since_ = Clock::now();
@@ -203,7 +205,10 @@ class BackwardAttribution {
   }
   void on_node_end() { gpu_.pop(); }
 
-  void end() { close(); }
+  void end() {
+    close();
+    recorder_.hold_frees_of_owners_below(0);
+  }
 
  private:
   void close() {
@@ -212,7 +217,11 @@ class BackwardAttribution {
     reserved_[i] = std::max(reserved_[i], recorder_.reserved_peak_since_mark());
     auto& m = layers_[i];
     m.bwd_ns += ns_between(since_, Clock::now());
+    // A layer's backward may come in several intervals: the held transient is the highest over them too.
+    const std::int64_t held = std::max(m.bwd_transient_bytes + m.bwd_inputs_held_extra_bytes.value_or(0),
+                                       recorder_.peak_holding_since_mark() - level_);
     m.bwd_transient_bytes = std::max(m.bwd_transient_bytes, recorder_.peak_since_mark() - level_);
+    m.bwd_inputs_held_extra_bytes = held - m.bwd_transient_bytes;
     m.bwd_retained_bytes += recorder_.allocated() - level_;
   }
 

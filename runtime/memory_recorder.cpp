@@ -16,6 +16,7 @@ void MemoryRecorder::reportMemoryUsage(void* ptr, std::int64_t alloc_size, Alloc
     live_by_owner_[owner_] += alloc_size;
     allocated_ += alloc_size;
     peak_since_mark_ = std::max(peak_since_mark_, allocated_);
+    peak_holding_since_mark_ = std::max(peak_holding_since_mark_, allocated_ + held_since_mark_);
     peak_ = std::max(peak_, allocated_);
     return;
   }
@@ -26,6 +27,7 @@ void MemoryRecorder::reportMemoryUsage(void* ptr, std::int64_t alloc_size, Alloc
   }
   live_by_owner_[it->second.owner] -= it->second.bytes;
   allocated_ -= it->second.bytes;
+  if (it->second.owner >= 0 && it->second.owner < hold_below_) held_since_mark_ += it->second.bytes;
   live_.erase(it);
 }
 
@@ -53,12 +55,24 @@ bool MemoryRecorder::is_live(const void* ptr) const {
 void MemoryRecorder::mark() {
   std::lock_guard lock(mutex_);
   peak_since_mark_ = allocated_;
+  held_since_mark_ = 0;
+  peak_holding_since_mark_ = allocated_;
   reserved_peak_since_mark_ = reserved_;
 }
 
 std::int64_t MemoryRecorder::peak_since_mark() const {
   std::lock_guard lock(mutex_);
   return peak_since_mark_;
+}
+
+void MemoryRecorder::hold_frees_of_owners_below(int owner_limit) {
+  std::lock_guard lock(mutex_);
+  hold_below_ = owner_limit;
+}
+
+std::int64_t MemoryRecorder::peak_holding_since_mark() const {
+  std::lock_guard lock(mutex_);
+  return peak_holding_since_mark_;
 }
 
 void MemoryRecorder::reset_peak() {

@@ -46,6 +46,11 @@ class MemoryRecorder : public c10::MemoryReportingInfoBase {
   // The highest allocated() since the last mark().
   void mark();
   std::int64_t peak_since_mark() const;
+  // Frees from now on of allocations whose owner is a layer below `owner_limit` (0 and up) count as
+  // held: peak_holding_since_mark() is the highest allocated() plus the bytes so held since the last
+  // mark(), what the peak would be had those tensors stayed allocated. A limit of 0 holds nothing.
+  void hold_frees_of_owners_below(int owner_limit);
+  std::int64_t peak_holding_since_mark() const;
   // The highest allocated() since the last reset_peak(); marks do not disturb it.
   void reset_peak();
   std::int64_t peak() const;
@@ -69,6 +74,9 @@ class MemoryRecorder : public c10::MemoryReportingInfoBase {
   int owner_ = kNoOwner;
   std::int64_t allocated_ = 0;
   std::int64_t peak_since_mark_ = 0;
+  int hold_below_ = 0;
+  std::int64_t held_since_mark_ = 0;
+  std::int64_t peak_holding_since_mark_ = 0;
   std::int64_t peak_ = 0;
   std::int64_t reserved_ = 0;
   std::int64_t reserved_peak_since_mark_ = 0;

@@ -4,6 +4,7 @@
 
 #include "core/affine_fit.h"
 #include "core/chrome_trace.h"
+#include "core/cost_model.h"
 #include "core/errors.h"
 #include "core/json_reader.h"
 #include "core/known_names.h"
@@ -483,6 +484,37 @@ TEST(TraceJson, StepSequencesRoundTripAndComeForEveryStepOrNone) {
   json negative = document;
   negative["steps"][0]["sequence"]["zero_grad_ns"] = -1;
   EXPECT_NE(read_error(negative).find("$.steps[0].sequence.zero_grad_ns"), std::string::npos) << read_error(negative);
+}
+
+// The backward's transient with its inputs held (what L2L's relay predicts its stages' first layers
+// from): every sample has it or none does, it round-trips, and the cost model interpolates it as a
+// transient, never below 0.
+TEST(TraceJson, HeldInputTransientsRoundTripAndComeForEverySampleOrNone) {
+  core::Trace trace = testing::make_small_trace();
+  EXPECT_FALSE(trace.measures_inputs_held());
+  for (auto& layer : trace.layers) {
+    for (auto& sample : layer.samples) sample.bwd_inputs_held_extra_bytes = sample.batch * 100;
+  }
+  EXPECT_TRUE(trace.measures_inputs_held());
+  const json document = core::to_json(trace);
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+  const core::CostModel costs(trace);
+  const auto at = [&](std::int64_t b) { return costs.layer(0, b).bwd_inputs_held_extra_bytes; };
+  EXPECT_EQ(at(trace.batch_sizes.front()), trace.batch_sizes.front() * 100);
+  EXPECT_EQ(at(trace.batch_sizes.back()), trace.batch_sizes.back() * 100);
+  ASSERT_TRUE(at(trace.batch_sizes.back() + 1).has_value());
+  EXPECT_GE(*at(trace.batch_sizes.back() + 1), 0);
+
+  json one_missing = document;
+  one_missing["layers"][1]["samples"][0].erase("bwd_inputs_held_extra_bytes");
+  EXPECT_NE(read_error(one_missing).find("$.layers[1].samples[0]: missing \"bwd_inputs_held_extra_bytes\""), std::string::npos)
+      << read_error(one_missing);
+  json negative = document;
+  negative["layers"][0]["samples"][0]["bwd_inputs_held_extra_bytes"] = -5;
+  EXPECT_NE(read_error(negative).find("$.layers[0].samples[0].bwd_inputs_held_extra_bytes"), std::string::npos)
+      << read_error(negative);
+  // Without it (traces from before), nothing is evaluated.
+  EXPECT_FALSE(core::CostModel(testing::make_small_trace()).layer(0, 2).bwd_inputs_held_extra_bytes.has_value());
 }
 
 }  // namespace

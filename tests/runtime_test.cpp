@@ -121,6 +121,28 @@ TEST(MemoryRecorder, SeesAllocationsWhileInstalledAndTheirOwners) {
   EXPECT_EQ(recorder->allocated(), 0);
 }
 
+// Frees of earlier owners' allocations after hold_frees_of_owners_below count as held: the holding
+// peak is what the peak would have been had they stayed.
+TEST(MemoryRecorder, CountsHeldFreesOfEarlierOwnersInTheHoldingPeak) {
+  auto recorder = std::make_shared<runtime::MemoryRecorder>();
+  runtime::ScopedMemoryRecording recording(recorder);
+  recorder->set_owner(1);
+  std::optional<torch::Tensor> input = torch::empty({1024}, torch::kFloat32);  // 4 KiB, an earlier layer's
+  recorder->set_owner(2);
+  std::optional<torch::Tensor> own = torch::empty({512}, torch::kFloat32);  // 2 KiB, the layer's own
+  recorder->set_owner(runtime::MemoryRecorder::kNoOwner);
+  recorder->hold_frees_of_owners_below(2);
+  recorder->mark();
+  input.reset();
+  own.reset();
+  const torch::Tensor later = torch::empty({2048}, torch::kFloat32);  // 8 KiB
+  EXPECT_EQ(recorder->peak_since_mark(), 8192);                 // the later tensor alone
+  EXPECT_EQ(recorder->peak_holding_since_mark(), 8192 + 4096);  // the input held; the own tensor not
+  recorder->hold_frees_of_owners_below(0);
+  recorder->mark();
+  EXPECT_EQ(recorder->peak_holding_since_mark(), 8192);
+}
+
 // The calibration times its kernels and keeps the answer per machine and threads, so commands run
 // one after another pay for it once; a cache it cannot read is measured around.
 TEST(Calibration, TimesTheKernelsAndKeepsTheAnswer) {
