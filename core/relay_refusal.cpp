@@ -7,6 +7,10 @@ std::string l2l_refusal(const Trace& trace) {
     return "its contrastive loss couples every micro-batch, and the relay computes each micro-batch's loss alone";
   }
   if (trace.model.file) return "it is a TorchScript module, and the relay runs only the zoo's models stage by stage";
+  if (trace.precision == Precision::Fp16Autocast) {
+    return "its step runs under fp16-autocast, whose loss scaling (the scale in backward's seeds, a step skipped on "
+           "inf or NaN across every stage's gradients) the relay does not run";
+  }
   if (is_autocast(trace.precision) && !trace.measures_inputs_held()) {
     // Under autocast a stage's first matrix product peaks after its saved input is freed in the
     // profiled step, while the relay's stash still holds it (the zoo's mlp: 0.3% over the prediction).

@@ -226,11 +226,15 @@ struct PlannedTraining {
                   std::span<const std::unique_ptr<StepWrapper>> wrappers = {}, core::Report* report = nullptr)
       : model(prepare_model(plan, trace, options, device, train)),
         parameters(model.parameters()),
-        optimizer(runtime::make_optimizer(plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer, parameters)),
+        optimizer(runtime::make_optimizer(plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer, parameters,
+                                          plan.precision == core::Precision::Fp16Autocast
+                                              ? std::optional<runtime::LossScaleOptions>(runtime::LossScaleOptions{})
+                                              : std::nullopt)),
         runner(model, plan.choice.checkpointed_blocks, position),
         grad_cache(uses_grad_cache(model, plan)),
         wrappers(wrappers),
         rank(options.rank) {
+    runner.set_loss_scaler(runtime::loss_scaler_of(*optimizer));
     if (!wrappers.empty() && report == nullptr) throw std::logic_error("PlannedTraining: step wrappers need the run's report");
     for (const auto& wrapper : wrappers) wrapper->attach(model, *report);
   }
@@ -312,7 +316,11 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
     }
     training.after_backward();
     training.runner.set_phase("idle");
-    const auto accumulated = gradients_of(parameters);
+    auto accumulated = gradients_of(parameters);
+    // Under loss scaling the micro-batches' gradients are the scale's multiple (a power of two: exact).
+    if (const runtime::LossScaler* scaler = runtime::loss_scaler_of(*training.optimizer)) {
+      for (auto& g : accumulated) g.div_(scaler->current_scale());
+    }
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
     // The full batch, on worker 0 only when there are several.
     if (training.rank == 0) {
@@ -467,7 +475,7 @@ double full_batch_reference(PlannedTraining& training, const core::Plan& plan, c
     for (std::size_t m = 0; m < plan.choice.micro_batches.size(); ++m) {
       batches.push_back(make_micro_batches(reference.model, {plan.choice.micro_batches[m]}, step_seed(options, step, m), device).front());
     }
-    reference.model.forward(concatenate(batches)).backward();
+    runtime::backward_of(reference.model.forward(concatenate(batches)), *reference.optimizer);
     reference.optimizer->step();
   }
   const double diff = max_relative_difference(training.parameters, reference.parameters);
@@ -598,6 +606,14 @@ void run_plan(const core::Plan& plan, const core::Trace& trace, const ExecuteOpt
         PlannedStep step(training, plan, options, device, memory);
         run_steps(step, options, device, report);
         step.finish(report);
+        if (const runtime::LossScaler* scaler = runtime::loss_scaler_of(*training.optimizer)) {
+          if (scaler->skipped_steps() > 0) {
+            report.warnings.push_back("loss scaling skipped " + std::to_string(scaler->skipped_steps()) + " of " +
+                                      std::to_string(options.warmup_steps + options.steps) +
+                                      " steps (inf or NaN gradients at the scale); the scale is now " +
+                                      std::to_string(scaler->current_scale()));
+          }
+        }
         for (const auto& wrapper : wrappers) wrapper->after_run(plan, report);
         if (options.full_batch_reference && training.rank == 0) {
           const double diff = full_batch_reference(training, plan, trace, options, device, memory.budget);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/errors.h"
+#include "runtime/loss_scaler.h"
 
 namespace headroom::executor {
 
@@ -168,7 +169,11 @@ double PlanRunner::run_micro_batch(const models::Batch& batch, int index, std::i
   set_phase("forward", index);
   torch::Tensor loss = forward(batch) * weight;
   set_phase("backward", index);
-  loss.backward();
+  if (loss_scaler_ != nullptr) {
+    loss_scaler_->scale(loss).backward();
+  } else {
+    loss.backward();
+  }
   return loss.item<double>();
 }
 

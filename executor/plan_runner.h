@@ -11,6 +11,10 @@
 
 #include "models/model.h"
 
+namespace headroom::runtime {
+class LossScaler;
+}
+
 namespace headroom::executor {
 
 // Where the step is; read when an allocation is refused.
@@ -41,6 +45,10 @@ class PlanRunner {
   // The loss of one micro-batch, with the checkpointed blocks run without keeping activations.
   torch::Tensor forward(const models::Batch& batch);
 
+  // Backward from each micro-batch's weighted loss times the scaler's scale (fp16-autocast's step,
+  // runtime::make_optimizer with loss scaling); the optimizer unscales the sum. nullptr: unscaled.
+  void set_loss_scaler(const runtime::LossScaler* scaler) { loss_scaler_ = scaler; }
+
   const Position& position() const { return position_; }
   void set_phase(std::string phase, int micro_batch = -1);
 
@@ -55,6 +63,7 @@ class PlanRunner {
   std::vector<const Span*> span_starting_at_;  // per layer: the checkpointed span that starts there
   std::vector<Span> spans_;
   Position& position_;
+  const runtime::LossScaler* loss_scaler_ = nullptr;
 };
 
 // Micro-batches of the given sizes, made by the model's generator from seeds derived from `seed`,

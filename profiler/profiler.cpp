@@ -281,8 +281,10 @@ struct MicroBatchTimes {
 
 // One micro-batch as the executor runs one: its data made when its turn comes, its loss weighted,
 // gradients accumulating, the loss read back.
+// `scaler`: fp16-autocast's loss scaling (the optimizer's), or nullptr.
 MicroBatchTimes plain_micro_batch(const models::Model& model, std::int64_t b, std::uint64_t seed,
-                                  const std::function<models::Batch(models::Batch)>& on_device, gpu::GpuBackend* gpu) {
+                                  const std::function<models::Batch(models::Batch)>& on_device, gpu::GpuBackend* gpu,
+                                  const runtime::LossScaler* scaler) {
   synchronize(gpu);
   const auto start = Clock::now();
   const models::Batch batch = on_device(model.make_batch(b, seed));
@@ -290,7 +292,7 @@ MicroBatchTimes plain_micro_batch(const models::Model& model, std::int64_t b, st
   const auto made = Clock::now();
   {
     torch::Tensor loss = model.forward(batch) * kSequenceWeight;
-    loss.backward();
+    (scaler != nullptr ? scaler->scale(loss) : loss).backward();
     (void)loss.item<double>();
   }
   synchronize(gpu);
@@ -318,8 +320,8 @@ PlainSequence plain_sequence(const models::Model& model, std::int64_t b, std::ui
                              gpu::GpuBackend* gpu) {
   PlainSequence out;
   out.zero_grad_ns = zero_gradients(optimizer, gpu);
-  out.first = plain_micro_batch(model, b, seed, on_device, gpu);
-  out.later = plain_micro_batch(model, b, seed + 1, on_device, gpu);
+  out.first = plain_micro_batch(model, b, seed, on_device, gpu, runtime::loss_scaler_of(optimizer));
+  out.later = plain_micro_batch(model, b, seed + 1, on_device, gpu, runtime::loss_scaler_of(optimizer));
   const auto start = Clock::now();
   optimizer.step();
   synchronize(gpu);
@@ -409,7 +411,11 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
     BackwardAttribution backward(forward, recorder, step.layers, step.bwd_reserved_bytes, gpu);
     BackwardCallbackScope callbacks(backward);
     backward.begin(static_cast<int>(step.layers.size()) - 1);
-    loss.backward();
+    if (optimizer != nullptr) {
+      runtime::backward_of(loss, *optimizer);
+    } else {
+      loss.backward();
+    }
     backward.end();
   }
   loss = torch::Tensor();
@@ -606,7 +612,7 @@ std::int64_t profiling_need(const models::Model& model, std::int64_t b, std::uin
   }
   {
     const models::Batch held = on_device(model.make_batch(b, seed));
-    plain_micro_batch(model, b, seed + 1, on_device, nullptr);
+    plain_micro_batch(model, b, seed + 1, on_device, nullptr, nullptr);
   }
   return recorder->peak() - start;
 }
@@ -638,10 +644,6 @@ void validate(const ProfileOptions& options) {
   if (options.precision == core::Precision::Fp16Autocast && options.device != "cuda") {
     throw core::InputError("precision: fp16-autocast runs on CUDA (with loss scaling); on the CPU autocast's lower "
                            "precision is bf16-autocast");
-  }
-  if (options.precision == core::Precision::Fp16Autocast) {
-    throw core::InputError("precision: fp16-autocast's dynamic loss scaling (runtime/loss_scaler.h) is not in the CUDA "
-                           "step yet; fp32, bf16-autocast and bf16 run");
   }
 }
 
@@ -717,7 +719,11 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   model.set_training(true);
   model.set_precision(options.precision);
   const auto parameters = model.parameters();
-  auto optimizer = runtime::make_optimizer(options.optimizer, parameters);
+  // fp16-autocast's step scales its loss and unscales its gradients, as the executor's does.
+  auto optimizer = runtime::make_optimizer(options.optimizer, parameters,
+                                           options.precision == core::Precision::Fp16Autocast
+                                               ? std::optional<runtime::LossScaleOptions>(runtime::LossScaleOptions{})
+                                               : std::nullopt);
   const std::size_t layer_count = model.layers().size();
 
   core::Trace trace;
@@ -911,7 +917,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       later_ns.push_back(plain.later.data_ns + plain.later.compute_ns);
       report(plain_phase, b);
       zero_gradients(*optimizer, backend.get());
-      plain_micro_batch(model, b, data_seed, on_device, backend.get());
+      plain_micro_batch(model, b, data_seed, on_device, backend.get(), runtime::loss_scaler_of(*optimizer));
       where = profile_phase;
       auto recorder = std::make_shared<runtime::MemoryRecorder>(device.type());
       runtime::ScopedMemoryRecording recording(recorder);

@@ -103,10 +103,46 @@ class MasterWeightOptimizer : public torch::optim::Optimizer {
   std::vector<Piece> pieces_;
 };
 
+// fp16-autocast's step (runtime/loss_scaler.h): the parameters (float32) are its group, so
+// zero_grad, the all-reduce and the executor see them as any optimizer's; the optimizer that
+// updates them runs only on steps whose unscaled gradients are all finite.
+class LossScaledOptimizer : public torch::optim::Optimizer {
+ public:
+  LossScaledOptimizer(std::unique_ptr<torch::optim::Optimizer> inner, const std::vector<torch::Tensor>& parameters,
+                      LossScaleOptions options)
+      : Optimizer(parameters, std::make_unique<torch::optim::AdamOptions>(1e-3)),
+        inner_(std::move(inner)),
+        scaler_(parameters.empty() ? torch::Device(torch::kCPU) : parameters.front().device(), options) {}
+
+  torch::Tensor step(LossClosure closure) override {
+    torch::Tensor loss;
+    if (closure) {
+      torch::AutoGradMode enabled(true);
+      loss = closure();
+    }
+    std::vector<torch::Tensor> gradients;
+    for (const auto& p : param_groups().front().params()) gradients.push_back(p.grad());
+    if (scaler_.unscale(gradients)) inner_->step();
+    scaler_.update();
+    return loss;
+  }
+
+  const LossScaler& scaler() const { return scaler_; }
+  torch::optim::Optimizer& inner() { return *inner_; }
+
+ private:
+  std::unique_ptr<torch::optim::Optimizer> inner_;
+  LossScaler scaler_;
+};
+
 }  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
-                                                        const std::vector<torch::Tensor>& parameters) {
+                                                        const std::vector<torch::Tensor>& parameters,
+                                                        std::optional<LossScaleOptions> loss_scaling) {
+  if (loss_scaling) {
+    return std::make_unique<LossScaledOptimizer>(make_optimizer(name, parameters), parameters, *loss_scaling);
+  }
   const bool low_precision = std::any_of(parameters.begin(), parameters.end(), [](const torch::Tensor& p) {
     return p.scalar_type() == torch::kBFloat16 || p.scalar_type() == torch::kHalf;
   });
@@ -125,7 +161,23 @@ void zero_gradients_kept(torch::optim::Optimizer& optimizer) {
 #endif
 }
 
+const LossScaler* loss_scaler_of(const torch::optim::Optimizer& optimizer) {
+  const auto* scaled = dynamic_cast<const LossScaledOptimizer*>(&optimizer);
+  return scaled != nullptr ? &scaled->scaler() : nullptr;
+}
+
+void backward_of(const torch::Tensor& loss, const torch::optim::Optimizer& optimizer) {
+  if (const LossScaler* scaler = loss_scaler_of(optimizer)) {
+    scaler->scale(loss).backward();
+  } else {
+    loss.backward();
+  }
+}
+
 std::int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
+  if (auto* scaled = dynamic_cast<LossScaledOptimizer*>(&optimizer)) {
+    return optimizer_state_bytes(scaled->inner()) + scaled->scaler().buffer_bytes();
+  }
   if (auto* master = dynamic_cast<MasterWeightOptimizer*>(&optimizer)) return master->state_bytes();
   return float_state_bytes(optimizer);
 }

@@ -4,9 +4,12 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "runtime/loss_scaler.h"
 
 namespace headroom::runtime {
 
@@ -14,14 +17,25 @@ namespace headroom::runtime {
 // bf16 precision) it keeps float32 master weights: each step widens a parameter's gradient to
 // float32, lets libtorch's optimizer update the master, and rounds the master into the parameter,
 // a piece of at most 2^20 elements at a time, so that little of the float32 gradient exists at once.
+//
+// With `loss_scaling` (fp16-autocast's step) the optimizer scales: the loss goes into backward times
+// a dynamic scale (backward_of), and each step first unscales the accumulated gradients together,
+// then steps only when none holds an inf or NaN, then updates the scale (runtime/loss_scaler.h), as
+// GradScaler's scale / step / update. The scaler lives on the parameters' device.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
-                                                        const std::vector<torch::Tensor>& parameters);
+                                                        const std::vector<torch::Tensor>& parameters,
+                                                        std::optional<LossScaleOptions> loss_scaling = std::nullopt);
+// The scaler of an optimizer made with loss scaling; nullptr for another.
+const LossScaler* loss_scaler_of(const torch::optim::Optimizer& optimizer);
+// Backward from `loss` as `optimizer` steps it: scaled where it scales.
+void backward_of(const torch::Tensor& loss, const torch::optim::Optimizer& optimizer);
 // Zeroes the gradients in place, keeping them allocated between steps as libtorch 1.13's
 // zero_grad() does: the planner counts gradients in the step's static memory. libtorch 2.0's
 // zero_grad() frees them instead (set_to_none), which on an H200 made bert large's step hold
 // 1.2 GiB less than its trace said.
 void zero_gradients_kept(torch::optim::Optimizer& optimizer);
-// Bytes of the optimizer's state tensors (momentum, Adam moments, and master weights where it keeps them).
+// Bytes of the optimizer's state tensors (momentum, Adam moments, master weights where it keeps them,
+// and a loss scaler's buffers).
 std::int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer);
 
 }  // namespace headroom::runtime

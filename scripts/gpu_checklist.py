@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The GPU checklist in one run on the GPU machine: build against PyTorch's libtorch, profile the
 zoo and a TorchScript model on CUDA, plan and execute at budgets that force checkpointing and
-Tempo, Tempo's largest batch on bert large, then the test suite; within a deadline.
+Tempo, every precision (fp16-autocast's loss scaling among them) on gpt small, Tempo's largest
+batch on bert large, then the test suite; within a deadline.
 
   OUT=DIR python3 scripts/gpu_checklist.py [--deadline SECONDS] [--phases build,profile,...] [--dry-run]
 
@@ -229,6 +230,52 @@ def plans_and_executions(traces):
                 f"| {100 * (ps / ms - 1):+.1f}% |")
 
 
+# fp16-autocast's step (dynamic loss scaling) runs only on CUDA: each precision profiled into one
+# trace, planned at 60% of its whole batch's need and executed; what the scaler skipped is in the
+# report's warnings.
+PRECISION_MODEL = ("gpt-small", ["--model", "gpt", "--set", "preset=small", "--batch-sizes", "4,8,16,32"], 32)
+PRECISIONS = "fp32,bf16-autocast,fp16-autocast,bf16"
+
+
+def precisions():
+    name, args, batch = PRECISION_MODEL
+    say(f"\n## Precisions on CUDA ({name}, `--precision {PRECISIONS}`)\n")
+    trace = os.path.join(WORK, f"cuda-{name}-precisions.json")
+    r = run([H, "profile", *args, "--precision", PRECISIONS, "--device", DEVICE, "-o", trace], 240)
+    if r is None or r.returncode or not os.path.exists(trace):
+        say(f"- profile failed: {(r.stdout.strip()[-300:] if r else 'out of time')}")
+        return
+    say("| precision | budget | plan | peak pred | peak meas | peak err | samples/s pred | meas | thr err | warnings |")
+    say("|---|---|---|---|---|---|---|---|---|---|")
+    for precision in PRECISIONS.split(","):
+        if left() < 40:
+            say(f"| {precision} | (out of time) | | | | | | | | |")
+            continue
+        whole = os.path.join(WORK, f"plan-precision-{precision}-whole.json")
+        r = run([H, "plan", trace, "--precision", precision, "--budget", "1TiB", "--batch", str(batch), "--strategies",
+                 "none", "--margin", "0", "-o", whole], 60, quiet=True)
+        if r is None or r.returncode:
+            say(f"| {precision} | plan failed | | | | | | | | |")
+            continue
+        budget = int(json.load(open(whole))["predicted"]["peak_bytes"] * 0.6)
+        path = os.path.join(WORK, f"plan-precision-{precision}.json")
+        r = run([H, "plan", trace, "--precision", precision, "--budget", str(budget), "--batch", str(batch), "-o", path],
+                60, quiet=True)
+        if r is None or r.returncode or not os.path.exists(path):
+            say(f"| {precision} | {budget / GIB:.2f} GiB | refused | | | | | | | |")
+            continue
+        p = json.load(open(path))
+        rep = execute(path, os.path.join(WORK, f"report-precision-{precision}.json"))
+        pp, ps = p["predicted"]["peak_bytes"], p["predicted"]["samples_per_second"]
+        if rep is None:
+            say(f"| {precision} | {budget / GIB:.2f} GiB | {split_of(p)} | {pp / GIB:.3f} GiB | execute failed | | {ps:.1f} | | | |")
+            continue
+        mp, ms = rep["measured"]["peak_bytes"], rep["measured"]["samples_per_second"]
+        scaling = [w for w in rep.get("warnings", []) if "loss scaling" in w]
+        say(f"| {precision} | {budget / GIB:.2f} GiB | {split_of(p)} | {pp / GIB:.3f} GiB | {mp / GIB:.3f} GiB "
+            f"| {100 * (pp / mp - 1):+.2f}% | {ps:.1f} | {ms:.1f} | {100 * (ps / ms - 1):+.1f}% | {'; '.join(scaling)} |")
+
+
 def largest_batch(trace, budget, strategies):
     """The largest batch a plan fits in budget with these strategies (0 when none does)."""
     fits = lambda b: plan(trace, budget, b, strategies, os.path.join(WORK, "probe.json")) is not None
@@ -300,20 +347,23 @@ def main():
     global DEADLINE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--deadline", type=float, default=450)
-    ap.add_argument("--phases", default="build,profile,execute,tempo,test",
-                    help="comma-separated subset of build,profile,execute,tempo,test (a later call on a warm "
+    ap.add_argument("--phases", default="build,profile,execute,precision,tempo,test",
+                    help="comma-separated subset of build,profile,execute,precision,tempo,test (a later call on a warm "
                          "machine finds the build and the traces of an earlier one)")
     ap.add_argument("--models", default="", help="comma-separated subset of the profiled models (default: all)")
     ap.add_argument("--dry-run", action="store_true",
                     help="on the development machine: tiny models on the CPU with build/default, no build, no ctest")
     args = ap.parse_args()
     DEADLINE = args.deadline
-    global H, DEVICE, PROFILES, RESNET
+    global H, DEVICE, PROFILES, RESNET, PRECISION_MODEL, PRECISIONS
     if args.dry_run:
         H, DEVICE = os.path.join(ROOT, "build", "default", "headroom"), "cpu"
         PROFILES = [("bert-large", ["--model", "bert", "--set", "preset=tiny", "--batch-sizes", "1,2"], 4),
                     ("cnn", ["--model", "cnn", "--batch-sizes", "2,4"], 8), ("resnet18", None, 4)]
         RESNET = ("32", "2,4")
+        # fp16-autocast runs on CUDA only.
+        PRECISION_MODEL = ("gpt-tiny", ["--model", "gpt", "--set", "preset=tiny", "--batch-sizes", "1,2"], 4)
+        PRECISIONS = "fp32,bf16-autocast,bf16"
     if args.models:
         wanted = args.models.split(",")
         known = [name for name, _, _ in PROFILES]
@@ -325,7 +375,7 @@ def main():
     try:
         environment()
         phases = set(args.phases.split(","))
-        unknown = phases - {"build", "profile", "execute", "tempo", "test"}
+        unknown = phases - {"build", "profile", "execute", "precision", "tempo", "test"}
         if unknown:
             sys.exit(f"gpu_checklist.py: unknown phase {sorted(unknown)[0]}")
         if args.dry_run:
@@ -339,6 +389,9 @@ def main():
         archive()
         if "execute" in phases:
             plans_and_executions(traces)
+            archive()
+        if "precision" in phases:
+            precisions()
             archive()
         if "tempo" in phases:
             tempo_largest_batch(traces)

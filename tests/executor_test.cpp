@@ -2,6 +2,9 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <limits>
+#include <optional>
+#include <tuple>
 
 #include "core/errors.h"
 #include "core/host_memory.h"
@@ -17,6 +20,7 @@
 #include "profiler/profiler.h"
 #include "runtime/budget_allocator.h"
 #include "runtime/host_info.h"
+#include "runtime/optimizer.h"
 
 namespace headroom {
 namespace {
@@ -83,6 +87,59 @@ TEST(Executor, UnevenSplitWithOneOverNWeightsWouldBeWrong) {
   for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
   model.forward(executor::concatenate(batches)).backward();
   EXPECT_GT(executor::max_relative_difference(one_over_n, executor::gradients_of(model.parameters())), 1e-3);
+}
+
+// fp16-autocast's loss scaling, in the step the executor runs (the arithmetic is the same in any
+// precision, so it is checked on the CPU in float32; fp16 autocast itself runs on CUDA only): each
+// micro-batch's backward starts from its weighted loss times the scale, and the optimizer unscales
+// the accumulated gradients once. The scale is a power of two, so the scaled step and the unscaled
+// one end with the same weights to the bit. A step whose gradients hold an inf is skipped (the
+// weights and Adam's state untouched) and the scale halves; the next clean step goes ahead.
+TEST(Executor, LossScaledMicroBatchesStepAsUnscaledOnesAndSkipStepsWithInfs) {
+  // `omitted`: a step whose optimizer step an unscaled run leaves out, as a skip would.
+  const auto train = [](bool scaling, bool inject_inf, int omitted = -1) {
+    models::Model model = models::build_zoo_model("mlp", kMlp, 3);
+    model.set_training(true);
+    model.set_dropout(false);
+    const auto parameters = model.parameters();
+    auto optimizer = runtime::make_optimizer("adam", parameters,
+                                             scaling ? std::optional<runtime::LossScaleOptions>(runtime::LossScaleOptions{})
+                                                     : std::nullopt);
+    executor::Position position;
+    executor::PlanRunner runner(model, {1}, position);
+    runner.set_loss_scaler(runtime::loss_scaler_of(*optimizer));
+    std::vector<double> losses;
+    for (int step = 0; step < 3; ++step) {
+      runtime::zero_gradients_kept(*optimizer);
+      losses.push_back(runner.accumulate(executor::make_micro_batches(model, {3, 3, 2}, 5 + step, torch::kCPU), 8));
+      if (inject_inf && step == 1) {
+        torch::NoGradGuard no_grad;
+        parameters.front().mutable_grad().view(-1)[0] = std::numeric_limits<float>::infinity();
+      }
+      if (step != omitted) optimizer->step();
+    }
+    std::vector<torch::Tensor> weights;
+    for (const auto& p : parameters) weights.push_back(p.detach().clone());
+    const runtime::LossScaler* scaler = runtime::loss_scaler_of(*optimizer);
+    return std::tuple{weights, losses, scaler != nullptr ? scaler->current_scale() : 0.0,
+                      scaler != nullptr ? scaler->skipped_steps() : 0, runtime::optimizer_state_bytes(*optimizer)};
+  };
+  const auto [plain, plain_losses, no_scale, no_skips, plain_state] = train(false, false);
+  const auto [scaled, scaled_losses, scale, skips, scaled_state] = train(true, false);
+  EXPECT_EQ(executor::max_relative_difference(scaled, plain), 0.0);
+  EXPECT_EQ(scaled_losses, plain_losses);  // the losses reported are the unscaled ones
+  EXPECT_EQ(scale, 65536.0);               // no step overflowed; growth comes after 2000 clean ones
+  EXPECT_EQ(skips, 0);
+  EXPECT_EQ(scaled_state, plain_state + 12);  // the scale, its growth tracker and the inf flag
+
+  const auto [skipped, skipped_losses, backed_off, one_skip, state] = train(true, true);
+  EXPECT_EQ(one_skip, 1);
+  EXPECT_EQ(backed_off, 32768.0);
+  // The weights are those of an unscaled run that left the second step out, to the bit.
+  const auto [left_out, left_out_losses, unused_scale, unused_skips, unused_state] = train(false, false, 1);
+  EXPECT_EQ(executor::max_relative_difference(skipped, left_out), 0.0);
+  EXPECT_GT(executor::max_relative_difference(skipped, plain), 0.0);
+  EXPECT_EQ(skipped_losses, left_out_losses);
 }
 
 TEST(Executor, CheckpointedDropoutReproducesTheSameGradients) {

@@ -283,6 +283,9 @@ TEST(Precision, L2LRefusesAnAutocastTraceWithoutTheHeldInputs) {
             std::string::npos);
   trace.precision = core::Precision::Fp32;
   EXPECT_EQ(core::l2l_refusal(trace), "");
+  // fp16-autocast's loss scaling is not in the relay.
+  trace.precision = core::Precision::Fp16Autocast;
+  EXPECT_NE(core::l2l_refusal(trace).find("its step runs under fp16-autocast, whose loss scaling"), std::string::npos);
 }
 
 TEST(Precision, WhatIsNotBuiltIsRefusedByName) {

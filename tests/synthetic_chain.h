@@ -34,7 +34,8 @@ inline core::Trace synthetic_chain(int layers) {
                                            .fwd_transient_bytes = act,
                                            .bwd_transient_bytes = 2 * act,
                                            .fwd_retained_bytes = act,
-                                           .bwd_retained_bytes = -act}));
+                                           .bwd_retained_bytes = -act,
+                                           .bwd_inputs_held_extra_bytes = std::nullopt}));
     }
     t.layers.push_back(l);
   }

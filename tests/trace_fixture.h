@@ -22,7 +22,8 @@ inline core::Trace make_small_trace() {
                             .fwd_transient_bytes = per * b + 16,
                             .bwd_transient_bytes = 2 * per * b,
                             .fwd_retained_bytes = per * b,
-                            .bwd_retained_bytes = -per * b});
+                            .bwd_retained_bytes = -per * b,
+                            .bwd_inputs_held_extra_bytes = std::nullopt});
   };
   t.layers = {
       {.id = 0, .name = "fc", .kind = "linear", .block = 0, .inputs = {core::kModelInput}, .saves_inputs = {true},
