@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "core/trace_merge.h"
 #include "models/model_source.h"
 #include "models/torchscript_model.h"
 #include "models/zoo.h"
@@ -147,6 +148,44 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
   profiler::ProfileOptions options = args.options;
   options.batch_sizes = parse_batch_sizes(args.batch_sizes);
   const std::vector<core::Precision> precisions = parse_precisions(args.precision);
+  // The trace the sizes go into is read, and what can be compared before measuring is, first: a
+  // mismatch costs no profiling.
+  std::optional<core::Trace> base;
+  if (!args.add_to.empty()) {
+    base = core::read_trace_file(args.add_to);
+    if (base->precisions() != precisions) {
+      std::string flag;
+      for (const core::Precision p : base->precisions()) flag += (flag.empty() ? "" : ",") + std::string(core::precision_name(p));
+      throw core::InputError("--add-to: " + args.add_to + " measured " + base->precision_list() + "; give --precision " +
+                             flag + " as it was profiled");
+    }
+    if (base->optimizer.name != options.optimizer) {
+      throw core::InputError("--add-to: " + args.add_to + " was profiled with --optimizer " + base->optimizer.name);
+    }
+    if (base->device.kind != options.device) {
+      throw core::InputError("--add-to: " + args.add_to + " was profiled on " + base->device.kind);
+    }
+    for (const std::int64_t b : options.batch_sizes) {
+      if (base->batch_index(b) >= 0) {
+        throw core::InputError("--add-to: batch size " + std::to_string(b) + " is in the trace already; give only sizes it lacks");
+      }
+    }
+    if (!args.chrome.empty()) {
+      throw core::InputError("--chrome: draws a trace's largest batch size, which --add-to need not have profiled; "
+                             "profile without --add-to for a timeline");
+    }
+    // At the trace's threads.
+    if (options.threads == 0) options.threads = base->profile.threads;
+    if (options.threads != base->profile.threads) {
+      throw core::InputError("--add-to: " + args.add_to + " was profiled at " + std::to_string(base->profile.threads) +
+                             (base->profile.threads == 1 ? " thread" : " threads") + "; leave --threads out or give " +
+                             std::to_string(base->profile.threads));
+    }
+    // The Tempo pass runs only for models with lean layers, so only a trace that has one can say.
+    if (base->has_tempo() && !options.tempo) {
+      throw core::InputError("--add-to: " + args.add_to + " has the Tempo pass; leave --no-tempo out");
+    }
+  }
   if (precisions.size() > 1 && options.device == "cuda") {
     // The caching allocator would keep the first precision's blocks reserved while the next is
     // measured, and the reserve is what a CUDA trace's device figures read.
@@ -158,6 +197,7 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
                                     : load_torchscript(args);
   };
   std::optional<models::Model> model(build());
+  if (base) core::expect_same_model(base->model, models::model_source(*model));
   // Every precision asked for is refused or accepted before the first is measured.
   for (const core::Precision precision : precisions) {
     options.precision = precision;
@@ -211,6 +251,7 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
     // and after its run either way.
     runtime::save_cached_calibration(*trace->calibration);
   }
+  if (base) return core::with_batch_sizes_added(*base, *trace);
   return std::move(*trace);
 }
 

@@ -24,6 +24,8 @@ struct ProfileArgs {
   std::string output;
   std::string chrome;
   bool measure_link = false;
+  // A trace to add the batch sizes to (core/trace_merge.h): the result is that trace with them.
+  std::string add_to;
 };
 
 // A zoo model or a TorchScript file, and only the flags that go with the one given; throws

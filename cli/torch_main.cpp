@@ -121,6 +121,9 @@ int main(int argc, char** argv) {
                       "from 0");
   add_profile_options(*profile, profile_args);
   profile->add_option("-o,--output", profile_args.output, "trace file to write")->required();
+  profile->add_option("--add-to", profile_args.add_to,
+                      "a trace of the same model and options to add these batch sizes to (sizes a plan chose between "
+                      "the profiled ones); -o gets that trace with them");
   profile->add_flag("--measure-link", profile_args.measure_link,
                     "also measure this host's loopback all-reduce (bandwidth, latency) for data-parallel plans");
   profile->add_option("--chrome", profile_args.chrome,

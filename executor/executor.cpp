@@ -235,6 +235,11 @@ struct PlannedTraining {
         wrappers(wrappers),
         rank(options.rank) {
     runner.set_loss_scaler(runtime::loss_scaler_of(*optimizer));
+    // The gradient cache runs its own backward passes, which do not scale the loss.
+    if (grad_cache && runtime::loss_scaler_of(*optimizer) != nullptr) {
+      throw core::InputError("the plan runs a contrastive loss's gradient cache under fp16-autocast, whose loss scaling "
+                             "the cache does not run; profile and plan the model in fp32");
+    }
     if (!wrappers.empty() && report == nullptr) throw std::logic_error("PlannedTraining: step wrappers need the run's report");
     for (const auto& wrapper : wrappers) wrapper->attach(model, *report);
   }
@@ -317,9 +322,12 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
     training.after_backward();
     training.runner.set_phase("idle");
     auto accumulated = gradients_of(parameters);
-    // Under loss scaling the micro-batches' gradients are the scale's multiple (a power of two: exact).
+    // Under loss scaling the micro-batches' gradients are the scale's multiple: divided by it (a
+    // power of two, exact where nothing overflowed; where something did, the step would be skipped
+    // and the comparison reads inf).
     if (const runtime::LossScaler* scaler = runtime::loss_scaler_of(*training.optimizer)) {
-      for (auto& g : accumulated) g.div_(scaler->current_scale());
+      const double scale = scaler->current_scale();
+      for (auto& g : accumulated) g.div_(scale);
     }
     for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
     // The full batch, on worker 0 only when there are several.
@@ -514,6 +522,38 @@ int step_threads(const core::Plan& plan, const core::Trace& trace, const Execute
   return threads;
 }
 
+// A peak more than 1% under its prediction where the plan's micro-batches fall between the profiled
+// sizes: there their memory is a bound (a kernel's workspace need not be linear in the batch), and
+// profiling them into the trace makes it a measurement.
+void note_unprofiled_sizes(const core::Plan& plan, const core::Trace& trace, core::Report& report) {
+  if (report.status != "ok" || report.measured.peak_bytes <= 0 ||
+      static_cast<double>(report.predicted.peak_bytes) <= 1.01 * static_cast<double>(report.measured.peak_bytes)) {
+    return;
+  }
+  std::vector<std::int64_t> unprofiled;
+  for (const std::int64_t b : plan.choice.micro_batches) {
+    if (b < trace.batch_sizes.back() && trace.batch_index(b) < 0 &&
+        std::find(unprofiled.begin(), unprofiled.end(), b) == unprofiled.end()) {
+      unprofiled.push_back(b);
+    }
+  }
+  if (unprofiled.empty()) return;
+  std::sort(unprofiled.begin(), unprofiled.end());
+  std::string sizes, named;  // "10,11" for the flag, "10 and 11" to read
+  for (std::size_t k = 0; k < unprofiled.size(); ++k) {
+    sizes += (k ? "," : "") + std::to_string(unprofiled[k]);
+    named += (k == 0 ? "" : k + 1 == unprofiled.size() ? " and " : ", ") + std::to_string(unprofiled[k]);
+  }
+  char over[32];
+  std::snprintf(over, sizeof over, "%.1f%%", 100.0 * (static_cast<double>(report.predicted.peak_bytes) /
+                                                          static_cast<double>(report.measured.peak_bytes) - 1.0));
+  const std::string trace_file = plan.trace_path.empty() ? std::string("TRACE") : plan.trace_path;
+  report.warnings.push_back("the prediction was " + std::string(over) + " over the measured peak: micro-batches of " + named +
+                            " were not profiled, and between the profiled sizes their memory is bounded from above; "
+                            "profile them into the trace (`headroom profile` with its flags and --batch-sizes " + sizes +
+                            " --add-to " + trace_file + " -o " + trace_file + ") and plan again for measured figures");
+}
+
 // What the two calibrations around the run say about the machine, as a warning beside the times.
 // (Whether the predicted times are this machine's is the caller's to say: it may rescale them.)
 void note_machine_speed(core::Report& report) {
@@ -576,6 +616,7 @@ core::Report execute(const core::Plan& plan, const core::Trace& measured, const 
   }
   note_machine_speed(report);
   summarize(plan, report);
+  note_unprofiled_sizes(plan, trace, report);
   return report;
 }
 

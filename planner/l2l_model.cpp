@@ -340,6 +340,9 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
         const auto& c = cost(r, b);
         // A layer reading the stage's inputs: what its backward frees of them in the profiled step
         // (its saved inputs) the stash holds here, so its peak is the one measured with them held.
+        // The figure counts whatever earlier layers' tensors it frees, so a layer that also saves one
+        // of its stage's own is bounded from above; the relay runs the zoo's models, whose stages'
+        // first layers read the stage inputs themselves (no view in between that would free them).
         const auto& reads = trace.layers[static_cast<std::size_t>(r)].inputs;
         const bool reads_stage_input = std::any_of(reads.begin(), reads.end(), [&](int j) { return j >= 0 && j < stage.first; });
         const std::int64_t held = reads_stage_input ? c.bwd_inputs_held_extra_bytes.value_or(0) : 0;

@@ -188,7 +188,8 @@ class BackwardAttribution {
 
   void begin(int layer) {
     current_ = layer;
-    // What this layer's backward frees of earlier layers' allocations is its saved inputs.
+    // What this layer's backward frees of earlier layers' allocations: its saved inputs (and views
+    // of them), which L2L's stash holds where they are a stage's inputs.
     recorder_.hold_frees_of_owners_below(layer);
     recorder_.mark();
     level_ = recorder_.allocated();
@@ -269,6 +270,9 @@ class BackwardCallbackScope {
 
 // The loss weight of a micro-batch in a step of two equal ones (the executor weights by b_i / B).
 constexpr double kSequenceWeight = 0.5;
+// fp16-autocast: steps skipped for overflow before profiling gives up (the loss scale halves with
+// each, from 2^16: 40 reach 2^-24).
+constexpr int kMaxOverflowingSteps = 40;
 
 void synchronize(gpu::GpuBackend* gpu) {
   if (gpu != nullptr) gpu->synchronize();
@@ -407,6 +411,9 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
     step.layers[i].kept_bytes = recorder.live_bytes_of(static_cast<int>(i));
   }
 
+  // Every layer has the held figure, 0 where its backward runs no node (a layer on the batch alone):
+  // a trace has it for every sample or for none.
+  for (auto& layer : step.layers) layer.bwd_inputs_held_extra_bytes = 0;
   {
     BackwardAttribution backward(forward, recorder, step.layers, step.bwd_reserved_bytes, gpu);
     BackwardCallbackScope callbacks(backward);
@@ -906,16 +913,29 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       plain_sequence(model, b, data_seed, on_device, *optimizer, backend.get());
       report(warmup_phase, b);
     }
+    // fp16-autocast: a step whose gradients overflowed at the loss scale is skipped and makes no
+    // optimizer state; warm up until one has stepped (the scale halves with each skip).
+    const runtime::LossScaler* scaler = runtime::loss_scaler_of(*optimizer);
+    for (int extra = 0; scaler != nullptr && runtime::optimizer_state_bytes(*optimizer) <= scaler->buffer_bytes(); ++extra) {
+      if (extra == kMaxOverflowingSteps) {
+        char scale[32];
+        std::snprintf(scale, sizeof scale, "%g", scaler->current_scale());
+        throw core::InputError("precision: fp16-autocast: every step's gradients overflowed, at loss scales down to " +
+                               std::string(scale));
+      }
+      plain_sequence(model, b, data_seed, on_device, *optimizer, backend.get());
+    }
     std::vector<std::int64_t> plain_ns, zero_grad_ns, first_ns, later_ns;
     std::vector<StepMeasurement> runs;
+    int overflowed_repeats = 0;
     for (int i = 0; i < options.repeats; ++i) {
       where = plain_phase;
+      const std::int64_t skipped = scaler != nullptr ? scaler->skipped_steps() : 0;
       const PlainSequence plain = plain_sequence(model, b, data_seed, on_device, *optimizer, backend.get());
       plain_ns.push_back(plain.later.compute_ns + plain.optimizer_ns);
       zero_grad_ns.push_back(plain.zero_grad_ns);
       first_ns.push_back(plain.first.data_ns + plain.first.compute_ns);
       later_ns.push_back(plain.later.data_ns + plain.later.compute_ns);
-      report(plain_phase, b);
       zero_gradients(*optimizer, backend.get());
       plain_micro_batch(model, b, data_seed, on_device, backend.get(), runtime::loss_scaler_of(*optimizer));
       where = profile_phase;
@@ -925,6 +945,19 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       if (backend != nullptr) backend->activities().set_enabled(true);
       runs.push_back(profile_step(model, batch, *recorder, optimizer.get(), backend.get(), /*zero_grad_first=*/false));
       if (backend != nullptr) backend->activities().set_enabled(false);
+      // A skipped step's optimizer figures are the unscaling alone: the plain and the profiled step
+      // are measured again (fp16-autocast).
+      if (scaler != nullptr && scaler->skipped_steps() != skipped) {
+        if (++overflowed_repeats == kMaxOverflowingSteps) {
+          throw core::InputError("precision: fp16-autocast: the profiled steps' gradients overflowed " +
+                                 std::to_string(kMaxOverflowingSteps) + " times");
+        }
+        runs.pop_back();
+        for (auto* times : {&plain_ns, &zero_grad_ns, &first_ns, &later_ns}) times->pop_back();
+        --i;
+        continue;
+      }
+      report(plain_phase, b);
       if (recorder->untracked_frees() != 0) {
         throw std::logic_error("profiled step freed memory allocated before it began; its bytes would be wrong");
       }

@@ -9,6 +9,7 @@
 #include "core/json_reader.h"
 #include "core/known_names.h"
 #include "core/trace.h"
+#include "core/trace_merge.h"
 #include "trace_fixture.h"
 
 namespace headroom {
@@ -502,19 +503,79 @@ TEST(TraceJson, HeldInputTransientsRoundTripAndComeForEverySampleOrNone) {
   const auto at = [&](std::int64_t b) { return costs.layer(0, b).bwd_inputs_held_extra_bytes; };
   EXPECT_EQ(at(trace.batch_sizes.front()), trace.batch_sizes.front() * 100);
   EXPECT_EQ(at(trace.batch_sizes.back()), trace.batch_sizes.back() * 100);
-  ASSERT_TRUE(at(trace.batch_sizes.back() + 1).has_value());
-  EXPECT_GE(*at(trace.batch_sizes.back() + 1), 0);
+  // Past the samples along the last segment: the held transient (64 + 100 a sample here) less the
+  // plain one (64 a sample) at 3.
+  EXPECT_EQ(at(3), 300);
 
   json one_missing = document;
   one_missing["layers"][1]["samples"][0].erase("bwd_inputs_held_extra_bytes");
   EXPECT_NE(read_error(one_missing).find("$.layers[1].samples[0]: missing \"bwd_inputs_held_extra_bytes\""), std::string::npos)
       << read_error(one_missing);
+  json first_missing = document;
+  first_missing["layers"][0]["samples"][0].erase("bwd_inputs_held_extra_bytes");
+  EXPECT_NE(read_error(first_missing).find("$.layers[0].samples[1]: unexpected \"bwd_inputs_held_extra_bytes\""),
+            std::string::npos)
+      << read_error(first_missing);
   json negative = document;
   negative["layers"][0]["samples"][0]["bwd_inputs_held_extra_bytes"] = -5;
   EXPECT_NE(read_error(negative).find("$.layers[0].samples[0].bwd_inputs_held_extra_bytes"), std::string::npos)
       << read_error(negative);
   // Without it (traces from before), nothing is evaluated.
   EXPECT_FALSE(core::CostModel(testing::make_small_trace()).layer(0, 2).bwd_inputs_held_extra_bytes.has_value());
+}
+
+// Only the sizes of `keep` (indices into batch_sizes), every per-size field with them.
+core::Trace with_sizes(core::Trace t, const std::vector<std::size_t>& keep) {
+  const auto pick = [&](auto& v) {
+    std::remove_reference_t<decltype(v)> out;
+    for (const auto k : keep) out.push_back(v[k]);
+    v = std::move(out);
+  };
+  pick(t.batch_sizes);
+  for (auto& layer : t.layers) {
+    pick(layer.samples);
+    if (layer.tempo) pick(layer.tempo->samples);
+  }
+  pick(t.steps);
+  if (!t.tempo_steps.empty()) pick(t.tempo_steps);
+  return t;
+}
+
+// Sizes profiled apart and added together give the trace profiled at all of them; what would mix
+// two models, machines or option sets is refused by name, and so is a size measured twice.
+TEST(TraceMerge, AddedSizesFallIntoPlaceAndMismatchesAreRefused) {
+  const core::Trace whole = testing::make_small_tempo_trace();
+  const core::Trace first = with_sizes(whole, {0});
+  const core::Trace second = with_sizes(whole, {1});
+  EXPECT_EQ(core::with_batch_sizes_added(first, second), whole);
+  EXPECT_EQ(core::with_batch_sizes_added(second, first), whole);
+
+  const auto error = [](const core::Trace& a, const core::Trace& b) {
+    try {
+      core::with_batch_sizes_added(a, b);
+    } catch (const core::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(whole, second).find("batch size 2 is in the trace already"), std::string::npos);
+  core::Trace other = second;
+  other.model.config["hidden"] = "16";
+  EXPECT_NE(error(first, other).find("--add-to: the traces differ in their model"), std::string::npos);
+  other = second;
+  other.optimizer.name = "sgd";
+  EXPECT_NE(error(first, other).find("their optimizer (adam against sgd)"), std::string::npos);
+  other = second;
+  other.profile.threads = 1;
+  EXPECT_NE(error(first, other).find("their threads (2 against 1; give --threads 2)"), std::string::npos);
+  other = second;
+  other.precision = core::Precision::Bf16;
+  EXPECT_NE(error(first, other).find("their precisions (fp32 against bf16)"), std::string::npos);
+  other = second;
+  other.layers[1].kind = "relu";
+  EXPECT_NE(error(first, other).find("layer 1 (gelu)"), std::string::npos);
+  other = with_sizes(testing::make_small_trace(), {1});
+  EXPECT_NE(error(first, other).find("the Tempo pass"), std::string::npos);
 }
 
 }  // namespace
