@@ -230,8 +230,9 @@ def plans_and_executions(traces):
                 f"| {100 * (ps / ms - 1):+.1f}% |")
 
 
-# fp16-autocast's step (dynamic loss scaling) runs only on CUDA: each precision profiled into one
-# trace, planned at 60% of its whole batch's need and executed; what the scaler skipped is in the
+# fp16-autocast's step (dynamic loss scaling) runs only on CUDA: each precision profiled (one per
+# process: on CUDA the caching allocator would keep one precision's memory reserved through the
+# next), planned at 60% of its whole batch's need and executed; what the scaler skipped is in the
 # report's warnings.
 PRECISION_MODEL = ("gpt-small", ["--model", "gpt", "--set", "preset=small", "--batch-sizes", "4,8,16,32"], 32)
 PRECISIONS = "fp32,bf16-autocast,fp16-autocast,bf16"
@@ -239,28 +240,27 @@ PRECISIONS = "fp32,bf16-autocast,fp16-autocast,bf16"
 
 def precisions():
     name, args, batch = PRECISION_MODEL
-    say(f"\n## Precisions on CUDA ({name}, `--precision {PRECISIONS}`)\n")
-    trace = os.path.join(WORK, f"cuda-{name}-precisions.json")
-    r = run([H, "profile", *args, "--precision", PRECISIONS, "--device", DEVICE, "-o", trace], 240)
-    if r is None or r.returncode or not os.path.exists(trace):
-        say(f"- profile failed: {(r.stdout.strip()[-300:] if r else 'out of time')}")
-        return
+    say(f"\n## Precisions on {DEVICE} ({name}, each of {PRECISIONS})\n")
     say("| precision | budget | plan | peak pred | peak meas | peak err | samples/s pred | meas | thr err | warnings |")
     say("|---|---|---|---|---|---|---|---|---|---|")
     for precision in PRECISIONS.split(","):
-        if left() < 40:
+        if left() < 60:
             say(f"| {precision} | (out of time) | | | | | | | | |")
             continue
+        trace = os.path.join(WORK, f"{DEVICE}-{name}-{precision}.json")
+        r = run([H, "profile", *args, "--precision", precision, "--device", DEVICE, "-o", trace], 150)
+        if r is None or r.returncode or not os.path.exists(trace):
+            say(f"| {precision} | profile failed: {(r.stdout.strip()[-200:] if r else 'out of time')} | | | | | | | | |")
+            continue
         whole = os.path.join(WORK, f"plan-precision-{precision}-whole.json")
-        r = run([H, "plan", trace, "--precision", precision, "--budget", "1TiB", "--batch", str(batch), "--strategies",
-                 "none", "--margin", "0", "-o", whole], 60, quiet=True)
+        r = run([H, "plan", trace, "--budget", "1TiB", "--batch", str(batch), "--strategies", "none", "--margin", "0",
+                 "-o", whole], 60, quiet=True)
         if r is None or r.returncode:
             say(f"| {precision} | plan failed | | | | | | | | |")
             continue
         budget = int(json.load(open(whole))["predicted"]["peak_bytes"] * 0.6)
         path = os.path.join(WORK, f"plan-precision-{precision}.json")
-        r = run([H, "plan", trace, "--precision", precision, "--budget", str(budget), "--batch", str(batch), "-o", path],
-                60, quiet=True)
+        r = run([H, "plan", trace, "--budget", str(budget), "--batch", str(batch), "-o", path], 60, quiet=True)
         if r is None or r.returncode or not os.path.exists(path):
             say(f"| {precision} | {budget / GIB:.2f} GiB | refused | | | | | | | |")
             continue
