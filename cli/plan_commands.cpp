@@ -73,6 +73,11 @@ PlanMade make_plan(const PlanArgs& args) {
       throw core::InputError(args.trace + ": --strategies l2l: the relay cannot run " + trace.model.name + ": " +
                              planner::l2l_refusal(trace));
     }
+    if (id == planner::Strategy::Tempo && !core::lean_layers_run_in(trace.precision, trace.device.is_cuda())) {
+      throw core::InputError(args.trace + ": --strategies tempo: Tempo's lean layers are profiled in fp32 and, on the CPU, "
+                             "bf16-autocast only, and this trace measured " + std::string(core::precision_name(trace.precision)) +
+                             (trace.device.is_cuda() ? " on cuda" : ""));
+    }
     throw core::InputError(args.trace + ": --strategies " + std::string(entry.name) + ": the trace has no " +
                            std::string(entry.needs) + "; model " + trace.model.name);
   }

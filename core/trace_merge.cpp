@@ -61,7 +61,10 @@ Trace merge_one(const Trace& base, Trace added) {
     differ("their threads (" + std::to_string(base.profile.threads) + " against " + std::to_string(added.profile.threads) +
            "; give --threads " + std::to_string(base.profile.threads) + ")");
   }
-  if (base.has_tempo() != added.has_tempo()) differ("the Tempo pass (one was profiled with --no-tempo)");
+  if (base.has_tempo() != added.has_tempo()) {
+    differ("the Tempo pass (one has it and the other not: --no-tempo, or a bf16-autocast trace from before the pass "
+           "ran in it; profile every size again)");
+  }
   expect_same_layers(base, added);
   if (base.measures_inputs_held() != added.measures_inputs_held()) differ("what they measured (one is from an older headroom)");
   if (base.steps.front().sequence.has_value() != added.steps.front().sequence.has_value()) {

@@ -180,12 +180,13 @@ bool uses_grad_cache(const models::Model& model, const core::Plan& plan) {
 
 // The traced model, rebuilt from its source and set up the way the plan runs it.
 // Runs each layer as the plan's choice says (Tempo's lean variant or the standard one).
-void use_variants(models::Model& model, const core::StepChoice& choice) {
+void use_variants(models::Model& model, const core::StepChoice& choice, bool cuda) {
   for (const auto& step : choice.layers) {
-    // Tempo's lean layers are float32 autograd functions; the profiler measures none in another precision.
-    if (step.variant == core::LayerVariant::Tempo && model.context().precision != core::Precision::Fp32) {
-      throw core::InputError("the plan runs layer " + step.name + " as tempo, which runs in fp32 only; the step runs in " +
-                             std::string(core::precision_name(model.context().precision)));
+    // The profiler measures Tempo's lean layers only in the precisions they run in.
+    if (step.variant == core::LayerVariant::Tempo &&
+        !core::lean_layers_run_in(model.context().precision, cuda)) {
+      throw core::InputError("the plan runs layer " + step.name + " as tempo, which runs in fp32 and, on the CPU, "
+                             "bf16-autocast only; the step runs in " + std::string(core::precision_name(model.context().precision)));
     }
     try {
       model.set_variant(step.id, step.variant);
@@ -203,7 +204,7 @@ models::Model prepare_model(const core::Plan& plan, const core::Trace& trace, co
     throw core::InputError("the plan chooses for " + std::to_string(plan.choice.layers.size()) +
                            " layers but the trace has " + std::to_string(trace.layers.size()));
   }
-  use_variants(model, plan.choice);
+  use_variants(model, plan.choice, device.is_cuda());
   // A contrastive loss runs tiled as the plan says (Inf-CL), or standard.
   if (const int loss = contrastive_layer(model); loss >= 0) {
     model.layers()[static_cast<std::size_t>(loss)].contrastive->tiles = plan.choice.loss_tiles;
@@ -338,7 +339,7 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
       const int contrastive = contrastive_layer(model);
       if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles.reset();
       without_ring(model, [&] { model.forward(concatenate(micro)).backward(); });
-      use_variants(model, plan.choice);
+      use_variants(model, plan.choice, device.is_cuda());
       if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles = plan.choice.loss_tiles;
       const auto full = gradients_of(parameters);
       for (auto& p : parameters) p.mutable_grad() = torch::Tensor();

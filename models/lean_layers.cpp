@@ -100,7 +100,7 @@ torch::Tensor gelu_backward_from_output_cpu(const torch::Tensor& grad, const tor
   const torch::Tensor g = grad.defined() ? grad.contiguous() : torch::Tensor();
   torch::Tensor result = torch::empty_like(y);
   const auto& tables = gelu_inverse_tables();
-  AT_DISPATCH_FLOATING_TYPES(y.scalar_type(), "lean_gelu_backward", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, y.scalar_type(), "lean_gelu_backward", [&] {
     const scalar_t* y_data = y.data_ptr<scalar_t>();
     const bool* m_data = m.data_ptr<bool>();
     const scalar_t* g_data = g.defined() ? g.data_ptr<scalar_t>() : nullptr;
@@ -115,7 +115,7 @@ torch::Tensor gelu_backward_from_output_cpu(const torch::Tensor& grad, const tor
   return result;
 }
 
-// The same lookup in tensor ops, for devices without the loop above (CUDA) and for half types.
+// The same lookup in tensor ops, for devices without the loop above (CUDA).
 // Done in slices so its temporaries stay small next to the tensors it works on.
 torch::Tensor gelu_derivative_by_tensor_ops(const torch::Tensor& output, const torch::Tensor& mask) {
   const auto& tables = gelu_inverse_tables();
@@ -151,8 +151,13 @@ torch::Tensor gelu_derivative_by_tensor_ops(const torch::Tensor& output, const t
   return result.reshape(output.sizes());
 }
 
+// The loops run in double per element whatever the storage, so they take the half types too
+// (bf16-autocast's GELU reads the bfloat16 output of the matrix product before it); the tensor-op
+// lookup would hold float32 temporaries of slices of 4M elements (277 MB at bert mini's batch 32).
 bool has_cpu_kernel(const torch::Tensor& t) {
-  return t.device().is_cpu() && (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble);
+  const auto type = t.scalar_type();
+  return t.device().is_cpu() &&
+         (type == torch::kFloat || type == torch::kDouble || type == torch::kBFloat16 || type == torch::kHalf);
 }
 
 class LeanGelu : public torch::autograd::Function<LeanGelu> {
@@ -184,7 +189,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> layer_norm_backward_from
   const int threads = at::get_num_threads();
   std::vector<double> partial_gamma(static_cast<std::size_t>(threads * features), 0.0);
   std::vector<double> partial_beta(static_cast<std::size_t>(threads * features), 0.0);
-  AT_DISPATCH_FLOATING_TYPES(y.scalar_type(), "lean_layer_norm_backward", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, y.scalar_type(), "lean_layer_norm_backward", [&] {
     const scalar_t *y_data = y.data_ptr<scalar_t>(), *g_data = g.data_ptr<scalar_t>(), *r_data = r.data_ptr<scalar_t>();
     const scalar_t *gamma_data = gm.data_ptr<scalar_t>(), *beta_data = bt.data_ptr<scalar_t>();
     scalar_t* dx = grad_input.data_ptr<scalar_t>();

@@ -773,8 +773,9 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
 
   std::vector<std::size_t> lean_layers;
   for (std::size_t i = 0; i < layer_count; ++i) {
-    // Tempo's lean layers are headroom's own autograd functions, written for float32.
-    if (options.tempo && options.precision == core::Precision::Fp32 && model.layers()[i].has_lean_variant()) {
+    // Tempo's lean layers are headroom's own autograd functions, measured where they run (core/precision.h).
+    if (options.tempo && core::lean_layers_run_in(options.precision, options.device == "cuda") &&
+        model.layers()[i].has_lean_variant()) {
       lean_layers.push_back(i);
     }
   }

@@ -387,6 +387,9 @@ TEST(Cli, ATraceOfSeveralPrecisionsIsPlannedInTheOneChosen) {
                         "--precision: " + trace + " measured the step in fp32, bf16, not bf16-autocast");
   expect_one_line_error(run("plan " + trace + " --budget 64MiB --batch 4 --precision fp8 -o " + plan),
                         "--precision: 'fp8' is not a precision");
+  expect_one_line_error(run("plan " + trace + " --budget 64MiB --batch 4 --precision bf16 --strategies tempo -o " + plan),
+                        "--strategies tempo: Tempo's lean layers are profiled in fp32 and, on the CPU, bf16-autocast only, "
+                        "and this trace measured bf16");
   expect_one_line_error(run("plan " + trace + " --budget 64MiB --batch 4 --precision '' -o " + plan),
                         "--precision: expected a precision");
   fs::remove_all(dir);

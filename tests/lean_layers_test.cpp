@@ -48,6 +48,19 @@ TEST(LeanGelu, RecoveredDerivativeErrorOverTheWholeRange) {
   EXPECT_LT(ops_error, 1e-5);
 }
 
+// bf16-autocast hands the lean GELU a bfloat16 output: the CPU takes it through the element loop
+// (no float32 temporaries) and gives what the tensor-op lookup gives, to bfloat16's rounding of the
+// derivative (at most 1.13, so 2^-7 is one unit in its last place).
+TEST(LeanGelu, Bfloat16OutputRunsTheLoopAsTheTensorOpsDo) {
+  const torch::Tensor x = torch::linspace(-6.0, 6.0, 10001, torch::kFloat);
+  const torch::Tensor y = torch::gelu(x).to(torch::kBFloat16);
+  const torch::Tensor mask = x >= models::kGeluArgMin;
+  const torch::Tensor loop = models::gelu_derivative_from_output(y, mask);
+  const torch::Tensor ops = models::gelu_derivative_from_output_by_tensor_ops(y, mask);
+  EXPECT_EQ(loop.scalar_type(), torch::kBFloat16);
+  EXPECT_LE((loop.to(torch::kDouble) - ops.to(torch::kDouble)).abs().max().item<double>(), 2.0 / 128);
+}
+
 TEST(LeanGelu, GradientMatchesGelu) {
   torch::manual_seed(3);
   const auto x = (torch::randn({64, 257}) * 3).requires_grad_(true);

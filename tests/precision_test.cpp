@@ -15,7 +15,10 @@
 #include "executor/executor.h"
 #include "executor/plan_runner.h"
 #include "models/zoo.h"
+#include "core/cost_model.h"
+#include "planner/layer_graph.h"
 #include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 #include "profiler/profiler.h"
 #include "report/comparison.h"
 #include "report/plan_report.h"
@@ -74,7 +77,8 @@ void expect_profiled_planned_and_executed(core::Precision precision, const std::
     options.precision = precision;
     const core::Trace trace = profiler::profile(model, options);
     EXPECT_EQ(trace.precision, precision);
-    EXPECT_FALSE(trace.has_tempo()) << "Tempo's lean layers are float32's";
+    // Both models have lean layers (GELU; bert's LayerNorms and attention too), measured where they run.
+    EXPECT_EQ(trace.has_tempo(), core::lean_layers_run_in(precision, false));
     EXPECT_EQ(core::trace_from_json(core::to_json(trace)).precision, precision);
 
     planner::PlanRequest request;
@@ -286,6 +290,49 @@ TEST(Precision, L2LRefusesAnAutocastTraceWithoutTheHeldInputs) {
   // fp16-autocast's loss scaling is not in the relay.
   trace.precision = core::Precision::Fp16Autocast;
   EXPECT_NE(core::l2l_refusal(trace).find("its step runs under fp16-autocast, whose loss scaling"), std::string::npos);
+}
+
+// Tempo under bf16-autocast: the lean layers run as autocast runs their ops (LayerNorm in float32,
+// GELU on the bfloat16 output of the matrix product before it) and are profiled there; a plan that
+// needs them to fit runs within its budget, its peak predicted within 1%, and its gradients within
+// bfloat16's reach of the standard full batch's. A lean GELU's backward on bfloat16 runs the
+// element loop (no float32 temporaries): its transient stays near the standard one's.
+TEST(Precision, TempoRunsUnderBf16Autocast) {
+  models::Model model = models::build_zoo_model("bert", kBertTiny, 0);
+  profiler::ProfileOptions options;
+  options.batch_sizes = {1, 2, 4, 8, 16};
+  options.repeats = 1;
+  options.precision = core::Precision::Bf16Autocast;
+  const core::Trace trace = profiler::profile(model, options);
+  ASSERT_TRUE(trace.has_tempo());
+  for (const auto& layer : trace.layers) {
+    if (!layer.tempo || layer.kind != "gelu") continue;
+    EXPECT_LE(layer.tempo->samples.back().bwd_transient_bytes, 2 * layer.samples.back().bwd_transient_bytes) << layer.name;
+  }
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const std::int64_t batch = 16;
+  const std::int64_t standard = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({batch})).peak_bytes;
+  const std::int64_t lean = planner::predict_step(costs, graph, graph.all_lean().with_micro_batches({batch})).peak_bytes;
+  ASSERT_LT(lean, standard);
+  planner::PlanRequest request;
+  request.global_batch = batch;
+  request.trace_path = "t.json";
+  request.trace_sha256 = std::string(64, '0');
+  request.budget_bytes = static_cast<std::int64_t>(static_cast<double>(lean + standard) / 2 / 0.95);
+  request.strategies = {core::Strategy::Tempo};
+  const auto outcome = planner::plan_step(trace, request);
+  ASSERT_TRUE(outcome.plan) << outcome.reason;
+  EXPECT_GT(outcome.plan->choice.lean_count(), 0);
+  executor::ExecuteOptions run;
+  run.steps = 2;
+  const core::Report report = executor::execute(*outcome.plan, trace, "p.json", run);
+  ASSERT_EQ(report.status, "ok");
+  EXPECT_LE(report.measured.peak_bytes, request.budget_bytes);
+  EXPECT_GE(report.predicted.peak_bytes, report.measured.peak_bytes);
+  EXPECT_LE(static_cast<double>(report.predicted.peak_bytes), 1.01 * static_cast<double>(report.measured.peak_bytes));
+  ASSERT_TRUE(report.gradient_check.computed);
+  EXPECT_LT(report.gradient_check.max_rel_diff, 5e-2);
 }
 
 TEST(Precision, WhatIsNotBuiltIsRefusedByName) {
