@@ -165,11 +165,7 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
     if (base->device.kind != options.device) {
       throw core::InputError("--add-to: " + args.add_to + " was profiled on " + base->device.kind);
     }
-    for (const std::int64_t b : options.batch_sizes) {
-      if (base->batch_index(b) >= 0) {
-        throw core::InputError("--add-to: batch size " + std::to_string(b) + " is in the trace already; give only sizes it lacks");
-      }
-    }
+    core::expect_sizes_absent(*base, options.batch_sizes);
     if (!args.chrome.empty()) {
       throw core::InputError("--chrome: draws a trace's largest batch size, which --add-to need not have profiled; "
                              "profile without --add-to for a timeline");

@@ -87,8 +87,7 @@ Trace merge_one(const Trace& base, Trace added) {
     } else if (i == base.batch_sizes.size() || added.batch_sizes[j] < base.batch_sizes[i]) {
       order.push_back({false, j++});
     } else {
-      throw InputError("--add-to: batch size " + std::to_string(base.batch_sizes[i]) +
-                       " is in the trace already; give only sizes it lacks");
+      expect_sizes_absent(base, {base.batch_sizes[i]});
     }
   }
 
@@ -112,6 +111,14 @@ void expect_same_model(const ModelInfo& base, const ModelInfo& added) {
   if (!(base == added)) {
     differ("their model (" + base.name + (base.file ? " from " + base.file->path : std::string()) + " against " + added.name +
            (added.file ? " from " + added.file->path : std::string()) + ", or its settings)");
+  }
+}
+
+void expect_sizes_absent(const Trace& base, const std::vector<std::int64_t>& batch_sizes) {
+  for (const std::int64_t b : batch_sizes) {
+    if (base.batch_index(b) >= 0) {
+      throw InputError("--add-to: batch size " + std::to_string(b) + " is in the trace already; give only sizes it lacks");
+    }
   }
 }
 

@@ -13,7 +13,8 @@ namespace headroom::core {
 // differs. Where the two calibrations differ beyond their noise (the machine's speed moved between
 // the runs), `added`'s times are rescaled to `base`'s machine first; memory is as measured.
 Trace with_batch_sizes_added(const Trace& base, const Trace& added);
-// The first of those checks, which needs only the model (built, not yet profiled): throws InputError.
+// The checks that need only the model (built, not yet profiled) and the sizes asked for: throw InputError.
 void expect_same_model(const ModelInfo& base, const ModelInfo& added);
+void expect_sizes_absent(const Trace& base, const std::vector<std::int64_t>& batch_sizes);
 
 }  // namespace headroom::core

@@ -21,6 +21,7 @@
 #include "runtime/budget_allocator.h"
 #include "runtime/host_info.h"
 #include "runtime/optimizer.h"
+#include "tempo_budget.h"
 
 namespace headroom {
 namespace {
@@ -324,16 +325,9 @@ TEST(Executor, ReportsTheGradientCheck) {
 TEST(Executor, TempoPlanRunsWhereTheStandardStepIsRefused) {
   const core::Trace trace = small_bert_trace();
   ASSERT_TRUE(trace.has_tempo());
-  const core::CostModel costs(trace);
-  const planner::LayerGraph graph(trace);
   const std::int64_t batch = 16;
-  const std::int64_t standard = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({batch})).peak_bytes;
-  const std::int64_t lean = planner::predict_step(costs, graph, graph.all_lean().with_micro_batches({batch})).peak_bytes;
+  const auto [standard, lean, request] = testing::tempo_budget(trace, batch);
   ASSERT_LT(lean, standard);
-  planner::PlanRequest request;
-  request.global_batch = batch;
-  request.budget_bytes = static_cast<std::int64_t>(static_cast<double>(lean + standard) / 2 / 0.95);
-  request.strategies = {planner::Strategy::Tempo};
   const auto outcome = planner::plan_step(trace, request);
   ASSERT_TRUE(outcome.plan) << outcome.reason;
   const int lean_layers = outcome.plan->choice.lean_count();

@@ -15,15 +15,14 @@
 #include "executor/executor.h"
 #include "executor/plan_runner.h"
 #include "models/zoo.h"
-#include "core/cost_model.h"
-#include "planner/layer_graph.h"
 #include "planner/plan_search.h"
-#include "planner/step_sequence.h"
 #include "profiler/profiler.h"
 #include "report/comparison.h"
 #include "report/plan_report.h"
 #include "runtime/optimizer.h"
 #include "input_error.h"
+#include "runs_as_predicted.h"
+#include "tempo_budget.h"
 
 namespace headroom {
 namespace {
@@ -309,30 +308,14 @@ TEST(Precision, TempoRunsUnderBf16Autocast) {
     if (!layer.tempo || layer.kind != "gelu") continue;
     EXPECT_LE(layer.tempo->samples.back().bwd_transient_bytes, 2 * layer.samples.back().bwd_transient_bytes) << layer.name;
   }
-  const core::CostModel costs(trace);
-  const planner::LayerGraph graph(trace);
-  const std::int64_t batch = 16;
-  const std::int64_t standard = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({batch})).peak_bytes;
-  const std::int64_t lean = planner::predict_step(costs, graph, graph.all_lean().with_micro_batches({batch})).peak_bytes;
+  auto [standard, lean, request] = testing::tempo_budget(trace, 16);
   ASSERT_LT(lean, standard);
-  planner::PlanRequest request;
-  request.global_batch = batch;
   request.trace_path = "t.json";
   request.trace_sha256 = std::string(64, '0');
-  request.budget_bytes = static_cast<std::int64_t>(static_cast<double>(lean + standard) / 2 / 0.95);
-  request.strategies = {core::Strategy::Tempo};
   const auto outcome = planner::plan_step(trace, request);
   ASSERT_TRUE(outcome.plan) << outcome.reason;
   EXPECT_GT(outcome.plan->choice.lean_count(), 0);
-  executor::ExecuteOptions run;
-  run.steps = 2;
-  const core::Report report = executor::execute(*outcome.plan, trace, "p.json", run);
-  ASSERT_EQ(report.status, "ok");
-  EXPECT_LE(report.measured.peak_bytes, request.budget_bytes);
-  EXPECT_GE(report.predicted.peak_bytes, report.measured.peak_bytes);
-  EXPECT_LE(static_cast<double>(report.predicted.peak_bytes), 1.01 * static_cast<double>(report.measured.peak_bytes));
-  ASSERT_TRUE(report.gradient_check.computed);
-  EXPECT_LT(report.gradient_check.max_rel_diff, 5e-2);
+  testing::expect_runs_as_predicted(*outcome.plan, trace, 5e-2);
 }
 
 TEST(Precision, WhatIsNotBuiltIsRefusedByName) {

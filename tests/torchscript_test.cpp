@@ -19,6 +19,7 @@
 #include "profiler/profiler.h"
 #include "runtime/memory_recorder.h"
 #include "input_error.h"
+#include "runs_as_predicted.h"
 
 namespace headroom {
 namespace {
@@ -403,20 +404,6 @@ TEST(TorchScriptModel, MalformedModulesAreRefusedWithOneLine) {
   fs::remove(nested);
 }
 
-// A plan executed for two steps under its budget: within it, the peak predicted at or above what
-// runs and within 1% of it, and the gradients the full batch's.
-void expect_runs_as_predicted(const core::Plan& plan, const core::Trace& trace) {
-  executor::ExecuteOptions run;
-  run.steps = 2;
-  const core::Report report = executor::execute(plan, trace, "p.json", run);
-  ASSERT_EQ(report.status, "ok");
-  EXPECT_LE(report.measured.peak_bytes, plan.budget_bytes);
-  EXPECT_GE(report.predicted.peak_bytes, report.measured.peak_bytes);
-  EXPECT_LE(static_cast<double>(report.predicted.peak_bytes), 1.01 * static_cast<double>(report.measured.peak_bytes));
-  ASSERT_TRUE(report.gradient_check.computed);
-  EXPECT_LT(report.gradient_check.max_rel_diff, 1e-5);
-}
-
 // The layers cut from a module as it is written match its own forward, step for step: the loss, and
 // the gradients of one backward, whichever depth cuts it.
 TEST(TorchScriptGraph, LayersComputeWhatTheModuleComputesAtEveryDepth) {
@@ -662,7 +649,7 @@ TEST(TorchScriptGraph, ResidualBlocksCheckpointAndRunUnderABudget) {
   request.budget_bytes = least * 11 / 10;
   const auto outcome = planner::plan_step(trace, request);
   ASSERT_TRUE(outcome.plan);
-  expect_runs_as_predicted(*outcome.plan, trace);
+  testing::expect_runs_as_predicted(*outcome.plan, trace, 1e-5);
   fs::remove(path);
 }
 
@@ -752,7 +739,7 @@ TEST(TorchScriptGraph, SeveralInputsReachTheLayersThatReadThemAndBlocksStillCut)
   const auto outcome = planner::plan_step(trace, request);
   ASSERT_TRUE(outcome.plan);
   EXPECT_FALSE(outcome.plan->choice.checkpointed_blocks.empty());
-  expect_runs_as_predicted(*outcome.plan, trace);
+  testing::expect_runs_as_predicted(*outcome.plan, trace, 1e-5);
   fs::remove(path);
 }
 
