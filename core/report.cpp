@@ -40,6 +40,10 @@ nlohmann::json to_json(const Report& r) {
   }
   if (r.test_accuracy) doc["test_accuracy"] = *r.test_accuracy;
   if (r.gradient_check.computed) doc["gradient_check"]["max_rel_diff"] = r.gradient_check.max_rel_diff;
+  if (r.gradient_check.float32_max_rel_diff) {
+    doc["gradient_check"]["float32_max_rel_diff"] = *r.gradient_check.float32_max_rel_diff;
+    doc["gradient_check"]["reference_float32_max_rel_diff"] = *r.gradient_check.reference_float32_max_rel_diff;
+  }
   if (r.device == "cuda") doc["measured"]["reserved_bytes"] = r.measured_reserved_bytes;
   if (!r.host_memory_regime.empty()) doc["host_memory"] = {{"regime", r.host_memory_regime}};
   if (r.host_memory) {
@@ -121,6 +125,10 @@ Report report_from_json(const nlohmann::json& document, std::string_view source)
     r.gradient_check.computed = check.at("computed").as_bool();
     r.gradient_check.note = check.at("note").as_string();
     if (r.gradient_check.computed) r.gradient_check.max_rel_diff = check.at("max_rel_diff").as_double();
+    if (check.has("float32_max_rel_diff") || check.has("reference_float32_max_rel_diff")) {
+      r.gradient_check.float32_max_rel_diff = check.at("float32_max_rel_diff").as_double();
+      r.gradient_check.reference_float32_max_rel_diff = check.at("reference_float32_max_rel_diff").as_double();
+    }
     for (const auto& w : root.at("warnings").elements()) r.warnings.push_back(w.as_string());
     for (const auto& s : root.at("step_seconds").elements()) r.step_seconds.push_back(s.as_double());
     r.data = root.at("data").as_string();

@@ -23,6 +23,11 @@ struct GradientCheck {
   bool computed = false;
   double max_rel_diff = 0;  // max over parameters of |accumulated - full batch|_inf / |full batch|_inf
   std::string note;         // how it was computed, or why not
+  // In a precision other than fp32, where the plan's and the full batch's roundings differ, the same
+  // measure against the full batch run in float32 on the same weights: the plan's gradients, and the
+  // full batch's in the plan's precision (what the precision itself costs). Both or neither.
+  std::optional<double> float32_max_rel_diff;
+  std::optional<double> reference_float32_max_rel_diff;
 };
 
 struct OutOfMemory {

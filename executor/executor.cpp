@@ -338,12 +338,33 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
       model.set_all_variants(core::LayerVariant::Standard);
       const int contrastive = contrastive_layer(model);
       if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles.reset();
-      without_ring(model, [&] { model.forward(concatenate(micro)).backward(); });
+      const auto full_batch_gradients = [&] {
+        without_ring(model, [&] { model.forward(concatenate(micro)).backward(); });
+        auto gradients = gradients_of(parameters);
+        for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+        return gradients;
+      };
+      const auto full = full_batch_gradients();
+      check.max_rel_diff = max_relative_difference(accumulated, full);
+      const core::Precision precision = model.context().precision;
+      if (precision != core::Precision::Fp32) {
+        // Below fp32 the full batch rounds differently from micro-batches (a bfloat16 gradient sums
+        // each micro-batch's rounded share): both are set against the full batch in float32, on the
+        // weights as they are (bfloat16 ones widened exactly), which tells the plan's cost apart from
+        // the precision's own.
+        model.set_precision(core::Precision::Fp32);
+        const auto exact = full_batch_gradients();
+        model.set_precision(precision);
+        const auto widened = [](const std::vector<torch::Tensor>& gradients) {
+          std::vector<torch::Tensor> out;
+          for (const auto& g : gradients) out.push_back(g.defined() ? g.to(torch::kFloat) : g);
+          return out;
+        };
+        check.float32_max_rel_diff = max_relative_difference(widened(accumulated), exact);
+        check.reference_float32_max_rel_diff = max_relative_difference(widened(full), exact);
+      }
       use_variants(model, plan.choice, device.is_cuda());
       if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles = plan.choice.loss_tiles;
-      const auto full = gradients_of(parameters);
-      for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-      check.max_rel_diff = max_relative_difference(accumulated, full);
     }
   }
   model.set_dropout(!options.full_batch_reference);

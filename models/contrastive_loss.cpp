@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
 namespace headroom::models {
 
 namespace {
@@ -132,19 +134,26 @@ torch::Tensor run_contrastive_layer(const torch::Tensor& q, const torch::Tensor&
                                     ContrastiveLossSettings& settings) {
   using Mode = ContrastiveLossSettings::Mode;
   switch (settings.mode) {
-    case Mode::Loss:
+    case Mode::Loss: {
+      // Float32 in every precision, autocast or not: the logits' log-sum-exp over a batch of
+      // thousands loses the positives in bfloat16's 8 bits, and Inf-CL's tiles fold into float32
+      // running sums. The towers hand over float32 embeddings (the zoo's l2norm), so only a
+      // bfloat16 log-scale is cast.
+      const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+      const torch::Tensor qf = q.to(at::kFloat), kf = k.to(at::kFloat), scale = log_scale.to(at::kFloat);
       if (settings.ring != nullptr) {
-        return contrastive_loss_ring(q, k, log_scale,
+        return contrastive_loss_ring(qf, kf, scale,
                                      settings.tiles.value_or(LossTiles{q.size(0), std::numeric_limits<std::int64_t>::max()}),
                                      *settings.ring);
       }
-      return settings.tiles ? contrastive_loss_tiled(q, k, log_scale, *settings.tiles)
-                            : contrastive_loss_standard(q, k, log_scale);
+      return settings.tiles ? contrastive_loss_tiled(qf, kf, scale, *settings.tiles) : contrastive_loss_standard(qf, kf, scale);
+    }
     case Mode::Capture: {
       const std::int64_t b = q.size(0);
       if (!settings.cached_q.defined()) {
-        settings.cached_q = at::empty({settings.cache_rows, q.size(1)}, q.options());
-        settings.cached_k = at::empty({settings.cache_rows, k.size(1)}, k.options());
+        // Float32, as the loss reads them, whatever the towers ran in.
+        settings.cached_q = at::empty({settings.cache_rows, q.size(1)}, q.options().dtype(at::kFloat));
+        settings.cached_k = at::empty({settings.cache_rows, k.size(1)}, k.options().dtype(at::kFloat));
       }
       settings.cached_q.narrow(0, settings.offset, b).copy_(q);
       settings.cached_k.narrow(0, settings.offset, b).copy_(k);

@@ -7,6 +7,9 @@
 //   L = (L(q,k) + L(k,q)) / 2,  L(q,k) = mean_i(lse_i(x) - x_ii),  x = s q k^T,  s = exp(log_scale)
 //
 // The scale multiplies q before the loss (q~ = s q), so its gradient comes from <dq~, q>.
+//
+// In every precision the loss layer runs in float32 outside autocast, on float32 embeddings (a
+// mixed-precision CLIP computes its logits in float32 too; Inf-CL's tiles fold into float32 sums).
 #include <cstdint>
 #include <memory>
 #include <optional>

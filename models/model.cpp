@@ -62,8 +62,9 @@ torch::Tensor Layer::run(const std::vector<torch::Tensor>& inputs, const RunCont
     // The parameters are bfloat16 and the batch arrives in float32, as a loader gives it: a layer
     // reads its floating inputs in bfloat16, and the loss reads the logits in float32, as a bf16
     // training loop casts them (`loss_fn(logits.float(), y)`), so the loss and its gradient's
-    // start are not rounded to 8 bits of mantissa.
-    const at::ScalarType wanted = kind == "loss" ? at::kFloat : at::kBFloat16;
+    // start are not rounded to 8 bits of mantissa. A contrastive loss reads its embeddings in
+    // float32 likewise (models/contrastive_loss.h).
+    const at::ScalarType wanted = kind == "loss" || kind == "contrastive_loss" ? at::kFloat : at::kBFloat16;
     std::vector<torch::Tensor> cast = inputs;
     for (auto& t : cast) {
       if (t.defined() && t.is_floating_point() && t.scalar_type() != wanted) t = t.to(wanted);

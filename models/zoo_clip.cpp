@@ -17,8 +17,10 @@ int add_normalize(Model& model, const std::string& name, int input) {
   layer.name = name;
   layer.kind = "l2norm";
   layer.inputs = {input};
+  // The embedding leaves its tower in float32 in every precision, as the loss reads it
+  // (models/contrastive_loss.h); the cast is nothing in fp32.
   layer.forward = [](const std::vector<torch::Tensor>& in, const RunContext&) {
-    return torch::nn::functional::normalize(in[0], torch::nn::functional::NormalizeFuncOptions().dim(1));
+    return torch::nn::functional::normalize(in[0].to(torch::kFloat), torch::nn::functional::NormalizeFuncOptions().dim(1));
   };
   return model.add_layer(std::move(layer));
 }

@@ -624,7 +624,9 @@ std::int64_t profiling_need(const models::Model& model, std::int64_t b, std::uin
   return recorder->peak() - start;
 }
 
-void validate(const ProfileOptions& options) {
+}  // namespace
+
+void check_profile_options(const ProfileOptions& options) {
   if (options.batch_sizes.empty()) throw core::InputError("batch_sizes: give at least one batch size");
   for (std::size_t i = 0; i < options.batch_sizes.size(); ++i) {
     if (options.batch_sizes[i] <= 0) throw core::InputError("batch_sizes: batch sizes must be positive");
@@ -653,6 +655,8 @@ void validate(const ProfileOptions& options) {
                            "precision is bf16-autocast");
   }
 }
+
+namespace {
 
 // The CUDA backend, or a clear reason why there is none.
 std::unique_ptr<gpu::GpuBackend> make_gpu_backend() {
@@ -704,16 +708,8 @@ core::GpuStepCost gpu_step_cost(const std::vector<StepMeasurement>& runs) {
 
 }  // namespace
 
-void check_profile_options(const models::Model& model, const ProfileOptions& options) {
-  validate(options);
-  if (options.precision != core::Precision::Fp32 && contrastive_loss_layer(model) >= 0) {
-    throw core::InputError("precision: " + std::string(core::precision_name(options.precision)) + " is not measured for a "
-                           "contrastive loss (Inf-CL's tiles) yet; profile " + model.name() + " in fp32");
-  }
-}
-
 core::Trace profile(models::Model& model, const ProfileOptions& options) {
-  check_profile_options(model, options);
+  check_profile_options(options);
   // Measured in the regime the executor runs in (core/host_memory.h); the trace says which.
   const std::string regime = core::enter_host_memory_regime();
   std::unique_ptr<gpu::GpuBackend> backend = options.device == "cuda" ? make_gpu_backend() : nullptr;

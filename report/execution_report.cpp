@@ -86,6 +86,12 @@ std::string render_report(const core::Report& r) {
   out << "\ngradient check: ";
   if (r.gradient_check.computed) {
     out << "max relative difference " << fixed(r.gradient_check.max_rel_diff, "%.2e") << " (" << r.gradient_check.note << ")\n";
+    if (r.gradient_check.float32_max_rel_diff) {
+      const std::string precision(core::precision_name(r.precision));
+      out << "  against the full batch in float32 (same weights): the plan's gradients "
+          << fixed(*r.gradient_check.float32_max_rel_diff, "%.2e") << ", the full batch's in " << precision << " "
+          << fixed(*r.gradient_check.reference_float32_max_rel_diff, "%.2e") << " (what " << precision << " itself costs)\n";
+    }
   } else {
     out << r.gradient_check.note << "\n";
   }

@@ -554,12 +554,10 @@ TEST_F(BadInputCli, TorchScriptFlagsAndFilesThatAreNotAModule) {
   // A precision headroom does not run is refused by name before anything is built.
   expect_refused("profile --model mlp --precision fp8", "--precision: 'fp8' is not a precision (known: fp32, bf16-autocast");
   expect_refused("profile --model mlp --precision fp16-autocast", "precision: fp16-autocast runs on CUDA");
-  expect_refused("profile --model clip --precision bf16-autocast", "is not measured for a contrastive loss");
   // Several precisions: each is checked before the first is profiled.
   expect_refused("profile --model mlp --precision fp32,fp16-autocast", "precision: fp16-autocast runs on CUDA");
   expect_refused("profile --model mlp --precision fp32,bf16,fp32", "--precision: fp32 is named twice");
   expect_refused("profile --model mlp --precision fp32,", "--precision: '' is not a precision");
-  expect_refused("profile --model clip --precision fp32,bf16", "is not measured for a contrastive loss");
   expect_refused("profile --torchscript " + junk + " --input 3:float32 --target 3:bool", "--target: dtype 'bool'");
   expect_refused("profile --torchscript " + junk + " --input 3:float32 --loss hinge", "--loss");
   expect_refused("profile --torchscript " + junk + " --input 3:float32 --loss model --target 3:float32",
