@@ -15,7 +15,7 @@ profiled into the trace (`profile --add-to`), and the plan made again at the sam
 gives one more row, "P, S added".
 
   python3 bench/precision_rows.py [--headroom build/default/headroom] [--models mlp,cnn,bert,gpt]
-      [--precisions fp32,bf16-autocast,bf16] [--batch 32] [--batch-sizes 1,2,4,8,16,32] [--steps 5]
+      [--precisions fp32,bf16-autocast,bf16] [--batch 32] [--batch-sizes 1,2,4,8,16,32] [--steps 5] [--repeats 3]
       [--torchscript M.pt --input SPEC [--input SPEC ...] [--depth N] [--ts-batch 16] [--ts-batch-sizes 1,2,4,8,16]]
 
 With --torchscript the module is one more model (named by its file), profiled with its inputs.
@@ -67,6 +67,8 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--batch-sizes", default="1,2,4,8,16,32")
     parser.add_argument("--steps", type=int, default=5)
+    # Millisecond steps (the mlp's, the cnn's) need more of each to see past a shared machine's noise.
+    parser.add_argument("--repeats", type=int, default=3, help="profile --repeats")
     parser.add_argument("--torchscript")
     parser.add_argument("--input", action="append", default=[])
     parser.add_argument("--depth")
@@ -91,7 +93,7 @@ def main():
             row = f"| {name} | {precision} "
             trace = os.path.join(work, f"{name}-{precision}.json")
             p = run([H, "profile"] + source + ["--precision", precision, "--batch-sizes", batch_sizes,
-                     "--repeats", "3", "-o", trace])
+                     "--repeats", str(args.repeats), "-o", trace])
             if p.returncode:
                 print(row + f"| profile: {last_line(p.stderr)} |", flush=True)
                 continue
@@ -125,7 +127,7 @@ def main():
             # those sizes profiled into the trace, planned again at the same budget and run.
             if sizes:
                 added = ",".join(map(str, sizes))
-                a = run([H, "profile"] + source + ["--precision", precision, "--batch-sizes", added, "--repeats", "3",
+                a = run([H, "profile"] + source + ["--precision", precision, "--batch-sizes", added, "--repeats", str(args.repeats),
                          "--add-to", trace, "-o", trace])
                 if a.returncode:
                     print(row.replace(f"| {precision} ", f"| {precision}, {added} added ") + f"| profile: {last_line(a.stderr)} |",

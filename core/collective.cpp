@@ -113,4 +113,10 @@ std::vector<GradientBucket> gradient_buckets(const std::vector<std::int64_t>& la
   return buckets;
 }
 
+bool widens_gradients_for_allreduce(Precision precision, bool cuda) { return precision == Precision::Bf16 && !cuda; }
+
+std::int64_t allreduce_gradient_bytes(std::int64_t gradient_bytes, Precision precision, bool cuda) {
+  return widens_gradients_for_allreduce(precision, cuda) ? 2 * gradient_bytes : gradient_bytes;
+}
+
 }  // namespace headroom::core

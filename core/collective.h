@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/precision.h"
+
 namespace headroom::core {
 
 // One link of the ring: what one worker sends to the next per second, and the latency of a message.
@@ -54,5 +56,12 @@ struct GradientBucket {
 };
 // `layer_bytes[i]`: layer i's gradient bytes. Buckets in the order they become ready.
 std::vector<GradientBucket> gradient_buckets(const std::vector<std::int64_t>& layer_bytes, std::int64_t cap_bytes);
+
+// How many bytes a gradient of `gradient_bytes` takes in its bucket's buffer and on the wire: a bf16
+// step's bfloat16 gradients are widened to float32 over Gloo (whose all-reduce in libtorch 1.13 has
+// no bfloat16 sum; the sum is float32's, rounded once as it is written back), twice their bytes;
+// NCCL sums bfloat16 as it is, and every other precision's gradients are float32.
+bool widens_gradients_for_allreduce(Precision precision, bool cuda);
+std::int64_t allreduce_gradient_bytes(std::int64_t gradient_bytes, Precision precision, bool cuda);
 
 }  // namespace headroom::core

@@ -225,6 +225,28 @@ struct GradientSync::State {
     }
   }
 
+  // Hooks each parameter's gradient accumulator, where it is not hooked yet: a parameter whose data
+  // changes dtype (the gradient check's float32 reference under bf16) gets a new accumulator.
+  void hook_accumulators() {
+    std::size_t k = 0;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      for (std::size_t slot = 0; slot < buckets[b].parameters.size(); ++slot, ++k) {
+        auto accumulator = torch::autograd::impl::grad_accumulator(buckets[b].parameters[slot]);
+        if (k < accumulators.size() && accumulators[k] == accumulator) continue;
+        accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [this, b, slot](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+              ready(b, slot);
+              return outputs;
+            }));
+        if (k < accumulators.size()) {
+          accumulators[k] = std::move(accumulator);
+        } else {
+          accumulators.push_back(std::move(accumulator));
+        }
+      }
+    }
+  }
+
   void ready(std::size_t bucket, std::size_t slot) {
     std::lock_guard<std::mutex> lock(mutex);
     if (!armed) return;
@@ -240,12 +262,15 @@ GradientSync::GradientSync(const models::Model& model, Workers& workers, std::in
     : state_(std::make_unique<State>()) {
   state_->workers = &workers;
   const auto& layers = model.layers();
+  // As the planner groups them (core::allreduce_gradient_bytes): bfloat16 gradients go as float32
+  // over Gloo, whose all-reduce in libtorch 1.13 refuses bfloat16 ("Invalid scalar type").
+  const bool widen = core::widens_gradients_for_allreduce(model.context().precision, workers.backend() == "nccl");
   std::size_t by_layer = 0;
   std::vector<std::int64_t> layer_bytes;
   for (const auto& layer : layers) {
     std::int64_t bytes = 0;
     for (const auto& p : layer.parameters) bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
-    layer_bytes.push_back(bytes);
+    layer_bytes.push_back(core::allreduce_gradient_bytes(bytes, model.context().precision, workers.backend() == "nccl"));
     by_layer += layer.parameters.size();
   }
   if (by_layer != model.parameters().size()) {
@@ -263,26 +288,17 @@ GradientSync::GradientSync(const models::Model& model, Workers& workers, std::in
         numel += p.numel();
       }
     }
-    bucket.buffer = torch::zeros({numel}, bucket.parameters.front().options().requires_grad(false));
+    const auto options = bucket.parameters.front().options().requires_grad(false);
+    bucket.buffer = torch::zeros({numel}, widen ? options.dtype(torch::kFloat) : options);
     state_->buckets.push_back(std::move(bucket));
   }
-  State* state = state_.get();
-  for (std::size_t b = 0; b < state->buckets.size(); ++b) {
-    for (std::size_t slot = 0; slot < state->buckets[b].parameters.size(); ++slot) {
-      auto accumulator = torch::autograd::impl::grad_accumulator(state->buckets[b].parameters[slot]);
-      accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-          [state, b, slot](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-            state->ready(b, slot);
-            return outputs;
-          }));
-      state->accumulators.push_back(std::move(accumulator));
-    }
-  }
+  state_->hook_accumulators();
 }
 
 GradientSync::~GradientSync() = default;
 
 void GradientSync::arm(const std::vector<torch::Tensor>& final_already) {
+  state_->hook_accumulators();
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     for (auto& b : state_->buckets) {

@@ -615,10 +615,6 @@ core::Report execute(const core::Plan& plan, const core::Trace& measured, const 
     report.warnings.push_back(warning);
   }
   const Datasets data = load_datasets(options);
-  if (plan.choice.workers() > 1 && trace.precision == core::Precision::Bf16) {
-    throw core::InputError(plan_path + ": data parallel all-reduces the gradients, and a bf16 step's are bfloat16, which "
-                           "Gloo in libtorch 1.13 cannot sum");
-  }
   if (options.workers != plan.choice.workers()) {
     throw core::InputError("world_size: the plan is for " + std::to_string(plan.choice.workers()) + " worker(s), got " +
                            std::to_string(options.workers));

@@ -14,8 +14,11 @@ namespace headroom::planner {
 std::vector<core::GradientBucket> plan_buckets(const core::CostModel& costs, const core::StepChoice& choice) {
   std::vector<std::int64_t> bytes;
   bytes.reserve(costs.layer_count());
-  // fp32 gradients: a layer's gradient is as large as its parameters.
-  for (const auto& layer : costs.trace().layers) bytes.push_back(layer.param_bytes);
+  // A layer's gradient is as large as its parameters; its bucket's, wider under bf16 over Gloo.
+  const core::Trace& trace = costs.trace();
+  for (const auto& layer : trace.layers) {
+    bytes.push_back(core::allreduce_gradient_bytes(layer.param_bytes, trace.precision, trace.device.is_cuda()));
+  }
   return core::gradient_buckets(bytes, choice.data_parallel ? choice.data_parallel->bucket_cap_bytes : core::kDefaultBucketCapBytes);
 }
 

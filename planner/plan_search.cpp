@@ -968,11 +968,6 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   if (request.workers > 1 && !request.link.known()) {
     throw core::InputError("link: data parallel needs the link's bandwidth and latency (a trace's measured link, or given)");
   }
-  if (request.workers > 1 && trace.precision == core::Precision::Bf16) {
-    // Its gradients are bfloat16, which Gloo's all-reduce in libtorch 1.13 refuses ("Invalid scalar type").
-    throw core::InputError("workers: data parallel all-reduces the gradients, and a bf16 step's are bfloat16, which "
-                           "Gloo in libtorch 1.13 cannot sum; bf16-autocast's are float32");
-  }
   if (request.bucket_cap_bytes < 1) throw core::InputError("bucket_cap_bytes: expected a positive size");
   const core::CostModel costs(trace);
   const LayerGraph graph(trace);

@@ -125,6 +125,46 @@ void weights_equal_the_full_batch_steps(int workers) {
 TEST(DataParallel, TwoWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2); }
 TEST(DataParallel, FourWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(4); }
 
+// Data parallel under bf16: the bfloat16 gradients are all-reduced as float32 (Gloo in libtorch
+// 1.13 has no bfloat16 sum), in buffers twice their bytes that the plan counts; each worker runs
+// within its budget at the plan's peak, the workers' weights stay identical, and the exchanged
+// gradient is no further from the float32 full batch's than the full batch's in bf16 is.
+TEST(DataParallel, Bf16GradientsAreSummedAsFloat32) {
+  const fs::path dir = fresh_dir("headroom_dp_bf16");
+  const std::string trace_file = (dir / "trace.json").string();
+  auto r = run("profile --model mlp --set input=256 --set hidden=512 --set depth=4 --optimizer sgd --threads 1 "
+               "--precision bf16 --batch-sizes 1,2,4,8,16 --repeats 2 -o " + trace_file);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const core::Trace trace = core::read_trace_file(trace_file);
+  const fs::path plan_path = dir / "plan.json";
+  r = run("plan " + trace_file + " --budget " + std::to_string(tight_budget(trace, 26, 2)) +
+          " --batch 26 --strategies mbp --devices 2 --link 1GB/s,20us -o " + plan_path.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const core::Plan plan = core::read_plan_file(plan_path);
+  EXPECT_EQ(plan.precision, core::Precision::Bf16);
+  EXPECT_GT(plan.choice.worker_micro_batches(0).size(), 1u) << "the budget should need micro-batches";
+  const fs::path report_path = dir / "report.json";
+  r = run("execute " + plan_path.string() + " --devices 2 --steps 2 --warmup 1 -o " + report_path.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const core::Report report = core::read_report_file(report_path);
+  ASSERT_TRUE(report.data_parallel);
+  const auto& dp = *report.data_parallel;
+  EXPECT_EQ(dp.weight_checks, 3);  // after the warm-up step and each measured one
+  std::int64_t parameter_bytes = 0;
+  for (const auto& layer : trace.layers) parameter_bytes += layer.param_bytes;
+  EXPECT_EQ(dp.bucket_bytes, 2 * parameter_bytes);
+  for (const auto& w : dp.workers) {
+    EXPECT_LE(w.peak_bytes, plan.budget_bytes) << w.rank;
+    EXPECT_LE(w.peak_bytes, plan.predicted.peak_bytes) << w.rank;
+  }
+  EXPECT_GE(report.predicted.peak_bytes, report.measured.peak_bytes);
+  EXPECT_LE(static_cast<double>(report.predicted.peak_bytes), 1.01 * static_cast<double>(report.measured.peak_bytes));
+  ASSERT_TRUE(report.gradient_check.computed);
+  ASSERT_TRUE(report.gradient_check.float32_max_rel_diff);
+  EXPECT_LE(*report.gradient_check.float32_max_rel_diff, 2 * *report.gradient_check.reference_float32_max_rel_diff);
+  fs::remove_all(dir);
+}
+
 // A contrastive model over 2 workers: each caches its share's embeddings, the
 // loss over the global batch runs as Inf-CL's ring, each re-runs its micro-batches from its cached
 // embedding gradients, and the towers' gradients are all-reduced. One SGD step ends where one
