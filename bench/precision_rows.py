@@ -3,16 +3,17 @@
 
 Each model is profiled (`headroom profile --model M --precision P`, one process per command as a user
 runs them), planned at 60% of its whole batch's need in that precision (`plan --strategies none` at an
-unbounded budget gives the need; default strategies but L2L), and executed twice under that budget.
+unbounded budget gives the need; default strategies but L2L; where 60% is below what the training
+state needs, at the least budget the planner names), and executed twice under that budget.
 Printed: static bytes per parameter (parameters, gradients, optimizer state, as measured), activation
 bytes per sample (what the layers keep for backward at the largest profiled batch, per sample), the
 whole batch's need, the largest batch that runs whole (no micro-batches, no checkpointing) within a
 budget fixed per model (the first precision's whole batch's need, so that precision's answer is the
 batch itself), the plan, predicted and measured peak (signed: above 0, predicted over) and samples/s
 (the better of two runs against the prediction; above 0, predicted too fast). Where a plan's peak
-comes out more than 1% under its prediction at micro-batch sizes the trace lacks, those sizes are
-profiled into the trace (`profile --add-to`), and the plan made again at the same budget and run
-gives one more row, "P, S added".
+comes out more than 1% under its prediction, or above it, at micro-batch sizes the trace lacks,
+those sizes are profiled into the trace (`profile --add-to`), and the plan made again at the same
+budget and run gives one more row, "P, S added".
 
   python3 bench/precision_rows.py [--headroom build/default/headroom] [--models mlp,cnn,bert,gpt]
       [--precisions fp32,bf16-autocast,bf16] [--batch 32] [--batch-sizes 1,2,4,8,16,32] [--steps 5] [--repeats 3]
@@ -23,6 +24,7 @@ With --torchscript the module is one more model (named by its file), profiled wi
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -115,15 +117,21 @@ def main():
             budget = int(0.6 * need)
             plan = os.path.join(work, f"{name}-{precision}-plan.json")
             q = run([H, "plan", trace, "--budget", str(budget), "--batch", str(batch), "-o", plan])
+            least = re.search(r"so the budget must be at least ([0-9.]+) (KiB|MiB|GiB)", q.stderr) if q.returncode else None
+            if least:
+                # 60% is below what the training state needs: the least budget the planner names.
+                budget = int(float(least.group(1)) * {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[least.group(2)]) + 1
+                q = run([H, "plan", trace, "--budget", str(budget), "--batch", str(batch), "-o", plan])
             if q.returncode:
                 print(row + f"| {static / params:.1f} | {kept / largest_profiled / 1024:.1f} KiB | {need / 2**20:.1f} MiB "
                       f"| {largest} | {budget / 2**20:.1f} MiB | plan: {last_line(q.stderr)} |", flush=True)
                 continue
+            shown = f"{budget / 2**20:.1f} MiB" + (f" (the least, {100 * budget / need:.0f}%)" if least else "")
             prefix = row + (f"| {static / params:.1f} | {kept / largest_profiled / 1024:.1f} KiB | {need / 2**20:.1f} MiB "
-                            f"| {largest} | {budget / 2**20:.1f} MiB ")
+                            f"| {largest} | {shown} ")
             line, sizes = executed_row(H, plan, work, f"{name}-{precision}", args.steps)
             print(prefix + line, flush=True)
-            # A peak more than 1% under its prediction at sizes the trace lacks (execute's warning):
+            # A peak more than 1% under its prediction, or above it, at sizes the trace lacks (execute's warning):
             # those sizes profiled into the trace, planned again at the same budget and run.
             if sizes:
                 added = ",".join(map(str, sizes))
@@ -143,7 +151,7 @@ def main():
 
 def executed_row(H, plan, work, tag, steps):
     """The plan run twice: its row's cells from the plan on, and the micro-batch sizes its trace lacks
-    where the peak came out more than 1% under the prediction (empty otherwise)."""
+    where the peak came out more than 1% under the prediction or above it (empty otherwise)."""
     choice = json.load(open(plan))
     mb = choice["micro_batches"]
     shape = f"{len(mb)}x{mb[0]}" + ("*" if len(set(mb)) > 1 else "")
@@ -163,7 +171,8 @@ def executed_row(H, plan, work, tag, steps):
     measured_speed = best["measured"]["samples_per_second"]
     predicted_speed = best["predicted"]["samples_per_second"]
     profiled = json.load(open(choice["trace"]["path"]))["batch_sizes"]
-    lacking = sorted({b for b in mb if b not in profiled and b < profiled[-1]}) if predicted > 1.01 * measured else []
+    missed = predicted > 1.01 * measured or predicted < measured
+    lacking = sorted({b for b in mb if b not in profiled and b < profiled[-1]}) if missed else []
     return (f"| {shape} | {predicted:,} | {measured:,} | {100 * (predicted - measured) / measured:+.2f}% | {speed:.1f} "
             f"| {measured_speed:.1f} | {100 * (predicted_speed - measured_speed) / measured_speed:+.1f}% |"), lacking
 

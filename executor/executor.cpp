@@ -12,6 +12,7 @@
 
 #include "core/cost_model.h"
 #include "core/errors.h"
+#include "core/unprofiled_sizes.h"
 #include "core/host_memory.h"
 #include "core/statistics.h"
 #include "core/units.h"
@@ -544,36 +545,8 @@ int step_threads(const core::Plan& plan, const core::Trace& trace, const Execute
   return threads;
 }
 
-// A peak more than 1% under its prediction where the plan's micro-batches fall between the profiled
-// sizes: there their memory is a bound (a kernel's workspace need not be linear in the batch), and
-// profiling them into the trace makes it a measurement.
 void note_unprofiled_sizes(const core::Plan& plan, const core::Trace& trace, core::Report& report) {
-  if (report.status != "ok" || report.measured.peak_bytes <= 0 ||
-      static_cast<double>(report.predicted.peak_bytes) <= 1.01 * static_cast<double>(report.measured.peak_bytes)) {
-    return;
-  }
-  std::vector<std::int64_t> unprofiled;
-  for (const std::int64_t b : plan.choice.micro_batches) {
-    if (b < trace.batch_sizes.back() && trace.batch_index(b) < 0 &&
-        std::find(unprofiled.begin(), unprofiled.end(), b) == unprofiled.end()) {
-      unprofiled.push_back(b);
-    }
-  }
-  if (unprofiled.empty()) return;
-  std::sort(unprofiled.begin(), unprofiled.end());
-  std::string sizes, named;  // "10,11" for the flag, "10 and 11" to read
-  for (std::size_t k = 0; k < unprofiled.size(); ++k) {
-    sizes += (k ? "," : "") + std::to_string(unprofiled[k]);
-    named += (k == 0 ? "" : k + 1 == unprofiled.size() ? " and " : ", ") + std::to_string(unprofiled[k]);
-  }
-  char over[32];
-  std::snprintf(over, sizeof over, "%.1f%%", 100.0 * (static_cast<double>(report.predicted.peak_bytes) /
-                                                          static_cast<double>(report.measured.peak_bytes) - 1.0));
-  const std::string trace_file = plan.trace_path.empty() ? std::string("TRACE") : plan.trace_path;
-  report.warnings.push_back("the prediction was " + std::string(over) + " over the measured peak: micro-batches of " + named +
-                            " were not profiled, and between the profiled sizes their memory is bounded from above; "
-                            "profile them into the trace (`headroom profile` with its flags and --batch-sizes " + sizes +
-                            " --add-to " + trace_file + " -o " + trace_file + ") and plan again for measured figures");
+  if (auto warning = core::unprofiled_sizes_warning(plan, trace, report)) report.warnings.push_back(std::move(*warning));
 }
 
 // What the two calibrations around the run say about the machine, as a warning beside the times.
