@@ -197,7 +197,7 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
   // Every precision asked for is refused or accepted before the first is measured.
   for (const core::Precision precision : precisions) {
     options.precision = precision;
-    profiler::check_profile_options(options);
+    profiler::check_profile_options(*model, options);
   }
   std::string threads_note;
   if (options.threads == 0 && options.device == "cpu") {

@@ -291,6 +291,7 @@ std::function<void()> arm_before_last_backward(PlannedTraining& training) {
 core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& plan, const core::Trace& trace,
                                    const ExecuteOptions& options, torch::Device device, std::optional<ScopedBudget>& budget) {
   core::GradientCheck check;
+  std::string float32_note;  // why a precision below fp32 was not set against float32, where it was not
   models::Model& model = training.model;
   const auto& parameters = training.parameters;
   const std::int64_t need = full_batch_estimate(trace, plan.global_batch);
@@ -348,14 +349,30 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
       const auto full = full_batch_gradients();
       check.max_rel_diff = max_relative_difference(accumulated, full);
       const core::Precision precision = model.context().precision;
-      if (precision != core::Precision::Fp32) {
+      // The float32 pass holds about twice a bf16 step's bytes (its activations and gradients float32).
+      const bool float32_fits = !device.is_cpu() || 2 * need <= host / 2;
+      if (precision != core::Precision::Fp32 && !float32_fits) {
+        float32_note = "; not set against the full batch in float32: it would need about " + core::format_bytes(2 * need) +
+                       ", more than half of this machine's memory";
+      }
+      if (precision != core::Precision::Fp32 && float32_fits) {
         // Below fp32 the full batch rounds differently from micro-batches (a bfloat16 gradient sums
         // each micro-batch's rounded share): both are set against the full batch in float32, on the
         // weights as they are (bfloat16 ones widened exactly), which tells the plan's cost apart from
-        // the precision's own.
+        // the precision's own. The precision comes back however the pass ends.
+        struct PrecisionRestored {
+          models::Model& model;
+          core::Precision precision;
+          ~PrecisionRestored() { model.set_precision(precision); }
+        } restored{model, precision};
         model.set_precision(core::Precision::Fp32);
-        const auto exact = full_batch_gradients();
-        model.set_precision(precision);
+        std::vector<torch::Tensor> exact;
+        try {
+          exact = full_batch_gradients();
+        } catch (...) {
+          for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+          throw;
+        }
         const auto widened = [](const std::vector<torch::Tensor>& gradients) {
           std::vector<torch::Tensor> out;
           for (const auto& g : gradients) out.push_back(g.defined() ? g.to(torch::kFloat) : g);
@@ -387,6 +404,7 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
                                  "planned) against the full batch's with standard layers, same weights and data, dropout "
                                  "off on both sides") +
                          (batchnorm ? ", BatchNorm with running statistics" : "");
+  check.note += float32_note;
   return check;
 }
 

@@ -626,7 +626,7 @@ std::int64_t profiling_need(const models::Model& model, std::int64_t b, std::uin
 
 }  // namespace
 
-void check_profile_options(const ProfileOptions& options) {
+void check_profile_options(const models::Model& model, const ProfileOptions& options) {
   if (options.batch_sizes.empty()) throw core::InputError("batch_sizes: give at least one batch size");
   for (std::size_t i = 0; i < options.batch_sizes.size(); ++i) {
     if (options.batch_sizes[i] <= 0) throw core::InputError("batch_sizes: batch sizes must be positive");
@@ -653,6 +653,11 @@ void check_profile_options(const ProfileOptions& options) {
   if (options.precision == core::Precision::Fp16Autocast && options.device != "cuda") {
     throw core::InputError("precision: fp16-autocast runs on CUDA (with loss scaling); on the CPU autocast's lower "
                            "precision is bf16-autocast");
+  }
+  if (options.precision == core::Precision::Fp16Autocast && contrastive_loss_layer(model) >= 0) {
+    // Its micro-batched step is the gradient cache, whose backward passes run no loss scaling.
+    throw core::InputError("precision: fp16-autocast is not run for a contrastive loss (the gradient cache's backward "
+                           "passes scale no loss); profile " + model.name() + " in fp32, bf16-autocast or bf16");
   }
 }
 
@@ -709,7 +714,7 @@ core::GpuStepCost gpu_step_cost(const std::vector<StepMeasurement>& runs) {
 }  // namespace
 
 core::Trace profile(models::Model& model, const ProfileOptions& options) {
-  check_profile_options(options);
+  check_profile_options(model, options);
   // Measured in the regime the executor runs in (core/host_memory.h); the trace says which.
   const std::string regime = core::enter_host_memory_regime();
   std::unique_ptr<gpu::GpuBackend> backend = options.device == "cuda" ? make_gpu_backend() : nullptr;

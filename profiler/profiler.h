@@ -104,8 +104,8 @@ SavedTensors detect_saved_tensors(const models::Model& model, const models::Batc
 
 // Profiles `model` (training mode) into a trace. Throws InputError for bad options.
 core::Trace profile(models::Model& model, const ProfileOptions& options);
-// What profile() refuses before it measures anything (bad options, fp16-autocast off CUDA), so a
-// caller profiling several precisions can refuse the whole request at once.
-void check_profile_options(const ProfileOptions& options);
+// What profile() refuses before it measures anything (bad options, fp16-autocast off CUDA or for a
+// contrastive loss), so a caller profiling several precisions can refuse the whole request at once.
+void check_profile_options(const models::Model& model, const ProfileOptions& options);
 
 }  // namespace headroom::profiler

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "core/report.h"
 #include "core/sha256.h"
 #include "core/trace.h"
+#include "planner/data_parallel_model.h"
 #include "planner/layer_graph.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_search.h"
@@ -135,11 +137,31 @@ TEST(DataParallel, Bf16GradientsAreSummedAsFloat32) {
   auto r = run("profile --model mlp --set input=256 --set hidden=512 --set depth=4 --optimizer sgd --threads 1 "
                "--precision bf16 --batch-sizes 1,2,4,8,16 --repeats 2 -o " + trace_file);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const core::Trace trace = core::read_trace_file(trace_file);
+  const std::int64_t budget = tight_budget(core::read_trace_file(trace_file), 26, 2);
   const fs::path plan_path = dir / "plan.json";
-  r = run("plan " + trace_file + " --budget " + std::to_string(tight_budget(trace, 26, 2)) +
-          " --batch 26 --strategies mbp --devices 2 --link 1GB/s,20us -o " + plan_path.string());
+  // Buckets of at least 256 KiB of float32 gradients: several, grouped as the planner groups them.
+  const std::string plan_command = "plan " + trace_file + " --budget " + std::to_string(budget) +
+                                   " --batch 26 --strategies mbp --devices 2 --link 1GB/s,20us --bucket-cap 256KiB -o " +
+                                   plan_path.string();
+  r = run(plan_command);
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Its micro-batch sizes profiled in, as `execute` tells a user to: between profiled sizes bfloat16
+  // scratch memory can step where the line does not see it, by CPU.
+  std::set<std::int64_t> sizes;
+  const core::Trace profiled = core::read_trace_file(trace_file);
+  for (const std::int64_t b : core::read_plan_file(plan_path).choice.micro_batches) {
+    if (profiled.batch_index(b) < 0) sizes.insert(b);
+  }
+  std::string lacking;
+  for (const std::int64_t b : sizes) lacking += (lacking.empty() ? "" : ",") + std::to_string(b);
+  if (!lacking.empty()) {
+    r = run("profile --model mlp --set input=256 --set hidden=512 --set depth=4 --optimizer sgd --threads 1 --precision bf16 "
+            "--batch-sizes " + lacking + " --repeats 2 --add-to " + trace_file + " -o " + trace_file);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = run(plan_command);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  const core::Trace trace = core::read_trace_file(trace_file);
   const core::Plan plan = core::read_plan_file(plan_path);
   EXPECT_EQ(plan.precision, core::Precision::Bf16);
   EXPECT_GT(plan.choice.worker_micro_batches(0).size(), 1u) << "the budget should need micro-batches";
@@ -153,6 +175,9 @@ TEST(DataParallel, Bf16GradientsAreSummedAsFloat32) {
   std::int64_t parameter_bytes = 0;
   for (const auto& layer : trace.layers) parameter_bytes += layer.param_bytes;
   EXPECT_EQ(dp.bucket_bytes, 2 * parameter_bytes);
+  const auto buckets = planner::plan_buckets(core::CostModel(trace), plan.choice);
+  EXPECT_GT(buckets.size(), 1u);
+  EXPECT_EQ(dp.buckets, static_cast<std::int64_t>(buckets.size()));
   for (const auto& w : dp.workers) {
     EXPECT_LE(w.peak_bytes, plan.budget_bytes) << w.rank;
     EXPECT_LE(w.peak_bytes, plan.predicted.peak_bytes) << w.rank;
@@ -162,6 +187,7 @@ TEST(DataParallel, Bf16GradientsAreSummedAsFloat32) {
   ASSERT_TRUE(report.gradient_check.computed);
   ASSERT_TRUE(report.gradient_check.float32_max_rel_diff);
   EXPECT_LE(*report.gradient_check.float32_max_rel_diff, 2 * *report.gradient_check.reference_float32_max_rel_diff);
+  EXPECT_LE(*report.gradient_check.float32_max_rel_diff, 0.1);
   fs::remove_all(dir);
 }
 

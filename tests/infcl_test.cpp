@@ -216,6 +216,11 @@ TEST_P(InfClInPrecision, TheLossRunsInFloat32AndTheGradientCacheStepsAsTheFullBa
               std::string(core::precision_name(GetParam())).c_str(), plan_error, precision_error,
               executor::max_relative_difference(cached, full));
   EXPECT_LE(plan_error, 2 * precision_error);
+  EXPECT_LE(plan_error, 0.1);
+  // Float32 gradients under autocast: there the two steps agree to autocast's own rounding.
+  if (GetParam() == core::Precision::Bf16Autocast) {
+    EXPECT_LE(executor::max_relative_difference(cached, full), 1e-2);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, InfClInPrecision,

@@ -5,6 +5,7 @@
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/atomic_file.h"
@@ -12,6 +13,7 @@
 #include "core/plan.h"
 #include "core/relay_refusal.h"
 #include "core/sha256.h"
+#include "core/trace_merge.h"
 #include "executor/executor.h"
 #include "executor/plan_runner.h"
 #include "models/zoo.h"
@@ -329,7 +331,7 @@ void expect_clip_runs_as_predicted(core::Precision precision) {
   options.batch_sizes = {8, 16, 32, 64};
   options.repeats = 1;
   options.precision = precision;
-  const core::Trace trace = profiler::profile(model, options);
+  core::Trace trace = profiler::profile(model, options);
   ASSERT_TRUE(trace.contrastive_loss);
   planner::PlanRequest request;
   request.global_batch = 64;
@@ -341,9 +343,23 @@ void expect_clip_runs_as_predicted(core::Precision precision) {
   ASSERT_TRUE(whole.plan) << whole.reason;
   request.strategies = planner::parse_strategies("mbp,checkpoint,infcl");
   request.budget_bytes = whole.plan->predicted.peak_bytes * 6 / 10;
-  const auto outcome = planner::plan_step(trace, request);
+  auto outcome = planner::plan_step(trace, request);
   ASSERT_TRUE(outcome.plan) << outcome.reason;
   EXPECT_GT(outcome.plan->choice.micro_batches.size(), 1u);
+  // Its micro-batch sizes profiled in, as `execute` tells a user to (`profile --add-to`): between
+  // profiled sizes bfloat16 scratch memory can step where the line does not see it, by CPU.
+  std::vector<std::int64_t> lacking;
+  for (const std::int64_t b : outcome.plan->choice.micro_batches) {
+    if (trace.batch_index(b) < 0 && std::find(lacking.begin(), lacking.end(), b) == lacking.end()) lacking.push_back(b);
+  }
+  std::sort(lacking.begin(), lacking.end());
+  if (!lacking.empty()) {
+    options.batch_sizes = lacking;
+    models::Model again = models::build_zoo_model("clip", {{"layers", "2"}, {"width", "16"}}, 0);
+    trace = core::with_batch_sizes_added(trace, profiler::profile(again, options));
+    outcome = planner::plan_step(trace, request);
+    ASSERT_TRUE(outcome.plan) << outcome.reason;
+  }
   const core::Report report = testing::run_within_predicted_peak(*outcome.plan, trace);
   ASSERT_TRUE(report.gradient_check.float32_max_rel_diff);
   const core::GradientCheck read = core::report_from_json(core::to_json(report)).gradient_check;
@@ -352,6 +368,7 @@ void expect_clip_runs_as_predicted(core::Precision precision) {
   if (precision == core::Precision::Bf16) {
     // Bfloat16 gradients: the full batch's own rounding is the measure (see InfClInPrecision).
     EXPECT_LE(*report.gradient_check.float32_max_rel_diff, 2 * *report.gradient_check.reference_float32_max_rel_diff);
+    EXPECT_LE(*report.gradient_check.float32_max_rel_diff, 0.1);
   } else {
     EXPECT_LT(report.gradient_check.max_rel_diff, 1e-2);
   }
@@ -371,6 +388,10 @@ TEST(Precision, WhatIsNotBuiltIsRefusedByName) {
   options.batch_sizes = {1};
   options.precision = core::Precision::Fp16Autocast;
   EXPECT_NE(error_of([&] { profiler::profile(model, options); }).find("fp16-autocast runs on CUDA"), std::string::npos);
+  models::Model clip = models::build_zoo_model("clip", {}, 0);
+  options.device = "cuda";
+  EXPECT_NE(error_of([&] { profiler::check_profile_options(clip, options); }).find("fp16-autocast is not run for a contrastive loss"),
+            std::string::npos);
 }
 
 }  // namespace
