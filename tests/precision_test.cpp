@@ -255,6 +255,14 @@ void expect_relay_as_predicted(core::Precision precision) {
   const core::Report report = executor::execute(*outcome.plan, trace, "p.json", run);
   ASSERT_EQ(report.status, "ok");
   ASSERT_TRUE(report.l2l);
+  // The relay's gradients against the full batch in its precision, and both against float32's.
+  ASSERT_TRUE(report.gradient_check.computed);
+  ASSERT_TRUE(report.gradient_check.float32_max_rel_diff);
+  EXPECT_LE(*report.gradient_check.float32_max_rel_diff, 2 * *report.gradient_check.reference_float32_max_rel_diff);
+  EXPECT_LE(*report.gradient_check.float32_max_rel_diff, 0.1);
+  std::printf("relay in %s: %.3g from the full batch in its precision; from float32's %.3g, the full batch's own %.3g\n",
+              std::string(core::precision_name(precision)).c_str(), report.gradient_check.max_rel_diff,
+              *report.gradient_check.float32_max_rel_diff, *report.gradient_check.reference_float32_max_rel_diff);
   EXPECT_GE(report.predicted.peak_bytes, report.measured.peak_bytes);
   EXPECT_LE(static_cast<double>(report.predicted.peak_bytes), 1.01 * static_cast<double>(report.measured.peak_bytes));
   EXPECT_GE(report.l2l->predicted_host_bytes, report.l2l->measured_host_peak_bytes);
