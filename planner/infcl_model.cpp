@@ -161,15 +161,18 @@ std::int64_t gradient_cache_bytes(const ContrastiveLossModel& model, std::int64_
 std::string contrastive_scheme(const core::Trace& trace, const core::StepChoice& choice) {
   if (!trace.contrastive_loss) return {};
   const std::int64_t batch = choice.samples();
-  const std::string loss = choice.loss_tiles ? "tiled " + std::to_string(choice.loss_tiles->rows) + " x " +
-                                                   std::to_string(choice.loss_tiles->cols) + " (Inf-CL)"
-                                             : std::string("standard (the full B x B similarity matrix)");
+  // Below fp32 the loss still runs in float32, outside autocast (models/contrastive_loss.h).
+  const std::string in_float32 = trace.precision != core::Precision::Fp32 ? ", in float32" : "";
+  const std::string loss = (choice.loss_tiles ? "tiled " + std::to_string(choice.loss_tiles->rows) + " x " +
+                                                    std::to_string(choice.loss_tiles->cols) + " (Inf-CL)"
+                                              : std::string("standard (the full B x B similarity matrix)")) +
+                           in_float32;
   if (choice.ring_loss) {
     return "contrastive step: gradient cache on each of " + std::to_string(choice.workers()) +
            " workers over its share's micro-batches, the loss over all " + std::to_string(batch) +
            " pairs once as Inf-CL's ring (key blocks passed worker to worker, partial lse merged, dk accumulated round "
            "the ring); loss " +
-           (choice.loss_tiles ? loss : std::string("one tile per pair of blocks"));
+           (choice.loss_tiles ? loss : "one tile per pair of blocks" + in_float32);
   }
   if (choice.micro_batches.size() <= 1) return "contrastive step: one batch of " + std::to_string(batch) + "; loss " + loss;
   return "contrastive step: gradient cache over " + std::to_string(choice.micro_batches.size()) +

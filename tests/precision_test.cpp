@@ -17,6 +17,7 @@
 #include "executor/executor.h"
 #include "executor/plan_runner.h"
 #include "models/zoo.h"
+#include "planner/infcl_model.h"
 #include "planner/plan_search.h"
 #include "planner/strategy_table.h"
 #include "profiler/profiler.h"
@@ -354,6 +355,7 @@ void expect_clip_runs_as_predicted(core::Precision precision) {
   auto outcome = planner::plan_step(trace, request);
   ASSERT_TRUE(outcome.plan) << outcome.reason;
   EXPECT_GT(outcome.plan->choice.micro_batches.size(), 1u);
+  EXPECT_NE(planner::contrastive_scheme(trace, outcome.plan->choice).find(", in float32"), std::string::npos);
   // Its micro-batch sizes profiled in, as `execute` tells a user to (`profile --add-to`): between
   // profiled sizes bfloat16 scratch memory can step where the line does not see it, by CPU.
   std::vector<std::int64_t> lacking;

@@ -25,7 +25,9 @@ inline core::Report run_within_predicted_peak(const core::Plan& plan, const core
 
 inline void expect_runs_as_predicted(const core::Plan& plan, const core::Trace& trace, double gradient_tolerance) {
   const core::Report report = run_within_predicted_peak(plan, trace);
-  if (report.gradient_check.computed) EXPECT_LT(report.gradient_check.max_rel_diff, gradient_tolerance);
+  if (report.gradient_check.computed) {
+    EXPECT_LT(report.gradient_check.max_rel_diff, gradient_tolerance);
+  }
 }
 
 }  // namespace headroom::testing
