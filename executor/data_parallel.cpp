@@ -227,22 +227,19 @@ struct GradientSync::State {
 
   // Hooks each parameter's gradient accumulator, where it is not hooked yet: a parameter whose data
   // changes dtype (the gradient check's float32 reference under bf16) gets a new accumulator.
+  // `accumulators` holds one per parameter, bucket by bucket, slot by slot.
   void hook_accumulators() {
     std::size_t k = 0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       for (std::size_t slot = 0; slot < buckets[b].parameters.size(); ++slot, ++k) {
         auto accumulator = torch::autograd::impl::grad_accumulator(buckets[b].parameters[slot]);
-        if (k < accumulators.size() && accumulators[k] == accumulator) continue;
+        if (accumulators[k] == accumulator) continue;
         accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
             [this, b, slot](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
               ready(b, slot);
               return outputs;
             }));
-        if (k < accumulators.size()) {
-          accumulators[k] = std::move(accumulator);
-        } else {
-          accumulators.push_back(std::move(accumulator));
-        }
+        accumulators[k] = std::move(accumulator);
       }
     }
   }
@@ -264,13 +261,15 @@ GradientSync::GradientSync(const models::Model& model, Workers& workers, std::in
   const auto& layers = model.layers();
   // As the planner groups them (core::allreduce_gradient_bytes): bfloat16 gradients go as float32
   // over Gloo, whose all-reduce in libtorch 1.13 refuses bfloat16 ("Invalid scalar type").
-  const bool widen = core::widens_gradients_for_allreduce(model.context().precision, workers.backend() == "nccl");
+  const core::Precision precision = model.context().precision;
+  const bool nccl = workers.backend() == "nccl";
+  const bool widen = core::widens_gradients_for_allreduce(precision, nccl);
   std::size_t by_layer = 0;
   std::vector<std::int64_t> layer_bytes;
   for (const auto& layer : layers) {
     std::int64_t bytes = 0;
     for (const auto& p : layer.parameters) bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
-    layer_bytes.push_back(core::allreduce_gradient_bytes(bytes, model.context().precision, workers.backend() == "nccl"));
+    layer_bytes.push_back(core::allreduce_gradient_bytes(bytes, precision, nccl));
     by_layer += layer.parameters.size();
   }
   if (by_layer != model.parameters().size()) {
@@ -292,6 +291,9 @@ GradientSync::GradientSync(const models::Model& model, Workers& workers, std::in
     bucket.buffer = torch::zeros({numel}, widen ? options.dtype(torch::kFloat) : options);
     state_->buckets.push_back(std::move(bucket));
   }
+  std::size_t hooked = 0;
+  for (const auto& b : state_->buckets) hooked += b.parameters.size();
+  state_->accumulators.resize(hooked);
   state_->hook_accumulators();
 }
 

@@ -342,44 +342,18 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
       if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles.reset();
       const auto full_batch_gradients = [&] {
         without_ring(model, [&] { model.forward(concatenate(micro)).backward(); });
-        auto gradients = gradients_of(parameters);
-        for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-        return gradients;
+        return take_gradients(parameters);
       };
       const auto full = full_batch_gradients();
       check.max_rel_diff = max_relative_difference(accumulated, full);
-      const core::Precision precision = model.context().precision;
-      // The float32 pass holds about twice a bf16 step's bytes (its activations and gradients float32).
-      const bool float32_fits = !device.is_cpu() || 2 * need <= host / 2;
-      if (precision != core::Precision::Fp32 && !float32_fits) {
-        float32_note = "; not set against the full batch in float32: it would need about " + core::format_bytes(2 * need) +
-                       ", more than half of this machine's memory";
-      }
-      if (precision != core::Precision::Fp32 && float32_fits) {
-        // Below fp32 the full batch rounds differently from micro-batches (a bfloat16 gradient sums
-        // each micro-batch's rounded share): both are set against the full batch in float32, on the
-        // weights as they are (bfloat16 ones widened exactly), which tells the plan's cost apart from
-        // the precision's own. The precision comes back however the pass ends.
-        struct PrecisionRestored {
-          models::Model& model;
-          core::Precision precision;
-          ~PrecisionRestored() { model.set_precision(precision); }
-        } restored{model, precision};
-        model.set_precision(core::Precision::Fp32);
-        std::vector<torch::Tensor> exact;
-        try {
-          exact = full_batch_gradients();
-        } catch (...) {
-          for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-          throw;
+      if (model.context().precision != core::Precision::Fp32) {
+        // The float32 pass holds about twice a bf16 step's bytes (its activations and gradients float32).
+        if (device.is_cpu() && 2 * need > host / 2) {
+          float32_note = "; not set against the full batch in float32: it would need about " + core::format_bytes(2 * need) +
+                         ", more than half of this machine's memory";
+        } else {
+          compare_with_float32(model, full_batch_gradients, accumulated, full, check);
         }
-        const auto widened = [](const std::vector<torch::Tensor>& gradients) {
-          std::vector<torch::Tensor> out;
-          for (const auto& g : gradients) out.push_back(g.defined() ? g.to(torch::kFloat) : g);
-          return out;
-        };
-        check.float32_max_rel_diff = max_relative_difference(widened(accumulated), exact);
-        check.reference_float32_max_rel_diff = max_relative_difference(widened(full), exact);
       }
       use_variants(model, plan.choice, device.is_cuda());
       if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles = plan.choice.loss_tiles;

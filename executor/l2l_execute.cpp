@@ -70,25 +70,12 @@ core::GradientCheck check_gradient(L2LRelay& relay, models::Model& model, const 
   const models::Batch whole = concatenate(batches).to(torch::kCPU);
   const auto full_batch_gradients = [&] {
     reference.forward(whole).backward();
-    auto gradients = gradients_of(reference.parameters());
-    for (auto parameter : reference.parameters()) parameter.mutable_grad() = torch::Tensor();
-    return gradients;
+    return take_gradients(reference.parameters());
   };
   const auto full = full_batch_gradients();
   check.max_rel_diff = max_relative_difference(relayed, full);
-  if (trace.precision != core::Precision::Fp32) {
-    // As execute's other steps do (executor.cpp): both against the full batch in float32 on the
-    // same weights (bfloat16 ones widened exactly).
-    reference.set_precision(core::Precision::Fp32);
-    const auto exact = full_batch_gradients();
-    const auto widened = [](const std::vector<torch::Tensor>& gradients) {
-      std::vector<torch::Tensor> out;
-      for (const auto& g : gradients) out.push_back(g.to(torch::kFloat));
-      return out;
-    };
-    check.float32_max_rel_diff = max_relative_difference(widened(relayed), exact);
-    check.reference_float32_max_rel_diff = max_relative_difference(widened(full), exact);
-  }
+  // As execute's other steps do.
+  if (trace.precision != core::Precision::Fp32) compare_with_float32(reference, full_batch_gradients, relayed, full, check);
   check.computed = true;
   check.note = std::string("L2L's relay (stage by stage, every stage re-run from its stashed inputs, boundaries on the ") +
                (plan.choice.l2l->boundaries_on_host ? "host" : "device") +

@@ -202,6 +202,34 @@ std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parame
   return grads;
 }
 
+std::vector<torch::Tensor> take_gradients(const std::vector<torch::Tensor>& parameters) {
+  auto gradients = gradients_of(parameters);
+  for (auto p : parameters) p.mutable_grad() = torch::Tensor();
+  return gradients;
+}
+
+void compare_with_float32(models::Model& model, const std::function<std::vector<torch::Tensor>()>& full_batch,
+                          const std::vector<torch::Tensor>& plan_gradients, const std::vector<torch::Tensor>& full,
+                          core::GradientCheck& check) {
+  struct PrecisionRestored {
+    models::Model& model;
+    core::Precision precision;
+    ~PrecisionRestored() {
+      for (auto p : model.parameters()) p.mutable_grad() = torch::Tensor();
+      model.set_precision(precision);
+    }
+  } restored{model, model.context().precision};
+  model.set_precision(core::Precision::Fp32);
+  const auto exact = full_batch();
+  const auto widened = [](const std::vector<torch::Tensor>& gradients) {
+    std::vector<torch::Tensor> out;
+    for (const auto& g : gradients) out.push_back(g.defined() ? g.to(torch::kFloat) : g);
+    return out;
+  };
+  check.float32_max_rel_diff = max_relative_difference(widened(plan_gradients), exact);
+  check.reference_float32_max_rel_diff = max_relative_difference(widened(full), exact);
+}
+
 double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   double worst = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {

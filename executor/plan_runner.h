@@ -4,11 +4,13 @@
 // blocks recomputed in backward. Knows at every moment which layer and phase is running, so an
 // out-of-memory refusal can be reported where it happened.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
+#include "core/report.h"
 #include "models/model.h"
 
 namespace headroom::runtime {
@@ -77,5 +79,16 @@ using models::concatenate;
 // max over tensors of |a - b|_inf / |b|_inf (b the reference).
 double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b);
 std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parameters);
+// gradients_of, the parameters' gradients then cleared: a reference pass's, taken away.
+std::vector<torch::Tensor> take_gradients(const std::vector<torch::Tensor>& parameters);
+
+// Below fp32 the plan's gradients and the full batch's in the plan's precision round differently (a
+// bfloat16 gradient sums each micro-batch's rounded share): both are set against the full batch in
+// float32 on the same weights (bfloat16 ones widened exactly) into `check`. `full_batch` runs the
+// full batch on `model`, set to fp32 for it, and takes its gradients; the precision comes back
+// however the pass ends, with no gradients left.
+void compare_with_float32(models::Model& model, const std::function<std::vector<torch::Tensor>()>& full_batch,
+                          const std::vector<torch::Tensor>& plan_gradients, const std::vector<torch::Tensor>& full,
+                          core::GradientCheck& check);
 
 }  // namespace headroom::executor
