@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 
+#include "core/rescale.h"
+
 
 namespace headroom::core {
 
@@ -56,6 +58,43 @@ double slack_at(const std::vector<std::int64_t>& xs, const std::vector<double>& 
   return slack[lo] * static_cast<double>(xs[hi] - batch) / static_cast<double>(xs[hi] - xs[lo]);
 }
 
+// The block of samples a transient is allocated in, where it is: bfloat16 matrix products' backward
+// scratch grows in blocks of 4 samples (clip's text.layer0.attn_out: 13,696 bytes at 1, 2 and 4,
+// 23,936 at 5 and at 8, i.e. 3,456 + 10,240 x ceil(b/4)). At profiled sizes that are multiples of
+// the block such a staircase lies on a line, which is under it at the sizes between (16,256 at 5),
+// and segment_slack sees no jump. What gives it away is the flat run it starts with: the same bytes
+// at the first sizes, then a rise that goes on at the slope of the later segments. The block is the
+// last size of that run; between samples the transient is then what it is at the next multiple of
+// the block, a bound for anything that never falls with the batch. Returns 1 for a transient flat
+// throughout or with no such run, for a single rise after it (nothing to check it against: the
+// embeddings' backward on CUDA holds the same bytes at 4, 8 and 16, then more at 32), and for a rise
+// out of line with the later segments (a constant scratch overtaken by one that grows with the
+// batch, where the line between samples is already above it).
+std::int64_t staircase_block(const std::vector<std::int64_t>& xs, const std::vector<std::int64_t>& values) {
+  const std::size_t n = xs.size();
+  std::size_t flat_end = 0;
+  while (flat_end + 1 < n && values[flat_end + 1] == values.front()) ++flat_end;
+  if (flat_end == 0 || flat_end + 1 == n || values[flat_end + 1] < values[flat_end]) return 1;
+  const auto slope = [&](std::size_t k) {
+    return static_cast<double>(values[k + 1] - values[k]) / static_cast<double>(xs[k + 1] - xs[k]);
+  };
+  std::vector<double> later;
+  for (std::size_t k = flat_end + 1; k + 1 < n; ++k) later.push_back(slope(k));
+  if (later.empty()) return 1;
+  std::sort(later.begin(), later.end());
+  const double per_sample = later[(later.size() - 1) / 2];
+  if (std::abs(slope(flat_end) - per_sample) > 0.05 * per_sample) return 1;
+  return xs[flat_end];
+}
+
+// Where a transient allocated in blocks of `block` samples is read for `batch`: the next multiple of
+// the block, except at a profiled size, whose bytes are measured (a product that shares another's
+// block need not step: its bytes at 1 are not its bytes at 4).
+std::int64_t blocked_batch(const std::vector<std::int64_t>& xs, std::int64_t batch, std::int64_t block) {
+  if (block == 1 || std::binary_search(xs.begin(), xs.end(), batch)) return batch;
+  return (batch + block - 1) / block * block;
+}
+
 }  // namespace
 
 CostModel::CostModel(const Trace& trace) : trace_(&trace) {
@@ -73,8 +112,12 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
       series.bytes[1].push_back(c.recompute_extra_bytes);
       series.bytes[2].push_back(c.bwd_transient_bytes);
     }
-    for (const std::size_t field : {0, 2}) series.slack[field] = segment_slack(trace.batch_sizes, series.bytes[field]);
+    for (const std::size_t field : {0, 2}) {
+      series.slack[field] = segment_slack(trace.batch_sizes, series.bytes[field]);
+      series.block[field] = staircase_block(trace.batch_sizes, series.bytes[field]);
+    }
   }
+  share_the_products_block();
 
   std::vector<std::int64_t> inputs, optimizer_transient;
   for (std::size_t k = 0; k < trace.steps.size(); ++k) {
@@ -106,6 +149,38 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
   optimizer_ns_ = std::max<std::int64_t>(once_per_step[once_per_step.size() / 2], 0);
 }
 
+
+void CostModel::share_the_products_block() {
+  // The rows a matrix-product kernel tiles its scratch in are the kernel's, not one layer's: clip's
+  // bf16 text layers all step in blocks of 4 samples, but only attn_out's transient shows it (its
+  // flat run at 1, 2 and 4), while ffn_out's (21,888 at 1 and 2, 25,856 at 4, 34,176 from 5 to 8,
+  // 46,464 from 9 to 12) and qkv's lie on lines at the profiled sizes and were under between them
+  // (the whole step 0.13-0.54% under at every size that is not a multiple of 4). So where one
+  // product's backward transient shows a block, every product's backward transients are bounded at
+  // the next multiple of it; a product whose scratch does not step is then predicted at most a
+  // block's worth of samples on along its line. The contrastive loss is not such a kernel: its float32 logits grow
+  // with the square of the batch.
+  const auto steps_with_the_products = [&](std::size_t i) {
+    const std::string& kind = trace_->layers[i].kind;
+    return is_matrix_product_kind(kind) && kind != "contrastive_loss";
+  };
+  // The backward's transients: the forward's do not step (under bf16-autocast clip's forward
+  // transients grow 8-11 KiB a sample, on lines, and held to the block they came out 1.8% over).
+  const auto for_each_backward_block = [&](std::size_t i, const auto& visit) {
+    for (const std::size_t field : {3, 6}) visit(layers_[i].block[field]);
+    if (lean_layers_[i]) {
+      for (const std::size_t field : {3, 6}) visit(lean_layers_[i]->block[field]);
+    }
+    if (checkpointed_[i]) visit(checkpointed_[i]->block[2]);
+  };
+  std::int64_t products_block = 1;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (steps_with_the_products(i)) for_each_backward_block(i, [&](std::int64_t b) { products_block = std::max(products_block, b); });
+  }
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (steps_with_the_products(i)) for_each_backward_block(i, [&](std::int64_t& b) { b = std::max(b, products_block); });
+  }
+}
 
 double CostModel::interpolate(const std::vector<std::int64_t>& values, std::int64_t batch, bool never_falls) const {
   const auto& xs = trace_->batch_sizes;
@@ -152,15 +227,20 @@ CostModel::Series CostModel::series_of(const std::vector<std::int64_t>& batch_si
   if (held) {
     for (const auto& s : samples) out.bytes[6].push_back(s.bwd_transient_bytes + *s.bwd_inputs_held_extra_bytes);
   }
-  for (const std::size_t field : {2, 3}) out.slack[field] = segment_slack(batch_sizes, out.bytes[field]);
-  if (held) out.slack[6] = segment_slack(batch_sizes, out.bytes[6]);
+  for (const std::size_t field : {2, 3, 6}) {
+    if (out.bytes[field].empty()) continue;
+    out.slack[field] = segment_slack(batch_sizes, out.bytes[field]);
+    out.block[field] = staircase_block(batch_sizes, out.bytes[field]);
+  }
   return out;
 }
 
 LayerCost CostModel::evaluate(const Series& series, std::int64_t batch) const {
-  // Only the transients have slack; slack_at is 0 for the other fields' empty ones.
+  // Only the transients have slack and blocks; slack_at is 0 for the other fields' empty ones, and
+  // their block is 1.
   const auto at = [&](std::size_t field) {
-    return rounded_bytes(interpolate(series.bytes[field], batch, false) + slack_at(trace_->batch_sizes, series.slack[field], batch));
+    const std::int64_t b = blocked_batch(trace_->batch_sizes, batch, series.block[field]);
+    return rounded_bytes(interpolate(series.bytes[field], b, false) + slack_at(trace_->batch_sizes, series.slack[field], b));
   };
   const auto non_negative = [](std::int64_t v) { return std::max<std::int64_t>(v, 0); };
   LayerCost cost;
@@ -189,8 +269,9 @@ std::optional<CheckpointedSample> CostModel::checkpointed_layer(std::size_t inde
   const auto& series = checkpointed_[index];
   if (!series) return std::nullopt;
   const auto at = [&](std::size_t field) {
-    const double slack = slack_at(trace_->batch_sizes, series->slack[field], batch);
-    return std::max<std::int64_t>(rounded_bytes(interpolate(series->bytes[field], batch, false) + slack), 0);
+    const std::int64_t b = blocked_batch(trace_->batch_sizes, batch, series->block[field]);
+    const double slack = slack_at(trace_->batch_sizes, series->slack[field], b);
+    return std::max<std::int64_t>(rounded_bytes(interpolate(series->bytes[field], b, false) + slack), 0);
   };
   return CheckpointedSample{batch, at(0), at(1), at(2)};
 }

@@ -6,7 +6,10 @@
 // and extended along the end segments. A transient (scratch memory) may stray from that line at
 // sizes no profile ran (oneDNN's convolutions at two threads), so between samples it gets, on top,
 // what a jump in a segment steeper than the layer's cost per sample can add (cost_model.cpp,
-// segment_slack): zero for a layer whose bytes are a line. Time is not affine: small batches use
+// segment_slack): zero for a layer whose bytes are a line. A transient allocated in blocks of
+// samples (bfloat16 matrix products' backward scratch, blocks of 4) is, between samples, what it is
+// at the next multiple of its block (staircase_block), and where one matrix product's backward
+// shows a block every product's backward is held to it. Time is not affine: small batches use
 // the device less, so times are interpolated piecewise-linearly between samples, held flat below the
 // smallest sample, and extended past the largest along the line through the last two samples (a
 // fixed cost plus a cost per sample; a proportional extension overstated a CPU step 4 samples past
@@ -82,9 +85,12 @@ class CostModel {
     // held (empty where the samples do not measure it)
     std::array<std::vector<std::int64_t>, 7> bytes;
     std::array<std::vector<double>, 7> slack;  // per segment between samples; transients only
+    std::array<std::int64_t, 7> block{1, 1, 1, 1, 1, 1, 1};  // staircase_block; transients only
     std::vector<std::int64_t> fwd_ns, bwd_ns;
   };
   static Series series_of(const std::vector<std::int64_t>& batch_sizes, const std::vector<LayerSample>& samples);
+  // Gives every matrix-product layer's backward transients the largest block any of them shows.
+  void share_the_products_block();
   LayerCost evaluate(const Series& series, std::int64_t batch) const;
 
   std::vector<Series> layers_;
@@ -93,6 +99,7 @@ class CostModel {
   struct CheckpointedSeries {
     std::array<std::vector<std::int64_t>, 3> bytes;
     std::array<std::vector<double>, 3> slack;  // the transients'
+    std::array<std::int64_t, 3> block{1, 1, 1};  // the transients'
   };
   std::vector<std::optional<CheckpointedSeries>> checkpointed_;
   bool has_checkpointed_ = false;
