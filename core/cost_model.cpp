@@ -19,6 +19,17 @@ std::int64_t rounded(double value, std::int64_t lo, std::int64_t hi) {
 std::int64_t rounded_bytes(double value) { return rounded(value, -kMaxTraceBytes, kMaxTraceBytes); }
 std::int64_t rounded_ns(double value) { return rounded(value, 0, kMaxTraceNs); }
 
+// The slope of `values` over the segment from xs[k] to xs[k + 1].
+double slope_of(const std::vector<std::int64_t>& xs, const std::vector<std::int64_t>& values, std::size_t k) {
+  return static_cast<double>(values[k + 1] - values[k]) / static_cast<double>(xs[k + 1] - xs[k]);
+}
+
+// The median of `slopes` (not empty), reordering them.
+double median_slope(std::vector<double>& slopes) {
+  std::sort(slopes.begin(), slopes.end());
+  return slopes[(slopes.size() - 1) / 2];
+}
+
 // What a transient may hold beyond the line between two profiled sizes, per segment between them.
 // A layer's scratch memory is not always a line in the batch: oneDNN's convolution backward at two
 // threads holds 40,960 bytes a sample plus 18 KiB at some batch sizes and 45 KiB at others (clip's
@@ -34,17 +45,13 @@ std::int64_t rounded_ns(double value) { return rounded(value, 0, kMaxTraceNs); }
 std::vector<double> segment_slack(const std::vector<std::int64_t>& xs, const std::vector<std::int64_t>& values) {
   std::vector<double> slack(xs.size() > 1 ? xs.size() - 1 : 0, 0.0);
   std::vector<double> slopes;
-  const auto slope = [&](std::size_t k) {
-    return static_cast<double>(values[k + 1] - values[k]) / static_cast<double>(xs[k + 1] - xs[k]);
-  };
   for (std::size_t k = 0; k < slack.size(); ++k) {
-    if (xs[k + 1] - xs[k] > 1) slopes.push_back(slope(k));
+    if (xs[k + 1] - xs[k] > 1) slopes.push_back(slope_of(xs, values, k));
   }
   if (slopes.size() < 2) return slack;
-  std::sort(slopes.begin(), slopes.end());
-  const double per_sample = slopes[(slopes.size() - 1) / 2];
+  const double per_sample = median_slope(slopes);
   for (std::size_t k = 0; k < slack.size(); ++k) {
-    slack[k] = std::max(0.0, (slope(k) - per_sample) * static_cast<double>(xs[k + 1] - xs[k]));
+    slack[k] = std::max(0.0, (slope_of(xs, values, k) - per_sample) * static_cast<double>(xs[k + 1] - xs[k]));
   }
   return slack;
 }
@@ -58,6 +65,9 @@ double slack_at(const std::vector<std::int64_t>& xs, const std::vector<double>& 
   return slack[lo] * static_cast<double>(xs[hi] - batch) / static_cast<double>(xs[hi] - xs[lo]);
 }
 
+// Whether `values` (over the profiled sizes) never fall from one size to the next.
+bool never_falls(const std::vector<std::int64_t>& values) { return std::is_sorted(values.begin(), values.end()); }
+
 // The block of samples a transient is allocated in, where it is: bfloat16 matrix products' backward
 // scratch grows in blocks of 4 samples (clip's text.layer0.attn_out: 13,696 bytes at 1, 2 and 4,
 // 23,936 at 5 and at 8, i.e. 3,456 + 10,240 x ceil(b/4)). At profiled sizes that are multiples of
@@ -65,34 +75,37 @@ double slack_at(const std::vector<std::int64_t>& xs, const std::vector<double>& 
 // and segment_slack sees no jump. What gives it away is the flat run it starts with: the same bytes
 // at the first sizes, then a rise that goes on at the slope of the later segments. The block is the
 // last size of that run; between samples the transient is then what it is at the next multiple of
-// the block, a bound for anything that never falls with the batch. Returns 1 for a transient flat
-// throughout or with no such run, for a single rise after it (nothing to check it against: the
-// embeddings' backward on CUDA holds the same bytes at 4, 8 and 16, then more at 32), and for a rise
-// out of line with the later segments (a constant scratch overtaken by one that grows with the
-// batch, where the line between samples is already above it).
+// the block (or at the next profiled size, if that comes first), a bound for anything that never
+// falls with the batch, and the block is taken only for a transient that does not fall at any
+// profiled size. Returns 1 for a transient flat throughout or with no such run, for a single rise
+// after it (nothing to check it against: the embeddings' backward on CUDA holds the same bytes at
+// 4, 8 and 16, then more at 32), and for a rise out of line with the later segments (a constant
+// scratch overtaken by one that grows with the batch, where the line between samples is already
+// above it).
 std::int64_t staircase_block(const std::vector<std::int64_t>& xs, const std::vector<std::int64_t>& values) {
   const std::size_t n = xs.size();
+  if (!never_falls(values)) return 1;
   std::size_t flat_end = 0;
   while (flat_end + 1 < n && values[flat_end + 1] == values.front()) ++flat_end;
-  if (flat_end == 0 || flat_end + 1 == n || values[flat_end + 1] < values[flat_end]) return 1;
-  const auto slope = [&](std::size_t k) {
-    return static_cast<double>(values[k + 1] - values[k]) / static_cast<double>(xs[k + 1] - xs[k]);
-  };
+  if (flat_end == 0 || flat_end + 1 == n) return 1;
   std::vector<double> later;
-  for (std::size_t k = flat_end + 1; k + 1 < n; ++k) later.push_back(slope(k));
+  for (std::size_t k = flat_end + 1; k + 1 < n; ++k) later.push_back(slope_of(xs, values, k));
   if (later.empty()) return 1;
-  std::sort(later.begin(), later.end());
-  const double per_sample = later[(later.size() - 1) / 2];
-  if (std::abs(slope(flat_end) - per_sample) > 0.05 * per_sample) return 1;
+  const double per_sample = median_slope(later);
+  if (std::abs(slope_of(xs, values, flat_end) - per_sample) > 0.05 * per_sample) return 1;
   return xs[flat_end];
 }
 
 // Where a transient allocated in blocks of `block` samples is read for `batch`: the next multiple of
-// the block, except at a profiled size, whose bytes are measured (a product that shares another's
-// block need not step: its bytes at 1 are not its bytes at 4).
+// the block, or the next profiled size where that comes first, and at a profiled size that size,
+// whose bytes are measured (a product that shares another's block need not step: its bytes at 1 are
+// not its bytes at 4). Constant from one multiple of the block to the next (planner/split_bounds.h
+// cuts its ranges there).
 std::int64_t blocked_batch(const std::vector<std::int64_t>& xs, std::int64_t batch, std::int64_t block) {
   if (block == 1 || std::binary_search(xs.begin(), xs.end(), batch)) return batch;
-  return (batch + block - 1) / block * block;
+  const std::int64_t multiple = (batch + block - 1) / block * block;
+  const auto next_profiled = std::upper_bound(xs.begin(), xs.end(), batch);
+  return next_profiled == xs.end() ? multiple : std::min(multiple, *next_profiled);
 }
 
 }  // namespace
@@ -157,7 +170,7 @@ void CostModel::share_the_products_block() {
   // 46,464 from 9 to 12) and qkv's lie on lines at the profiled sizes and were under between them
   // (the whole step 0.13-0.54% under at every size that is not a multiple of 4). So where one
   // product's backward transient shows a block, every product's backward transients are bounded at
-  // the next multiple of it; a product whose scratch does not step is then predicted at most a
+  // the next multiple of it; a product whose scratch does not step is then predicted less than a
   // block's worth of samples on along its line. The contrastive loss is not such a kernel: its float32 logits grow
   // with the square of the batch.
   const auto steps_with_the_products = [&](std::size_t i) {
@@ -166,12 +179,17 @@ void CostModel::share_the_products_block() {
   };
   // The backward's transients: the forward's do not step (under bf16-autocast clip's forward
   // transients grow 8-11 KiB a sample, on lines, and held to the block they came out 1.8% over).
+  // Only those measured (the inputs-held one is not in older traces) and never falling, where the
+  // next multiple's bytes bound a size's.
   const auto for_each_backward_block = [&](std::size_t i, const auto& visit) {
-    for (const std::size_t field : {3, 6}) visit(layers_[i].block[field]);
+    const auto visit_if = [&](const std::vector<std::int64_t>& bytes, std::int64_t& block) {
+      if (!bytes.empty() && never_falls(bytes)) visit(block);
+    };
+    for (const std::size_t field : {3, 6}) visit_if(layers_[i].bytes[field], layers_[i].block[field]);
     if (lean_layers_[i]) {
-      for (const std::size_t field : {3, 6}) visit(lean_layers_[i]->block[field]);
+      for (const std::size_t field : {3, 6}) visit_if(lean_layers_[i]->bytes[field], lean_layers_[i]->block[field]);
     }
-    if (checkpointed_[i]) visit(checkpointed_[i]->block[2]);
+    if (checkpointed_[i]) visit_if(checkpointed_[i]->bytes[2], checkpointed_[i]->block[2]);
   };
   std::int64_t products_block = 1;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
@@ -180,6 +198,20 @@ void CostModel::share_the_products_block() {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     if (steps_with_the_products(i)) for_each_backward_block(i, [&](std::int64_t& b) { b = std::max(b, products_block); });
   }
+  // Every block in use, for the planner's ranges.
+  const auto note = [&](std::int64_t b) {
+    if (b > 1 && std::find(blocks_.begin(), blocks_.end(), b) == blocks_.end()) blocks_.push_back(b);
+  };
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    for (const std::int64_t b : layers_[i].block) note(b);
+    if (lean_layers_[i]) {
+      for (const std::int64_t b : lean_layers_[i]->block) note(b);
+    }
+    if (checkpointed_[i]) {
+      for (const std::int64_t b : checkpointed_[i]->block) note(b);
+    }
+  }
+  std::sort(blocks_.begin(), blocks_.end());
 }
 
 double CostModel::interpolate(const std::vector<std::int64_t>& values, std::int64_t batch, bool never_falls) const {

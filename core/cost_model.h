@@ -40,6 +40,9 @@ class CostModel {
   // The layer as a checkpointed block of its own (the trace's checkpointed pass), where measured.
   std::optional<CheckpointedSample> checkpointed_layer(std::size_t index, std::int64_t batch) const;
   bool has_checkpointed_layers() const { return has_checkpointed_; }
+  // The blocks of samples some transient is allocated in (staircase_block), ascending; between two
+  // multiples of each, and between profiled sizes, every byte count is affine in the batch.
+  const std::vector<std::int64_t>& blocks() const { return blocks_; }
 
   // Parameters, gradients and optimizer state: allocated once, independent of batch size.
   std::int64_t param_bytes() const { return param_bytes_; }
@@ -103,6 +106,7 @@ class CostModel {
   };
   std::vector<std::optional<CheckpointedSeries>> checkpointed_;
   bool has_checkpointed_ = false;
+  std::vector<std::int64_t> blocks_;
   std::vector<std::int64_t> input_bytes_;
   std::vector<std::int64_t> micro_batch_ns_;  // per sample
   std::vector<std::int64_t> layer_sum_ns_;    // per sample

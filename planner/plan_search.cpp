@@ -692,7 +692,7 @@ Weighing weigh_bounded(const core::CostModel& costs, const LayerGraph& graph, Ba
   };
   constexpr int kWalkDown = 4;
   std::vector<Pending> pending;  // the largest last
-  for (const SizeRange r : affine_ranges(costs.trace(), batch)) pending.push_back({r});
+  for (const SizeRange r : affine_ranges(costs, batch)) pending.push_back({r});
   while (!pending.empty()) {
     const Pending next = pending.back();
     const SizeRange r = narrowed(next.range);

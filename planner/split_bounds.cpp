@@ -6,12 +6,21 @@
 
 namespace headroom::planner {
 
-std::vector<SizeRange> affine_ranges(const core::Trace& trace, std::int64_t largest) {
+std::vector<SizeRange> affine_ranges(const core::CostModel& costs, std::int64_t largest) {
+  // The ends: the trace's batch sizes, and the multiples of each block below the largest.
+  std::vector<std::int64_t> ends;
+  for (const std::int64_t x : costs.trace().batch_sizes) {
+    if (x < largest) ends.push_back(x);
+  }
+  for (const std::int64_t block : costs.blocks()) {
+    for (std::int64_t x = block; x < largest; x += block) ends.push_back(x);
+  }
+  std::sort(ends.begin(), ends.end());
+  ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
   std::vector<SizeRange> ranges;
   std::int64_t lo = 1;
-  for (const std::int64_t x : trace.batch_sizes) {
+  for (const std::int64_t x : ends) {
     if (x < lo) continue;
-    if (x >= largest) break;
     ranges.push_back({lo, x});
     lo = x + 1;
   }

@@ -2,10 +2,12 @@
 // What every split of the global batch whose largest micro-batch lies in a range of sizes can at
 // best do, so that a search can set a whole range aside at once (plan_search.cpp) instead of
 // weighing each of its splits. Between two of the trace's batch sizes, and past the last,
-// core::CostModel gives every byte count as one affine function of the micro-batch size (rounded to
-// whole bytes), and every time as one affine function scaled by the ratio of two more. Over such a
-// range a level of a step's walk, a sum of byte counts, is least at an end, and so is a time per
-// sample; the bounds here rest on that and on nothing the search chooses.
+// core::CostModel gives every time as one affine function of the micro-batch size scaled by the
+// ratio of two more, and every byte count as one affine function (rounded to whole bytes) between
+// multiples of the blocks some transients are allocated in as well (CostModel::blocks: such a
+// transient is constant from one multiple to the next). Over such a range a level of a step's walk,
+// a sum of byte counts, is least at an end, and so is a time per sample; the bounds here rest on
+// that and on nothing the search chooses.
 #include <cstdint>
 #include <vector>
 
@@ -21,9 +23,10 @@ struct SizeRange {
   std::int64_t hi = 0;
 };
 
-// Sizes 1 to `largest` cut at the trace's batch sizes: over each range, and over each range
-// widened one size down, every number core::CostModel gives follows one affine function.
-std::vector<SizeRange> affine_ranges(const core::Trace& trace, std::int64_t largest);
+// Sizes 1 to `largest` cut at the trace's batch sizes and at the multiples of costs.blocks(): over
+// each range every number core::CostModel gives follows one affine function, and every time does
+// over each range widened one size down.
+std::vector<SizeRange> affine_ranges(const core::CostModel& costs, std::int64_t largest);
 
 // Whether, from `lo`'s size to `hi`'s (one of affine_ranges), every byte count batch_costs gives
 // and the input's bytes follow their affine function: no clamp (at 0 or at the trace's limits)
