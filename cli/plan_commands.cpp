@@ -74,8 +74,9 @@ PlanMade make_plan(const PlanArgs& args) {
                              planner::l2l_refusal(trace));
     }
     if (id == planner::Strategy::Tempo && !core::lean_layers_run_in(trace.precision, trace.device.is_cuda())) {
-      throw core::InputError(args.trace + ": --strategies tempo: Tempo's lean layers are profiled in fp32 and, on the CPU, "
-                             "bf16-autocast only, and this trace measured " + std::string(core::precision_name(trace.precision)) +
+      throw core::InputError(args.trace + ": --strategies tempo: Tempo's lean layers are profiled in " +
+                             std::string(core::kLeanLayerPrecisions) + " only, and this trace measured " +
+                             std::string(core::precision_name(trace.precision)) +
                              (trace.device.is_cuda() ? " on cuda" : ""));
     }
     throw core::InputError(args.trace + ": --strategies " + std::string(entry.name) + ": the trace has no " +

@@ -38,13 +38,15 @@ inline bool is_autocast(Precision precision) {
   return precision == Precision::Bf16Autocast || precision == Precision::Fp16Autocast;
 }
 // Whether Tempo's memory-lean layers run, and are profiled, in the precision on the device: fp32, and
-// bf16-autocast on the CPU (their ops run as autocast runs them there: the zoo's LayerNorms on
-// float32 sums, GELU and attention's dropout·V on bfloat16). Not bf16-autocast on CUDA, whose
-// autocast runs softmax in float32 where the lean attention's backward would mix dtypes; not
-// fp16-autocast nor bf16 (not measured).
+// on the CPU bf16-autocast (their ops run as autocast runs them there: the zoo's LayerNorms on
+// float32 sums, GELU and attention's dropout·V on bfloat16) and bf16 (every op on bfloat16, as the
+// standard layers run). Not bf16-autocast on CUDA, whose autocast runs softmax in float32 where the
+// lean attention's backward would mix dtypes; not fp16-autocast, nor bf16 on CUDA (not measured).
 inline bool lean_layers_run_in(Precision precision, bool cuda) {
-  return precision == Precision::Fp32 || (precision == Precision::Bf16Autocast && !cuda);
+  return precision == Precision::Fp32 || (!cuda && (precision == Precision::Bf16Autocast || precision == Precision::Bf16));
 }
+// Where they do, for the refusals: "fp32 and, on the CPU, bf16-autocast and bf16".
+inline constexpr std::string_view kLeanLayerPrecisions = "fp32 and, on the CPU, bf16-autocast and bf16";
 // Bytes of one parameter element as the step keeps it: bfloat16 under bf16; float32 otherwise
 // (autocast casts copies of the weights, the parameters themselves stay float32).
 inline int parameter_element_bytes(Precision precision) { return precision == Precision::Bf16 ? 2 : 4; }

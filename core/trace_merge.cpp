@@ -62,8 +62,8 @@ Trace merge_one(const Trace& base, Trace added) {
            "; give --threads " + std::to_string(base.profile.threads) + ")");
   }
   if (base.has_tempo() != added.has_tempo()) {
-    differ("the Tempo pass (one has it and the other not: --no-tempo, or a bf16-autocast trace from before the pass "
-           "ran in it; profile every size again)");
+    differ("the Tempo pass (one has it and the other not: --no-tempo, or a bf16-autocast or bf16 trace from before the "
+           "pass ran in it; profile every size again)");
   }
   expect_same_layers(base, added);
   if (base.measures_inputs_held() != added.measures_inputs_held()) differ("what they measured (one is from an older headroom)");

@@ -186,8 +186,9 @@ void use_variants(models::Model& model, const core::StepChoice& choice, bool cud
     // The profiler measures Tempo's lean layers only in the precisions they run in.
     if (step.variant == core::LayerVariant::Tempo &&
         !core::lean_layers_run_in(model.context().precision, cuda)) {
-      throw core::InputError("the plan runs layer " + step.name + " as tempo, which runs in fp32 and, on the CPU, "
-                             "bf16-autocast only; the step runs in " + std::string(core::precision_name(model.context().precision)));
+      throw core::InputError("the plan runs layer " + step.name + " as tempo, which runs in " + std::string(core::kLeanLayerPrecisions) +
+                             " only; the step runs in " + std::string(core::precision_name(model.context().precision)) +
+                             (cuda ? " on cuda" : ""));
     }
     try {
       model.set_variant(step.id, step.variant);
