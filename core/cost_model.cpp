@@ -96,16 +96,16 @@ std::int64_t staircase_block(const std::vector<std::int64_t>& xs, const std::vec
   return xs[flat_end];
 }
 
-// Where a transient allocated in blocks of `block` samples is read for `batch`: the next multiple of
-// the block, or the next profiled size where that comes first, and at a profiled size that size,
-// whose bytes are measured (a product that shares another's block need not step: its bytes at 1 are
-// not its bytes at 4). Constant from one multiple of the block to the next (planner/split_bounds.h
-// cuts its ranges there).
+// Where a transient allocated in blocks of `block` samples is read for `batch` among the profiled
+// sizes: the next multiple of the block, or the next profiled size where that comes first, and at
+// a profiled size that size, whose bytes are measured (a product that shares another's block need
+// not step: its bytes at 1 are not its bytes at 4). Constant from one multiple of the block to the
+// next (planner/split_bounds.h cuts its ranges there). Past the last profiled size, the size itself
+// (CostModel::transient_at adds the block's allowance there instead).
 std::int64_t blocked_batch(const std::vector<std::int64_t>& xs, std::int64_t batch, std::int64_t block) {
-  if (block == 1 || std::binary_search(xs.begin(), xs.end(), batch)) return batch;
+  if (block == 1 || batch > xs.back() || std::binary_search(xs.begin(), xs.end(), batch)) return batch;
   const std::int64_t multiple = (batch + block - 1) / block * block;
-  const auto next_profiled = std::upper_bound(xs.begin(), xs.end(), batch);
-  return next_profiled == xs.end() ? multiple : std::min(multiple, *next_profiled);
+  return std::min(multiple, *std::upper_bound(xs.begin(), xs.end(), batch));
 }
 
 }  // namespace
@@ -242,6 +242,20 @@ double CostModel::interpolate(const std::vector<std::int64_t>& values, std::int6
   return static_cast<double>(values[lo]) + t * static_cast<double>(values[hi] - values[lo]);
 }
 
+double CostModel::transient_at(const std::vector<std::int64_t>& bytes, const std::vector<double>& slack, std::int64_t block,
+                               std::int64_t batch) const {
+  const auto& xs = trace_->batch_sizes;
+  const std::int64_t b = blocked_batch(xs, batch, block);
+  double value = interpolate(bytes, b, false) + slack_at(xs, slack, b);
+  if (block > 1 && batch > xs.back() && xs.size() > 1) {
+    // Past the last size, the line through the last two (multiples of the block, both: the block
+    // is a profiled size and the later segments are on a line) plus what a block adds above it at
+    // most: affine, so the planner's last range needs no cuts however large the batch.
+    value += std::max(0.0, slope_of(xs, bytes, xs.size() - 2)) * static_cast<double>(block - 1);
+  }
+  return value;
+}
+
 CostModel::Series CostModel::series_of(const std::vector<std::int64_t>& batch_sizes, const std::vector<LayerSample>& samples) {
   Series out;
   for (const auto& s : samples) {
@@ -271,8 +285,7 @@ LayerCost CostModel::evaluate(const Series& series, std::int64_t batch) const {
   // Only the transients have slack and blocks; slack_at is 0 for the other fields' empty ones, and
   // their block is 1.
   const auto at = [&](std::size_t field) {
-    const std::int64_t b = blocked_batch(trace_->batch_sizes, batch, series.block[field]);
-    return rounded_bytes(interpolate(series.bytes[field], b, false) + slack_at(trace_->batch_sizes, series.slack[field], b));
+    return rounded_bytes(transient_at(series.bytes[field], series.slack[field], series.block[field], batch));
   };
   const auto non_negative = [](std::int64_t v) { return std::max<std::int64_t>(v, 0); };
   LayerCost cost;
@@ -301,9 +314,7 @@ std::optional<CheckpointedSample> CostModel::checkpointed_layer(std::size_t inde
   const auto& series = checkpointed_[index];
   if (!series) return std::nullopt;
   const auto at = [&](std::size_t field) {
-    const std::int64_t b = blocked_batch(trace_->batch_sizes, batch, series->block[field]);
-    const double slack = slack_at(trace_->batch_sizes, series->slack[field], b);
-    return std::max<std::int64_t>(rounded_bytes(interpolate(series->bytes[field], b, false) + slack), 0);
+    return std::max<std::int64_t>(rounded_bytes(transient_at(series->bytes[field], series->slack[field], series->block[field], batch)), 0);
   };
   return CheckpointedSample{batch, at(0), at(1), at(2)};
 }

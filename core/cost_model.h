@@ -41,7 +41,8 @@ class CostModel {
   std::optional<CheckpointedSample> checkpointed_layer(std::size_t index, std::int64_t batch) const;
   bool has_checkpointed_layers() const { return has_checkpointed_; }
   // The blocks of samples some transient is allocated in (staircase_block), ascending; between two
-  // multiples of each, and between profiled sizes, every byte count is affine in the batch.
+  // multiples of each below the last profiled size, between profiled sizes, and past the last, every
+  // byte count is affine in the batch.
   const std::vector<std::int64_t>& blocks() const { return blocks_; }
 
   // Parameters, gradients and optimizer state: allocated once, independent of batch size.
@@ -95,6 +96,9 @@ class CostModel {
   // Gives every matrix-product layer's backward transients the largest block any of them shows.
   void share_the_products_block();
   LayerCost evaluate(const Series& series, std::int64_t batch) const;
+  // A transient's bytes at `batch`: interpolated, with its segment slack, read as its block says.
+  double transient_at(const std::vector<std::int64_t>& bytes, const std::vector<double>& slack, std::int64_t block,
+                      std::int64_t batch) const;
 
   std::vector<Series> layers_;
   std::vector<std::optional<Series>> lean_layers_;

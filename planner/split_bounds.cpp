@@ -7,13 +7,15 @@
 namespace headroom::planner {
 
 std::vector<SizeRange> affine_ranges(const core::CostModel& costs, std::int64_t largest) {
-  // The ends: the trace's batch sizes, and the multiples of each block below the largest.
+  // The ends: the trace's batch sizes, and the multiples of each block below them (past the last
+  // size a blocked count is affine: CostModel::transient_at).
+  const auto& sizes = costs.trace().batch_sizes;
   std::vector<std::int64_t> ends;
-  for (const std::int64_t x : costs.trace().batch_sizes) {
+  for (const std::int64_t x : sizes) {
     if (x < largest) ends.push_back(x);
   }
   for (const std::int64_t block : costs.blocks()) {
-    for (std::int64_t x = block; x < largest; x += block) ends.push_back(x);
+    for (std::int64_t x = block; x < std::min(largest, sizes.back()); x += block) ends.push_back(x);
   }
   std::sort(ends.begin(), ends.end());
   ends.erase(std::unique(ends.begin(), ends.end()), ends.end());

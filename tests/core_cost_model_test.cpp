@@ -124,18 +124,59 @@ TEST(CostModel, ATransientAllocatedInBlocksOfSamplesIsBoundedBetweenProfiledSize
   EXPECT_LT(23936 + 2560 * (5 - 8), staircase(5));  // the line through the samples from 4 on
   const auto profiled = [&](std::int64_t b) { return b == 1 || b == 2 || b == 4 || b == 8 || b == 16 || b == 32; };
   for (std::int64_t b = 1; b <= 40; ++b) {
-    // The staircase itself, past the last size too.
-    EXPECT_EQ(costs.layer(0, b).bwd_transient_bytes, staircase(b)) << b;
+    // The staircase itself; past the last size, the line through the last two plus what a block
+    // adds above it at most (3 samples' worth), so the planner's last range stays affine.
+    const std::int64_t stepped = b <= 32 ? staircase(b) : staircase(32) + 2560 * (b - 32) + 3 * 2560;
+    EXPECT_GE(stepped, staircase(b)) << b;
+    EXPECT_EQ(costs.layer(0, b).bwd_transient_bytes, stepped) << b;
     // The other product's backward, a line, at the next multiple of the block where not measured.
-    EXPECT_EQ(costs.layer(1, b).bwd_transient_bytes, line(profiled(b) ? b : (b + 3) / 4 * 4)) << b;
+    EXPECT_EQ(costs.layer(1, b).bwd_transient_bytes, b <= 32 ? line(profiled(b) ? b : (b + 3) / 4 * 4) : line(b) + 3 * 1000) << b;
     // Forwards keep their own: a line stays one, a staircase is one.
     EXPECT_EQ(costs.layer(0, b).fwd_transient_bytes, line(b)) << b;
-    EXPECT_EQ(costs.layer(1, b).fwd_transient_bytes, staircase(b)) << b;
+    EXPECT_EQ(costs.layer(1, b).fwd_transient_bytes, stepped) << b;
     // So does another kind.
-    EXPECT_EQ(costs.layer(2, b).fwd_transient_bytes, staircase(b)) << b;
+    EXPECT_EQ(costs.layer(2, b).fwd_transient_bytes, stepped) << b;
     EXPECT_GE(costs.layer(2, b).bwd_transient_bytes, overtaken(b)) << b;
   }
   EXPECT_EQ(costs.layer(2, 5).bwd_transient_bytes, 20000 + (overtaken(8) - 20000) / 4);
+}
+
+// A block is read at the next multiple, or at the next profiled size where that comes first (a
+// block of 8 from a run flat through 8, profiled at 12 and 16: 9 reads 12's bytes, 13 reads 16's);
+// a transient that falls anywhere gets no block of its own nor the products' (the next multiple's
+// bytes would not bound it); blocks() lists the blocks in use.
+TEST(CostModel, ABlockIsReadUpToTheNextProfiledSizeAndNeverForAFallingTransient) {
+  core::Trace trace = testing::make_small_trace();
+  trace.batch_sizes = {1, 2, 4, 8, 12, 16};
+  trace.layers[1].name = "fc2";
+  trace.layers[1].kind = "linear";
+  const auto stepped = [](std::int64_t b) { return b <= 8 ? 50000 : 50000 + 3000 * (b - 8); };
+  const auto falling = [](std::int64_t b) { return b == 12 ? 50000 : 30000 + 1000 * b; };
+  for (auto& layer : trace.layers) {
+    auto first = layer.samples.front();
+    layer.samples.clear();
+    for (const auto b : trace.batch_sizes) {
+      auto s = first;
+      s.batch = b;
+      s.bwd_transient_bytes = layer.name == "fc" ? stepped(b) : layer.name == "fc2" ? falling(b) : 100 * b;
+      layer.samples.push_back(s);
+    }
+  }
+  auto step = trace.steps.front();
+  trace.steps.clear();
+  for (const auto b : trace.batch_sizes) {
+    step.batch = b;
+    trace.steps.push_back(step);
+  }
+  const core::CostModel costs(trace);
+  EXPECT_EQ(costs.blocks(), std::vector<std::int64_t>{8});
+  EXPECT_EQ(costs.layer(0, 9).bwd_transient_bytes, stepped(12));
+  EXPECT_EQ(costs.layer(0, 13).bwd_transient_bytes, stepped(16));
+  EXPECT_EQ(costs.layer(0, 5).bwd_transient_bytes, stepped(8));
+  // fc2 rises from 8 to 12 and falls from 12 to 16: not read at the next multiple (12's bytes at 9,
+  // 16's, below the line, at 14).
+  EXPECT_LT(costs.layer(1, 9).bwd_transient_bytes, falling(12));
+  EXPECT_EQ(costs.layer(1, 14).bwd_transient_bytes, (falling(12) + falling(16)) / 2);
 }
 
 // A trace whose steps were measured as sequences of micro-batches: a micro-batch costs what the

@@ -201,8 +201,8 @@ TEST(PlanSearch, BoundedSearchPlansAsWeighingEverySplit) {
 // bert with its matrix products' backward scratch allocated in blocks of 4 samples (as bfloat16's
 // is on the CPU): attn_out's is flat at 1, 2 and 4 and then rises along its line, so every
 // product's backward is read at the next multiple of 4 between profiled sizes, constant from one
-// multiple to the next. The ranges are cut at those multiples, and the bounded search still plans
-// as weighing every split does.
+// multiple to the next, and past the last size it is a line again. The ranges are cut at those
+// multiples, and the bounded search still plans as weighing every split does.
 core::Trace bert_with_blocked_scratch() {
   core::Trace trace = committed("cpu-bert.json");  // profiled at 1, 2, 4, 8, 16
   for (auto& layer : trace.layers) {
@@ -219,12 +219,12 @@ TEST(PlanSearch, RangesAreCutWhereTransientsStepAndTheBoundedSearchPlansAsWeighi
   const core::CostModel costs(trace);
   ASSERT_EQ(costs.blocks(), std::vector<std::int64_t>{4});
   const auto ranges = planner::affine_ranges(costs, 30);
-  ASSERT_EQ(ranges.size(), 10u);  // 1, 2, 3-4, 5-8, 9-12, 13-16, 17-20, 21-24, 25-28, 29-30
+  ASSERT_EQ(ranges.size(), 7u);  // 1, 2, 3-4, 5-8, 9-12, 13-16, and past the last size 17-30
   EXPECT_EQ(ranges[2].lo, 3);
   EXPECT_EQ(ranges[2].hi, 4);
   EXPECT_EQ(ranges[4].lo, 9);
   EXPECT_EQ(ranges[4].hi, 12);
-  EXPECT_EQ(ranges.back().lo, 29);
+  EXPECT_EQ(ranges.back().lo, 17);
   EXPECT_EQ(ranges.back().hi, 30);
   // Between multiples the stepped transients hold still, and a product whose own scratch does not
   // step (but never falls) is read at the multiple too.
@@ -236,6 +236,9 @@ TEST(PlanSearch, RangesAreCutWhereTransientsStepAndTheBoundedSearchPlansAsWeighi
     });
     if (trace.layers[i].kind != "linear" || !rises) continue;
     EXPECT_EQ(costs.layer(i, 9).bwd_transient_bytes, costs.layer(i, 12).bwd_transient_bytes) << trace.layers[i].name;
+    // Past the last size, a line (the last range is not cut).
+    const auto at = [&](std::int64_t b) { return costs.layer(i, b).bwd_transient_bytes; };
+    EXPECT_NEAR(at(30) - at(24), at(24) - at(18), 2) << trace.layers[i].name;
     ++held;
   }
   EXPECT_GT(held, 4);
