@@ -6,7 +6,6 @@
 
 #include "core/rescale.h"
 
-
 namespace headroom::core {
 
 namespace {
@@ -171,8 +170,8 @@ void CostModel::share_the_products_block() {
   // (the whole step 0.13-0.54% under at every size that is not a multiple of 4). So where one
   // product's backward transient shows a block, every product's backward transients are bounded at
   // the next multiple of it; a product whose scratch does not step is then predicted less than a
-  // block's worth of samples on along its line. The contrastive loss is not such a kernel: its float32 logits grow
-  // with the square of the batch.
+  // block's worth of samples on along its line. The contrastive loss is not such a kernel: its
+  // float32 logits grow with the square of the batch.
   const auto steps_with_the_products = [&](std::size_t i) {
     const std::string& kind = trace_->layers[i].kind;
     return is_matrix_product_kind(kind) && kind != "contrastive_loss";
