@@ -161,7 +161,6 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
   optimizer_ns_ = std::max<std::int64_t>(once_per_step[once_per_step.size() / 2], 0);
 }
 
-
 void CostModel::share_the_products_block() {
   // The rows a matrix-product kernel tiles its scratch in are the kernel's, not one layer's: clip's
   // bf16 text layers all step in blocks of 4 samples, but only attn_out's transient shows it (its

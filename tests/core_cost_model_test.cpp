@@ -17,6 +17,29 @@ core::Trace committed(const std::string& name) {
   return core::read_trace_file(fs::path(HEADROOM_TRACES_DIR) / name);
 }
 
+// The small trace profiled at `sizes`: each layer's samples its first one's, at each size, with
+// `set(layer, k, sample)` filling in what the test measures; one step per size.
+template <typename Set>
+void resample(core::Trace& trace, const std::vector<std::int64_t>& sizes, const Set& set) {
+  trace.batch_sizes = sizes;
+  for (auto& layer : trace.layers) {
+    const auto first = layer.samples.front();
+    layer.samples.clear();
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      auto s = first;
+      s.batch = sizes[k];
+      set(layer, k, s);
+      layer.samples.push_back(s);
+    }
+  }
+  auto step = trace.steps.front();
+  trace.steps.clear();
+  for (const auto b : sizes) {
+    step.batch = b;
+    trace.steps.push_back(step);
+  }
+}
+
 TEST(CostModel, ExactAtSamplesInterpolatedBetween) {
   const core::Trace trace = committed("cpu-bert.json");
   const core::CostModel costs(trace);
@@ -47,28 +70,13 @@ TEST(CostModel, ExactAtSamplesInterpolatedBetween) {
 // than the layer's median slope can add, while a layer whose bytes are a line stays exactly on it.
 TEST(CostModel, AnIrregularTransientIsBoundedBetweenProfiledSizes) {
   core::Trace trace = testing::make_small_trace();
-  trace.batch_sizes = {8, 16, 32, 64};
   // clip's image.conv2 backward as profiled at two threads, and what it held at 24 and 26.
   const std::vector<std::int64_t> conv_bwd = {346112, 673792, 1356032, 2666752};
   const std::int64_t held_at_24 = 1028352, held_at_26 = 1110272;
-  for (auto& layer : trace.layers) {
-    auto first = layer.samples.front();
-    layer.samples.clear();
-    for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) {
-      auto s = first;
-      const std::int64_t b = trace.batch_sizes[k];
-      s.batch = b;
-      s.fwd_transient_bytes = first.fwd_transient_bytes * b;
-      s.bwd_transient_bytes = layer.name == "fc" ? conv_bwd[k] : first.bwd_transient_bytes * b;
-      layer.samples.push_back(s);
-    }
-  }
-  auto step = trace.steps.front();
-  trace.steps.clear();
-  for (const auto b : trace.batch_sizes) {
-    step.batch = b;
-    trace.steps.push_back(step);
-  }
+  resample(trace, {8, 16, 32, 64}, [&](const core::LayerProfile& layer, std::size_t k, core::LayerSample& s) {
+    s.fwd_transient_bytes *= s.batch;
+    s.bwd_transient_bytes = layer.name == "fc" ? conv_bwd[k] : s.bwd_transient_bytes * s.batch;
+  });
   const core::CostModel costs(trace);
   for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) EXPECT_EQ(costs.layer(0, trace.batch_sizes[k]).bwd_transient_bytes, conv_bwd[k]);
   const auto line = [&](std::int64_t b) { return conv_bwd[1] + (conv_bwd[2] - conv_bwd[1]) * (b - 16) / 16; };
@@ -94,7 +102,6 @@ TEST(CostModel, AnIrregularTransientIsBoundedBetweenProfiledSizes) {
 // staircase and stays on the line.
 TEST(CostModel, ATransientAllocatedInBlocksOfSamplesIsBoundedBetweenProfiledSizes) {
   core::Trace trace = testing::make_small_trace();
-  trace.batch_sizes = {1, 2, 4, 8, 16, 32};
   trace.layers[1].name = "fc2";
   trace.layers[1].kind = "linear";
   const auto staircase = [](std::int64_t b) { return 3456 + 10240 * ((b + 3) / 4); };
@@ -102,23 +109,11 @@ TEST(CostModel, ATransientAllocatedInBlocksOfSamplesIsBoundedBetweenProfiledSize
   // is above it, and rounding up would add to that.
   const auto overtaken = [](std::int64_t b) { return std::max<std::int64_t>(20000, 4096 * b); };
   const auto line = [](std::int64_t b) { return 1000 * b + 16; };
-  for (auto& layer : trace.layers) {
-    auto first = layer.samples.front();
-    layer.samples.clear();
-    for (const auto b : trace.batch_sizes) {
-      auto s = first;
-      s.batch = b;
-      s.fwd_transient_bytes = layer.name == "fc" ? line(b) : staircase(b);
-      s.bwd_transient_bytes = layer.name == "fc" ? staircase(b) : layer.name == "fc2" ? line(b) : overtaken(b);
-      layer.samples.push_back(s);
-    }
-  }
-  auto step = trace.steps.front();
-  trace.steps.clear();
-  for (const auto b : trace.batch_sizes) {
-    step.batch = b;
-    trace.steps.push_back(step);
-  }
+  resample(trace, {1, 2, 4, 8, 16, 32}, [&](const core::LayerProfile& layer, std::size_t, core::LayerSample& s) {
+    const std::int64_t b = s.batch;
+    s.fwd_transient_bytes = layer.name == "fc" ? line(b) : staircase(b);
+    s.bwd_transient_bytes = layer.name == "fc" ? staircase(b) : layer.name == "fc2" ? line(b) : overtaken(b);
+  });
   ASSERT_EQ(trace.layers[2].kind, "loss");
   const core::CostModel costs(trace);
   EXPECT_LT(23936 + 2560 * (5 - 8), staircase(5));  // the line through the samples from 4 on
@@ -147,27 +142,14 @@ TEST(CostModel, ATransientAllocatedInBlocksOfSamplesIsBoundedBetweenProfiledSize
 // bytes would not bound it); blocks() lists the blocks in use.
 TEST(CostModel, ABlockIsReadUpToTheNextProfiledSizeAndNeverForAFallingTransient) {
   core::Trace trace = testing::make_small_trace();
-  trace.batch_sizes = {1, 2, 4, 8, 12, 16};
   trace.layers[1].name = "fc2";
   trace.layers[1].kind = "linear";
   const auto stepped = [](std::int64_t b) { return b <= 8 ? 50000 : 50000 + 3000 * (b - 8); };
   const auto falling = [](std::int64_t b) { return b == 12 ? 50000 : 30000 + 1000 * b; };
-  for (auto& layer : trace.layers) {
-    auto first = layer.samples.front();
-    layer.samples.clear();
-    for (const auto b : trace.batch_sizes) {
-      auto s = first;
-      s.batch = b;
-      s.bwd_transient_bytes = layer.name == "fc" ? stepped(b) : layer.name == "fc2" ? falling(b) : 100 * b;
-      layer.samples.push_back(s);
-    }
-  }
-  auto step = trace.steps.front();
-  trace.steps.clear();
-  for (const auto b : trace.batch_sizes) {
-    step.batch = b;
-    trace.steps.push_back(step);
-  }
+  resample(trace, {1, 2, 4, 8, 12, 16}, [&](const core::LayerProfile& layer, std::size_t, core::LayerSample& s) {
+    const std::int64_t b = s.batch;
+    s.bwd_transient_bytes = layer.name == "fc" ? stepped(b) : layer.name == "fc2" ? falling(b) : 100 * b;
+  });
   const core::CostModel costs(trace);
   EXPECT_EQ(costs.blocks(), std::vector<std::int64_t>{8});
   EXPECT_EQ(costs.layer(0, 9).bwd_transient_bytes, stepped(12));
