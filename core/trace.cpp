@@ -131,6 +131,7 @@ nlohmann::json step_to_json(const StepSample& s) {
     out["sequence"] = {{"micro_batch_ns", s.sequence->micro_batch_ns},
                        {"first_micro_batch_ns", s.sequence->first_micro_batch_ns},
                        {"zero_grad_ns", s.sequence->zero_grad_ns}};
+    if (s.sequence->timed_sequences > 0) out["sequence"]["timed_sequences"] = s.sequence->timed_sequences;
   }
   return out;
 }
@@ -332,6 +333,7 @@ StepSample read_step(const JsonNode& node, bool cuda) {
     sequence.expect_object();
     s.sequence = StepSequence{as_ns(sequence.at("micro_batch_ns")), as_ns(sequence.at("first_micro_batch_ns")),
                               as_ns(sequence.at("zero_grad_ns"))};
+    if (sequence.has("timed_sequences")) s.sequence->timed_sequences = as_count(sequence.at("timed_sequences"));
   }
   return s;
 }

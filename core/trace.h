@@ -150,11 +150,13 @@ struct GpuStepCost {
 
 // A step measured as the executor runs one: gradients zeroed, micro-batches one after
 // another (each one's data made when its turn comes, its loss weighted, gradients accumulating),
-// then the optimizer. Medians over the repeats; traces from before it have none.
+// then the optimizer. Medians over the sequences timed at this size: the repeats, and for short
+// steps the timing rounds that follow the whole profile; traces from before it have none.
 struct StepSequence {
   std::int64_t micro_batch_ns = 0;        // a micro-batch after the first: what every further one costs
   std::int64_t first_micro_batch_ns = 0;  // the step's first micro-batch (after the optimizer ran)
   std::int64_t zero_grad_ns = 0;          // zeroing the gradients, once per step
+  int timed_sequences = 0;                // how many the medians are over; 0 in traces from before it was kept
   bool operator==(const StepSequence&) const = default;
 };
 

@@ -273,6 +273,11 @@ constexpr double kSequenceWeight = 0.5;
 // fp16-autocast: steps skipped for overflow before profiling gives up (the loss scale halves with
 // each, from 2^16: 40 reach 2^-24).
 constexpr int kMaxOverflowingSteps = 40;
+// After every size is profiled, rounds of one plain sequence at each size (see profile()): as many
+// as this many seconds hold, at most kMaxTimingRounds (each size's median then over up to
+// `repeats` + 20 sequences). Steps of a second or more get none: their repeats span seconds already.
+constexpr double kTimingRoundsSeconds = 2.0;
+constexpr int kMaxTimingRounds = 20;
 
 void synchronize(gpu::GpuBackend* gpu) {
   if (gpu != nullptr) gpu->synchronize();
@@ -332,6 +337,32 @@ PlainSequence plain_sequence(const models::Model& model, std::int64_t b, std::ui
   out.optimizer_ns = ns_between(start, Clock::now());
   return out;
 }
+
+// A size's plain sequences, part by part; the trace keeps their medians.
+class SequenceTimes {
+ public:
+  void add(const PlainSequence& plain) {
+    plain_.push_back(plain.later.compute_ns + plain.optimizer_ns);
+    zero_grad_.push_back(plain.zero_grad_ns);
+    first_.push_back(plain.first.data_ns + plain.first.compute_ns);
+    later_.push_back(plain.later.data_ns + plain.later.compute_ns);
+  }
+  void drop_last() {
+    for (auto* times : {&plain_, &zero_grad_, &first_, &later_}) times->pop_back();
+  }
+  // What one more sequence takes, about.
+  std::int64_t sequence_ns() const {
+    return plain_.empty() ? 0 : core::median(plain_) + core::median(zero_grad_) + core::median(first_);
+  }
+  void set_medians(core::StepSample& step) const {
+    step.plain_step_ns = core::median(plain_);
+    step.sequence = core::StepSequence{core::median(later_), core::median(first_), core::median(zero_grad_),
+                                       static_cast<int>(later_.size())};
+  }
+
+ private:
+  std::vector<std::int64_t> plain_, zero_grad_, first_, later_;
+};
 
 // What profiling may allocate on the host, and what a batch needs of it. On the CPU the host's
 // memory is the device's: a batch it cannot hold is refused before it runs (exit 3, naming the
@@ -896,6 +927,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   struct Measured {
     std::vector<core::LayerSample> layers;
     core::StepSample step;
+    SequenceTimes sequences;  // every plain sequence's parts, for the timing rounds to add to
   };
   // Every step, plain or profiled, runs the way the executor runs one: gradients zeroed, then two
   // micro-batches, the second accumulating into the first's gradients, then the optimizer. The
@@ -927,17 +959,13 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       }
       plain_sequence(model, b, data_seed, on_device, *optimizer, backend.get());
     }
-    std::vector<std::int64_t> plain_ns, zero_grad_ns, first_ns, later_ns;
+    SequenceTimes sequences;
     std::vector<StepMeasurement> runs;
     int overflowed_repeats = 0;
     for (int i = 0; i < options.repeats; ++i) {
       where = plain_phase;
       const std::int64_t skipped = scaler != nullptr ? scaler->skipped_steps() : 0;
-      const PlainSequence plain = plain_sequence(model, b, data_seed, on_device, *optimizer, backend.get());
-      plain_ns.push_back(plain.later.compute_ns + plain.optimizer_ns);
-      zero_grad_ns.push_back(plain.zero_grad_ns);
-      first_ns.push_back(plain.first.data_ns + plain.first.compute_ns);
-      later_ns.push_back(plain.later.data_ns + plain.later.compute_ns);
+      sequences.add(plain_sequence(model, b, data_seed, on_device, *optimizer, backend.get()));
       zero_gradients(*optimizer, backend.get());
       plain_micro_batch(model, b, data_seed, on_device, backend.get(), runtime::loss_scaler_of(*optimizer));
       where = profile_phase;
@@ -955,7 +983,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
                                  std::to_string(kMaxOverflowingSteps) + " times");
         }
         runs.pop_back();
-        for (auto* times : {&plain_ns, &zero_grad_ns, &first_ns, &later_ns}) times->pop_back();
+        sequences.drop_last();
         --i;
         continue;
       }
@@ -992,9 +1020,9 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     core::StepSample& step = out.step;
     step.batch = b;
     step.step_ns = core::median(step_ns);
-    step.plain_step_ns = core::median(plain_ns);
     step.optimizer_ns = core::median(optimizer_ns);
-    step.sequence = core::StepSequence{core::median(later_ns), core::median(first_ns), core::median(zero_grad_ns)};
+    sequences.set_medians(step);
+    out.sequences = std::move(sequences);
     step.optimizer_transient_bytes = last.optimizer_transient_bytes;
     step.static_bytes = static_bytes;
     step.input_bytes = batch.bytes();
@@ -1023,6 +1051,14 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     if (host_bound) host_bound->resume();
     report("calibration", b);
   };
+  // Every size's plain sequences, standard and lean, for the timing rounds.
+  struct Timed {
+    std::int64_t batch;
+    bool lean;
+    std::size_t step;  // in trace.steps, or trace.tempo_steps where lean
+    SequenceTimes sequences;
+  };
+  std::vector<Timed> timed;
   for (const std::int64_t b : options.batch_sizes) {
     calibrate(b);
     within_host_memory([&] {
@@ -1032,6 +1068,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       Measured standard = measure(batch, b, false);
       for (std::size_t i = 0; i < layer_count; ++i) trace.layers[i].samples.push_back(standard.layers[i]);
       trace.steps.push_back(standard.step);
+      timed.push_back({b, false, trace.steps.size() - 1, std::move(standard.sequences)});
       if (!opaque.empty()) {
         where = "checkpointed";
         std::vector<bool> keeps;
@@ -1049,10 +1086,43 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       model.set_all_variants(core::LayerVariant::Standard);
       for (const std::size_t i : lean_layers) trace.layers[i].tempo->samples.push_back(lean.layers[i]);
       trace.tempo_steps.push_back(lean.step);
+      timed.push_back({b, true, trace.tempo_steps.size() - 1, std::move(lean.sequences)});
     });
   }
 
   calibrate(options.batch_sizes.back());
+
+  // Millisecond steps: a shared machine runs at one speed for a few tenths of a second, then at
+  // another (an mlp's step in bf16-autocast went 10.5 ms for twenty steps, 14 ms for the next
+  // twenty), so a size's repeats, a few tens of milliseconds one after another, saw one speed, and
+  // five profiles of the same model predicted 2,367 to 2,981 samples/s for one plan. Rounds of one
+  // plain sequence at every size, as many as fit in kTimingRoundsSeconds, spread each size's
+  // samples over all of them, and the medians describe the machine the plan will run on.
+  std::int64_t round_ns = 0;
+  for (const Timed& t : timed) round_ns += t.sequences.sequence_ns();
+  const int rounds = round_ns > 0 ? static_cast<int>(std::min<std::int64_t>(
+                                        kMaxTimingRounds, static_cast<std::int64_t>(kTimingRoundsSeconds * 1e9) / round_ns))
+                                  : 0;
+  progress.total += rounds * static_cast<int>(timed.size());
+  const runtime::LossScaler* scaler = runtime::loss_scaler_of(*optimizer);
+  for (int r = 0; r < rounds; ++r) {
+    for (Timed& t : timed) {
+      within_host_memory([&] {
+        where = "timing rounds";
+        where_batch = t.batch;
+        model.set_all_variants(t.lean ? core::LayerVariant::Tempo : core::LayerVariant::Standard);
+        const std::int64_t skipped = scaler != nullptr ? scaler->skipped_steps() : 0;
+        const PlainSequence plain =
+            plain_sequence(model, t.batch, options.seed + 7919 * static_cast<std::uint64_t>(t.batch), on_device, *optimizer,
+                           backend.get());
+        // A skipped step's optimizer is the unscaling alone (fp16-autocast): not a sample.
+        if (scaler == nullptr || scaler->skipped_steps() == skipped) t.sequences.add(plain);
+      });
+      report("timing rounds", t.batch);
+    }
+  }
+  model.set_all_variants(core::LayerVariant::Standard);
+  for (const Timed& t : timed) t.sequences.set_medians(t.lean ? trace.tempo_steps[t.step] : trace.steps[t.step]);
 
   if (contrastive_samples > 0) {
     contrastive.on_sample = [&](std::int64_t b) { report("contrastive loss", b); };

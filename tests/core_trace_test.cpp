@@ -474,9 +474,13 @@ TEST(TraceJson, CopyLatencyRoundTripsAndTimesEachCopy) {
 TEST(TraceJson, StepSequencesRoundTripAndComeForEveryStepOrNone) {
   core::Trace trace = testing::make_small_trace();
   trace.steps[0].sequence = core::StepSequence{.micro_batch_ns = 7000, .first_micro_batch_ns = 7400, .zero_grad_ns = 30};
-  trace.steps[1].sequence = core::StepSequence{.micro_batch_ns = 12000, .first_micro_batch_ns = 12500, .zero_grad_ns = 31};
+  trace.steps[1].sequence =
+      core::StepSequence{.micro_batch_ns = 12000, .first_micro_batch_ns = 12500, .zero_grad_ns = 31, .timed_sequences = 23};
   const json document = core::to_json(trace);
   EXPECT_EQ(document["steps"][1]["sequence"]["first_micro_batch_ns"], 12500);
+  EXPECT_EQ(document["steps"][1]["sequence"]["timed_sequences"], 23);
+  // Traces from before the count was kept have none, and still read.
+  EXPECT_FALSE(document["steps"][0]["sequence"].contains("timed_sequences"));
   EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
 
   json one_missing = document;
@@ -485,6 +489,9 @@ TEST(TraceJson, StepSequencesRoundTripAndComeForEveryStepOrNone) {
   json negative = document;
   negative["steps"][0]["sequence"]["zero_grad_ns"] = -1;
   EXPECT_NE(read_error(negative).find("$.steps[0].sequence.zero_grad_ns"), std::string::npos) << read_error(negative);
+  json fractional = document;
+  fractional["steps"][1]["sequence"]["timed_sequences"] = 2.5;
+  EXPECT_NE(read_error(fractional).find("$.steps[1].sequence.timed_sequences"), std::string::npos) << read_error(fractional);
 }
 
 // The backward's transient with its inputs held (what L2L's relay predicts its stages' first layers

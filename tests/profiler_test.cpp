@@ -283,6 +283,11 @@ TEST(Profiler, RecordsTheRegimeAndTimesStepsAsSequences) {
     EXPECT_GT(step.sequence->micro_batch_ns, 0);
     EXPECT_GT(step.sequence->first_micro_batch_ns, 0);
     EXPECT_GT(step.sequence->zero_grad_ns, 0);
+    // A millisecond step: after every size was profiled, timing rounds (at most 20) timed it again
+    // with the others, as many times at every size.
+    EXPECT_GT(step.sequence->timed_sequences, options.repeats);
+    EXPECT_LE(step.sequence->timed_sequences, options.repeats + 20);
+    EXPECT_EQ(step.sequence->timed_sequences, trace.steps.front().sequence->timed_sequences);
   }
   // What reads the trace back charges a micro-batch what the sequence measured.
   const core::CostModel costs(trace);
