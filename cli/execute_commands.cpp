@@ -243,7 +243,7 @@ int run_demo(const DemoArgs& args) {
   // At least two seconds as predicted: the median of five 0.14 s steps is decided by one stall of a
   // shared machine, and the table compares it with the prediction.
   const double predicted_step = outcome.plan->predicted.step_seconds;
-  options.steps = predicted_step > 0 ? std::clamp(static_cast<int>(std::ceil(2.0 / predicted_step)), 5, 100) : 5;
+  options.steps = predicted_step > 0 ? std::clamp(static_cast<int>(std::ceil(2.0 / predicted_step)), 5, 200) : 5;
   options.on_progress = progress_line;
   const core::Report executed = executor::execute(*outcome.plan, trace, plan_path, options);
   end_progress();
