@@ -929,6 +929,8 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     core::StepSample step;
     SequenceTimes sequences;  // every plain sequence's parts, for the timing rounds to add to
   };
+  // The plain steps' data at each size, the same in the timing rounds as in the repeats.
+  const auto data_seed_of = [&](std::int64_t b) { return options.seed + 7919 * static_cast<std::uint64_t>(b); };
   // Every step, plain or profiled, runs the way the executor runs one: gradients zeroed, then two
   // micro-batches, the second accumulating into the first's gradients, then the optimizer. The
   // profiled micro-batch is the second, so layers are timed warm, as every micro-batch after a
@@ -940,7 +942,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     const char* warmup_phase = lean ? "tempo warmup" : "warmup";
     const char* plain_phase = lean ? "tempo plain" : "plain";
     const char* profile_phase = lean ? "tempo profile" : "profile";
-    const std::uint64_t data_seed = options.seed + 7919 * static_cast<std::uint64_t>(b);
+    const std::uint64_t data_seed = data_seed_of(b);
     where_batch = b;
     where = warmup_phase;
     for (int i = 0; i < options.warmup_steps; ++i) {
@@ -1097,7 +1099,8 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   // twenty), so a size's repeats, a few tens of milliseconds one after another, saw one speed, and
   // five profiles of the same model predicted 2,367 to 2,981 samples/s for one plan. Rounds of one
   // plain sequence at every size, as many as fit in kTimingRoundsSeconds, spread each size's
-  // samples over all of them, and the medians describe the machine the plan will run on.
+  // samples over all of them: its median is the machine's over the whole profile, as the other
+  // sizes' are, and the sizes compare with each other.
   std::int64_t round_ns = 0;
   for (const Timed& t : timed) round_ns += t.sequences.sequence_ns();
   const int rounds = round_ns > 0 ? static_cast<int>(std::min<std::int64_t>(
@@ -1112,9 +1115,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
         where_batch = t.batch;
         model.set_all_variants(t.lean ? core::LayerVariant::Tempo : core::LayerVariant::Standard);
         const std::int64_t skipped = scaler != nullptr ? scaler->skipped_steps() : 0;
-        const PlainSequence plain =
-            plain_sequence(model, t.batch, options.seed + 7919 * static_cast<std::uint64_t>(t.batch), on_device, *optimizer,
-                           backend.get());
+        const PlainSequence plain = plain_sequence(model, t.batch, data_seed_of(t.batch), on_device, *optimizer, backend.get());
         // A skipped step's optimizer is the unscaling alone (fp16-autocast): not a sample.
         if (scaler == nullptr || scaler->skipped_steps() == skipped) t.sequences.add(plain);
       });
