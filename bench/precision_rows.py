@@ -10,8 +10,8 @@ bytes per sample (what the layers keep for backward at the largest profiled batc
 whole batch's need, the largest batch that runs whole (no micro-batches, no checkpointing) within a
 budget fixed per model (the first precision's whole batch's need, so that precision's answer is the
 batch itself), the plan, predicted and measured peak (signed: above 0, predicted over) and samples/s
-(the median of the three runs, their range beside it, the error against the median; above 0,
-predicted too fast), each run at least two seconds of steps as predicted (`--steps` is the least). The
+(the median of the three runs, their range beside it, and the error of the median prediction
+against the median measurement; above 0, predicted too fast), each run at least two seconds of steps as predicted (`--steps` is the least). The
 same plan run again on a shared 2-core machine measures up to 15% apart for millisecond steps (an
 mlp's, 2,880 to 3,889 samples/s in eight runs back to back), so no one run is the machine's speed. Where a plan's peak
 comes out more than 1% under its prediction, or above it, at micro-batch sizes the trace lacks,
@@ -164,7 +164,9 @@ def executed_row(H, plan, work, tag, steps):
     # At least two seconds of steps as predicted, as `headroom demo` runs them: a shared machine runs
     # at one speed for a few tenths of a second, then at another, and the median of five 12 ms steps
     # saw one of them (an mlp's plan measured 2,134 to 3,024 samples/s run to run).
-    steps = max(steps, min(200, math.ceil(2.0 / max(choice["predicted"]["step_seconds"], 0.02))))
+    predicted_step = choice["predicted"]["step_seconds"]
+    if predicted_step > 0:
+        steps = max(steps, min(200, math.ceil(2.0 / predicted_step)))
     reports = []
     for attempt in range(3):
         report = os.path.join(work, f"{tag}-report{attempt}.json")
@@ -174,7 +176,9 @@ def executed_row(H, plan, work, tag, steps):
         reports.append(json.load(open(report)))
     r = reports[0]
     predicted, measured = r["predicted"]["peak_bytes"], max(x["measured"]["peak_bytes"] for x in reports)
-    speed = r["predicted"]["samples_per_second"]
+    # execute moves a prediction to the machine's speed as it calibrates it in that run (where that
+    # differs from the plan's by more than the calibration's noise): the predictions' median too.
+    speed = sorted(x["predicted"]["samples_per_second"] for x in reports)[len(reports) // 2]
     speeds = sorted(x["measured"]["samples_per_second"] for x in reports)
     measured_speed = speeds[len(speeds) // 2]
     profiled = json.load(open(choice["trace"]["path"]))["batch_sizes"]

@@ -165,7 +165,7 @@ struct StepSample {
   std::int64_t batch = 0;
   std::int64_t step_ns = 0;        // profiled step (forward, backward, optimizer), median
   std::int64_t plain_step_ns = 0;  // the same step without the profiler's hooks, median
-  std::int64_t optimizer_ns = 0;   // optimizer step, median
+  std::int64_t optimizer_ns = 0;   // optimizer step, median (over the plain steps, as `sequence`; older traces: the profiled ones)
   std::int64_t optimizer_transient_bytes = 0;  // highest allocated during the optimizer step above its start
   std::int64_t peak_bytes = 0;     // highest allocated amount during the step
   std::int64_t static_bytes = 0;   // parameters + gradients + optimizer state

@@ -273,9 +273,10 @@ constexpr double kSequenceWeight = 0.5;
 // fp16-autocast: steps skipped for overflow before profiling gives up (the loss scale halves with
 // each, from 2^16: 40 reach 2^-24).
 constexpr int kMaxOverflowingSteps = 40;
-// After every size is profiled, rounds of one plain sequence at each size (see profile()): as many
-// as this many seconds hold, at most kMaxTimingRounds (each size's median then over up to
-// `repeats` + 20 sequences). Steps of a second or more get none: their repeats span seconds already.
+// After every size is profiled, rounds of one plain sequence at each size and variant (see
+// profile()): as many as this many seconds hold, at most kMaxTimingRounds (each size's median then
+// over up to `repeats` + 20 sequences). A profile whose round takes more than this gets none: its
+// repeats at one size already span seconds.
 constexpr double kTimingRoundsSeconds = 2.0;
 constexpr int kMaxTimingRounds = 20;
 
@@ -338,7 +339,10 @@ PlainSequence plain_sequence(const models::Model& model, std::int64_t b, std::ui
   return out;
 }
 
-// A size's plain sequences, part by part; the trace keeps their medians.
+// A size's plain sequences, part by part. What the cost model reads (a further micro-batch, the
+// first, zeroing, the optimizer) is the median over all of them, the repeats' and the timing
+// rounds'; plain_step_ns the median over the repeats alone, the window the profiled steps were
+// timed in, so that their ratio is the profiler's overhead.
 class SequenceTimes {
  public:
   void add(const PlainSequence& plain) {
@@ -346,22 +350,25 @@ class SequenceTimes {
     zero_grad_.push_back(plain.zero_grad_ns);
     first_.push_back(plain.first.data_ns + plain.first.compute_ns);
     later_.push_back(plain.later.data_ns + plain.later.compute_ns);
+    optimizer_.push_back(plain.optimizer_ns);
   }
   void drop_last() {
-    for (auto* times : {&plain_, &zero_grad_, &first_, &later_}) times->pop_back();
+    for (auto* times : {&plain_, &zero_grad_, &first_, &later_, &optimizer_}) times->pop_back();
   }
   // What one more sequence takes, about.
   std::int64_t sequence_ns() const {
-    return plain_.empty() ? 0 : core::median(plain_) + core::median(zero_grad_) + core::median(first_);
+    if (later_.empty()) return 0;
+    return core::median(zero_grad_) + core::median(first_) + core::median(later_) + core::median(optimizer_);
   }
+  std::int64_t plain_step_ns() const { return core::median(plain_); }
   void set_medians(core::StepSample& step) const {
-    step.plain_step_ns = core::median(plain_);
+    step.optimizer_ns = core::median(optimizer_);
     step.sequence = core::StepSequence{core::median(later_), core::median(first_), core::median(zero_grad_),
                                        static_cast<int>(later_.size())};
   }
 
  private:
-  std::vector<std::int64_t> plain_, zero_grad_, first_, later_;
+  std::vector<std::int64_t> plain_, zero_grad_, first_, later_, optimizer_;
 };
 
 // What profiling may allocate on the host, and what a batch needs of it. On the CPU the host's
@@ -1014,15 +1021,12 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
 
     std::int64_t static_bytes = runtime::optimizer_state_bytes(*optimizer) + trace.model_extra_bytes;
     for (const auto& p : parameters) static_bytes += runtime::tensor_bytes(p) + runtime::tensor_bytes(p.grad());
-    std::vector<std::int64_t> step_ns, optimizer_ns;
-    for (const auto& run : runs) {
-      step_ns.push_back(run.step_ns);
-      optimizer_ns.push_back(run.optimizer_ns);
-    }
+    std::vector<std::int64_t> step_ns;
+    for (const auto& run : runs) step_ns.push_back(run.step_ns);
     core::StepSample& step = out.step;
     step.batch = b;
     step.step_ns = core::median(step_ns);
-    step.optimizer_ns = core::median(optimizer_ns);
+    step.plain_step_ns = sequences.plain_step_ns();
     sequences.set_medians(step);
     out.sequences = std::move(sequences);
     step.optimizer_transient_bytes = last.optimizer_transient_bytes;
@@ -1092,8 +1096,6 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     });
   }
 
-  calibrate(options.batch_sizes.back());
-
   // Millisecond steps: a shared machine runs at one speed for a few tenths of a second, then at
   // another (an mlp's step in bf16-autocast went 10.5 ms for twenty steps, 14 ms for the next
   // twenty), so a size's repeats, a few tens of milliseconds one after another, saw one speed, and
@@ -1106,7 +1108,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   const int rounds = round_ns > 0 ? static_cast<int>(std::min<std::int64_t>(
                                         kMaxTimingRounds, static_cast<std::int64_t>(kTimingRoundsSeconds * 1e9) / round_ns))
                                   : 0;
-  progress.total += rounds * static_cast<int>(timed.size());
+  progress.total += rounds;
   const runtime::LossScaler* scaler = runtime::loss_scaler_of(*optimizer);
   for (int r = 0; r < rounds; ++r) {
     for (Timed& t : timed) {
@@ -1119,11 +1121,14 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
         // A skipped step's optimizer is the unscaling alone (fp16-autocast): not a sample.
         if (scaler == nullptr || scaler->skipped_steps() == skipped) t.sequences.add(plain);
       });
-      report("timing rounds", t.batch);
     }
+    // Once a round, which runs every size: the batch shown is the largest.
+    report("timing rounds", options.batch_sizes.back());
   }
   model.set_all_variants(core::LayerVariant::Standard);
   for (const Timed& t : timed) t.sequences.set_medians(t.lean ? trace.tempo_steps[t.step] : trace.steps[t.step]);
+
+  calibrate(options.batch_sizes.back());
 
   if (contrastive_samples > 0) {
     contrastive.on_sample = [&](std::int64_t b) { report("contrastive loss", b); };

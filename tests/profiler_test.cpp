@@ -274,7 +274,12 @@ TEST(Profiler, RecordsTheRegimeAndTimesStepsAsSequences) {
   profiler::ProfileOptions options;
   options.batch_sizes = {2, 4};
   options.repeats = 1;
+  profiler::Progress last;
+  options.on_progress = [&](const profiler::Progress& p) { last = p; };
   const core::Trace trace = profiler::profile(model, options);
+  // The total counts what ran, the timing rounds included, and the calibration comes last.
+  EXPECT_EQ(last.step, last.total);
+  EXPECT_EQ(last.phase, "calibration");
   EXPECT_EQ(trace.host_memory_regime, core::regime_of_process());
   EXPECT_NE(trace.host_memory_regime.find("mmap_threshold="), std::string::npos) << trace.host_memory_regime;
   for (const auto& step : trace.steps) {
@@ -283,6 +288,7 @@ TEST(Profiler, RecordsTheRegimeAndTimesStepsAsSequences) {
     EXPECT_GT(step.sequence->micro_batch_ns, 0);
     EXPECT_GT(step.sequence->first_micro_batch_ns, 0);
     EXPECT_GT(step.sequence->zero_grad_ns, 0);
+    EXPECT_GT(step.optimizer_ns, 0);
     // A millisecond step: after every size was profiled, timing rounds (at most 20) timed it again
     // with the others, as many times at every size.
     EXPECT_GT(step.sequence->timed_sequences, options.repeats);
