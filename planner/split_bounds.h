@@ -3,11 +3,11 @@
 // best do, so that a search can set a whole range aside at once (plan_search.cpp) instead of
 // weighing each of its splits. Between two of the trace's batch sizes, and past the last,
 // core::CostModel gives every time as one affine function of the micro-batch size scaled by the
-// ratio of two more, and every byte count as one affine function (rounded to whole bytes) between
-// multiples of the blocks some transients are allocated in as well, below the last size
-// (CostModel::blocks: such a transient is constant from one multiple to the next there). Over such a range a level of a step's walk,
-// a sum of byte counts, is least at an end, and so is a time per sample; the bounds here rest on
-// that and on nothing the search chooses.
+// ratio of two more, and every byte count as one affine function (rounded to whole bytes), once the
+// ranges are also cut at the multiples of the blocks some transients are allocated in below the
+// last size (CostModel::blocks: such a transient is constant from one multiple to the next there).
+// Over such a range a level of a step's walk, a sum of byte counts, is least at an end, and so is a
+// time per sample; the bounds here rest on that and on nothing the search chooses.
 #include <cstdint>
 #include <vector>
 
@@ -24,9 +24,8 @@ struct SizeRange {
 };
 
 // Sizes 1 to `largest` cut at the trace's batch sizes and at the multiples of costs.blocks() below
-// the last of them: over
-// each range every number core::CostModel gives follows one affine function, and every time does
-// over each range widened one size down.
+// the last of them: over each range every number core::CostModel gives follows one affine function,
+// and every time does over each range widened one size down.
 std::vector<SizeRange> affine_ranges(const core::CostModel& costs, std::int64_t largest);
 
 // Whether, from `lo`'s size to `hi`'s (one of affine_ranges), every byte count batch_costs gives
