@@ -88,4 +88,27 @@ inline core::Trace make_small_cuda_trace() {
   return t;
 }
 
+// The small trace profiled at `sizes`: each layer's samples its first one's, at each size, with
+// `set(layer, k, sample)` filling in what the test measures; one step per size.
+template <typename Set>
+void resample(core::Trace& trace, const std::vector<std::int64_t>& sizes, const Set& set) {
+  trace.batch_sizes = sizes;
+  for (auto& layer : trace.layers) {
+    const auto first = layer.samples.front();
+    layer.samples.clear();
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      auto s = first;
+      s.batch = sizes[k];
+      set(layer, k, s);
+      layer.samples.push_back(s);
+    }
+  }
+  auto step = trace.steps.front();
+  trace.steps.clear();
+  for (const auto b : sizes) {
+    step.batch = b;
+    trace.steps.push_back(step);
+  }
+}
+
 }  // namespace headroom::testing
