@@ -109,7 +109,7 @@ std::int64_t blocked_batch(const std::vector<std::int64_t>& xs, std::int64_t bat
 
 }  // namespace
 
-CostModel::CostModel(const Trace& trace) : trace_(&trace) {
+CostModel::CostModel(const Trace& trace, Between between) : trace_(&trace) {
   param_bytes_ = trace.param_bytes();
 
   for (const auto& layer : trace.layers) {
@@ -129,7 +129,21 @@ CostModel::CostModel(const Trace& trace) : trace_(&trace) {
       series.block[field] = staircase_block(trace.batch_sizes, series.bytes[field]);
     }
   }
-  share_the_products_block();
+  if (between == Between::Bound) {
+    share_the_products_block();
+  } else {
+    const auto on_the_line = [](auto& series) {
+      for (auto& slack : series.slack) std::fill(slack.begin(), slack.end(), 0.0);
+      series.block.fill(1);
+    };
+    for (auto& series : layers_) on_the_line(series);
+    for (auto& series : lean_layers_) {
+      if (series) on_the_line(*series);
+    }
+    for (auto& series : checkpointed_) {
+      if (series) on_the_line(*series);
+    }
+  }
 
   std::vector<std::int64_t> inputs, optimizer_transient;
   for (std::size_t k = 0; k < trace.steps.size(); ++k) {

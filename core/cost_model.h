@@ -28,7 +28,12 @@ namespace headroom::core {
 
 class CostModel {
  public:
-  explicit CostModel(const Trace& trace);
+  // How a transient's bytes are read between the profiled sizes. Bound: with its segment's slack
+  // and its block, so that a plan never counts on less than may run there. Line: on the line
+  // through the profiled sizes around it, what runs where no kernel's scratch steps between them,
+  // against which a plan says how much of its peak is the bound's (core/unprofiled_sizes.h).
+  enum class Between { Bound, Line };
+  explicit CostModel(const Trace& trace, Between between = Between::Bound);
 
   const Trace& trace() const { return *trace_; }
   std::size_t layer_count() const { return trace_->layers.size(); }

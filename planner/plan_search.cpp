@@ -13,6 +13,7 @@
 #include "core/errors.h"
 #include "core/static_memory.h"
 #include "core/units.h"
+#include "core/unprofiled_sizes.h"
 #include "planner/data_parallel_model.h"
 #include "planner/device_error.h"
 #include "planner/infcl_model.h"
@@ -928,6 +929,12 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
     plan.peak_at = expanded.prediction.peak_at;
   }
   plan.predicted_parts = predicted_parts({trace, costs, graph, request, plan.choice});
+  // Where micro-batches lie between the profiled sizes, how much of the peak is the bound's.
+  if (!core::sizes_between_profiled(plan.choice.micro_batches, trace).empty()) {
+    const core::CostModel on_the_line(trace, core::CostModel::Between::Line);
+    const std::int64_t line_peak = predict_step(on_the_line, graph, plan.choice).peak_bytes;
+    if (auto note = core::bound_between_sizes_note(plan, trace, line_peak)) plan.warnings.push_back(std::move(*note));
+  }
   return plan;
 }
 

@@ -17,29 +17,6 @@ core::Trace committed(const std::string& name) {
   return core::read_trace_file(fs::path(HEADROOM_TRACES_DIR) / name);
 }
 
-// The small trace profiled at `sizes`: each layer's samples its first one's, at each size, with
-// `set(layer, k, sample)` filling in what the test measures; one step per size.
-template <typename Set>
-void resample(core::Trace& trace, const std::vector<std::int64_t>& sizes, const Set& set) {
-  trace.batch_sizes = sizes;
-  for (auto& layer : trace.layers) {
-    const auto first = layer.samples.front();
-    layer.samples.clear();
-    for (std::size_t k = 0; k < sizes.size(); ++k) {
-      auto s = first;
-      s.batch = sizes[k];
-      set(layer, k, s);
-      layer.samples.push_back(s);
-    }
-  }
-  auto step = trace.steps.front();
-  trace.steps.clear();
-  for (const auto b : sizes) {
-    step.batch = b;
-    trace.steps.push_back(step);
-  }
-}
-
 TEST(CostModel, ExactAtSamplesInterpolatedBetween) {
   const core::Trace trace = committed("cpu-bert.json");
   const core::CostModel costs(trace);
@@ -73,7 +50,7 @@ TEST(CostModel, AnIrregularTransientIsBoundedBetweenProfiledSizes) {
   // clip's image.conv2 backward as profiled at two threads, and what it held at 24 and 26.
   const std::vector<std::int64_t> conv_bwd = {346112, 673792, 1356032, 2666752};
   const std::int64_t held_at_24 = 1028352, held_at_26 = 1110272;
-  resample(trace, {8, 16, 32, 64}, [&](const core::LayerProfile& layer, std::size_t k, core::LayerSample& s) {
+  testing::resample(trace, {8, 16, 32, 64}, [&](const core::LayerProfile& layer, std::size_t k, core::LayerSample& s) {
     s.fwd_transient_bytes *= s.batch;
     s.bwd_transient_bytes = layer.name == "fc" ? conv_bwd[k] : s.bwd_transient_bytes * s.batch;
   });
@@ -90,6 +67,13 @@ TEST(CostModel, AnIrregularTransientIsBoundedBetweenProfiledSizes) {
   }
   // The gelu's bytes are a line: nothing added.
   EXPECT_EQ(costs.layer(1, 24).bwd_transient_bytes, trace.layers[1].samples[0].bwd_transient_bytes * 3);
+  // On the line (what a plan weighs its bound against): the line itself, and the same at the
+  // profiled sizes and for a layer whose bytes are a line.
+  const core::CostModel on_the_line(trace, core::CostModel::Between::Line);
+  EXPECT_EQ(on_the_line.layer(0, 24).bwd_transient_bytes, line(24));
+  EXPECT_EQ(on_the_line.layer(0, 26).bwd_transient_bytes, line(26));
+  for (const std::int64_t b : trace.batch_sizes) EXPECT_EQ(on_the_line.layer(0, b).bwd_transient_bytes, costs.layer(0, b).bwd_transient_bytes);
+  EXPECT_EQ(on_the_line.layer(1, 24).bwd_transient_bytes, costs.layer(1, 24).bwd_transient_bytes);
 }
 
 // bfloat16 matrix products' backward scratch grows in blocks of 4 samples (clip's
@@ -109,7 +93,7 @@ TEST(CostModel, ATransientAllocatedInBlocksOfSamplesIsBoundedBetweenProfiledSize
   // is above it, and rounding up would add to that.
   const auto overtaken = [](std::int64_t b) { return std::max<std::int64_t>(20000, 4096 * b); };
   const auto line = [](std::int64_t b) { return 1000 * b + 16; };
-  resample(trace, {1, 2, 4, 8, 16, 32}, [&](const core::LayerProfile& layer, std::size_t, core::LayerSample& s) {
+  testing::resample(trace, {1, 2, 4, 8, 16, 32}, [&](const core::LayerProfile& layer, std::size_t, core::LayerSample& s) {
     const std::int64_t b = s.batch;
     s.fwd_transient_bytes = layer.name == "fc" ? line(b) : staircase(b);
     s.bwd_transient_bytes = layer.name == "fc" ? staircase(b) : layer.name == "fc2" ? line(b) : overtaken(b);
@@ -134,6 +118,14 @@ TEST(CostModel, ATransientAllocatedInBlocksOfSamplesIsBoundedBetweenProfiledSize
     EXPECT_GE(costs.layer(2, b).bwd_transient_bytes, overtaken(b)) << b;
   }
   EXPECT_EQ(costs.layer(2, 5).bwd_transient_bytes, 20000 + (overtaken(8) - 20000) / 4);
+  // On the line no block applies: between 4 and 8 the staircase's bytes are read on the line
+  // through them, under what runs at 5 (what a plan's bound is weighed against), and no range is
+  // cut at a block's multiples.
+  const core::CostModel on_the_line(trace, core::CostModel::Between::Line);
+  EXPECT_TRUE(on_the_line.blocks().empty());
+  EXPECT_EQ(on_the_line.layer(0, 5).bwd_transient_bytes, staircase(4) + (staircase(8) - staircase(4)) / 4);
+  EXPECT_EQ(on_the_line.layer(1, 5).bwd_transient_bytes, line(5));
+  EXPECT_EQ(on_the_line.layer(0, 16).bwd_transient_bytes, staircase(16));
 }
 
 // A block is read at the next multiple, or at the next profiled size where that comes first (a
@@ -146,7 +138,7 @@ TEST(CostModel, ABlockIsReadUpToTheNextProfiledSizeAndNeverForAFallingTransient)
   trace.layers[1].kind = "linear";
   const auto stepped = [](std::int64_t b) { return b <= 8 ? 50000 : 50000 + 3000 * (b - 8); };
   const auto falling = [](std::int64_t b) { return b == 12 ? 50000 : 30000 + 1000 * b; };
-  resample(trace, {1, 2, 4, 8, 12, 16}, [&](const core::LayerProfile& layer, std::size_t, core::LayerSample& s) {
+  testing::resample(trace, {1, 2, 4, 8, 12, 16}, [&](const core::LayerProfile& layer, std::size_t, core::LayerSample& s) {
     const std::int64_t b = s.batch;
     s.bwd_transient_bytes = layer.name == "fc" ? stepped(b) : layer.name == "fc2" ? falling(b) : 100 * b;
   });

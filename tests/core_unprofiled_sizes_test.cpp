@@ -1,6 +1,8 @@
 // execute's word on a peak that missed its prediction at micro-batch sizes the trace lacks: over by
 // more than 1% (the bound between profiled sizes) or under at all (scratch memory that steps between
-// them), with the command that profiles the sizes in; nothing at profiled sizes or on the mark.
+// them), with the command that profiles the sizes in; nothing at profiled sizes or on the mark. And
+// plan's, before anything runs: how far its bound there lies above the line through the sizes
+// around them.
 #include <gtest/gtest.h>
 
 #include "core/unprofiled_sizes.h"
@@ -51,6 +53,33 @@ TEST(UnprofiledSizes, NothingOnTheMarkWithinOnePercentOrAtProfiledSizes) {
   Case failed = run_of({5}, 900, 1000);
   failed.report.status = "out_of_memory";
   EXPECT_EQ(warning_of(failed), "");
+}
+
+TEST(UnprofiledSizes, SizesBetweenTheProfiledOnesAreListedOnceInOrder) {
+  core::Trace trace;
+  trace.batch_sizes = {1, 2, 4, 8, 16};
+  EXPECT_EQ(core::sizes_between_profiled({11, 11, 10, 8, 3, 16, 20}, trace), (std::vector<std::int64_t>{3, 10, 11}));
+  EXPECT_TRUE(core::sizes_between_profiled({16, 16}, trace).empty());
+}
+
+// cnn in bf16 at 2 x 11 + 1 x 10: 4,636,652 bytes predicted, its line through 8 and 16 4,481,260
+// (what ran there).
+TEST(UnprofiledSizes, APlanSaysHowFarItsBoundLiesAboveTheLine) {
+  Case c = run_of({11, 11, 10}, 0, 0);
+  c.plan.predicted.peak_bytes = 4'636'652;
+  const std::string note = core::bound_between_sizes_note(c.plan, c.trace, 4'481'260).value_or("");
+  EXPECT_NE(note.find("micro-batches of 10 and 11 were not profiled: the predicted peak is a bound there, 152 KiB (3.47%) above "
+                      "the line"),
+            std::string::npos)
+      << note;
+  EXPECT_NE(note.find("--batch-sizes 10,11 --add-to t.json -o t.json"), std::string::npos) << note;
+  // Within 1% of the line, at profiled sizes, or with a micro-batch past the largest profiled size
+  // (plan_warnings names that one): nothing.
+  EXPECT_FALSE(core::bound_between_sizes_note(c.plan, c.trace, 4'600'000));
+  c.plan.choice.micro_batches = {8, 8, 16};
+  EXPECT_FALSE(core::bound_between_sizes_note(c.plan, c.trace, 4'481'260));
+  c.plan.choice.micro_batches = {20, 12};
+  EXPECT_FALSE(core::bound_between_sizes_note(c.plan, c.trace, 4'481'260));
 }
 
 }  // namespace

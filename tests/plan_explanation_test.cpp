@@ -4,6 +4,7 @@
 
 #include "planner/plan_explanation.h"
 #include "planner/plan_search.h"
+#include "trace_fixture.h"
 
 namespace headroom {
 namespace {
@@ -101,6 +102,44 @@ TEST(PlanExplanation, CommittedBertPlansSayWhetherMemoryOrSpeedDecided) {
   ASSERT_TRUE(tight.plan);
   EXPECT_EQ(tight.plan->binding_constraint.rfind("memory: the whole batch with nothing applied needs ", 0), 0u)
       << tight.plan->binding_constraint;
+}
+
+// A plan whose micro-batches lie between the profiled sizes says how far its peak, a bound there, is
+// above the line through the sizes around them, with the command that profiles them in; once they
+// are, the plan is exact and says nothing. fc's backward scratch steps up by 400,000 bytes at 20,
+// which 8, 16, 32 and 64 show only as a steeper segment from 16 to 32.
+TEST(PlanExplanation, APlanBetweenProfiledSizesSaysHowMuchOfItsPeakIsTheBound) {
+  const auto held = [](std::int64_t b) { return 40000 * b + (b >= 20 ? 400000 : 0); };
+  const auto profiled_at = [&](const std::vector<std::int64_t>& sizes) {
+    core::Trace trace = testing::make_small_trace();
+    testing::resample(trace, sizes, [&](const core::LayerProfile& layer, std::size_t, core::LayerSample& s) {
+      if (layer.name == "fc") s.bwd_transient_bytes = held(s.batch);
+    });
+    return trace;
+  };
+  planner::PlanRequest request;
+  request.global_batch = 24;
+  request.budget_bytes = 1LL << 30;
+  request.trace_path = "t.json";
+
+  const core::Trace between = profiled_at({8, 16, 32, 64});
+  const auto plan = planner::plan_step(between, request).plan;
+  ASSERT_TRUE(plan);
+  ASSERT_EQ(plan->choice.micro_batches, std::vector<std::int64_t>{24});
+  std::string note;
+  for (const auto& w : plan->warnings) {
+    if (has(w, "were not profiled")) note = w;
+  }
+  // The bound is the scratch that ran (the step at 20 held in full at 24); the line, 200,000 bytes
+  // under it.
+  EXPECT_TRUE(has(note, "micro-batches of 24 were not profiled: the predicted peak is a bound there, 195 KiB (")) << note;
+  EXPECT_TRUE(has(note, "--batch-sizes 24 --add-to t.json -o t.json")) << note;
+
+  const core::Trace measured = profiled_at({8, 16, 24, 32, 64});
+  const auto exact = planner::plan_step(measured, request).plan;
+  ASSERT_TRUE(exact);
+  EXPECT_EQ(exact->predicted.peak_bytes, plan->predicted.peak_bytes);
+  for (const auto& w : exact->warnings) EXPECT_FALSE(has(w, "were not profiled")) << w;
 }
 
 }  // namespace
