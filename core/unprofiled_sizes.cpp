@@ -40,7 +40,8 @@ std::vector<std::int64_t> sizes_between_profiled(const std::vector<std::int64_t>
   std::vector<std::int64_t> sizes;
   if (trace.batch_sizes.empty()) return sizes;
   for (const std::int64_t b : micro_batches) {
-    if (b < trace.batch_sizes.back() && trace.batch_index(b) < 0 && std::find(sizes.begin(), sizes.end(), b) == sizes.end()) {
+    if (b > trace.batch_sizes.front() && b < trace.batch_sizes.back() && trace.batch_index(b) < 0 &&
+        std::find(sizes.begin(), sizes.end(), b) == sizes.end()) {
       sizes.push_back(b);
     }
   }

@@ -15,8 +15,8 @@
 
 namespace headroom::core {
 
-// The sizes among `micro_batches` that lie between the trace's profiled sizes (below its largest and
-// not one of them), ascending, each once.
+// The sizes among `micro_batches` that lie between the trace's profiled sizes (above its smallest,
+// below its largest and not one of them), ascending, each once.
 std::vector<std::int64_t> sizes_between_profiled(const std::vector<std::int64_t>& micro_batches, const Trace& trace);
 
 // A plan's note where its micro-batches lie between the profiled sizes (and none past the largest,

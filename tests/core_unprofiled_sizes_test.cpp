@@ -60,10 +60,12 @@ TEST(UnprofiledSizes, SizesBetweenTheProfiledOnesAreListedOnceInOrder) {
   trace.batch_sizes = {1, 2, 4, 8, 16};
   EXPECT_EQ(core::sizes_between_profiled({11, 11, 10, 8, 3, 16, 20}, trace), (std::vector<std::int64_t>{3, 10, 11}));
   EXPECT_TRUE(core::sizes_between_profiled({16, 16}, trace).empty());
+  trace.batch_sizes = {4, 8};  // below the smallest is not between
+  EXPECT_EQ(core::sizes_between_profiled({2, 5}, trace), (std::vector<std::int64_t>{5}));
 }
 
-// cnn in bf16 at 2 x 11 + 1 x 10: 4,636,652 bytes predicted, its line through 8 and 16 4,481,260
-// (what ran there).
+// cnn in bf16 at 2 x 11 + 1 x 10: 4,636,652 bytes predicted; a line 152 KiB under it (what ran
+// there, 4,481,260 bytes; the line through 8 and 16 read 4,539,577).
 TEST(UnprofiledSizes, APlanSaysHowFarItsBoundLiesAboveTheLine) {
   Case c = run_of({11, 11, 10}, 0, 0);
   c.plan.predicted.peak_bytes = 4'636'652;
