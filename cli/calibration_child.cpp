@@ -67,12 +67,12 @@ std::string run_quietly(std::vector<std::string> args, const std::filesystem::pa
 
 }  // namespace
 
-std::optional<core::Calibration> calibration_from_child(const core::Trace& trace) {
+runtime::MachineTiming calibration_from_child(const core::Trace& trace) {
   const bool cuda = trace.device.is_cuda();
   const int threads = std::min(std::max(trace.profile.threads, 1), runtime::usable_cores());
-  if (std::optional<core::Calibration> cached = runtime::read_cached_calibration(cuda, threads)) return cached;
+  if (std::optional<core::Calibration> cached = runtime::read_cached_calibration(cuda, threads)) return {cached, ""};
 
-  std::string why;
+  std::string why, shared;
   std::optional<core::Calibration> here;
   std::error_code error;
   std::string pattern = (std::filesystem::temp_directory_path(error) / "headroom-calibration.XXXXXX").string();
@@ -83,7 +83,16 @@ std::optional<core::Calibration> calibration_from_child(const core::Trace& trace
     why = run_quietly({"headroom", "calibrate", "--device", cuda ? "cuda" : "cpu", "--threads", std::to_string(threads), "-o",
                        output.string()},
                       directory / "errors.log");
+    // The child's verdict on its own timing window: one taken beside other processes' work it keeps
+    // for no later command, and this one does not compare it either.
     if (why.empty()) {
+      std::error_code unread;
+      const std::string said = std::filesystem::exists(directory / "errors.log", unread) ? core::read_file(directory / "errors.log") : "";
+      if (const auto at = said.find(runtime::kSharedWithOthers); at != std::string::npos) {
+        shared = said.substr(at, said.find(':', at) - at);  // "other processes kept 1.2 cores busy on average while calibrating"
+      }
+    }
+    if (why.empty() && shared.empty()) {
       try {
         here = core::read_calibration(core::JsonNode(nlohmann::json::parse(core::read_file(output)), "$"));
       } catch (const std::exception& e) {
@@ -93,10 +102,9 @@ std::optional<core::Calibration> calibration_from_child(const core::Trace& trace
     std::filesystem::remove_all(directory, error);
   }
   // A CUDA trace read on a machine without one has nothing here to be compared with, as before.
-  if (!why.empty() && !(cuda && why.find(kNoCudaDevice) != std::string::npos)) {
-    std::cerr << "headroom: warning: cannot time this machine (" << why << "); the trace's times are used as recorded\n";
-  }
-  return here;
+  if (cuda && why.find(kNoCudaDevice) != std::string::npos) return {};
+  if (!why.empty()) std::cerr << "headroom: warning: cannot time this machine (" << why << "); the trace's times are used as recorded\n";
+  return {here, shared.empty() ? why : shared};
 }
 
 }  // namespace headroom::cli

@@ -38,9 +38,13 @@ namespace {
 // The trace with its times on this machine, and the line that says where they differ (the plan's
 // warnings carry it; an infeasible answer, which times do not decide, stays one line).
 core::TimesHere times_on_this_machine(const core::Trace& trace, bool no_rescale,
-                                      const std::function<std::optional<core::Calibration>(const core::Trace&)>& calibrate_here) {
+                                      const std::function<runtime::MachineTiming(const core::Trace&)>& calibrate_here) {
   if (!calibrate_here) return {std::nullopt, trace.calibration, ""};
-  return core::times_here(trace, calibrate_here(trace), !no_rescale);
+  const runtime::MachineTiming here = calibrate_here(trace);
+  if (!here.calibration && !here.why_not.empty() && trace.calibration) {
+    return {std::nullopt, trace.calibration, "this machine could not be timed (" + here.why_not + "): the times are the trace's"};
+  }
+  return core::times_here(trace, here.calibration, !no_rescale);
 }
 
 }  // namespace

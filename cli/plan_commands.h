@@ -8,6 +8,7 @@
 
 #include "core/plan.h"
 #include "core/trace.h"
+#include "runtime/calibration_cache.h"
 
 namespace headroom::cli {
 
@@ -25,7 +26,7 @@ struct PlanArgs {
   bool no_rescale = false;  // keep the trace's times where this machine's speed differs
   std::string precision;    // which of the trace's precisions the plan is for; empty: the trace's own
   // Times this machine for the trace (cli/calibration_child.h, given by main); unset: no comparison.
-  std::function<std::optional<core::Calibration>(const core::Trace&)> calibrate_here;
+  std::function<runtime::MachineTiming(const core::Trace&)> calibrate_here;
 };
 // A plan and what `headroom plan` prints about it: the summary, then (computed when called: a
 // precision comparison plans again) what its techniques add and the other precisions' plans.
@@ -49,7 +50,7 @@ std::string strategies_help();
 struct SimulateArgs {
   std::string plan;
   bool no_rescale = false;
-  std::function<std::optional<core::Calibration>(const core::Trace&)> calibrate_here;
+  std::function<runtime::MachineTiming(const core::Trace&)> calibrate_here;
   std::string output;
   std::string chrome;
 };

@@ -52,11 +52,12 @@ class KeepThreads {
 };
 
 // A calibration of this machine at the trace's threads, for the plan to compare the trace's times
-// with: the cache's (what `headroom calibrate` and every profile leave), or measured here.
-std::optional<core::Calibration> calibrate_here(const core::Trace& trace) {
-  if (trace.device.is_cuda()) return std::nullopt;
+// with: the cache's (what `headroom calibrate` and a profile on a quiet machine leave), or measured
+// here; none, with the reason, where other processes shared the cores while it was measured.
+runtime::MachineTiming calibrate_here(const core::Trace& trace) {
+  if (trace.device.is_cuda()) return {};
   const int threads = std::min(std::max(trace.profile.threads, 1), runtime::usable_cores());
-  if (auto cached = runtime::read_cached_calibration(false, threads)) return cached;
+  if (auto cached = runtime::read_cached_calibration(false, threads)) return {cached, ""};
   const KeepThreads keep;
   runtime::use_threads(threads);
   return runtime::cached_calibration(c10::Device(c10::kCPU));

@@ -96,13 +96,17 @@ core::Calibration calibrate(c10::Device device, int runs) {
   return c;
 }
 
-core::Calibration cached_calibration(c10::Device device, int max_age_s) {
+MachineTiming cached_calibration(c10::Device device, int max_age_s) {
   if (std::optional<core::Calibration> c = read_cached_calibration(device.is_cuda(), at::get_num_threads(), max_age_s)) {
-    return *c;
+    return {c, ""};
   }
+  const CpuUsage before = cpu_usage_now();
   core::Calibration c = calibrate(device);
+  if (std::string shared = shared_with_others(before, cpu_usage_now(), c.threads); !device.is_cuda() && !shared.empty()) {
+    return {std::nullopt, shared + " while calibrating"};
+  }
   save_cached_calibration(c);
-  return c;
+  return {c, ""};
 }
 
 }  // namespace headroom::runtime

@@ -22,8 +22,9 @@ core::Calibration calibrate(c10::Device device, int runs = 3);
 
 // A calibration of this machine at the current threads no older than `max_age_s`, from the cache
 // ($XDG_CACHE_HOME/headroom, else ~/.cache/headroom), or else measured now (in this process, in
-// whatever thread-pool regime it runs) and cached. A cache that cannot be read or written is
-// measured around, never an error.
-core::Calibration cached_calibration(c10::Device device, int max_age_s = 3600);
+// whatever thread-pool regime it runs) and cached; none, with the reason, where other processes
+// shared the CPU's cores while it was measured. A cache that cannot be read or written is measured
+// around, never an error.
+MachineTiming cached_calibration(c10::Device device, int max_age_s = 3600);
 
 }  // namespace headroom::runtime

@@ -83,6 +83,14 @@ double cores_busy_with_others(const CpuUsage& before, const CpuUsage& after) {
 
 int cores_taken(double busy_with_others) { return std::max(0, static_cast<int>(std::ceil(busy_with_others - 0.5))); }
 
+std::string shared_with_others(const CpuUsage& before, const CpuUsage& after, int threads) {
+  const double others = cores_busy_with_others(before, after);
+  if (cores_taken(others) == 0 || usable_cores() - cores_taken(others) >= threads) return "";
+  char line[96];
+  std::snprintf(line, sizeof line, "%s%.1f cores busy on average", kSharedWithOthers, others);
+  return line;
+}
+
 IdleCores measure_idle_cores(std::chrono::milliseconds window) {
   IdleCores cores;
   cores.usable = usable_cores();

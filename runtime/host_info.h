@@ -35,6 +35,12 @@ IdleCores measure_idle_cores(std::chrono::milliseconds window = std::chrono::mil
 // The whole cores `busy_with_others` (an average) takes: one for each that other work keeps busy
 // more than half the time.
 int cores_taken(double busy_with_others);
+// Why work at `threads` threads timed between two readings of this CPU's cores is not the machine's
+// own speed ("other processes kept 1.2 cores busy on average"): other processes took whole cores
+// (cores_taken) out of those it needed, leaving fewer idle than `threads`. Empty otherwise (a busy
+// daemon on a 64-core host does not share a 2-thread timing's cores).
+inline constexpr const char* kSharedWithOthers = "other processes kept ";
+std::string shared_with_others(const CpuUsage& before, const CpuUsage& after, int threads);
 
 // Two thread pools share the cores in a step: libgomp's (PyTorch's own kernels, oneDNN's
 // convolutions) and OpenBLAS's (the matrix products). Each spins for a while after its work, on the

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/atomic_file.h"
@@ -192,7 +194,13 @@ TEST(Cli, PlanTimesThisMachineOnceInAChildAndKeepsIt) {
   testing::ScopedEnv cache_home("XDG_CACHE_HOME", (dir / "cache").string());
   const auto first = run("plan " + kTrace + " --budget 300MiB --batch 32 -o " + (dir / "p.json").string());
   ASSERT_EQ(first.exit_code, 0) << first.err;
-  EXPECT_EQ(first.err.find("cannot time"), std::string::npos) << first.err;
+  // Beside another test's load the timing is neither kept nor used (the next test's subject).
+  if (first.out.find("could not be timed (other processes kept") != std::string::npos) {
+    EXPECT_FALSE(fs::exists(dir / "cache" / "headroom")) << first.out;
+    fs::remove_all(dir);
+    GTEST_SKIP() << "other processes shared the machine while it was timed: " << first.out;
+  }
+  EXPECT_EQ(first.out.find("could not be timed"), std::string::npos) << first.out;
   std::vector<fs::path> kept;
   for (const auto& entry : fs::directory_iterator(dir / "cache" / "headroom")) kept.push_back(entry.path());
   ASSERT_EQ(kept.size(), 1u);
@@ -208,7 +216,47 @@ TEST(Cli, PlanTimesThisMachineOnceInAChildAndKeepsIt) {
   cache_home.set((dir / "blocked").string());
   const auto blocked = run("plan " + kTrace + " --budget 300MiB --batch 32 -o " + (dir / "p.json").string());
   EXPECT_EQ(blocked.exit_code, 0) << blocked.err;
-  EXPECT_EQ(blocked.err.find("cannot time"), std::string::npos) << blocked.err;
+  // (Or, beside another test's load, not timed for that reason alone.)
+  const auto note = blocked.out.find("could not be timed");
+  EXPECT_TRUE(note == std::string::npos || blocked.out.compare(note, 41, "could not be timed (other processes kept ") == 0)
+      << blocked.out;
+  fs::remove_all(dir);
+}
+
+// A timing of this machine taken while other processes kept its cores busy is not its speed: one
+// taken beside another job read the matrix product at 63-87 GFLOP/s where the machine runs 180-200,
+// was kept, and every plan for the next hour rescaled its trace to half its speed. `calibrate`
+// prints it but keeps it for no later command; `plan` does not rescale by it, and says why.
+TEST(Cli, ATimingTakenBesideOtherProcessesIsNeitherKeptNorUsed) {
+  const fs::path dir = fs::temp_directory_path() / ("headroom_cli_shared_timing." + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const testing::ScopedEnv cache_home("XDG_CACHE_HOME", (dir / "cache").string());
+  {
+    // As many busy processes as cores, so that whatever the scheduler does, other processes keep
+    // more than half a core busy on average.
+    std::vector<std::unique_ptr<testing::SpinningChild>> load;
+    for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i) {
+      load.push_back(std::make_unique<testing::SpinningChild>(std::chrono::seconds(60)));
+      ASSERT_TRUE(load.back()->started());
+    }
+    const auto timed = run("calibrate -o " + (dir / "c.json").string());
+    ASSERT_EQ(timed.exit_code, 0) << timed.err;
+    EXPECT_TRUE(fs::exists(dir / "c.json"));  // asked for, so written
+    EXPECT_NE(timed.err.find("warning: other processes kept"), std::string::npos) << timed.err;
+    EXPECT_NE(timed.err.find("not kept as the machine's speed"), std::string::npos) << timed.err;
+    EXPECT_FALSE(fs::exists(dir / "cache" / "headroom")) << timed.err;
+
+    const auto planned = run("plan " + kTrace + " --budget 300MiB --batch 32 -o " + (dir / "p.json").string());
+    ASSERT_EQ(planned.exit_code, 0) << planned.err;
+    EXPECT_NE(planned.out.find("this machine could not be timed (other processes kept"), std::string::npos) << planned.out;
+    EXPECT_EQ(planned.out.find("rescaled"), std::string::npos) << planned.out;
+    EXPECT_FALSE(fs::exists(dir / "cache" / "headroom")) << planned.err;
+  }
+  // The trace's own times, as --no-rescale keeps them.
+  const auto unrescaled = run("plan " + kTrace + " --budget 300MiB --batch 32 --no-rescale -o " + (dir / "kept.json").string());
+  ASSERT_EQ(unrescaled.exit_code, 0) << unrescaled.err;
+  EXPECT_EQ(core::read_plan_file(dir / "p.json").predicted, core::read_plan_file(dir / "kept.json").predicted);
   fs::remove_all(dir);
 }
 

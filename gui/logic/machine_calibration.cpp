@@ -45,6 +45,13 @@ void MachineCalibration::process_finished(int exit_code, QProcess::ExitStatus st
     emit finished(std::nullopt, tail.isEmpty() ? QStringLiteral("headroom calibrate exited with code %1").arg(exit_code) : tail);
     return;
   }
+  // `headroom calibrate` warns, and keeps nothing, where other processes shared the cores while it
+  // ran: not the machine's speed, so not compared (as `headroom plan` does not).
+  const QString said = QString::fromUtf8(process_.readAllStandardError());
+  if (const qsizetype at = said.indexOf(QStringLiteral("other processes kept ")); at >= 0) {
+    emit finished(std::nullopt, said.mid(at).section('\n', 0, 0).section(QStringLiteral(": "), 0, 0));
+    return;
+  }
   try {
     const std::string text = core::read_file(output_.toStdString());
     const nlohmann::json document = nlohmann::json::parse(text);

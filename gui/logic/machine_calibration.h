@@ -26,7 +26,8 @@ class MachineCalibration : public QObject {
   bool running() const { return process_.state() != QProcess::NotRunning; }
 
  signals:
-  // The machine's calibration, or nothing with the reason.
+  // The machine's calibration, or nothing with the reason (a failure, or what the calibration
+  // warned of: other processes kept the cores busy while it ran).
   void finished(const std::optional<headroom::core::Calibration>& calibration, const QString& error);
 
  private:
