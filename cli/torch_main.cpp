@@ -195,20 +195,17 @@ int main(int argc, char** argv) {
         throw core::InputError("--device cuda: this libtorch sees no CUDA device");
       }
       runtime::use_threads(calibrate_args.threads > 0 ? calibrate_args.threads : runtime::usable_cores());
-      const bool cpu = calibrate_args.device != "cuda";
-      const runtime::CpuUsage before = runtime::cpu_usage_now();
-      const core::Calibration c = runtime::calibrate(cpu ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, 0));
-      const std::string shared = runtime::shared_with_others(before, runtime::cpu_usage_now(), c.threads);
-      std::cout << c.device << ": " << report::describe_calibration(c) << "\n";
       // Kept for the commands that follow (cli/calibration_child.h), which compare traces with it for
       // an hour: not a CPU timed while other processes shared it (a `plan` run beside another job
-      // timed the matrix product at 63-87 GFLOP/s where the machine runs 180-200, and the plans made
+      // timed the matrix product at 63-87 GFLOP/s where the machine runs 160-200, and the plans made
       // after it rescaled every trace to half its speed).
-      if (cpu && !shared.empty()) {
-        std::cerr << "warning: " << shared << " while calibrating: this timing is not kept as the machine's speed for "
+      const runtime::KeptCalibration timed =
+          runtime::calibrate_and_keep(calibrate_args.device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU));
+      const core::Calibration& c = timed.calibration;
+      std::cout << c.device << ": " << report::describe_calibration(c) << "\n";
+      if (!timed.shared.empty()) {
+        std::cerr << "warning: " << timed.shared << " while calibrating: this timing is not kept as the machine's speed for "
                   << "the commands that follow; calibrate again on a quiet machine\n";
-      } else {
-        runtime::save_cached_calibration(c);
       }
       if (!calibrate_args.output.empty()) core::write_file_atomically(calibrate_args.output, core::to_json(c).dump(2) + "\n");
       return 0;

@@ -100,13 +100,18 @@ MachineTiming cached_calibration(c10::Device device, int max_age_s) {
   if (std::optional<core::Calibration> c = read_cached_calibration(device.is_cuda(), at::get_num_threads(), max_age_s)) {
     return {c, ""};
   }
+  KeptCalibration timed = calibrate_and_keep(device);
+  if (!timed.shared.empty()) return {std::nullopt, timed.shared + " while calibrating"};
+  return {std::move(timed.calibration), ""};
+}
+
+KeptCalibration calibrate_and_keep(c10::Device device) {
   const CpuUsage before = cpu_usage_now();
-  core::Calibration c = calibrate(device);
-  if (std::string shared = shared_with_others(before, cpu_usage_now(), c.threads); !device.is_cuda() && !shared.empty()) {
-    return {std::nullopt, shared + " while calibrating"};
-  }
-  save_cached_calibration(c);
-  return {c, ""};
+  KeptCalibration timed{calibrate(device), ""};
+  // A GPU's kernels do not share the CPU's cores.
+  if (!device.is_cuda()) timed.shared = shared_with_others(before, cpu_usage_now(), timed.calibration.threads);
+  if (timed.shared.empty()) save_cached_calibration(timed.calibration);
+  return timed;
 }
 
 }  // namespace headroom::runtime
