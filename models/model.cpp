@@ -1,6 +1,7 @@
 #include "models/model.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
 
 #include <algorithm>
 
@@ -13,35 +14,51 @@ namespace {
 // Autocast on for one layer's forward, as torch.autocast(device, dtype) is for a Python model's:
 // the state before it is put back after, and leaving the outermost region frees the cast cache (the
 // lower-precision copies of the weights it used; those an op saved for backward live on with it).
+// libtorch 2.4 made the autocast state per device type (is_autocast_enabled(device) and friends)
+// and deprecated the CUDA- and CPU-named calls 1.13 has.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool autocast_enabled(c10::DeviceType device) { return at::autocast::is_autocast_enabled(device); }
+at::ScalarType autocast_dtype(c10::DeviceType device) { return at::autocast::get_autocast_dtype(device); }
+void set_autocast(c10::DeviceType device, bool enabled, at::ScalarType dtype) {
+  at::autocast::set_autocast_enabled(device, enabled);
+  at::autocast::set_autocast_dtype(device, dtype);
+}
+#else
+bool autocast_enabled(c10::DeviceType device) {
+  return device == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+at::ScalarType autocast_dtype(c10::DeviceType device) {
+  return device == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                         : at::autocast::get_autocast_cpu_dtype();
+}
+void set_autocast(c10::DeviceType device, bool enabled, at::ScalarType dtype) {
+  if (device == c10::DeviceType::CUDA) {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+}
+#endif
+
+// Autocast on for one layer's forward, as torch.autocast(device, dtype) is for a Python model's:
+// the state before it is put back after, and leaving the outermost region frees the cast cache (the
+// lower-precision copies of the weights it used; those an op saved for backward live on with it).
 class AutocastRegion {
  public:
   AutocastRegion(core::Precision precision, c10::DeviceType device) : device_(device) {
     if (!core::is_autocast(precision)) return;
     active_ = true;
-    const at::ScalarType dtype = precision == core::Precision::Bf16Autocast ? at::kBFloat16 : at::kHalf;
-    if (device_ == c10::DeviceType::CUDA) {
-      was_enabled_ = at::autocast::is_enabled();
-      was_dtype_ = at::autocast::get_autocast_gpu_dtype();
-      at::autocast::set_enabled(true);
-      at::autocast::set_autocast_gpu_dtype(dtype);
-    } else {
-      was_enabled_ = at::autocast::is_cpu_enabled();
-      was_dtype_ = at::autocast::get_autocast_cpu_dtype();
-      at::autocast::set_cpu_enabled(true);
-      at::autocast::set_autocast_cpu_dtype(dtype);
-    }
+    was_enabled_ = autocast_enabled(device_);
+    was_dtype_ = autocast_dtype(device_);
+    set_autocast(device_, true, precision == core::Precision::Bf16Autocast ? at::kBFloat16 : at::kHalf);
     at::autocast::increment_nesting();
   }
   ~AutocastRegion() {
     if (!active_) return;
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    if (device_ == c10::DeviceType::CUDA) {
-      at::autocast::set_enabled(was_enabled_);
-      at::autocast::set_autocast_gpu_dtype(was_dtype_);
-    } else {
-      at::autocast::set_cpu_enabled(was_enabled_);
-      at::autocast::set_autocast_cpu_dtype(was_dtype_);
-    }
+    set_autocast(device_, was_enabled_, was_dtype_);
   }
   AutocastRegion(const AutocastRegion&) = delete;
   AutocastRegion& operator=(const AutocastRegion&) = delete;

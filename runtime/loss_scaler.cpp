@@ -1,6 +1,7 @@
 #include "runtime/loss_scaler.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <cmath>
 
@@ -19,7 +20,7 @@ LossScaler::LossScaler(c10::Device device, LossScaleOptions options)
 at::Tensor LossScaler::scale(const at::Tensor& loss) const { return loss * scale_; }
 
 bool LossScaler::unscale(const std::vector<at::Tensor>& gradients) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   found_inf_.zero_();
   const at::Tensor inverse = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
   // As the kernel reads it: one float32 value, whatever a gradient's shape or dtype.
@@ -44,7 +45,7 @@ bool LossScaler::unscale(const std::vector<at::Tensor>& gradients) {
 }
 
 void LossScaler::update() {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   if (scale_.is_cuda()) {
     at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor, options_.backoff_factor,
                            options_.growth_interval);

@@ -83,7 +83,8 @@ build() {
     -DCMAKE_CUDA_COMPILER="$cuda_root/bin/nvcc" \
     -DCUDAToolkit_ROOT="$cuda_root" \
     "${nccl[@]}" "${gloo[@]}" \
-    -DHEADROOM_WITH_CUDA=ON -DHEADROOM_WITH_GUI=OFF -DHEADROOM_BUILD_BENCH=OFF -DHEADROOM_BUILD_TESTS=ON
+    -DHEADROOM_WITH_CUDA=ON -DHEADROOM_WITH_GUI=OFF -DHEADROOM_WITH_PYTHON=OFF -DHEADROOM_BUILD_BENCH=OFF \
+    -DHEADROOM_BUILD_TESTS=ON
   # TARGETS="headroom ...": only those. KEEP_GOING=1: build every target that can be built and
   # show every error at once.
   local targets=() keep_going=()

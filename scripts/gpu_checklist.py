@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The GPU checklist in one run on the GPU machine: build against PyTorch's libtorch, profile the
 zoo and a TorchScript model on CUDA, plan and execute at budgets that force checkpointing and
-Tempo, every precision (fp16-autocast's loss scaling among them) on gpt small, Tempo's largest
-batch on bert large, then the test suite; within a deadline.
+Tempo, every precision (fp16-autocast's loss scaling among them) on gpt small, L2L's relay under
+the step's static memory, Tempo's largest batch on bert large, then the test suite; within a
+deadline.
 
   OUT=DIR python3 scripts/gpu_checklist.py [--deadline SECONDS] [--phases build,profile,...] [--dry-run]
 
@@ -159,14 +160,15 @@ def existing_traces():
 
 def plan(trace, budget, batch, strategies, path):
     r = run([H, "plan", trace, "--budget", str(budget), "--batch", str(batch), "--strategies", strategies,
-             "--margin", "0", "-o", path], 60, quiet=True)
+             "--margin", "0", "--no-rescale", "-o", path], 60, quiet=True)
     if r is None or r.returncode or not os.path.exists(path):
         return None
     return json.load(open(path))
 
 
 def execute(plan_path, report_path, steps=6):
-    r = run([H, "execute", plan_path, "--device", DEVICE, "--steps", str(steps), "--warmup", "3", "-o", report_path], 180)
+    r = run([H, "execute", plan_path, "--device", DEVICE, "--steps", str(steps), "--warmup", "3", "--no-rescale", "-o",
+             report_path], 180)
     if r is None or r.returncode or not os.path.exists(report_path):
         return None
     return json.load(open(report_path))
@@ -241,8 +243,9 @@ PRECISIONS = "fp32,bf16-autocast,fp16-autocast,bf16"
 def precisions():
     name, args, batch = PRECISION_MODEL
     say(f"\n## Precisions on {DEVICE} ({name}, each of {PRECISIONS})\n")
-    say("| precision | budget | plan | peak pred | peak meas | peak err | samples/s pred | meas | thr err | warnings |")
-    say("|---|---|---|---|---|---|---|---|---|---|")
+    say("| precision | budget | plan | peak pred | peak meas | peak err | samples/s pred | meas | thr err | grad check "
+        "| warnings |")
+    say("|---|---|---|---|---|---|---|---|---|---|---|")
     for precision in PRECISIONS.split(","):
         if left() < 60:
             say(f"| {precision} | (out of time) | | | | | | | | |")
@@ -252,15 +255,19 @@ def precisions():
         if r is None or r.returncode or not os.path.exists(trace):
             say(f"| {precision} | profile failed: {(r.stdout.strip()[-200:] if r else 'out of time')} | | | | | | | | |")
             continue
+        plain = os.path.join(WORK, f"cuda-{name}.json")
+        if precision == "fp32" and not os.path.exists(plain):
+            shutil.copyfile(trace, plain)  # the execute and l2l phases' trace of this model
         whole = os.path.join(WORK, f"plan-precision-{precision}-whole.json")
         r = run([H, "plan", trace, "--budget", "1TiB", "--batch", str(batch), "--strategies", "none", "--margin", "0",
-                 "-o", whole], 60, quiet=True)
+                 "--no-rescale", "-o", whole], 60, quiet=True)
         if r is None or r.returncode:
             say(f"| {precision} | plan failed | | | | | | | | |")
             continue
         budget = int(json.load(open(whole))["predicted"]["peak_bytes"] * 0.6)
         path = os.path.join(WORK, f"plan-precision-{precision}.json")
-        r = run([H, "plan", trace, "--budget", str(budget), "--batch", str(batch), "-o", path], 60, quiet=True)
+        r = run([H, "plan", trace, "--budget", str(budget), "--batch", str(batch), "--no-rescale", "-o", path], 60,
+                quiet=True)
         if r is None or r.returncode or not os.path.exists(path):
             say(f"| {precision} | {budget / GIB:.2f} GiB | refused | | | | | | | |")
             continue
@@ -273,7 +280,59 @@ def precisions():
         mp, ms = rep["measured"]["peak_bytes"], rep["measured"]["samples_per_second"]
         scaling = [w for w in rep.get("warnings", []) if "loss scaling" in w]
         say(f"| {precision} | {budget / GIB:.2f} GiB | {split_of(p)} | {pp / GIB:.3f} GiB | {mp / GIB:.3f} GiB "
-            f"| {100 * (pp / mp - 1):+.2f}% | {ps:.1f} | {ms:.1f} | {100 * (ps / ms - 1):+.1f}% | {'; '.join(scaling)} |")
+            f"| {100 * (pp / mp - 1):+.2f}% | {ps:.1f} | {ms:.1f} | {100 * (ps / ms - 1):+.1f}% | {grad_check(rep)} "
+            f"| {'; '.join(scaling)} |")
+
+
+def grad_check(report):
+    check = report.get("gradient_check", {})
+    return f"{check['max_rel_diff']:.2g}" if check.get("computed") else "-"
+
+
+# L2L's relay on CUDA (pinned host buffers, copy streams, the host optimizer): budgets under the
+# step's static memory, where nothing but the relay fits; the device peak against the plan's, and
+# the step's time.
+L2L_FRACTIONS = (0.6, 0.35)
+
+
+def l2l(traces):
+    say(f"\n## L2L on {DEVICE} (budgets under the step's static memory)\n")
+    say("| trace | budget | plan | relay | peak pred | peak meas (alloc) | reserved | peak err | samples/s pred | meas "
+        "| thr err | grad check |")
+    say("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in ("gpt-small", "bert-large", "bert-base"):
+        if name not in traces:
+            continue
+        trace, batch = traces[name]
+        one = plan(trace, "1TiB", 1, "none", os.path.join(WORK, "probe.json"))
+        if one is None:
+            say(f"| {name} | plan failed | | | | | | | | | | |")
+            continue
+        static = one["predicted"]["peak_bytes"]
+        for fraction in L2L_FRACTIONS:
+            if left() < 60:
+                say(f"| {name} | (out of time) | | | | | | | | | | |")
+                return
+            budget = int(static * fraction)
+            path = os.path.join(WORK, f"plan-{name}-l2l-{fraction}.json")
+            p = plan(trace, budget, batch, "all", path)
+            if p is None:
+                say(f"| {name} | {budget / GIB:.2f} GiB | refused | | | | | | | | | |")
+                continue
+            relay = p.get("l2l")
+            where = (f"boundaries on the {relay['boundaries']}" + (f", from block {relay['from_block']}"
+                                                                    if "from_block" in relay else "")) if relay else "no relay"
+            rep = execute(path, os.path.join(WORK, f"report-{name}-l2l-{fraction}.json"), steps=4)
+            pp, ps = p["predicted"]["peak_bytes"], p["predicted"]["samples_per_second"]
+            if rep is None:
+                say(f"| {name} | {budget / GIB:.2f} GiB | {split_of(p)} | {where} | {pp / GIB:.3f} GiB | execute failed "
+                    f"| | | {ps:.1f} | | | |")
+                continue
+            mp, ms = rep["measured"]["peak_bytes"], rep["measured"]["samples_per_second"]
+            rs = rep["measured"].get("reserved_bytes", 0)
+            say(f"| {name} | {budget / GIB:.2f} GiB | {split_of(p)} | {where} | {pp / GIB:.3f} GiB | {mp / GIB:.3f} GiB "
+                f"| {rs / GIB:.3f} GiB | {100 * (pp / mp - 1):+.2f}% | {ps:.1f} | {ms:.1f} | {100 * (ps / ms - 1):+.1f}% "
+                f"| {grad_check(rep)} |")
 
 
 def largest_batch(trace, budget, strategies):
@@ -343,12 +402,15 @@ def archive():
                 tar.add(os.path.join(WORK, f), arcname=f)
 
 
+PHASES = ("build", "profile", "execute", "precision", "l2l", "tempo", "test")
+
+
 def main():
     global DEADLINE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--deadline", type=float, default=450)
-    ap.add_argument("--phases", default="build,profile,execute,precision,tempo,test",
-                    help="comma-separated subset of build,profile,execute,precision,tempo,test (a later call on a warm "
+    ap.add_argument("--phases", default=",".join(PHASES),
+                    help=f"comma-separated, run in this order: some of {','.join(PHASES)} (a later call on a warm "
                          "machine finds the build and the traces of an earlier one)")
     ap.add_argument("--models", default="", help="comma-separated subset of the profiled models (default: all)")
     ap.add_argument("--dry-run", action="store_true",
@@ -374,30 +436,30 @@ def main():
     say(f"# GPU checklist, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
     try:
         environment()
-        phases = set(args.phases.split(","))
-        unknown = phases - {"build", "profile", "execute", "precision", "tempo", "test"}
+        phases = args.phases.split(",")
+        unknown = set(phases) - set(PHASES)
         if unknown:
             sys.exit(f"gpu_checklist.py: unknown phase {sorted(unknown)[0]}")
         if args.dry_run:
-            phases -= {"build", "test"}
+            phases = [p for p in phases if p not in ("build", "test")]
         if "build" in phases and not build():
             return
         if not os.path.exists(H):
             say(f"- no {H}: run the build phase first")
             return
-        traces = profile_all() if "profile" in phases else existing_traces()
-        archive()
-        if "execute" in phases:
-            plans_and_executions(traces)
+        # In the order given: a later phase finds the traces an earlier one wrote (precision's fp32
+        # profile serves execute and l2l where profile did not run).
+        for phase in phases:
+            if phase == "profile":
+                profile_all()
+            elif phase in ("execute", "l2l", "tempo"):
+                traces = existing_traces()
+                {"execute": plans_and_executions, "l2l": l2l, "tempo": tempo_largest_batch}[phase](traces)
+            elif phase == "precision":
+                precisions()
+            elif phase == "test":
+                tests()
             archive()
-        if "precision" in phases:
-            precisions()
-            archive()
-        if "tempo" in phases:
-            tempo_largest_batch(traces)
-            archive()
-        if "test" in phases:
-            tests()
     finally:
         archive()
         say(f"\n(checklist took {time.monotonic() - START:.0f} s)")
