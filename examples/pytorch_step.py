@@ -357,7 +357,9 @@ def allocation_events(prof):
 
 def memory_records(prof):
     """The `[memory]` records of the same run as torch.autograd.profiler reads them: (time us, bytes)."""
-    return [(e.start_us(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+    # PyTorch 2.x's events give their start in ns only (1.13's in us only).
+    start_us = (lambda e: e.start_ns() / 1000) if hasattr(torch._C._autograd._KinetoEvent, "start_ns") else (lambda e: e.start_us())
+    return [(start_us(e), e.nbytes()) for e in prof.profiler.kineto_results.events()
             if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
 
 
