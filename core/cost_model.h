@@ -55,7 +55,10 @@ class CostModel {
   std::int64_t gradient_bytes() const { return param_bytes_; }
   std::int64_t optimizer_state_bytes() const { return trace_->optimizer.state_bytes; }
   std::int64_t model_extra_bytes() const { return trace_->model_extra_bytes; }
-  std::int64_t static_bytes() const { return 2 * param_bytes_ + trace_->optimizer.state_bytes + trace_->model_extra_bytes; }
+  std::int64_t workspace_bytes() const { return trace_->workspace_bytes; }
+  std::int64_t static_bytes() const {
+    return 2 * param_bytes_ + trace_->optimizer.state_bytes + trace_->model_extra_bytes + trace_->workspace_bytes;
+  }
 
   std::int64_t input_bytes(std::int64_t batch) const;
   // What a step pays once, whatever its micro-batches: the optimizer step, and in traces that

@@ -21,10 +21,12 @@ inline constexpr std::array<std::string_view, 5> kStreamNames{"compute", "host-t
                                                               "collective"};
 
 // What a block of memory is, for the stacked memory timeline.
-enum class MemoryKind { Parameter, Gradient, OptimizerState, Input, Activation, Transient };
-inline constexpr std::size_t kMemoryKinds = 6;
+// Workspace: what the device's libraries keep allocated between steps (cuBLAS's per thread and
+// stream on CUDA; none on the CPU).
+enum class MemoryKind { Parameter, Gradient, OptimizerState, Workspace, Input, Activation, Transient };
+inline constexpr std::size_t kMemoryKinds = 7;
 inline constexpr std::array<std::string_view, kMemoryKinds> kMemoryKindNames{
-    "parameters", "gradients", "optimizer_state", "input", "activations", "transient"};
+    "parameters", "gradients", "optimizer_state", "workspace", "input", "activations", "transient"};
 
 struct MemoryChange {
   MemoryKind kind = MemoryKind::Activation;

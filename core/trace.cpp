@@ -219,6 +219,8 @@ nlohmann::json to_json(const Trace& trace) {
   if (trace.precision != Precision::Fp32) document["precision"] = std::string(precision_name(trace.precision));
   document["checkpoint_state_bytes"] = trace.checkpoint_state_bytes;
   document["model_extra_bytes"] = trace.model_extra_bytes;
+  if (trace.workspace_bytes > 0) document["workspace_bytes"] = trace.workspace_bytes;
+  if (trace.optimizer.host_ns_per_param > 0) document["optimizer"]["host_ns_per_param"] = trace.optimizer.host_ns_per_param;
   if (trace.link) {
     document["link"] = {{"bytes_per_second", trace.link->bytes_per_second},
                         {"latency_ns", trace.link->latency_ns},
@@ -522,6 +524,7 @@ Trace read_trace(const JsonNode& root, bool nested) {
     trace.checkpoint_state_bytes = root.at("checkpoint_state_bytes").as_int_in(0, std::int64_t{1} << 24);
   }
   if (root.has("model_extra_bytes")) trace.model_extra_bytes = as_bytes(root.at("model_extra_bytes"));
+  if (root.has("workspace_bytes")) trace.workspace_bytes = as_bytes(root.at("workspace_bytes"));
   if (root.has("link")) {
     const auto link = root.at("link");
     CollectiveLink l;
@@ -545,6 +548,13 @@ Trace read_trace(const JsonNode& root, bool nested) {
   trace.optimizer.state_bytes_per_param = optimizer.at("state_bytes_per_param").as_double();
   if (!(trace.optimizer.state_bytes_per_param >= 0 && trace.optimizer.state_bytes_per_param <= 1024)) {
     optimizer.at("state_bytes_per_param").fail("expected a number from 0 to 1024");
+  }
+  if (optimizer.has("host_ns_per_param")) {
+    // Nanoseconds per parameter element: a CPU steps Adam at a few per nanosecond, not one per second.
+    trace.optimizer.host_ns_per_param = optimizer.at("host_ns_per_param").as_double();
+    if (!(trace.optimizer.host_ns_per_param > 0 && trace.optimizer.host_ns_per_param <= 1e9)) {
+      optimizer.at("host_ns_per_param").fail("expected a number above 0, at most 1e9");
+    }
   }
 
   const auto profile = root.at("profile");

@@ -217,6 +217,10 @@ struct OptimizerInfo {
   std::string name;                 // "sgd" or "adam"
   std::int64_t state_bytes = 0;     // measured after the first step
   double state_bytes_per_param = 0; // state bytes per parameter element
+  // A GPU trace's optimizer step on the host, per parameter element: L2L's relay steps its relayed
+  // stages there, on the CPU's cores, not the GPU's. 0 where not measured (a CPU trace's host is
+  // its device; GPU traces from before it was recorded).
+  double host_ns_per_param = 0;
   bool operator==(const OptimizerInfo&) const = default;
 };
 
@@ -257,6 +261,11 @@ struct Trace {
   // loader keeps (a TorchScript module's debug records). Measured as the model is built; 0 in traces
   // from before it was recorded.
   std::int64_t model_extra_bytes = 0;
+  // What the device's libraries keep allocated between steps besides the model's state and batch:
+  // on CUDA, cuBLAS's workspace for each thread and stream that ran a matrix product (32 MiB each
+  // under libtorch 2.x on a Hopper GPU; the forward's thread and autograd's make two). Measured at
+  // the profiled steps' start; 0 on the CPU and in traces from before it was recorded.
+  std::int64_t workspace_bytes = 0;
   // False for a trace from before those two were recorded: its plans may predict a few KiB low.
   bool extras_recorded = true;
   // The link data-parallel workers all-reduce over, measured on this host (`profile --measure-link`:

@@ -616,7 +616,8 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
   core::Schedule schedule;
   schedule.resident = {{MemoryKind::Parameter, costs.param_bytes() + costs.model_extra_bytes()},
                        {MemoryKind::Gradient, costs.gradient_bytes()},
-                       {MemoryKind::OptimizerState, costs.optimizer_state_bytes()}};
+                       {MemoryKind::OptimizerState, costs.optimizer_state_bytes()},
+                       {MemoryKind::Workspace, costs.workspace_bytes()}};
   // A data-parallel worker's communication buckets are counted with the gradients they carry.
   if (const std::int64_t buckets = bucket_buffer_bytes(costs, choice); buckets > 0) {
     schedule.resident.push_back({MemoryKind::Gradient, buckets});

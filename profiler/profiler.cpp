@@ -438,6 +438,7 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
   recorder.set_owner(runtime::MemoryRecorder::kNoOwner);
   recorder.reset_peak();
   step.allocated_at_step_start = recorder.allocated();
+  step.device_allocated_at_step_start = recorder.device_allocated();
   ForwardAttribution forward(recorder, step.layers, step.fwd_reserved_bytes, gpu);
 
   const auto start = Clock::now();
@@ -739,6 +740,37 @@ core::GpuLayerCost gpu_layer_cost(const std::vector<StepMeasurement>& runs, std:
   return g;
 }
 
+}  // namespace
+
+double host_optimizer_ns_per_param(const std::string& optimizer_name, const std::vector<torch::Tensor>& parameters) {
+  // Enough elements that a 16-core host's step takes milliseconds, not microseconds of overhead.
+  constexpr std::int64_t kSampleElements = std::int64_t{16} << 20;
+  constexpr int kTimedSteps = 3;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> copies;
+  std::int64_t elements = 0;
+  for (const auto& p : parameters) {
+    if (elements >= kSampleElements) break;
+    torch::Tensor copy = p.detach().to(torch::kCPU, torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    copy.set_requires_grad(true);
+    copy.mutable_grad() = torch::full_like(copy, 1e-3);
+    elements += copy.numel();
+    copies.push_back(std::move(copy));
+  }
+  if (elements == 0) return 0;
+  auto optimizer = runtime::make_optimizer(optimizer_name, copies);
+  optimizer->step();  // allocates the state, as the relay's first step does: not timed
+  std::vector<std::int64_t> times;
+  for (int i = 0; i < kTimedSteps; ++i) {
+    const auto start = Clock::now();
+    optimizer->step();
+    times.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+  }
+  return static_cast<double>(core::median(std::move(times))) / static_cast<double>(elements);
+}
+
+namespace {
+
 core::GpuStepCost gpu_step_cost(const std::vector<StepMeasurement>& runs) {
   core::GpuStepCost g;
   g.kernel_ns = median_of(runs, [](const StepMeasurement& r) { return r.gpu->attribution.kernel_ns; });
@@ -825,7 +857,8 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   const int calibrations = options.calibrate ? static_cast<int>(options.batch_sizes.size()) + 1 : 0;
   ContrastiveProfileOptions contrastive;
   const int contrastive_samples = contrastive_loss_layer(model) >= 0 ? contrastive.sample_count() : 0;
-  progress.total = passes + calibrations + contrastive_samples +
+  // On CUDA the host's optimizer step is timed last (L2L's relay runs it there).
+  progress.total = passes + calibrations + contrastive_samples + (backend != nullptr ? 1 : 0) +
                    static_cast<int>(options.batch_sizes.size()) *
                        (passes * (options.warmup_steps + 2 * options.repeats) + (opaque.empty() ? 0 : 1));
   const auto report = [&](const char* phase, std::int64_t batch) {
@@ -945,6 +978,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   // optimizer) is timed apart in the plain steps. Warm-up steps first, then plain and profiled
   // steps alternating, so drift over the run (caches, allocator pools, other load) affects both
   // alike and their ratio is the profiler's overhead.
+  std::int64_t workspace_bytes = -1;  // not yet seen
   const auto measure = [&](const models::Batch& batch, std::int64_t b, bool lean) {
     const char* warmup_phase = lean ? "tempo warmup" : "warmup";
     const char* plain_phase = lean ? "tempo plain" : "plain";
@@ -1035,6 +1069,12 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     // Between steps only the static state and the batch are allocated, so the step's peak is them
     // plus the most the recorder saw above its level at the step's start.
     step.peak_bytes = static_bytes + step.input_bytes + (last.peak_allocated - last.allocated_at_step_start);
+    if (device.is_cuda()) {
+      // What else the device held as the step began: the libraries' workspaces (the smallest seen
+      // at any size, so nothing a size left behind is taken for one).
+      const std::int64_t held = std::max<std::int64_t>(last.device_allocated_at_step_start - static_bytes - step.input_bytes, 0);
+      workspace_bytes = workspace_bytes < 0 ? held : std::min(workspace_bytes, held);
+    }
     if (backend != nullptr) {
       step.gpu = gpu_step_cost(runs);
       if (options.on_gpu_step && !lean) options.on_gpu_step(b, *last.gpu);
@@ -1127,6 +1167,11 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   }
   model.set_all_variants(core::LayerVariant::Standard);
   for (const Timed& t : timed) t.sequences.set_medians(t.lean ? trace.tempo_steps[t.step] : trace.steps[t.step]);
+  // The workspaces are held through every step: in each one's peak, and planned as static state.
+  trace.workspace_bytes = std::max<std::int64_t>(workspace_bytes, 0);
+  for (auto* steps : {&trace.steps, &trace.tempo_steps}) {
+    for (auto& step : *steps) step.peak_bytes += trace.workspace_bytes;
+  }
 
   calibrate(options.batch_sizes.back());
 
@@ -1139,6 +1184,10 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   trace.optimizer.state_bytes = runtime::optimizer_state_bytes(*optimizer);
   trace.optimizer.state_bytes_per_param =
       param_elements > 0 ? static_cast<double>(trace.optimizer.state_bytes) / static_cast<double>(param_elements) : 0.0;
+  if (device.is_cuda()) {
+    trace.optimizer.host_ns_per_param = host_optimizer_ns_per_param(options.optimizer, parameters);
+    report("host optimizer", options.batch_sizes.back());
+  }
   return trace;
 }
 

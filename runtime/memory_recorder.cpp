@@ -4,11 +4,12 @@
 
 namespace headroom::runtime {
 
-void MemoryRecorder::reportMemoryUsage(void* ptr, std::int64_t alloc_size, AllocatorTotal /*total_allocated*/,
+void MemoryRecorder::reportMemoryUsage(void* ptr, std::int64_t alloc_size, AllocatorTotal total_allocated,
                                        AllocatorTotal total_reserved, c10::Device device) {
   if (device.type() != device_) return;
   std::lock_guard lock(mutex_);
   reserved_ = static_cast<std::int64_t>(total_reserved);
+  device_allocated_ = static_cast<std::int64_t>(total_allocated);
   reserved_peak_since_mark_ = std::max(reserved_peak_since_mark_, reserved_);
   reserved_peak_ = std::max(reserved_peak_, reserved_);
   if (alloc_size > 0) {
@@ -39,6 +40,11 @@ void MemoryRecorder::set_owner(int owner) {
 std::int64_t MemoryRecorder::allocated() const {
   std::lock_guard lock(mutex_);
   return allocated_;
+}
+
+std::int64_t MemoryRecorder::device_allocated() const {
+  std::lock_guard lock(mutex_);
+  return device_allocated_;
 }
 
 std::int64_t MemoryRecorder::live_bytes_of(int owner) const {

@@ -585,5 +585,29 @@ TEST(TraceMerge, AddedSizesFallIntoPlaceAndMismatchesAreRefused) {
   EXPECT_NE(error(first, other).find("the Tempo pass"), std::string::npos);
 }
 
+// A GPU trace's library workspace and host optimizer rate read back; a trace without them (every
+// CPU trace) writes neither; out of range they are refused by path.
+TEST(TraceJson, TheWorkspaceAndTheHostOptimizerRateRoundTripAndAreChecked) {
+  core::Trace trace = testing::make_small_trace();
+  const json plain = core::to_json(trace);
+  EXPECT_FALSE(plain.contains("workspace_bytes"));
+  EXPECT_FALSE(plain["optimizer"].contains("host_ns_per_param"));
+  trace.workspace_bytes = std::int64_t{64} << 20;
+  trace.optimizer.host_ns_per_param = 1.75;
+  const json document = core::to_json(trace);
+  EXPECT_EQ(document["workspace_bytes"], std::int64_t{64} << 20);
+  EXPECT_EQ(document["optimizer"]["host_ns_per_param"], 1.75);
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+
+  json negative = document;
+  negative["workspace_bytes"] = -1;
+  EXPECT_EQ(read_error(negative).rfind("t.json: $.workspace_bytes:", 0), 0u) << read_error(negative);
+  for (const double rate : {0.0, -1.0, 2e9}) {
+    json bad = document;
+    bad["optimizer"]["host_ns_per_param"] = rate;
+    EXPECT_EQ(read_error(bad), "t.json: $.optimizer.host_ns_per_param: expected a number above 0, at most 1e9") << rate;
+  }
+}
+
 }  // namespace
 }  // namespace headroom

@@ -564,5 +564,46 @@ TEST(L2LPlanner, HandEditedPlansTheRelayCannotRunAreRefused) {
   EXPECT_EQ(why.find('\n'), std::string::npos);
 }
 
+// On a GPU the relay keeps the libraries' workspaces on the device beside its stages, and steps its
+// relayed stages' optimizer on the host's cores at the rate the trace measured there
+// (optimizer.host_ns_per_param), not at the GPU's: an H200's Adam ran 8 times faster than its
+// host's 16 cores. A CPU trace's host is its device: its own optimizer time stands.
+TEST(L2LPlanner, OnCudaTheHostOptimizerStepsAtTheHostsRate) {
+  core::Trace trace = bert_trace();
+  trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
+  const planner::LayerGraph graph(trace);
+  const std::vector<std::int64_t> micro{8, 8};
+  const core::RelayChoice whole_model{false};
+  const auto predict = [&](const core::Trace& t) {
+    const core::CostModel costs(t);
+    const auto p = planner::predict_l2l_step(costs, graph, micro, whole_model);
+    core::StepChoice choice;
+    choice.micro_batches = micro;
+    choice.l2l = whole_model;
+    const auto sim = simulator::simulate(planner::build_schedule(costs, graph, choice));
+    EXPECT_EQ(sim.peak_bytes, p.device_peak_bytes);
+    EXPECT_EQ(sim.makespan_ns, p.step_ns);
+    return p;
+  };
+  const auto cpu = predict(trace);
+  trace.device.kind = "cuda";
+  const auto gpu_rate = predict(trace);
+  EXPECT_EQ(gpu_rate.host_optimizer_ns, cpu.host_optimizer_ns);  // the trace's optimizer time either way
+
+  core::Trace measured = trace;
+  measured.optimizer.host_ns_per_param = 50.0;
+  measured.workspace_bytes = std::int64_t{64} << 20;
+  const auto host_rate = predict(measured);
+  const double elements = static_cast<double>(trace.param_bytes()) / 4;  // float32, every stage relayed
+  EXPECT_NEAR(static_cast<double>(host_rate.host_optimizer_ns), 50.0 * elements, static_cast<double>(host_rate.stages));
+  EXPECT_GT(host_rate.host_optimizer_ns, gpu_rate.host_optimizer_ns);
+  EXPECT_GE(host_rate.step_ns, gpu_rate.step_ns);
+  EXPECT_EQ(host_rate.device_peak_bytes, gpu_rate.device_peak_bytes + measured.workspace_bytes);
+  EXPECT_EQ(host_rate.host_bytes, gpu_rate.host_bytes);
+
+  measured.device.kind = "cpu";
+  EXPECT_EQ(predict(measured).host_optimizer_ns, cpu.host_optimizer_ns);
+}
+
 }  // namespace
 }  // namespace headroom

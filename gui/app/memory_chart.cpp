@@ -17,12 +17,13 @@ namespace headroom::gui {
 
 namespace {
 
-// Parameters, gradients, optimizer state, input, activations, transient: static state in cool
-// colours at the bottom, what the plan changes in warm ones on top.
-const std::array<QColor, core::kMemoryKinds> kKindColours{QColor(70, 110, 170), QColor(110, 150, 200),
-                                                          QColor(160, 190, 225), QColor(150, 150, 150),
-                                                          QColor(235, 150, 60),  QColor(230, 90, 80)};
-const std::array<const char*, core::kMemoryKinds> kKindLabels{"parameters", "gradients", "optimizer state",
+// Parameters, gradients, optimizer state, library workspace, input, activations, transient: static
+// state in cool colours at the bottom, what the plan changes in warm ones on top.
+const std::array<QColor, core::kMemoryKinds> kKindColours{QColor(70, 110, 170),  QColor(110, 150, 200),
+                                                          QColor(160, 190, 225), QColor(200, 212, 225),
+                                                          QColor(150, 150, 150), QColor(235, 150, 60),
+                                                          QColor(230, 90, 80)};
+const std::array<const char*, core::kMemoryKinds> kKindLabels{"parameters", "gradients", "optimizer state", "library workspace",
                                                               "input",      "activations", "transient"};
 const QColor kBudgetColour(200, 40, 40);
 const QColor kBandColour(70, 70, 70);

@@ -273,8 +273,9 @@ std::string memory_hover_text(const MemoryTimeline& timeline, double time_ms) {
     }
   }
   std::int64_t total = 0;
-  static constexpr std::array<const char*, core::kMemoryKinds> kKinds{"parameters", "gradients", "optimizer state",
-                                                                      "input",      "activations", "transient"};
+  static constexpr std::array<const char*, core::kMemoryKinds> kKinds{"parameters", "gradients",   "optimizer state",
+                                                                      "library workspace", "input", "activations",
+                                                                      "transient"};
   for (std::size_t k = 0; k < core::kMemoryKinds; ++k) {
     const std::int64_t bytes = timeline.bytes[at][k];
     total += bytes;
