@@ -47,7 +47,7 @@ ChromeTrace profile_step_chrome(const Trace& trace, std::int64_t batch) {
   out.name_process(kPid, trace.model.name + " on " + trace.device.kind + ", batch " + std::to_string(batch));
   out.name_thread(kPid, kComputeLane, "compute");
 
-  const std::int64_t base = step.static_bytes + step.input_bytes;
+  const std::int64_t base = step.static_bytes + trace.workspace_bytes + step.input_bytes;
   std::int64_t now = 0, kept = 0;
   out.add_counter(kPid, "memory", now, {{"allocated_bytes", base}});
   for (const auto& layer : trace.layers) {

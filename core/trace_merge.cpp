@@ -100,8 +100,19 @@ Trace merge_one(const Trace& base, Trace added) {
     if (layer.tempo) layer.tempo->samples = merged(base.layers[k].tempo->samples, more.tempo->samples, order);
     if (!layer.checkpointed.empty()) layer.checkpointed = merged(base.layers[k].checkpointed, more.checkpointed, order);
   }
-  out.steps = merged(base.steps, added.steps, order);
-  if (out.has_tempo()) out.tempo_steps = merged(base.tempo_steps, added.tempo_steps, order);
+  // Each step's peak carries its own trace's library workspace (a GPU's): the merged trace keeps the
+  // smaller, and each step's peak is made to carry that.
+  out.workspace_bytes = std::min(base.workspace_bytes, added.workspace_bytes);
+  const auto carrying = [&](std::vector<StepSample> steps, std::int64_t workspace) {
+    for (auto& s : steps) s.peak_bytes -= workspace - out.workspace_bytes;
+    return steps;
+  };
+  out.steps = merged(carrying(base.steps, base.workspace_bytes), carrying(added.steps, added.workspace_bytes), order);
+  if (out.has_tempo()) {
+    out.tempo_steps =
+        merged(carrying(base.tempo_steps, base.workspace_bytes), carrying(added.tempo_steps, added.workspace_bytes), order);
+  }
+  if (out.optimizer.host_ns_per_param <= 0) out.optimizer.host_ns_per_param = added.optimizer.host_ns_per_param;
   return out;
 }
 

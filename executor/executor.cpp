@@ -344,18 +344,27 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
       // Under fp16-autocast the reference scales its loss as the plan's step does (GradScaler's
       // scale, divided out after): unscaled, float16's small gradients underflow to zero and the
       // reference, not the plan, would be what differs (0.24 against 0.001 from float32, gpt small
-      // on an H200). The float32 pass leaves it out.
+      // on an H200). Where the scale overflows the whole batch it is halved, as GradScaler backs
+      // off. The float32 pass leaves it out.
       const runtime::LossScaler* scaler = runtime::loss_scaler_of(*training.optimizer);
       const auto full_batch_gradients = [&] {
-        const double scale = scaler != nullptr && model.context().precision == core::Precision::Fp16Autocast
-                                 ? scaler->current_scale()
-                                 : 1.0;
-        without_ring(model, [&] { (model.forward(concatenate(micro)) * scale).backward(); });
-        auto gradients = take_gradients(parameters);
-        if (scale != 1.0) {
-          for (auto& g : gradients) g.div_(scale);
+        double scale = scaler != nullptr && model.context().precision == core::Precision::Fp16Autocast
+                           ? scaler->current_scale()
+                           : 1.0;
+        while (true) {
+          without_ring(model, [&] { (model.forward(concatenate(micro)) * scale).backward(); });
+          auto gradients = take_gradients(parameters);
+          const bool finite = std::all_of(gradients.begin(), gradients.end(),
+                                          [](const torch::Tensor& g) { return at::isfinite(g).all().item<bool>(); });
+          if (scale > 1.0 && !finite) {
+            scale /= 2;
+            continue;
+          }
+          if (scale != 1.0) {
+            for (auto& g : gradients) g.div_(scale);
+          }
+          return gradients;
         }
-        return gradients;
       };
       const auto full = full_batch_gradients();
       check.max_rel_diff = max_relative_difference(accumulated, full);

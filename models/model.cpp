@@ -11,9 +11,6 @@ namespace headroom::models {
 
 namespace {
 
-// Autocast on for one layer's forward, as torch.autocast(device, dtype) is for a Python model's:
-// the state before it is put back after, and leaving the outermost region frees the cast cache (the
-// lower-precision copies of the weights it used; those an op saved for backward live on with it).
 // libtorch 2.4 made the autocast state per device type (is_autocast_enabled(device) and friends)
 // and deprecated the CUDA- and CPU-named calls 1.13 has.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)

@@ -74,7 +74,8 @@ struct L2LPrediction {
   // The three lanes of the relay's step (l2l_schedule draws them): the device computing, the copies
   // (parameters in at the trace's host-to-device bandwidth, gradients out at its device-to-host one;
   // 0 where the trace measured none), the host optimizer stepping each stage (the trace's optimizer
-  // time shared by parameter bytes: a CPU trace measured it on the host).
+  // time shared by parameter bytes: a CPU trace measured it on the host; a GPU trace at the host's
+  // own rate, optimizer.host_ns_per_param, where it measured one).
   std::int64_t copy_ns = 0;
   std::int64_t host_optimizer_ns = 0;
   std::int64_t step_ns = 0;             // the three lanes as the relay orders them

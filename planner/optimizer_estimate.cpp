@@ -38,6 +38,9 @@ core::Trace with_estimated_optimizer(const core::Trace& trace, const std::string
   out.optimizer.name = optimizer;
   out.optimizer.state_bytes = state;
   out.optimizer.state_bytes_per_param = kept_per_param;
+  // The host's rate was measured for the trace's optimizer, not this one: L2L's host lane falls back
+  // to the trace's optimizer time.
+  out.optimizer.host_ns_per_param = 0;
   for (auto& step : out.steps) {
     step.static_bytes += state_change;
     step.peak_bytes += state_change;

@@ -125,11 +125,14 @@ std::string binding_constraint(const ChoiceFacts& f) {
 }
 
 std::string infeasible_reason(std::int64_t budget_bytes, std::int64_t limit_bytes, std::int64_t floor_bytes,
-                              const std::string& strategies, std::int64_t least_peak, std::int64_t smallest_budget) {
+                              const std::string& strategies, std::int64_t least_peak, std::int64_t smallest_budget,
+                              bool floor_has_workspace) {
   return "no plan fits " + core::format_bytes(budget_bytes) + " (" + core::format_bytes(limit_bytes) +
          " after the margin)" +
          (limit_bytes < floor_bytes ? ", which is below the parameters, gradients and optimizer state with the "
-                                      "optimizer's temporaries (" + core::format_bytes(floor_bytes) + ")"
+                                      "optimizer's temporaries" +
+                                          std::string(floor_has_workspace ? " and the device libraries' workspace" : "") +
+                                          " (" + core::format_bytes(floor_bytes) + ")"
                                     : "") +
          "; with strategies " + (strategies.empty() ? "none" : strategies) + " the step needs at least " +
          core::format_bytes(least_peak) + ", so the budget must be at least " + core::format_bytes_at_least(smallest_budget);

@@ -54,10 +54,12 @@ struct ChoiceFacts {
 // "memory: …" (the whole batch does not fit; then what memory forced and what speed chose).
 std::string binding_constraint(const ChoiceFacts& facts);
 
-// Why nothing fits: the budget, the static floor when the limit is below it, the least peak the
-// allowed strategies reach and the budget that would hold it.
+// Why nothing fits: the budget, the static floor when the limit is below it (with the device
+// libraries' workspace where the floor holds one), the least peak the allowed strategies reach and
+// the budget that would hold it.
 std::string infeasible_reason(std::int64_t budget_bytes, std::int64_t limit_bytes, std::int64_t floor_bytes,
-                              const std::string& strategies, std::int64_t least_peak, std::int64_t smallest_budget);
+                              const std::string& strategies, std::int64_t least_peak, std::int64_t smallest_budget,
+                              bool floor_has_workspace = false);
 
 // The plans that lost, best first, at most `count`, each with its verdict against the chosen one.
 std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, const WeighedStep& chosen,

@@ -1027,8 +1027,8 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
                                        space.l2l ? 0
                                                  : costs.static_bytes() + bucket_buffer_bytes(costs, space.base) +
                                                        costs.optimizer_transient_bytes(),
-                                       applied, least,
-                                       outcome.smallest_budget);
+                                       applied, least, outcome.smallest_budget,
+                                       !space.l2l && costs.workspace_bytes() > 0);
     if (budget > core::kMaxPlanBudget) {
       // No plan can be made at it: name it in the reason, offer none.
       outcome.reason += "; that is more than the " + core::format_bytes(core::kMaxPlanBudget) + " a plan may hold";

@@ -438,7 +438,9 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
   recorder.set_owner(runtime::MemoryRecorder::kNoOwner);
   recorder.reset_peak();
   step.allocated_at_step_start = recorder.allocated();
-  step.device_allocated_at_step_start = recorder.device_allocated();
+  // The device's own level now, where the recorder has seen it; else the first report in the step
+  // tells it (a recorder made for this step has seen nothing yet).
+  const std::int64_t device_level = recorder.device_allocated();
   ForwardAttribution forward(recorder, step.layers, step.fwd_reserved_bytes, gpu);
 
   const auto start = Clock::now();
@@ -497,6 +499,7 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
   step.optimizer_ns = ns_between(backward_end, end);
   step.step_ns = ns_between(start, end);
   step.peak_allocated = recorder.peak();
+  step.device_allocated_at_step_start = device_level >= 0 ? device_level : recorder.device_allocated_at_start();
   return step;
 }
 
@@ -751,10 +754,14 @@ double host_optimizer_ns_per_param(const std::string& optimizer_name, const std:
   std::int64_t elements = 0;
   for (const auto& p : parameters) {
     if (elements >= kSampleElements) break;
-    torch::Tensor copy = p.detach().to(torch::kCPU, torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    // In the parameter's own dtype, as the relay keeps it on the host: a bfloat16 one makes the
+    // optimizer keep float32 master weights there too. A piece of a tensor larger than what is
+    // left, so that a billion-element embedding costs no more than the sample.
+    const std::int64_t take = std::min<std::int64_t>(p.numel(), kSampleElements - elements);
+    torch::Tensor copy = p.detach().flatten().narrow(0, 0, take).to(torch::kCPU, p.scalar_type(), false, /*copy=*/true);
     copy.set_requires_grad(true);
     copy.mutable_grad() = torch::full_like(copy, 1e-3);
-    elements += copy.numel();
+    elements += take;
     copies.push_back(std::move(copy));
   }
   if (elements == 0) return 0;
@@ -1069,7 +1076,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     // Between steps only the static state and the batch are allocated, so the step's peak is them
     // plus the most the recorder saw above its level at the step's start.
     step.peak_bytes = static_bytes + step.input_bytes + (last.peak_allocated - last.allocated_at_step_start);
-    if (device.is_cuda()) {
+    if (device.is_cuda() && last.device_allocated_at_step_start >= 0) {
       // What else the device held as the step began: the libraries' workspaces (the smallest seen
       // at any size, so nothing a size left behind is taken for one).
       const std::int64_t held = std::max<std::int64_t>(last.device_allocated_at_step_start - static_bytes - step.input_bytes, 0);

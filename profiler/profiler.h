@@ -75,7 +75,8 @@ struct StepMeasurement {
   std::int64_t optimizer_transient_bytes = 0;
   std::int64_t step_ns = 0;  // forward + backward + optimizer, one clock
   std::int64_t allocated_at_step_start = 0;
-  std::int64_t device_allocated_at_step_start = 0;  // the allocator's own total (CUDA: the device's)
+  // The allocator's own total as the step began (CUDA: everything on the device); -1 where nothing was reported.
+  std::int64_t device_allocated_at_step_start = -1;
   std::int64_t allocated_at_forward_end = 0;
   std::int64_t peak_allocated = 0;
   // The allocator's highest reserve during each layer's forward and backward, and the step's.
@@ -94,9 +95,10 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
                              torch::optim::Optimizer* optimizer, gpu::GpuBackend* gpu = nullptr,
                              bool zero_grad_first = true);
 
-// The optimizer's step on the host's cores per parameter element, timed on float32 CPU copies of
-// (the first 16M elements of) `parameters` with fresh state, its first step left out: the rate at
-// which L2L's relay steps a GPU model's relayed stages on the host. The parameters are untouched.
+// The optimizer's step on the host's cores per parameter element, timed on CPU copies of the first
+// 16M elements of `parameters` (in their dtype, as the relay keeps them on the host) with fresh
+// state, its first step left out: the rate at which L2L's relay steps a GPU model's relayed stages
+// on the host. The parameters are untouched.
 double host_optimizer_ns_per_param(const std::string& optimizer, const std::vector<torch::Tensor>& parameters);
 
 // What each layer keeps for backward of the tensors it touches: each of its inputs, and its own

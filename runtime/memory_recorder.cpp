@@ -10,6 +10,7 @@ void MemoryRecorder::reportMemoryUsage(void* ptr, std::int64_t alloc_size, Alloc
   std::lock_guard lock(mutex_);
   reserved_ = static_cast<std::int64_t>(total_reserved);
   device_allocated_ = static_cast<std::int64_t>(total_allocated);
+  if (device_allocated_at_start_ < 0) device_allocated_at_start_ = device_allocated_ - alloc_size;
   reserved_peak_since_mark_ = std::max(reserved_peak_since_mark_, reserved_);
   reserved_peak_ = std::max(reserved_peak_, reserved_);
   if (alloc_size > 0) {
@@ -45,6 +46,11 @@ std::int64_t MemoryRecorder::allocated() const {
 std::int64_t MemoryRecorder::device_allocated() const {
   std::lock_guard lock(mutex_);
   return device_allocated_;
+}
+
+std::int64_t MemoryRecorder::device_allocated_at_start() const {
+  std::lock_guard lock(mutex_);
+  return device_allocated_at_start_;
 }
 
 std::int64_t MemoryRecorder::live_bytes_of(int owner) const {

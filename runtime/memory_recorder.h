@@ -57,9 +57,11 @@ class MemoryRecorder : public c10::MemoryReportingInfoBase {
 
   // The allocator's own count of reserved bytes at the last report (CUDA's caching allocator).
   std::int64_t reserved() const;
-  // The allocator's own count of allocated bytes at the last report: CUDA's caching allocator counts
-  // everything on the device, from before recording began too (cuBLAS's workspaces among it).
+  // The allocator's own count of allocated bytes: CUDA's caching allocator counts everything on the
+  // device, from before recording began too (cuBLAS's workspaces among it). At the last report, and
+  // as recording began (the first report's total less its own change); -1 until something is reported.
   std::int64_t device_allocated() const;
+  std::int64_t device_allocated_at_start() const;
   // The highest reserved() since the last mark() / reset_peak().
   std::int64_t reserved_peak_since_mark() const;
   std::int64_t reserved_peak() const;
@@ -82,7 +84,8 @@ class MemoryRecorder : public c10::MemoryReportingInfoBase {
   std::int64_t peak_holding_since_mark_ = 0;
   std::int64_t peak_ = 0;
   std::int64_t reserved_ = 0;
-  std::int64_t device_allocated_ = 0;
+  std::int64_t device_allocated_ = -1;
+  std::int64_t device_allocated_at_start_ = -1;
   std::int64_t reserved_peak_since_mark_ = 0;
   std::int64_t reserved_peak_ = 0;
   std::int64_t untracked_frees_ = 0;

@@ -124,6 +124,8 @@ def profile_all():
     say("\n## Profiles on CUDA\n")
     for name, args, batch in PROFILES:
         trace = os.path.join(WORK, f"cuda-{name}.json")
+        if os.path.exists(trace):
+            os.remove(trace)  # a failed profile leaves no earlier call's trace for the later phases
         if args is None:
             export = run([sys.executable, os.path.join(ROOT, "examples", "export_torchvision.py"), "--models", "resnet18",
                           "--image-size", RESNET[0], "--out", WORK], 120)
@@ -248,34 +250,33 @@ def precisions():
     say("|---|---|---|---|---|---|---|---|---|---|---|")
     for precision in PRECISIONS.split(","):
         if left() < 60:
-            say(f"| {precision} | (out of time) | | | | | | | | |")
+            say(f"| {precision} | (out of time) | | | | | | | | | |")
             continue
         trace = os.path.join(WORK, f"{DEVICE}-{name}-{precision}.json")
         r = run([H, "profile", *args, "--precision", precision, "--device", DEVICE, "-o", trace], 150)
         if r is None or r.returncode or not os.path.exists(trace):
-            say(f"| {precision} | profile failed: {(r.stdout.strip()[-200:] if r else 'out of time')} | | | | | | | | |")
+            say(f"| {precision} | profile failed: {(r.stdout.strip()[-200:] if r else 'out of time')} | | | | | | | | | |")
             continue
-        plain = os.path.join(WORK, f"cuda-{name}.json")
-        if precision == "fp32" and not os.path.exists(plain):
-            shutil.copyfile(trace, plain)  # the execute and l2l phases' trace of this model
+        if precision == "fp32":  # the execute and l2l phases' trace of this model, this build's
+            shutil.copyfile(trace, os.path.join(WORK, f"cuda-{name}.json"))
         whole = os.path.join(WORK, f"plan-precision-{precision}-whole.json")
         r = run([H, "plan", trace, "--budget", "1TiB", "--batch", str(batch), "--strategies", "none", "--margin", "0",
                  "--no-rescale", "-o", whole], 60, quiet=True)
         if r is None or r.returncode:
-            say(f"| {precision} | plan failed | | | | | | | | |")
+            say(f"| {precision} | plan failed | | | | | | | | | |")
             continue
         budget = int(json.load(open(whole))["predicted"]["peak_bytes"] * 0.6)
         path = os.path.join(WORK, f"plan-precision-{precision}.json")
         r = run([H, "plan", trace, "--budget", str(budget), "--batch", str(batch), "--no-rescale", "-o", path], 60,
                 quiet=True)
         if r is None or r.returncode or not os.path.exists(path):
-            say(f"| {precision} | {budget / GIB:.2f} GiB | refused | | | | | | | |")
+            say(f"| {precision} | {budget / GIB:.2f} GiB | refused | | | | | | | | |")
             continue
         p = json.load(open(path))
         rep = execute(path, os.path.join(WORK, f"report-precision-{precision}.json"))
         pp, ps = p["predicted"]["peak_bytes"], p["predicted"]["samples_per_second"]
         if rep is None:
-            say(f"| {precision} | {budget / GIB:.2f} GiB | {split_of(p)} | {pp / GIB:.3f} GiB | execute failed | | {ps:.1f} | | | |")
+            say(f"| {precision} | {budget / GIB:.2f} GiB | {split_of(p)} | {pp / GIB:.3f} GiB | execute failed | | {ps:.1f} | | | | |")
             continue
         mp, ms = rep["measured"]["peak_bytes"], rep["measured"]["samples_per_second"]
         scaling = [w for w in rep.get("warnings", []) if "loss scaling" in w]

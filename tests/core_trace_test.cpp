@@ -585,6 +585,25 @@ TEST(TraceMerge, AddedSizesFallIntoPlaceAndMismatchesAreRefused) {
   EXPECT_NE(error(first, other).find("the Tempo pass"), std::string::npos);
 }
 
+// Sizes added from a trace that read another library workspace (or none: one from before it was
+// recorded): the merged trace keeps the smaller, and every step's peak, Tempo's too, carries that one.
+TEST(TraceMerge, StepsCarryTheMergedTracesWorkspace) {
+  core::Trace whole = testing::make_small_tempo_trace();
+  constexpr std::int64_t kWorkspace = std::int64_t{64} << 20;
+  core::Trace first = with_sizes(whole, {0});
+  core::Trace second = with_sizes(whole, {1});
+  second.workspace_bytes = kWorkspace;
+  second.optimizer.host_ns_per_param = 2.5;
+  for (auto* steps : {&second.steps, &second.tempo_steps}) {
+    for (auto& step : *steps) step.peak_bytes += kWorkspace;
+  }
+  whole.optimizer.host_ns_per_param = 2.5;
+  EXPECT_EQ(core::with_batch_sizes_added(first, second), whole);
+  EXPECT_EQ(core::with_batch_sizes_added(second, first).steps, whole.steps);
+  EXPECT_EQ(core::with_batch_sizes_added(second, first).tempo_steps, whole.tempo_steps);
+  EXPECT_EQ(core::with_batch_sizes_added(second, first).workspace_bytes, 0);
+}
+
 // A GPU trace's library workspace and host optimizer rate read back; a trace without them (every
 // CPU trace) writes neither; out of range they are refused by path.
 TEST(TraceJson, TheWorkspaceAndTheHostOptimizerRateRoundTripAndAreChecked) {

@@ -275,6 +275,10 @@ TEST(PlanSearch, AnotherOptimizerIsEstimatedAndSaysSo) {
   // Back to adam: the estimate agrees with what the profiler measured.
   EXPECT_EQ(planner::with_estimated_optimizer(sgd, "adam").optimizer.state_bytes, trace.optimizer.state_bytes);
   EXPECT_THROW(planner::with_estimated_optimizer(trace, "lion"), core::InputError);
+  // A GPU trace's host rate was adam's: another optimizer's L2L host lane falls back to its time.
+  core::Trace gpu = trace;
+  gpu.optimizer.host_ns_per_param = 2.5;
+  EXPECT_EQ(planner::with_estimated_optimizer(gpu, "sgd").optimizer.host_ns_per_param, 0);
 
   auto r = request(300 << 20, 32);
   const auto measured = planner::plan_step(trace, r);
