@@ -2,6 +2,7 @@
 #include <torch/cuda.h>
 
 #include <atomic>
+#include <cmath>
 #include <mutex>
 
 #include "core/affine_fit.h"
@@ -354,29 +355,23 @@ TEST(Profiler, RejectsBadOptions) {
   rejects([](auto& o) { o.device = "tpu"; });
 }
 
-// The host's optimizer rate a GPU trace keeps for L2L's relay: timed on float32 CPU copies (the
-// parameters themselves, and their gradients, untouched), a positive time per element, and Adam's
-// three passes over its state slower per element than SGD's one.
+// The host's optimizer rate a GPU trace keeps for L2L's relay: timed on CPU copies (the parameters
+// themselves, and their gradients, untouched), a positive time per element, of the optimizer named.
 TEST(Profiler, TimesTheHostOptimizerOnCopiesOfTheParameters) {
   auto model = models::build_zoo_model("mlp", {{"input", "256"}, {"hidden", "1024"}, {"depth", "4"}});
   const std::vector<torch::Tensor> parameters = model.parameters();
   std::vector<torch::Tensor> before;
   for (const auto& p : parameters) before.push_back(p.detach().clone());
-  double adam = 0, sgd = 0;
-  // The least of three: a rate, not a race with the other core's work.
-  for (int i = 0; i < 3; ++i) {
-    const double a = profiler::host_optimizer_ns_per_param("adam", parameters);
-    const double s = profiler::host_optimizer_ns_per_param("sgd", parameters);
-    adam = i == 0 ? a : std::min(adam, a);
-    sgd = i == 0 ? s : std::min(sgd, s);
+  for (const char* optimizer : {"adam", "sgd"}) {
+    const double rate = profiler::host_optimizer_ns_per_param(optimizer, parameters);
+    EXPECT_GT(rate, 0) << optimizer;
+    EXPECT_TRUE(std::isfinite(rate)) << optimizer;
   }
-  EXPECT_GT(adam, 0);
-  EXPECT_GT(sgd, 0);
-  EXPECT_GT(adam, sgd);
   for (std::size_t k = 0; k < parameters.size(); ++k) {
     EXPECT_TRUE(torch::equal(parameters[k], before[k]));
     EXPECT_FALSE(parameters[k].grad().defined());
   }
+  EXPECT_THROW(profiler::host_optimizer_ns_per_param("lion", parameters), core::InputError);
   EXPECT_EQ(profiler::host_optimizer_ns_per_param("adam", {}), 0);
 }
 
