@@ -27,6 +27,9 @@ enum class MemoryKind { Parameter, Gradient, OptimizerState, Workspace, Input, A
 inline constexpr std::size_t kMemoryKinds = 7;
 inline constexpr std::array<std::string_view, kMemoryKinds> kMemoryKindNames{
     "parameters", "gradients", "optimizer_state", "workspace", "input", "activations", "transient"};
+// As a legend or a tooltip names them.
+inline constexpr std::array<std::string_view, kMemoryKinds> kMemoryKindLabels{
+    "parameters", "gradients", "optimizer state", "library workspace", "input", "activations", "transient"};
 
 struct MemoryChange {
   MemoryKind kind = MemoryKind::Activation;

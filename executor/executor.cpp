@@ -351,20 +351,20 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
         double scale = scaler != nullptr && model.context().precision == core::Precision::Fp16Autocast
                            ? scaler->current_scale()
                            : 1.0;
-        while (true) {
+        const auto finite = [](const std::vector<torch::Tensor>& gradients) {
+          return std::all_of(gradients.begin(), gradients.end(),
+                             [](const torch::Tensor& g) { return at::isfinite(g).all().item<bool>(); });
+        };
+        std::vector<torch::Tensor> gradients;
+        for (;; scale /= 2) {
           without_ring(model, [&] { (model.forward(concatenate(micro)) * scale).backward(); });
-          auto gradients = take_gradients(parameters);
-          const bool finite = std::all_of(gradients.begin(), gradients.end(),
-                                          [](const torch::Tensor& g) { return at::isfinite(g).all().item<bool>(); });
-          if (scale > 1.0 && !finite) {
-            scale /= 2;
-            continue;
-          }
-          if (scale != 1.0) {
-            for (auto& g : gradients) g.div_(scale);
-          }
-          return gradients;
+          gradients = take_gradients(parameters);
+          if (scale <= 1.0 || finite(gradients)) break;
         }
+        if (scale != 1.0) {
+          for (auto& g : gradients) g.div_(scale);
+        }
+        return gradients;
       };
       const auto full = full_batch_gradients();
       check.max_rel_diff = max_relative_difference(accumulated, full);

@@ -89,6 +89,8 @@ struct StageTransfers {
 
 StageTransfers stage_transfers(const core::CostModel& costs, const std::vector<L2LStage>& stages, int first_relayed) {
   const auto& device = costs.trace().device;
+  const double host_ns_per_param = device.is_cuda() ? costs.trace().optimizer.host_ns_per_param : 0;
+  const int element_bytes = core::parameter_element_bytes(costs.trace().precision);
   std::int64_t total = 0;
   for (const auto& stage : stages) total += stage.parameter_bytes;
   StageTransfers t;
@@ -100,12 +102,8 @@ StageTransfers stage_transfers(const core::CostModel& costs, const std::vector<L
     // The relay packs a stage's parameters (and gradients) in one buffer: one copy each way.
     t.in_ns.push_back(kept ? 0 : device.host_to_device_ns(bytes));
     t.out_ns.push_back(kept ? 0 : device.device_to_host_ns(bytes));
-    const double host_ns_per_param = costs.trace().optimizer.host_ns_per_param;
     const std::int64_t on_host =
-        device.is_cuda() && host_ns_per_param > 0
-            ? std::llround(host_ns_per_param * static_cast<double>(bytes) /
-                           core::parameter_element_bytes(costs.trace().precision))
-            : optimizer;
+        host_ns_per_param > 0 ? std::llround(host_ns_per_param * static_cast<double>(bytes) / element_bytes) : optimizer;
     t.optimizer_ns.push_back(kept ? 0 : on_host);
     t.device_optimizer_ns.push_back(kept ? optimizer : 0);
   }

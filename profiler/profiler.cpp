@@ -771,7 +771,7 @@ double host_optimizer_ns_per_param(const std::string& optimizer_name, const std:
   for (int i = 0; i < kTimedSteps; ++i) {
     const auto start = Clock::now();
     optimizer->step();
-    times.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+    times.push_back(ns_between(start, Clock::now()));
   }
   return static_cast<double>(core::median(std::move(times))) / static_cast<double>(elements);
 }

@@ -23,8 +23,9 @@ const std::array<QColor, core::kMemoryKinds> kKindColours{QColor(70, 110, 170), 
                                                           QColor(160, 190, 225), QColor(200, 212, 225),
                                                           QColor(150, 150, 150), QColor(235, 150, 60),
                                                           QColor(230, 90, 80)};
-const std::array<const char*, core::kMemoryKinds> kKindLabels{"parameters", "gradients", "optimizer state", "library workspace",
-                                                              "input",      "activations", "transient"};
+QString kind_label(std::size_t k) {
+  return QString::fromUtf8(core::kMemoryKindLabels[k].data(), static_cast<qsizetype>(core::kMemoryKindLabels[k].size()));
+}
 const QColor kBudgetColour(200, 40, 40);
 const QColor kBandColour(70, 70, 70);
 
@@ -79,7 +80,7 @@ MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
     uppers_[k] = new QLineSeries(chart);
     lowers_[k] = new QLineSeries(chart);
     areas_[k] = new QAreaSeries(uppers_[k], lowers_[k]);
-    areas_[k]->setName(kKindLabels[k]);
+    areas_[k]->setName(kind_label(k));
     areas_[k]->setColor(kKindColours[k]);
     areas_[k]->setBorderColor(kKindColours[k].darker(115));
     chart->addSeries(areas_[k]);
@@ -219,7 +220,7 @@ void MemoryChart::update_legend(bool with_floor, bool with_peak, bool with_budge
     return QString("<span style='color:%1'>%2</span>&nbsp;%3").arg(colour.name(), symbol, text);
   };
   QStringList entries;
-  for (std::size_t k = 0; k < core::kMemoryKinds; ++k) entries << entry(kKindColours[k], "\u25A0", kKindLabels[k]);
+  for (std::size_t k = 0; k < core::kMemoryKinds; ++k) entries << entry(kKindColours[k], "\u25A0", kind_label(k));
   if (with_peak) entries << entry(QColor(20, 20, 20), "\u25CF", "peak");
   if (with_band) entries << entry(kBandColour, "\u25A8", "repeated micro-batches (each rises and falls within)");
   // Box-drawing dashes: the line breaker treats them as letters, so a symbol stays with its name.

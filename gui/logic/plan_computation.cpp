@@ -273,13 +273,10 @@ std::string memory_hover_text(const MemoryTimeline& timeline, double time_ms) {
     }
   }
   std::int64_t total = 0;
-  static constexpr std::array<const char*, core::kMemoryKinds> kKinds{"parameters", "gradients",   "optimizer state",
-                                                                      "library workspace", "input", "activations",
-                                                                      "transient"};
   for (std::size_t k = 0; k < core::kMemoryKinds; ++k) {
     const std::int64_t bytes = timeline.bytes[at][k];
     total += bytes;
-    if (bytes != 0) text += "\n" + std::string(kKinds[k]) + ": " + core::format_bytes(bytes);
+    if (bytes != 0) text += "\n" + std::string(core::kMemoryKindLabels[k]) + ": " + core::format_bytes(bytes);
   }
   text += "\ntotal: " + core::format_bytes(total);
   if (total == timeline.peak_bytes) text += " (the peak)";
