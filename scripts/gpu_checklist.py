@@ -245,42 +245,46 @@ PRECISIONS = "fp32,bf16-autocast,fp16-autocast,bf16"
 def precisions():
     name, args, batch = PRECISION_MODEL
     say(f"\n## Precisions on {DEVICE} ({name}, each of {PRECISIONS})\n")
-    say("| precision | budget | plan | peak pred | peak meas | peak err | samples/s pred | meas | thr err | grad check "
-        "| warnings |")
-    say("|---|---|---|---|---|---|---|---|---|---|---|")
+    say("| precision | plain step ms at each size | workspace MiB | budget | plan | peak pred | peak meas | peak err "
+        "| samples/s pred | meas | thr err | grad check | warnings |")
+    say("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for precision in PRECISIONS.split(","):
         if left() < 60:
-            say(f"| {precision} | (out of time) | | | | | | | | | |")
+            say(f"| {precision} | | | (out of time) | | | | | | | | | |")
             continue
         trace = os.path.join(WORK, f"{DEVICE}-{name}-{precision}.json")
         r = run([H, "profile", *args, "--precision", precision, "--device", DEVICE, "-o", trace], 150)
         if r is None or r.returncode or not os.path.exists(trace):
-            say(f"| {precision} | profile failed: {(r.stdout.strip()[-200:] if r else 'out of time')} | | | | | | | | | |")
+            say(f"| {precision} | | | profile failed: {(r.stdout.strip()[-200:] if r else 'out of time')} | | | | | | | | | |")
             continue
+        t = json.load(open(trace))
+        # The plain steps are what plans predict from; the workspace is held beside the training state.
+        about = (", ".join(f"{s['batch']}: {s['plain_step_ns'] / 1e6:.1f}" for s in t["steps"]) +
+                 f" | {t.get('workspace_bytes', 0) / (1 << 20):.1f}")
         if precision == "fp32":  # the execute and l2l phases' trace of this model, this build's
             shutil.copyfile(trace, os.path.join(WORK, f"cuda-{name}.json"))
         whole = os.path.join(WORK, f"plan-precision-{precision}-whole.json")
         r = run([H, "plan", trace, "--budget", "1TiB", "--batch", str(batch), "--strategies", "none", "--margin", "0",
                  "--no-rescale", "-o", whole], 60, quiet=True)
         if r is None or r.returncode:
-            say(f"| {precision} | plan failed | | | | | | | | | |")
+            say(f"| {precision} | {about} | plan failed | | | | | | | | | |")
             continue
         budget = int(json.load(open(whole))["predicted"]["peak_bytes"] * 0.6)
         path = os.path.join(WORK, f"plan-precision-{precision}.json")
         r = run([H, "plan", trace, "--budget", str(budget), "--batch", str(batch), "--no-rescale", "-o", path], 60,
                 quiet=True)
         if r is None or r.returncode or not os.path.exists(path):
-            say(f"| {precision} | {budget / GIB:.2f} GiB | refused | | | | | | | | |")
+            say(f"| {precision} | {about} | {budget / GIB:.2f} GiB | refused | | | | | | | | |")
             continue
         p = json.load(open(path))
         rep = execute(path, os.path.join(WORK, f"report-precision-{precision}.json"))
         pp, ps = p["predicted"]["peak_bytes"], p["predicted"]["samples_per_second"]
         if rep is None:
-            say(f"| {precision} | {budget / GIB:.2f} GiB | {split_of(p)} | {pp / GIB:.3f} GiB | execute failed | | {ps:.1f} | | | | |")
+            say(f"| {precision} | {about} | {budget / GIB:.2f} GiB | {split_of(p)} | {pp / GIB:.3f} GiB | execute failed | | {ps:.1f} | | | | |")
             continue
         mp, ms = rep["measured"]["peak_bytes"], rep["measured"]["samples_per_second"]
         scaling = [w for w in rep.get("warnings", []) if "loss scaling" in w]
-        say(f"| {precision} | {budget / GIB:.2f} GiB | {split_of(p)} | {pp / GIB:.3f} GiB | {mp / GIB:.3f} GiB "
+        say(f"| {precision} | {about} | {budget / GIB:.2f} GiB | {split_of(p)} | {pp / GIB:.3f} GiB | {mp / GIB:.3f} GiB "
             f"| {100 * (pp / mp - 1):+.2f}% | {ps:.1f} | {ms:.1f} | {100 * (ps / ms - 1):+.1f}% | {grad_check(rep)} "
             f"| {'; '.join(scaling)} |")
 
@@ -334,6 +338,12 @@ def l2l(traces):
             say(f"| {name} | {budget / GIB:.2f} GiB | {split_of(p)} | {where} | {pp / GIB:.3f} GiB | {mp / GIB:.3f} GiB "
                 f"| {rs / GIB:.3f} GiB | {100 * (pp / mp - 1):+.2f}% | {ps:.1f} | {ms:.1f} | {100 * (ps / ms - 1):+.1f}% "
                 f"| {grad_check(rep)} |")
+            lanes = rep.get("l2l", {})
+            if "measured_lanes" in lanes and "predicted_lanes" in lanes:
+                pl, ml = lanes["predicted_lanes"], lanes["measured_lanes"]
+                say(f"| | lanes s/step pred/meas: " + ", ".join(
+                    f"{k[:-8]} {pl[k]:.4f}/{ml[k]:.4f}" for k in ("compute_seconds", "copy_seconds", "wait_seconds",
+                                                                   "host_optimizer_seconds")) + " | | | | | | | | | | |")
 
 
 def largest_batch(trace, budget, strategies):
@@ -395,6 +405,71 @@ def tests():
         say("  " + l.strip())
 
 
+def symbolized(text):
+    """segv_backtrace.so's frames with our objects' file and line (addr2line) and names demangled."""
+    import re
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"^(/[^(]+)\(([^)]*)\)\[(0x[0-9a-f]+)\]$", line.strip())
+        if not m:
+            out.append(line)
+            continue
+        obj, where, _ = m.groups()
+        if where.startswith("+"):
+            r = subprocess.run(["addr2line", "-Cfpie", obj, where[1:]], capture_output=True, text=True)
+            out.append(f"  {os.path.basename(obj)} {r.stdout.strip() or where}")
+        else:
+            name, _, offset = where.rpartition("+")
+            r = subprocess.run(["c++filt", name], capture_output=True, text=True)
+            out.append(f"  {os.path.basename(obj)} {(r.stdout.strip() or name)[:200]} +{offset}")
+    return "\n".join(out)
+
+
+def crashes():
+    """What crashes torch 2.x builds on the way out (c10d's workers; bf16 on the CPU), run again with
+    a stack printed where it happens; and which copies of nlohmann's JSON are in play."""
+    say(f"\n## Crashes, with their stacks\n")
+    so = os.path.join(WORK, "segv_backtrace.so")
+    r = run(["cc", "-shared", "-fPIC", "-O1", "-o", so, os.path.join(ROOT, "scripts", "segv_backtrace.c")], 60)
+    if r is None or r.returncode:
+        say("- segv_backtrace.so did not build")
+        return
+    torch_dir = subprocess.run([sys.executable, "-c", "import torch, os; print(os.path.dirname(torch.__file__))"],
+                               capture_output=True, text=True).stdout.strip()
+    r = run(["bash", "-c",
+             f"echo 'json.hpp under torch/include:'; find {torch_dir}/include -name json.hpp -path '*nlohmann*'; "
+             f"echo \"ours: $(grep -m3 -h 'define NLOHMANN_JSON_VERSION_' {ROOT}/.gpu-deps/prefix/usr/include/nlohmann/detail/abi_macros.hpp "
+             f"{ROOT}/.gpu-deps/prefix/usr/include/nlohmann/json.hpp 2>/dev/null | tr -s ' ' | tr '\\n' ' ')\"; "
+             f"for f in {torch_dir}/lib/libtorch_cpu.so {torch_dir}/lib/libtorch.so {torch_dir}/lib/libc10.so; do "
+             f"echo \"$f exports: $(nm -DC --defined-only $f 2>/dev/null | grep -o 'nlohmann::[a-z_0-9]*' | sort | uniq -c | tr -s ' ' | tr '\\n' ';')\"; done; "
+             f"echo \"headroom-torch: $(nm -C {H}-torch 2>/dev/null | grep -o 'nlohmann::[a-z_0-9]*' | sort | uniq -c | tr -s ' ' | tr '\\n' ';')\"; "
+             f"echo \"its dynamic nlohmann symbols: $(nm -DC {H}-torch 2>/dev/null | grep -c nlohmann)\""], 60, quiet=True)
+    say("```\n" + (r.stdout.strip() if r else "?") + "\n```")
+    env = dict(os.environ, LD_PRELOAD=so)
+    mlp = os.path.join(WORK, "crash-mlp")
+    runs = [
+        ("bf16 on the CPU: profile", [H, "profile", "--model", "mlp", "--device", "cpu", "--precision", "bf16",
+                                      "--batch-sizes", "1,2,4,8,16", "--repeats", "1", "-o", mlp + "-bf16.json"]),
+        ("bf16 on the CPU: plan", [H, "plan", mlp + "-bf16.json", "--budget", "1TiB", "--batch", "32", "--strategies",
+                                   "none", "-o", mlp + "-bf16-plan.json"]),
+        ("bf16 on the CPU: execute", [H, "execute", mlp + "-bf16-plan.json", "--steps", "2", "--warmup", "1", "-o",
+                                      mlp + "-bf16-report.json"]),
+        ("c10d: profile", [H, "profile", "--model", "mlp", "--set", "input=256", "hidden=512", "depth=4", "--optimizer",
+                           "sgd", "--threads", "1", "--batch-sizes", "1,2,4,8,16", "--repeats", "2", "-o", mlp + "-dp.json"]),
+        ("c10d: plan", [H, "plan", mlp + "-dp.json", "--budget", "1TiB", "--batch", "26", "--strategies", "mbp",
+                        "--devices", "2", "--link", "1GB/s,20us", "-o", mlp + "-dp-plan.json"]),
+        ("c10d: execute --devices 2", [H, "execute", mlp + "-dp-plan.json", "--devices", "2", "--steps", "2",
+                                       "--warmup", "0", "-o", mlp + "-dp-report.json"]),
+    ]
+    for what, cmd in runs:
+        r = run(cmd, 90, env=env, quiet=True)
+        if r is None:
+            say(f"- {what}: not run (out of time)")
+            continue
+        stacks = r.stdout[r.stdout.find("[segv_backtrace]"):] if "[segv_backtrace]" in r.stdout else ""
+        say(f"- {what}: rc {r.returncode}" + (f"\n```\n{symbolized(stacks)[:6000]}\n```" if stacks else ""))
+
+
 def archive():
     """The traces, plans and reports so far, as one file in OUT (kept current after every phase)."""
     with tarfile.open(os.path.join(OUT, "results.tar.gz"), "w:gz") as tar:
@@ -403,7 +478,7 @@ def archive():
                 tar.add(os.path.join(WORK, f), arcname=f)
 
 
-PHASES = ("build", "profile", "execute", "precision", "l2l", "tempo", "test")
+PHASES = ("build", "profile", "execute", "precision", "l2l", "tempo", "crashes", "test")
 
 
 def main():
@@ -458,6 +533,8 @@ def main():
                 {"execute": plans_and_executions, "l2l": l2l, "tempo": tempo_largest_batch}[phase](traces)
             elif phase == "precision":
                 precisions()
+            elif phase == "crashes":
+                crashes()
             elif phase == "test":
                 tests()
             archive()

@@ -176,23 +176,23 @@ void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream, uint8_t* b
   std::free(buffer);
 }
 
+// CUPTI is attached only while recording. Once attached it taxes every kernel launch even with its
+// activity kinds off (10-20% of a step, more where the GPU waits on launches), and the plain
+// steps between the profiled ones are the time plans predict from, so each disable detaches it
+// (cuptiFinalize, after the device is synchronized and the buffers flushed, as CUPTI asks) and
+// the next enable attaches it again.
 class CuptiCollector : public gpu::ActivityCollector {
  public:
   CuptiCollector() {
     if (g_started.exchange(true)) throw std::logic_error("CUPTI activity recording is already running in this process");
-    try {
-      check_cupti(cuptiActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed),
-                  "cuptiActivityRegisterCallbacks");
-    } catch (...) {
-      g_started = false;
-      throw;
-    }
   }
   ~CuptiCollector() override {
-    if (enabled_) {
+    if (attached_) {
       for (const CUpti_ActivityKind kind : kRecordedKinds) cuptiActivityDisable(kind);
+      cudaDeviceSynchronize();
+      cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+      cuptiFinalize();
     }
-    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     std::lock_guard lock(g_completed.mutex);
     g_completed.log = {};
     g_completed.error.clear();
@@ -202,25 +202,39 @@ class CuptiCollector : public gpu::ActivityCollector {
   CuptiCollector& operator=(const CuptiCollector&) = delete;
 
   void set_enabled(bool enabled) override {
-    if (enabled == enabled_) return;
+    if (enabled == attached_) return;
+    if (enabled) {
+      check_cupti(cuptiActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed),
+                  "cuptiActivityRegisterCallbacks");
+      attached_ = true;
+    }
     for (const CUpti_ActivityKind kind : kRecordedKinds) {
       const std::string call = std::string(enabled ? "cuptiActivityEnable" : "cuptiActivityDisable") + "(kind " +
                                std::to_string(kind) + ")";
       check_cupti(enabled ? cuptiActivityEnable(kind) : cuptiActivityDisable(kind), call.c_str());
     }
-    enabled_ = enabled;
+    if (!enabled) {
+      // What completed since the last flush stays in g_completed for the next one.
+      check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+      check_cupti(cuptiFinalize(), "cuptiFinalize");
+      attached_ = false;
+    }
   }
   void push_range(std::uint64_t external_id) override {
+    require_attached("push_range");
     check_cupti(cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, external_id),
                 "cuptiActivityPushExternalCorrelationId");
   }
   void pop_range() override {
+    require_attached("pop_range");
     std::uint64_t id = 0;
     check_cupti(cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id),
                 "cuptiActivityPopExternalCorrelationId");
   }
   gpu::ActivityLog flush() override {
-    check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+    // Detached, every record was flushed as CUPTI let go; calling it now would attach it again.
+    if (attached_) check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
     std::lock_guard lock(g_completed.mutex);
     if (!g_completed.error.empty()) {
       const std::string error = std::move(g_completed.error);
@@ -232,13 +246,18 @@ class CuptiCollector : public gpu::ActivityCollector {
     return log;
   }
   std::uint64_t now_ns() override {
+    require_attached("now_ns");
     std::uint64_t t = 0;
     check_cupti(cuptiGetTimestamp(&t), "cuptiGetTimestamp");
     return t;
   }
 
  private:
-  bool enabled_ = false;
+  // Any CUPTI call attaches CUPTI: outside a recording window one would slow what follows.
+  void require_attached(const char* what) const {
+    if (!attached_) throw std::logic_error(std::string("CUPTI ") + what + " outside a recording window");
+  }
+  bool attached_ = false;
 };
 
 class CudaBackend : public gpu::GpuBackend {

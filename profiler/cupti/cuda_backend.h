@@ -19,7 +19,8 @@ int cuda_device_count();
 // median times of `repeats` copies at sizes from 4 KiB to `transfer_bytes` (CUDA events). Throws std::runtime_error with CUDA's reason.
 core::DeviceInfo probe_cuda_device(int device, std::int64_t transfer_bytes = 256LL << 20, int repeats = 5);
 
-// Starts CUPTI activity recording (one per process: CUPTI's buffers are process-wide).
+// The device's backend, CUPTI's activity recording ready (one per process: CUPTI's buffers are
+// process-wide); CUPTI itself is attached only while recording is enabled.
 // Throws std::runtime_error naming the failing CUPTI call and its result.
 std::unique_ptr<gpu::GpuBackend> make_cuda_backend(int device);
 

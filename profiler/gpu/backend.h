@@ -16,7 +16,8 @@ namespace headroom::profiler::gpu {
 class ActivityCollector {
  public:
   virtual ~ActivityCollector() = default;
-  // Recording is off until enabled; the profiler's plain (overhead reference) steps run with it off.
+  // Recording is off until enabled; the profiler's plain (overhead reference) steps run with it off,
+  // and with nothing of the collector's attached to the launches (CUPTI detached).
   virtual void set_enabled(bool enabled) = 0;
   virtual void push_range(std::uint64_t external_id) = 0;
   virtual void pop_range() = 0;
