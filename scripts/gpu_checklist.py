@@ -430,7 +430,7 @@ def crashes():
     a stack printed where it happens; and which copies of nlohmann's JSON are in play."""
     say(f"\n## Crashes, with their stacks\n")
     so = os.path.join(WORK, "segv_backtrace.so")
-    r = run(["cc", "-shared", "-fPIC", "-O1", "-o", so, os.path.join(ROOT, "scripts", "segv_backtrace.c")], 60)
+    r = run(["cc", "-shared", "-fPIC", "-O1", "-o", so, os.path.join(ROOT, "scripts", "segv_backtrace.c"), "-ldl"], 60)
     if r is None or r.returncode:
         say("- segv_backtrace.so did not build")
         return
