@@ -443,7 +443,9 @@ def crashes():
              f"for f in {torch_dir}/lib/libtorch_cpu.so {torch_dir}/lib/libtorch.so {torch_dir}/lib/libc10.so; do "
              f"echo \"$f exports: $(nm -DC --defined-only $f 2>/dev/null | grep -o 'nlohmann::[a-z_0-9]*' | sort | uniq -c | tr -s ' ' | tr '\\n' ';')\"; done; "
              f"echo \"headroom-torch: $(nm -C {H}-torch 2>/dev/null | grep -o 'nlohmann::[a-z_0-9]*' | sort | uniq -c | tr -s ' ' | tr '\\n' ';')\"; "
-             f"echo \"its dynamic nlohmann symbols: $(nm -DC {H}-torch 2>/dev/null | grep -c nlohmann)\""], 60, quiet=True)
+             f"echo \"its dynamic nlohmann symbols: $(nm -DC {H}-torch 2>/dev/null | grep -c nlohmann)\"; "
+             f"echo \"std::filesystem functions libtorch.so defines: $(nm -DC --defined-only {torch_dir}/lib/libtorch.so | grep -c 'std::filesystem')\"; "
+             f"echo \"headroom-torch's libraries in order: $(readelf -d {H}-torch | grep NEEDED | grep -o '\\[.*\\]' | tr '\\n' ' ')\""], 60, quiet=True)
     say("```\n" + (r.stdout.strip() if r else "?") + "\n```")
     env = dict(os.environ, LD_PRELOAD=so)
     mlp = os.path.join(WORK, "crash-mlp")
