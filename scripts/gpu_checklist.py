@@ -447,6 +447,11 @@ def crashes():
              f"echo \"std::filesystem functions libtorch.so defines: $(nm -DC --defined-only {torch_dir}/lib/libtorch.so | grep -c 'std::filesystem')\"; "
              f"echo \"headroom-torch's libraries in order: $(readelf -d {H}-torch | grep NEEDED | grep -o '\\[.*\\]' | tr '\\n' ' ')\""], 60, quiet=True)
     say("```\n" + (r.stdout.strip() if r else "?") + "\n```")
+    # Which object each of the program's std::filesystem calls reaches (bound at start-up).
+    r = run(["bash", "-c", f"LD_BIND_NOW=1 LD_DEBUG=bindings {H}-torch --help 2>&1 >/dev/null | "
+             "grep 'ZNSt10filesystem' | sed -e 's/^ *[0-9]*: *//' | "
+             "awk '$3 ~ /headroom-torch$/ {print $6, $NF}' | sort | uniq -c | head -20"], 60, quiet=True)
+    say("std::filesystem bindings of headroom-torch:\n```\n" + (r.stdout.strip() if r else "?") + "\n```")
     env = dict(os.environ, LD_PRELOAD=so)
     mlp = os.path.join(WORK, "crash-mlp")
     runs = [
