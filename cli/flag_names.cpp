@@ -20,6 +20,7 @@ const std::map<std::string, std::string>& flags_by_field() {
       {"device", "--device"},
       {"global_batch", "--batch"},
       {"link", "--link"},
+      {"locate_steps", "--locate-steps"},
       {"margin", "--margin"},
       {"margin_fraction", "--margin"},
       {"optimizer", "--optimizer"},

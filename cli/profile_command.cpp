@@ -35,6 +35,11 @@ class ProgressPrinter {
     if (tty_ && p.step == p.total) std::fputc('\n', stderr);
     std::fflush(stderr);
   }
+  // A line of its own, above the progress line.
+  void note(const std::string& text) {
+    if (text.empty()) return;
+    std::fprintf(stderr, "%s%s\n", tty_ ? "\r\033[K" : "", text.c_str());
+  }
 
  private:
   std::string label_;
@@ -151,7 +156,13 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
   // The trace the sizes go into is read, and what can be compared before measuring is, first: a
   // mismatch costs no profiling.
   std::optional<core::Trace> base;
+  if (args.locate_steps) options.locate_steps = *args.locate_steps;
   if (!args.add_to.empty()) {
+    // The sizes added are the user's: a located one could be one the trace has.
+    if (args.locate_steps && *args.locate_steps > 0) {
+      throw core::InputError("--locate-steps: --add-to adds the sizes given and no others; profile them with --batch-sizes");
+    }
+    options.locate_steps = 0;
     base = core::read_trace_file(args.add_to);
     if (base->precisions() != precisions) {
       std::string flag;
@@ -225,6 +236,7 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
     // Said once profiling starts: a bad input is refused with its one line alone.
     options.on_progress = [&printer, &threads_note](const profiler::Progress& p) {
       if (!threads_note.empty()) std::cerr << std::exchange(threads_note, std::string()) << "\n";
+      printer.note(p.note);
       printer(p);
     };
     core::Trace measured = profiler::profile(*model, options);

@@ -26,6 +26,8 @@ struct ProfileArgs {
   bool measure_link = false;
   // A trace to add the batch sizes to (core/trace_merge.h): the result is that trace with them.
   std::string add_to;
+  // ProfileOptions::locate_steps as given (--locate-steps); unset: the default, none with --add-to.
+  std::optional<int> locate_steps;
 };
 
 // A zoo model or a TorchScript file, and only the flags that go with the one given; throws

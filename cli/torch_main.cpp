@@ -83,6 +83,10 @@ void add_profile_options(CLI::App& command, ProfileArgs& args) {
                      "updating float32 master weights); the trace and its plans hold for it alone");
   command.add_flag("!--no-tempo", args.options.tempo,
                    "skip the second pass that measures Tempo's memory-lean layers (bert, gpt); plans then cannot use tempo");
+  command.add_option("--locate-steps", args.locate_steps,
+                     "where a layer's scratch memory may step between two of the sizes by more than 0.5% of the step, "
+                     "profile up to this many sizes more, halving that span, so plans there are exact rather than "
+                     "bounded by the step (default 6; 0: none; not with --add-to)");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/rescale.h"
+#include "core/transient_jumps.h"
 
 namespace headroom::core {
 
@@ -348,4 +349,74 @@ double CostModel::layer_time_scale(std::int64_t batch) const {
   return static_cast<double>(micro_batch_ns(batch)) / static_cast<double>(layer_sum_ns(batch));
 }
 
+// Beside the cost model, so that what it bounds and what is located are one notion: the same
+// transients, the same slack.
+std::vector<TransientJump> transient_jumps(const Trace& trace) {
+  const auto& xs = trace.batch_sizes;
+  std::vector<TransientJump> jumps;
+  for (std::size_t k = 0; k + 1 < xs.size(); ++k) {
+    if (xs[k + 1] - xs[k] > 1) jumps.push_back({xs[k], xs[k + 1], 0, {}, {}});
+  }
+  const auto consider = [&](const std::vector<std::int64_t>& values, const std::string& layer, const std::string& what) {
+    if (values.size() != xs.size()) return;
+    const std::vector<double> slack = segment_slack(xs, values);
+    for (auto& jump : jumps) {
+      const auto k = static_cast<std::size_t>(std::find(xs.begin(), xs.end(), jump.from_batch) - xs.begin());
+      if (slack[k] <= 0 || k + 2 >= xs.size()) continue;
+      // A step: the next segment gives back (nearly) all of this one's excess over the layer's cost
+      // per sample. Bytes that grow ever faster (the standard contrastive loss's B x B logits) make
+      // each segment steeper than the last, and halving them would never end; nor can a step be
+      // told in the last segment, with nothing after it.
+      const double per_sample = slope_of(xs, values, k) - slack[k] / static_cast<double>(xs[k + 1] - xs[k]);
+      if (slope_of(xs, values, k + 1) - per_sample > 0.25 * (slope_of(xs, values, k) - per_sample)) continue;
+      const auto bytes = static_cast<std::int64_t>(std::ceil(slack[k]));
+      if (bytes > jump.bytes) jump = {jump.from_batch, jump.to_batch, bytes, layer, what};
+    }
+  };
+  const auto samples = [&](const std::vector<LayerSample>& of, const std::string& layer, const std::string& variant) {
+    std::vector<std::int64_t> fwd, bwd, held;
+    for (const auto& s : of) {
+      fwd.push_back(s.fwd_transient_bytes);
+      bwd.push_back(s.bwd_transient_bytes);
+      if (s.bwd_inputs_held_extra_bytes) held.push_back(s.bwd_transient_bytes + *s.bwd_inputs_held_extra_bytes);
+    }
+    consider(fwd, layer, variant + "forward scratch");
+    consider(bwd, layer, variant + "backward scratch");
+    consider(held, layer, variant + "backward scratch with its inputs held");
+  };
+  for (const auto& layer : trace.layers) {
+    samples(layer.samples, layer.name, "");
+    if (layer.tempo) samples(layer.tempo->samples, layer.name, "lean ");
+    std::vector<std::int64_t> recompute, bwd;
+    for (const auto& c : layer.checkpointed) {
+      recompute.push_back(c.recompute_transient_bytes);
+      bwd.push_back(c.bwd_transient_bytes);
+    }
+    consider(recompute, layer.name, "recompute scratch");
+    consider(bwd, layer.name, "checkpointed backward scratch");
+  }
+  std::erase_if(jumps, [](const TransientJump& j) { return j.bytes <= 0; });
+  return jumps;
+}
+
+std::vector<std::int64_t> sizes_locating_jumps(const Trace& trace, double share, std::size_t limit) {
+  std::vector<TransientJump> worth;
+  for (const auto& jump : transient_jumps(trace)) {
+    const auto step = std::find_if(trace.steps.begin(), trace.steps.end(),
+                                   [&](const StepSample& s) { return s.batch == jump.to_batch; });
+    if (step != trace.steps.end() && static_cast<double>(jump.bytes) > share * static_cast<double>(step->peak_bytes)) {
+      worth.push_back(jump);
+    }
+  }
+  std::stable_sort(worth.begin(), worth.end(), [](const TransientJump& a, const TransientJump& b) { return a.bytes > b.bytes; });
+  std::vector<std::int64_t> sizes;
+  for (const auto& jump : worth) {
+    if (sizes.size() == limit) break;
+    sizes.push_back((jump.from_batch + jump.to_batch) / 2);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  return sizes;
+}
+
 }  // namespace headroom::core
+

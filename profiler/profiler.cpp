@@ -16,6 +16,7 @@
 #include "core/host_memory.h"
 #include "core/units.h"
 #include "core/statistics.h"
+#include "core/transient_jumps.h"
 #include "models/model_source.h"
 #include "runtime/budget_allocator.h"
 #include "runtime/calibration.h"
@@ -279,6 +280,22 @@ constexpr int kMaxOverflowingSteps = 40;
 // repeats at one size already span seconds.
 constexpr double kTimingRoundsSeconds = 2.0;
 constexpr int kMaxTimingRounds = 20;
+// A step in a layer's scratch memory between two profiled sizes is located where it may be more
+// than this share of the step's peak (a plan there is predicted up to that much over).
+constexpr double kLocateShare = 0.005;
+
+// The trace's samples in ascending batch order (sizes that locate a step are measured after the others).
+void in_batch_order(core::Trace& trace) {
+  const auto by_batch = [](const auto& a, const auto& b) { return a.batch < b.batch; };
+  std::sort(trace.batch_sizes.begin(), trace.batch_sizes.end());
+  for (auto& layer : trace.layers) {
+    std::sort(layer.samples.begin(), layer.samples.end(), by_batch);
+    std::sort(layer.checkpointed.begin(), layer.checkpointed.end(), by_batch);
+    if (layer.tempo) std::sort(layer.tempo->samples.begin(), layer.tempo->samples.end(), by_batch);
+  }
+  std::sort(trace.steps.begin(), trace.steps.end(), by_batch);
+  std::sort(trace.tempo_steps.begin(), trace.tempo_steps.end(), by_batch);
+}
 
 void synchronize(gpu::GpuBackend* gpu) {
   if (gpu != nullptr) gpu->synchronize();
@@ -684,6 +701,10 @@ void check_profile_options(const models::Model& model, const ProfileOptions& opt
     throw core::InputError("warmup_steps: at least one warm-up step is needed (it allocates the optimizer state)");
   }
   if (options.repeats < 1) throw core::InputError("repeats: at least one repeat is needed");
+  if (options.locate_steps < 0 || options.locate_steps > ProfileOptions::kMaxLocateSteps) {
+    throw core::InputError("locate_steps: expected 0 (none) to " + std::to_string(ProfileOptions::kMaxLocateSteps) +
+                           " sizes more, got " + std::to_string(options.locate_steps));
+  }
   if (options.host_memory_bytes < 0) throw core::InputError("host_memory_bytes: expected 0 (what the host has) or more");
   if (options.threads < 0 || options.threads > ProfileOptions::kMaxThreads) {
     throw core::InputError("threads: expected 0 (libtorch's default) to " + std::to_string(ProfileOptions::kMaxThreads) + ", got " +
@@ -865,14 +886,15 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   ContrastiveProfileOptions contrastive;
   const int contrastive_samples = contrastive_loss_layer(model) >= 0 ? contrastive.sample_count() : 0;
   // On CUDA the host's optimizer step is timed last (L2L's relay runs it there).
+  const int per_size_steps = passes * (options.warmup_steps + 2 * options.repeats) + (opaque.empty() ? 0 : 1);
   progress.total = passes + calibrations + contrastive_samples + (backend != nullptr ? 1 : 0) +
-                   static_cast<int>(options.batch_sizes.size()) *
-                       (passes * (options.warmup_steps + 2 * options.repeats) + (opaque.empty() ? 0 : 1));
+                   static_cast<int>(options.batch_sizes.size()) * per_size_steps;
   const auto report = [&](const char* phase, std::int64_t batch) {
     progress.phase = phase;
     progress.batch = batch;
     ++progress.step;
     if (options.on_progress) options.on_progress(progress);
+    progress.note.clear();
   };
 
   std::optional<HostBound> host_bound;
@@ -1107,13 +1129,11 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   // Every size's plain sequences, standard and lean, for the timing rounds.
   struct Timed {
     std::int64_t batch;
-    bool lean;
-    std::size_t step;  // in trace.steps, or trace.tempo_steps where lean
+    bool lean;  // of trace.tempo_steps, else of trace.steps
     SequenceTimes sequences;
   };
   std::vector<Timed> timed;
-  for (const std::int64_t b : options.batch_sizes) {
-    calibrate(b);
+  const auto measure_size = [&](std::int64_t b) {
     within_host_memory([&] {
       where_batch = b;
       where = "data";
@@ -1121,7 +1141,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       Measured standard = measure(batch, b, false);
       for (std::size_t i = 0; i < layer_count; ++i) trace.layers[i].samples.push_back(standard.layers[i]);
       trace.steps.push_back(standard.step);
-      timed.push_back({b, false, trace.steps.size() - 1, std::move(standard.sequences)});
+      timed.push_back({b, false, std::move(standard.sequences)});
       if (!opaque.empty()) {
         where = "checkpointed";
         std::vector<bool> keeps;
@@ -1139,8 +1159,36 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
       model.set_all_variants(core::LayerVariant::Standard);
       for (const std::size_t i : lean_layers) trace.layers[i].tempo->samples.push_back(lean.layers[i]);
       trace.tempo_steps.push_back(lean.step);
-      timed.push_back({b, true, trace.tempo_steps.size() - 1, std::move(lean.sequences)});
+      timed.push_back({b, true, std::move(lean.sequences)});
     });
+  };
+  for (const std::int64_t b : options.batch_sizes) {
+    calibrate(b);
+    measure_size(b);
+  }
+  // Scratch memory that steps between two profiled sizes is bounded there by the whole step
+  // (core/transient_jumps.h): the segments where that is more than kLocateShare of the step are
+  // halved, round by round, until the step lies between neighbours.
+  std::vector<std::int64_t> located;
+  while (located.size() < static_cast<std::size_t>(options.locate_steps)) {
+    const std::vector<std::int64_t> more =
+        core::sizes_locating_jumps(trace, kLocateShare, static_cast<std::size_t>(options.locate_steps) - located.size());
+    if (more.empty()) break;
+    const std::vector<core::TransientJump> jumps = core::transient_jumps(trace);
+    for (const std::int64_t b : more) {
+      progress.total += per_size_steps;
+      for (const auto& jump : jumps) {
+        if (jump.from_batch < b && b < jump.to_batch) {
+          progress.note = jump.layer + "'s " + jump.what + " may step by up to " + core::format_bytes(jump.bytes) +
+                          " between batches " + std::to_string(jump.from_batch) + " and " + std::to_string(jump.to_batch) +
+                          ": profiling " + std::to_string(b) + " as well, to find where";
+        }
+      }
+      trace.batch_sizes.push_back(b);
+      measure_size(b);
+      located.push_back(b);
+    }
+    in_batch_order(trace);
   }
 
   // Millisecond steps: a shared machine runs at one speed for a few tenths of a second, then at
@@ -1173,7 +1221,10 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     report("timing rounds", options.batch_sizes.back());
   }
   model.set_all_variants(core::LayerVariant::Standard);
-  for (const Timed& t : timed) t.sequences.set_medians(t.lean ? trace.tempo_steps[t.step] : trace.steps[t.step]);
+  for (const Timed& t : timed) {
+    auto& steps = t.lean ? trace.tempo_steps : trace.steps;
+    t.sequences.set_medians(*std::find_if(steps.begin(), steps.end(), [&](const core::StepSample& s) { return s.batch == t.batch; }));
+  }
   // The workspaces are held through every step: in each one's peak, and planned as static state.
   trace.workspace_bytes = std::max<std::int64_t>(workspace_bytes, 0);
   for (auto* steps : {&trace.steps, &trace.tempo_steps}) {

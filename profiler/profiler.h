@@ -24,6 +24,8 @@ namespace headroom::profiler {
 struct Progress {
   std::string phase;  // "inputs", "warmup", "plain", "profile"; "tempo ..." for the lean pass
   std::int64_t batch = 0;
+  // Once, with the first report of a size profiled beyond those asked for: why.
+  std::string note;
   int step = 0;   // steps done overall
   int total = 0;  // steps overall
 };
@@ -53,6 +55,12 @@ struct ProfileOptions {
   // Measure Tempo's lean variants too, where the model has any: a second pass at every batch size
   // with every lean variant on (Model::set_all_variants).
   bool tempo = true;
+  // Where a layer's scratch memory may step between two profiled sizes by more than half a percent
+  // of the step's peak (core/transient_jumps.h), a plan there is predicted up to that step over what
+  // runs: sizes inside such a segment are profiled too, halving it until the step lies between
+  // neighbours, at most this many (0: none).
+  int locate_steps = 6;
+  static constexpr int kMaxLocateSteps = 64;
   // The precision the step runs in (core/precision.h); the trace holds for it alone.
   core::Precision precision = core::Precision::Fp32;
   // On the CPU profiling stays within the host's available memory (less a reserve); a positive

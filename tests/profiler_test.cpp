@@ -9,6 +9,8 @@
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "core/host_memory.h"
+#include "core/trace.h"
+#include "core/transient_jumps.h"
 #include "models/layers.h"
 #include "models/zoo.h"
 #include "profiler/profiler.h"
@@ -226,6 +228,71 @@ TEST(Profiler, GpuRangesCoverEveryLayerPhaseOnceAndBalance) {
   EXPECT_EQ(step.gpu->ranges.size(), layers + static_cast<std::size_t>(backward_kernels) + 1);
 }
 
+// A layer whose scratch steps between two of the sizes asked for (a kernel that takes a workspace
+// from 12 samples on, as oneDNN's bfloat16 convolutions do at other sizes): the profiler halves that
+// span until the step lies between neighbours (12, then 10, then 11), says why, and keeps the trace
+// in batch order; with locate_steps 0 it profiles the sizes asked for alone.
+TEST(Profiler, ProfilesSizesThatLocateAStepInALayersScratch) {
+  constexpr std::int64_t kScratch = 16384;  // floats, from 12 samples on
+  const auto build = [] {
+    torch::manual_seed(0);
+    models::Model model("stack", models::Config("stack", {}));
+    int x = models::add_linear(model, "fc1", D, H, {models::kModelInput});
+    models::Layer scratch;
+    scratch.name = "scratch";
+    scratch.kind = "relu";
+    scratch.inputs = {x};
+    scratch.forward = [](const std::vector<torch::Tensor>& in, const models::RunContext&) {
+      const torch::Tensor work = torch::zeros({in[0].size(0) >= 12 ? kScratch : 0});  // freed as the layer returns
+      return torch::relu(in[0]) + work.sum();
+    };
+    x = model.add_layer(std::move(scratch));
+    x = models::add_linear(model, "fc2", H, C, {x});
+    models::add_cross_entropy(model, "loss", x);
+    model.set_batch_generator([](std::int64_t b, std::uint64_t seed) {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+      return models::Batch{torch::randn({b, D}, gen, torch::kFloat32), torch::randint(C, {b}, gen, torch::kInt64)};
+    });
+    return model;
+  };
+  profiler::ProfileOptions options;
+  options.batch_sizes = {1, 2, 4, 8, 16, 32};
+  options.repeats = 1;
+  options.calibrate = false;
+  std::vector<std::string> notes;
+  options.on_progress = [&](const profiler::Progress& p) {
+    if (!p.note.empty()) notes.push_back(p.note);
+    EXPECT_LE(p.step, p.total);
+  };
+  models::Model model = build();
+  const core::Trace trace = profiler::profile(model, options);
+  EXPECT_EQ(trace.batch_sizes, (std::vector<std::int64_t>{1, 2, 4, 8, 10, 11, 12, 16, 32}));
+  ASSERT_EQ(notes.size(), 3u);
+  EXPECT_NE(notes[0].find("scratch's forward scratch may step by up to"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("between batches 8 and 16: profiling 12 as well"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[2].find("between batches 10 and 12: profiling 11 as well"), std::string::npos) << notes[2];
+  for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) {
+    EXPECT_EQ(trace.steps[k].batch, trace.batch_sizes[k]);
+    for (const auto& layer : trace.layers) EXPECT_EQ(layer.samples[k].batch, trace.batch_sizes[k]) << layer.name;
+    ASSERT_TRUE(trace.steps[k].sequence);
+    EXPECT_GT(trace.steps[k].sequence->timed_sequences, 0);
+  }
+  // The step is between 11 and 12, and nothing is left to locate.
+  const auto& samples = trace.layers[1].samples;
+  const auto fwd_at = [&](std::int64_t b) {
+    return std::find_if(samples.begin(), samples.end(), [&](const core::LayerSample& s) { return s.batch == b; })->fwd_transient_bytes;
+  };
+  EXPECT_EQ(fwd_at(12) - fwd_at(11), fwd_at(11) - fwd_at(10) + kScratch * kFloat);
+  EXPECT_TRUE(core::transient_jumps(trace).empty());
+  EXPECT_EQ(core::trace_from_json(core::to_json(trace)), trace);
+
+  options.locate_steps = 0;
+  notes.clear();
+  model = build();
+  EXPECT_EQ(profiler::profile(model, options).batch_sizes, options.batch_sizes);
+  EXPECT_TRUE(notes.empty());
+}
+
 TEST(Profiler, KeptBytesGrowAffinelyWithBatch) {
   for (const std::string name : {"mlp", "bert", "cnn"}) {
     SCOPED_TRACE(name);
@@ -350,6 +417,8 @@ TEST(Profiler, RejectsBadOptions) {
   rejects([](auto& o) { o.batch_sizes = {0, 1}; });
   rejects([](auto& o) { o.warmup_steps = 0; });
   rejects([](auto& o) { o.repeats = 0; });
+  rejects([](auto& o) { o.locate_steps = -1; });
+  rejects([](auto& o) { o.locate_steps = profiler::ProfileOptions::kMaxLocateSteps + 1; });
   rejects([](auto& o) { o.optimizer = "lamb"; });
   if (!torch::cuda::is_available()) rejects([](auto& o) { o.device = "cuda"; });
   rejects([](auto& o) { o.device = "tpu"; });

@@ -214,7 +214,8 @@ def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam"
         submodule calls its forward makes.
     example_inputs: a batch-first tensor, or a tuple of them for a forward that takes several; one
         sample's shape and dtype (and an integer input's range) are read from it.
-    batch_sizes: the micro-batch sizes measured, ascending.
+    batch_sizes: the micro-batch sizes measured, ascending (with, as on the command line, up to 6
+        sizes between them where a layer's scratch memory steps, to find where).
     optimizer: "adam" or "sgd"; precision: "fp32", "bf16-autocast", "bf16", or several comma-separated.
     depth / layers: which submodules are the layers (depth 1: the children), as --depth / --layers.
     loss: "cross-entropy" (classes along the output's last dimension), "mse", or "model" (forward

@@ -1,0 +1,35 @@
+#pragma once
+// Where a layer's scratch memory may step between two profiled sizes. Between them the cost model
+// bounds a transient by the jump its segment can hide (cost_model.cpp, segment_slack: how much
+// steeper the segment is than the layer's cost per sample); a plan at a size inside it is then
+// predicted up to that jump over what runs. The profiler measures sizes inside the segments whose
+// jump is a sizeable share of the step, which finds where the step is and leaves the line exact
+// on both sides of it. Torch-free.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/trace.h"
+
+namespace headroom::core {
+
+struct TransientJump {
+  std::int64_t from_batch = 0, to_batch = 0;  // consecutive profiled sizes, with sizes between them
+  std::int64_t bytes = 0;                     // the largest jump a transient may hide there
+  std::string layer;                          // whose
+  std::string what;                           // "forward scratch", "backward scratch", ...
+};
+
+// Per segment between consecutive profiled sizes with sizes inside it, the largest step any layer's
+// transient (standard, lean or checkpointed alone) shows there: a segment steeper than the layer's
+// cost per sample whose next segment gives the excess back. Bytes that grow ever faster (a
+// quadratic contrastive loss) and the last segment are left out: there the bound stays a bound.
+// Segments with none are left out too. In ascending order of the segment.
+std::vector<TransientJump> transient_jumps(const Trace& trace);
+
+// The sizes that locate the jumps worth locating: the middle of each segment whose jump is more
+// than `share` of the step's peak at the segment's end, at most `limit` of them (the largest
+// jumps first), ascending.
+std::vector<std::int64_t> sizes_locating_jumps(const Trace& trace, double share, std::size_t limit);
+
+}  // namespace headroom::core
