@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <utility>
@@ -159,7 +160,7 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
   if (args.locate_steps) options.locate_steps = *args.locate_steps;
   if (!args.add_to.empty()) {
     // The sizes added are the user's: a located one could be one the trace has.
-    if (args.locate_steps && *args.locate_steps > 0) {
+    if (args.locate_steps && *args.locate_steps != 0) {
       throw core::InputError("--locate-steps: --add-to adds the sizes given and no others; profile them with --batch-sizes");
     }
     options.locate_steps = 0;
@@ -228,24 +229,41 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
     if (batch == largest && !gpu_step) gpu_step = record;
   };
   const runtime::CpuUsage before = runtime::cpu_usage_now();
-  std::optional<core::Trace> trace;
-  for (std::size_t k = 0; k < precisions.size(); ++k) {
-    options.precision = precisions[k];
-    if (k > 0) model.emplace(build());
-    ProgressPrinter printer(model->name() + (precisions.size() > 1 ? " in " + std::string(core::precision_name(precisions[k])) : ""));
+  bool fresh = true;  // the model built above has not trained yet
+  const auto measure = [&](core::Precision precision, const std::string& what) {
+    options.precision = precision;
+    if (!std::exchange(fresh, false)) model.emplace(build());
+    ProgressPrinter printer(model->name() + what);
     // Said once profiling starts: a bad input is refused with its one line alone.
     options.on_progress = [&printer, &threads_note](const profiler::Progress& p) {
       if (!threads_note.empty()) std::cerr << std::exchange(threads_note, std::string()) << "\n";
       printer.note(p.note);
       printer(p);
     };
-    core::Trace measured = profiler::profile(*model, options);
-    if (!trace) {
-      trace = std::move(measured);
-    } else {
-      trace->other_precisions.push_back(std::move(measured));
+    return profiler::profile(*model, options);
+  };
+  std::vector<core::Trace> measured;
+  for (const core::Precision precision : precisions) {
+    measured.push_back(measure(precision, precisions.size() > 1 ? " in " + std::string(core::precision_name(precision)) : ""));
+  }
+  if (measured.size() > 1) {
+    // One trace holds its precisions at the same sizes: each gets the sizes another located.
+    std::vector<std::int64_t> all;
+    for (const auto& t : measured) all.insert(all.end(), t.batch_sizes.begin(), t.batch_sizes.end());
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    for (auto& t : measured) {
+      std::vector<std::int64_t> missing;
+      std::set_difference(all.begin(), all.end(), t.batch_sizes.begin(), t.batch_sizes.end(), std::back_inserter(missing));
+      if (missing.empty()) continue;
+      options.batch_sizes = missing;
+      options.locate_steps = 0;
+      t = core::with_batch_sizes_added(t, measure(t.precision, " in " + std::string(core::precision_name(t.precision)) +
+                                                                   ", the sizes the other precisions located"));
     }
   }
+  std::optional<core::Trace> trace(std::move(measured.front()));
+  for (std::size_t k = 1; k < measured.size(); ++k) trace->other_precisions.push_back(std::move(measured[k]));
   const double others = runtime::cores_busy_with_others(before, runtime::cpu_usage_now());
   if (options.device == "cpu" && runtime::cores_taken(others) > 0) {
     std::cerr << "warning: other processes kept " << one_decimal(others) << " cores busy on average while "

@@ -363,8 +363,8 @@ std::vector<TransientJump> transient_jumps(const Trace& trace) {
     for (auto& jump : jumps) {
       const auto k = static_cast<std::size_t>(std::find(xs.begin(), xs.end(), jump.from_batch) - xs.begin());
       if (slack[k] <= 0 || k + 2 >= xs.size()) continue;
-      // A step: the next segment gives back (nearly) all of this one's excess over the layer's cost
-      // per sample. Bytes that grow ever faster (the standard contrastive loss's B x B logits) make
+      // A step: the next segment is back at (or near) the layer's cost per sample, where this one
+      // was above it. Bytes that grow ever faster (the standard contrastive loss's B x B logits) make
       // each segment steeper than the last, and halving them would never end; nor can a step be
       // told in the last segment, with nothing after it.
       const double per_sample = slope_of(xs, values, k) - slack[k] / static_cast<double>(xs[k + 1] - xs[k]);

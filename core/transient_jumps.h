@@ -22,7 +22,7 @@ struct TransientJump {
 
 // Per segment between consecutive profiled sizes with sizes inside it, the largest step any layer's
 // transient (standard, lean or checkpointed alone) shows there: a segment steeper than the layer's
-// cost per sample whose next segment gives the excess back. Bytes that grow ever faster (a
+// cost per sample followed by one that is not (nearly) as steep. Bytes that grow ever faster (a
 // quadratic contrastive loss) and the last segment are left out: there the bound stays a bound.
 // Segments with none are left out too. In ascending order of the segment.
 std::vector<TransientJump> transient_jumps(const Trace& trace);

@@ -26,6 +26,8 @@
 #include "runtime/optimizer.h"
 #include "runtime/tensor_bytes.h"
 #ifdef HEADROOM_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+
 #include "profiler/cupti/cuda_backend.h"
 #endif
 
@@ -283,6 +285,16 @@ constexpr int kMaxTimingRounds = 20;
 // A step in a layer's scratch memory between two profiled sizes is located where it may be more
 // than this share of the step's peak (a plan there is predicted up to that much over).
 constexpr double kLocateShare = 0.005;
+
+// The caching allocator's unused blocks handed back to the device, so that a size measured after
+// larger ones reads its own reserve rather than theirs (CUDA; the CPU keeps no cache).
+void release_cached_blocks(const torch::Device& device) {
+#ifdef HEADROOM_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)device;
+#endif
+}
 
 // The trace's samples in ascending batch order (sizes that locate a step are measured after the others).
 void in_batch_order(core::Trace& trace) {
@@ -1168,7 +1180,8 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   }
   // Scratch memory that steps between two profiled sizes is bounded there by the whole step
   // (core/transient_jumps.h): the segments where that is more than kLocateShare of the step are
-  // halved, round by round, until the step lies between neighbours.
+  // halved, round by round, until the step lies between neighbours. Each such size is measured as
+  // the others were: the machine timed before it, and on CUDA from the allocator's own reserve.
   std::vector<std::int64_t> located;
   while (located.size() < static_cast<std::size_t>(options.locate_steps)) {
     const std::vector<std::int64_t> more =
@@ -1176,7 +1189,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     if (more.empty()) break;
     const std::vector<core::TransientJump> jumps = core::transient_jumps(trace);
     for (const std::int64_t b : more) {
-      progress.total += per_size_steps;
+      progress.total += per_size_steps + (options.calibrate ? 1 : 0);
       for (const auto& jump : jumps) {
         if (jump.from_batch < b && b < jump.to_batch) {
           progress.note = jump.layer + "'s " + jump.what + " may step by up to " + core::format_bytes(jump.bytes) +
@@ -1185,6 +1198,8 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
         }
       }
       trace.batch_sizes.push_back(b);
+      calibrate(b);
+      release_cached_blocks(device);
       measure_size(b);
       located.push_back(b);
     }

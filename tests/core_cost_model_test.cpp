@@ -155,9 +155,6 @@ TEST(CostModel, ABlockIsReadUpToTheNextProfiledSizeAndNeverForAFallingTransient)
   EXPECT_EQ(costs.layer(1, 14).bwd_transient_bytes, (falling(12) + falling(16)) / 2);
 }
 
-// A trace whose steps were measured as sequences of micro-batches: a micro-batch costs what the
-// later ones measured, and what a step pays once (optimizer, zeroing, the first micro-batch's
-// extra) is charged through optimizer_ns, once per step.
 // oneDNN's bfloat16 convolution backward at two threads (the cnn's stage2.block0.conv2): 18,816
 // bytes a sample, and 155,392 more from 12 samples on. Profiled at 1, 2, 4, ..., 32, the step hides
 // in the segment from 8 to 16, where the bound holds it from 9 on (a plan of 3 x 11 came out 3.5%
@@ -218,6 +215,9 @@ TEST(TransientJumps, NoneForLinesCurvesOrTheLastSegment) {
   }
 }
 
+// A trace whose steps were measured as sequences of micro-batches: a micro-batch costs what the
+// later ones measured, and what a step pays once (optimizer, zeroing, the first micro-batch's
+// extra) is charged through optimizer_ns, once per step.
 TEST(CostModel, SequencesGiveMicroBatchTimeAndWhatAStepPaysOnce) {
   core::Trace trace = testing::make_small_trace();
   trace.steps[0].sequence = core::StepSequence{.micro_batch_ns = 7000, .first_micro_batch_ns = 7400, .zero_grad_ns = 30};

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "cli/profile_command.h"
 #include "core/errors.h"
 #include "executor/executor.h"
 #include "executor/plan_runner.h"
@@ -330,6 +331,40 @@ TEST(TorchScriptModel, ProfilesPlansAndExecutesUnderABudget) {
   ASSERT_EQ(refused.status, "out_of_memory");
   EXPECT_FALSE(refused.out_of_memory->layer.empty());
   EXPECT_GT(refused.out_of_memory->requested_bytes, 0);
+  fs::remove(path);
+}
+
+// One trace of several precisions holds them at the same sizes: where one precision's scratch steps
+// (here a workspace the module takes in bfloat16 from 12 samples on) and the sizes that locate it
+// are profiled in that precision, the others are profiled at them too, and the trace reads back.
+TEST(TorchScriptModel, PrecisionsInOneTraceShareTheSizesOneOfThemLocated) {
+  torch::manual_seed(1);
+  torch::jit::Module mid = scripted("Workspace");
+  mid.define("def forward(self, x):\n"
+             "    if x.element_size() == 2 and x.size(0) >= 12:\n"
+             "        x = x + torch.zeros([16384]).sum()\n"
+             "    return torch.relu(x)\n");
+  const fs::path path = save_module("workspace.pt", {{"fc1", dense("A", 8, 16)}, {"mid", mid}, {"out", head(16, 5)}},
+                                    "def forward(self, x):\n"
+                                    "    x = self.fc1.forward(x)\n"
+                                    "    x = self.mid.forward(x)\n"
+                                    "    return self.out.forward(x)\n");
+  cli::ProfileArgs args;
+  args.torchscript = path.string();
+  args.inputs = {"8:float32"};
+  args.depth = "1";
+  args.batch_sizes = "1,2,4,8,16,32";
+  args.precision = "fp32,bf16";
+  args.options.repeats = 1;
+  args.options.calibrate = false;
+  std::optional<profiler::GpuStepRecord> gpu_step;
+  const core::Trace trace = cli::run_profile(args, gpu_step);
+  const std::vector<std::int64_t> sizes{1, 2, 4, 8, 10, 11, 12, 16, 32};
+  EXPECT_EQ(trace.batch_sizes, sizes);
+  ASSERT_EQ(trace.other_precisions.size(), 1u);
+  EXPECT_EQ(trace.other_precisions[0].precision, core::Precision::Bf16);
+  EXPECT_EQ(trace.other_precisions[0].batch_sizes, sizes);
+  EXPECT_EQ(core::trace_from_json(core::to_json(trace)), trace);
   fs::remove(path);
 }
 

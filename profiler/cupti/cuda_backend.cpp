@@ -204,9 +204,9 @@ class CuptiCollector : public gpu::ActivityCollector {
   void set_enabled(bool enabled) override {
     if (enabled == attached_) return;
     if (enabled) {
+      attached_ = true;  // CUPTI's first call attaches it, whether or not the call succeeds
       check_cupti(cuptiActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed),
                   "cuptiActivityRegisterCallbacks");
-      attached_ = true;
     }
     for (const CUpti_ActivityKind kind : kRecordedKinds) {
       const std::string call = std::string(enabled ? "cuptiActivityEnable" : "cuptiActivityDisable") + "(kind " +

@@ -20,8 +20,8 @@ int cuda_device_count();
 core::DeviceInfo probe_cuda_device(int device, std::int64_t transfer_bytes = 256LL << 20, int repeats = 5);
 
 // The device's backend, CUPTI's activity recording ready (one per process: CUPTI's buffers are
-// process-wide); CUPTI itself is attached only while recording is enabled.
-// Throws std::runtime_error naming the failing CUPTI call and its result.
+// process-wide); CUPTI itself is attached only while recording is enabled, so a CUPTI failure shows
+// at the first enable, as std::runtime_error naming the failing call and its result.
 std::unique_ptr<gpu::GpuBackend> make_cuda_backend(int device);
 
 }  // namespace headroom::profiler::cupti
