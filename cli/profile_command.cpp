@@ -157,10 +157,16 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
   // The trace the sizes go into is read, and what can be compared before measuring is, first: a
   // mismatch costs no profiling.
   std::optional<core::Trace> base;
-  if (args.locate_steps) options.locate_steps = *args.locate_steps;
+  if (args.locate_steps) {
+    options.locate_steps = *args.locate_steps;
+    if (options.locate_steps < 0 || options.locate_steps > profiler::ProfileOptions::kMaxLocateSteps) {
+      throw core::InputError("--locate-steps: expected 0 (none) to " + std::to_string(profiler::ProfileOptions::kMaxLocateSteps) +
+                             " sizes more, got " + std::to_string(options.locate_steps));
+    }
+  }
   if (!args.add_to.empty()) {
     // The sizes added are the user's: a located one could be one the trace has.
-    if (args.locate_steps && *args.locate_steps != 0) {
+    if (args.locate_steps && *args.locate_steps > 0) {
       throw core::InputError("--locate-steps: --add-to adds the sizes given and no others; profile them with --batch-sizes");
     }
     options.locate_steps = 0;
@@ -258,8 +264,19 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
       if (missing.empty()) continue;
       options.batch_sizes = missing;
       options.locate_steps = 0;
-      t = core::with_batch_sizes_added(t, measure(t.precision, " in " + std::string(core::precision_name(t.precision)) +
-                                                                   ", the sizes the other precisions located"));
+      const core::Trace more = measure(t.precision, " in " + std::string(core::precision_name(t.precision)) +
+                                                        ", the sizes the other precisions located");
+      try {
+        t = core::with_batch_sizes_added(t, more);
+      } catch (const core::InputError& e) {
+        // Its message speaks of --add-to, which this run was not given.
+        std::string what = e.what();
+        if (what.rfind("--add-to: ", 0) == 0) what = what.substr(10);
+        throw core::InputError("--precision: the sizes one precision located (" + std::to_string(missing.front()) +
+                               (missing.size() > 1 ? " and more" : "") + ") did not join the " +
+                               std::string(core::precision_name(t.precision)) + " profile: " + what +
+                               "; profile the precisions one at a time");
+      }
     }
   }
   std::optional<core::Trace> trace(std::move(measured.front()));

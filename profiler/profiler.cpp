@@ -287,7 +287,7 @@ constexpr int kMaxTimingRounds = 20;
 constexpr double kLocateShare = 0.005;
 
 // The caching allocator's unused blocks handed back to the device, so that a size measured after
-// larger ones reads its own reserve rather than theirs (CUDA; the CPU keeps no cache).
+// larger ones does not read their reserve (CUDA; the CPU keeps no cache).
 void release_cached_blocks(const torch::Device& device) {
 #ifdef HEADROOM_WITH_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
@@ -1181,7 +1181,8 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   // Scratch memory that steps between two profiled sizes is bounded there by the whole step
   // (core/transient_jumps.h): the segments where that is more than kLocateShare of the step are
   // halved, round by round, until the step lies between neighbours. Each such size is measured as
-  // the others were: the machine timed before it, and on CUDA from the allocator's own reserve.
+  // the others were: the machine timed before it, and on CUDA not behind the larger sizes' cached
+  // blocks (the others' reserve holds the calibration's and the smaller sizes' cached blocks).
   std::vector<std::int64_t> located;
   while (located.size() < static_cast<std::size_t>(options.locate_steps)) {
     const std::vector<std::int64_t> more =
@@ -1198,8 +1199,10 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
         }
       }
       trace.batch_sizes.push_back(b);
-      calibrate(b);
+      // As a size in order would be: after smaller sizes' blocks (here the caching allocator's,
+      // handed back), behind the machine's timing.
       release_cached_blocks(device);
+      calibrate(b);
       measure_size(b);
       located.push_back(b);
     }
