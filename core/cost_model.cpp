@@ -353,24 +353,22 @@ double CostModel::layer_time_scale(std::int64_t batch) const {
 // transients, the same slack.
 std::vector<TransientJump> transient_jumps(const Trace& trace) {
   const auto& xs = trace.batch_sizes;
+  // One per segment, xs[k] to xs[k + 1]; those with no size inside or no jump are dropped at the end.
   std::vector<TransientJump> jumps;
-  for (std::size_t k = 0; k + 1 < xs.size(); ++k) {
-    if (xs[k + 1] - xs[k] > 1) jumps.push_back({xs[k], xs[k + 1], 0, {}, {}});
-  }
+  for (std::size_t k = 0; k + 1 < xs.size(); ++k) jumps.push_back({xs[k], xs[k + 1], 0, {}, {}});
   const auto consider = [&](const std::vector<std::int64_t>& values, const std::string& layer, const std::string& what) {
     if (values.size() != xs.size()) return;
     const std::vector<double> slack = segment_slack(xs, values);
-    for (auto& jump : jumps) {
-      const auto k = static_cast<std::size_t>(std::find(xs.begin(), xs.end(), jump.from_batch) - xs.begin());
-      if (slack[k] <= 0 || k + 2 >= xs.size()) continue;
-      // A step: the next segment is back at (or near) the layer's cost per sample, where this one
-      // was above it. Bytes that grow ever faster (the standard contrastive loss's B x B logits) make
-      // each segment steeper than the last, and halving them would never end; nor can a step be
-      // told in the last segment, with nothing after it.
+    // A step: the next segment is back at (or near) the layer's cost per sample, where this one was
+    // above it. Bytes that grow ever faster (the standard contrastive loss's B x B logits) make each
+    // segment steeper than the last, and halving them would never end; nor can a step be told in
+    // the last segment, with nothing after it.
+    for (std::size_t k = 0; k + 2 < xs.size(); ++k) {
+      if (slack[k] <= 0) continue;
       const double per_sample = slope_of(xs, values, k) - slack[k] / static_cast<double>(xs[k + 1] - xs[k]);
       if (slope_of(xs, values, k + 1) - per_sample > 0.25 * (slope_of(xs, values, k) - per_sample)) continue;
       const auto bytes = static_cast<std::int64_t>(std::ceil(slack[k]));
-      if (bytes > jump.bytes) jump = {jump.from_batch, jump.to_batch, bytes, layer, what};
+      if (bytes > jumps[k].bytes) jumps[k] = {xs[k], xs[k + 1], bytes, layer, what};
     }
   };
   const auto samples = [&](const std::vector<LayerSample>& of, const std::string& layer, const std::string& variant) {
@@ -395,28 +393,20 @@ std::vector<TransientJump> transient_jumps(const Trace& trace) {
     consider(recompute, layer.name, "recompute scratch");
     consider(bwd, layer.name, "checkpointed backward scratch");
   }
-  std::erase_if(jumps, [](const TransientJump& j) { return j.bytes <= 0; });
+  std::erase_if(jumps, [](const TransientJump& j) { return j.bytes <= 0 || j.to_batch - j.from_batch < 2; });
   return jumps;
 }
 
-std::vector<std::int64_t> sizes_locating_jumps(const Trace& trace, double share, std::size_t limit) {
+std::vector<TransientJump> jumps_worth_locating(const Trace& trace, double share, std::size_t limit) {
   std::vector<TransientJump> worth;
-  for (const auto& jump : transient_jumps(trace)) {
-    const auto step = std::find_if(trace.steps.begin(), trace.steps.end(),
-                                   [&](const StepSample& s) { return s.batch == jump.to_batch; });
-    if (step != trace.steps.end() && static_cast<double>(jump.bytes) > share * static_cast<double>(step->peak_bytes)) {
-      worth.push_back(jump);
-    }
+  for (auto& jump : transient_jumps(trace)) {
+    const auto& step = trace.steps[static_cast<std::size_t>(trace.batch_index(jump.to_batch))];
+    if (static_cast<double>(jump.bytes) > share * static_cast<double>(step.peak_bytes)) worth.push_back(std::move(jump));
   }
   std::stable_sort(worth.begin(), worth.end(), [](const TransientJump& a, const TransientJump& b) { return a.bytes > b.bytes; });
-  std::vector<std::int64_t> sizes;
-  for (const auto& jump : worth) {
-    if (sizes.size() == limit) break;
-    sizes.push_back((jump.from_batch + jump.to_batch) / 2);
-  }
-  std::sort(sizes.begin(), sizes.end());
-  return sizes;
+  if (worth.size() > limit) worth.resize(limit);
+  std::sort(worth.begin(), worth.end(), [](const TransientJump& a, const TransientJump& b) { return a.from_batch < b.from_batch; });
+  return worth;
 }
 
 }  // namespace headroom::core
-

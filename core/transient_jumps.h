@@ -18,6 +18,8 @@ struct TransientJump {
   std::int64_t bytes = 0;                     // the largest jump a transient may hide there
   std::string layer;                          // whose
   std::string what;                           // "forward scratch", "backward scratch", ...
+  // The size that halves the segment: profiled, it tells which half holds the step.
+  std::int64_t middle() const { return (from_batch + to_batch) / 2; }
 };
 
 // Per segment between consecutive profiled sizes with sizes inside it, the largest step any layer's
@@ -27,9 +29,9 @@ struct TransientJump {
 // Segments with none are left out too. In ascending order of the segment.
 std::vector<TransientJump> transient_jumps(const Trace& trace);
 
-// The sizes that locate the jumps worth locating: the middle of each segment whose jump is more
-// than `share` of the step's peak at the segment's end, at most `limit` of them (the largest
-// jumps first), ascending.
-std::vector<std::int64_t> sizes_locating_jumps(const Trace& trace, double share, std::size_t limit);
+// The jumps worth locating: those more than `share` of the step's peak at the segment's end, at
+// most `limit` of them (the largest first), in ascending order of the segment. Each is located by
+// profiling its middle().
+std::vector<TransientJump> jumps_worth_locating(const Trace& trace, double share, std::size_t limit);
 
 }  // namespace headroom::core

@@ -1185,19 +1185,15 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   // blocks (the others' reserve holds the calibration's and the smaller sizes' cached blocks).
   std::vector<std::int64_t> located;
   while (located.size() < static_cast<std::size_t>(options.locate_steps)) {
-    const std::vector<std::int64_t> more =
-        core::sizes_locating_jumps(trace, kLocateShare, static_cast<std::size_t>(options.locate_steps) - located.size());
-    if (more.empty()) break;
-    const std::vector<core::TransientJump> jumps = core::transient_jumps(trace);
-    for (const std::int64_t b : more) {
+    const std::vector<core::TransientJump> jumps =
+        core::jumps_worth_locating(trace, kLocateShare, static_cast<std::size_t>(options.locate_steps) - located.size());
+    if (jumps.empty()) break;
+    for (const auto& jump : jumps) {
+      const std::int64_t b = jump.middle();
       progress.total += per_size_steps + (options.calibrate ? 1 : 0);
-      for (const auto& jump : jumps) {
-        if (jump.from_batch < b && b < jump.to_batch) {
-          progress.note = jump.layer + "'s " + jump.what + " may step by up to " + core::format_bytes(jump.bytes) +
-                          " between batches " + std::to_string(jump.from_batch) + " and " + std::to_string(jump.to_batch) +
-                          ": profiling " + std::to_string(b) + " as well, to find where";
-        }
-      }
+      progress.note = jump.layer + "'s " + jump.what + " may step by up to " + core::format_bytes(jump.bytes) +
+                      " between batches " + std::to_string(jump.from_batch) + " and " + std::to_string(jump.to_batch) +
+                      ": profiling " + std::to_string(b) + " as well, to find where";
       trace.batch_sizes.push_back(b);
       // As a size in order would be: after smaller sizes' blocks (here the caching allocator's,
       // handed back), behind the machine's timing.
@@ -1240,8 +1236,7 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   }
   model.set_all_variants(core::LayerVariant::Standard);
   for (const Timed& t : timed) {
-    auto& steps = t.lean ? trace.tempo_steps : trace.steps;
-    t.sequences.set_medians(*std::find_if(steps.begin(), steps.end(), [&](const core::StepSample& s) { return s.batch == t.batch; }));
+    t.sequences.set_medians((t.lean ? trace.tempo_steps : trace.steps)[static_cast<std::size_t>(trace.batch_index(t.batch))]);
   }
   // The workspaces are held through every step: in each one's peak, and planned as static state.
   trace.workspace_bytes = std::max<std::int64_t>(workspace_bytes, 0);

@@ -180,12 +180,13 @@ TEST(TransientJumps, AStepBetweenProfiledSizesIsFoundByHalvingItsSegment) {
   EXPECT_EQ(jumps[0].layer, "fc");
   EXPECT_EQ(jumps[0].what, "backward scratch");
   // A jump under the share of the step's peak asked for, or no sizes allowed: nothing to locate.
-  EXPECT_TRUE(core::sizes_locating_jumps(trace, 0.05, 4).empty());
-  EXPECT_TRUE(core::sizes_locating_jumps(trace, 0.005, 0).empty());
+  EXPECT_TRUE(core::jumps_worth_locating(trace, 0.05, 4).empty());
+  EXPECT_TRUE(core::jumps_worth_locating(trace, 0.005, 0).empty());
 
   std::vector<std::int64_t> located;
   for (int round = 0; round < 6; ++round) {
-    const auto more = core::sizes_locating_jumps(trace, 0.005, 4);
+    std::vector<std::int64_t> more;
+    for (const auto& jump : core::jumps_worth_locating(trace, 0.005, 4)) more.push_back(jump.middle());
     if (more.empty()) break;
     located.insert(located.end(), more.begin(), more.end());
     sizes.insert(sizes.end(), more.begin(), more.end());
@@ -211,7 +212,7 @@ TEST(TransientJumps, NoneForLinesCurvesOrTheLastSegment) {
       s.bwd_transient_bytes = bwd(s.batch);
     });
     EXPECT_TRUE(core::transient_jumps(trace).empty());
-    EXPECT_TRUE(core::sizes_locating_jumps(trace, 0.0, 8).empty());
+    EXPECT_TRUE(core::jumps_worth_locating(trace, 0.0, 8).empty());
   }
 }
 

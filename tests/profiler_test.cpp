@@ -23,6 +23,14 @@ namespace {
 constexpr std::int64_t kFloat = 4;
 constexpr std::int64_t D = 24, H = 40, C = 6;
 
+// x[B, D] and labels[B] in [0, C), as the stacks below read them.
+models::BatchGenerator stack_batches() {
+  return [](std::int64_t b, std::uint64_t seed) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    return models::Batch{torch::randn({b, D}, gen, torch::kFloat32), torch::randint(C, {b}, gen, torch::kInt64)};
+  };
+}
+
 // x[B, D] -> Linear(D, H) -> GELU -> LayerNorm(H) -> Linear(H, C) -> cross-entropy against labels[B].
 models::Model make_stack() {
   torch::manual_seed(0);
@@ -32,10 +40,7 @@ models::Model make_stack() {
   x = models::add_layernorm(model, "ln", H, {x});
   x = models::add_linear(model, "fc2", H, C, {x});
   models::add_cross_entropy(model, "loss", x);
-  model.set_batch_generator([](std::int64_t b, std::uint64_t seed) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-    return models::Batch{torch::randn({b, D}, gen, torch::kFloat32), torch::randint(C, {b}, gen, torch::kInt64)};
-  });
+  model.set_batch_generator(stack_batches());
   return model;
 }
 
@@ -249,10 +254,7 @@ TEST(Profiler, ProfilesSizesThatLocateAStepInALayersScratch) {
     x = model.add_layer(std::move(scratch));
     x = models::add_linear(model, "fc2", H, C, {x});
     models::add_cross_entropy(model, "loss", x);
-    model.set_batch_generator([](std::int64_t b, std::uint64_t seed) {
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-      return models::Batch{torch::randn({b, D}, gen, torch::kFloat32), torch::randint(C, {b}, gen, torch::kInt64)};
-    });
+    model.set_batch_generator(stack_batches());
     return model;
   };
   profiler::ProfileOptions options;
@@ -278,9 +280,8 @@ TEST(Profiler, ProfilesSizesThatLocateAStepInALayersScratch) {
     EXPECT_GT(trace.steps[k].sequence->timed_sequences, 0);
   }
   // The step is between 11 and 12, and nothing is left to locate.
-  const auto& samples = trace.layers[1].samples;
   const auto fwd_at = [&](std::int64_t b) {
-    return std::find_if(samples.begin(), samples.end(), [&](const core::LayerSample& s) { return s.batch == b; })->fwd_transient_bytes;
+    return trace.layers[1].samples[static_cast<std::size_t>(trace.batch_index(b))].fwd_transient_bytes;
   };
   EXPECT_EQ(fwd_at(12) - fwd_at(11), fwd_at(11) - fwd_at(10) + kScratch * kFloat);
   EXPECT_TRUE(core::transient_jumps(trace).empty());
