@@ -92,9 +92,10 @@ struct RelayReport {
   std::int64_t predicted_host_bytes = 0;
   std::int64_t measured_host_peak_bytes = 0;
   // Where a step's time went, per lane (seconds a step, medians over the measured steps), beside the
-  // planner's lanes: the compute thread's forward, recompute and backward; the copies of
-  // parameters, gradients and stashed boundaries; the compute thread's waits for a copy or the
-  // host optimizer; the host optimizer's steps. Absent (negative) in reports from before.
+  // planner's lanes: the compute thread's forward, recompute and backward, zeroing gradients and
+  // the kept stages' optimizer steps; the copies of parameters, gradients and stashed boundaries;
+  // the compute thread's waits for a copy or the host optimizer; the host optimizer's steps. Absent
+  // (negative) in reports from before.
   struct Lanes {
     double compute_seconds = -1, copy_seconds = -1, wait_seconds = -1, host_optimizer_seconds = -1;
     bool operator==(const Lanes&) const = default;

@@ -473,7 +473,10 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
       // never holds a new gradient beside the op's temporaries, so the planner's walk bounds the peak.
       torch::NoGradGuard no_grad;
       position_.phase = "gradients";
+      // Zeroing is compute-thread work the planner counts with the optimizer's (what a step pays
+      // once): timed in the compute lane, beside the kept stages' steps.
       if (stage.kept) {
+        const Timed timed(compute_ns_);
         // Gradients an accumulate() left are added to, as the relayed stages' are on the host.
         for (const int p : stage.parameters) {
           auto& slot = slots_[static_cast<std::size_t>(p)];
@@ -487,6 +490,7 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
           wait_for(gradients_sent_[static_cast<std::size_t>(s + 2)]);
         }
         // One buffer, as the parameters: the stage's gradients go to the host in one copy.
+        const Timed timed(compute_ns_);
         stage.device_gradients = torch::zeros_like(stage.device_flat);
         const auto views = stage.views(stage.device_gradients);
         for (std::size_t k = 0; k < views.size(); ++k) {

@@ -87,7 +87,8 @@ class L2LRelay {
   void restore_model_parameters();
 
   // Where the last step()'s time went, in seconds, lane by lane as the planner predicts them:
-  // the compute thread's forward, recompute and backward, and the kept stages' optimizer steps;
+  // the compute thread's forward, recompute and backward, zeroing the stages' gradients, and the
+  // kept stages' optimizer steps (wall time on the compute thread: on CUDA, launching them);
   // the copies, wherever they ran; the compute thread's waits for a copy or the host optimizer;
   // the host optimizer's steps (with adding the arrived gradients), wherever they ran.
   struct LaneTimes {

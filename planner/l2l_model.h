@@ -66,7 +66,9 @@ struct L2LPrediction {
   // CPU) the model's other tensors, the constant-memory variant's stash and boundary gradients, and
   // one stage's gradients with its optimizer step's temporaries at a time.
   std::int64_t host_bytes = 0;
-  std::int64_t compute_ns = 0;          // forward, recompute and backward of every stage and micro-batch
+  // Forward, recompute and backward of every stage and micro-batch, and the kept stages' optimizer
+  // steps (with their share of zeroing the gradients).
+  std::int64_t compute_ns = 0;
   std::int64_t copy_bytes = 0;          // parameters to the device (twice per step), gradients back, stashed boundaries
   // The constant-memory variant's stashed boundaries and their gradients, to the host and back (in
   // copy_bytes and copy_ns): made on the compute thread, so they lengthen the step too.
