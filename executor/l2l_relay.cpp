@@ -306,7 +306,7 @@ void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
   if (s.kept) {
     // Stepped where it lives, on the compute thread, as ordinary training steps; the gradients go
     // once used (kept for accumulate(), which reads them). Its time is the compute lane's, as the
-    // planner counts it (untimed, the lane read 1.8 ms of the zoo mlp's 13 ms step short on a CPU).
+    // planner counts it (left untimed, the zoo mlp's measured lane on a CPU fell 1.8 ms short).
     if (!optimize || !s.optimizer) return;
     const Timed timed(compute_ns_);
     s.optimizer->step();
