@@ -8,6 +8,7 @@
 #include <iterator>
 #include <map>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "core/errors.h"
@@ -270,8 +271,9 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
         t = core::with_batch_sizes_added(t, more);
       } catch (const core::InputError& e) {
         // Its message speaks of --add-to, which this run was not given.
+        constexpr std::string_view kAddTo = "--add-to: ";
         std::string what = e.what();
-        if (what.rfind("--add-to: ", 0) == 0) what = what.substr(10);
+        if (what.starts_with(kAddTo)) what.erase(0, kAddTo.size());
         throw core::InputError("--precision: the sizes one precision located (" + std::to_string(missing.front()) +
                                (missing.size() > 1 ? " and more" : "") + ") did not join the " +
                                std::string(core::precision_name(t.precision)) + " profile: " + what +
