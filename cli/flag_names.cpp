@@ -30,6 +30,7 @@ const std::map<std::string, std::string>& flags_by_field() {
       {"steps", "--steps"},
       {"strategies", "--strategies"},
       {"threads", "--threads"},
+      {"timing_seconds", "--timing-seconds"},
       {"warmup_steps", "--warmup"},
       {"workers", "--devices"},
       {"world_size", "--world-size"},

@@ -158,6 +158,7 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
   // The trace the sizes go into is read, and what can be compared before measuring is, first: a
   // mismatch costs no profiling.
   std::optional<core::Trace> base;
+  if (args.timing_seconds) options.timing_seconds = *args.timing_seconds;
   if (args.locate_steps) {
     options.locate_steps = *args.locate_steps;
     if (options.locate_steps < 0 || options.locate_steps > profiler::ProfileOptions::kMaxLocateSteps) {
@@ -195,6 +196,16 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
       throw core::InputError("--add-to: " + args.add_to + " was profiled at " + std::to_string(base->profile.threads) +
                              (base->profile.threads == 1 ? " thread" : " threads") + "; leave --threads out or give " +
                              std::to_string(base->profile.threads));
+    }
+    // Timed for as long as the trace's sizes were, where it says how long.
+    if (const auto& recorded = base->profile.timing_seconds) {
+      if (!args.timing_seconds) options.timing_seconds = *recorded;
+      if (options.timing_seconds != *recorded) {
+        char seconds[32];
+        std::snprintf(seconds, sizeof seconds, "%g", *recorded);
+        throw core::InputError("--add-to: " + args.add_to + " was timed with --timing-seconds " + seconds +
+                               "; leave --timing-seconds out or give " + seconds);
+      }
     }
     // The Tempo pass runs only for models with lean layers, so only a trace that has one can say.
     if (base->has_tempo() && !options.tempo) {
@@ -318,7 +329,9 @@ std::string trace_summary(const core::Trace& trace, bool name_precision) {
       out << "warning: the best of the calibrations taken while profiling was "
                 << static_cast<int>(100 * trace.calibration->spread() + 0.5)
                 << "% faster than their median: another load shared the machine for a stretch, and the trace's "
-                   "times may not hold even here; profile again on a quiet machine\n";
+                   "times may not hold even here; profile again on a quiet machine"
+          << (trace.profile.timing_seconds.value_or(0) < 10 ? ", or time its steps longer for steadier times (--timing-seconds 10)" : "")
+          << "\n";
     }
   }
   out << "\n"

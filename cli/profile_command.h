@@ -28,6 +28,9 @@ struct ProfileArgs {
   std::string add_to;
   // ProfileOptions::locate_steps as given (--locate-steps); unset: the default, none with --add-to.
   std::optional<int> locate_steps;
+  // ProfileOptions::timing_seconds as given (--timing-seconds); unset: the default, the trace's own
+  // with --add-to.
+  std::optional<double> timing_seconds;
 };
 
 // A zoo model or a TorchScript file, and only the flags that go with the one given; throws

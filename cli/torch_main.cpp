@@ -72,6 +72,10 @@ void add_profile_options(CLI::App& command, ProfileArgs& args) {
       ->check(CLI::IsMember({"sgd", "adam"}));
   command.add_option("--warmup", args.options.warmup_steps, "unmeasured steps per batch size");
   command.add_option("--repeats", args.options.repeats, "measured steps per batch size (medians are kept)");
+  command.add_option("--timing-seconds", args.timing_seconds,
+                     "once every size is profiled, seconds of rounds that time each size's step again, so that every "
+                     "size's time is the machine's over all of them (default 2, with --add-to the trace's; 0: none; "
+                     "on a shared machine whose speed wanders, 10 gives steadier predictions)");
   command.add_option("--seed", args.options.seed, "seed for parameters and batches");
   command.add_option("--threads", args.options.threads,
                      "intra-op CPU threads (default: the cores this process may use that other processes do not keep busy; execute runs the step at the same)");

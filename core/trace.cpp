@@ -215,6 +215,7 @@ nlohmann::json to_json(const Trace& trace) {
       {"layers", std::move(layers)},
       {"steps", std::move(steps)},
   };
+  if (trace.profile.timing_seconds) document["profile"]["timing_seconds"] = *trace.profile.timing_seconds;
   if (!trace.host_memory_regime.empty()) document["host_memory"] = {{"regime", trace.host_memory_regime}};
   if (trace.precision != Precision::Fp32) document["precision"] = std::string(precision_name(trace.precision));
   document["checkpoint_state_bytes"] = trace.checkpoint_state_bytes;
@@ -563,6 +564,12 @@ Trace read_trace(const JsonNode& root, bool nested) {
   trace.profile.seed = static_cast<std::uint64_t>(profile.at("seed").as_non_negative_int());
   trace.profile.threads = as_count(profile.at("threads"));
   trace.profile.recorded_at = profile.at("recorded_at").as_string();
+  if (profile.has("timing_seconds")) {
+    trace.profile.timing_seconds = profile.at("timing_seconds").as_double();
+    if (!(*trace.profile.timing_seconds >= 0 && *trace.profile.timing_seconds <= kMaxTimingSeconds)) {
+      profile.at("timing_seconds").fail("expected 0 to " + std::to_string(static_cast<int>(kMaxTimingSeconds)) + " seconds");
+    }
+  }
 
   const auto batch_sizes = root.at("batch_sizes");
   for (const auto& b : batch_sizes.elements()) {

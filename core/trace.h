@@ -224,12 +224,18 @@ struct OptimizerInfo {
   bool operator==(const OptimizerInfo&) const = default;
 };
 
+// The most seconds of timing rounds a profile may spend (an hour: more is a typo, not a wish).
+inline constexpr double kMaxTimingSeconds = 3600;
+
 struct ProfileSettings {
   int warmup_steps = 0;
   int repeats = 0;
   std::uint64_t seed = 0;
   int threads = 0;
   std::string recorded_at;  // ISO 8601 UTC
+  // The seconds of timing rounds after every size was profiled (profiler::ProfileOptions); absent
+  // in traces from before they were recorded (two, when there were rounds at all).
+  std::optional<double> timing_seconds;
   bool operator==(const ProfileSettings&) const = default;
 };
 

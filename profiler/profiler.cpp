@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -277,11 +279,10 @@ constexpr double kSequenceWeight = 0.5;
 // each, from 2^16: 40 reach 2^-24).
 constexpr int kMaxOverflowingSteps = 40;
 // After every size is profiled, rounds of one plain sequence at each size and variant (see
-// profile()): as many as this many seconds hold, at most kMaxTimingRounds (each size's median then
-// over up to `repeats` + 20 sequences). A profile whose round takes more than this gets none: its
-// repeats at one size already span seconds.
-constexpr double kTimingRoundsSeconds = 2.0;
-constexpr int kMaxTimingRounds = 20;
+// profile()): as many as ProfileOptions::timing_seconds hold, at most this many a second (each
+// size's median then over up to `repeats` + 20 sequences in the default two seconds). A profile
+// whose round takes longer gets none: its repeats at one size already span that long.
+constexpr double kMaxTimingRoundsPerSecond = 10;
 // A step in a layer's scratch memory between two profiled sizes is located where it may be more
 // than this share of the step's peak (a plan there is predicted up to that much over).
 constexpr double kLocateShare = 0.005;
@@ -713,6 +714,12 @@ void check_profile_options(const models::Model& model, const ProfileOptions& opt
     throw core::InputError("warmup_steps: at least one warm-up step is needed (it allocates the optimizer state)");
   }
   if (options.repeats < 1) throw core::InputError("repeats: at least one repeat is needed");
+  if (!(options.timing_seconds >= 0 && options.timing_seconds <= core::kMaxTimingSeconds)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", options.timing_seconds);
+    throw core::InputError("timing_seconds: expected 0 (no timing rounds) to " +
+                           std::to_string(static_cast<int>(core::kMaxTimingSeconds)) + " seconds, got " + got);
+  }
   if (options.locate_steps < 0 || options.locate_steps > ProfileOptions::kMaxLocateSteps) {
     throw core::InputError("locate_steps: expected 0 (none) to " + std::to_string(ProfileOptions::kMaxLocateSteps) +
                            " sizes more, got " + std::to_string(options.locate_steps));
@@ -860,7 +867,8 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   trace.host_memory_regime = regime;
   trace.optimizer.name = options.optimizer;
   trace.precision = options.precision;
-  trace.profile = {options.warmup_steps, options.repeats, options.seed, at::get_num_threads(), runtime::utc_timestamp_now()};
+  trace.profile = {options.warmup_steps, options.repeats, options.seed, at::get_num_threads(), runtime::utc_timestamp_now(),
+                   options.timing_seconds};
   trace.batch_sizes = options.batch_sizes;
   {
     // What the executor's checkpointed blocks save: the generator's state, as get_state copies it.
@@ -1209,14 +1217,18 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
   // another (an mlp's step in bf16-autocast went 10.5 ms for twenty steps, 14 ms for the next
   // twenty), so a size's repeats, a few tens of milliseconds one after another, saw one speed, and
   // five profiles of the same model predicted 2,367 to 2,981 samples/s for one plan. Rounds of one
-  // plain sequence at every size, as many as fit in kTimingRoundsSeconds, spread each size's
+  // plain sequence at every size, as many as fit in options.timing_seconds, spread each size's
   // samples over all of them: its median is the machine's over the whole profile, as the other
   // sizes' are, and the sizes compare with each other.
   std::int64_t round_ns = 0;
   for (const Timed& t : timed) round_ns += t.sequences.sequence_ns();
-  const int rounds = round_ns > 0 ? static_cast<int>(std::min<std::int64_t>(
-                                        kMaxTimingRounds, static_cast<std::int64_t>(kTimingRoundsSeconds * 1e9) / round_ns))
-                                  : 0;
+  // The wandering lasts seconds too: with ten seconds of rounds rather than the default two (eight
+  // profiles each, alternating, of the mlp in bf16-autocast) the same plan's predicted step ranged
+  // 8.47-9.37 ms rather than 8.22-9.82.
+  const double max_rounds = std::floor(kMaxTimingRoundsPerSecond * options.timing_seconds);
+  const int rounds =
+      round_ns > 0 ? static_cast<int>(std::min(max_rounds, std::floor(options.timing_seconds * 1e9 / static_cast<double>(round_ns))))
+                   : 0;
   progress.total += rounds;
   const runtime::LossScaler* scaler = runtime::loss_scaler_of(*optimizer);
   for (int r = 0; r < rounds; ++r) {

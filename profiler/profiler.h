@@ -44,6 +44,11 @@ struct ProfileOptions {
   std::string device = "cpu";
   int warmup_steps = 1;  // at least 1: the first step allocates the optimizer's state
   int repeats = 5;       // timed steps per batch size, with and without the profiler's hooks
+  // After every size is profiled, rounds of one plain step at every size, for as many seconds as
+  // this (at most core::kMaxTimingSeconds; 0: none): each size's times are then the machine's over
+  // all of them, not over the tenths of a second a shared machine runs at one speed. The trace
+  // records it.
+  double timing_seconds = 2.0;
   std::uint64_t seed = 0;
   // Intra-op threads; 0: the cores this process may use (runtime::usable_cores), as execute runs
   // the step unless told otherwise. The trace records them.

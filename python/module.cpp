@@ -95,7 +95,7 @@ PYBIND11_MODULE(_core, m) {
       [](const std::string& torchscript, const std::vector<std::string>& inputs, const std::string& target,
          const std::string& loss, const std::string& layers, const std::string& depth, const std::string& output_index,
          const std::string& batch_sizes, const std::string& optimizer, const std::string& precision, int threads,
-         int warmup, int repeats, std::uint64_t seed, bool tempo) {
+         int warmup, int repeats, double timing_seconds, std::uint64_t seed, bool tempo) {
         cli::ProfileArgs args;
         args.torchscript = torchscript;
         args.inputs = inputs;
@@ -110,6 +110,7 @@ PYBIND11_MODULE(_core, m) {
         args.options.threads = threads;
         args.options.warmup_steps = warmup;
         args.options.repeats = repeats;
+        args.timing_seconds = timing_seconds;
         args.options.seed = seed;
         args.options.tempo = tempo;
         return as_the_cli_says([&] {
@@ -122,7 +123,7 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("torchscript"), py::arg("inputs"), py::arg("target"), py::arg("loss"), py::arg("layers"), py::arg("depth"),
       py::arg("output_index"), py::arg("batch_sizes"), py::arg("optimizer"), py::arg("precision"), py::arg("threads"),
-      py::arg("warmup"), py::arg("repeats"), py::arg("seed"), py::arg("tempo"));
+      py::arg("warmup"), py::arg("repeats"), py::arg("timing_seconds"), py::arg("seed"), py::arg("tempo"));
 
   m.def("trace_summary", [](const std::string& trace_json, const std::string& source) {
     return as_the_cli_says([&] {

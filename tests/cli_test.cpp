@@ -57,6 +57,10 @@ TEST(Cli, BadProfileInputsExitWithTwoAndWriteNothing) {
   expect_one_line_error(run("profile --model mlp --set depth" + o), "--set: expected key=value");
   expect_one_line_error(run("profile --model mlp --batch-sizes 4,2" + o), "--batch-sizes: batch sizes must be strictly ascending");
   expect_one_line_error(run("profile --model mlp --warmup 0" + o), "--warmup: at least one warm-up step");
+  for (const std::string seconds : {"-1", "nan", "1e9"}) {
+    expect_one_line_error(run("profile --model mlp --timing-seconds " + seconds + o),
+                          "--timing-seconds: expected 0 (no timing rounds) to 3600 seconds");
+  }
 #ifndef HEADROOM_CUDA_BUILD
   expect_one_line_error(run("profile --model mlp --device cuda" + o), "--device cuda");
 #endif
@@ -113,6 +117,8 @@ TEST(Cli, ProfileAddsBatchSizesToATrace) {
   }
   EXPECT_EQ(after.steps[2].batch, 3);
   EXPECT_EQ(after.calibration, before.calibration);
+  // Timed as the trace's own sizes were, unless told otherwise.
+  EXPECT_EQ(after.profile.timing_seconds, 2.0);
 
   const std::string kept = core::read_file(t);
   expect_one_line_error(run("profile " + mlp + " --batch-sizes 2 --add-to " + t + " -o " + t),
@@ -129,6 +135,8 @@ TEST(Cli, ProfileAddsBatchSizesToATrace) {
   expect_one_line_error(run("profile --model mlp --set input=16 --set hidden=32 --set depth=2 --repeats 1 --threads 2 "
                             "--batch-sizes 5 --add-to " + t + " -o " + t),
                         "--add-to: " + t + " was profiled at 1 thread; leave --threads out or give 1");
+  expect_one_line_error(run("profile " + mlp + " --timing-seconds 0.5 --batch-sizes 5 --add-to " + t + " -o " + t),
+                        "--add-to: " + t + " was timed with --timing-seconds 2; leave --timing-seconds out or give 2");
   expect_one_line_error(run("profile " + mlp + " --batch-sizes 5 --add-to " + t + " -o " + t + " --chrome " +
                             (dir / "c.json").string()),
                         "--chrome: draws a trace's largest batch size");

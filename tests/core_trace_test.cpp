@@ -494,6 +494,23 @@ TEST(TraceJson, StepSequencesRoundTripAndComeForEveryStepOrNone) {
   EXPECT_NE(read_error(fractional).find("$.steps[1].sequence.timed_sequences"), std::string::npos) << read_error(fractional);
 }
 
+// How long the timing rounds ran is kept with the other profile settings; traces from before it
+// was recorded have none and still read.
+TEST(TraceJson, TimingSecondsRoundTripAndAreBounded) {
+  core::Trace trace = testing::make_small_trace();
+  EXPECT_FALSE(core::to_json(trace)["profile"].contains("timing_seconds"));
+  EXPECT_EQ(core::trace_from_json(core::to_json(trace)), trace);
+  trace.profile.timing_seconds = 10.5;
+  const json document = core::to_json(trace);
+  EXPECT_EQ(document["profile"]["timing_seconds"], 10.5);
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+  for (const json bad : {json(-1), json(1e9), json("10s")}) {
+    json spoiled = document;
+    spoiled["profile"]["timing_seconds"] = bad;
+    EXPECT_NE(read_error(spoiled).find("$.profile.timing_seconds"), std::string::npos) << read_error(spoiled);
+  }
+}
+
 // The backward's transient with its inputs held (what L2L's relay predicts its stages' first layers
 // from): every sample has it or none does, it round-trips, and the cost model interpolates it as a
 // transient, never below 0.

@@ -364,6 +364,7 @@ TEST(Profiler, RecordsTheRegimeAndTimesStepsAsSequences) {
     EXPECT_LE(step.sequence->timed_sequences, options.repeats + 20);
     EXPECT_EQ(step.sequence->timed_sequences, trace.steps.front().sequence->timed_sequences);
   }
+  EXPECT_EQ(trace.profile.timing_seconds, options.timing_seconds);
   // What reads the trace back charges a micro-batch what the sequence measured.
   const core::CostModel costs(trace);
   EXPECT_EQ(costs.micro_batch_ns(4), trace.steps[1].sequence->micro_batch_ns);
@@ -374,6 +375,23 @@ TEST(Profiler, RecordsTheRegimeAndTimesStepsAsSequences) {
   EXPECT_EQ(trace.calibration->threads, trace.profile.threads);
   EXPECT_EQ(trace.calibration->device, trace.device.name);
   EXPECT_GT(trace.calibration->compute(), 0);
+
+  // Without timing rounds each size's times are its repeats alone; with half a second, at most five
+  // rounds (ten a second).
+  for (const double seconds : {0.0, 0.5}) {
+    SCOPED_TRACE(seconds);
+    options.timing_seconds = seconds;
+    const core::Trace timed = profiler::profile(model, options);
+    EXPECT_EQ(timed.profile.timing_seconds, seconds);
+    for (const auto& step : timed.steps) {
+      if (seconds == 0) {
+        EXPECT_EQ(step.sequence->timed_sequences, options.repeats);
+      } else {
+        EXPECT_GT(step.sequence->timed_sequences, options.repeats);
+        EXPECT_LE(step.sequence->timed_sequences, options.repeats + 5);
+      }
+    }
+  }
 }
 
 // Profiling on the CPU stays within the host's memory: a batch past it is refused from
@@ -418,6 +436,9 @@ TEST(Profiler, RejectsBadOptions) {
   rejects([](auto& o) { o.batch_sizes = {0, 1}; });
   rejects([](auto& o) { o.warmup_steps = 0; });
   rejects([](auto& o) { o.repeats = 0; });
+  rejects([](auto& o) { o.timing_seconds = -1; });
+  rejects([](auto& o) { o.timing_seconds = std::nan(""); });
+  rejects([](auto& o) { o.timing_seconds = core::kMaxTimingSeconds + 1; });
   rejects([](auto& o) { o.locate_steps = -1; });
   rejects([](auto& o) { o.locate_steps = profiler::ProfileOptions::kMaxLocateSteps + 1; });
   rejects([](auto& o) { o.optimizer = "lamb"; });

@@ -16,6 +16,7 @@ report `headroom execute` writes (`headroom compare` reads it once saved).
 """
 
 import json
+import numbers
 import os
 import sys
 
@@ -206,7 +207,7 @@ class Plan:
 
 def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam", precision="fp32", depth=None,
             layers=None, loss="cross-entropy", example_targets=None, output_index=None, threads=None, warmup=1,
-            repeats=5, seed=0, tempo=True, path=None):
+            repeats=5, timing_seconds=2.0, seed=0, tempo=True, path=None):
     """Profiles `model` as `headroom profile --torchscript` does and returns its Trace.
 
     model: an nn.Module as it is. It is scripted (torch.jit.script), or traced on `example_inputs`
@@ -222,8 +223,9 @@ def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam"
         returns the loss); example_targets: a batch-first target tensor, where the loss's default
         target (from the output) is not the one.
     output_index: where forward returns a tuple, the element the loss reads.
-    threads: intra-op threads (default: the idle cores, as the command line); warmup, repeats, seed
-        and tempo as the command line's --warmup, --repeats, --seed and --no-tempo.
+    threads: intra-op threads (default: the idle cores, as the command line); warmup, repeats,
+        timing_seconds, seed and tempo as the command line's --warmup, --repeats, --timing-seconds,
+        --seed and --no-tempo.
     path: where to keep the trace (default: headroom's cache directory).
 
     Progress goes to stderr. Bad input raises InputError with the command line's message.
@@ -249,10 +251,12 @@ def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam"
         raise InputError(f"--loss: {loss} not in {{cross-entropy,mse,model}}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InputError(f"--threads: expected a positive number of threads, got {threads!r}")
+    if isinstance(timing_seconds, bool) or not isinstance(timing_seconds, numbers.Real):
+        raise InputError(f"--timing-seconds: expected a number of seconds, got {timing_seconds!r}")
     module_path, how = _scripting.to_torchscript(model, inputs)
     text = _core_call(_core.profile, module_path, specs, target, loss or "", ",".join(layers) if layers else "",
                       "" if depth is None else str(depth), "" if output_index is None else str(output_index), batch_text,
-                      optimizer, precision, threads or 0, warmup, repeats, seed, tempo)
+                      optimizer, precision, threads or 0, warmup, repeats, float(timing_seconds), seed, tempo)
     if path is None:
         import hashlib
         from ._scripting import cache_directory

@@ -86,6 +86,7 @@ def profile(
     threads: Optional[int] = ...,
     warmup: int = ...,
     repeats: int = ...,
+    timing_seconds: float = ...,
     seed: int = ...,
     tempo: bool = ...,
     path: Optional[Union[str, os.PathLike]] = ...,

@@ -213,6 +213,9 @@ def test_bad_input_gets_the_command_lines_messages(trace):
         headroom.plan("not-a-trace.json", budget="1GiB", batch=BATCH)
     with pytest.raises(headroom.InputError, match=r"^--batch-sizes: "):
         headroom.profile(Classifier(), batch()[0], batch_sizes=(4, 2))
+    for seconds in ("ten", -1, float("nan")):
+        with pytest.raises(headroom.InputError, match=r"^--timing-seconds: "):
+            headroom.profile(Classifier(), batch()[0], timing_seconds=seconds)
 
 
 def test_a_plan_for_another_model_is_refused(trace):
