@@ -12,15 +12,18 @@ whole batch's need, the largest batch that runs whole (no micro-batches, no chec
 budget fixed per model (the first precision's whole batch's need, so that precision's answer is the
 batch itself), the plan, predicted and measured peak (signed: above 0, predicted over) and samples/s
 (the median of the three runs, their range beside it, and the error of the median prediction
-against the median measurement; above 0, predicted too fast), each run at least two seconds of steps as predicted (`--steps` is the least). The
-same plan run again on a shared 2-core machine measures up to 15% apart for millisecond steps (an
-mlp's, 2,880 to 3,889 samples/s in eight runs back to back), so no one run is the machine's speed. Where a plan's peak
-comes out more than 1% under its prediction, or above it, at micro-batch sizes the trace lacks,
-those sizes are profiled into the trace (`profile --add-to`), and the plan made again at the same
-budget and run gives one more row, "P, S added".
+against the median measurement; above 0, predicted too fast), each run at least `--seconds` of steps
+as predicted (two by default; `--steps` is the least). The same plan run again on a shared 2-core
+machine measures up to 15% apart for millisecond steps (an mlp's, 2,880 to 3,889 samples/s in eight
+runs back to back), so no one run is the machine's speed; `--timing-seconds 10 --seconds 6` times
+both the profile and the runs over more of its wandering (README.md, "Time on the machine at
+hand"). Where a plan's peak comes out more than 1% under its prediction, or above it, at micro-batch
+sizes the trace lacks, those sizes are profiled into the trace (`profile --add-to`), and the plan
+made again at the same budget and run gives one more row, "P, S added".
 
   python3 bench/precision_rows.py [--headroom build/default/headroom] [--models mlp,cnn,bert,gpt]
       [--precisions fp32,bf16-autocast,bf16] [--batch 32] [--batch-sizes 1,2,4,8,16,32] [--steps 5] [--repeats 3]
+      [--timing-seconds 2] [--seconds 2]
       [--torchscript M.pt --input SPEC [--input SPEC ...] [--depth N] [--ts-batch 16] [--ts-batch-sizes 1,2,4,8,16]]
 
 With --torchscript the module is one more model (named by its file), profiled with its inputs.
@@ -76,12 +79,19 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     # Millisecond steps (the mlp's, the cnn's) need more of each to see past a shared machine's noise.
     parser.add_argument("--repeats", type=int, default=3, help="profile --repeats")
+    # A shared machine's speed wanders over seconds: the longer both sides time, the less a row
+    # reads of where it happened to be (see the docstring).
+    parser.add_argument("--timing-seconds", type=float, default=2.0, help="profile --timing-seconds")
+    parser.add_argument("--seconds", type=float, default=2.0, help="the least seconds of steps, as predicted, each run takes")
     parser.add_argument("--torchscript")
     parser.add_argument("--input", action="append", default=[])
     parser.add_argument("--depth")
     parser.add_argument("--ts-batch", type=int, default=16)
     parser.add_argument("--ts-batch-sizes", default="1,2,4,8,16")
     args = parser.parse_args()
+    for flag, value in (("--timing-seconds", args.timing_seconds), ("--seconds", args.seconds)):
+        if not 0 <= value <= 3600:
+            parser.error(f"{flag}: expected 0 to 3600 seconds, got {value}")
     H = args.headroom
     work = tempfile.mkdtemp(prefix="headroom-precision-")
     print("| model | precision | static B/param | activations/sample | whole batch needs | largest whole batch in the "
@@ -100,7 +110,7 @@ def main():
             row = f"| {name} | {precision} "
             trace = os.path.join(work, f"{name}-{precision}.json")
             p = run([H, "profile"] + source + ["--precision", precision, "--batch-sizes", batch_sizes,
-                     "--repeats", str(args.repeats), "-o", trace])
+                     "--repeats", str(args.repeats), "--timing-seconds", str(args.timing_seconds), "-o", trace])
             if p.returncode:
                 print(row + f"| profile: {last_line(p.stderr)} |", flush=True)
                 continue
@@ -134,14 +144,14 @@ def main():
             shown = f"{budget / 2**20:.1f} MiB" + (f" (the least, {100 * budget / need:.0f}%)" if least else "")
             prefix = row + (f"| {static / params:.1f} | {kept / largest_profiled / 1024:.1f} KiB | {need / 2**20:.1f} MiB "
                             f"| {largest} | {shown} ")
-            line, sizes = executed_row(H, plan, work, f"{name}-{precision}", args.steps)
+            line, sizes = executed_row(H, plan, work, f"{name}-{precision}", args.steps, args.seconds)
             print(prefix + line, flush=True)
             # A peak more than 1% under its prediction, or above it, at sizes the trace lacks (execute's warning):
             # those sizes profiled into the trace, planned again at the same budget and run.
             if sizes:
                 added = ",".join(map(str, sizes))
                 a = run([H, "profile"] + source + ["--precision", precision, "--batch-sizes", added, "--repeats", str(args.repeats),
-                         "--add-to", trace, "-o", trace])
+                         "--timing-seconds", str(args.timing_seconds), "--add-to", trace, "-o", trace])
                 if a.returncode:
                     print(row.replace(f"| {precision} ", f"| {precision}, {added} added ") + f"| profile: {last_line(a.stderr)} |",
                           flush=True)
@@ -150,11 +160,11 @@ def main():
                 if q.returncode:
                     print(row + f"| plan with {added} added: {last_line(q.stderr)} |", flush=True)
                     continue
-                line, _ = executed_row(H, plan, work, f"{name}-{precision}-added", args.steps)
+                line, _ = executed_row(H, plan, work, f"{name}-{precision}-added", args.steps, args.seconds)
                 print(prefix.replace(f"| {precision} ", f"| {precision}, {added} added ", 1) + line, flush=True)
 
 
-def executed_row(H, plan, work, tag, steps):
+def executed_row(H, plan, work, tag, steps, seconds):
     """The plan run three times: its row's cells from the plan on, and the micro-batch sizes its trace lacks
     where the peak came out more than 1% under the prediction or above it (empty otherwise)."""
     choice = json.load(open(plan))
@@ -162,12 +172,12 @@ def executed_row(H, plan, work, tag, steps):
     shape = f"{len(mb)}x{mb[0]}" + ("*" if len(set(mb)) > 1 else "")
     if choice.get("checkpointed_blocks"):
         shape += f", {len(choice['checkpointed_blocks'])} ckpt"
-    # At least two seconds of steps as predicted, as `headroom demo` runs them: a shared machine runs
-    # at one speed for a few tenths of a second, then at another, and the median of five 12 ms steps
-    # saw one of them (an mlp's plan measured 2,134 to 3,024 samples/s run to run).
+    # At least `seconds` of steps as predicted (two, as `headroom demo` runs them, by default): a shared
+    # machine runs at one speed for a few tenths of a second, then at another, and the median of five
+    # 12 ms steps saw one of them (an mlp's plan measured 2,134 to 3,024 samples/s run to run).
     predicted_step = choice["predicted"]["step_seconds"]
     if predicted_step > 0:
-        steps = max(steps, min(200, math.ceil(2.0 / predicted_step)))
+        steps = max(steps, math.ceil(seconds / predicted_step))
     reports = []
     for attempt in range(3):
         report = os.path.join(work, f"{tag}-report{attempt}.json")
