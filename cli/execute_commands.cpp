@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -40,15 +41,38 @@ namespace headroom::cli {
 
 namespace {
 
-void progress_line(const std::string& what) {
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
-  std::fprintf(stderr, tty ? "\rexecuting: %-30s" : "executing: %s\n", what.c_str());
-  std::fflush(stderr);
-}
+// Progress on stderr: one updating line on a terminal. Elsewhere (a log, the desktop app reading
+// it) a line per phase, and in a counted phase ("step 37/1000") one per tenth of it and its last:
+// a thousand-step run wrote a thousand lines.
+class ExecuteProgress {
+ public:
+  void operator()(const std::string& what) {
+    if (!tty_ && !worth_a_line(what)) return;
+    std::fprintf(stderr, tty_ ? "\rexecuting: %-30s" : "executing: %s\n", what.c_str());
+    std::fflush(stderr);
+  }
+  void end() const {
+    if (tty_) std::fprintf(stderr, "\n");
+  }
 
-void end_progress() {
-  if (::isatty(STDERR_FILENO) != 0) std::fprintf(stderr, "\n");
-}
+ private:
+  bool worth_a_line(const std::string& what) {
+    long done = 0, total = 0;
+    const auto space = what.rfind(' ');
+    const bool counted = space != std::string::npos && std::sscanf(what.c_str() + space + 1, "%ld/%ld", &done, &total) == 2 &&
+                         total > 0;
+    const std::string phase = counted ? what.substr(0, space) : what;
+    const long tenth = counted ? done * 10 / total : -1;
+    const bool worth = !counted || phase != phase_ || tenth != tenth_ || done >= total;
+    phase_ = phase;
+    tenth_ = tenth;
+    return worth;
+  }
+
+  bool tty_ = ::isatty(STDERR_FILENO) != 0;
+  std::string phase_;
+  long tenth_ = -1;
+};
 
 }  // namespace
 
@@ -143,9 +167,10 @@ int run_execute(const ExecuteArgs& args) {
   options.host_limit = args.host_limit;
   options.data = args.data;
   options.batchnorm_eval = args.batchnorm_eval;
-  options.on_progress = progress_line;
+  ExecuteProgress progress;
+  options.on_progress = std::ref(progress);
   core::Report executed = executor::execute(plan, trace, args.plan, options);
-  end_progress();
+  progress.end();
   if (!args.no_rescale) core::predict_for_the_run(plan, executed);
   // Worker 0 reports for all; the others only say how they ended.
   if (options.rank != 0) {
@@ -244,9 +269,10 @@ int run_demo(const DemoArgs& args) {
   // shared machine, and the table compares it with the prediction.
   const double predicted_step = outcome.plan->predicted.step_seconds;
   options.steps = predicted_step > 0 ? std::clamp(static_cast<int>(std::ceil(2.0 / predicted_step)), 5, 200) : 5;
-  options.on_progress = progress_line;
+  ExecuteProgress progress;
+  options.on_progress = std::ref(progress);
   const core::Report executed = executor::execute(*outcome.plan, trace, plan_path, options);
-  end_progress();
+  progress.end();
   core::write_report_file(directory + "/report.json", executed);
   std::cout << report::render_report(executed);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,6 +72,30 @@ TEST(Cli, BadProfileInputsExitWithTwoAndWriteNothing) {
   expect_one_line_error(run("profile --model mlp --batch-sizes 4,2" + o), "--batch-sizes: batch sizes must be strictly ascending");
   spinner.stop();
   EXPECT_FALSE(fs::exists(out));
+}
+
+// Off a terminal (a log, the desktop app) a run's progress is a line per phase and per tenth of its
+// steps, the last step always among them: not a line per step.
+TEST(Cli, ExecuteProgressOffATerminalIsALinePerTenth) {
+  const fs::path dir = fs::temp_directory_path() / "headroom_cli_progress";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string t = (dir / "t.json").string(), p = (dir / "p.json").string();
+  ASSERT_EQ(run("profile " + kSmallMlp + " --threads 1 --timing-seconds 0 -o " + t).exit_code, 0);
+  ASSERT_EQ(run("plan " + t + " --budget 1GiB --batch 2 --strategies none -o " + p).exit_code, 0);
+  const CommandResult r = run("execute " + p + " --steps 40 --warmup 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> steps;
+  std::istringstream lines(r.err);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("executing: step ", 0) == 0) steps.push_back(line.substr(16));
+  }
+  EXPECT_EQ(steps, (std::vector<std::string>{"1/40", "4/40", "8/40", "12/40", "16/40", "20/40", "24/40", "28/40", "32/40",
+                                             "36/40", "40/40"}))
+      << r.err;
+  EXPECT_NE(r.err.find("executing: warm-up 1/1\n"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("executing: calibration after\n"), std::string::npos) << r.err;
+  fs::remove_all(dir);
 }
 
 TEST(Cli, ProfileWritesAValidTraceAndChromeTimeline) {
