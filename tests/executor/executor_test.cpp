@@ -21,7 +21,7 @@
 #include "runtime/budget_allocator.h"
 #include "runtime/host_info.h"
 #include "runtime/optimizer.h"
-#include "tempo_budget.h"
+#include "support/tempo_budget.h"
 
 namespace headroom {
 namespace {

@@ -8,7 +8,7 @@
 #include "core/statistics.h"
 #include "core/trace.h"
 #include "core/transient_jumps.h"
-#include "trace_fixture.h"
+#include "support/trace_fixture.h"
 
 namespace headroom {
 namespace {

@@ -25,9 +25,9 @@
 #include "report/comparison.h"
 #include "report/plan_report.h"
 #include "runtime/optimizer.h"
-#include "input_error.h"
-#include "runs_as_predicted.h"
-#include "tempo_budget.h"
+#include "support/input_error.h"
+#include "support/runs_as_predicted.h"
+#include "support/tempo_budget.h"
 
 namespace headroom {
 namespace {

@@ -19,7 +19,7 @@
 #include "executor/ring_peers.h"
 #include "models/ring_contrastive_loss.h"
 #include "runtime/memory_recorder.h"
-#include "ring_infcl_data.h"
+#include "support/ring_infcl_data.h"
 
 int main(int argc, char** argv) {
   using namespace headroom;

@@ -18,7 +18,7 @@
 #include "core/trace.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
-#include "run_headroom.h"
+#include "support/run_headroom.h"
 
 namespace headroom {
 namespace {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "expand_repeats.h"
+#include "support/expand_repeats.h"
 #include "simulator/simulator.h"
 
 namespace headroom {

@@ -14,7 +14,7 @@
 #include "planner/plan_search.h"
 #include "planner/split_bounds.h"
 #include "planner/step_sequence.h"
-#include "random_chain.h"
+#include "support/random_chain.h"
 
 namespace headroom {
 namespace {

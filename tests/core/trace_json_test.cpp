@@ -10,7 +10,7 @@
 #include "core/known_names.h"
 #include "core/trace.h"
 #include "core/trace_merge.h"
-#include "trace_fixture.h"
+#include "support/trace_fixture.h"
 
 namespace headroom {
 namespace {

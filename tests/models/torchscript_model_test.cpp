@@ -19,8 +19,8 @@
 #include "planner/step_sequence.h"
 #include "profiler/profiler.h"
 #include "runtime/memory_recorder.h"
-#include "input_error.h"
-#include "runs_as_predicted.h"
+#include "support/input_error.h"
+#include "support/runs_as_predicted.h"
 
 namespace headroom {
 namespace {

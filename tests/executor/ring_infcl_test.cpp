@@ -18,7 +18,7 @@
 
 #include "models/contrastive_loss.h"
 #include "planner/ring_infcl_model.h"
-#include "ring_infcl_data.h"
+#include "support/ring_infcl_data.h"
 #include "runtime/memory_recorder.h"
 
 extern char** environ;

@@ -5,7 +5,7 @@
 #include "report/execution_report.h"
 #include "report/text_table.h"
 #include "report/trace_report.h"
-#include "trace_fixture.h"
+#include "support/trace_fixture.h"
 
 namespace headroom {
 namespace {

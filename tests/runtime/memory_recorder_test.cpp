@@ -18,8 +18,8 @@
 #include "runtime/memory_recorder.h"
 #include "runtime/optimizer.h"
 #include "runtime/tensor_bytes.h"
-#include "scoped_env.h"
-#include "spinning_child.h"
+#include "support/scoped_env.h"
+#include "support/spinning_child.h"
 
 namespace headroom {
 namespace {

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "core/trace.h"
-#include "layer_sample.h"
+#include "support/layer_sample.h"
 
 namespace headroom::testing {
 

@@ -32,7 +32,7 @@
 #include "core/rescale.h"
 #include "core/trace.h"
 #include "core/units.h"
-#include "expand_repeats.h"
+#include "support/expand_repeats.h"
 #include "gui/app/guarded_application.h"
 #include "gui/app/main_window.h"
 #include "gui/logic/chart_axis.h"

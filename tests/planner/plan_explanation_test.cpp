@@ -4,7 +4,7 @@
 
 #include "planner/plan_explanation.h"
 #include "planner/plan_search.h"
-#include "trace_fixture.h"
+#include "support/trace_fixture.h"
 
 namespace headroom {
 namespace {

@@ -6,16 +6,16 @@
 
 #include "core/cost_model.h"
 #include "core/errors.h"
-#include "expand_repeats.h"
+#include "support/expand_repeats.h"
 #include "planner/checkpoint_dp.h"
 #include "planner/device_error.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
 #include "planner/step_sequence.h"
-#include "random_chain.h"
+#include "support/random_chain.h"
 #include "simulator/simulator.h"
-#include "synthetic_chain.h"
+#include "support/synthetic_chain.h"
 
 namespace headroom {
 namespace {

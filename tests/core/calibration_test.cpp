@@ -9,7 +9,7 @@
 #include "core/errors.h"
 #include "core/json_reader.h"
 #include "core/trace.h"
-#include "trace_fixture.h"
+#include "support/trace_fixture.h"
 
 namespace headroom {
 namespace {

@@ -19,9 +19,9 @@
 #include "core/plan.h"
 #include "core/report.h"
 #include "core/trace.h"
-#include "run_headroom.h"
-#include "scoped_env.h"
-#include "spinning_child.h"
+#include "support/run_headroom.h"
+#include "support/scoped_env.h"
+#include "support/spinning_child.h"
 
 namespace headroom {
 namespace {

@@ -1,7 +1,7 @@
 #pragma once
 // A small, valid trace built by hand for tests that need one without profiling.
 #include "core/trace.h"
-#include "layer_sample.h"
+#include "support/layer_sample.h"
 
 namespace headroom::testing {
 

@@ -16,7 +16,7 @@
 #include "planner/plan_search.h"
 #include "planner/technique.h"
 #include "report/plan_report.h"
-#include "trace_fixture.h"
+#include "support/trace_fixture.h"
 
 namespace headroom {
 namespace {
