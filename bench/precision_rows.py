@@ -16,7 +16,7 @@ against the median measurement; above 0, predicted too fast), each run at least 
 as predicted (two by default; `--steps` is the least). The same plan run again on a shared 2-core
 machine measures up to 15% apart for millisecond steps (an mlp's, 2,880 to 3,889 samples/s in eight
 runs back to back), so no one run is the machine's speed; `--timing-seconds 10 --seconds 6` times
-both the profile and the runs over more of its wandering (README.md, "Time on the machine at
+both the profile and the runs over more of its wandering (docs/design.md, "Time on the machine at
 hand"). Where a plan's peak comes out more than 1% under its prediction, or above it, at micro-batch
 sizes the trace lacks, those sizes are profiled into the trace (`profile --add-to`), and the plan
 made again at the same budget and run gives one more row, "P, S added".

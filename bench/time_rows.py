@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Predicted against measured step time as a user meets it, with the commands of traces/README.md's time table.
+"""Predicted against measured step time as a user meets it, with the commands of docs/results.md's "Time on the machine at hand" table.
 
 Each row plans, then executes the plan twice with `headroom execute`, and prints one Markdown row:
 the predicted and measured seconds a step, the signed error on the step time (above 0: predicted

@@ -4,7 +4,7 @@
 // app and `headroom plan --help` show them, and what a trace must have measured for it. The CLI's
 // --strategies help and errors, the GUI's checkboxes and the plan reader all read this table
 // (planner/strategy_table.h parses and lists it), so a new technique is one more entry here plus
-// its own files (README: "Where a strategy lives").
+// its own files (docs/design.md, "Where a strategy lives").
 #include <array>
 #include <cstddef>
 #include <string_view>

@@ -94,7 +94,7 @@ std::vector<Op> ring_loss_ops(const ContrastiveLossModel& model, const RingLossS
   // Time: its rows against every column, the single-process loss's time over the whole batch in
   // proportion, and what the ring's transfers add.
   // Without tiles the ring's tiles are a block's rows: the time of the whole loss measured with the
-  // largest measured tile stands for it (tiles change the time little: traces/README.md, "Inf-CL").
+  // largest measured tile stands for it (tiles change the time little: docs/results.md, "Inf-CL").
   std::optional<core::LossTiles> timed = tiles;
   if (!timed && !model.tiles().empty()) timed = model.tiles().back();
   const core::LayerCost whole = model.loss(shape.global_batch, timed);

@@ -201,7 +201,7 @@ TEST_F(PyTorchCrossCheck, PlannedStepEndsWithPyTorchsFullBatchWeights) {
 // headroom's default depth: a micro-batched step with two of their blocks checkpointed ends with
 // the weights of PyTorch's full-batch step, and the plain step's peak is torch.profiler's. The
 // models are HEADROOM_CROSSCHECK_CLASSIFIERS (comma-separated; all eleven for the table in
-// traces/README.md, "Any model"), by default two small ones.
+// docs/results.md, "Against PyTorch"), by default two small ones.
 TEST_F(PyTorchCrossCheck, UnmodifiedClassifiersStepAsPyTorchDoes) {
   const char* listed = std::getenv("HEADROOM_CROSSCHECK_CLASSIFIERS");
   const std::string models = listed != nullptr && *listed != '\0' ? listed : "resnet18,mobilenet_v2";
