@@ -9,7 +9,7 @@
 // headroom's regime is glibc's malloc with both thresholds fixed at start-up (mallopt): blocks below
 // kMmapThreshold come from the heap and are reused warm, and up to kTrimThreshold of free heap is
 // kept instead of being handed back and faulted in again. Chosen by measurement over tcmalloc and
-// jemalloc (docs/results.md, "The host-memory regime"); no allocator is written here.
+// jemalloc (docs/results.md, "Host-memory regime"); no allocator is written here.
 //
 // Torch-free (mallopt, mallinfo2, /proc): the plan command compares regimes without libtorch.
 #include <cstdint>
