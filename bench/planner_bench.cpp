@@ -8,7 +8,7 @@
 #include "planner/plan_search.h"
 #include "planner/step_sequence.h"
 #include "simulator/simulator.h"
-#include "synthetic_chain.h"
+#include "support/synthetic_chain.h"
 
 namespace headroom {
 namespace {
