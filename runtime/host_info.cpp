@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -74,7 +75,23 @@ CpuUsage cpu_usage_now() {
   return usage;
 }
 
+static std::optional<double> assumed_cores_busy_with_others() {
+  const char* set = std::getenv(kAssumedOthersVariable);
+  if (set == nullptr || *set == '\0') return std::nullopt;
+  char* end = nullptr;
+  const double cores = std::strtod(set, &end);
+  if (*end == '\0' && std::isfinite(cores) && cores >= 0) return cores;
+  static const bool warned = [&] {
+    std::fprintf(stderr, "headroom: warning: %s=%s is not a number of cores (0 or more): ignored\n", kAssumedOthersVariable,
+                 set);
+    return true;
+  }();
+  (void)warned;
+  return std::nullopt;
+}
+
 double cores_busy_with_others(const CpuUsage& before, const CpuUsage& after) {
+  if (const auto assumed = assumed_cores_busy_with_others()) return *assumed;
   const double wall = after.wall_s - before.wall_s;
   if (!before.known || !after.known || wall <= 0) return 0;
   const double others = (after.busy_s - before.busy_s) - (after.own_s - before.own_s);

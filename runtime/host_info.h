@@ -20,6 +20,9 @@ struct CpuUsage {
 };
 CpuUsage cpu_usage_now();
 // The cores other processes kept busy between two readings, on average; 0 where either is unknown.
+// HEADROOM_OTHER_CORES_BUSY, where set to a number, is taken instead of the readings: a test of what
+// a busy or a quiet machine makes of a timing sets the one it needs rather than hoping for it.
+inline constexpr const char* kAssumedOthersVariable = "HEADROOM_OTHER_CORES_BUSY";
 double cores_busy_with_others(const CpuUsage& before, const CpuUsage& after);
 
 // The cores this process may use less those other processes keep busy, measured over `window`;
