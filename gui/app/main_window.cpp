@@ -41,6 +41,33 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
   memory_chart_ = new MemoryChart(this);
   throughput_chart_ = new ThroughputChart(this);
+  build_layer_table();
+  build_plan_text();
+  run_panel_ = new RunPanel(this);
+  machine_ = new MachineCalibration(this);
+  set_headroom_program(find_headroom_executable(QCoreApplication::applicationDirPath()));
+  connect(machine_, &MachineCalibration::finished, this, &MainWindow::use_machine);
+  connect(run_panel_, &RunPanel::error, this, &MainWindow::show_error);
+  QWidget* views = build_views();
+
+  auto* main = new QSplitter(Qt::Horizontal, this);
+  main->addWidget(build_controls());
+  main->addWidget(views);
+  main->setStretchFactor(1, 1);
+  auto* central = new QWidget(this);
+  auto* central_layout = new QVBoxLayout(central);
+  central_layout->setContentsMargins(0, 0, 0, 0);
+  central_layout->setSpacing(0);
+  central_layout->addWidget(build_error_banner());
+  central_layout->addWidget(main, 1);
+  setCentralWidget(central);
+  build_menus();
+  statusBar()->showMessage("no trace");
+
+  connect(&coordinator_, &PlanCoordinator::planReady, this, &MainWindow::show_result);
+}
+
+void MainWindow::build_layer_table() {
   layer_model_ = new LayerTableModel(this);
   layer_proxy_ = new QSortFilterProxyModel(this);
   layer_proxy_->setSourceModel(layer_model_);
@@ -56,7 +83,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   layer_view_->horizontalHeader()->setStretchLastSection(true);
   layer_view_->setSelectionBehavior(QAbstractItemView::SelectRows);
   layer_view_->setAlternatingRowColors(true);
+}
 
+void MainWindow::build_plan_text() {
   warnings_ = new QLabel(this);
   warnings_->setWordWrap(true);
   warnings_->setStyleSheet("QLabel { color: #9a5b00; }");
@@ -67,12 +96,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   summary_->setLineWrapMode(QPlainTextEdit::WidgetWidth);
   summary_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
   summary_->setPlaceholderText("Open a trace (File > Open, or drop a trace.json here) to plan.");
-  run_panel_ = new RunPanel(this);
-  machine_ = new MachineCalibration(this);
-  set_headroom_program(find_headroom_executable(QCoreApplication::applicationDirPath()));
-  connect(machine_, &MachineCalibration::finished, this, &MainWindow::use_machine);
-  connect(run_panel_, &RunPanel::error, this, &MainWindow::show_error);
+}
 
+QWidget* MainWindow::build_views() {
   auto* plan_box = new QGroupBox("Plan", this);
   auto* plan_layout = new QVBoxLayout(plan_box);
   plan_layout->addWidget(warnings_);
@@ -103,22 +129,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   right->addWidget(charts);
   right->addWidget(details);
   right->setSizes({520, 340});
-
-  auto* main = new QSplitter(Qt::Horizontal, this);
-  main->addWidget(build_controls());
-  main->addWidget(right);
-  main->setStretchFactor(1, 1);
-  auto* central = new QWidget(this);
-  auto* central_layout = new QVBoxLayout(central);
-  central_layout->setContentsMargins(0, 0, 0, 0);
-  central_layout->setSpacing(0);
-  central_layout->addWidget(build_error_banner());
-  central_layout->addWidget(main, 1);
-  setCentralWidget(central);
-  build_menus();
-  statusBar()->showMessage("no trace");
-
-  connect(&coordinator_, &PlanCoordinator::planReady, this, &MainWindow::show_result);
+  return right;
 }
 
 QWidget* MainWindow::build_error_banner() {

@@ -90,6 +90,11 @@ class MainWindow : public QMainWindow {
 
  private:
   void build_menus();
+  void build_layer_table();
+  // The plan's warnings and its summary text.
+  void build_plan_text();
+  // The charts above, the layer table, the run panel and the plan's text below: the window's right side.
+  QWidget* build_views();
   QWidget* build_controls();
   PlanInputs inputs() const;
   void replan();
