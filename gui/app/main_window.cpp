@@ -168,7 +168,24 @@ QWidget* MainWindow::build_controls() {
   trace_label_ = new QLabel("none: File > Open, or drop a trace.json", trace_box);
   trace_label_->setWordWrap(true);
   (new QVBoxLayout(trace_box))->addWidget(trace_label_);
+  QGroupBox* budget_box = build_budget_box(panel);
+  QGroupBox* step_box = build_step_box(panel);
 
+  timing_ = new QLabel(panel);
+  timing_->setStyleSheet("QLabel { color: #555; }");
+  timing_->setWordWrap(true);
+
+  layout->addWidget(trace_box);
+  layout->addWidget(budget_box);
+  layout->addWidget(step_box);
+  layout->addWidget(timing_);
+  layout->addStretch(1);
+  panel->setEnabled(false);
+  connect_controls();
+  return panel;
+}
+
+QGroupBox* MainWindow::build_budget_box(QWidget* panel) {
   auto* budget_box = new QGroupBox("Memory budget", panel);
   budget_ = new BudgetControl(budget_box);
   budget_note_ = new QLabel(budget_box);
@@ -181,27 +198,16 @@ QWidget* MainWindow::build_controls() {
   budget_layout->addWidget(budget_);
   budget_layout->addWidget(least_budget_button_);
   budget_layout->addWidget(budget_note_);
+  return budget_box;
+}
 
+QGroupBox* MainWindow::build_step_box(QWidget* panel) {
   auto* step_box = new QGroupBox("Training step", panel);
   batch_ = new QSpinBox(step_box);
   batch_->setObjectName("batchBox");
   batch_->setRange(1, static_cast<int>(planner::kMaxGlobalBatch));
   batch_->setKeyboardTracking(false);
-  // One checkbox per strategy the planner can use, as its table describes it.
-  for (const auto& entry : planner::strategy_table()) {
-    if (!entry.implemented) continue;
-    auto* box = new QCheckBox(QString::fromUtf8(entry.label.data(), static_cast<int>(entry.label.size())), step_box);
-    box->setObjectName(QString("strategy_") + QString::fromUtf8(entry.name.data(), static_cast<int>(entry.name.size())));
-    QString tip = QString::fromUtf8(entry.summary.data(), static_cast<int>(entry.summary.size()));
-    if (!entry.needs.empty()) {
-      tip += QString("\nneeds a trace with ") + QString::fromUtf8(entry.needs.data(), static_cast<int>(entry.needs.size()));
-    }
-    if (!entry.data_parallel) tip += "\nnot with several devices (data parallel): then left out, as by --strategies all";
-    box->setToolTip(tip);
-    // Every one, as `headroom plan` applies them by default ("all").
-    box->setChecked(true);
-    strategy_boxes_.push_back({entry.id, box});
-  }
+  add_strategy_boxes(step_box);
   optimizer_ = new QComboBox(step_box);
   optimizer_->setObjectName("optimizerBox");
   optimizer_->addItems({"sgd", "adam"});
@@ -232,18 +238,28 @@ QWidget* MainWindow::build_controls() {
   for (std::size_t i = 0; i < strategy_boxes_.size(); ++i) form->addRow(i == 0 ? "strategies" : "", strategy_boxes_[i].second);
   form->addRow("optimizer", optimizer_);
   form->addRow("precision", precision_);
+  return step_box;
+}
 
-  timing_ = new QLabel(panel);
-  timing_->setStyleSheet("QLabel { color: #555; }");
-  timing_->setWordWrap(true);
+// One checkbox per strategy the planner can use, as its table describes it.
+void MainWindow::add_strategy_boxes(QWidget* step_box) {
+  for (const auto& entry : planner::strategy_table()) {
+    if (!entry.implemented) continue;
+    auto* box = new QCheckBox(QString::fromUtf8(entry.label.data(), static_cast<int>(entry.label.size())), step_box);
+    box->setObjectName(QString("strategy_") + QString::fromUtf8(entry.name.data(), static_cast<int>(entry.name.size())));
+    QString tip = QString::fromUtf8(entry.summary.data(), static_cast<int>(entry.summary.size()));
+    if (!entry.needs.empty()) {
+      tip += QString("\nneeds a trace with ") + QString::fromUtf8(entry.needs.data(), static_cast<int>(entry.needs.size()));
+    }
+    if (!entry.data_parallel) tip += "\nnot with several devices (data parallel): then left out, as by --strategies all";
+    box->setToolTip(tip);
+    // Every one, as `headroom plan` applies them by default ("all").
+    box->setChecked(true);
+    strategy_boxes_.push_back({entry.id, box});
+  }
+}
 
-  layout->addWidget(trace_box);
-  layout->addWidget(budget_box);
-  layout->addWidget(step_box);
-  layout->addWidget(timing_);
-  layout->addStretch(1);
-  panel->setEnabled(false);
-
+void MainWindow::connect_controls() {
   connect(budget_, &BudgetControl::budgetChanged, this, &MainWindow::replan);
   connect(least_budget_button_, &QPushButton::clicked, this, [this] {
     if (!result_ || result_->smallest_budget <= 0) return;
@@ -267,7 +283,6 @@ QWidget* MainWindow::build_controls() {
     replan();
   });
   connect(link_, &QLineEdit::editingFinished, this, &MainWindow::replan);
-  return panel;
 }
 
 void MainWindow::build_menus() {

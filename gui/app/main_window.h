@@ -5,6 +5,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QFrame>
+#include <QGroupBox>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMainWindow>
@@ -96,6 +97,10 @@ class MainWindow : public QMainWindow {
   // The charts above, the layer table, the run panel and the plan's text below: the window's right side.
   QWidget* build_views();
   QWidget* build_controls();
+  QGroupBox* build_budget_box(QWidget* panel);
+  QGroupBox* build_step_box(QWidget* panel);
+  void add_strategy_boxes(QWidget* step_box);
+  void connect_controls();
   PlanInputs inputs() const;
   void replan();
   void show_result(quint64 generation, std::shared_ptr<const PlanResult> result);
