@@ -128,8 +128,29 @@ void MemoryChart::show_result(const PlanResult& result) {
   const MemoryScale scale = memory_scale(std::max(t.peak_bytes, result.floor_bytes), budget);
   unit_ = scale.top_bytes >= (std::int64_t{4} << 30) ? double(1 << 30) : double(1 << 20);
   y_->setTitleText(unit_ == double(1 << 30) ? "memory (GiB)" : "memory (MiB)");
+  show_title(result);
+  draw_kinds();
+  const double end = t.time_ms.empty() ? 1 : std::max(t.step_ms, 1e-3);
+  set_axes(end, scale.top_bytes);
+  draw_levels(result, allowed, end, scale.budget_off_scale);
+  const bool banded = draw_repeat_band();
+  update_legend(!feasible && result.floor_bytes > 0, feasible, !scale.budget_off_scale, banded);
 
   if (feasible) {
+    peak_->replace(QList<QPointF>{{t.peak_time_ms, t.peak_bytes / unit_}});
+    peak_label_->setText("peak " + bytes_text(t.peak_bytes));
+    peak_label_->show();
+  } else {
+    peak_->clear();
+    peak_label_->hide();
+  }
+  off_scale_label_->setText(QString("budget %1 (allowed %2) is above the scale \u2191").arg(bytes_text(budget), bytes_text(allowed)));
+  off_scale_label_->setVisible(scale.budget_off_scale);
+  place_labels();
+}
+
+void MemoryChart::show_title(const PlanResult& result) {
+  if (result.plan) {
     // Data parallel: the step drawn is worker 0's, which carries the largest share.
     const auto& choice = result.plan->choice;
     const auto mine = choice.worker_micro_batches(0);
@@ -140,10 +161,15 @@ void MemoryChart::show_result(const PlanResult& result) {
                           .arg(choice.data_parallel ? QString(" of worker 0 (of %1)").arg(choice.workers()) : QString()));
   } else if (result.best_attempt) {
     chart()->setTitle(QString("no plan fits %1: the least that fits (shown) needs %2")
-                          .arg(bytes_text(budget), QString::fromStdString(core::format_bytes_at_least(result.smallest_budget))));
+                          .arg(bytes_text(result.inputs.budget_bytes),
+                               QString::fromStdString(core::format_bytes_at_least(result.smallest_budget))));
   } else {
     chart()->setTitle("memory over one step: no plan");
   }
+}
+
+void MemoryChart::draw_kinds() {
+  const MemoryTimeline& t = timeline_;
   // Memory changes in steps: each sample holds until the next one.
   std::array<QList<QPointF>, core::kMemoryKinds> upper, lower;
   for (std::size_t i = 0; i < t.time_ms.size(); ++i) {
@@ -163,33 +189,41 @@ void MemoryChart::show_result(const PlanResult& result) {
     uppers_[k]->replace(upper[k]);
     lowers_[k]->replace(lower[k]);
   }
-  const double end = t.time_ms.empty() ? 1 : std::max(t.step_ms, 1e-3);
-  x_->setRange(0, end);
+}
+
+void MemoryChart::set_axes(double end_ms, std::int64_t top_bytes) {
+  x_->setRange(0, end_ms);
   // Ticks at round times from 0, while the axis ends where the step does.
-  const NiceTicks time_ticks = nice_ticks(end, 5);
+  const NiceTicks time_ticks = nice_ticks(end_ms, 5);
   x_->setTickType(QValueAxis::TicksDynamic);
   x_->setTickAnchor(0);
   x_->setTickInterval(time_ticks.interval);
   x_->setLabelFormat(QString("%.%1f").arg(time_ticks.decimals));
   // Room above the highest line for the peak's label.
-  const NiceTicks memory_ticks = nice_ticks(static_cast<double>(scale.top_bytes) / unit_ * 1.12, 5);
+  const NiceTicks memory_ticks = nice_ticks(static_cast<double>(top_bytes) / unit_ * 1.12, 5);
   y_->setTickType(QValueAxis::TicksDynamic);
   y_->setTickAnchor(0);
   y_->setTickInterval(memory_ticks.interval);
   y_->setLabelFormat(QString("%.%1f").arg(memory_ticks.decimals));
   y_->setRange(0, memory_ticks.max);
+}
 
-  const auto level = [&](std::int64_t bytes) { return QList<QPointF>{{0, bytes / unit_}, {end, bytes / unit_}}; };
+void MemoryChart::draw_levels(const PlanResult& result, std::int64_t allowed, double end_ms, bool budget_off_scale) {
+  const std::int64_t budget = result.inputs.budget_bytes;
+  const auto level = [&](std::int64_t bytes) { return QList<QPointF>{{0, bytes / unit_}, {end_ms, bytes / unit_}}; };
   // Off the scale, a line would be drawn outside the plot: the label at the top says where it is.
-  budget_->replace(scale.budget_off_scale ? QList<QPointF>{} : level(budget));
-  allowed_->replace(scale.budget_off_scale ? QList<QPointF>{} : level(allowed));
+  budget_->replace(budget_off_scale ? QList<QPointF>{} : level(budget));
+  allowed_->replace(budget_off_scale ? QList<QPointF>{} : level(allowed));
   budget_->setName("budget " + bytes_text(budget));
   allowed_->setName("allowed " + bytes_text(allowed));
-  floor_->replace(feasible || result.floor_bytes == 0 ? QList<QPointF>{} : level(result.floor_bytes));
+  floor_->replace(result.plan.has_value() || result.floor_bytes == 0 ? QList<QPointF>{} : level(result.floor_bytes));
   floor_->setName("floor " + bytes_text(result.floor_bytes));
+}
+
+bool MemoryChart::draw_repeat_band() {
   // The runs too narrow to draw one by one, from their second micro-batch on (the first is drawn).
   QList<QPointF> band_upper, band_lower;
-  for (const RepeatSpan& run : t.repeats) {
+  for (const RepeatSpan& run : timeline_.repeats) {
     if (!run.banded) continue;
     const double from = run.start_ms + run.period_ms, low = run.low_bytes / unit_, high = run.peak_bytes / unit_;
     band_upper << QPointF(from, low) << QPointF(from, high) << QPointF(run.end_ms, high) << QPointF(run.end_ms, low);
@@ -197,19 +231,7 @@ void MemoryChart::show_result(const PlanResult& result) {
   }
   band_upper_->replace(band_upper);
   band_lower_->replace(band_lower);
-  update_legend(!feasible && result.floor_bytes > 0, feasible, !scale.budget_off_scale, !band_upper.isEmpty());
-
-  if (feasible) {
-    peak_->replace(QList<QPointF>{{t.peak_time_ms, t.peak_bytes / unit_}});
-    peak_label_->setText("peak " + bytes_text(t.peak_bytes));
-    peak_label_->show();
-  } else {
-    peak_->clear();
-    peak_label_->hide();
-  }
-  off_scale_label_->setText(QString("budget %1 (allowed %2) is above the scale \u2191").arg(bytes_text(budget), bytes_text(allowed)));
-  off_scale_label_->setVisible(scale.budget_off_scale);
-  place_labels();
+  return !band_upper.isEmpty();
 }
 
 void MemoryChart::update_legend(bool with_floor, bool with_peak, bool with_budget, bool with_band) {

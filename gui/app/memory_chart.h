@@ -51,6 +51,14 @@ class MemoryChart : public QChartView {
 
  private:
   void place_labels();
+  void show_title(const PlanResult& result);
+  // The kinds' stacked areas over the step.
+  void draw_kinds();
+  void set_axes(double end_ms, std::int64_t top_bytes);
+  // The budget, what the margin leaves of it, and (when nothing fits) the floor.
+  void draw_levels(const PlanResult& result, std::int64_t allowed, double end_ms, bool budget_off_scale);
+  // Returns whether any run is drawn as a band.
+  bool draw_repeat_band();
   void update_legend(bool with_floor, bool with_peak, bool with_budget, bool with_band);
 
   std::array<QLineSeries*, core::kMemoryKinds> uppers_{};
