@@ -37,29 +37,14 @@ QLineSeries* timeline_series(const MemoryTimeline& timeline, const QString& name
   return series;
 }
 
-}  // namespace
-
-CompareDialog::CompareDialog(const TraceDocument& base, const TraceDocument& next, const PlanInputs& inputs, QWidget* parent)
-    : QDialog(parent) {
-  const QString base_name = QFileInfo(QString::fromStdString(base.path)).fileName();
-  const QString next_name = QFileInfo(QString::fromStdString(next.path)).fileName();
-  setWindowTitle("Compare " + base_name + " with " + next_name);
-  report::CompareOptions options;
-  options.budget_bytes = inputs.budget_bytes;
-  options.batch = inputs.global_batch;
-  comparison_ = report::compare_traces(base.trace, next.trace, options);
-
-  table_ = new QTableWidget(this);
-  table_->setColumnCount(6);
-  table_->setHorizontalHeaderLabels({"layer", "what", "base", "new", "change", "%"});
-  table_->verticalHeader()->hide();
-  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+// The layers whose memory changed, a row per changed figure; returns the number of rows.
+int fill_layer_table(QTableWidget* table, const report::TraceComparison& comparison) {
   int row = 0;
-  for (const auto& layer : comparison_.layers) {
+  for (const auto& layer : comparison.layers) {
     if (layer.status == "same") continue;
     for (const auto& m : layer.memory) {
       if (m.delta() == 0) continue;
-      table_->insertRow(row);
+      table->insertRow(row);
       const QString name = QString::fromStdString(layer.name) +
                            (layer.status == "changed" ? "" : " (" + QString::fromStdString(layer.status) + ")");
       const QStringList cells = {name, QString::fromStdString(m.what), number(m.base, 0), number(m.next, 0),
@@ -67,14 +52,17 @@ CompareDialog::CompareDialog(const TraceDocument& base, const TraceDocument& nex
       for (int col = 0; col < cells.size(); ++col) {
         auto* item = new QTableWidgetItem(cells[col]);
         if (col >= 2) item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
-        table_->setItem(row, col, item);
+        table->setItem(row, col, item);
       }
       ++row;
     }
   }
-  table_->resizeColumnsToContents();
+  return row;
+}
 
-  const auto& c = comparison_;
+// The summary `headroom compare` prints, as rich text.
+QString summary_html(const report::TraceComparison& c, const QString& base_name, const QString& next_name,
+                     bool any_layer_changed) {
   QString text = "<b>" + base_name + "</b> (BASE) against <b>" + next_name + "</b> (NEW), planned with " +
                  QString::fromStdString(core::format_bytes(c.planned.budget_bytes)) + " and batch " +
                  QString::number(c.planned.batch) + "<br>";
@@ -88,11 +76,13 @@ CompareDialog::CompareDialog(const TraceDocument& base, const TraceDocument& nex
   for (const auto& w : c.warnings) text += "warning: " + QString::fromStdString(w).toHtmlEscaped() + "<br>";
   text += c.failure.empty() ? "<b>no threshold passed</b> (memory per sample: 1%)"
                             : "<b>threshold passed</b>: " + QString::fromStdString(c.failure).toHtmlEscaped();
-  if (row == 0) text += "<br>no layer's memory changed";
-  summary_ = new QLabel(text, this);
-  summary_->setWordWrap(true);
+  if (!any_layer_changed) text += "<br>no layer's memory changed";
+  return text;
+}
 
-  // The same budget and batch planned on both: each plan's memory over its step.
+// The same budget and batch planned on both: each plan's memory over its step.
+QChart* plans_memory_chart(const TraceDocument& base, const QString& base_name, const TraceDocument& next,
+                           const QString& next_name, const PlanInputs& inputs) {
   auto* chart = new QChart;
   chart->setTitle("Memory over the step, each trace's plan at the same budget and batch");
   double longest = 0, highest = 0;
@@ -121,7 +111,33 @@ CompareDialog::CompareDialog(const TraceDocument& base, const TraceDocument& nex
     s->attachAxis(x);
     s->attachAxis(y);
   }
-  chart_ = new QChartView(chart, this);
+  return chart;
+}
+
+}  // namespace
+
+CompareDialog::CompareDialog(const TraceDocument& base, const TraceDocument& next, const PlanInputs& inputs, QWidget* parent)
+    : QDialog(parent) {
+  const QString base_name = QFileInfo(QString::fromStdString(base.path)).fileName();
+  const QString next_name = QFileInfo(QString::fromStdString(next.path)).fileName();
+  setWindowTitle("Compare " + base_name + " with " + next_name);
+  report::CompareOptions options;
+  options.budget_bytes = inputs.budget_bytes;
+  options.batch = inputs.global_batch;
+  comparison_ = report::compare_traces(base.trace, next.trace, options);
+
+  table_ = new QTableWidget(this);
+  table_->setColumnCount(6);
+  table_->setHorizontalHeaderLabels({"layer", "what", "base", "new", "change", "%"});
+  table_->verticalHeader()->hide();
+  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  const int rows = fill_layer_table(table_, comparison_);
+  table_->resizeColumnsToContents();
+
+  summary_ = new QLabel(summary_html(comparison_, base_name, next_name, rows > 0), this);
+  summary_->setWordWrap(true);
+
+  chart_ = new QChartView(plans_memory_chart(base, base_name, next, next_name, inputs), this);
   chart_->setRenderHint(QPainter::Antialiasing);
   chart_->setMinimumHeight(260);
 
