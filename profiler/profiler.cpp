@@ -43,10 +43,9 @@ namespace {
 // line through the times relative to each gives the latency (a copy's fixed cost: allocation and
 // dispatch) and the bandwidth. Each copy starts with the caches holding other work, as in the relay,
 // where a stage's turn of compute runs between two copies; and the source of a copy to the host is
-// written just before it, as the compute has just made the gradients and boundaries it sends. With
-// a clone of a buffer copied over and over (in the caches, on both threads), the link read 24 GB/s
-// and the zoo mlp's relayed copies took 1.0 ms a step against 0.5 predicted; 13-15 GB/s in and
-// 15-21 GB/s out here.
+// written just before it, as the compute has just made the gradients and boundaries it sends. A
+// buffer copied over and over stays in the caches and times a link faster than the relay's copies
+// run, which would predict them too short (docs/results.md, "The relay's copies on a CPU").
 struct HostCopyLinks {
   core::LinkLine into_device;
   core::LinkLine out_to_host;
@@ -279,7 +278,7 @@ constexpr double kSequenceWeight = 0.5;
 // each, from 2^16: 40 reach 2^-24).
 constexpr int kMaxOverflowingSteps = 40;
 // After every size is profiled, rounds of one plain sequence at each size and variant (see
-// profile()): as many as ProfileOptions::timing_seconds hold, at most this many a second (each
+// ProfileRun::run_timing_rounds): as many as ProfileOptions::timing_seconds hold, at most this many a second (each
 // size's median then over up to `repeats` + 20 sequences in the default two seconds). A profile
 // whose round takes longer gets none: its repeats at one size already span that long.
 constexpr double kMaxTimingRoundsPerSecond = 10;
@@ -447,6 +446,50 @@ class HostBound {
   bool known_ = false;
 };
 
+// A profiled step's backward, each autograd node's time and memory attributed to the layer whose
+// forward made it.
+void attributed_backward(const torch::Tensor& loss, const ForwardAttribution& forward, runtime::MemoryRecorder& recorder,
+                         torch::optim::Optimizer* optimizer, GpuTracking& gpu, StepMeasurement& step) {
+  // Every layer has the held figure, 0 where its backward runs no node (a layer on the batch alone):
+  // a trace has it for every sample or for none.
+  for (auto& layer : step.layers) layer.bwd_inputs_held_extra_bytes = 0;
+  BackwardAttribution backward(forward, recorder, step.layers, step.bwd_reserved_bytes, gpu);
+  BackwardCallbackScope callbacks(backward);
+  backward.begin(static_cast<int>(step.layers.size()) - 1);
+  if (optimizer != nullptr) {
+    runtime::backward_of(loss, *optimizer);
+  } else {
+    loss.backward();
+  }
+  backward.end();
+}
+
+// The optimizer's step within a profiled one; returns the memory it needs beyond what it keeps.
+std::int64_t profiled_optimizer_step(torch::optim::Optimizer& optimizer, runtime::MemoryRecorder& recorder, GpuTracking& gpu) {
+  recorder.mark();
+  const std::int64_t level = recorder.allocated();
+  gpu.push(-1, gpu::Phase::Optimizer);
+  optimizer.step();
+  gpu.synchronize();
+  gpu.pop();
+  return recorder.peak_since_mark() - level;
+}
+
+// What CUPTI recorded since `origin_ns`, attributed to the layers' ranges.
+GpuStepRecord gpu_step_record(gpu::GpuBackend& backend, GpuTracking& gpu, std::uint64_t origin_ns, std::size_t layer_count) {
+  GpuStepRecord record;
+  record.log = backend.activities().flush();
+  if (record.log.dropped_records > 0) {
+    // Lost records would make some layers' GPU time silently too small.
+    throw std::runtime_error("CUPTI dropped " + std::to_string(record.log.dropped_records) +
+                             " activity records in a profiled step; per-layer GPU times would be incomplete");
+  }
+  record.ranges = std::move(gpu.ranges());
+  record.origin_ns = origin_ns;
+  record.attribution = gpu::attribute(record.log, record.ranges, layer_count);
+  return record;
+}
+
 }  // namespace
 
 StepMeasurement profile_step(const models::Model& model, const models::Batch& batch, runtime::MemoryRecorder& recorder,
@@ -482,47 +525,14 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
     step.layers[i].kept_bytes = recorder.live_bytes_of(static_cast<int>(i));
   }
 
-  // Every layer has the held figure, 0 where its backward runs no node (a layer on the batch alone):
-  // a trace has it for every sample or for none.
-  for (auto& layer : step.layers) layer.bwd_inputs_held_extra_bytes = 0;
-  {
-    BackwardAttribution backward(forward, recorder, step.layers, step.bwd_reserved_bytes, gpu);
-    BackwardCallbackScope callbacks(backward);
-    backward.begin(static_cast<int>(step.layers.size()) - 1);
-    if (optimizer != nullptr) {
-      runtime::backward_of(loss, *optimizer);
-    } else {
-      loss.backward();
-    }
-    backward.end();
-  }
+  attributed_backward(loss, forward, recorder, optimizer, gpu, step);
   loss = torch::Tensor();
   const auto backward_end = Clock::now();
 
-  if (optimizer != nullptr) {
-    recorder.mark();
-    const std::int64_t level = recorder.allocated();
-    gpu.push(-1, gpu::Phase::Optimizer);
-    optimizer->step();
-    gpu.synchronize();
-    gpu.pop();
-    step.optimizer_transient_bytes = recorder.peak_since_mark() - level;
-  }
+  if (optimizer != nullptr) step.optimizer_transient_bytes = profiled_optimizer_step(*optimizer, recorder, gpu);
   const auto end = Clock::now();
   step.peak_reserved = recorder.reserved_peak();
-  if (gpu_backend != nullptr) {
-    GpuStepRecord record;
-    record.log = gpu_backend->activities().flush();
-    if (record.log.dropped_records > 0) {
-      // Lost records would make some layers' GPU time silently too small.
-      throw std::runtime_error("CUPTI dropped " + std::to_string(record.log.dropped_records) +
-                               " activity records in a profiled step; per-layer GPU times would be incomplete");
-    }
-    record.ranges = std::move(gpu.ranges());
-    record.origin_ns = origin_ns;
-    record.attribution = gpu::attribute(record.log, record.ranges, layer_count);
-    step.gpu = std::move(record);
-  }
+  if (gpu_backend != nullptr) step.gpu = gpu_step_record(*gpu_backend, gpu, origin_ns, layer_count);
 
   step.forward_ns = ns_between(start, forward_end);
   step.backward_ns = ns_between(forward_end, backward_end);
@@ -830,58 +840,175 @@ core::GpuStepCost gpu_step_cost(const std::vector<StepMeasurement>& runs) {
 
 }  // namespace
 
-core::Trace profile(models::Model& model, const ProfileOptions& options) {
-  check_profile_options(model, options);
-  // Measured in the regime the executor runs in (core/host_memory.h); the trace says which.
-  const std::string regime = core::enter_host_memory_regime();
-  std::unique_ptr<gpu::GpuBackend> backend = options.device == "cuda" ? make_gpu_backend() : nullptr;
-  const torch::Device device = backend != nullptr ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  const auto on_device = [&](models::Batch batch) {
-    return backend != nullptr ? batch.to(device) : batch;
-  };
-  runtime::use_threads(options.threads > 0 ? options.threads : runtime::usable_cores());
-  model.to(device);
-  model.set_training(true);
-  model.set_precision(options.precision);
-  const auto parameters = model.parameters();
-  // fp16-autocast's step scales its loss and unscales its gradients, as the executor's does.
-  auto optimizer = runtime::make_optimizer(options.optimizer, parameters,
-                                           options.precision == core::Precision::Fp16Autocast
-                                               ? std::optional<runtime::LossScaleOptions>(runtime::LossScaleOptions{})
-                                               : std::nullopt);
-  const std::size_t layer_count = model.layers().size();
+namespace {
 
-  core::Trace trace;
-  trace.model = models::model_source(model);
-  if (backend != nullptr) {
-    trace.device = backend->properties();
-  } else {
-    trace.device = runtime::cpu_device_info();
-    const HostCopyLinks links = measure_host_copies();
-    trace.device.host_to_device_bytes_per_s = links.into_device.bytes_per_second;
-    trace.device.host_to_device_latency_ns = links.into_device.latency_ns;
-    trace.device.device_to_host_bytes_per_s = links.out_to_host.bytes_per_second;
-    trace.device.device_to_host_latency_ns = links.out_to_host.latency_ns;
+// What one pass (standard or Tempo) at one size measured: its samples, its step, and its plain
+// sequences' parts, for the timing rounds to add to.
+struct PassMeasurement {
+  std::vector<core::LayerSample> layers;
+  core::StepSample step;
+  SequenceTimes sequences;
+};
+
+// One pass's plain sequences at one size, kept for the timing rounds.
+struct TimedPass {
+  std::int64_t batch;
+  bool tempo;  // of trace.tempo_steps, else of trace.steps
+  SequenceTimes sequences;
+};
+
+// The profiled steps of one pass at one size, and the plain sequences alternated with them.
+struct RepeatedSteps {
+  std::vector<StepMeasurement> runs;
+  SequenceTimes sequences;
+};
+
+// The progress phases of a pass: the standard one's, or the Tempo one's.
+struct PassPhases {
+  const char* warmup;
+  const char* plain;
+  const char* profile;
+};
+
+PassPhases phases_of(bool tempo) {
+  return tempo ? PassPhases{"tempo warmup", "tempo plain", "tempo profile"} : PassPhases{"warmup", "plain", "profile"};
+}
+
+// One profile() call, one method per phase, in the order run() calls them: the device, model and
+// optimizer set up; the model described in the trace; the passes and their progress counted; on
+// the CPU the host memory bounded; the saved inputs detected; every size measured (the standard
+// pass, the checkpointed one, the Tempo one), the machine timed before each; sizes added where
+// scratch memory steps; the timing rounds; and what is measured once at the end.
+class ProfileRun {
+ public:
+  ProfileRun(models::Model& model, const ProfileOptions& options) : model_(model), options_(options) {}
+
+  core::Trace run() {
+    set_up();
+    describe_model();
+    count_passes();
+    if (backend_ == nullptr) bound_host_memory();
+    within_host_memory([this] { detect_saves(); });
+    for (const std::int64_t b : options_.batch_sizes) {
+      calibrate(b);
+      measure_size(b);
+    }
+    locate_transient_steps();
+    run_timing_rounds();
+    finish();
+    return std::move(trace_);
   }
-  trace.framework = {{"torch", TORCH_VERSION}, {"headroom", HEADROOM_VERSION}};
-  trace.host_memory_regime = regime;
-  trace.optimizer.name = options.optimizer;
-  trace.precision = options.precision;
-  trace.profile = {options.warmup_steps, options.repeats, options.seed, at::get_num_threads(), runtime::utc_timestamp_now(),
-                   options.timing_seconds};
-  trace.batch_sizes = options.batch_sizes;
+
+ private:
+  void set_up();
+  void describe_model();
+  void count_passes();
+  void bound_host_memory();
+  std::int64_t probe_need(std::int64_t b, std::uint64_t seed);
+  std::int64_t estimated_optimizer_state_bytes() const;
+  void refuse_sizes_past_the_bound(std::int64_t b1, std::int64_t b2) const;
+  void within_host_memory(const std::function<void()>& work);
+  void detect_saves();
+  void calibrate(std::int64_t b);
+  void measure_size(std::int64_t b);
+  void measure_checkpointed(const models::Batch& batch, std::int64_t b);
+  PassMeasurement measure(const models::Batch& batch, std::int64_t b, bool tempo);
+  void warm_up(std::int64_t b, bool tempo);
+  RepeatedSteps repeat_steps(const models::Batch& batch, std::int64_t b, bool tempo);
+  std::vector<core::LayerSample> layer_samples(const std::vector<StepMeasurement>& runs, std::int64_t b) const;
+  core::StepSample step_sample(const models::Batch& batch, std::int64_t b, bool tempo, const RepeatedSteps& repeated);
+  void locate_transient_steps();
+  int timing_round_count() const;
+  void run_timing_rounds();
+  void finish();
+
+  void report(const char* phase, std::int64_t batch) {
+    progress_.phase = phase;
+    progress_.batch = batch;
+    ++progress_.step;
+    if (options_.on_progress) options_.on_progress(progress_);
+    progress_.note.clear();
+  }
+  // The plain steps' data at each size, the same in the timing rounds as in the repeats.
+  std::uint64_t data_seed_of(std::int64_t b) const { return options_.seed + 7919 * static_cast<std::uint64_t>(b); }
+
+  models::Model& model_;
+  const ProfileOptions& options_;
+  std::string regime_;
+  std::unique_ptr<gpu::GpuBackend> backend_;
+  torch::Device device_{torch::kCPU};
+  std::function<models::Batch(models::Batch)> on_device_;
+  std::vector<torch::Tensor> parameters_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::size_t layer_count_ = 0;
+  core::Trace trace_;
+  std::vector<std::size_t> tempo_layers_;  // Tempo's lean layers, measured in a second pass
+  std::vector<std::size_t> opaque_;       // measured in the checkpointed pass (opaque_blocks)
+  Progress progress_;
+  int per_size_steps_ = 0;  // progress steps a size takes
+  ContrastiveProfileOptions contrastive_;
+  int contrastive_samples_ = 0;
+  std::optional<HostBound> host_bound_;  // on the CPU
+  // Where the work is, so running out of host memory can say where it happened and what fits.
+  std::string where_ = "inputs";
+  std::int64_t where_batch_ = 0;
+  std::int64_t workspace_bytes_ = -1;  // not yet seen
+  std::vector<TimedPass> timed_;       // every size's plain sequences, standard and Tempo
+};
+
+void ProfileRun::set_up() {
+  check_profile_options(model_, options_);
+  // Measured in the regime the executor runs in (core/host_memory.h); the trace says which.
+  regime_ = core::enter_host_memory_regime();
+  backend_ = options_.device == "cuda" ? make_gpu_backend() : nullptr;
+  device_ = backend_ != nullptr ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  on_device_ = [this](models::Batch batch) { return backend_ != nullptr ? batch.to(device_) : batch; };
+  runtime::use_threads(options_.threads > 0 ? options_.threads : runtime::usable_cores());
+  model_.to(device_);
+  model_.set_training(true);
+  model_.set_precision(options_.precision);
+  parameters_ = model_.parameters();
+  // fp16-autocast's step scales its loss and unscales its gradients, as the executor's does.
+  optimizer_ = runtime::make_optimizer(options_.optimizer, parameters_,
+                                       options_.precision == core::Precision::Fp16Autocast
+                                           ? std::optional<runtime::LossScaleOptions>(runtime::LossScaleOptions{})
+                                           : std::nullopt);
+  layer_count_ = model_.layers().size();
+  where_batch_ = options_.batch_sizes.front();
+}
+
+// The trace's header (model, device, framework, options) and its layers, before anything is profiled.
+void ProfileRun::describe_model() {
+  trace_.model = models::model_source(model_);
+  if (backend_ != nullptr) {
+    trace_.device = backend_->properties();
+  } else {
+    trace_.device = runtime::cpu_device_info();
+    const HostCopyLinks links = measure_host_copies();
+    trace_.device.host_to_device_bytes_per_s = links.into_device.bytes_per_second;
+    trace_.device.host_to_device_latency_ns = links.into_device.latency_ns;
+    trace_.device.device_to_host_bytes_per_s = links.out_to_host.bytes_per_second;
+    trace_.device.device_to_host_latency_ns = links.out_to_host.latency_ns;
+  }
+  trace_.framework = {{"torch", TORCH_VERSION}, {"headroom", HEADROOM_VERSION}};
+  trace_.host_memory_regime = regime_;
+  trace_.optimizer.name = options_.optimizer;
+  trace_.precision = options_.precision;
+  trace_.profile = {options_.warmup_steps, options_.repeats, options_.seed, at::get_num_threads(), runtime::utc_timestamp_now(),
+                    options_.timing_seconds};
+  trace_.batch_sizes = options_.batch_sizes;
   {
     // What the executor's checkpointed blocks save: the generator's state, as get_state copies it.
-    auto recorder = std::make_shared<runtime::MemoryRecorder>(device.type());
+    auto recorder = std::make_shared<runtime::MemoryRecorder>(device_.type());
     runtime::ScopedMemoryRecording recording(recorder);
-    const torch::Tensor state = at::globalContext().defaultGenerator(device).get_state();
-    trace.checkpoint_state_bytes = recorder->allocated();
+    const torch::Tensor state = at::globalContext().defaultGenerator(device_).get_state();
+    trace_.checkpoint_state_bytes = recorder->allocated();
   }
-  trace.model_extra_bytes = model.extra_resident_bytes();
-  trace.layers.resize(layer_count);
-  for (std::size_t i = 0; i < layer_count; ++i) {
-    const auto& layer = model.layers()[i];
-    auto& out = trace.layers[i];
+  trace_.model_extra_bytes = model_.extra_resident_bytes();
+  trace_.layers.resize(layer_count_);
+  for (std::size_t i = 0; i < layer_count_; ++i) {
+    const auto& layer = model_.layers()[i];
+    auto& out = trace_.layers[i];
     out.id = static_cast<int>(i);
     out.name = layer.name;
     out.kind = layer.kind;
@@ -889,389 +1016,414 @@ core::Trace profile(models::Model& model, const ProfileOptions& options) {
     out.inputs = layer.inputs;
     for (const auto& p : layer.parameters) out.param_bytes += runtime::tensor_bytes(p);
   }
+}
 
-  std::vector<std::size_t> lean_layers;
-  for (std::size_t i = 0; i < layer_count; ++i) {
+// Which passes each size gets (Tempo's where the model has lean layers, the checkpointed one where
+// it has opaque blocks), and so how many progress steps the whole profile takes.
+void ProfileRun::count_passes() {
+  for (std::size_t i = 0; i < layer_count_; ++i) {
     // Tempo's lean layers are headroom's own autograd functions, measured where they run (core/precision.h).
-    if (options.tempo && core::lean_layers_run_in(options.precision, options.device == "cuda") &&
-        model.layers()[i].has_lean_variant()) {
-      lean_layers.push_back(i);
+    if (options_.tempo && core::lean_layers_run_in(options_.precision, options_.device == "cuda") &&
+        model_.layers()[i].has_lean_variant()) {
+      tempo_layers_.push_back(i);
     }
   }
-  const int passes = lean_layers.empty() ? 1 : 2;
-  const std::vector<std::size_t> opaque = opaque_blocks(model);
-
-  Progress progress;
-  const int calibrations = options.calibrate ? static_cast<int>(options.batch_sizes.size()) + 1 : 0;
-  ContrastiveProfileOptions contrastive;
-  const int contrastive_samples = contrastive_loss_layer(model) >= 0 ? contrastive.sample_count() : 0;
+  const int passes = tempo_layers_.empty() ? 1 : 2;
+  opaque_ = opaque_blocks(model_);
+  const int calibrations = options_.calibrate ? static_cast<int>(options_.batch_sizes.size()) + 1 : 0;
+  contrastive_samples_ = contrastive_loss_layer(model_) >= 0 ? contrastive_.sample_count() : 0;
   // On CUDA the host's optimizer step is timed last (L2L's relay runs it there).
-  const int per_size_steps = passes * (options.warmup_steps + 2 * options.repeats) + (opaque.empty() ? 0 : 1);
-  progress.total = passes + calibrations + contrastive_samples + (backend != nullptr ? 1 : 0) +
-                   static_cast<int>(options.batch_sizes.size()) * per_size_steps;
-  const auto report = [&](const char* phase, std::int64_t batch) {
-    progress.phase = phase;
-    progress.batch = batch;
-    ++progress.step;
-    if (options.on_progress) options.on_progress(progress);
-    progress.note.clear();
-  };
+  per_size_steps_ = passes * (options_.warmup_steps + 2 * options_.repeats) + (opaque_.empty() ? 0 : 1);
+  progress_.total = passes + calibrations + contrastive_samples_ + (backend_ != nullptr ? 1 : 0) +
+                    static_cast<int>(options_.batch_sizes.size()) * per_size_steps_;
+}
 
-  std::optional<HostBound> host_bound;
-  if (backend == nullptr) {
-    const std::int64_t available = core::available_host_memory_bytes();
-    if (available <= 0) throw std::runtime_error("profiling: cannot read the host's available memory (/proc/meminfo)");
-    std::int64_t bound = HostBound::usable(available);
-    if (options.host_memory_bytes > 0) bound = std::min(bound, options.host_memory_bytes);
-    host_bound.emplace(bound);
-    const std::uint64_t probe_seed = options.seed + 104729;
-    const auto probe = [&](std::int64_t b) {
-      runtime::BudgetAllocator::clear_last_refusal();
-      try {
-        return profiling_need(model, b, probe_seed, on_device);
-      } catch (const std::exception&) {
-        if (runtime::BudgetAllocator::last_refusal().requested_bytes == 0) throw;
-        throw core::DoesNotFitError("profiling: a batch of " + std::to_string(b) + " does not fit in the " +
-                                    core::format_bytes(host_bound->bytes()) + " of host memory available to profiling");
-      }
-    };
-    // Doubling batches from the smallest requested or 2 (BatchNorm cannot train on one sample, so a
-    // user who asks for 1 has a model that can), after one that makes the gradients, up to the
-    // largest requested or a small share of the bound: memory is affine in the batch only roughly
-    // at the smallest sizes (an mlp's need per sample grew by a third from batches of 1-2 to
-    // 512-2048), so the slope is taken from the two largest probed.
-    const std::int64_t probe_cap = std::min<std::int64_t>(host_bound->bytes() / 16, std::int64_t{64} << 20);
-    std::int64_t b1 = std::min<std::int64_t>(options.batch_sizes.front(), 2);
-    probe(b1);
-    std::int64_t need1 = probe(b1), b2 = 2 * b1, need2 = probe(b2);
-    while (need2 < probe_cap && 2 * b2 <= options.batch_sizes.back()) {
-      b1 = b2;
-      need1 = need2;
-      b2 *= 2;
-      need2 = probe(b2);
-    }
-    zero_gradients(*optimizer, nullptr);
-    std::int64_t parameter_bytes = 0, largest_parameter = 0;
-    for (const auto& p : parameters) {
-      parameter_bytes += runtime::tensor_bytes(p);
-      largest_parameter = std::max(largest_parameter, runtime::tensor_bytes(p));
-    }
-    // Adam keeps two moments per parameter, SGD with momentum one; the step's temporaries are a few
-    // of the largest parameter's size.
-    const std::int64_t optimizer_state = (options.optimizer == "adam" ? 2 : 1) * parameter_bytes + 2 * largest_parameter;
-    const std::int64_t gradients = host_bound->allocated_since_start();
-    host_bound->learn(b1, need1, b2, need2, gradients + optimizer_state);
-    for (const std::int64_t b : options.batch_sizes) {
-      if (host_bound->known() && host_bound->need(b) > static_cast<double>(host_bound->bytes())) {
-        throw core::DoesNotFitError("profiling batch " + std::to_string(b) + " needs about " +
-                                    core::format_bytes(static_cast<std::int64_t>(std::min(host_bound->need(b), 9e18))) +
-                                    " of host memory (from profiling batches of " + std::to_string(b1) + " and " + std::to_string(b2) + "), more than the " +
-                                    core::format_bytes(host_bound->bytes()) + " available to profiling; " +
-                                    host_bound->largest_text());
-      }
+// On the CPU: the bound profiling stays within, and a refusal of every size asked for that would
+// pass it, from what probed sizes needed.
+void ProfileRun::bound_host_memory() {
+  const std::int64_t available = core::available_host_memory_bytes();
+  if (available <= 0) throw std::runtime_error("profiling: cannot read the host's available memory (/proc/meminfo)");
+  std::int64_t bound = HostBound::usable(available);
+  if (options_.host_memory_bytes > 0) bound = std::min(bound, options_.host_memory_bytes);
+  host_bound_.emplace(bound);
+  const std::uint64_t probe_seed = options_.seed + 104729;
+  // Doubling batches from the smallest requested or 2 (BatchNorm cannot train on one sample, so a
+  // user who asks for 1 has a model that can), after one that makes the gradients, up to the
+  // largest requested or a small share of the bound: memory is affine in the batch only roughly
+  // at the smallest sizes (docs/design.md, "Fits"), so the slope is taken from the two largest
+  // probed.
+  const std::int64_t probe_cap = std::min<std::int64_t>(host_bound_->bytes() / 16, std::int64_t{64} << 20);
+  std::int64_t b1 = std::min<std::int64_t>(options_.batch_sizes.front(), 2);
+  probe_need(b1, probe_seed);
+  std::int64_t need1 = probe_need(b1, probe_seed), b2 = 2 * b1, need2 = probe_need(b2, probe_seed);
+  while (need2 < probe_cap && 2 * b2 <= options_.batch_sizes.back()) {
+    b1 = b2;
+    need1 = need2;
+    b2 *= 2;
+    need2 = probe_need(b2, probe_seed);
+  }
+  zero_gradients(*optimizer_, nullptr);
+  const std::int64_t optimizer_state = estimated_optimizer_state_bytes();
+  const std::int64_t gradients = host_bound_->allocated_since_start();
+  host_bound_->learn(b1, need1, b2, need2, gradients + optimizer_state);
+  refuse_sizes_past_the_bound(b1, b2);
+}
+
+// What profiling a batch of `b` needs; a refusal by the bound is that batch not fitting.
+std::int64_t ProfileRun::probe_need(std::int64_t b, std::uint64_t seed) {
+  runtime::BudgetAllocator::clear_last_refusal();
+  try {
+    return profiling_need(model_, b, seed, on_device_);
+  } catch (const std::exception&) {
+    if (runtime::BudgetAllocator::last_refusal().requested_bytes == 0) throw;
+    throw core::DoesNotFitError("profiling: a batch of " + std::to_string(b) + " does not fit in the " +
+                                core::format_bytes(host_bound_->bytes()) + " of host memory available to profiling");
+  }
+}
+
+// Adam keeps two moments per parameter, SGD with momentum one; the step's temporaries are a few of
+// the largest parameter's size.
+std::int64_t ProfileRun::estimated_optimizer_state_bytes() const {
+  std::int64_t parameter_bytes = 0, largest_parameter = 0;
+  for (const auto& p : parameters_) {
+    parameter_bytes += runtime::tensor_bytes(p);
+    largest_parameter = std::max(largest_parameter, runtime::tensor_bytes(p));
+  }
+  return (options_.optimizer == "adam" ? 2 : 1) * parameter_bytes + 2 * largest_parameter;
+}
+
+// `b1`, `b2`: the probed sizes the bound's slope came from.
+void ProfileRun::refuse_sizes_past_the_bound(std::int64_t b1, std::int64_t b2) const {
+  for (const std::int64_t b : options_.batch_sizes) {
+    if (host_bound_->known() && host_bound_->need(b) > static_cast<double>(host_bound_->bytes())) {
+      throw core::DoesNotFitError("profiling batch " + std::to_string(b) + " needs about " +
+                                  core::format_bytes(static_cast<std::int64_t>(std::min(host_bound_->need(b), 9e18))) +
+                                  " of host memory (from profiling batches of " + std::to_string(b1) + " and " + std::to_string(b2) + "), more than the " +
+                                  core::format_bytes(host_bound_->bytes()) + " available to profiling; " +
+                                  host_bound_->largest_text());
     }
   }
-  // Where the work is, so running out of host memory can say where it happened and what fits.
-  std::string where = "inputs";
-  std::int64_t where_batch = options.batch_sizes.front();
-  const auto within_host_memory = [&](const std::function<void()>& work) {
-    runtime::BudgetAllocator::clear_last_refusal();
-    try {
-      work();
-    } catch (const std::exception& e) {
-      // TorchScript's interpreter rethrows an op's error as a plain one: the bound's refusal on
-      // this thread tells them apart.
-      const runtime::Refusal refusal = runtime::BudgetAllocator::last_refusal();
-      if (!host_bound || refusal.requested_bytes == 0) {
-        // The system refused an allocation below the bound (memory taken by another process
-        // meanwhile): still a runtime failure, but one that says where.
-        const std::string message = e.what();
-        if (message.find("can't allocate memory") == std::string::npos) throw;
-        throw std::runtime_error("profiling batch " + std::to_string(where_batch) + " (" + where +
-                                 "): " + message.substr(0, message.find('\n')));
-      }
-      throw core::DoesNotFitError("profiling batch " + std::to_string(where_batch) + " (" + where + "): allocating " +
-                                  core::format_bytes(refusal.requested_bytes) + " would pass the " +
-                                  core::format_bytes(host_bound->bytes()) + " of host memory available to profiling; " +
-                                  host_bound->largest_text());
+}
+
+// Runs `work`; an allocation that fails in it becomes an error naming the batch and phase (where_,
+// where_batch_), and past the bound, what fits.
+void ProfileRun::within_host_memory(const std::function<void()>& work) {
+  runtime::BudgetAllocator::clear_last_refusal();
+  try {
+    work();
+  } catch (const std::exception& e) {
+    // TorchScript's interpreter rethrows an op's error as a plain one: the bound's refusal on
+    // this thread tells them apart.
+    const runtime::Refusal refusal = runtime::BudgetAllocator::last_refusal();
+    if (!host_bound_ || refusal.requested_bytes == 0) {
+      // The system refused an allocation below the bound (memory taken by another process
+      // meanwhile): still a runtime failure, but one that says where.
+      const std::string message = e.what();
+      if (message.find("can't allocate memory") == std::string::npos) throw;
+      throw std::runtime_error("profiling batch " + std::to_string(where_batch_) + " (" + where_ +
+                               "): " + message.substr(0, message.find('\n')));
     }
-  };
-  within_host_memory([&] {
-    const models::Batch first_batch = on_device(model.make_batch(options.batch_sizes.front(), options.seed));
-    const auto saves = detect_saved_tensors(model, first_batch);
-    for (std::size_t i = 0; i < layer_count; ++i) trace.layers[i].saves_inputs = saves.inputs[i];
-    report("inputs", options.batch_sizes.front());
-    if (!lean_layers.empty()) {
-      where = "tempo inputs";
-      model.set_all_variants(core::LayerVariant::Tempo);
-      const auto lean_saves = detect_saved_tensors(model, first_batch);
-      model.set_all_variants(core::LayerVariant::Standard);
-      for (const std::size_t i : lean_layers) {
-        trace.layers[i].tempo = core::LeanProfile{lean_saves.inputs[i], lean_saves.output[i] && !saves.output[i], {}};
-      }
-      report("tempo inputs", options.batch_sizes.front());
-    }
+    throw core::DoesNotFitError("profiling batch " + std::to_string(where_batch_) + " (" + where_ + "): allocating " +
+                                core::format_bytes(refusal.requested_bytes) + " would pass the " +
+                                core::format_bytes(host_bound_->bytes()) + " of host memory available to profiling; " +
+                                host_bound_->largest_text());
+  }
+}
+
+// Which inputs (and outputs) each layer's autograd graph saves, and its lean variant's.
+void ProfileRun::detect_saves() {
+  const models::Batch first_batch = on_device_(model_.make_batch(options_.batch_sizes.front(), options_.seed));
+  const auto saves = detect_saved_tensors(model_, first_batch);
+  for (std::size_t i = 0; i < layer_count_; ++i) trace_.layers[i].saves_inputs = saves.inputs[i];
+  report("inputs", options_.batch_sizes.front());
+  if (tempo_layers_.empty()) return;
+  where_ = "tempo inputs";
+  model_.set_all_variants(core::LayerVariant::Tempo);
+  const auto tempo_saves = detect_saved_tensors(model_, first_batch);
+  model_.set_all_variants(core::LayerVariant::Standard);
+  for (const std::size_t i : tempo_layers_) {
+    trace_.layers[i].tempo = core::LeanProfile{tempo_saves.inputs[i], tempo_saves.output[i] && !saves.output[i], {}};
+  }
+  report("tempo inputs", options_.batch_sizes.front());
+}
+
+// The machine's speed before each batch size and at the end: a change while profiling is seen.
+// Its ~100 MiB of arrays are not the model's: outside the host bound, freed before the model runs.
+void ProfileRun::calibrate(std::int64_t b) {
+  if (!options_.calibrate) return;
+  if (!trace_.calibration) {
+    trace_.calibration = core::Calibration{};
+    trace_.calibration->device = trace_.device.name;
+    trace_.calibration->threads = at::get_num_threads();
+    trace_.calibration->measured_at = trace_.profile.recorded_at;
+  }
+  if (host_bound_) host_bound_->suspend();
+  trace_.calibration->runs.push_back(runtime::time_calibration_kernels(device_));
+  if (host_bound_) host_bound_->resume();
+  report("calibration", b);
+}
+
+// Every pass at one size into the trace: the standard one, the checkpointed one, the Tempo one.
+void ProfileRun::measure_size(std::int64_t b) {
+  within_host_memory([this, b] {
+    where_batch_ = b;
+    where_ = "data";
+    const models::Batch batch = on_device_(model_.make_batch(b, options_.seed + static_cast<std::uint64_t>(b)));
+    PassMeasurement standard = measure(batch, b, false);
+    for (std::size_t i = 0; i < layer_count_; ++i) trace_.layers[i].samples.push_back(standard.layers[i]);
+    trace_.steps.push_back(standard.step);
+    timed_.push_back({b, false, std::move(standard.sequences)});
+    if (!opaque_.empty()) measure_checkpointed(batch, b);
+    if (tempo_layers_.empty()) return;
+    // The Tempo pass right after the standard one at the same batch, so their times compare.
+    model_.set_all_variants(core::LayerVariant::Tempo);
+    PassMeasurement tempo_pass = measure(batch, b, true);
+    model_.set_all_variants(core::LayerVariant::Standard);
+    for (const std::size_t i : tempo_layers_) trace_.layers[i].tempo->samples.push_back(tempo_pass.layers[i]);
+    trace_.tempo_steps.push_back(tempo_pass.step);
+    timed_.push_back({b, true, std::move(tempo_pass.sequences)});
   });
+}
 
-  struct Measured {
-    std::vector<core::LayerSample> layers;
-    core::StepSample step;
-    SequenceTimes sequences;  // every plain sequence's parts, for the timing rounds to add to
-  };
-  // The plain steps' data at each size, the same in the timing rounds as in the repeats.
-  const auto data_seed_of = [&](std::int64_t b) { return options.seed + 7919 * static_cast<std::uint64_t>(b); };
-  // Every step, plain or profiled, runs the way the executor runs one: gradients zeroed, then two
-  // micro-batches, the second accumulating into the first's gradients, then the optimizer. The
-  // profiled micro-batch is the second, so layers are timed warm, as every micro-batch after a
-  // step's first runs; what a step pays once (zeroing, the first micro-batch's extra, the
-  // optimizer) is timed apart in the plain steps. Warm-up steps first, then plain and profiled
-  // steps alternating, so drift over the run (caches, allocator pools, other load) affects both
-  // alike and their ratio is the profiler's overhead.
-  std::int64_t workspace_bytes = -1;  // not yet seen
-  const auto measure = [&](const models::Batch& batch, std::int64_t b, bool lean) {
-    const char* warmup_phase = lean ? "tempo warmup" : "warmup";
-    const char* plain_phase = lean ? "tempo plain" : "plain";
-    const char* profile_phase = lean ? "tempo profile" : "profile";
-    const std::uint64_t data_seed = data_seed_of(b);
-    where_batch = b;
-    where = warmup_phase;
-    for (int i = 0; i < options.warmup_steps; ++i) {
-      plain_sequence(model, b, data_seed, on_device, *optimizer, backend.get());
-      report(warmup_phase, b);
-    }
-    // fp16-autocast: a step whose gradients overflowed at the loss scale is skipped and makes no
-    // optimizer state; warm up until one has stepped (the scale halves with each skip).
-    const runtime::LossScaler* scaler = runtime::loss_scaler_of(*optimizer);
-    for (int extra = 0; scaler != nullptr && runtime::optimizer_state_bytes(*optimizer) <= scaler->buffer_bytes(); ++extra) {
-      if (extra == kMaxOverflowingSteps) {
-        char scale[32];
-        std::snprintf(scale, sizeof scale, "%g", scaler->current_scale());
-        throw core::InputError("precision: fp16-autocast: every step's gradients overflowed, at loss scales down to " +
-                               std::string(scale));
-      }
-      plain_sequence(model, b, data_seed, on_device, *optimizer, backend.get());
-    }
-    SequenceTimes sequences;
-    std::vector<StepMeasurement> runs;
-    int overflowed_repeats = 0;
-    for (int i = 0; i < options.repeats; ++i) {
-      where = plain_phase;
-      const std::int64_t skipped = scaler != nullptr ? scaler->skipped_steps() : 0;
-      sequences.add(plain_sequence(model, b, data_seed, on_device, *optimizer, backend.get()));
-      zero_gradients(*optimizer, backend.get());
-      plain_micro_batch(model, b, data_seed, on_device, backend.get(), runtime::loss_scaler_of(*optimizer));
-      where = profile_phase;
-      auto recorder = std::make_shared<runtime::MemoryRecorder>(device.type());
-      runtime::ScopedMemoryRecording recording(recorder);
-      // CUPTI records only the profiled steps, so the plain steps stay the overhead's reference.
-      if (backend != nullptr) backend->activities().set_enabled(true);
-      runs.push_back(profile_step(model, batch, *recorder, optimizer.get(), backend.get(), /*zero_grad_first=*/false));
-      if (backend != nullptr) backend->activities().set_enabled(false);
-      // A skipped step's optimizer figures are the unscaling alone: the plain and the profiled step
-      // are measured again (fp16-autocast).
-      if (scaler != nullptr && scaler->skipped_steps() != skipped) {
-        if (++overflowed_repeats == kMaxOverflowingSteps) {
-          throw core::InputError("precision: fp16-autocast: the profiled steps' gradients overflowed " +
-                                 std::to_string(kMaxOverflowingSteps) + " times");
-        }
-        runs.pop_back();
-        sequences.drop_last();
-        --i;
-        continue;
-      }
-      report(plain_phase, b);
-      if (recorder->untracked_frees() != 0) {
-        throw std::logic_error("profiled step freed memory allocated before it began; its bytes would be wrong");
-      }
-      report(profile_phase, b);
-    }
-
-    Measured out;
-    // Bytes do not depend on the values, so every repeat measures the same; times take the median.
-    const StepMeasurement& last = runs.back();
-    for (std::size_t i = 0; i < layer_count; ++i) {
-      std::vector<std::int64_t> fwd, bwd;
-      for (const auto& run : runs) {
-        fwd.push_back(run.layers[i].fwd_ns);
-        bwd.push_back(run.layers[i].bwd_ns);
-      }
-      core::LayerSample sample{last.layers[i], b, std::nullopt};
-      sample.fwd_ns = core::median(fwd);
-      sample.bwd_ns = core::median(bwd);
-      if (backend != nullptr) sample.gpu = gpu_layer_cost(runs, i);
-      out.layers.push_back(sample);
-    }
-
-    std::int64_t static_bytes = runtime::optimizer_state_bytes(*optimizer) + trace.model_extra_bytes;
-    for (const auto& p : parameters) static_bytes += runtime::tensor_bytes(p) + runtime::tensor_bytes(p.grad());
-    std::vector<std::int64_t> step_ns;
-    for (const auto& run : runs) step_ns.push_back(run.step_ns);
-    core::StepSample& step = out.step;
-    step.batch = b;
-    step.step_ns = core::median(step_ns);
-    step.plain_step_ns = sequences.plain_step_ns();
-    sequences.set_medians(step);
-    out.sequences = std::move(sequences);
-    step.optimizer_transient_bytes = last.optimizer_transient_bytes;
-    step.static_bytes = static_bytes;
-    step.input_bytes = batch.bytes();
-    // Between steps only the static state and the batch are allocated, so the step's peak is them
-    // plus the most the recorder saw above its level at the step's start.
-    step.peak_bytes = static_bytes + step.input_bytes + (last.peak_allocated - last.allocated_at_step_start);
-    if (device.is_cuda() && last.device_allocated_at_step_start >= 0) {
-      // What else the device held as the step began: the libraries' workspaces (the smallest seen
-      // at any size, so nothing a size left behind is taken for one).
-      const std::int64_t held = std::max<std::int64_t>(last.device_allocated_at_step_start - static_bytes - step.input_bytes, 0);
-      workspace_bytes = workspace_bytes < 0 ? held : std::min(workspace_bytes, held);
-    }
-    if (backend != nullptr) {
-      step.gpu = gpu_step_cost(runs);
-      if (options.on_gpu_step && !lean) options.on_gpu_step(b, *last.gpu);
-    }
-    return out;
-  };
-
-  // The machine's speed before each batch size and at the end: a change while profiling is seen.
-  // Its ~100 MiB of arrays are not the model's: outside the host bound, freed before the model runs.
-  const auto calibrate = [&](std::int64_t b) {
-    if (!options.calibrate) return;
-    if (!trace.calibration) {
-      trace.calibration = core::Calibration{};
-      trace.calibration->device = trace.device.name;
-      trace.calibration->threads = at::get_num_threads();
-      trace.calibration->measured_at = trace.profile.recorded_at;
-    }
-    if (host_bound) host_bound->suspend();
-    trace.calibration->runs.push_back(runtime::time_calibration_kernels(device));
-    if (host_bound) host_bound->resume();
-    report("calibration", b);
-  };
-  // Every size's plain sequences, standard and lean, for the timing rounds.
-  struct Timed {
-    std::int64_t batch;
-    bool lean;  // of trace.tempo_steps, else of trace.steps
-    SequenceTimes sequences;
-  };
-  std::vector<Timed> timed;
-  const auto measure_size = [&](std::int64_t b) {
-    within_host_memory([&] {
-      where_batch = b;
-      where = "data";
-      const models::Batch batch = on_device(model.make_batch(b, options.seed + static_cast<std::uint64_t>(b)));
-      Measured standard = measure(batch, b, false);
-      for (std::size_t i = 0; i < layer_count; ++i) trace.layers[i].samples.push_back(standard.layers[i]);
-      trace.steps.push_back(standard.step);
-      timed.push_back({b, false, std::move(standard.sequences)});
-      if (!opaque.empty()) {
-        where = "checkpointed";
-        std::vector<bool> keeps;
-        const auto alone = checkpointed_pass(model, batch, opaque, device, keeps);
-        for (std::size_t k = 0; k < opaque.size(); ++k) {
-          trace.layers[opaque[k]].checkpointed.push_back(alone[k]);
-          trace.layers[opaque[k]].keeps_output = trace.layers[opaque[k]].keeps_output || keeps[k];
-        }
-        report("checkpointed", b);
-      }
-      if (lean_layers.empty()) return;
-      // The Tempo pass right after the standard one at the same batch, so their times compare.
-      model.set_all_variants(core::LayerVariant::Tempo);
-      Measured lean = measure(batch, b, true);
-      model.set_all_variants(core::LayerVariant::Standard);
-      for (const std::size_t i : lean_layers) trace.layers[i].tempo->samples.push_back(lean.layers[i]);
-      trace.tempo_steps.push_back(lean.step);
-      timed.push_back({b, true, std::move(lean.sequences)});
-    });
-  };
-  for (const std::int64_t b : options.batch_sizes) {
-    calibrate(b);
-    measure_size(b);
+void ProfileRun::measure_checkpointed(const models::Batch& batch, std::int64_t b) {
+  where_ = "checkpointed";
+  std::vector<bool> keeps;
+  const auto alone = checkpointed_pass(model_, batch, opaque_, device_, keeps);
+  for (std::size_t k = 0; k < opaque_.size(); ++k) {
+    trace_.layers[opaque_[k]].checkpointed.push_back(alone[k]);
+    trace_.layers[opaque_[k]].keeps_output = trace_.layers[opaque_[k]].keeps_output || keeps[k];
   }
-  // Scratch memory that steps between two profiled sizes is bounded there by the whole step
-  // (core/transient_jumps.h): the segments where that is more than kLocateShare of the step are
-  // halved, round by round, until the step lies between neighbours. Each such size is measured as
-  // the others were: the machine timed before it, and on CUDA not behind the larger sizes' cached
-  // blocks (the others' reserve holds the calibration's and the smaller sizes' cached blocks).
+  report("checkpointed", b);
+}
+
+// Every step, plain or profiled, runs the way the executor runs one: gradients zeroed, then two
+// micro-batches, the second accumulating into the first's gradients, then the optimizer. The
+// profiled micro-batch is the second, so layers are timed warm, as every micro-batch after a
+// step's first runs; what a step pays once (zeroing, the first micro-batch's extra, the
+// optimizer) is timed apart in the plain steps. Warm-up steps first, then plain and profiled
+// steps alternating, so drift over the run (caches, allocator pools, other load) affects both
+// alike and their ratio is the profiler's overhead.
+PassMeasurement ProfileRun::measure(const models::Batch& batch, std::int64_t b, bool tempo) {
+  warm_up(b, tempo);
+  RepeatedSteps repeated = repeat_steps(batch, b, tempo);
+  PassMeasurement out;
+  out.layers = layer_samples(repeated.runs, b);
+  out.step = step_sample(batch, b, tempo, repeated);
+  out.sequences = std::move(repeated.sequences);
+  return out;
+}
+
+void ProfileRun::warm_up(std::int64_t b, bool tempo) {
+  const char* warmup_phase = phases_of(tempo).warmup;
+  const std::uint64_t data_seed = data_seed_of(b);
+  where_batch_ = b;
+  where_ = warmup_phase;
+  for (int i = 0; i < options_.warmup_steps; ++i) {
+    plain_sequence(model_, b, data_seed, on_device_, *optimizer_, backend_.get());
+    report(warmup_phase, b);
+  }
+  // fp16-autocast: a step whose gradients overflowed at the loss scale is skipped and makes no
+  // optimizer state; warm up until one has stepped (the scale halves with each skip).
+  const runtime::LossScaler* scaler = runtime::loss_scaler_of(*optimizer_);
+  for (int extra = 0; scaler != nullptr && runtime::optimizer_state_bytes(*optimizer_) <= scaler->buffer_bytes(); ++extra) {
+    if (extra == kMaxOverflowingSteps) {
+      char scale[32];
+      std::snprintf(scale, sizeof scale, "%g", scaler->current_scale());
+      throw core::InputError("precision: fp16-autocast: every step's gradients overflowed, at loss scales down to " +
+                             std::string(scale));
+    }
+    plain_sequence(model_, b, data_seed, on_device_, *optimizer_, backend_.get());
+  }
+}
+
+// `repeats` plain sequences, each followed by a profiled step.
+RepeatedSteps ProfileRun::repeat_steps(const models::Batch& batch, std::int64_t b, bool tempo) {
+  const PassPhases phases = phases_of(tempo);
+  const std::uint64_t data_seed = data_seed_of(b);
+  const runtime::LossScaler* scaler = runtime::loss_scaler_of(*optimizer_);
+  RepeatedSteps out;
+  int overflowed_repeats = 0;
+  for (int i = 0; i < options_.repeats; ++i) {
+    where_ = phases.plain;
+    const std::int64_t skipped = scaler != nullptr ? scaler->skipped_steps() : 0;
+    out.sequences.add(plain_sequence(model_, b, data_seed, on_device_, *optimizer_, backend_.get()));
+    zero_gradients(*optimizer_, backend_.get());
+    plain_micro_batch(model_, b, data_seed, on_device_, backend_.get(), runtime::loss_scaler_of(*optimizer_));
+    where_ = phases.profile;
+    auto recorder = std::make_shared<runtime::MemoryRecorder>(device_.type());
+    runtime::ScopedMemoryRecording recording(recorder);
+    // CUPTI records only the profiled steps, so the plain steps stay the overhead's reference.
+    if (backend_ != nullptr) backend_->activities().set_enabled(true);
+    out.runs.push_back(profile_step(model_, batch, *recorder, optimizer_.get(), backend_.get(), /*zero_grad_first=*/false));
+    if (backend_ != nullptr) backend_->activities().set_enabled(false);
+    // A skipped step's optimizer figures are the unscaling alone: the plain and the profiled step
+    // are measured again (fp16-autocast).
+    if (scaler != nullptr && scaler->skipped_steps() != skipped) {
+      if (++overflowed_repeats == kMaxOverflowingSteps) {
+        throw core::InputError("precision: fp16-autocast: the profiled steps' gradients overflowed " +
+                               std::to_string(kMaxOverflowingSteps) + " times");
+      }
+      out.runs.pop_back();
+      out.sequences.drop_last();
+      --i;
+      continue;
+    }
+    report(phases.plain, b);
+    if (recorder->untracked_frees() != 0) {
+      throw std::logic_error("profiled step freed memory allocated before it began; its bytes would be wrong");
+    }
+    report(phases.profile, b);
+  }
+  return out;
+}
+
+// Bytes do not depend on the values, so every repeat measures the same; times take the median.
+std::vector<core::LayerSample> ProfileRun::layer_samples(const std::vector<StepMeasurement>& runs, std::int64_t b) const {
+  const StepMeasurement& last = runs.back();
+  std::vector<core::LayerSample> out;
+  for (std::size_t i = 0; i < layer_count_; ++i) {
+    std::vector<std::int64_t> fwd, bwd;
+    for (const auto& run : runs) {
+      fwd.push_back(run.layers[i].fwd_ns);
+      bwd.push_back(run.layers[i].bwd_ns);
+    }
+    core::LayerSample sample{last.layers[i], b, std::nullopt};
+    sample.fwd_ns = core::median(fwd);
+    sample.bwd_ns = core::median(bwd);
+    if (backend_ != nullptr) sample.gpu = gpu_layer_cost(runs, i);
+    out.push_back(sample);
+  }
+  return out;
+}
+
+core::StepSample ProfileRun::step_sample(const models::Batch& batch, std::int64_t b, bool tempo, const RepeatedSteps& repeated) {
+  const std::vector<StepMeasurement>& runs = repeated.runs;
+  const StepMeasurement& last = runs.back();
+  std::int64_t static_bytes = runtime::optimizer_state_bytes(*optimizer_) + trace_.model_extra_bytes;
+  for (const auto& p : parameters_) static_bytes += runtime::tensor_bytes(p) + runtime::tensor_bytes(p.grad());
+  std::vector<std::int64_t> step_ns;
+  for (const auto& run : runs) step_ns.push_back(run.step_ns);
+  core::StepSample step;
+  step.batch = b;
+  step.step_ns = core::median(step_ns);
+  step.plain_step_ns = repeated.sequences.plain_step_ns();
+  repeated.sequences.set_medians(step);
+  step.optimizer_transient_bytes = last.optimizer_transient_bytes;
+  step.static_bytes = static_bytes;
+  step.input_bytes = batch.bytes();
+  // Between steps only the static state and the batch are allocated, so the step's peak is them
+  // plus the most the recorder saw above its level at the step's start.
+  step.peak_bytes = static_bytes + step.input_bytes + (last.peak_allocated - last.allocated_at_step_start);
+  if (device_.is_cuda() && last.device_allocated_at_step_start >= 0) {
+    // What else the device held as the step began: the libraries' workspaces (the smallest seen
+    // at any size, so nothing a size left behind is taken for one).
+    const std::int64_t held = std::max<std::int64_t>(last.device_allocated_at_step_start - static_bytes - step.input_bytes, 0);
+    workspace_bytes_ = workspace_bytes_ < 0 ? held : std::min(workspace_bytes_, held);
+  }
+  if (backend_ != nullptr) {
+    step.gpu = gpu_step_cost(runs);
+    if (options_.on_gpu_step && !tempo) options_.on_gpu_step(b, *last.gpu);
+  }
+  return step;
+}
+
+// Scratch memory that steps between two profiled sizes is bounded there by the whole step
+// (core/transient_jumps.h): the segments where that is more than kLocateShare of the step are
+// halved, round by round, until the step lies between neighbours. Each such size is measured as
+// the others were: the machine timed before it, and on CUDA not behind the larger sizes' cached
+// blocks (the others' reserve holds the calibration's and the smaller sizes' cached blocks).
+void ProfileRun::locate_transient_steps() {
   std::vector<std::int64_t> located;
-  while (located.size() < static_cast<std::size_t>(options.locate_steps)) {
+  while (located.size() < static_cast<std::size_t>(options_.locate_steps)) {
     const std::vector<core::TransientJump> jumps =
-        core::jumps_worth_locating(trace, kLocateShare, static_cast<std::size_t>(options.locate_steps) - located.size());
+        core::jumps_worth_locating(trace_, kLocateShare, static_cast<std::size_t>(options_.locate_steps) - located.size());
     if (jumps.empty()) break;
     for (const auto& jump : jumps) {
       const std::int64_t b = jump.middle();
-      progress.total += per_size_steps + (options.calibrate ? 1 : 0);
-      progress.note = jump.layer + "'s " + jump.what + " may step by up to " + core::format_bytes(jump.bytes) +
-                      " between batches " + std::to_string(jump.from_batch) + " and " + std::to_string(jump.to_batch) +
-                      ": profiling " + std::to_string(b) + " as well, to find where";
-      trace.batch_sizes.push_back(b);
+      progress_.total += per_size_steps_ + (options_.calibrate ? 1 : 0);
+      progress_.note = jump.layer + "'s " + jump.what + " may step by up to " + core::format_bytes(jump.bytes) +
+                       " between batches " + std::to_string(jump.from_batch) + " and " + std::to_string(jump.to_batch) +
+                       ": profiling " + std::to_string(b) + " as well, to find where";
+      trace_.batch_sizes.push_back(b);
       // As a size in order would be: after smaller sizes' blocks (here the caching allocator's,
       // handed back), behind the machine's timing.
-      release_cached_blocks(device);
+      release_cached_blocks(device_);
       calibrate(b);
       measure_size(b);
       located.push_back(b);
     }
-    in_batch_order(trace);
+    in_batch_order(trace_);
   }
+}
 
-  // Millisecond steps: a shared machine runs at one speed for a few tenths of a second, then at
-  // another (an mlp's step in bf16-autocast went 10.5 ms for twenty steps, 14 ms for the next
-  // twenty), so a size's repeats, a few tens of milliseconds one after another, saw one speed, and
-  // five profiles of the same model predicted 2,367 to 2,981 samples/s for one plan. Rounds of one
-  // plain sequence at every size, as many as fit in options.timing_seconds, spread each size's
-  // samples over all of them: its median is the machine's over the whole profile, as the other
-  // sizes' are, and the sizes compare with each other.
+// A shared machine's speed wanders over tenths of a second and over seconds (docs/design.md,
+// "Time on the machine at hand"), so a size's repeats, a few tens of milliseconds one after
+// another, see one speed. Rounds of one plain sequence at every size, as many as fit in
+// options.timing_seconds (at most kMaxTimingRoundsPerSecond a second), spread each size's samples
+// over all of them: its median is the machine's over the whole profile, as the other sizes' are,
+// and the sizes compare with each other.
+int ProfileRun::timing_round_count() const {
   std::int64_t round_ns = 0;
-  for (const Timed& t : timed) round_ns += t.sequences.sequence_ns();
-  // The wandering lasts seconds too: with ten seconds of rounds rather than the default two (eight
-  // profiles each, alternating, of the mlp in bf16-autocast) the same plan's predicted step ranged
-  // 8.47-9.37 ms rather than 8.22-9.82.
-  const double max_rounds = std::floor(kMaxTimingRoundsPerSecond * options.timing_seconds);
-  const int rounds =
-      round_ns > 0 ? static_cast<int>(std::min(max_rounds, std::floor(options.timing_seconds * 1e9 / static_cast<double>(round_ns))))
-                   : 0;
-  progress.total += rounds;
-  const runtime::LossScaler* scaler = runtime::loss_scaler_of(*optimizer);
+  for (const TimedPass& t : timed_) round_ns += t.sequences.sequence_ns();
+  const double max_rounds = std::floor(kMaxTimingRoundsPerSecond * options_.timing_seconds);
+  return round_ns > 0
+             ? static_cast<int>(std::min(max_rounds, std::floor(options_.timing_seconds * 1e9 / static_cast<double>(round_ns))))
+             : 0;
+}
+
+void ProfileRun::run_timing_rounds() {
+  const int rounds = timing_round_count();
+  progress_.total += rounds;
+  const runtime::LossScaler* scaler = runtime::loss_scaler_of(*optimizer_);
   for (int r = 0; r < rounds; ++r) {
-    for (Timed& t : timed) {
+    for (TimedPass& t : timed_) {
       within_host_memory([&] {
-        where = "timing rounds";
-        where_batch = t.batch;
-        model.set_all_variants(t.lean ? core::LayerVariant::Tempo : core::LayerVariant::Standard);
+        where_ = "timing rounds";
+        where_batch_ = t.batch;
+        model_.set_all_variants(t.tempo ? core::LayerVariant::Tempo : core::LayerVariant::Standard);
         const std::int64_t skipped = scaler != nullptr ? scaler->skipped_steps() : 0;
-        const PlainSequence plain = plain_sequence(model, t.batch, data_seed_of(t.batch), on_device, *optimizer, backend.get());
+        const PlainSequence plain = plain_sequence(model_, t.batch, data_seed_of(t.batch), on_device_, *optimizer_, backend_.get());
         // A skipped step's optimizer is the unscaling alone (fp16-autocast): not a sample.
         if (scaler == nullptr || scaler->skipped_steps() == skipped) t.sequences.add(plain);
       });
     }
     // Once a round, which runs every size: the batch shown is the largest.
-    report("timing rounds", options.batch_sizes.back());
+    report("timing rounds", options_.batch_sizes.back());
   }
-  model.set_all_variants(core::LayerVariant::Standard);
-  for (const Timed& t : timed) {
-    t.sequences.set_medians((t.lean ? trace.tempo_steps : trace.steps)[static_cast<std::size_t>(trace.batch_index(t.batch))]);
+  model_.set_all_variants(core::LayerVariant::Standard);
+  for (const TimedPass& t : timed_) {
+    t.sequences.set_medians((t.tempo ? trace_.tempo_steps : trace_.steps)[static_cast<std::size_t>(trace_.batch_index(t.batch))]);
   }
+}
+
+// What is measured once, after every size: the workspaces, the machine's last timing, the
+// contrastive loss alone, the optimizer's state and (CUDA) its step on the host.
+void ProfileRun::finish() {
   // The workspaces are held through every step: in each one's peak, and planned as static state.
-  trace.workspace_bytes = std::max<std::int64_t>(workspace_bytes, 0);
-  for (auto* steps : {&trace.steps, &trace.tempo_steps}) {
-    for (auto& step : *steps) step.peak_bytes += trace.workspace_bytes;
+  trace_.workspace_bytes = std::max<std::int64_t>(workspace_bytes_, 0);
+  for (auto* steps : {&trace_.steps, &trace_.tempo_steps}) {
+    for (auto& step : *steps) step.peak_bytes += trace_.workspace_bytes;
   }
 
-  calibrate(options.batch_sizes.back());
+  calibrate(options_.batch_sizes.back());
 
-  if (contrastive_samples > 0) {
-    contrastive.on_sample = [&](std::int64_t b) { report("contrastive loss", b); };
-    trace.contrastive_loss = profile_contrastive_loss(model, device, contrastive);
+  if (contrastive_samples_ > 0) {
+    contrastive_.on_sample = [this](std::int64_t b) { report("contrastive loss", b); };
+    trace_.contrastive_loss = profile_contrastive_loss(model_, device_, contrastive_);
   }
   std::int64_t param_elements = 0;
-  for (const auto& p : parameters) param_elements += p.numel();
-  trace.optimizer.state_bytes = runtime::optimizer_state_bytes(*optimizer);
-  trace.optimizer.state_bytes_per_param =
-      param_elements > 0 ? static_cast<double>(trace.optimizer.state_bytes) / static_cast<double>(param_elements) : 0.0;
-  if (device.is_cuda()) {
-    trace.optimizer.host_ns_per_param = host_optimizer_ns_per_param(options.optimizer, parameters);
-    report("host optimizer", options.batch_sizes.back());
+  for (const auto& p : parameters_) param_elements += p.numel();
+  trace_.optimizer.state_bytes = runtime::optimizer_state_bytes(*optimizer_);
+  trace_.optimizer.state_bytes_per_param =
+      param_elements > 0 ? static_cast<double>(trace_.optimizer.state_bytes) / static_cast<double>(param_elements) : 0.0;
+  if (device_.is_cuda()) {
+    trace_.optimizer.host_ns_per_param = host_optimizer_ns_per_param(options_.optimizer, parameters_);
+    report("host optimizer", options_.batch_sizes.back());
   }
-  return trace;
 }
+
+}  // namespace
+
+core::Trace profile(models::Model& model, const ProfileOptions& options) { return ProfileRun(model, options).run(); }
 
 }  // namespace headroom::profiler
