@@ -148,6 +148,173 @@ void check_model_flags(const ProfileArgs& args) {
   }
 }
 
+namespace {
+
+// --timing-seconds and --locate-steps, where given, over the options' own.
+void apply_timing_flags(const ProfileArgs& args, profiler::ProfileOptions& options) {
+  if (args.timing_seconds) options.timing_seconds = *args.timing_seconds;
+  if (args.locate_steps) {
+    options.locate_steps = *args.locate_steps;
+    if (options.locate_steps < 0 || options.locate_steps > profiler::ProfileOptions::kMaxLocateSteps) {
+      throw core::InputError("--locate-steps: expected 0 (none) to " + std::to_string(profiler::ProfileOptions::kMaxLocateSteps) +
+                             " sizes more, got " + std::to_string(options.locate_steps));
+    }
+  }
+}
+
+// --add-to's trace, refused where it was profiled otherwise than asked; the options take its
+// threads and timing where none were given.
+core::Trace read_trace_to_add_to(const ProfileArgs& args, const std::vector<core::Precision>& precisions,
+                                 profiler::ProfileOptions& options) {
+  // The sizes added are the user's: a located one could be one the trace has.
+  if (args.locate_steps && *args.locate_steps > 0) {
+    throw core::InputError("--locate-steps: --add-to adds the sizes given and no others; profile them with --batch-sizes");
+  }
+  options.locate_steps = 0;
+  core::Trace base = core::read_trace_file(args.add_to);
+  if (base.precisions() != precisions) {
+    std::string flag;
+    for (const core::Precision p : base.precisions()) flag += (flag.empty() ? "" : ",") + std::string(core::precision_name(p));
+    throw core::InputError("--add-to: " + args.add_to + " measured " + base.precision_list() + "; give --precision " +
+                           flag + " as it was profiled");
+  }
+  if (base.optimizer.name != options.optimizer) {
+    throw core::InputError("--add-to: " + args.add_to + " was profiled with --optimizer " + base.optimizer.name);
+  }
+  if (base.device.kind != options.device) {
+    throw core::InputError("--add-to: " + args.add_to + " was profiled on " + base.device.kind);
+  }
+  core::expect_sizes_absent(base, options.batch_sizes);
+  if (!args.chrome.empty()) {
+    throw core::InputError("--chrome: draws a trace's largest batch size, which --add-to need not have profiled; "
+                           "profile without --add-to for a timeline");
+  }
+  // At the trace's threads.
+  if (options.threads == 0) options.threads = base.profile.threads;
+  if (options.threads != base.profile.threads) {
+    throw core::InputError("--add-to: " + args.add_to + " was profiled at " + std::to_string(base.profile.threads) +
+                           (base.profile.threads == 1 ? " thread" : " threads") + "; leave --threads out or give " +
+                           std::to_string(base.profile.threads));
+  }
+  // Timed for as long as the trace's sizes were, where it says how long.
+  if (const auto& recorded = base.profile.timing_seconds) {
+    if (!args.timing_seconds) options.timing_seconds = *recorded;
+    if (options.timing_seconds != *recorded) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%g", *recorded);
+      throw core::InputError("--add-to: " + args.add_to + " was timed with --timing-seconds " + seconds +
+                             "; leave --timing-seconds out or give " + seconds);
+    }
+  }
+  // The Tempo pass runs only for models with lean layers, so only a trace that has one can say.
+  if (base.has_tempo() && !options.tempo) {
+    throw core::InputError("--add-to: " + args.add_to + " has the Tempo pass; leave --no-tempo out");
+  }
+  return base;
+}
+
+// On the CPU without --threads, profiling runs on the idle cores only: a thread on a core another
+// process keeps busy makes every parallel region wait on it, and the trace would record that
+// process's share rather than this machine. Returns what to say about it, or nothing.
+std::string use_idle_cores(profiler::ProfileOptions& options) {
+  if (options.threads != 0 || options.device != "cpu") return "";
+  const runtime::IdleCores cores = runtime::measure_idle_cores();
+  options.threads = cores.idle;
+  if (cores.idle >= cores.usable) return "";
+  return "other processes keep " + one_decimal(cores.busy_with_others) + " of this process's " +
+         std::to_string(cores.usable) + " cores busy: profiling at " + std::to_string(cores.idle) +
+         (cores.idle == 1 ? " thread" : " threads") + ", as execute will run the step (--threads " +
+         std::to_string(cores.usable) + " to use all of them)";
+}
+
+// The model profiled in each precision asked for, with `options` as they stand at each call: the
+// first on the model built here, each later one on a model built afresh (float32 weights as seeded).
+class PrecisionProfiles {
+ public:
+  PrecisionProfiles(const ProfileArgs& args, profiler::ProfileOptions& options)
+      : args_(args), options_(options), model_(build()) {}
+
+  // The model as built, for what is checked before anything is measured.
+  const models::Model& model() const { return *model_; }
+  // Said on stderr once profiling starts: a bad input is refused with its one line alone.
+  void say_when_profiling_starts(std::string note) { note_ = std::move(note); }
+
+  // `what`: after the model's name in the progress line.
+  core::Trace measure(core::Precision precision, const std::string& what) {
+    options_.precision = precision;
+    if (!std::exchange(fresh_, false)) model_.emplace(build());
+    ProgressPrinter printer(model_->name() + what);
+    options_.on_progress = [&printer, this](const profiler::Progress& p) {
+      if (!note_.empty()) std::cerr << std::exchange(note_, std::string()) << "\n";
+      printer.note(p.note);
+      printer(p);
+    };
+    return profiler::profile(*model_, options_);
+  }
+
+ private:
+  models::Model build() const {
+    return args_.torchscript.empty() ? models::build_zoo_model(args_.model, parse_settings(args_.settings), args_.options.seed)
+                                     : load_torchscript(args_);
+  }
+
+  const ProfileArgs& args_;
+  profiler::ProfileOptions& options_;
+  std::optional<models::Model> model_;
+  bool fresh_ = true;  // the model built first has not trained yet
+  std::string note_;
+};
+
+// One trace holds its precisions at the same sizes: each gets the sizes another located.
+void join_located_sizes(std::vector<core::Trace>& measured, PrecisionProfiles& profiles, profiler::ProfileOptions& options) {
+  std::vector<std::int64_t> all;
+  for (const auto& t : measured) all.insert(all.end(), t.batch_sizes.begin(), t.batch_sizes.end());
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  for (auto& t : measured) {
+    std::vector<std::int64_t> missing;
+    std::set_difference(all.begin(), all.end(), t.batch_sizes.begin(), t.batch_sizes.end(), std::back_inserter(missing));
+    if (missing.empty()) continue;
+    options.batch_sizes = missing;
+    options.locate_steps = 0;
+    const core::Trace more = profiles.measure(t.precision, " in " + std::string(core::precision_name(t.precision)) +
+                                                               ", the sizes the other precisions located");
+    try {
+      t = core::with_batch_sizes_added(t, more);
+    } catch (const core::InputError& e) {
+      // Its message speaks of --add-to, which this run was not given.
+      constexpr std::string_view kAddTo = "--add-to: ";
+      std::string what = e.what();
+      if (what.starts_with(kAddTo)) what.erase(0, kAddTo.size());
+      throw core::InputError("--precision: the sizes one precision located (" + std::to_string(missing.front()) +
+                             (missing.size() > 1 ? " and more" : "") + ") did not join the " +
+                             std::string(core::precision_name(t.precision)) + " profile: " + what +
+                             "; profile the precisions one at a time");
+    }
+  }
+}
+
+// Warns where other processes shared the CPU while profiling; else keeps the trace's calibration
+// as this machine's newest timing.
+void warn_or_keep_calibration(const core::Trace& trace, const profiler::ProfileOptions& options,
+                              const runtime::CpuUsage& before) {
+  const double others = runtime::cores_busy_with_others(before, runtime::cpu_usage_now());
+  if (options.device == "cpu" && runtime::cores_taken(others) > 0) {
+    std::cerr << "warning: other processes kept " << one_decimal(others) << " cores busy on average while "
+              << "profiling: the trace's times were measured sharing the machine's caches and memory with them; "
+              << "profile again on a quiet machine for its own\n";
+  } else if (trace.calibration && !trace.device.is_cuda()) {
+    // The newest timing of this machine at these threads: the plan made next compares the trace with
+    // it rather than with an older cached one (a machine's speed wanders within minutes, docs/design.md,
+    // "Time on the machine at hand": an hour-old cache would rescale a fresh trace to the machine as
+    // it was then). Not where other processes shared the machine: that is not its speed. `execute`
+    // times the machine again before and after its run either way.
+    runtime::save_cached_calibration(*trace.calibration);
+  }
+}
+
+}  // namespace
+
 // `gpu_step` receives the last profiled step at the largest batch size when profiling on CUDA.
 // Several precisions are profiled in turn, each on a model built afresh (float32 weights as seeded),
 // into one trace: the first's, holding the others.
@@ -157,158 +324,38 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
   const std::vector<core::Precision> precisions = parse_precisions(args.precision);
   // The trace the sizes go into is read, and what can be compared before measuring is, first: a
   // mismatch costs no profiling.
+  apply_timing_flags(args, options);
   std::optional<core::Trace> base;
-  if (args.timing_seconds) options.timing_seconds = *args.timing_seconds;
-  if (args.locate_steps) {
-    options.locate_steps = *args.locate_steps;
-    if (options.locate_steps < 0 || options.locate_steps > profiler::ProfileOptions::kMaxLocateSteps) {
-      throw core::InputError("--locate-steps: expected 0 (none) to " + std::to_string(profiler::ProfileOptions::kMaxLocateSteps) +
-                             " sizes more, got " + std::to_string(options.locate_steps));
-    }
-  }
-  if (!args.add_to.empty()) {
-    // The sizes added are the user's: a located one could be one the trace has.
-    if (args.locate_steps && *args.locate_steps > 0) {
-      throw core::InputError("--locate-steps: --add-to adds the sizes given and no others; profile them with --batch-sizes");
-    }
-    options.locate_steps = 0;
-    base = core::read_trace_file(args.add_to);
-    if (base->precisions() != precisions) {
-      std::string flag;
-      for (const core::Precision p : base->precisions()) flag += (flag.empty() ? "" : ",") + std::string(core::precision_name(p));
-      throw core::InputError("--add-to: " + args.add_to + " measured " + base->precision_list() + "; give --precision " +
-                             flag + " as it was profiled");
-    }
-    if (base->optimizer.name != options.optimizer) {
-      throw core::InputError("--add-to: " + args.add_to + " was profiled with --optimizer " + base->optimizer.name);
-    }
-    if (base->device.kind != options.device) {
-      throw core::InputError("--add-to: " + args.add_to + " was profiled on " + base->device.kind);
-    }
-    core::expect_sizes_absent(*base, options.batch_sizes);
-    if (!args.chrome.empty()) {
-      throw core::InputError("--chrome: draws a trace's largest batch size, which --add-to need not have profiled; "
-                             "profile without --add-to for a timeline");
-    }
-    // At the trace's threads.
-    if (options.threads == 0) options.threads = base->profile.threads;
-    if (options.threads != base->profile.threads) {
-      throw core::InputError("--add-to: " + args.add_to + " was profiled at " + std::to_string(base->profile.threads) +
-                             (base->profile.threads == 1 ? " thread" : " threads") + "; leave --threads out or give " +
-                             std::to_string(base->profile.threads));
-    }
-    // Timed for as long as the trace's sizes were, where it says how long.
-    if (const auto& recorded = base->profile.timing_seconds) {
-      if (!args.timing_seconds) options.timing_seconds = *recorded;
-      if (options.timing_seconds != *recorded) {
-        char seconds[32];
-        std::snprintf(seconds, sizeof seconds, "%g", *recorded);
-        throw core::InputError("--add-to: " + args.add_to + " was timed with --timing-seconds " + seconds +
-                               "; leave --timing-seconds out or give " + seconds);
-      }
-    }
-    // The Tempo pass runs only for models with lean layers, so only a trace that has one can say.
-    if (base->has_tempo() && !options.tempo) {
-      throw core::InputError("--add-to: " + args.add_to + " has the Tempo pass; leave --no-tempo out");
-    }
-  }
+  if (!args.add_to.empty()) base = read_trace_to_add_to(args, precisions, options);
   if (precisions.size() > 1 && options.device == "cuda") {
     // The caching allocator would keep the first precision's blocks reserved while the next is
     // measured, and the reserve is what a CUDA trace's device figures read.
     throw core::InputError("--precision: several precisions are profiled in one process on the CPU only; on cuda the "
                            "caching allocator keeps the first one's memory reserved: profile one precision at a time");
   }
-  const auto build = [&args] {
-    return args.torchscript.empty() ? models::build_zoo_model(args.model, parse_settings(args.settings), args.options.seed)
-                                    : load_torchscript(args);
-  };
-  std::optional<models::Model> model(build());
-  if (base) core::expect_same_model(base->model, models::model_source(*model));
+  PrecisionProfiles profiles(args, options);
+  if (base) core::expect_same_model(base->model, models::model_source(profiles.model()));
   // Every precision asked for is refused or accepted before the first is measured.
   for (const core::Precision precision : precisions) {
     options.precision = precision;
-    profiler::check_profile_options(*model, options);
+    profiler::check_profile_options(profiles.model(), options);
   }
-  std::string threads_note;
-  if (options.threads == 0 && options.device == "cpu") {
-    // Only idle cores: a thread on a core another process keeps busy makes every parallel region
-    // wait on it, and the trace would record that process's share rather than this machine.
-    const runtime::IdleCores cores = runtime::measure_idle_cores();
-    options.threads = cores.idle;
-    if (cores.idle < cores.usable) {
-      threads_note = "other processes keep " + one_decimal(cores.busy_with_others) + " of this process's " +
-                     std::to_string(cores.usable) + " cores busy: profiling at " + std::to_string(cores.idle) +
-                     (cores.idle == 1 ? " thread" : " threads") + ", as execute will run the step (--threads " +
-                     std::to_string(cores.usable) + " to use all of them)";
-    }
-  }
+  profiles.say_when_profiling_starts(use_idle_cores(options));
   options.on_gpu_step = [&gpu_step, largest = options.batch_sizes.back()](std::int64_t batch,
                                                                           const profiler::GpuStepRecord& record) {
     if (batch == largest && !gpu_step) gpu_step = record;
   };
   const runtime::CpuUsage before = runtime::cpu_usage_now();
-  bool fresh = true;  // the model built above has not trained yet
-  const auto measure = [&](core::Precision precision, const std::string& what) {
-    options.precision = precision;
-    if (!std::exchange(fresh, false)) model.emplace(build());
-    ProgressPrinter printer(model->name() + what);
-    // Said once profiling starts: a bad input is refused with its one line alone.
-    options.on_progress = [&printer, &threads_note](const profiler::Progress& p) {
-      if (!threads_note.empty()) std::cerr << std::exchange(threads_note, std::string()) << "\n";
-      printer.note(p.note);
-      printer(p);
-    };
-    return profiler::profile(*model, options);
-  };
   std::vector<core::Trace> measured;
   for (const core::Precision precision : precisions) {
-    measured.push_back(measure(precision, precisions.size() > 1 ? " in " + std::string(core::precision_name(precision)) : ""));
+    measured.push_back(profiles.measure(precision, precisions.size() > 1 ? " in " + std::string(core::precision_name(precision)) : ""));
   }
-  if (measured.size() > 1) {
-    // One trace holds its precisions at the same sizes: each gets the sizes another located.
-    std::vector<std::int64_t> all;
-    for (const auto& t : measured) all.insert(all.end(), t.batch_sizes.begin(), t.batch_sizes.end());
-    std::sort(all.begin(), all.end());
-    all.erase(std::unique(all.begin(), all.end()), all.end());
-    for (auto& t : measured) {
-      std::vector<std::int64_t> missing;
-      std::set_difference(all.begin(), all.end(), t.batch_sizes.begin(), t.batch_sizes.end(), std::back_inserter(missing));
-      if (missing.empty()) continue;
-      options.batch_sizes = missing;
-      options.locate_steps = 0;
-      const core::Trace more = measure(t.precision, " in " + std::string(core::precision_name(t.precision)) +
-                                                        ", the sizes the other precisions located");
-      try {
-        t = core::with_batch_sizes_added(t, more);
-      } catch (const core::InputError& e) {
-        // Its message speaks of --add-to, which this run was not given.
-        constexpr std::string_view kAddTo = "--add-to: ";
-        std::string what = e.what();
-        if (what.starts_with(kAddTo)) what.erase(0, kAddTo.size());
-        throw core::InputError("--precision: the sizes one precision located (" + std::to_string(missing.front()) +
-                               (missing.size() > 1 ? " and more" : "") + ") did not join the " +
-                               std::string(core::precision_name(t.precision)) + " profile: " + what +
-                               "; profile the precisions one at a time");
-      }
-    }
-  }
-  std::optional<core::Trace> trace(std::move(measured.front()));
-  for (std::size_t k = 1; k < measured.size(); ++k) trace->other_precisions.push_back(std::move(measured[k]));
-  const double others = runtime::cores_busy_with_others(before, runtime::cpu_usage_now());
-  if (options.device == "cpu" && runtime::cores_taken(others) > 0) {
-    std::cerr << "warning: other processes kept " << one_decimal(others) << " cores busy on average while "
-              << "profiling: the trace's times were measured sharing the machine's caches and memory with them; "
-              << "profile again on a quiet machine for its own\n";
-  } else if (trace->calibration && !trace->device.is_cuda()) {
-    // The newest timing of this machine at these threads: the plan made next compares the trace with
-    // it rather than with an older cached one (this machine's memory moves 20-40% within minutes; an
-    // hour-old cache would rescale a fresh trace to the machine as it was then). Not where other
-    // processes shared the machine: that is not its speed. `execute` times the machine again before
-    // and after its run either way.
-    runtime::save_cached_calibration(*trace->calibration);
-  }
-  if (base) return core::with_batch_sizes_added(*base, *trace);
-  return std::move(*trace);
+  if (measured.size() > 1) join_located_sizes(measured, profiles, options);
+  core::Trace trace(std::move(measured.front()));
+  for (std::size_t k = 1; k < measured.size(); ++k) trace.other_precisions.push_back(std::move(measured[k]));
+  warn_or_keep_calibration(trace, options, before);
+  if (base) return core::with_batch_sizes_added(*base, trace);
+  return trace;
 }
 
 // `name_precision`: say the precision even where it is fp32 (a trace of several).
