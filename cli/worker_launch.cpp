@@ -18,6 +18,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "cli/child_process.h"
 #include "core/atomic_file.h"
@@ -48,36 +50,75 @@ bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 // consequence, not the cause.
 bool consequence(const std::string& reason) { return reason.find("collective failed") != std::string::npos; }
 
-}  // namespace
+// The workers' private directory (their store, logs and worker 0's report), removed with everything
+// in it when the launch ends, however it ends.
+class WorkerDirectory {
+ public:
+  WorkerDirectory() {
+    std::string pattern = (fs::temp_directory_path() / "headroom-workers-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot make a temporary directory for the workers");
+    path_ = pattern;
+  }
+  ~WorkerDirectory() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  WorkerDirectory(const WorkerDirectory&) = delete;
+  WorkerDirectory& operator=(const WorkerDirectory&) = delete;
 
-int launch_workers(const WorkerLaunch& launch) {
-  std::string pattern = (fs::temp_directory_path() / "headroom-workers-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot make a temporary directory for the workers");
-  const fs::path dir = pattern;
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ignored;
-      fs::remove_all(dir, ignored);
-    }
-  } cleanup{dir};
+  const fs::path& path() const { return path_; }
+  fs::path log_of(std::size_t rank) const { return path_ / ("worker-" + std::to_string(rank) + ".log"); }
+  fs::path report() const { return path_ / "report.json"; }
+
+ private:
+  fs::path path_;
+};
+
+// What worker `rank` runs: `execute` with the launch's arguments, its place in the group, and for
+// worker 0 the report.
+std::vector<std::string> worker_command(const std::string& executable, const WorkerLaunch& launch, int rank,
+                                        const WorkerDirectory& dir) {
+  std::vector<std::string> args{executable, "execute"};
+  args.insert(args.end(), launch.arguments.begin(), launch.arguments.end());
+  for (const std::string& a : {std::string("--rank"), std::to_string(rank), std::string("--world-size"),
+                               std::to_string(launch.workers), std::string("--store"), "file:" + (dir.path() / "store").string()}) {
+    args.push_back(a);
+  }
+  if (rank == 0 && !launch.output.empty()) {
+    args.push_back("-o");
+    args.push_back(dir.report().string());
+  }
+  return args;
+}
+
+// In the forked child: becomes worker `rank`, or exits 127 where it cannot.
+[[noreturn]] void become_worker(const std::string& executable, std::vector<std::string> args, int rank,
+                                const std::string& log) {
+  // The worker: it dies with the launcher (a killed launcher leaves no worker waiting on the
+  // others); its errors and progress go to its log; only worker 0 prints the report.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd >= 0) ::dup2(fd, STDERR_FILENO);
+  if (rank != 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) ::dup2(null, STDOUT_FILENO);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(executable.c_str(), argv.data());
+  std::fprintf(stderr, "headroom: cannot start %s: %s\n", executable.c_str(), std::strerror(errno));
+  ::_exit(127);
+}
+
+std::vector<Worker> start_workers(const WorkerLaunch& launch, const WorkerDirectory& dir) {
   const std::string executable = self_executable();
-  const fs::path report = dir / "report.json";
   std::vector<Worker> workers(static_cast<std::size_t>(launch.workers));
   std::fflush(stdout);
   std::fflush(stderr);
   for (int rank = 0; rank < launch.workers; ++rank) {
-    std::vector<std::string> args{executable, "execute"};
-    args.insert(args.end(), launch.arguments.begin(), launch.arguments.end());
-    for (const std::string& a : {std::string("--rank"), std::to_string(rank), std::string("--world-size"),
-                                 std::to_string(launch.workers), std::string("--store"), "file:" + (dir / "store").string()}) {
-      args.push_back(a);
-    }
-    if (rank == 0 && !launch.output.empty()) {
-      args.push_back("-o");
-      args.push_back(report.string());
-    }
-    const std::string log = (dir / ("worker-" + std::to_string(rank) + ".log")).string();
+    std::vector<std::string> args = worker_command(executable, launch, rank, dir);
+    const std::string log = dir.log_of(static_cast<std::size_t>(rank)).string();
     const pid_t pid = ::fork();
     if (pid < 0) {
       for (auto& w : workers) {
@@ -85,36 +126,24 @@ int launch_workers(const WorkerLaunch& launch) {
       }
       throw std::runtime_error(std::string("cannot start worker processes: ") + std::strerror(errno));
     }
-    if (pid == 0) {
-      // The worker: it dies with the launcher (a killed launcher leaves no worker waiting on the
-      // others); its errors and progress go to its log; only worker 0 prints the report.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      if (fd >= 0) ::dup2(fd, STDERR_FILENO);
-      if (rank != 0) {
-        const int null = ::open("/dev/null", O_WRONLY);
-        if (null >= 0) ::dup2(null, STDOUT_FILENO);
-      }
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(executable.c_str(), argv.data());
-      std::fprintf(stderr, "headroom: cannot start %s: %s\n", executable.c_str(), std::strerror(errno));
-      ::_exit(127);
-    }
+    if (pid == 0) become_worker(executable, std::move(args), rank, log);
     workers[static_cast<std::size_t>(rank)].pid = pid;
   }
+  return workers;
+}
 
-  // Worker 0's progress, as it writes it, for the terminal or the desktop app's progress bar.
-  const fs::path progress_log = dir / "worker-0.log";
-  std::streamoff forwarded = 0;
-  const auto forward_progress = [&] {
-    std::ifstream in(progress_log, std::ios::binary);
+// Worker 0's progress, as it writes it, for the terminal or the desktop app's progress bar.
+class ProgressForwarder {
+ public:
+  explicit ProgressForwarder(fs::path log) : log_(std::move(log)) {}
+
+  void operator()() {
+    std::ifstream in(log_, std::ios::binary);
     if (!in) return;
-    in.seekg(forwarded);
+    in.seekg(forwarded_);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    forwarded += static_cast<std::streamoff>(text.size());
-    // Errors are reported once, by rank, below.
+    forwarded_ += static_cast<std::streamoff>(text.size());
+    // Errors are reported once, by rank, by report_failure.
     std::istringstream lines(text);
     std::string line;
     while (std::getline(lines, line)) {
@@ -122,16 +151,25 @@ int launch_workers(const WorkerLaunch& launch) {
       std::cerr << line << (lines.eof() ? "" : "\n");
     }
     std::cerr.flush();
-  };
+  }
 
+ private:
+  fs::path log_;
+  std::streamoff forwarded_ = 0;
+};
+
+int running_count(const std::vector<Worker>& workers) {
+  int n = 0;
+  for (const auto& w : workers) n += w.running;
+  return n;
+}
+
+// Waits for every worker, forwarding progress meanwhile; returns the rank that failed first, if any.
+// Once one fails the others are stopped.
+std::optional<int> wait_for_workers(std::vector<Worker>& workers, ProgressForwarder& forward_progress) {
   std::optional<int> first_failed;
   std::optional<std::chrono::steady_clock::time_point> stop_at, kill_at;
-  const auto running = [&] {
-    int n = 0;
-    for (const auto& w : workers) n += w.running;
-    return n;
-  };
-  while (running() > 0) {
+  while (running_count(workers) > 0) {
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
@@ -162,21 +200,19 @@ int launch_workers(const WorkerLaunch& launch) {
     forward_progress();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  forward_progress();
-  std::cerr << "\n";
+  return first_failed;
+}
 
-  if (!first_failed) {
-    if (!launch.output.empty()) core::write_file_atomically(launch.output, core::read_file(report));
-    return 0;
-  }
-  // The cause: the lowest rank that failed on its own (not because a collective lost its peer,
-  // not stopped by us); else the first to fail.
-  int cause = *first_failed;
+// Names the failure's cause on stderr: the lowest rank that failed on its own (not because a
+// collective lost its peer, not stopped by us); else the first to fail.
+void report_failure(const std::vector<Worker>& workers, const WorkerDirectory& dir, const WorkerLaunch& launch,
+                    int first_failed) {
+  int cause = first_failed;
   std::map<int, std::string> reasons;
   for (std::size_t r = 0; r < workers.size(); ++r) {
     const Worker& w = workers[r];
     if (!failed(w.status)) continue;
-    std::string reason = last_line(dir / ("worker-" + std::to_string(r) + ".log"));
+    std::string reason = last_line(dir.log_of(r));
     if (WIFSIGNALED(w.status) || reason.empty()) {
       reason = describe_status(w.status) + (reason.empty() ? "" : " (its last line: " + reason + ")");
     }
@@ -196,6 +232,23 @@ int launch_workers(const WorkerLaunch& launch) {
   std::cerr << "headroom: worker rank " << cause << " of " << launch.workers << " failed: " << reasons[cause]
             << (others.empty() ? "" : "; stopped the others (ranks " + others + ")")
             << (launch.output.empty() ? "" : "; no report written") << "\n";
+}
+
+}  // namespace
+
+int launch_workers(const WorkerLaunch& launch) {
+  const WorkerDirectory dir;
+  std::vector<Worker> workers = start_workers(launch, dir);
+  ProgressForwarder forward_progress(dir.log_of(0));
+  const std::optional<int> first_failed = wait_for_workers(workers, forward_progress);
+  forward_progress();
+  std::cerr << "\n";
+
+  if (!first_failed) {
+    if (!launch.output.empty()) core::write_file_atomically(launch.output, core::read_file(dir.report()));
+    return 0;
+  }
+  report_failure(workers, dir, launch, *first_failed);
   return 1;
 }
 
