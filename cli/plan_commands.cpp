@@ -47,29 +47,8 @@ core::TimesHere times_on_this_machine(const core::Trace& trace, bool no_rescale,
   return core::times_here(trace, here.calibration, !no_rescale);
 }
 
-}  // namespace
-
-PlanMade make_plan(const PlanArgs& args) {
-  const core::Trace file = core::read_trace_file(args.trace);
-  // A trace of several precisions: the one asked for first (its figures are the plan's).
-  const core::Trace recorded =
-      args.precision.empty()
-          ? file
-          : core::with_precision_first(file, core::parse_precision(args.precision, "--precision"), "--precision: " + args.trace);
-  const core::TimesHere here = times_on_this_machine(recorded, args.no_rescale, args.calibrate_here);
-  const core::Trace& trace = here.rescaled ? *here.rescaled : recorded;
-  planner::PlanRequest request;
-  try {
-    request.budget_bytes = core::parse_bytes(args.budget);
-  } catch (const core::InputError& e) {
-    throw core::InputError(std::string("--budget: ") + e.what());
-  }
-  request.global_batch = args.batch;
-  request.margin_fraction = args.margin;
-  // "all" leaves out what cannot run with --devices (L2L), as it leaves out what the trace lacks.
-  request.strategies = planner::parse_strategies(args.strategies, args.devices);
-  const bool all = planner::asks_for_all(args.strategies);
-  // Asked for by name, a strategy needs what it measures from the trace ("all" takes each where it can).
+// Asked for by name, a strategy needs what it measures from the trace ("all" takes each where it can).
+void check_named_strategies(const PlanArgs& args, const planner::PlanRequest& request, bool all, const core::Trace& trace) {
   for (const auto id : request.strategies) {
     if (all || planner::applies_to(id, trace)) continue;
     const auto& entry = planner::strategy_entry(id);
@@ -86,16 +65,10 @@ PlanMade make_plan(const PlanArgs& args) {
     throw core::InputError(args.trace + ": --strategies " + std::string(entry.name) + ": the trace has no " +
                            std::string(entry.needs) + "; model " + trace.model.name);
   }
-  request.trace_path = args.trace;
-  request.trace_sha256 = core::sha256_hex(core::read_file(args.trace));
-  request.optimizer = args.optimizer;
-  if (args.devices < 1 || args.devices > core::kMaxWorkers) {
-    throw core::InputError("--devices: expected from 1 to " + std::to_string(core::kMaxWorkers) + ", got " +
-                           std::to_string(args.devices));
-  }
-  request.workers = args.devices;
-  // L2L's host side must fit this machine's memory (or its container's).
-  if (request.strategies.contains(planner::Strategy::L2L)) request.host_memory_bytes = core::available_host_memory_bytes();
+}
+
+// The workers' link (--link, else the trace's) and the gradient buckets (--bucket-cap).
+void set_link_and_buckets(const PlanArgs& args, const core::Trace& trace, planner::PlanRequest& request) {
   if (!args.link.empty()) {
     try {
       request.link = core::parse_link(args.link);
@@ -115,38 +88,91 @@ PlanMade make_plan(const PlanArgs& args) {
       throw core::InputError("--bucket-cap: expected from 1 B to 16 TiB, got " + args.bucket_cap);
     }
   }
+}
+
+// The request the flags make, each checked against the trace (the planning trace: its precision
+// asked for first, its times on this machine). `all`: --strategies asks for all.
+planner::PlanRequest request_from_flags(const PlanArgs& args, const core::Trace& trace, bool all) {
+  planner::PlanRequest request;
+  try {
+    request.budget_bytes = core::parse_bytes(args.budget);
+  } catch (const core::InputError& e) {
+    throw core::InputError(std::string("--budget: ") + e.what());
+  }
+  request.global_batch = args.batch;
+  request.margin_fraction = args.margin;
+  // "all" leaves out what cannot run with --devices (L2L), as it leaves out what the trace lacks.
+  request.strategies = planner::parse_strategies(args.strategies, args.devices);
+  check_named_strategies(args, request, all, trace);
+  request.trace_path = args.trace;
+  request.trace_sha256 = core::sha256_hex(core::read_file(args.trace));
+  request.optimizer = args.optimizer;
+  if (args.devices < 1 || args.devices > core::kMaxWorkers) {
+    throw core::InputError("--devices: expected from 1 to " + std::to_string(core::kMaxWorkers) + ", got " +
+                           std::to_string(args.devices));
+  }
+  request.workers = args.devices;
+  // L2L's host side must fit this machine's memory (or its container's).
+  if (request.strategies.contains(planner::Strategy::L2L)) request.host_memory_bytes = core::available_host_memory_bytes();
+  set_link_and_buckets(args, trace, request);
   if (request.workers > 1 && !request.link.known()) {
     throw core::InputError(args.trace + ": --devices " + std::to_string(args.devices) +
                            ": the trace has no measured link (profile with --measure-link) and no --link was given, "
                            "e.g. --link 25GB/s,5us");
   }
+  return request;
+}
+
+// No plan fits: why, and where the strategies named leave l2l out, what budget it would need.
+Infeasible infeasible(const PlanArgs& args, const core::Trace& trace, const planner::PlanRequest& request,
+                      const planner::PlanOutcome& outcome) {
+  std::string reason = "infeasible: " + outcome.reason;
+  // Strategies named without l2l: say what the relay would need, where it needs less.
+  if (const std::int64_t relayed = planner::least_budget_with_l2l(trace, request, outcome, core::available_host_memory_bytes());
+      relayed > 0) {
+    reason += "; with l2l as well (--strategies " + args.strategies + ",l2l) it must be at least " +
+              core::format_bytes_at_least(relayed);
+  }
+  return Infeasible(reason);
+}
+
+// What a technique the plan uses, or one asked for by name, adds (L2L: what else the budget
+// trains), and the other precisions' plans.
+std::string techniques_and_precisions(const core::Trace& trace, const planner::PlanRequest& request,
+                                      const planner::PlanningMachine& machine, bool all, const core::Plan& plan) {
+  std::string out;
+  for (const planner::Technique* technique : planner::techniques()) {
+    const auto strategy = technique->strategy();
+    const bool named = !all && strategy && request.strategies.contains(*strategy);
+    out += technique->after_summary(trace, plan, request, named);
+  }
+  if (!trace.other_precisions.empty()) {
+    out += "\n" + report::render_precision_comparison(planner::plan_each_precision(trace, request, machine, plan), trace.precision);
+  }
+  return out;
+}
+
+}  // namespace
+
+PlanMade make_plan(const PlanArgs& args) {
+  const core::Trace file = core::read_trace_file(args.trace);
+  // A trace of several precisions: the one asked for first (its figures are the plan's).
+  const core::Trace recorded =
+      args.precision.empty()
+          ? file
+          : core::with_precision_first(file, core::parse_precision(args.precision, "--precision"), "--precision: " + args.trace);
+  const core::TimesHere here = times_on_this_machine(recorded, args.no_rescale, args.calibrate_here);
+  const core::Trace& trace = here.rescaled ? *here.rescaled : recorded;
+  const bool all = planner::asks_for_all(args.strategies);
+  const planner::PlanRequest request = request_from_flags(args, trace, all);
   const planner::PlanningMachine machine{here.calibration, here.note, core::headroom_regime()};
   planner::PlanOutcome outcome = planner::plan_for_machine(trace, request, machine);
-  if (!outcome.plan) {
-    std::string reason = "infeasible: " + outcome.reason;
-    // Strategies named without l2l: say what the relay would need, where it needs less.
-    if (const std::int64_t relayed = planner::least_budget_with_l2l(trace, request, outcome, core::available_host_memory_bytes());
-        relayed > 0) {
-      reason += "; with l2l as well (--strategies " + args.strategies + ",l2l) it must be at least " +
-                core::format_bytes_at_least(relayed);
-    }
-    throw Infeasible(reason);
-  }
+  if (!outcome.plan) throw infeasible(args, trace, request, outcome);
   std::string summary = report::render_plan_summary(*outcome.plan);
   PlanMade made{std::move(*outcome.plan), std::move(summary), {}};
-  // What a technique the plan uses, or one asked for by name, adds (L2L: what else the budget
-  // trains), and the other precisions' plans: asked for once the plan is out (written, printed).
+  // Asked for once the plan is out (written, printed): a precision comparison plans again.
   made.after_summary = [trace = core::Trace(trace), request, machine, all, plan = made.plan] {
-    std::string out;
-    for (const planner::Technique* technique : planner::techniques()) {
-      const auto strategy = technique->strategy();
-      const bool named = !all && strategy && request.strategies.contains(*strategy);
-      out += technique->after_summary(trace, plan, request, named);
-    }
-    if (!trace.other_precisions.empty()) {
-      out += "\n" + report::render_precision_comparison(planner::plan_each_precision(trace, request, machine, plan), trace.precision);
-    }
-    return out;
+    return techniques_and_precisions(trace, request, machine, all, plan);
   };
   return made;
 }
