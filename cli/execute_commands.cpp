@@ -190,9 +190,14 @@ int run_execute(const ExecuteArgs& args) {
   return 0;
 }
 
-int run_demo(const DemoArgs& args) {
+namespace {
+
+// The demo's global batch.
+constexpr std::int64_t kDemoBatch = 32;
+
+// Where the demo keeps its files: the directory given, else a new temporary one.
+std::string demo_directory(const DemoArgs& args) {
   namespace fs = std::filesystem;
-  const core::Precision precision = core::parse_precision(args.precision, "--precision");
   std::string directory = args.directory;
   if (directory.empty()) {
     std::string pattern = (fs::temp_directory_path() / "headroom-demo-XXXXXX").string();
@@ -200,9 +205,11 @@ int run_demo(const DemoArgs& args) {
     directory = pattern;
   }
   fs::create_directories(directory);
-  const auto start = std::chrono::steady_clock::now();
-  const std::int64_t batch = 32;
+  return directory;
+}
 
+// Step 1: bert tiny profiled on the CPU, its trace written to `trace_path`.
+core::Trace profile_demo_model(core::Precision precision, const std::string& trace_path) {
   std::cout << "1. profile: bert tiny (2 encoder layers, hidden 128, seq 128) on the CPU"
             << (precision != core::Precision::Fp32 ? ", in " + std::string(core::precision_name(precision)) : std::string()) << "\n";
   models::Model model = models::build_zoo_model("bert", {{"preset", "tiny"}}, 0);
@@ -211,27 +218,17 @@ int run_demo(const DemoArgs& args) {
   profile_options.batch_sizes = {1, 2, 4, 8, 16, 32};
   profile_options.precision = precision;
   const core::Trace trace = profiler::profile(model, profile_options);
-  const std::string trace_path = directory + "/trace.json";
   core::write_trace_file(trace_path, trace);
   std::cout << "   " << trace.layers.size() << " layers, " << core::format_bytes(trace.param_bytes())
             << " of parameters; trace in " << trace_path << "\n\n";
+  return trace;
+}
 
-  const core::CostModel costs(trace);
-  const planner::LayerGraph graph(trace);
-  planner::PlanRequest request;
-  request.global_batch = batch;
-  request.trace_path = trace_path;
-  request.trace_sha256 = core::sha256_hex(core::read_file(trace_path));
-  request.budget_bytes = 1;
-  const std::int64_t least = planner::plan_step(trace, request).smallest_budget;
-  const auto whole = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({batch}));
-  // Well below what the whole batch needs, comfortably above the least any plan needs.
-  request.budget_bytes = (least + (whole.peak_bytes - least) * 3 / 10) / (1 << 20) * (1 << 20);
-  std::cout << "2. budget: " << core::format_bytes(request.budget_bytes) << " for a batch of " << batch
-            << "; the whole batch needs " << core::format_bytes(whole.peak_bytes) << "\n";
-
+// The whole batch run once under the demo's budget, to show what the budget refuses.
+void run_whole_batch(const core::Trace& trace, const planner::PlanRequest& request, const planner::StepPrediction& whole) {
+  const std::int64_t batch = kDemoBatch;
   core::Plan whole_plan;
-  whole_plan.trace_path = trace_path;
+  whole_plan.trace_path = request.trace_path;
   whole_plan.trace_sha256 = request.trace_sha256;
   whole_plan.model = trace.model.name;
   whole_plan.device = "cpu";
@@ -252,6 +249,57 @@ int run_demo(const DemoArgs& args) {
     std::cout << "   the whole batch under this budget ran (measured peak " << core::format_bytes(refused.measured.peak_bytes)
               << "): the budget did not bind\n\n";
   }
+}
+
+// Step 2: the demo's budget, and the whole batch run under it.
+planner::PlanRequest demo_budget(const core::Trace& trace, const std::string& trace_path) {
+  const std::int64_t batch = kDemoBatch;
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  planner::PlanRequest request;
+  request.global_batch = batch;
+  request.trace_path = trace_path;
+  request.trace_sha256 = core::sha256_hex(core::read_file(trace_path));
+  request.budget_bytes = 1;
+  const std::int64_t least = planner::plan_step(trace, request).smallest_budget;
+  const auto whole = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({batch}));
+  // Well below what the whole batch needs, comfortably above the least any plan needs.
+  request.budget_bytes = (least + (whole.peak_bytes - least) * 3 / 10) / (1 << 20) * (1 << 20);
+  std::cout << "2. budget: " << core::format_bytes(request.budget_bytes) << " for a batch of " << batch
+            << "; the whole batch needs " << core::format_bytes(whole.peak_bytes) << "\n";
+  run_whole_batch(trace, request, whole);
+  return request;
+}
+
+// Step 4: the plan executed under its budget, the report written beside it and printed.
+core::Report execute_demo_plan(const core::Plan& plan, const core::Trace& trace, const std::string& plan_path,
+                               const std::string& directory) {
+  std::cout << "4. execute the plan under the budget\n";
+  executor::ExecuteOptions options;
+  // At least two seconds as predicted: the median of a fraction of a second's steps is decided by
+  // one stall of a shared machine (docs/design.md, "Time on the machine at hand"), and the table
+  // compares it with the prediction.
+  const double predicted_step = plan.predicted.step_seconds;
+  options.steps = predicted_step > 0 ? std::clamp(static_cast<int>(std::ceil(2.0 / predicted_step)), 5, 200) : 5;
+  ExecuteProgress progress;
+  options.on_progress = std::ref(progress);
+  const core::Report executed = executor::execute(plan, trace, plan_path, options);
+  progress.end();
+  core::write_report_file(directory + "/report.json", executed);
+  std::cout << report::render_report(executed);
+  return executed;
+}
+
+}  // namespace
+
+int run_demo(const DemoArgs& args) {
+  const core::Precision precision = core::parse_precision(args.precision, "--precision");
+  const std::string directory = demo_directory(args);
+  const auto start = std::chrono::steady_clock::now();
+
+  const std::string trace_path = directory + "/trace.json";
+  const core::Trace trace = profile_demo_model(precision, trace_path);
+  const planner::PlanRequest request = demo_budget(trace, trace_path);
 
   std::cout << "3. plan\n";
   const auto outcome = planner::plan_for_machine(trace, request, {trace.calibration, "", core::headroom_regime()});
@@ -263,18 +311,7 @@ int run_demo(const DemoArgs& args) {
   core::write_plan_file(plan_path, *outcome.plan);
   std::cout << report::render_plan_summary(*outcome.plan) << "\n";
 
-  std::cout << "4. execute the plan under the budget\n";
-  executor::ExecuteOptions options;
-  // At least two seconds as predicted: the median of five 0.14 s steps is decided by one stall of a
-  // shared machine, and the table compares it with the prediction.
-  const double predicted_step = outcome.plan->predicted.step_seconds;
-  options.steps = predicted_step > 0 ? std::clamp(static_cast<int>(std::ceil(2.0 / predicted_step)), 5, 200) : 5;
-  ExecuteProgress progress;
-  options.on_progress = std::ref(progress);
-  const core::Report executed = executor::execute(*outcome.plan, trace, plan_path, options);
-  progress.end();
-  core::write_report_file(directory + "/report.json", executed);
-  std::cout << report::render_report(executed);
+  const core::Report executed = execute_demo_plan(*outcome.plan, trace, plan_path, directory);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   char took[32];
   std::snprintf(took, sizeof took, "%.1f", seconds);
