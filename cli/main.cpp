@@ -13,6 +13,62 @@
 
 using namespace headroom;
 
+namespace {
+
+CLI::App* add_plan_command(CLI::App& app, cli::PlanArgs& args) {
+  CLI::App* plan = app.add_subcommand("plan", "choose the fastest way to run a step under a memory budget");
+  plan->add_option("trace", args.trace, "trace from headroom profile")->required();
+  plan->add_option("--budget", args.budget, "memory budget, e.g. 512MiB, 1.5GiB or plain bytes")->required();
+  plan->add_option("--batch", args.batch, "global batch size")->required();
+  plan->add_option("--strategies", args.strategies, cli::strategies_help());
+  plan->add_option("--margin", args.margin, "safety margin as a fraction of the budget (default 0.05)");
+  plan->add_option("--optimizer", args.optimizer,
+                   "plan for this optimizer (default: the trace's); another one's state is estimated, not measured")
+      ->check(CLI::IsMember({"sgd", "adam"}));
+  plan->add_option("--devices", args.devices,
+                   "data-parallel workers sharing the global batch, each under the budget (default 1)");
+  plan->add_option("--link", args.link,
+                   "the workers' link as BANDWIDTH,LATENCY, e.g. 25GB/s,5us (default: the trace's, from profile --measure-link)");
+  plan->add_option("--bucket-cap", args.bucket_cap, "gradients are all-reduced in buckets of at least this size (default 25MiB)");
+  plan->add_flag("--no-rescale", args.no_rescale,
+                 "keep the trace's times where this machine runs the calibration's kernels at another speed");
+  plan->add_option("--precision", args.precision,
+                   "plan the step in this one of the precisions the trace measured (default: the trace's own; "
+                   "a trace of several prints each one's plan beside the chosen)")
+      ->check([](const std::string& text) { return text.empty() ? std::string("expected a precision, e.g. bf16") : std::string(); });
+  plan->add_option("-o,--output", args.output, "plan file to write")->required();
+  return plan;
+}
+
+CLI::App* add_simulate_command(CLI::App& app, cli::SimulateArgs& args) {
+  CLI::App* simulate = app.add_subcommand("simulate", "run a plan through the discrete-event simulator");
+  simulate->add_option("plan", args.plan, "plan from headroom plan")->required();
+  simulate->add_option("-o,--output", args.output, "simulation result to write (JSON)");
+  simulate->add_option("--chrome", args.chrome, "timeline as a Chrome trace (opens in Perfetto)");
+  simulate->add_flag("--no-rescale", args.no_rescale, "simulate with the trace's times, not the plan's machine's");
+  return simulate;
+}
+
+CLI::App* add_compare_command(CLI::App& app, cli::CompareArgs& args) {
+  CLI::App* compare = app.add_subcommand(
+      "compare", "what changed between two traces, plans or reports (memory per layer and sample, time, what fits), with CI thresholds");
+  compare->add_option("base", args.base, "BASE: a trace, plan or report")->required();
+  compare->add_option("new", args.next, "NEW: the same kind of file")->required();
+  compare->add_option("--budget", args.budget,
+                      "traces: plan both under this budget (default: BASE's step peak at the largest common batch)");
+  compare->add_option("--batch", args.batch, "traces: plan both at this global batch (default: the largest common batch)");
+  compare->add_option("--max-memory-growth", args.max_memory_growth,
+                      "exit 4 when a layer's or the model's memory per sample grows more than this (default 1%)");
+  compare->add_option("--max-slowdown", args.max_slowdown,
+                      "exit 4 when the step time per sample grows more than this, e.g. 10% (default: not checked; CPU "
+                      "timing is noisy)");
+  compare->add_option("--format", args.format, "text (default) or markdown, for a pull-request comment");
+  compare->add_option("-o,--output", args.output, "also write the comparison as JSON (schema headroom.compare/1)");
+  return compare;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc > 1 && cli::is_torch_command(argv[1])) {
     if (cli::handed_on_already()) {
@@ -31,53 +87,16 @@ int main(int argc, char** argv) {
   cli::add_torch_command(app, "profile");
 
   cli::PlanArgs plan_args;
-  auto* plan = app.add_subcommand("plan", "choose the fastest way to run a step under a memory budget");
-  plan->add_option("trace", plan_args.trace, "trace from headroom profile")->required();
-  plan->add_option("--budget", plan_args.budget, "memory budget, e.g. 512MiB, 1.5GiB or plain bytes")->required();
-  plan->add_option("--batch", plan_args.batch, "global batch size")->required();
-  plan->add_option("--strategies", plan_args.strategies, cli::strategies_help());
-  plan->add_option("--margin", plan_args.margin, "safety margin as a fraction of the budget (default 0.05)");
-  plan->add_option("--optimizer", plan_args.optimizer,
-                   "plan for this optimizer (default: the trace's); another one's state is estimated, not measured")
-      ->check(CLI::IsMember({"sgd", "adam"}));
-  plan->add_option("--devices", plan_args.devices,
-                   "data-parallel workers sharing the global batch, each under the budget (default 1)");
-  plan->add_option("--link", plan_args.link,
-                   "the workers' link as BANDWIDTH,LATENCY, e.g. 25GB/s,5us (default: the trace's, from profile --measure-link)");
-  plan->add_option("--bucket-cap", plan_args.bucket_cap, "gradients are all-reduced in buckets of at least this size (default 25MiB)");
-  plan->add_flag("--no-rescale", plan_args.no_rescale,
-                 "keep the trace's times where this machine runs the calibration's kernels at another speed");
-  plan->add_option("--precision", plan_args.precision,
-                   "plan the step in this one of the precisions the trace measured (default: the trace's own; "
-                   "a trace of several prints each one's plan beside the chosen)")
-      ->check([](const std::string& text) { return text.empty() ? std::string("expected a precision, e.g. bf16") : std::string(); });
-  plan->add_option("-o,--output", plan_args.output, "plan file to write")->required();
+  CLI::App* plan = add_plan_command(app, plan_args);
 
   cli::SimulateArgs simulate_args;
-  auto* simulate = app.add_subcommand("simulate", "run a plan through the discrete-event simulator");
-  simulate->add_option("plan", simulate_args.plan, "plan from headroom plan")->required();
-  simulate->add_option("-o,--output", simulate_args.output, "simulation result to write (JSON)");
-  simulate->add_option("--chrome", simulate_args.chrome, "timeline as a Chrome trace (opens in Perfetto)");
-  simulate->add_flag("--no-rescale", simulate_args.no_rescale, "simulate with the trace's times, not the plan's machine's");
+  CLI::App* simulate = add_simulate_command(app, simulate_args);
 
   cli::add_torch_command(app, "execute");
   cli::add_torch_command(app, "calibrate");
 
   cli::CompareArgs compare_args;
-  auto* compare = app.add_subcommand(
-      "compare", "what changed between two traces, plans or reports (memory per layer and sample, time, what fits), with CI thresholds");
-  compare->add_option("base", compare_args.base, "BASE: a trace, plan or report")->required();
-  compare->add_option("new", compare_args.next, "NEW: the same kind of file")->required();
-  compare->add_option("--budget", compare_args.budget,
-                      "traces: plan both under this budget (default: BASE's step peak at the largest common batch)");
-  compare->add_option("--batch", compare_args.batch, "traces: plan both at this global batch (default: the largest common batch)");
-  compare->add_option("--max-memory-growth", compare_args.max_memory_growth,
-                      "exit 4 when a layer's or the model's memory per sample grows more than this (default 1%)");
-  compare->add_option("--max-slowdown", compare_args.max_slowdown,
-                      "exit 4 when the step time per sample grows more than this, e.g. 10% (default: not checked; CPU "
-                      "timing is noisy)");
-  compare->add_option("--format", compare_args.format, "text (default) or markdown, for a pull-request comment");
-  compare->add_option("-o,--output", compare_args.output, "also write the comparison as JSON (schema headroom.compare/1)");
+  add_compare_command(app, compare_args);
 
   cli::add_torch_command(app, "demo");
 
