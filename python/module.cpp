@@ -79,51 +79,46 @@ auto as_the_cli_says(F&& f) -> decltype(f()) {
   }
 }
 
-}  // namespace
+std::string profile_trace(const std::string& torchscript, const std::vector<std::string>& inputs, const std::string& target,
+                          const std::string& loss, const std::string& layers, const std::string& depth,
+                          const std::string& output_index, const std::string& batch_sizes, const std::string& optimizer,
+                          const std::string& precision, int threads, int warmup, int repeats, double timing_seconds,
+                          std::uint64_t seed, bool tempo) {
+  cli::ProfileArgs args;
+  args.torchscript = torchscript;
+  args.inputs = inputs;
+  args.target = target;
+  args.loss = loss;
+  args.layers = layers;
+  args.depth = depth;
+  args.output_index = output_index;
+  args.batch_sizes = batch_sizes;
+  args.options.optimizer = optimizer;
+  args.precision = precision;
+  args.options.threads = threads;
+  args.options.warmup_steps = warmup;
+  args.options.repeats = repeats;
+  args.timing_seconds = timing_seconds;
+  args.options.seed = seed;
+  args.options.tempo = tempo;
+  return as_the_cli_says([&] {
+    cli::check_model_flags(args);
+    std::optional<profiler::GpuStepRecord> gpu_step;
+    const KeepThreads keep;
+    py::gil_scoped_release unlocked;  // minutes of torch work; other Python threads go on
+    return core::to_json(cli::run_profile(args, gpu_step)).dump(1) + "\n";
+  });
+}
 
-PYBIND11_MODULE(_core, m) {
-  m.doc() = "headroom's C++ core (use the headroom package, not this module)";
-  py::register_exception<core::InputError>(m, "InputError", PyExc_ValueError);
-  py::register_exception<cli::Infeasible>(m, "Infeasible", PyExc_RuntimeError);
-
+void bind_profile(py::module_& m) {
   // The host-memory regime profile and execute run in (core/host_memory.h): freed pages stay with
   // the process, so a step's time does not include handing them back and taking them again.
   m.def("enter_host_memory_regime", [] { return core::enter_host_memory_regime(); });
 
-  m.def(
-      "profile",
-      [](const std::string& torchscript, const std::vector<std::string>& inputs, const std::string& target,
-         const std::string& loss, const std::string& layers, const std::string& depth, const std::string& output_index,
-         const std::string& batch_sizes, const std::string& optimizer, const std::string& precision, int threads,
-         int warmup, int repeats, double timing_seconds, std::uint64_t seed, bool tempo) {
-        cli::ProfileArgs args;
-        args.torchscript = torchscript;
-        args.inputs = inputs;
-        args.target = target;
-        args.loss = loss;
-        args.layers = layers;
-        args.depth = depth;
-        args.output_index = output_index;
-        args.batch_sizes = batch_sizes;
-        args.options.optimizer = optimizer;
-        args.precision = precision;
-        args.options.threads = threads;
-        args.options.warmup_steps = warmup;
-        args.options.repeats = repeats;
-        args.timing_seconds = timing_seconds;
-        args.options.seed = seed;
-        args.options.tempo = tempo;
-        return as_the_cli_says([&] {
-          cli::check_model_flags(args);
-          std::optional<profiler::GpuStepRecord> gpu_step;
-          const KeepThreads keep;
-          py::gil_scoped_release unlocked;  // minutes of torch work; other Python threads go on
-          return core::to_json(cli::run_profile(args, gpu_step)).dump(1) + "\n";
-        });
-      },
-      py::arg("torchscript"), py::arg("inputs"), py::arg("target"), py::arg("loss"), py::arg("layers"), py::arg("depth"),
-      py::arg("output_index"), py::arg("batch_sizes"), py::arg("optimizer"), py::arg("precision"), py::arg("threads"),
-      py::arg("warmup"), py::arg("repeats"), py::arg("timing_seconds"), py::arg("seed"), py::arg("tempo"));
+  m.def("profile", &profile_trace, py::arg("torchscript"), py::arg("inputs"), py::arg("target"), py::arg("loss"),
+        py::arg("layers"), py::arg("depth"), py::arg("output_index"), py::arg("batch_sizes"), py::arg("optimizer"),
+        py::arg("precision"), py::arg("threads"), py::arg("warmup"), py::arg("repeats"), py::arg("timing_seconds"),
+        py::arg("seed"), py::arg("tempo"));
 
   m.def("trace_summary", [](const std::string& trace_json, const std::string& source) {
     return as_the_cli_says([&] {
@@ -134,37 +129,38 @@ PYBIND11_MODULE(_core, m) {
       return out;
     });
   });
+}
 
-  // A plan as `headroom plan` makes it: (plan JSON, the summary it prints, what follows the summary).
-  m.def(
-      "plan",
-      [](const std::string& trace_path, const std::string& budget, std::int64_t batch, const std::string& strategies,
-         double margin, const std::string& optimizer, const std::string& precision, bool rescale) {
-        cli::PlanArgs args;
-        args.trace = trace_path;
-        args.budget = budget;
-        args.batch = batch;
-        args.strategies = strategies;
-        args.margin = margin;
-        args.optimizer = optimizer;
-        args.precision = precision;
-        args.no_rescale = !rescale;
-        args.calibrate_here = calibrate_here;
-        return as_the_cli_says([&] {
-          if (batch < 1) throw core::InputError("--batch: expected a positive global batch, got " + std::to_string(batch));
-          std::string plan_json, summary, after;
-          {
-            py::gil_scoped_release unlocked;  // a calibration of this machine may run first
-            cli::PlanMade made = cli::make_plan(args);
-            plan_json = core::to_json(made.plan).dump(1) + "\n";
-            summary = std::move(made.summary);
-            after = made.after_summary();
-          }
-          return py::make_tuple(plan_json, summary, after);
-        });
-      },
-      py::arg("trace_path"), py::arg("budget"), py::arg("batch"), py::arg("strategies"), py::arg("margin"),
-      py::arg("optimizer"), py::arg("precision"), py::arg("rescale"));
+// A plan as `headroom plan` makes it: (plan JSON, the summary it prints, what follows the summary).
+py::tuple make_plan(const std::string& trace_path, const std::string& budget, std::int64_t batch, const std::string& strategies,
+                    double margin, const std::string& optimizer, const std::string& precision, bool rescale) {
+  cli::PlanArgs args;
+  args.trace = trace_path;
+  args.budget = budget;
+  args.batch = batch;
+  args.strategies = strategies;
+  args.margin = margin;
+  args.optimizer = optimizer;
+  args.precision = precision;
+  args.no_rescale = !rescale;
+  args.calibrate_here = calibrate_here;
+  return as_the_cli_says([&] {
+    if (batch < 1) throw core::InputError("--batch: expected a positive global batch, got " + std::to_string(batch));
+    std::string plan_json, summary, after;
+    {
+      py::gil_scoped_release unlocked;  // a calibration of this machine may run first
+      cli::PlanMade made = cli::make_plan(args);
+      plan_json = core::to_json(made.plan).dump(1) + "\n";
+      summary = std::move(made.summary);
+      after = made.after_summary();
+    }
+    return py::make_tuple(plan_json, summary, after);
+  });
+}
+
+void bind_plan(py::module_& m) {
+  m.def("plan", &make_plan, py::arg("trace_path"), py::arg("budget"), py::arg("batch"), py::arg("strategies"),
+        py::arg("margin"), py::arg("optimizer"), py::arg("precision"), py::arg("rescale"));
 
   m.def("read_plan", [](const std::string& plan_json, const std::string& source) {
     return as_the_cli_says(
@@ -174,9 +170,11 @@ PYBIND11_MODULE(_core, m) {
     return as_the_cli_says(
         [&] { return report::render_plan_summary(core::plan_from_json(nlohmann::json::parse(plan_json), source)); });
   });
+}
 
-  // The budget allocator (runtime/budget_allocator.h), installed as libtorch's CPU allocator on
-  // first use: what torch allocates from then on is counted, and refused past the limit.
+// The budget allocator (runtime/budget_allocator.h), installed as libtorch's CPU allocator on
+// first use: what torch allocates from then on is counted, and refused past the limit.
+void bind_budget_allocator(py::module_& m) {
   m.def("allocator_install", [] { runtime::BudgetAllocator::instance(); });
   m.def("allocator_set_limit", [](std::int64_t bytes) { runtime::BudgetAllocator::instance().set_limit(bytes); });
   m.def("allocator_in_use", [] { return runtime::BudgetAllocator::instance().in_use(); });
@@ -193,7 +191,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("allocator_counts", [](const at::Tensor& t) {
     return t.storage().data_ptr().get_deleter() == runtime::BudgetAllocator::instance().raw_deleter();
   });
+}
 
+void bind_report(py::module_& m) {
   m.def("report_json", [](const std::string& report_json) {
     // Validated as `headroom compare` reads it.
     return as_the_cli_says([&] {
@@ -204,7 +204,24 @@ PYBIND11_MODULE(_core, m) {
     return as_the_cli_says(
         [&] { return report::render_report(core::report_from_json(nlohmann::json::parse(report_json), "report")); });
   });
+}
+
+// The threads and units the package shares with the command line.
+void bind_threads_and_units(py::module_& m) {
   m.def("blas_threads", [] { return runtime::blas_threads(); });
   m.def("format_bytes", [](std::int64_t bytes) { return core::format_bytes(bytes); });
   m.def("use_threads", [](int threads) { runtime::use_threads(threads); });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "headroom's C++ core (use the headroom package, not this module)";
+  py::register_exception<core::InputError>(m, "InputError", PyExc_ValueError);
+  py::register_exception<cli::Infeasible>(m, "Infeasible", PyExc_RuntimeError);
+  bind_profile(m);
+  bind_plan(m);
+  bind_budget_allocator(m);
+  bind_report(m);
+  bind_threads_and_units(m);
 }
