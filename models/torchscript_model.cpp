@@ -253,52 +253,68 @@ TensorSpec parse_tensor_spec(const std::string& text, const std::string& field) 
 
 namespace {
 
-Model load_module(const std::string& path, const std::map<std::string, std::string>& config, std::uint64_t seed,
-                  const std::string& expected_sha256) {
+// What the config asks of the module, checked before the file is read.
+struct ModuleSettings {
+  std::vector<TensorSpec> inputs;
+  std::string loss;
+  std::string target;  // the target's spec as given; empty: found from the module's output and the loss
+};
+
+ModuleSettings read_module_settings(const std::map<std::string, std::string>& config) {
   for (const auto& [key, value] : config) {
     if (std::find(std::begin(kTorchScriptKeys), std::end(kTorchScriptKeys), key) == std::end(kTorchScriptKeys)) {
       throw core::InputError("config: '" + key + "' is not a TorchScript model setting (input, target, loss, layers, depth, "
                              "output_index)");
     }
   }
+  ModuleSettings settings;
   // One spec per input forward takes, comma-separated in the config (--input repeated).
-  std::vector<TensorSpec> inputs;
   for (const auto& text : split(required_key(config, "input", "give the input's shape and dtype, e.g. --input 3x224x224:float32"), ',')) {
-    inputs.push_back(parse_tensor_spec(text, "input"));
+    settings.inputs.push_back(parse_tensor_spec(text, "input"));
   }
-  if (inputs.size() > static_cast<std::size_t>(core::kMaxModelInputs)) {
-    throw core::InputError("input: " + std::to_string(inputs.size()) + " inputs given; a module takes at most " +
+  if (settings.inputs.size() > static_cast<std::size_t>(core::kMaxModelInputs)) {
+    throw core::InputError("input: " + std::to_string(settings.inputs.size()) + " inputs given; a module takes at most " +
                            std::to_string(core::kMaxModelInputs));
   }
   const auto loss_it = config.find("loss");
-  const std::string loss = loss_it == config.end() ? "cross-entropy" : loss_it->second;
-  if (loss != "cross-entropy" && loss != "mse" && loss != "model") {
-    throw core::InputError("loss: expected cross-entropy, mse or model, got '" + loss + "'");
+  settings.loss = loss_it == config.end() ? "cross-entropy" : loss_it->second;
+  if (settings.loss != "cross-entropy" && settings.loss != "mse" && settings.loss != "model") {
+    throw core::InputError("loss: expected cross-entropy, mse or model, got '" + settings.loss + "'");
   }
-  const auto target_it = config.find("target");
-  if (loss == "model" && target_it != config.end() && !target_it->second.empty()) {
+  if (const auto it = config.find("target"); it != config.end()) settings.target = it->second;
+  if (settings.loss == "model" && !settings.target.empty()) {
     throw core::InputError("target: with --loss model the module computes the loss from its input; it reads no target");
   }
   // Flags first, the file after: a typo costs no load.
-  if (target_it != config.end() && !target_it->second.empty()) parse_tensor_spec(target_it->second, "target");
+  if (!settings.target.empty()) parse_tensor_spec(settings.target, "target");
+  return settings;
+}
 
+struct LoadedModule {
+  torch::jit::Module module;
+  core::ModelFile file;
+};
+
+LoadedModule load_script_file(const std::string& path, const std::string& expected_sha256) {
   // The graph executor's optimizations change a module after its first runs (profiling runs, then
   // differentiable subgraphs that save other tensors for backward): off, every run allocates and
   // takes what the profiled ones did, op by op, as eager PyTorch would. Process-wide, and headroom
   // runs one model per process.
   torch::jit::setGraphExecutorOptimize(false);
   ModelFileBytes file = read_model_file(path, expected_sha256);
-  torch::jit::Module module;
+  LoadedModule loaded;
   try {
     std::istringstream stream(file.bytes);
-    module = torch::jit::load(stream);
+    loaded.module = torch::jit::load(stream);
   } catch (const std::exception& e) {
     throw core::InputError(path + " is not a TorchScript module (save one with torch.jit.save(torch.jit.script(model), "
                            "path)): " + error_text(e));
   }
-  file.bytes.clear();
-  file.bytes.shrink_to_fit();
+  loaded.file = file.file;
+  return loaded;
+}
 
+LayerSelection layer_selection(const std::map<std::string, std::string>& config) {
   LayerSelection selection;
   if (const auto it = config.find("layers"); it != config.end() && !it->second.empty()) selection.paths = split(it->second, ',');
   if (const auto it = config.find("output_index"); it != config.end() && !it->second.empty()) {
@@ -315,34 +331,49 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     }
     selection.depth = static_cast<int>(*depth);
   }
+  return selection;
+}
+
+void check_forward_takes(const torch::jit::Module& module, const std::string& path, std::size_t inputs) {
   const auto forward = module.find_method("forward");
   if (!forward) throw core::InputError(path + ": the module has no forward method");
-  {
-    const auto& arguments = forward->function().getSchema().arguments();
-    std::string names;
-    for (std::size_t i = 1; i < arguments.size(); ++i) names += (i > 1 ? ", " : "") + arguments[i].name();
-    if (arguments.size() - 1 != inputs.size()) {
-      throw core::InputError("input: the module's forward takes " + std::to_string(arguments.size() - 1) + " input" +
-                             (arguments.size() == 2 ? "" : "s") + " (" + names + "); give --input for each, in that order (" +
-                             std::to_string(inputs.size()) + " given)");
-    }
+  const auto& arguments = forward->function().getSchema().arguments();
+  std::string names;
+  for (std::size_t i = 1; i < arguments.size(); ++i) names += (i > 1 ? ", " : "") + arguments[i].name();
+  if (arguments.size() - 1 != inputs) {
+    throw core::InputError("input: the module's forward takes " + std::to_string(arguments.size() - 1) + " input" +
+                           (arguments.size() == 2 ? "" : "s") + " (" + names + "); give --input for each, in that order (" +
+                           std::to_string(inputs) + " given)");
   }
-  ScriptGraph cut = cut_into_layers(module, selection);
+}
+
+// The module's forward cut into layers, each layer's graph made runnable, and which layers the runs
+// so far saw writing into their inputs in place.
+struct ScriptLayers {
+  ScriptGraph cut;
   std::vector<std::shared_ptr<torch::jit::GraphFunction>> functions;
-  const auto make_functions = [&] {
+  c10::IValue object;  // the module: every layer's graph reads it first
+  // written[i]: the producers (earlier layers, or the batch's inputs) whose outputs layer i wrote into.
+  std::vector<std::vector<int>> written;
+
+  ScriptLayers(const torch::jit::Module& module, ScriptGraph graph)
+      : cut(std::move(graph)), object(module._ivalue()), written(cut.segments.size()) {
+    make_functions();
+  }
+
+  // Again after the graphs changed (fold_dtypes).
+  void make_functions() {
     functions.clear();
     for (std::size_t i = 0; i < cut.segments.size(); ++i) {
       functions.push_back(std::make_shared<torch::jit::GraphFunction>(
           c10::QualifiedName("headroom.layer" + std::to_string(i)), cut.segments[i].graph, nullptr));
     }
-  };
-  make_functions();
-  const c10::IValue object = module._ivalue();
+  }
+
   // Runs the layers on a batch as the model will, returning every layer's output and noting whose
   // outputs each layer wrote into in place: the version counter of the input or of an earlier output
   // moved (a view shares its base's, so a write through an alias shows too).
-  std::vector<std::vector<int>> written(cut.segments.size());
-  const auto run_layers = [&](const std::vector<torch::Tensor>& xs) {
+  std::vector<torch::Tensor> run(const std::vector<torch::Tensor>& xs) {
     std::vector<torch::Tensor> outputs;
     for (std::size_t i = 0; i < cut.segments.size(); ++i) {
       std::vector<torch::Tensor> in;
@@ -362,91 +393,121 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
         throw core::InputError("layer " + cut.segments[i].name + " fails on a batch of " + std::to_string(xs[0].size(0)) +
                                ": " + error_text(e));
       }
-      auto& mine = written[i];
-      const auto note = [&mine](int producer) {
-        if (std::find(mine.begin(), mine.end(), producer) == mine.end()) mine.push_back(producer);
-      };
-      for (std::size_t k = 0; k < xs.size(); ++k) {
-        if (xs[k]._version() != versions[k]) note(model_input_id(static_cast<int>(k)));
-      }
-      for (std::size_t j = 0; j < i; ++j) {
-        if (outputs[j]._version() != versions[xs.size() + j]) note(static_cast<int>(j));
-      }
+      note_writes(i, xs, outputs, versions);
     }
     return outputs;
-  };
-
-  // A probe batch of two, deterministic and without autograd: the layers must compute what the
-  // module's own forward computes, and the output tells the target's shape.
-  // Each input from its own stream: the first from the seed itself, as when there was one input.
-  const auto make_inputs = [inputs](std::int64_t batch, std::uint64_t s) {
-    std::vector<torch::Tensor> out;
-    for (std::size_t k = 0; k < inputs.size(); ++k) {
-      auto generator = at::detail::createCPUGenerator(s + 0x9e3779b97f4a7c15ull * k);
-      out.push_back(random_batch(inputs[k], batch, generator));
-    }
-    return out;
-  };
-  const auto clones = [](const std::vector<torch::Tensor>& xs) {
-    std::vector<torch::Tensor> out;
-    for (const auto& x : xs) out.push_back(x.clone());
-    return out;
-  };
-  std::string inputs_text;
-  for (const auto& spec : inputs) inputs_text += (inputs_text.empty() ? "" : ",") + spec.text();
-  torch::Tensor probe_output;
-  {
-    torch::NoGradGuard no_grad;
-    module.eval();
-    const std::vector<torch::Tensor> probe = make_inputs(2, seed);
-    torch::Tensor expected;
-    try {
-      const auto given = clones(probe);
-      c10::IValue out = module.forward(std::vector<c10::IValue>(given.begin(), given.end()));
-      if (out.isTuple() && selection.output_index >= 0) out = out.toTupleRef().elements().at(static_cast<std::size_t>(selection.output_index));
-      if (!out.isTensor()) throw std::runtime_error("it returns a " + out.tagKind() + ", not a tensor");
-      expected = out.toTensor();
-    } catch (const std::exception& e) {
-      std::string shapes;
-      for (const auto& x : probe) shapes += (shapes.empty() ? "" : ", ") + shape_text(x.sizes());
-      throw core::InputError("the module's forward fails on a batch of 2 samples of " + inputs_text + " (shape" +
-                             (probe.size() > 1 ? "s " : " ") + shapes + "): " + error_text(e));
-    }
-    const auto computes_the_same = [&](const torch::Tensor& x) {
-      if (!x.sizes().equals(expected.sizes()) || !torch::allclose(x, expected, 1e-4, 1e-5)) {
-        throw core::InputError("the " + std::to_string(cut.segments.size()) + " layers cut from the module's forward "
-                               "do not compute what it does; report this with the module");
-      }
-    };
-    const std::vector<torch::Tensor> outputs = run_layers(clones(probe));
-    computes_the_same(outputs.back());
-    std::vector<c10::ScalarType> dtypes;
-    for (const auto& t : outputs) dtypes.push_back(t.scalar_type());
-    fold_dtypes(cut, dtypes);
-    make_functions();
-    probe_output = run_layers(clones(probe)).back();
-    computes_the_same(probe_output);
-    // Which layers write into their inputs in place is seen in training, where dropout runs (in
-    // place, for nn.Dropout(inplace=True)); the module's statistics and the random state are put
-    // back as they were.
-    std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers;
-    for (const auto& b : module.buffers()) buffers.emplace_back(b, b.clone());
-    auto generator = at::detail::getDefaultCPUGenerator();
-    const auto state = generator.get_state();
-    module.train();
-    try {
-      run_layers(clones(probe));
-    } catch (const core::InputError&) {
-      // A module that cannot train on 2 samples (BatchNorm over one value per channel): the eval run
-      // decides.
-    }
-    module.eval();
-    generator.set_state(state);
-    for (auto& [buffer, saved] : buffers) buffer.copy_(saved);
   }
-  // A layer that writes into one of the batch's inputs (directly, or through a view another layer
-  // made of it) would change what a checkpoint recomputes from, and the batch itself: layers that
-  // read that input read a copy of it instead.
+
+ private:
+  // `versions`: the inputs' and then the earlier outputs' version counters before layer i ran.
+  void note_writes(std::size_t i, const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& outputs,
+                   const std::vector<std::int64_t>& versions) {
+    auto& mine = written[i];
+    const auto note = [&mine](int producer) {
+      if (std::find(mine.begin(), mine.end(), producer) == mine.end()) mine.push_back(producer);
+    };
+    for (std::size_t k = 0; k < xs.size(); ++k) {
+      if (xs[k]._version() != versions[k]) note(model_input_id(static_cast<int>(k)));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (outputs[j]._version() != versions[xs.size() + j]) note(static_cast<int>(j));
+    }
+  }
+};
+
+// Each input from its own stream: the first from the seed itself, as when there was one input.
+std::vector<torch::Tensor> make_inputs(const std::vector<TensorSpec>& inputs, std::int64_t batch, std::uint64_t seed) {
+  std::vector<torch::Tensor> out;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    auto generator = at::detail::createCPUGenerator(seed + 0x9e3779b97f4a7c15ull * k);
+    out.push_back(random_batch(inputs[k], batch, generator));
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& xs) {
+  std::vector<torch::Tensor> out;
+  for (const auto& x : xs) out.push_back(x.clone());
+  return out;
+}
+
+std::string specs_text(const std::vector<TensorSpec>& specs) {
+  std::string text;
+  for (const auto& spec : specs) text += (text.empty() ? "" : ",") + spec.text();
+  return text;
+}
+
+// The module's own forward on the probe (on copies, as it may write into its inputs): what the
+// layers must compute.
+torch::Tensor module_output(torch::jit::Module& module, const std::vector<torch::Tensor>& probe, int output_index,
+                            const std::string& inputs_text) {
+  try {
+    const auto given = clones(probe);
+    c10::IValue out = module.forward(std::vector<c10::IValue>(given.begin(), given.end()));
+    if (out.isTuple() && output_index >= 0) out = out.toTupleRef().elements().at(static_cast<std::size_t>(output_index));
+    if (!out.isTensor()) throw std::runtime_error("it returns a " + out.tagKind() + ", not a tensor");
+    return out.toTensor();
+  } catch (const std::exception& e) {
+    std::string shapes;
+    for (const auto& x : probe) shapes += (shapes.empty() ? "" : ", ") + shape_text(x.sizes());
+    throw core::InputError("the module's forward fails on a batch of 2 samples of " + inputs_text + " (shape" +
+                           (probe.size() > 1 ? "s " : " ") + shapes + "): " + error_text(e));
+  }
+}
+
+void check_computes_the_same(const torch::Tensor& x, const torch::Tensor& expected, std::size_t layers) {
+  if (!x.sizes().equals(expected.sizes()) || !torch::allclose(x, expected, 1e-4, 1e-5)) {
+    throw core::InputError("the " + std::to_string(layers) + " layers cut from the module's forward "
+                           "do not compute what it does; report this with the module");
+  }
+}
+
+// Which layers write into their inputs in place is seen in training, where dropout runs (in place,
+// for nn.Dropout(inplace=True)); the module's statistics and the random state are put back as they
+// were.
+void note_writes_in_training(torch::jit::Module& module, ScriptLayers& layers, const std::vector<torch::Tensor>& probe) {
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers;
+  for (const auto& b : module.buffers()) buffers.emplace_back(b, b.clone());
+  auto generator = at::detail::getDefaultCPUGenerator();
+  const auto state = generator.get_state();
+  module.train();
+  try {
+    layers.run(clones(probe));
+  } catch (const core::InputError&) {
+    // A module that cannot train on 2 samples (BatchNorm over one value per channel): the eval run
+    // decides.
+  }
+  module.eval();
+  generator.set_state(state);
+  for (auto& [buffer, saved] : buffers) buffer.copy_(saved);
+}
+
+// A probe batch of two, deterministic and without autograd: the layers must compute what the
+// module's own forward computes, and the output tells the target's shape. Folds the dtype reads the
+// run shows and notes the layers' in-place writes; returns the layers' output on the probe.
+torch::Tensor probe_layers(torch::jit::Module& module, ScriptLayers& layers, const std::vector<TensorSpec>& inputs,
+                           int output_index, std::uint64_t seed, const std::string& inputs_text) {
+  torch::NoGradGuard no_grad;
+  module.eval();
+  const std::vector<torch::Tensor> probe = make_inputs(inputs, 2, seed);
+  const torch::Tensor expected = module_output(module, probe, output_index, inputs_text);
+  const std::vector<torch::Tensor> outputs = layers.run(clones(probe));
+  check_computes_the_same(outputs.back(), expected, layers.cut.segments.size());
+  std::vector<c10::ScalarType> dtypes;
+  for (const auto& t : outputs) dtypes.push_back(t.scalar_type());
+  fold_dtypes(layers.cut, dtypes);
+  layers.make_functions();
+  torch::Tensor probe_output = layers.run(clones(probe)).back();
+  check_computes_the_same(probe_output, expected, layers.cut.segments.size());
+  note_writes_in_training(module, layers, probe);
+  return probe_output;
+}
+
+// A layer that writes into one of the batch's inputs (directly, or through a view another layer
+// made of it) would change what a checkpoint recomputes from, and the batch itself: layers that
+// read that input read a copy of it instead. Takes the batch's inputs out of `written`, leaving the
+// writes into earlier layers' outputs, and returns them.
+std::set<int> take_input_writes(std::vector<std::vector<int>>& written) {
   std::set<int> inputs_written;
   for (auto& mine : written) {
     for (auto it = mine.begin(); it != mine.end();) {
@@ -458,31 +519,38 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
       it = mine.erase(it);
     }
   }
-  assign_blocks(cut, written);
+  return inputs_written;
+}
 
-  std::optional<TensorSpec> target;
-  if (loss == "model") {
+// The target the loss reads: as given, or found from the probe's output; none where the module
+// computes the loss.
+std::optional<TensorSpec> target_spec(const ModuleSettings& settings, const torch::Tensor& probe_output) {
+  if (settings.loss == "model") {
     if (probe_output.numel() != 1) {
       throw core::InputError("loss: with --loss model the module must return the loss (one number); it returns shape " +
                              shape_text(probe_output.sizes()));
     }
-  } else if (target_it != config.end() && !target_it->second.empty()) {
-    target = parse_tensor_spec(target_it->second, "target");
-  } else if (loss == "cross-entropy") {
+    return std::nullopt;
+  }
+  if (!settings.target.empty()) return parse_tensor_spec(settings.target, "target");
+  if (settings.loss == "cross-entropy") {
     if (probe_output.dim() < 2) {
       throw core::InputError("loss: cross-entropy needs class scores along the output's last dimension; one sample's "
                              "output is a single number (use --loss mse or model)");
     }
     TensorSpec t{{}, "int64", 0, probe_output.size(-1)};
     for (std::int64_t d = 1; d + 1 < probe_output.dim(); ++d) t.shape.push_back(probe_output.size(d));
-    target = t;
-  } else {
-    TensorSpec t{{}, "float32"};
-    for (std::int64_t d = 1; d < probe_output.dim(); ++d) t.shape.push_back(probe_output.size(d));
-    target = t;
+    return t;
   }
+  TensorSpec t{{}, "float32"};
+  for (std::int64_t d = 1; d < probe_output.dim(); ++d) t.shape.push_back(probe_output.size(d));
+  return t;
+}
 
-  std::map<std::string, std::string> resolved = {{"input", inputs_text}, {"loss", loss}};
+// Every key resolved, so that model_source() rebuilds the same model.
+std::map<std::string, std::string> resolved_config(const ModuleSettings& settings, const LayerSelection& selection,
+                                                   const ScriptGraph& cut, const std::optional<TensorSpec>& target) {
+  std::map<std::string, std::string> resolved = {{"input", specs_text(settings.inputs)}, {"loss", settings.loss}};
   if (selection.output_index >= 0) resolved["output_index"] = std::to_string(selection.output_index);
   // What rebuilds the same cut: the depth it was made at, or the layers named.
   if (cut.depth > 0) {
@@ -493,91 +561,111 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     resolved["layers"] = layer_list;
   }
   if (target) resolved["target"] = target->text();
+  return resolved;
+}
 
-  const std::string stem = std::filesystem::path(path).stem().string();
-  Model model(stem.empty() ? "torchscript" : stem, Config("torchscript", resolved));
-  // A parameter belongs to the first layer that uses it (a shared one is counted once).
-  std::unordered_set<const void*> attributed;
-  for (std::size_t i = 0; i < cut.segments.size(); ++i) {
-    const ScriptSegment& segment = cut.segments[i];
-    Layer layer;
-    layer.name = segment.name;
-    std::vector<torch::jit::Module> called;
-    for (const auto& path : segment.called_modules) called.push_back(*submodule_at(module, path));
-    bool batchnorm = false;
-    for (const auto& c : called) {
-      for (const auto& m : c.modules()) batchnorm |= is_batchnorm(m);
-    }
-    // "batchnorm" in the kind is what the planner's and executor's BatchNorm notes look for.
-    layer.kind = segment.class_name + (batchnorm ? " (batchnorm)" : "");
-    layer.inputs = segment.inputs;
-    layer.block = segment.block;
-    for (const auto& p : parameters_read(module, segment, called)) {
-      if (attributed.insert(p.unsafeGetTensorImpl()).second) layer.parameters.push_back(p);
-    }
-    std::vector<bool> copied(segment.inputs.size(), false);
-    for (std::size_t k = 0; k < segment.inputs.size(); ++k) copied[k] = inputs_written.count(segment.inputs[k]) > 0;
-    const bool reads_dtype = segment.reads_activation_dtype;
-    layer.forward = [function = functions[i], object, called, batchnorm, copied, reads_dtype](const std::vector<torch::Tensor>& given,
-                                                                                                const RunContext& context) {
-      // Under bf16 every floating activation is bfloat16 (Layer::run casts what a layer reads).
-      const std::optional<c10::ScalarType> dtype =
-          reads_dtype ? std::optional(context.precision == core::Precision::Bf16 ? c10::ScalarType::BFloat16
-                                                                                 : c10::ScalarType::Float)
-                      : std::nullopt;
-      std::vector<torch::Tensor> copies;
-      if (std::find(copied.begin(), copied.end(), true) != copied.end()) {
-        copies = given;
-        for (std::size_t k = 0; k < copies.size(); ++k) {
-          if (copied[k]) copies[k] = copies[k].clone();
-        }
+// A checkpointed block's second run: its batch is already in BatchNorm's running statistics. The
+// run updates copies instead (the zoo's BatchNorm skips the update); writing the old values back in
+// place would change tensors the backward saved.
+torch::Tensor run_on_copied_buffers(torch::jit::GraphFunction& function, const c10::IValue& object,
+                                    const std::vector<torch::Tensor>& in, std::optional<c10::ScalarType> dtype,
+                                    const std::vector<torch::jit::Module>& called) {
+  struct Swapped {
+    torch::jit::Module module;
+    std::string name;
+    torch::Tensor original;
+  };
+  std::vector<Swapped> swapped;
+  for (const auto& c : called) {
+    for (auto m : c.modules()) {
+      for (const auto& b : m.named_buffers(/*recurse=*/false)) {
+        swapped.push_back({m, b.name, b.value});
+        m.setattr(b.name, b.value.clone());
       }
-      const std::vector<torch::Tensor>& in = copies.empty() ? given : copies;
-      if (!(batchnorm && context.recomputing)) return run_segment(*function, object, in, dtype);
-      // A checkpointed block's second run: its batch is already in BatchNorm's running statistics.
-      // The run updates copies instead (the zoo's BatchNorm skips the update); writing the old
-      // values back in place would change tensors the backward saved.
-      struct Swapped {
-        torch::jit::Module module;
-        std::string name;
-        torch::Tensor original;
-      };
-      std::vector<Swapped> swapped;
-      for (const auto& c : called) {
-        for (auto m : c.modules()) {
-          for (const auto& b : m.named_buffers(/*recurse=*/false)) {
-            swapped.push_back({m, b.name, b.value});
-            m.setattr(b.name, b.value.clone());
-          }
-        }
+    }
+  }
+  struct Restore {
+    std::vector<Swapped>& swapped;
+    ~Restore() {
+      for (auto& s : swapped) s.module.setattr(s.name, s.original);
+    }
+  } restore{swapped};
+  return run_segment(function, object, in, dtype);
+}
+
+// One layer's forward: its graph on the module and its inputs.
+struct ScriptLayerForward {
+  std::shared_ptr<torch::jit::GraphFunction> function;
+  c10::IValue object;
+  std::vector<torch::jit::Module> called;  // the submodules its graph calls
+  bool batchnorm = false;                  // one of them is (or holds) a BatchNorm
+  std::vector<bool> copied;                // per input: a layer writes into it, so this one reads a copy
+  bool reads_dtype = false;                // ScriptSegment::reads_activation_dtype
+
+  torch::Tensor operator()(const std::vector<torch::Tensor>& given, const RunContext& context) const {
+    // Under bf16 every floating activation is bfloat16 (Layer::run casts what a layer reads).
+    const std::optional<c10::ScalarType> dtype =
+        reads_dtype ? std::optional(context.precision == core::Precision::Bf16 ? c10::ScalarType::BFloat16
+                                                                               : c10::ScalarType::Float)
+                    : std::nullopt;
+    std::vector<torch::Tensor> copies;
+    if (std::find(copied.begin(), copied.end(), true) != copied.end()) {
+      copies = given;
+      for (std::size_t k = 0; k < copies.size(); ++k) {
+        if (copied[k]) copies[k] = copies[k].clone();
       }
-      struct Restore {
-        std::vector<Swapped>& swapped;
-        ~Restore() {
-          for (auto& s : swapped) s.module.setattr(s.name, s.original);
-        }
-      } restore{swapped};
-      return run_segment(*function, object, in, dtype);
-    };
-    model.add_layer(std::move(layer));
+    }
+    const std::vector<torch::Tensor>& in = copies.empty() ? given : copies;
+    if (!(batchnorm && context.recomputing)) return run_segment(*function, object, in, dtype);
+    return run_on_copied_buffers(*function, object, in, dtype, called);
   }
-  if (loss != "model") {
-    const int last = static_cast<int>(cut.segments.size()) - 1;
-    const bool cross_entropy = loss == "cross-entropy";
-    Layer layer;
-    layer.name = "loss";
-    layer.kind = "loss";
-    layer.inputs = {last, kTargetInput};
-    layer.forward = [cross_entropy](const std::vector<torch::Tensor>& in, const RunContext&) {
-      const auto& x = in[0];
-      if (cross_entropy) return torch::cross_entropy_loss(x.reshape({-1, x.size(-1)}), in[1].reshape({-1}));
-      return torch::mse_loss(x, in[1]);
-    };
-    model.add_layer(std::move(layer));
+};
+
+// Layer i of the cut. A parameter belongs to the first layer that uses it (a shared one is counted
+// once): `attributed` holds those taken by earlier layers.
+Layer script_layer(const torch::jit::Module& module, const ScriptLayers& layers, std::size_t i,
+                   const std::set<int>& inputs_written, std::unordered_set<const void*>& attributed) {
+  const ScriptSegment& segment = layers.cut.segments[i];
+  Layer layer;
+  layer.name = segment.name;
+  std::vector<torch::jit::Module> called;
+  for (const auto& path : segment.called_modules) called.push_back(*submodule_at(module, path));
+  bool batchnorm = false;
+  for (const auto& c : called) {
+    for (const auto& m : c.modules()) batchnorm |= is_batchnorm(m);
   }
-  model.set_batch_generator([make_inputs, target](std::int64_t batch, std::uint64_t s) {
+  // "batchnorm" in the kind is what the planner's and executor's BatchNorm notes look for.
+  layer.kind = segment.class_name + (batchnorm ? " (batchnorm)" : "");
+  layer.inputs = segment.inputs;
+  layer.block = segment.block;
+  for (const auto& p : parameters_read(module, segment, called)) {
+    if (attributed.insert(p.unsafeGetTensorImpl()).second) layer.parameters.push_back(p);
+  }
+  std::vector<bool> copied(segment.inputs.size(), false);
+  for (std::size_t k = 0; k < segment.inputs.size(); ++k) copied[k] = inputs_written.count(segment.inputs[k]) > 0;
+  layer.forward = ScriptLayerForward{layers.functions[i], layers.object, called, batchnorm, copied,
+                                     segment.reads_activation_dtype};
+  return layer;
+}
+
+Layer loss_layer(const std::string& loss, int last) {
+  const bool cross_entropy = loss == "cross-entropy";
+  Layer layer;
+  layer.name = "loss";
+  layer.kind = "loss";
+  layer.inputs = {last, kTargetInput};
+  layer.forward = [cross_entropy](const std::vector<torch::Tensor>& in, const RunContext&) {
+    const auto& x = in[0];
+    if (cross_entropy) return torch::cross_entropy_loss(x.reshape({-1, x.size(-1)}), in[1].reshape({-1}));
+    return torch::mse_loss(x, in[1]);
+  };
+  return layer;
+}
+
+BatchGenerator batch_generator(const std::vector<TensorSpec>& inputs, const std::optional<TensorSpec>& target) {
+  return [inputs, target](std::int64_t batch, std::uint64_t s) {
     Batch b;
-    auto xs = make_inputs(batch, s);
+    auto xs = make_inputs(inputs, batch, s);
     b.input = xs.front();
     b.further_inputs.assign(xs.begin() + 1, xs.end());
     if (target) {
@@ -588,20 +676,46 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
       b.target = torch::empty({batch, 0});  // the module's loss reads none; concatenation still works
     }
     return b;
-  });
+  };
+}
 
-  // The loss on a probe batch: a target that does not fit the output is refused here, not mid-profile.
-  {
-    torch::NoGradGuard no_grad;
-    try {
-      const torch::Tensor value = model.forward(model.make_batch(2, seed));
-      if (value.numel() != 1) throw std::runtime_error("the loss is not one number");
-    } catch (const std::exception& e) {
-      throw core::InputError("the loss (" + loss + ") fails on the module's output " + shape_text(probe_output.sizes()) +
-                             (target ? " and a target of " + target->text() : std::string()) + ": " + error_text(e));
-    }
+// The loss on a probe batch: a target that does not fit the output is refused here, not mid-profile.
+void check_loss_on_probe(const Model& model, std::uint64_t seed, const std::string& loss,
+                         const torch::Tensor& probe_output, const std::optional<TensorSpec>& target) {
+  torch::NoGradGuard no_grad;
+  try {
+    const torch::Tensor value = model.forward(model.make_batch(2, seed));
+    if (value.numel() != 1) throw std::runtime_error("the loss is not one number");
+  } catch (const std::exception& e) {
+    throw core::InputError("the loss (" + loss + ") fails on the module's output " + shape_text(probe_output.sizes()) +
+                           (target ? " and a target of " + target->text() : std::string()) + ": " + error_text(e));
   }
-  model.set_foreign_modules(std::make_shared<ScriptModules>(module), file.file);
+}
+
+Model load_module(const std::string& path, const std::map<std::string, std::string>& config, std::uint64_t seed,
+                  const std::string& expected_sha256) {
+  const ModuleSettings settings = read_module_settings(config);
+  LoadedModule loaded = load_script_file(path, expected_sha256);
+  torch::jit::Module& module = loaded.module;
+  const LayerSelection selection = layer_selection(config);
+  check_forward_takes(module, path, settings.inputs.size());
+  ScriptLayers layers(module, cut_into_layers(module, selection));
+  const torch::Tensor probe_output =
+      probe_layers(module, layers, settings.inputs, selection.output_index, seed, specs_text(settings.inputs));
+  const std::set<int> inputs_written = take_input_writes(layers.written);
+  assign_blocks(layers.cut, layers.written);
+  const std::optional<TensorSpec> target = target_spec(settings, probe_output);
+
+  const std::string stem = std::filesystem::path(path).stem().string();
+  Model model(stem.empty() ? "torchscript" : stem, Config("torchscript", resolved_config(settings, selection, layers.cut, target)));
+  std::unordered_set<const void*> attributed;
+  for (std::size_t i = 0; i < layers.cut.segments.size(); ++i) {
+    model.add_layer(script_layer(module, layers, i, inputs_written, attributed));
+  }
+  if (settings.loss != "model") model.add_layer(loss_layer(settings.loss, static_cast<int>(layers.cut.segments.size()) - 1));
+  model.set_batch_generator(batch_generator(settings.inputs, target));
+  check_loss_on_probe(model, seed, settings.loss, probe_output, target);
+  model.set_foreign_modules(std::make_shared<ScriptModules>(module), loaded.file);
   model.set_training(true);
   return model;
 }
