@@ -422,271 +422,380 @@ void pick_output(jit::Graph& graph, int index) {
   if (!built->hasUses()) built->destroy();
 }
 
-ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection) {
-  Cut cut = choose_layers(module, selection);
-  jit::Graph& graph = *cut.graph;
-  const jit::Value* self = graph.inputs()[0];
-  if (graph.inputs().size() < 2) throw core::InputError("the module's forward reads no input");
-  if (graph.inputs().size() - 1 > static_cast<std::size_t>(core::kMaxModelInputs)) {
-    throw core::InputError("the module's forward reads " + std::to_string(graph.inputs().size() - 1) + " inputs; headroom "
-                           "gives a module at most " + std::to_string(core::kMaxModelInputs));
+// The attributes forward's code assigns anywhere, blocks included.
+void collect_assignments(const jit::Block* block, std::set<std::string>& assigned) {
+  for (const jit::Node* node : block->nodes()) {
+    if (node->kind() == c10::prim::SetAttr) assigned.insert(node->s(c10::attr::name));
+    for (const jit::Block* inner : node->blocks()) collect_assignments(inner, assigned);
   }
-  for (std::size_t i = 1; i < graph.inputs().size(); ++i) {
-    const jit::Value* in = graph.inputs()[i];
-    if (in->type()->kind() != c10::TypeKind::TensorType) {
-      throw core::InputError("the module's forward takes " + in->debugName() + " as " + in->type()->annotation_str() +
-                             ": headroom gives each input a batch of tensors (--input per input)");
+}
+
+// The submodules a node calls, itself or in its blocks, each noted once in `called`.
+void note_called_modules(const jit::Node* node, const jit::Value* self, std::vector<std::string>& called) {
+  if (node->kind() == c10::prim::CallMethod) {
+    const auto path = module_path(node->input(0), self);
+    if (path && !path->empty() && std::find(called.begin(), called.end(), *path) == called.end()) {
+      called.push_back(*path);
     }
   }
+  for (const jit::Block* b : node->blocks()) {
+    for (const jit::Node* inner : b->nodes()) note_called_modules(inner, self, called);
+  }
+}
+
+// One layer's own graph, (the module, what it reads...) -> what it hands on, copied node by node
+// from the inlined forward.
+class SegmentGraphBuilder {
+ public:
+  // `piece_of`: the piece each top-level node of `forward` belongs to; values of the other nodes are
+  // recomputable, copied into the layer that reads them.
+  SegmentGraphBuilder(const jit::Graph& forward, const std::unordered_map<const jit::Node*, int>& piece_of,
+                      const std::string& name)
+      : top_(forward.block()), piece_of_(piece_of), name_(name), graph_(std::make_shared<jit::Graph>()) {
+    const jit::Value* self = forward.inputs()[0];
+    mapped_[self] = graph_->addInput("self")->setType(self->type());
+  }
+
+  void add_input(const jit::Value* v) { mapped_[v] = graph_->addInput()->setType(v->type()); }
+
+  void append(jit::Node* node) {
+    // Outer values its blocks read are mapped as the clone reaches them; copies of recomputable
+    // ones are appended at the top level, ahead of the node, which is appended after.
+    for (jit::Value* in : node->inputs()) map(in);
+    jit::Node* copy = graph_->createClone(node, [this](jit::Value* v) { return map(v); });
+    graph_->appendNode(copy);
+    for (std::size_t i = 0; i < node->outputs().size(); ++i) mapped_[node->output(i)] = copy->output(i);
+  }
+
+  std::shared_ptr<jit::Graph> finish(const jit::Value* output) {
+    graph_->registerOutput(mapped_.at(output));
+    return graph_;
+  }
+
+ private:
+  jit::Value* map(jit::Value* v) {
+    const auto it = mapped_.find(v);
+    if (it != mapped_.end()) return it->second;
+    if (piece_of_.count(top_level(v->node(), top_)) > 0) {
+      throw std::logic_error("script_graph: " + name_ + " reads " + v->debugName() + " without an input for it");
+    }
+    // A recomputable value: its node is copied here, ahead of its reader.
+    jit::Node* copy = graph_->createClone(v->node(), [this](jit::Value* x) { return map(x); });
+    graph_->appendNode(copy);
+    for (std::size_t i = 0; i < v->node()->outputs().size(); ++i) mapped_[v->node()->output(i)] = copy->output(i);
+    return mapped_.at(v);
+  }
+
+  const jit::Block* top_;
+  const std::unordered_map<const jit::Node*, int>& piece_of_;
+  const std::string& name_;
+  std::shared_ptr<jit::Graph> graph_;
+  std::unordered_map<const jit::Value*, jit::Value*> mapped_;
+};
+
+// Cuts the inlined forward into layers, phase by phase: the pieces of program order (each layer call
+// with the functional code before it), glue split off where a piece hands on more than its call's
+// result, what each piece hands on checked, then one graph per layer.
+class LayerCutter {
+ public:
+  LayerCutter(const jit::Module& module, const LayerSelection& selection)
+      : module_(module), selection_(selection), cut_(choose_layers(module, selection)), graph_(*cut_.graph),
+        self_(graph_.inputs()[0]) {}
+
+  ScriptGraph cut() {
+    check_inputs();
+    pick_output(graph_, selection_.output_index);
+    if (cut_.layer_calls.empty()) {
+      throw core::InputError("the module's forward calls no submodule to profile as a layer (it is one operation "
+                             "on its input): wrap it in a module with children");
+    }
+    split_into_pieces();
+    split_off_glue();
+    const std::vector<const jit::Value*> output_of = piece_outputs();
+    // Pieces whose result nothing reads (and that change nothing) are dropped; the rest are the
+    // layers, numbered in order.
+    ScriptGraph result;
+    std::vector<int> layer_of(pieces_.size(), -1);
+    for (std::size_t p = 0; p < pieces_.size(); ++p) {
+      if (output_of[p] == nullptr) continue;
+      layer_of[p] = static_cast<int>(result.segments.size());
+      result.segments.emplace_back();
+    }
+    check_last_layer_returns(output_of, layer_of, result.segments.size());
+    std::map<std::string, int> name_count;
+    for (std::size_t p = 0; p < pieces_.size(); ++p) {
+      if (layer_of[p] < 0) continue;
+      ScriptSegment& segment = result.segments[static_cast<std::size_t>(layer_of[p])];
+      name_segment(p, segment, result.layer_paths, name_count);
+      build_segment_graph(p, segment, output_of, layer_of);
+    }
+    assign_blocks(result, {});
+    return result;
+  }
+
+ private:
+  void check_inputs() const {
+    if (graph_.inputs().size() < 2) throw core::InputError("the module's forward reads no input");
+    if (graph_.inputs().size() - 1 > static_cast<std::size_t>(core::kMaxModelInputs)) {
+      throw core::InputError("the module's forward reads " + std::to_string(graph_.inputs().size() - 1) + " inputs; headroom "
+                             "gives a module at most " + std::to_string(core::kMaxModelInputs));
+    }
+    for (std::size_t i = 1; i < graph_.inputs().size(); ++i) {
+      const jit::Value* in = graph_.inputs()[i];
+      if (in->type()->kind() != c10::TypeKind::TensorType) {
+        throw core::InputError("the module's forward takes " + in->debugName() + " as " + in->type()->annotation_str() +
+                               ": headroom gives each input a batch of tensors (--input per input)");
+      }
+    }
+  }
+
   // The batch's inputs, in forward's order: input k is core::model_input_id(k) to the layers.
-  const auto input_index = [&graph](const jit::Value* v) -> int {
-    for (std::size_t i = 1; i < graph.inputs().size(); ++i) {
-      if (graph.inputs()[i] == v) return static_cast<int>(i) - 1;
+  int input_index(const jit::Value* v) const {
+    for (std::size_t i = 1; i < graph_.inputs().size(); ++i) {
+      if (graph_.inputs()[i] == v) return static_cast<int>(i) - 1;
     }
     return -1;
-  };
-  const auto is_input = [&](const jit::Value* v) { return input_index(v) >= 0; };
-  pick_output(graph, selection.output_index);
-  if (cut.layer_calls.empty()) {
-    throw core::InputError("the module's forward calls no submodule to profile as a layer (it is one operation "
-                           "on its input): wrap it in a module with children");
   }
-  const jit::AliasDb aliases(cut.graph);
-  std::set<std::string> assigned;
-  std::function<void(const jit::Block*)> find_assignments = [&](const jit::Block* block) {
-    for (const jit::Node* node : block->nodes()) {
-      if (node->kind() == c10::prim::SetAttr) assigned.insert(node->s(c10::attr::name));
-      for (const jit::Block* inner : node->blocks()) find_assignments(inner);
-    }
-  };
-  find_assignments(graph.block());
-  const Recomputable recomputable(graph, aliases, assigned);
-  const std::unordered_set<const jit::Node*> calls(cut.layer_calls.begin(), cut.layer_calls.end());
+  bool is_input(const jit::Value* v) const { return input_index(v) >= 0; }
 
   // Program order: the functional code since the previous layer goes with the next layer call.
-  std::vector<Piece> pieces;
-  {
+  void split_into_pieces() {
+    const jit::AliasDb aliases(cut_.graph);
+    std::set<std::string> assigned;
+    collect_assignments(graph_.block(), assigned);
+    const Recomputable recomputable(graph_, aliases, assigned);
+    const std::unordered_set<const jit::Node*> calls(cut_.layer_calls.begin(), cut_.layer_calls.end());
     Piece current;
     std::size_t k = 0;
-    for (jit::Node* node : graph.nodes()) {
+    for (jit::Node* node : graph_.nodes()) {
       if (calls.count(node) > 0) {
         current.nodes.push_back(node);
         current.call = node;
-        current.path = cut.layer_call_paths[k++];
-        pieces.push_back(std::move(current));
+        current.path = cut_.layer_call_paths[k++];
+        pieces_.push_back(std::move(current));
         current = Piece{};
       } else if (!recomputable(node)) {
         current.nodes.push_back(node);
       }
     }
-    if (!current.nodes.empty()) pieces.push_back(std::move(current));
+    if (!current.nodes.empty()) pieces_.push_back(std::move(current));
   }
 
   // Which piece defines each value, and which values each piece reads from outside itself (values
   // of recomputable nodes are followed to what they are computed from).
-  std::unordered_map<const jit::Node*, int> piece_of;
-  std::vector<std::vector<const jit::Value*>> reads;
-  const auto index = [&] {
-    piece_of.clear();
-    for (std::size_t p = 0; p < pieces.size(); ++p) {
-      for (const jit::Node* node : pieces[p].nodes) piece_of[node] = static_cast<int>(p);
+  void index_pieces() {
+    piece_of_.clear();
+    for (std::size_t p = 0; p < pieces_.size(); ++p) {
+      for (const jit::Node* node : pieces_[p].nodes) piece_of_[node] = static_cast<int>(p);
     }
-    reads.assign(pieces.size(), {});
-    for (std::size_t p = 0; p < pieces.size(); ++p) {
-      std::unordered_set<const jit::Value*> seen;
-      std::function<void(const jit::Value*)> read = [&](const jit::Value* v) {
-        if (v == self || !seen.insert(v).second) return;
-        if (is_input(v)) {
-          reads[p].push_back(v);
-          return;
-        }
-        const jit::Node* owner = top_level(v->node(), graph.block());
-        const auto it = piece_of.find(owner);
-        if (it == piece_of.end()) {
-          for (const jit::Value* in : owner->inputs()) read(in);  // recomputable
-        } else if (it->second != static_cast<int>(p)) {
-          reads[p].push_back(v);
-        }
-      };
-      std::function<void(const jit::Node*)> visit = [&](const jit::Node* node) {
-        for (const jit::Value* in : node->inputs()) read(in);
-        for (const jit::Block* block : node->blocks()) {
-          for (const jit::Node* inner : block->nodes()) visit(inner);
-          visit(block->return_node());
-        }
-      };
-      for (const jit::Node* node : pieces[p].nodes) visit(node);
-    }
-  };
+    reads_.assign(pieces_.size(), {});
+    for (std::size_t p = 0; p < pieces_.size(); ++p) note_reads(p);
+  }
+
+  void note_reads(std::size_t p) {
+    std::unordered_set<const jit::Value*> seen;
+    std::function<void(const jit::Value*)> read = [&](const jit::Value* v) {
+      if (v == self_ || !seen.insert(v).second) return;
+      if (is_input(v)) {
+        reads_[p].push_back(v);
+        return;
+      }
+      const jit::Node* owner = top_level(v->node(), graph_.block());
+      const auto it = piece_of_.find(owner);
+      if (it == piece_of_.end()) {
+        for (const jit::Value* in : owner->inputs()) read(in);  // recomputable
+      } else if (it->second != static_cast<int>(p)) {
+        reads_[p].push_back(v);
+      }
+    };
+    std::function<void(const jit::Node*)> visit = [&](const jit::Node* node) {
+      for (const jit::Value* in : node->inputs()) read(in);
+      for (const jit::Block* block : node->blocks()) {
+        for (const jit::Node* inner : block->nodes()) visit(inner);
+        visit(block->return_node());
+      }
+    };
+    for (const jit::Node* node : pieces_[p].nodes) visit(node);
+  }
+
   // The values a piece hands on: read by a later piece or returned.
-  const auto handed_on = [&](std::size_t p) {
+  std::vector<const jit::Value*> handed_on(std::size_t p) const {
     std::vector<const jit::Value*> out;
     const auto add = [&](const jit::Value* v) {
-      if (is_input(v) || v == self) return;
-      const auto it = piece_of.find(top_level(v->node(), graph.block()));
-      if (it != piece_of.end() && it->second == static_cast<int>(p) && std::find(out.begin(), out.end(), v) == out.end()) {
+      if (is_input(v) || v == self_) return;
+      const auto it = piece_of_.find(top_level(v->node(), graph_.block()));
+      if (it != piece_of_.end() && it->second == static_cast<int>(p) && std::find(out.begin(), out.end(), v) == out.end()) {
         out.push_back(v);
       }
     };
-    for (std::size_t q = p + 1; q < pieces.size(); ++q) {
-      for (const jit::Value* v : reads[q]) add(v);
+    for (std::size_t q = p + 1; q < pieces_.size(); ++q) {
+      for (const jit::Value* v : reads_[q]) add(v);
     }
     std::unordered_set<const jit::Value*> seen;
     std::function<void(const jit::Value*)> returned = [&](const jit::Value* v) {
-      if (!seen.insert(v).second || v == self || is_input(v)) return;
-      const jit::Node* owner = top_level(v->node(), graph.block());
-      if (piece_of.count(owner) == 0) {
+      if (!seen.insert(v).second || v == self_ || is_input(v)) return;
+      const jit::Node* owner = top_level(v->node(), graph_.block());
+      if (piece_of_.count(owner) == 0) {
         for (const jit::Value* in : owner->inputs()) returned(in);
       } else {
         add(v);
       }
     };
-    returned(graph.outputs()[0]);
+    returned(graph_.outputs()[0]);
     return out;
-  };
+  }
 
   // A piece hands on one tensor. Where its functional code computes something more that later layers
   // read (an attention mask every block reads), that code becomes a glue layer of its own before it.
-  for (bool split = true; split;) {
-    split = false;
-    index();
-    for (std::size_t p = 0; p < pieces.size() && !split; ++p) {
-      const auto out = handed_on(p);
-      std::vector<const jit::Value*> glue_out;
-      for (const jit::Value* v : out) {
-        if (pieces[p].call == nullptr || v->node() != pieces[p].call) glue_out.push_back(v);
-      }
-      if (pieces[p].call == nullptr || glue_out.empty()) continue;
-      // The glue that computes them, within this piece.
-      std::unordered_set<const jit::Node*> slice;
-      std::function<void(const jit::Value*)> need = [&](const jit::Value* v) {
-        if (v == self || is_input(v)) return;
-        const jit::Node* owner = top_level(v->node(), graph.block());
-        const auto it = piece_of.find(owner);
-        if (it == piece_of.end()) {
-          for (const jit::Value* in : owner->inputs()) need(in);
-        } else if (it->second == static_cast<int>(p) && slice.insert(owner).second) {
-          for (const jit::Value* in : owner->inputs()) need(in);
-          std::function<void(const jit::Block*)> inner = [&](const jit::Block* block) {
-            for (const jit::Node* n : block->nodes()) {
-              for (const jit::Value* in : n->inputs()) need(in);
-              for (const jit::Block* b : n->blocks()) inner(b);
-            }
-            for (const jit::Value* in : block->return_node()->inputs()) need(in);
-          };
-          for (const jit::Block* block : owner->blocks()) inner(block);
-        }
-      };
-      for (const jit::Value* v : glue_out) need(v);
-      Piece glue, rest;
-      rest.call = pieces[p].call;
-      rest.path = pieces[p].path;
-      // The glue moves ahead of the rest of the piece: nothing it passes may depend on the order.
-      const jit::Node* passed = nullptr;
-      for (jit::Node* node : pieces[p].nodes) {
-        if (slice.count(node) > 0) {
-          const jit::Node* conflict = order_matters(node) ? node : passed;
-          if (conflict != nullptr) {
-            throw core::InputError("the functional code before " + pieces[p].path + " computes a value that later "
-                                   "layers read, next to code whose order matters (" + where(conflict) +
-                                   "): headroom cannot move it into a layer of its own; pick another --depth or --layers");
-          }
-          glue.nodes.push_back(node);
-        } else {
-          if (order_matters(node) && node != pieces[p].call) passed = node;
-          rest.nodes.push_back(node);
-        }
-      }
-      pieces[p] = std::move(rest);
-      pieces.insert(pieces.begin() + static_cast<std::ptrdiff_t>(p), std::move(glue));
-      split = true;
+  void split_off_glue() {
+    for (bool split = true; split;) {
+      split = false;
+      index_pieces();
+      for (std::size_t p = 0; p < pieces_.size() && !split; ++p) split = split_glue_from(p);
     }
   }
 
-  ScriptGraph result;
-  std::vector<const jit::Value*> output_of(pieces.size());
-  std::map<std::string, int> name_count;
-  for (std::size_t p = 0; p < pieces.size(); ++p) {
-    const auto out = handed_on(p);
-    const Piece& piece = pieces[p];
-    const std::string label = piece.call != nullptr       ? piece.path
-                              : p + 1 < pieces.size()       ? "the functional code before " + pieces[p + 1].path
-                                                            : "the functional code after the last layer";
-    if (out.size() > 1) {
-      std::string names;
-      for (const jit::Value* v : out) names += (names.empty() ? "" : ", ") + v->debugName();
-      throw core::InputError((piece.call != nullptr ? "the code around " : "") + label + " computes " + std::to_string(out.size()) + " values that "
-                             "later layers read (" + names + ", " + where(out[0]->node()) + "): a layer hands on one; "
-                             "pick another --depth or --layers");
+  // Whether piece p had glue to split off (the pieces then need indexing again).
+  bool split_glue_from(std::size_t p) {
+    std::vector<const jit::Value*> glue_out;
+    for (const jit::Value* v : handed_on(p)) {
+      if (pieces_[p].call == nullptr || v->node() != pieces_[p].call) glue_out.push_back(v);
     }
-    const jit::Value* handed = out.empty() ? (piece.call != nullptr ? piece.call->output(0) : nullptr) : out[0];
-    if (handed == nullptr) {
-      // Functional code after the last layer whose result nothing reads: dropped, unless it does
-      // something besides computing that result.
-      for (const jit::Node* node : piece.nodes) {
-        if (order_matters(node)) {
-          throw core::InputError("forward does more after its output is computed (" + where(node) + "): headroom "
-                                 "runs the layers up to the output and cannot run it");
+    if (pieces_[p].call == nullptr || glue_out.empty()) return false;
+    // The glue that computes them, within this piece.
+    std::unordered_set<const jit::Node*> slice;
+    for (const jit::Value* v : glue_out) add_computing(v, p, slice);
+    Piece glue, rest;
+    rest.call = pieces_[p].call;
+    rest.path = pieces_[p].path;
+    // The glue moves ahead of the rest of the piece: nothing it passes may depend on the order.
+    const jit::Node* passed = nullptr;
+    for (jit::Node* node : pieces_[p].nodes) {
+      if (slice.count(node) > 0) {
+        const jit::Node* conflict = order_matters(node) ? node : passed;
+        if (conflict != nullptr) {
+          throw core::InputError("the functional code before " + pieces_[p].path + " computes a value that later "
+                                 "layers read, next to code whose order matters (" + where(conflict) +
+                                 "): headroom cannot move it into a layer of its own; pick another --depth or --layers");
         }
+        glue.nodes.push_back(node);
+      } else {
+        if (order_matters(node) && node != pieces_[p].call) passed = node;
+        rest.nodes.push_back(node);
       }
-      continue;
     }
-    if (handed->type()->kind() != c10::TypeKind::TensorType) {
-      throw core::InputError(label + " hands a " + handed->type()->annotation_str() + " to later layers (" +
-                             where(handed->node()) + "): only a tensor can pass from one layer to the next; pick "
-                             "another --depth or --layers");
+    pieces_[p] = std::move(rest);
+    pieces_.insert(pieces_.begin() + static_cast<std::ptrdiff_t>(p), std::move(glue));
+    return true;
+  }
+
+  // Adds to `slice` the nodes of piece p that `v` is computed by, through recomputable values and
+  // the blocks of the nodes taken.
+  void add_computing(const jit::Value* v, std::size_t p, std::unordered_set<const jit::Node*>& slice) const {
+    if (v == self_ || is_input(v)) return;
+    const jit::Node* owner = top_level(v->node(), graph_.block());
+    const auto it = piece_of_.find(owner);
+    if (it == piece_of_.end()) {
+      for (const jit::Value* in : owner->inputs()) add_computing(in, p, slice);
+    } else if (it->second == static_cast<int>(p) && slice.insert(owner).second) {
+      for (const jit::Value* in : owner->inputs()) add_computing(in, p, slice);
+      for (const jit::Block* block : owner->blocks()) add_computing_in(block, p, slice);
     }
-    output_of[p] = handed;
   }
-  // Pieces whose result nothing reads (and that change nothing) are dropped above; the rest are the
-  // layers, numbered in order.
-  std::vector<int> layer_of(pieces.size(), -1);
-  for (std::size_t p = 0; p < pieces.size(); ++p) {
-    if (output_of[p] == nullptr) continue;
-    layer_of[p] = static_cast<int>(result.segments.size());
-    result.segments.emplace_back();
+
+  void add_computing_in(const jit::Block* block, std::size_t p, std::unordered_set<const jit::Node*>& slice) const {
+    for (const jit::Node* n : block->nodes()) {
+      for (const jit::Value* in : n->inputs()) add_computing(in, p, slice);
+      for (const jit::Block* b : n->blocks()) add_computing_in(b, p, slice);
+    }
+    for (const jit::Value* in : block->return_node()->inputs()) add_computing(in, p, slice);
   }
-  const jit::Value* returned = graph.outputs()[0];
-  {
-    const jit::Node* owner = top_level(returned->node(), graph.block());
-    const auto it = piece_of.find(owner);
-    if (is_input(returned) || it == piece_of.end() || output_of[static_cast<std::size_t>(it->second)] != returned ||
-        layer_of[static_cast<std::size_t>(it->second)] != static_cast<int>(result.segments.size()) - 1) {
+
+  // The piece as error lines name it.
+  std::string label(std::size_t p) const {
+    return pieces_[p].call != nullptr    ? pieces_[p].path
+           : p + 1 < pieces_.size()      ? "the functional code before " + pieces_[p + 1].path
+                                         : "the functional code after the last layer";
+  }
+
+  // The one tensor each piece hands on; null for trailing functional code whose result nothing reads.
+  std::vector<const jit::Value*> piece_outputs() const {
+    std::vector<const jit::Value*> output_of(pieces_.size());
+    for (std::size_t p = 0; p < pieces_.size(); ++p) {
+      const auto out = handed_on(p);
+      const Piece& piece = pieces_[p];
+      if (out.size() > 1) {
+        std::string names;
+        for (const jit::Value* v : out) names += (names.empty() ? "" : ", ") + v->debugName();
+        throw core::InputError((piece.call != nullptr ? "the code around " : "") + label(p) + " computes " + std::to_string(out.size()) + " values that "
+                               "later layers read (" + names + ", " + where(out[0]->node()) + "): a layer hands on one; "
+                               "pick another --depth or --layers");
+      }
+      const jit::Value* handed = out.empty() ? (piece.call != nullptr ? piece.call->output(0) : nullptr) : out[0];
+      if (handed == nullptr) {
+        // Functional code after the last layer whose result nothing reads: dropped, unless it does
+        // something besides computing that result.
+        for (const jit::Node* node : piece.nodes) {
+          if (order_matters(node)) {
+            throw core::InputError("forward does more after its output is computed (" + where(node) + "): headroom "
+                                   "runs the layers up to the output and cannot run it");
+          }
+        }
+        continue;
+      }
+      if (handed->type()->kind() != c10::TypeKind::TensorType) {
+        throw core::InputError(label(p) + " hands a " + handed->type()->annotation_str() + " to later layers (" +
+                               where(handed->node()) + "): only a tensor can pass from one layer to the next; pick "
+                               "another --depth or --layers");
+      }
+      output_of[p] = handed;
+    }
+    return output_of;
+  }
+
+  void check_last_layer_returns(const std::vector<const jit::Value*>& output_of, const std::vector<int>& layer_of,
+                                std::size_t layers) const {
+    const jit::Value* returned = graph_.outputs()[0];
+    const jit::Node* owner = top_level(returned->node(), graph_.block());
+    const auto it = piece_of_.find(owner);
+    if (is_input(returned) || it == piece_of_.end() || output_of[static_cast<std::size_t>(it->second)] != returned ||
+        layer_of[static_cast<std::size_t>(it->second)] != static_cast<int>(layers) - 1) {
       throw core::InputError("the module's output is not computed by its last layer: headroom runs the layers in "
                              "order and the loss reads the last one's output" +
-                             std::string(selection.output_index >= 0 ? " (with --output-index, the element the loss reads "
-                                                                       "must be the last one forward computes)"
-                                                                     : ""));
+                             std::string(selection_.output_index >= 0 ? " (with --output-index, the element the loss reads "
+                                                                        "must be the last one forward computes)"
+                                                                      : ""));
     }
   }
 
-  for (std::size_t p = 0; p < pieces.size(); ++p) {
-    if (layer_of[p] < 0) continue;
-    const Piece& piece = pieces[p];
-    ScriptSegment& segment = result.segments[static_cast<std::size_t>(layer_of[p])];
+  void name_segment(std::size_t p, ScriptSegment& segment, std::vector<std::string>& layer_paths,
+                    std::map<std::string, int>& name_count) const {
+    const Piece& piece = pieces_[p];
     const std::string base = piece.call != nullptr ? piece.path : "glue:" + op_name(piece.nodes);
     const int n = ++name_count[base];
     segment.name = n == 1 ? base : base + "#" + std::to_string(n);
     segment.module_path = piece.call != nullptr ? piece.path : "";
     if (piece.call != nullptr) {
-      const auto callee = submodule_at(module, piece.path);
+      const auto callee = submodule_at(module_, piece.path);
       const auto type_name = callee->type()->name();
       segment.class_name = type_name ? type_name->name() : "module";
-      if (std::find(result.layer_paths.begin(), result.layer_paths.end(), piece.path) == result.layer_paths.end()) {
-        result.layer_paths.push_back(piece.path);
+      if (std::find(layer_paths.begin(), layer_paths.end(), piece.path) == layer_paths.end()) {
+        layer_paths.push_back(piece.path);
       }
     } else {
       segment.class_name = "glue";
     }
+  }
 
-    // Its own graph: (the module, what it reads...) -> what it hands on.
-    auto g = std::make_shared<jit::Graph>();
-    std::unordered_map<const jit::Value*, jit::Value*> mapped;
-    mapped[self] = g->addInput("self")->setType(self->type());
-    for (const jit::Value* v : reads[p]) {
+  // Its own graph: (the module, what it reads...) -> what it hands on; with the producers of what it
+  // reads and the submodules it calls.
+  void build_segment_graph(std::size_t p, ScriptSegment& segment, const std::vector<const jit::Value*>& output_of,
+                           const std::vector<int>& layer_of) const {
+    SegmentGraphBuilder builder(graph_, piece_of_, segment.name);
+    for (const jit::Value* v : reads_[p]) {
       int producer = core::model_input_id(std::max(input_index(v), 0));
       if (!is_input(v)) {
-        const int from = piece_of.at(top_level(v->node(), graph.block()));
+        const int from = piece_of_.at(top_level(v->node(), graph_.block()));
         if (output_of[static_cast<std::size_t>(from)] != v) {
           throw core::InputError(segment.name + " reads " + v->debugName() + " (" + where(v->node()) + "), which is " +
                                  "not what an earlier layer hands on");
@@ -694,47 +803,27 @@ ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection)
         producer = layer_of[static_cast<std::size_t>(from)];
       }
       segment.inputs.push_back(producer);
-      mapped[v] = g->addInput()->setType(v->type());
+      builder.add_input(v);
     }
-    std::function<jit::Value*(jit::Value*)> map = [&](jit::Value* v) -> jit::Value* {
-      const auto it = mapped.find(v);
-      if (it != mapped.end()) return it->second;
-      if (piece_of.count(top_level(v->node(), graph.block())) > 0) {
-        throw std::logic_error("script_graph: " + segment.name + " reads " + v->debugName() + " without an input for it");
-      }
-      // A recomputable value: its node is copied here, ahead of its reader.
-      jit::Node* copy = g->createClone(v->node(), map);
-      g->appendNode(copy);
-      for (std::size_t i = 0; i < v->node()->outputs().size(); ++i) mapped[v->node()->output(i)] = copy->output(i);
-      return mapped.at(v);
-    };
-    for (jit::Node* node : piece.nodes) {
-      // Outer values its blocks read are mapped as the clone reaches them; copies of recomputable
-      // ones are appended at the top level, ahead of the node, which is appended after.
-      for (jit::Value* in : node->inputs()) map(in);
-      jit::Node* copy = g->createClone(node, [&](jit::Value* v) { return map(v); });
-      g->appendNode(copy);
-      for (std::size_t i = 0; i < node->outputs().size(); ++i) mapped[node->output(i)] = copy->output(i);
-      std::function<void(const jit::Node*)> calls = [&](const jit::Node* n) {
-        if (n->kind() == c10::prim::CallMethod) {
-          const auto path = module_path(n->input(0), self);
-          if (path && !path->empty() &&
-              std::find(segment.called_modules.begin(), segment.called_modules.end(), *path) == segment.called_modules.end()) {
-            segment.called_modules.push_back(*path);
-          }
-        }
-        for (const jit::Block* b : n->blocks()) {
-          for (const jit::Node* inner : b->nodes()) calls(inner);
-        }
-      };
-      calls(node);
+    for (jit::Node* node : pieces_[p].nodes) {
+      builder.append(node);
+      note_called_modules(node, self_, segment.called_modules);
     }
-    g->registerOutput(mapped.at(output_of[p]));
-    segment.graph = g;
+    segment.graph = builder.finish(output_of[p]);
   }
 
-  assign_blocks(result, {});
-  return result;
+  const jit::Module& module_;
+  const LayerSelection& selection_;
+  Cut cut_;
+  jit::Graph& graph_;  // the inlined forward, *cut_.graph
+  const jit::Value* self_;
+  std::vector<Piece> pieces_;
+  std::unordered_map<const jit::Node*, int> piece_of_;
+  std::vector<std::vector<const jit::Value*>> reads_;  // per piece, what it reads from outside itself
+};
+
+ScriptGraph cut_with(const jit::Module& module, const LayerSelection& selection) {
+  return LayerCutter(module, selection).cut();
 }
 
 std::size_t layers_with_parameters(const jit::Module& module, const ScriptGraph& graph) {
