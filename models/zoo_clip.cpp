@@ -47,36 +47,48 @@ SizeEstimate estimate_clip(const Config& config) {
   return {image_tower + text_tower + 1, 4 * concepts * channels * image * image + 8 * concepts * seq};
 }
 
-Model build_clip(const Config& config, std::uint64_t seed) {
-  const std::int64_t image = config.positive_int("image");
-  const std::int64_t channels = config.positive_int("channels");
-  const std::int64_t width = config.positive_int("width");
-  const std::int64_t seq = config.positive_int("seq");
-  const std::int64_t vocab = config.positive_int("vocab");
-  const std::int64_t hidden = config.positive_int("hidden");
-  const std::int64_t heads = config.positive_int("heads");
-  const std::int64_t text_layers = config.positive_int("layers");
-  const std::int64_t dim = config.positive_int("dim");
-  const std::int64_t concepts = config.positive_int("concepts");
-  const double dropout = config.probability("dropout");
-  if (hidden % heads != 0) {
-    throw core::InputError("hidden (" + std::to_string(hidden) + ") must be divisible by heads (" + std::to_string(heads) + ")");
-  }
+namespace {
 
-  torch::manual_seed(seed);
-  Model model("clip", config);
-  // Image tower: a stem and a strided stage as one checkpointable block, pooled and projected.
-  int x = add_conv(model, "image.conv1", channels, width, 3, 1, {kModelInput, 0});
+struct ClipSizes {
+  std::int64_t image, channels, width, seq, vocab, hidden, heads, text_layers, dim, concepts;
+  double dropout;
+};
+
+ClipSizes clip_sizes(const Config& config) {
+  ClipSizes s{};
+  s.image = config.positive_int("image");
+  s.channels = config.positive_int("channels");
+  s.width = config.positive_int("width");
+  s.seq = config.positive_int("seq");
+  s.vocab = config.positive_int("vocab");
+  s.hidden = config.positive_int("hidden");
+  s.heads = config.positive_int("heads");
+  s.text_layers = config.positive_int("layers");
+  s.dim = config.positive_int("dim");
+  s.concepts = config.positive_int("concepts");
+  s.dropout = config.probability("dropout");
+  if (s.hidden % s.heads != 0) {
+    throw core::InputError("hidden (" + std::to_string(s.hidden) + ") must be divisible by heads (" + std::to_string(s.heads) + ")");
+  }
+  return s;
+}
+
+// A stem and a strided stage as one checkpointable block, pooled and projected. Returns the
+// embedding's layer.
+int add_image_tower(Model& model, const ClipSizes& s) {
+  int x = add_conv(model, "image.conv1", s.channels, s.width, 3, 1, {kModelInput, 0});
   x = add_relu(model, "image.relu1", {x, 0});
-  x = add_conv(model, "image.conv2", width, 2 * width, 3, 2, {x, 0});
+  x = add_conv(model, "image.conv2", s.width, 2 * s.width, 3, 2, {x, 0});
   x = add_relu(model, "image.relu2", {x, 0});
   x = add_global_pool(model, "image.pool", {x});
-  x = add_linear(model, "image.proj", 2 * width, dim, {x});
-  const int image_embedding = add_normalize(model, "image.norm", x);
+  x = add_linear(model, "image.proj", 2 * s.width, s.dim, {x});
+  return add_normalize(model, "image.norm", x);
+}
 
-  // Text tower: token and position embeddings, post-LN encoder blocks, mean pool, projection.
-  auto tokens = model.register_module("text.tokens", torch::nn::Embedding(vocab, hidden));
-  auto positions = model.register_module("text.positions", torch::nn::Embedding(seq, hidden));
+// The captions (the batch's target) as token and position embeddings.
+int add_text_embedding(Model& model, const ClipSizes& s) {
+  auto tokens = model.register_module("text.tokens", torch::nn::Embedding(s.vocab, s.hidden));
+  auto positions = model.register_module("text.positions", torch::nn::Embedding(s.seq, s.hidden));
   Layer embed;
   embed.name = "text.embed";
   embed.kind = "embedding";
@@ -87,20 +99,26 @@ Model build_clip(const Config& config, std::uint64_t seed) {
   };
   embed.parameters = tokens->parameters();
   for (const auto& p : positions->parameters()) embed.parameters.push_back(p);
-  int t = model.add_layer(std::move(embed));
-  for (std::int64_t i = 0; i < text_layers; ++i) {
+  return model.add_layer(std::move(embed));
+}
+
+// Embeddings, post-LN encoder blocks (one checkpointable block each), mean pool, projection.
+// Returns the embedding's layer.
+int add_text_tower(Model& model, const ClipSizes& s) {
+  int t = add_text_embedding(model, s);
+  for (std::int64_t i = 0; i < s.text_layers; ++i) {
     const int block = static_cast<int>(i) + 1;
     const std::string p = "text.layer" + std::to_string(i) + ".";
-    int y = add_linear(model, p + "qkv", hidden, 3 * hidden, {t, block});
-    y = add_attention(model, p + "attention", hidden, heads, dropout, /*causal=*/false, seq, {y, block});
-    y = add_linear(model, p + "attn_out", hidden, hidden, {y, block});
-    y = add_dropout(model, p + "attn_dropout", dropout, {y, block});
-    t = add_layernorm(model, p + "attn_ln", hidden, {add_residual(model, p + "attn_residual", t, y, block), block});
-    y = add_linear(model, p + "ffn_in", hidden, 4 * hidden, {t, block});
+    int y = add_linear(model, p + "qkv", s.hidden, 3 * s.hidden, {t, block});
+    y = add_attention(model, p + "attention", s.hidden, s.heads, s.dropout, /*causal=*/false, s.seq, {y, block});
+    y = add_linear(model, p + "attn_out", s.hidden, s.hidden, {y, block});
+    y = add_dropout(model, p + "attn_dropout", s.dropout, {y, block});
+    t = add_layernorm(model, p + "attn_ln", s.hidden, {add_residual(model, p + "attn_residual", t, y, block), block});
+    y = add_linear(model, p + "ffn_in", s.hidden, 4 * s.hidden, {t, block});
     y = add_gelu(model, p + "gelu", {y, block});
-    y = add_linear(model, p + "ffn_out", 4 * hidden, hidden, {y, block});
-    y = add_dropout(model, p + "ffn_dropout", dropout, {y, block});
-    t = add_layernorm(model, p + "ffn_ln", hidden, {add_residual(model, p + "ffn_residual", t, y, block), block});
+    y = add_linear(model, p + "ffn_out", 4 * s.hidden, s.hidden, {y, block});
+    y = add_dropout(model, p + "ffn_dropout", s.dropout, {y, block});
+    t = add_layernorm(model, p + "ffn_ln", s.hidden, {add_residual(model, p + "ffn_residual", t, y, block), block});
   }
   Layer pool;
   pool.name = "text.pool";
@@ -108,10 +126,12 @@ Model build_clip(const Config& config, std::uint64_t seed) {
   pool.inputs = {t};
   pool.forward = [](const std::vector<torch::Tensor>& in, const RunContext&) { return in[0].mean(1); };
   t = model.add_layer(std::move(pool));
-  t = add_linear(model, "text.proj", hidden, dim, {t});
-  const int text_embedding = add_normalize(model, "text.norm", t);
+  t = add_linear(model, "text.proj", s.hidden, s.dim, {t});
+  return add_normalize(model, "text.norm", t);
+}
 
-  // The loss, with CLIP's initial temperature 0.07 as a learnable log-scale.
+// The loss, with CLIP's initial temperature 0.07 as a learnable log-scale.
+void add_clip_loss(Model& model, int image_embedding, int text_embedding) {
   auto log_scale = model.register_module("loss", std::make_shared<torch::nn::Module>("LogScale"));
   torch::Tensor scale = log_scale->register_parameter("log_scale", torch::full({}, std::log(1 / 0.07)));
   auto settings = std::make_shared<ContrastiveLossSettings>();
@@ -125,14 +145,17 @@ Model build_clip(const Config& config, std::uint64_t seed) {
     return run_contrastive_layer(in[0], in[1], scale, *settings);
   };
   model.add_layer(std::move(loss));
+}
 
-  // The task: each pair shows one of `concepts`; its image is the concept's template plus noise,
-  // its caption the concept's token sequence with a tenth of the tokens replaced at random. The
-  // positives are told apart from the negatives only by learning both templates.
+// The task: each pair shows one of `concepts`; its image is the concept's template plus noise,
+// its caption the concept's token sequence with a tenth of the tokens replaced at random. The
+// positives are told apart from the negatives only by learning both templates.
+void set_clip_task(Model& model, const ClipSizes& s) {
   auto task = at::make_generator<at::CPUGeneratorImpl>(kTaskSeed);
-  const torch::Tensor image_templates = torch::randn({concepts, channels, image, image}, task, torch::kFloat32);
-  const torch::Tensor captions = torch::randint(vocab, {concepts, seq}, task, torch::kInt64);
-  model.set_batch_generator([image_templates, captions, concepts, vocab](std::int64_t batch, std::uint64_t batch_seed) {
+  const torch::Tensor image_templates = torch::randn({s.concepts, s.channels, s.image, s.image}, task, torch::kFloat32);
+  const torch::Tensor captions = torch::randint(s.vocab, {s.concepts, s.seq}, task, torch::kInt64);
+  model.set_batch_generator([image_templates, captions, concepts = s.concepts, vocab = s.vocab](std::int64_t batch,
+                                                                                                std::uint64_t batch_seed) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(batch_seed);
     const torch::Tensor concept_ids = torch::randint(concepts, {batch}, gen, torch::kInt64);
     const auto shape = image_templates.sizes();
@@ -144,6 +167,18 @@ Model build_clip(const Config& config, std::uint64_t seed) {
     b.target = torch::where(replace, torch::randint(vocab, text.sizes(), gen, torch::kInt64), text);
     return b;
   });
+}
+
+}  // namespace
+
+Model build_clip(const Config& config, std::uint64_t seed) {
+  const ClipSizes sizes = clip_sizes(config);
+  torch::manual_seed(seed);
+  Model model("clip", config);
+  const int image_embedding = add_image_tower(model, sizes);
+  const int text_embedding = add_text_tower(model, sizes);
+  add_clip_loss(model, image_embedding, text_embedding);
+  set_clip_task(model, sizes);
   return model;
 }
 
