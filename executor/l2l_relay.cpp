@@ -54,15 +54,34 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
   if (link_.is_cuda() && options_.copy_bytes_per_second > 0) {
     throw core::InputError("l2l: an emulated copy rate slows the CPU's copies only; CUDA's run at the link's own rate");
   }
-  const auto& layers = model.layers();
   slots_ = model.parameters();
-  std::unordered_map<const void*, int> index_of;
-  for (std::size_t i = 0; i < slots_.size(); ++i) index_of[slots_[i].unsafeGetTensorImpl()] = static_cast<int>(i);
+  const std::vector<int> owner = assign_parameters(form_stages());
+  // The host copies and their optimizers; the model's own storage goes. A relayed stage's parameters
+  // are packed into one host buffer (the masters view it), so a stage crosses the link in one copy
+  // each way, as the planner times it (one latency per copy), and not in one per tensor. A kept
+  // stage's parameters are copied out of wherever the model was built (the host, in execute) onto
+  // the device. On CUDA the host buffers are pinned.
+  torch::NoGradGuard no_grad;
+  // Buffers (running statistics, masks) are read by the compute and updated in place: they stay on
+  // the device; on the CPU that is where the model was built.
+  if (link_.is_cuda()) {
+    for (auto buffer : model_.buffers()) {
+      buffer.set_data(buffer.detach().to(buffer.options().device(link_.device()), /*non_blocking=*/false, /*copy=*/true));
+    }
+  }
+  place_kept_parameters(owner);
+  for (auto& stage : stages_) {
+    if (stage.kept || stage.parameters.empty()) continue;
+    pack_on_host(stage);
+  }
+  build_optimizers();
+}
 
+std::vector<int> L2LRelay::form_stages() {
   // Formed as the planner forms them from the trace (core/relay_stages.h).
   std::vector<int> blocks;
   std::vector<std::vector<int>> inputs;
-  for (const auto& layer : layers) {
+  for (const auto& layer : model_.layers()) {
     blocks.push_back(layer.block);
     inputs.push_back(layer.inputs);
   }
@@ -71,7 +90,6 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
     stages_.emplace_back();
     static_cast<core::RelayStage&>(stages_.back()) = std::move(stage);
   }
-  const std::vector<int>& stage_of = formed.stage_of;
   first_reader_stage_ = std::move(formed.first_reader);
   const int first_relayed = core::first_relayed_stage(stages_, blocks, options_.from_block);
   if (first_relayed < 0) {
@@ -79,6 +97,13 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
                            ", so the relay cannot start there");
   }
   for (int s = 0; s < first_relayed; ++s) stages_[static_cast<std::size_t>(s)].kept = true;
+  return std::move(formed.stage_of);
+}
+
+std::vector<int> L2LRelay::assign_parameters(const std::vector<int>& stage_of) {
+  const auto& layers = model_.layers();
+  std::unordered_map<const void*, int> index_of;
+  for (std::size_t i = 0; i < slots_.size(); ++i) index_of[slots_[i].unsafeGetTensorImpl()] = static_cast<int>(i);
   std::vector<int> owner(slots_.size(), -1);
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const int s = stage_of[i];
@@ -99,19 +124,10 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
       throw core::InputError("l2l: the model has a parameter that belongs to no layer, so no stage would load it");
     }
   }
-  // The host copies and their optimizers; the model's own storage goes. A relayed stage's parameters
-  // are packed into one host buffer (the masters view it), so a stage crosses the link in one copy
-  // each way, as the planner times it (one latency per copy), and not in one per tensor. A kept
-  // stage's parameters are copied out of wherever the model was built (the host, in execute) onto
-  // the device. On CUDA the host buffers are pinned.
-  torch::NoGradGuard no_grad;
-  // Buffers (running statistics, masks) are read by the compute and updated in place: they stay on
-  // the device; on the CPU that is where the model was built.
-  if (link_.is_cuda()) {
-    for (auto buffer : model_.buffers()) {
-      buffer.set_data(buffer.detach().to(buffer.options().device(link_.device()), /*non_blocking=*/false, /*copy=*/true));
-    }
-  }
+  return owner;
+}
+
+void L2LRelay::place_kept_parameters(const std::vector<int>& owner) {
   masters_.resize(slots_.size());
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     auto& slot = slots_[i];
@@ -121,33 +137,37 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
       masters_[i] = slot;
     }
   }
-  for (auto& stage : stages_) {
-    if (stage.kept || stage.parameters.empty()) continue;
-    const auto& first = slots_[static_cast<std::size_t>(stage.parameters.front())];
-    std::int64_t elements = 0;
-    for (const int p : stage.parameters) {
-      const auto& slot = slots_[static_cast<std::size_t>(p)];
-      if (slot.scalar_type() != first.scalar_type()) {
-        throw core::InputError("l2l: layers " + layers[static_cast<std::size_t>(stage.first)].name + ".." +
-                               layers[static_cast<std::size_t>(stage.last)].name + " mix parameter types (" +
-                               std::string(c10::toString(first.scalar_type())) + ", " +
-                               std::string(c10::toString(slot.scalar_type())) +
-                               "); the relay copies a stage's parameters as one buffer of one type");
-      }
-      stage.offsets.push_back(elements);
-      stage.shapes.push_back(slot.sizes().vec());
-      elements += slot.numel();
+}
+
+void L2LRelay::pack_on_host(Stage& stage) {
+  const auto& layers = model_.layers();
+  const auto& first = slots_[static_cast<std::size_t>(stage.parameters.front())];
+  std::int64_t elements = 0;
+  for (const int p : stage.parameters) {
+    const auto& slot = slots_[static_cast<std::size_t>(p)];
+    if (slot.scalar_type() != first.scalar_type()) {
+      throw core::InputError("l2l: layers " + layers[static_cast<std::size_t>(stage.first)].name + ".." +
+                             layers[static_cast<std::size_t>(stage.last)].name + " mix parameter types (" +
+                             std::string(c10::toString(first.scalar_type())) + ", " +
+                             std::string(c10::toString(slot.scalar_type())) +
+                             "); the relay copies a stage's parameters as one buffer of one type");
     }
-    stage.host_flat = link_.host_empty({elements}, first.options());
-    HostScope host;
-    const auto views = stage.views(stage.host_flat);
-    for (std::size_t k = 0; k < views.size(); ++k) {
-      const auto p = static_cast<std::size_t>(stage.parameters[k]);
-      views[k].copy_(slots_[p]);
-      masters_[p] = views[k].requires_grad_(true);
-      slots_[p].set_data(torch::empty({0}, slots_[p].options()));
-    }
+    stage.offsets.push_back(elements);
+    stage.shapes.push_back(slot.sizes().vec());
+    elements += slot.numel();
   }
+  stage.host_flat = link_.host_empty({elements}, first.options());
+  HostScope host;
+  const auto views = stage.views(stage.host_flat);
+  for (std::size_t k = 0; k < views.size(); ++k) {
+    const auto p = static_cast<std::size_t>(stage.parameters[k]);
+    views[k].copy_(slots_[p]);
+    masters_[p] = views[k].requires_grad_(true);
+    slots_[p].set_data(torch::empty({0}, slots_[p].options()));
+  }
+}
+
+void L2LRelay::build_optimizers() {
   for (auto& stage : stages_) {
     if (stage.parameters.empty()) continue;
     std::vector<torch::Tensor> own;
@@ -242,8 +262,8 @@ void L2LRelay::start_prefetch(int stage, const std::shared_ptr<c10::Event>& afte
   prefetching_ = stage;
   if (options_.settle_prefetch && !link_.is_cuda()) {
     // The compute waits for this copy anyway: on a copy thread it would only add the thread's start
-    // and join to the wait, 0.1 ms each on a 2-core machine (1.1 ms of the zoo mlp's 11.4 ms step
-    // relayed from block 1). Made here, it is a copy, as the planner times it, and no wait.
+    // and join to the wait, a share of a small CPU step worth avoiding (docs/design.md, "L2L"). Made
+    // here, it is a copy, as the planner times it, and no wait.
     std::promise<torch::Tensor> landed;
     try {
       landed.set_value(carrying_refusal([this, stage] { return copy_to_device(stage); })());
@@ -306,7 +326,8 @@ void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
   if (s.kept) {
     // Stepped where it lives, on the compute thread, as ordinary training steps; the gradients go
     // once used (kept for accumulate(), which reads them). Its time is the compute lane's, as the
-    // planner counts it (left untimed, the zoo mlp's measured lane on a CPU fell 1.8 ms short).
+    // planner counts it (left untimed, the measured compute lane falls short of the predicted one:
+    // docs/design.md, "L2L").
     if (!optimize || !s.optimizer) return;
     const Timed timed(compute_ns_);
     s.optimizer->step();
@@ -417,160 +438,216 @@ double L2LRelay::accumulate(const std::vector<models::Batch>& micro_batches, std
   return run(micro_batches, global_batch, false);
 }
 
-double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch, bool optimize) {
-  const auto& layers = model_.layers();
-  const std::size_t n = micro_batches.size();
-  const int last_stage = stage_count() - 1;
-  // Per micro-batch: the outputs later stages read (stashed), the gradients arriving at them, and
-  // each stage's RNG state at its forward.
-  std::vector<std::vector<torch::Tensor>> stash(n, std::vector<torch::Tensor>(layers.size()));
-  std::vector<std::vector<torch::Tensor>> grads(n, std::vector<torch::Tensor>(layers.size()));
-  std::vector<std::vector<torch::Tensor>> rng(static_cast<std::size_t>(stage_count()), std::vector<torch::Tensor>(n));
-  auto generator = at::globalContext().defaultGenerator(link_.device());
-  double loss_total = 0;
+// One step's state between its phases: per micro-batch the outputs later stages read (stashed) and
+// the gradients arriving at them, and each stage's RNG state at its forward.
+class L2LRelay::Step {
+ public:
+  Step(L2LRelay& relay, const std::vector<models::Batch>& micro_batches, std::int64_t global_batch)
+      : relay_(relay),
+        micro_batches_(micro_batches),
+        global_batch_(global_batch),
+        layer_count_(relay.model_.layers().size()),
+        last_stage_(relay.stage_count() - 1),
+        stash_(micro_batches.size(), std::vector<torch::Tensor>(layer_count_)),
+        grads_(micro_batches.size(), std::vector<torch::Tensor>(layer_count_)),
+        rng_(static_cast<std::size_t>(relay.stage_count()), std::vector<torch::Tensor>(micro_batches.size())),
+        generator_(at::globalContext().defaultGenerator(relay.link_.device())) {}
 
-  // Forward: stage by stage, every micro-batch, nothing kept for backward but the stash.
-  gradients_sent_.assign(stages_.size(), nullptr);
-  std::shared_ptr<c10::Event> before_running;  // the device's mark at the end of the stage before the running one
-  start_prefetch(0);
-  for (int s = 0; s <= last_stage; ++s) {
-    const Stage& stage = stages_[static_cast<std::size_t>(s)];
-    load(s);
-    start_prefetch(s < last_stage ? s + 1 : -1, before_running);
-    for (std::size_t m = 0; m < n; ++m) {
-      position_.phase = "forward";
-      position_.micro_batch = static_cast<int>(m);
-      {
-        HostScope host;
-        rng[static_cast<std::size_t>(s)][m] = generator.get_state();
-      }
-      torch::NoGradGuard no_grad;
-      std::vector<torch::Tensor> outputs(layers.size());
-      // The CPU computes on a host stash where it lies; a GPU needs it brought back first.
-      for (const int j : stage.inputs) {
-        const torch::Tensor& stashed = stash[m][static_cast<std::size_t>(j)];
-        outputs[static_cast<std::size_t>(j)] = link_.is_cuda() ? from_stash(stashed) : stashed;
-      }
-      const torch::Tensor out = run_stage(stage, micro_batches[m], outputs, false);
-      for (const int j : stage.exports) stash[m][static_cast<std::size_t>(j)] = to_stash(outputs[static_cast<std::size_t>(j)]);
-      if (s == last_stage) {
-        loss_total += out.item<double>() * static_cast<double>(micro_batches[m].size()) / static_cast<double>(global_batch);
-      }
-    }
-    before_running = link_.mark_compute();
+  // Stage by stage, every micro-batch, nothing kept for backward but the stash.
+  void forward() {
+    relay_.gradients_sent_.assign(relay_.stages_.size(), nullptr);
+    relay_.start_prefetch(0);
+    for (int s = 0; s <= last_stage_; ++s) forward_stage(s);
+  }
+
+  // Stages in reverse, each re-run from its stashed inputs with the forward's RNG state.
+  void backward(bool optimize) {
+    for (int s = last_stage_; s >= 0; --s) backward_stage(s, optimize);
+  }
+
+  double loss() const { return loss_total_; }
+
+ private:
+  void forward_stage(int s) {
+    const Stage& stage = relay_.stages_[static_cast<std::size_t>(s)];
+    relay_.load(s);
+    relay_.start_prefetch(s < last_stage_ ? s + 1 : -1, before_running_);
+    for (std::size_t m = 0; m < micro_batches_.size(); ++m) forward_micro_batch(stage, s, m);
+    before_running_ = relay_.link_.mark_compute();
     // The last stage stays: backward starts with it.
-    if (s < last_stage) unload(s);
+    if (s < last_stage_) relay_.unload(s);
   }
 
-  // Backward: stages in reverse, each re-run from its stashed inputs with the forward's RNG state.
-  for (int s = last_stage; s >= 0; --s) {
-    Stage& stage = stages_[static_cast<std::size_t>(s)];
-    if (s < last_stage) load(s);
-    start_prefetch(s - 1, before_running);
+  void forward_micro_batch(const Stage& stage, int s, std::size_t m) {
+    relay_.position_.phase = "forward";
+    relay_.position_.micro_batch = static_cast<int>(m);
     {
-      // The stage's gradients exist before its first backward, as in the step the profiler measured
-      // (it accumulated into gradients already there): autograd then adds into them in place and
-      // never holds a new gradient beside the op's temporaries, so the planner's walk bounds the peak.
-      torch::NoGradGuard no_grad;
-      position_.phase = "gradients";
-      // Zeroing is compute-thread work the planner counts with the optimizer's (what a step pays
-      // once): timed in the compute lane, beside the kept stages' steps.
-      if (stage.kept) {
-        const Timed timed(compute_ns_);
-        // Gradients an accumulate() left are added to, as the relayed stages' are on the host.
-        for (const int p : stage.parameters) {
-          auto& slot = slots_[static_cast<std::size_t>(p)];
-          if (!slot.grad().defined()) slot.mutable_grad() = torch::zeros_like(slot);
-        }
-      } else if (stage.device_flat.defined()) {
-        // On CUDA the gradients of two stages back must have left the device first: the device then
-        // holds this stage's and, still crossing, the previous one's, as the planner counts them.
-        if (s + 2 <= last_stage) {
-          const Timed timed(wait_ns_);
-          wait_for(gradients_sent_[static_cast<std::size_t>(s + 2)]);
-        }
-        // One buffer, as the parameters: the stage's gradients go to the host in one copy.
-        const Timed timed(compute_ns_);
-        stage.device_gradients = torch::zeros_like(stage.device_flat);
-        const auto views = stage.views(stage.device_gradients);
-        for (std::size_t k = 0; k < views.size(); ++k) {
-          slots_[static_cast<std::size_t>(stage.parameters[k])].mutable_grad() = views[k];
-        }
-      }
+      HostScope host;
+      rng_[static_cast<std::size_t>(s)][m] = generator_.get_state();
     }
-    for (std::size_t m = 0; m < n; ++m) {
-      position_.phase = "recompute";
-      position_.micro_batch = static_cast<int>(m);
-      std::vector<torch::Tensor> outputs(layers.size());
-      std::vector<torch::Tensor> leaves;
-      for (const int j : stage.inputs) {
-        const torch::Tensor& stashed = stash[m][static_cast<std::size_t>(j)];
-        torch::Tensor leaf = from_stash(stashed).detach();
-        if (stashed.is_floating_point()) leaf.requires_grad_(true);
-        outputs[static_cast<std::size_t>(j)] = leaf;
-        leaves.push_back(leaf);
-      }
-      torch::Tensor out;
-      {
-        struct RngRestore {
-          at::Generator generator;
-          torch::Tensor resume;
-          ~RngRestore() { generator.set_state(resume); }
-        } restore{generator, generator.get_state()};
-        generator.set_state(rng[static_cast<std::size_t>(s)][m]);
-        torch::AutoGradMode grad_mode(true);
-        out = run_stage(stage, micro_batches[m], outputs, true);
-      }
-      position_.phase = "backward";
-      std::vector<torch::Tensor> roots, seeds;
-      if (s == last_stage) {
-        roots.push_back(out);
-        seeds.push_back(torch::full_like(out, static_cast<double>(micro_batches[m].size()) /
-                                                  static_cast<double>(global_batch)));
-      }
-      for (const int j : stage.exports) {
-        auto& g = grads[m][static_cast<std::size_t>(j)];
-        const auto& o = outputs[static_cast<std::size_t>(j)];
-        if (g.defined() && o.requires_grad()) {
-          roots.push_back(o);
-          seeds.push_back(from_stash(g));
-        }
-        g = torch::Tensor();
-      }
-      outputs.clear();
-      out = torch::Tensor();
-      if (!roots.empty() && std::any_of(roots.begin(), roots.end(), [](const auto& r) { return r.requires_grad(); })) {
-        const Timed timed(compute_ns_);
-        torch::autograd::backward(roots, seeds);
-      }
-      roots.clear();
-      seeds.clear();
-      for (std::size_t k = 0; k < stage.inputs.size(); ++k) {
-        const int j = stage.inputs[k];
-        const torch::Tensor g = leaves[k].grad();
-        if (!g.defined()) continue;
-        auto& into = grads[m][static_cast<std::size_t>(j)];
-        if (!into.defined()) {
-          into = to_stash(g);
-        } else {
-          add_to_stash(into, g);
-        }
-      }
-      leaves.clear();
-      // A stashed output is needed until its earliest reader has run backward.
-      for (const int j : stage.inputs) {
-        if (first_reader_stage_[static_cast<std::size_t>(j)] == s) stash[m][static_cast<std::size_t>(j)] = torch::Tensor();
-      }
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> outputs(layer_count_);
+    // The CPU computes on a host stash where it lies; a GPU needs it brought back first.
+    for (const int j : stage.inputs) {
+      const torch::Tensor& stashed = stash_[m][static_cast<std::size_t>(j)];
+      outputs[static_cast<std::size_t>(j)] = relay_.link_.is_cuda() ? relay_.from_stash(stashed) : stashed;
     }
-    before_running = link_.mark_compute();
-    position_.phase = "gradient offload";
-    offload_gradients_and_step(s, optimize);
+    const torch::Tensor out = relay_.run_stage(stage, micro_batches_[m], outputs, false);
+    for (const int j : stage.exports) {
+      stash_[m][static_cast<std::size_t>(j)] = relay_.to_stash(outputs[static_cast<std::size_t>(j)]);
+    }
+    if (s == last_stage_) {
+      loss_total_ += out.item<double>() * static_cast<double>(micro_batches_[m].size()) / static_cast<double>(global_batch_);
+    }
   }
+
+  void backward_stage(int s, bool optimize) {
+    Stage& stage = relay_.stages_[static_cast<std::size_t>(s)];
+    if (s < last_stage_) relay_.load(s);
+    relay_.start_prefetch(s - 1, before_running_);
+    create_gradients(stage, s);
+    for (std::size_t m = 0; m < micro_batches_.size(); ++m) backward_micro_batch(stage, s, m);
+    before_running_ = relay_.link_.mark_compute();
+    relay_.position_.phase = "gradient offload";
+    relay_.offload_gradients_and_step(s, optimize);
+  }
+
+  // The stage's gradients exist before its first backward, as in the step the profiler measured
+  // (it accumulated into gradients already there): autograd then adds into them in place and
+  // never holds a new gradient beside the op's temporaries, so the planner's walk bounds the peak.
+  void create_gradients(Stage& stage, int s) {
+    torch::NoGradGuard no_grad;
+    relay_.position_.phase = "gradients";
+    // Zeroing is compute-thread work the planner counts with the optimizer's (what a step pays
+    // once): timed in the compute lane, beside the kept stages' steps.
+    if (stage.kept) {
+      const Timed timed(relay_.compute_ns_);
+      // Gradients an accumulate() left are added to, as the relayed stages' are on the host.
+      for (const int p : stage.parameters) {
+        auto& slot = relay_.slots_[static_cast<std::size_t>(p)];
+        if (!slot.grad().defined()) slot.mutable_grad() = torch::zeros_like(slot);
+      }
+    } else if (stage.device_flat.defined()) {
+      // On CUDA the gradients of two stages back must have left the device first: the device then
+      // holds this stage's and, still crossing, the previous one's, as the planner counts them.
+      if (s + 2 <= last_stage_) {
+        const Timed timed(relay_.wait_ns_);
+        wait_for(relay_.gradients_sent_[static_cast<std::size_t>(s + 2)]);
+      }
+      // One buffer, as the parameters: the stage's gradients go to the host in one copy.
+      const Timed timed(relay_.compute_ns_);
+      stage.device_gradients = torch::zeros_like(stage.device_flat);
+      const auto views = stage.views(stage.device_gradients);
+      for (std::size_t k = 0; k < views.size(); ++k) {
+        relay_.slots_[static_cast<std::size_t>(stage.parameters[k])].mutable_grad() = views[k];
+      }
+    }
+  }
+
+  // Each tensor goes as soon as nothing later needs it: the recomputed outputs before the backward,
+  // its roots and seeds after it, the inputs' gradients once stashed.
+  void backward_micro_batch(const Stage& stage, int s, std::size_t m) {
+    relay_.position_.phase = "recompute";
+    relay_.position_.micro_batch = static_cast<int>(m);
+    std::vector<torch::Tensor> outputs(layer_count_);
+    std::vector<torch::Tensor> leaves = stashed_inputs_as_leaves(stage, m, outputs);
+    torch::Tensor out = recompute(stage, s, m, outputs);
+    relay_.position_.phase = "backward";
+    std::vector<torch::Tensor> roots, seeds;
+    if (s == last_stage_) {
+      roots.push_back(out);
+      seeds.push_back(torch::full_like(out, static_cast<double>(micro_batches_[m].size()) /
+                                                static_cast<double>(global_batch_)));
+    }
+    for (const int j : stage.exports) {
+      auto& g = grads_[m][static_cast<std::size_t>(j)];
+      const auto& o = outputs[static_cast<std::size_t>(j)];
+      if (g.defined() && o.requires_grad()) {
+        roots.push_back(o);
+        seeds.push_back(relay_.from_stash(g));
+      }
+      g = torch::Tensor();
+    }
+    outputs.clear();
+    out = torch::Tensor();
+    if (!roots.empty() && std::any_of(roots.begin(), roots.end(), [](const auto& r) { return r.requires_grad(); })) {
+      const Timed timed(relay_.compute_ns_);
+      torch::autograd::backward(roots, seeds);
+    }
+    roots.clear();
+    seeds.clear();
+    stash_input_gradients(stage, m, leaves);
+    leaves.clear();
+    // A stashed output is needed until its earliest reader has run backward.
+    for (const int j : stage.inputs) {
+      if (relay_.first_reader_stage_[static_cast<std::size_t>(j)] == s) stash_[m][static_cast<std::size_t>(j)] = torch::Tensor();
+    }
+  }
+
+  // The stage's stashed inputs, back on the device, as leaves whose gradients backward fills (the
+  // floating ones); placed in `outputs` for the stage to read.
+  std::vector<torch::Tensor> stashed_inputs_as_leaves(const Stage& stage, std::size_t m, std::vector<torch::Tensor>& outputs) {
+    std::vector<torch::Tensor> leaves;
+    for (const int j : stage.inputs) {
+      const torch::Tensor& stashed = stash_[m][static_cast<std::size_t>(j)];
+      torch::Tensor leaf = relay_.from_stash(stashed).detach();
+      if (stashed.is_floating_point()) leaf.requires_grad_(true);
+      outputs[static_cast<std::size_t>(j)] = leaf;
+      leaves.push_back(leaf);
+    }
+    return leaves;
+  }
+
+  // The stage's forward again, with grad, under the RNG state its forward had (dropout draws the
+  // same masks); the generator resumes where it was.
+  torch::Tensor recompute(const Stage& stage, int s, std::size_t m, std::vector<torch::Tensor>& outputs) {
+    struct RngRestore {
+      at::Generator generator;
+      torch::Tensor resume;
+      ~RngRestore() { generator.set_state(resume); }
+    } restore{generator_, generator_.get_state()};
+    generator_.set_state(rng_[static_cast<std::size_t>(s)][m]);
+    torch::AutoGradMode grad_mode(true);
+    return relay_.run_stage(stage, micro_batches_[m], outputs, true);
+  }
+
+  // The gradients backward left on the stage's inputs, stashed for the stages that made them.
+  void stash_input_gradients(const Stage& stage, std::size_t m, const std::vector<torch::Tensor>& leaves) {
+    for (std::size_t k = 0; k < stage.inputs.size(); ++k) {
+      const int j = stage.inputs[k];
+      const torch::Tensor g = leaves[k].grad();
+      if (!g.defined()) continue;
+      auto& into = grads_[m][static_cast<std::size_t>(j)];
+      if (!into.defined()) {
+        into = relay_.to_stash(g);
+      } else {
+        relay_.add_to_stash(into, g);
+      }
+    }
+  }
+
+  L2LRelay& relay_;
+  const std::vector<models::Batch>& micro_batches_;
+  const std::int64_t global_batch_;
+  const std::size_t layer_count_;
+  const int last_stage_;
+  std::vector<std::vector<torch::Tensor>> stash_;  // [micro-batch][layer]
+  std::vector<std::vector<torch::Tensor>> grads_;  // [micro-batch][layer]
+  std::vector<std::vector<torch::Tensor>> rng_;    // [stage][micro-batch]
+  at::Generator generator_;
+  double loss_total_ = 0;
+  std::shared_ptr<c10::Event> before_running_;  // the device's mark at the end of the stage before the running one
+};
+
+double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch, bool optimize) {
+  Step step(*this, micro_batches, global_batch);
+  step.forward();
+  step.backward(optimize);
   position_.phase = "optimizer";
   wait_for_optimizer();
   position_.phase = "idle";
   position_.layer.clear();
-  return loss_total;
+  return step.loss();
 }
 
 L2LRelay::LaneTimes L2LRelay::last_step_lanes() const {

@@ -129,6 +129,17 @@ class L2LRelay {
     std::vector<torch::Tensor> views(const torch::Tensor& flat) const;
   };
 
+  // The constructor's phases. Forms the stages and keeps those before from_block; returns each
+  // layer's stage.
+  std::vector<int> form_stages();
+  // Each parameter's stage (by index into slots_); throws for tied weights across stages.
+  std::vector<int> assign_parameters(const std::vector<int>& stage_of);
+  void place_kept_parameters(const std::vector<int>& owner);
+  void pack_on_host(Stage& stage);
+  void build_optimizers();
+
+  // One step() or accumulate(), phase by phase (l2l_relay.cpp).
+  class Step;
   double run(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch, bool optimize);
   // The stage's packed parameters copied to the device on the calling thread (undefined: none).
   torch::Tensor copy_to_device(int stage) const;
