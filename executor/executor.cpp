@@ -287,6 +287,118 @@ std::function<void()> arm_before_last_backward(PlannedTraining& training) {
   return [&training] { training.before_last_backward(loss_layer_parameters(training.model)); };
 }
 
+// The plan's gradient over this worker's micro-batches (`own`, the first of them the plan's
+// micro-batch `first`), accumulated as a step accumulates it; the parameters' gradients are cleared
+// before and after.
+std::vector<torch::Tensor> planned_gradients(PlannedTraining& training, const core::Plan& plan,
+                                             const std::vector<models::Batch>& own, std::int64_t samples,
+                                             std::size_t first, torch::Device device) {
+  const auto& parameters = training.parameters;
+  for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+  if (training.grad_cache) {
+    // A contrastive model's micro-batches go twice around the loss over the whole batch (the
+    // ring's across workers).
+    grad_cache_accumulate(training.model, training.runner, own.size(), [&](std::size_t m) { return own[m]; }, samples,
+                          device, arm_before_last_backward(training));
+  } else {
+    for (std::size_t m = 0; m < own.size(); ++m) {
+      if (m + 1 == own.size()) training.before_last_backward();
+      training.runner.run_micro_batch(own[m], static_cast<int>(first + m), plan.global_batch);
+    }
+  }
+  training.after_backward();
+  training.runner.set_phase("idle");
+  auto accumulated = gradients_of(parameters);
+  // Under loss scaling the micro-batches' gradients are the scale's multiple: divided by it (a
+  // power of two, exact where nothing overflowed; where something did, the step would be skipped
+  // and the comparison reads inf).
+  if (const runtime::LossScaler* scaler = runtime::loss_scaler_of(*training.optimizer)) {
+    const double scale = scaler->current_scale();
+    for (auto& g : accumulated) g.div_(scale);
+  }
+  for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+  return accumulated;
+}
+
+// The full batch's gradients in one pass, in the model's current precision. Under fp16-autocast the
+// reference scales its loss as the plan's step does (GradScaler's scale, divided out after):
+// unscaled, float16's small gradients underflow to zero and the reference, not the plan, would be
+// what differs (docs/results.md, "Precision"). Where the scale overflows the whole batch it is
+// halved, as GradScaler backs off. The float32 pass leaves it out.
+std::vector<torch::Tensor> full_batch_gradients(models::Model& model, const std::vector<torch::Tensor>& parameters,
+                                                const std::vector<models::Batch>& micro,
+                                                const runtime::LossScaler* scaler) {
+  double scale =
+      scaler != nullptr && model.context().precision == core::Precision::Fp16Autocast ? scaler->current_scale() : 1.0;
+  const auto finite = [](const std::vector<torch::Tensor>& gradients) {
+    return std::all_of(gradients.begin(), gradients.end(),
+                       [](const torch::Tensor& g) { return at::isfinite(g).all().item<bool>(); });
+  };
+  std::vector<torch::Tensor> gradients;
+  for (;; scale /= 2) {
+    without_ring(model, [&] { (model.forward(concatenate(micro)) * scale).backward(); });
+    gradients = take_gradients(parameters);
+    if (scale <= 1.0 || finite(gradients)) break;
+  }
+  if (scale != 1.0) {
+    for (auto& g : gradients) g.div_(scale);
+  }
+  return gradients;
+}
+
+// On worker 0 (or the only one): the full batch with the standard layers and loss against the
+// plan's `accumulated` gradient, and below fp32 both against float32 where the machine holds it.
+// Returns why a precision below fp32 was not set against float32, where it was not.
+std::string compare_with_full_batch(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options,
+                                    torch::Device device, const std::vector<models::Batch>& own,
+                                    const std::vector<torch::Tensor>& accumulated, std::int64_t need, std::int64_t host,
+                                    core::GradientCheck& check) {
+  models::Model& model = training.model;
+  const auto micro = plan.choice.data_parallel ? make_micro_batches(model, plan.choice.micro_batches, options.seed, device) : own;
+  // The reference runs the standard layers and loss: the planned variants must give the same gradients.
+  model.set_all_variants(core::LayerVariant::Standard);
+  const int contrastive = contrastive_layer(model);
+  if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles.reset();
+  const runtime::LossScaler* scaler = runtime::loss_scaler_of(*training.optimizer);
+  const auto reference = [&] { return full_batch_gradients(model, training.parameters, micro, scaler); };
+  const auto full = reference();
+  check.max_rel_diff = max_relative_difference(accumulated, full);
+  std::string float32_note;
+  if (model.context().precision != core::Precision::Fp32) {
+    // The float32 pass holds about twice a bf16 step's bytes (its activations and gradients float32).
+    if (device.is_cpu() && 2 * need > host / 2) {
+      float32_note = "; not set against the full batch in float32: it would need about " + core::format_bytes(2 * need) +
+                     ", more than half of this machine's memory";
+    } else {
+      compare_with_float32(model, reference, accumulated, full, check);
+    }
+  }
+  use_variants(model, plan.choice, device.is_cuda());
+  if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles = plan.choice.loss_tiles;
+  return float32_note;
+}
+
+// What the gradient check set against what, for the report.
+std::string gradient_check_note(const PlannedTraining& training, const core::Plan& plan, const core::Trace& trace,
+                                const ExecuteOptions& options) {
+  bool batchnorm = false;
+  for (const auto& layer : trace.layers) batchnorm |= layer.kind.find("batchnorm") != std::string::npos;
+  return batchnorm && plan.choice.micro_batches.size() > 1 && !options.batchnorm_eval
+             ? "BatchNorm normalizes each micro-batch with its own statistics, so the accumulated gradient differs "
+               "from the full batch's by design; dropout off on both sides"
+             : training.grad_cache
+             ? std::string("gradient-cache gradients (towers micro-batched, the loss over the whole batch ") +
+                   (plan.choice.ring_loss ? std::string("as Inf-CL's ring across the workers") +
+                                                (plan.choice.loss_tiles ? ", tiled" : "")
+                                          : std::string(plan.choice.loss_tiles ? "tiled" : "standard")) +
+                   ", checkpointing and Tempo as planned) against the full batch's with standard layers and the "
+                   "standard loss, same weights and data, dropout off on both sides"
+             : std::string("accumulated micro-batch gradients (loss weights b_i/B, checkpointing and Tempo as "
+                           "planned) against the full batch's with standard layers, same weights and data, dropout "
+                           "off on both sides") +
+                   (batchnorm ? ", BatchNorm with running statistics" : "");
+}
+
 // From the initial weights: the plan's accumulated gradient against the full batch's, same data,
 // dropout off on both sides so they compute the same function.
 core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& plan, const core::Trace& trace,
@@ -294,7 +406,6 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
   core::GradientCheck check;
   std::string float32_note;  // why a precision below fp32 was not set against float32, where it was not
   models::Model& model = training.model;
-  const auto& parameters = training.parameters;
   const std::int64_t need = full_batch_estimate(trace, plan.global_batch);
   const std::int64_t host = runtime::cpu_device_info().total_memory_bytes;
   if (device.is_cpu() && need > host / 2) {
@@ -311,96 +422,16 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
     const auto share = plan.choice.worker_micro_batches(training.rank);
     const std::size_t first = plan.choice.first_micro_batch(training.rank);
     const auto own = make_micro_batches(model, share, options.seed, device, first);
-    for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
-    if (training.grad_cache) {
-      // A contrastive model's micro-batches go twice around the loss over the whole batch (the
-      // ring's across workers).
-      grad_cache_accumulate(model, training.runner, own.size(), [&](std::size_t m) { return own[m]; },
-                            samples_of(share), device, arm_before_last_backward(training));
-    } else {
-      for (std::size_t m = 0; m < own.size(); ++m) {
-        if (m + 1 == own.size()) training.before_last_backward();
-        training.runner.run_micro_batch(own[m], static_cast<int>(first + m), plan.global_batch);
-      }
-    }
-    training.after_backward();
-    training.runner.set_phase("idle");
-    auto accumulated = gradients_of(parameters);
-    // Under loss scaling the micro-batches' gradients are the scale's multiple: divided by it (a
-    // power of two, exact where nothing overflowed; where something did, the step would be skipped
-    // and the comparison reads inf).
-    if (const runtime::LossScaler* scaler = runtime::loss_scaler_of(*training.optimizer)) {
-      const double scale = scaler->current_scale();
-      for (auto& g : accumulated) g.div_(scale);
-    }
-    for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+    const auto accumulated = planned_gradients(training, plan, own, samples_of(share), first, device);
     // The full batch, on worker 0 only when there are several.
     if (training.rank == 0) {
-      const auto micro = plan.choice.data_parallel ? make_micro_batches(model, plan.choice.micro_batches, options.seed, device) : own;
-      // The reference runs the standard layers and loss: the planned variants must give the same gradients.
-      model.set_all_variants(core::LayerVariant::Standard);
-      const int contrastive = contrastive_layer(model);
-      if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles.reset();
-      // Under fp16-autocast the reference scales its loss as the plan's step does (GradScaler's
-      // scale, divided out after): unscaled, float16's small gradients underflow to zero and the
-      // reference, not the plan, would be what differs (0.24 against 0.001 from float32, gpt small
-      // on an H200). Where the scale overflows the whole batch it is halved, as GradScaler backs
-      // off. The float32 pass leaves it out.
-      const runtime::LossScaler* scaler = runtime::loss_scaler_of(*training.optimizer);
-      const auto full_batch_gradients = [&] {
-        double scale = scaler != nullptr && model.context().precision == core::Precision::Fp16Autocast
-                           ? scaler->current_scale()
-                           : 1.0;
-        const auto finite = [](const std::vector<torch::Tensor>& gradients) {
-          return std::all_of(gradients.begin(), gradients.end(),
-                             [](const torch::Tensor& g) { return at::isfinite(g).all().item<bool>(); });
-        };
-        std::vector<torch::Tensor> gradients;
-        for (;; scale /= 2) {
-          without_ring(model, [&] { (model.forward(concatenate(micro)) * scale).backward(); });
-          gradients = take_gradients(parameters);
-          if (scale <= 1.0 || finite(gradients)) break;
-        }
-        if (scale != 1.0) {
-          for (auto& g : gradients) g.div_(scale);
-        }
-        return gradients;
-      };
-      const auto full = full_batch_gradients();
-      check.max_rel_diff = max_relative_difference(accumulated, full);
-      if (model.context().precision != core::Precision::Fp32) {
-        // The float32 pass holds about twice a bf16 step's bytes (its activations and gradients float32).
-        if (device.is_cpu() && 2 * need > host / 2) {
-          float32_note = "; not set against the full batch in float32: it would need about " + core::format_bytes(2 * need) +
-                         ", more than half of this machine's memory";
-        } else {
-          compare_with_float32(model, full_batch_gradients, accumulated, full, check);
-        }
-      }
-      use_variants(model, plan.choice, device.is_cuda());
-      if (contrastive >= 0) model.layers()[static_cast<std::size_t>(contrastive)].contrastive->tiles = plan.choice.loss_tiles;
+      float32_note = compare_with_full_batch(training, plan, options, device, own, accumulated, need, host, check);
     }
   }
   model.set_dropout(!options.full_batch_reference);
   if (budget) budget->resume();
   check.computed = true;
-  bool batchnorm = false;
-  for (const auto& layer : trace.layers) batchnorm |= layer.kind.find("batchnorm") != std::string::npos;
-  check.note = batchnorm && plan.choice.micro_batches.size() > 1 && !options.batchnorm_eval
-                   ? "BatchNorm normalizes each micro-batch with its own statistics, so the accumulated gradient differs "
-                     "from the full batch's by design; dropout off on both sides"
-                   : training.grad_cache
-                   ? std::string("gradient-cache gradients (towers micro-batched, the loss over the whole batch ") +
-                         (plan.choice.ring_loss ? std::string("as Inf-CL's ring across the workers") +
-                                              (plan.choice.loss_tiles ? ", tiled" : "")
-                                        : std::string(plan.choice.loss_tiles ? "tiled" : "standard")) +
-                         ", checkpointing and Tempo as planned) against the full batch's with standard layers and the "
-                         "standard loss, same weights and data, dropout off on both sides"
-                   : std::string("accumulated micro-batch gradients (loss weights b_i/B, checkpointing and Tempo as "
-                                 "planned) against the full batch's with standard layers, same weights and data, dropout "
-                                 "off on both sides") +
-                         (batchnorm ? ", BatchNorm with running statistics" : "");
-  check.note += float32_note;
+  check.note = gradient_check_note(training, plan, trace, options) + float32_note;
   return check;
 }
 
