@@ -82,7 +82,7 @@ std::int64_t stage_optimizer_transient(const core::CostModel& costs, const L2LSt
 // optimizer time by parameter bytes): on the host for a relayed stage; a kept stage (before
 // `first_relayed`) copies nothing and steps on the device (optimizer_ns: 0, device_optimizer_ns).
 // A GPU trace's relayed stages step at the host's own rate where the trace measured it: the GPU's
-// optimizer time put gpt small's host lane at 16 ms where it ran 135 ms (an H200's 16 cores).
+// optimizer time understates the host's several times over (docs/results.md, L2L on CUDA).
 struct StageTransfers {
   std::vector<std::int64_t> in_ns, out_ns, optimizer_ns, device_optimizer_ns;
 };
@@ -165,256 +165,47 @@ RelayLanes relay_lanes(const StageTransfers& t, const std::vector<L2LStage>& sta
   return lanes;
 }
 
-}  // namespace
+// The layer costs at a split's batch sizes. A split has at most two sizes: each size's layer costs
+// are interpolated once, as the walk first asks for one of them.
+class CostsByBatch {
+ public:
+  explicit CostsByBatch(const core::CostModel& costs) : costs_(costs) {}
 
-L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& graph,
-                               const std::vector<std::int64_t>& micro_batches, const core::RelayChoice& relay,
-                               std::vector<L2LOp>* ops) {
-  const core::Trace& trace = costs.trace();
-  core::RelayStages formed = relay_stages_of(trace);
-  const std::vector<int> stage_of = std::move(formed.stage_of), first_reader_stage = std::move(formed.first_reader);
-  const auto stages = with_parameter_bytes(trace, std::move(formed.stages));
-  const bool boundaries_on_host = relay.boundaries_on_host;
-  const int first_relayed = std::max(first_relayed_stage(stages, trace, relay.from_block), 0);
-  const StageTransfers transfers = stage_transfers(costs, stages, first_relayed);
-  const std::size_t n = micro_batches.size();
-  const int last_stage = static_cast<int>(stages.size()) - 1;
-
-  // A split has at most two sizes: each size's layer costs are interpolated once.
-  std::map<std::int64_t, std::vector<core::LayerCost>> by_batch;
-  std::map<std::int64_t, double> scale_of;
-  const auto cost = [&](int layer, std::int64_t b) -> const core::LayerCost& {
-    auto& layers = by_batch[b];
+  const core::LayerCost& layer(int layer, std::int64_t b) {
+    auto& layers = by_batch_[b];
     if (layers.empty()) {
-      for (std::size_t i = 0; i < costs.layer_count(); ++i) layers.push_back(costs.layer(i, b));
-      scale_of[b] = costs.layer_time_scale(b);
+      for (std::size_t i = 0; i < costs_.layer_count(); ++i) layers.push_back(costs_.layer(i, b));
+      scale_of_[b] = costs_.layer_time_scale(b);
     }
     return layers[static_cast<std::size_t>(layer)];
-  };
-  const auto out = [&](int layer, std::int64_t b) { return cost(layer, b).output_bytes; };
-  const auto sum_out = [&](const std::vector<int>& layers, std::int64_t b) {
+  }
+  // The layer time scale at `b`, once `layer` has been asked for at `b`.
+  double time_scale(std::int64_t b) { return scale_of_[b]; }
+  std::int64_t output_bytes(int layer, std::int64_t b) { return this->layer(layer, b).output_bytes; }
+  std::int64_t output_bytes(const std::vector<int>& layers, std::int64_t b) {
     std::int64_t bytes = 0;
-    for (const int j : layers) bytes += out(j, b);
+    for (const int j : layers) bytes += output_bytes(j, b);
     return bytes;
-  };
-  const auto param = [&](int s) { return s >= 0 && s <= last_stage ? stages[static_cast<std::size_t>(s)].parameter_bytes : 0; };
-  // The stages kept on the device hold their parameters and optimizer state throughout; a relayed
-  // stage's parameters are there while it runs and while it is the next one.
-  std::int64_t total_params = 0, kept_params = 0;
-  for (int s = 0; s <= last_stage; ++s) {
-    total_params += param(s);
-    if (s < first_relayed) kept_params += param(s);
-  }
-  const std::int64_t kept_state =
-      total_params > 0 ? std::llround(static_cast<double>(costs.optimizer_state_bytes()) * static_cast<double>(kept_params) /
-                                      static_cast<double>(total_params))
-                       : 0;
-  const auto relayed = [&](int s) { return s >= first_relayed ? param(s) : 0; };
-  const auto on_device = [&](int s, int next) { return kept_params + relayed(s) + relayed(next); };
-
-  L2LPrediction p;
-  p.device_peak_bytes = -1;
-  p.stages = static_cast<int>(stages.size());
-  p.kept_stages = first_relayed;
-  p.kept_bytes = kept_params + kept_state;
-  // Each op as it starts: the device's bytes by kind and what the op holds above them.
-  std::vector<std::int64_t> forward_ns(stages.size(), 0), backward_ns(stages.size(), 0);
-  // The constant-memory variant's boundary copies: the relay makes them on the compute thread (stream on CUDA), so
-  // they lengthen the stage's turn (and are the transfer lane's, not the compute lane's, busy time).
-  const auto& device = trace.device;
-  std::int64_t bring_ns = 0;  // brought to the device before the next op
-  const auto emit = [&](OpKind kind, int layer, int s, std::size_t m, std::int64_t duration, std::int64_t input,
-                        std::int64_t parameters, std::int64_t gradients, std::int64_t activations, std::int64_t transient) {
-    p.compute_ns += duration;
-    p.stash_copy_ns += bring_ns;
-    (kind == OpKind::ForwardNoGrad ? forward_ns : backward_ns)[static_cast<std::size_t>(s)] += duration + bring_ns;
-    const std::int64_t bytes = input + parameters + gradients + activations + kept_state + transient + costs.workspace_bytes();
-    if (ops != nullptr) {
-      ops->push_back({kind, layer, s, static_cast<int>(m), duration, input, parameters, gradients, activations, kept_state, transient});
-      ops->back().copy_in_ns = bring_ns;
-    }
-    bring_ns = 0;
-    if (bytes <= p.device_peak_bytes) return;
-    p.device_peak_bytes = bytes;
-    const auto& stage = stages[static_cast<std::size_t>(s)];
-    const char* what = kind == OpKind::ForwardNoGrad ? "forward"
-                       : kind == OpKind::Recompute   ? "recompute"
-                       : kind == OpKind::Optimizer   ? "optimizer step"
-                                                     : "backward";
-    p.peak_at = std::string(what) + " of stage " + std::to_string(s) + " (" + trace.layers[static_cast<std::size_t>(stage.first)].name + ".." +
-                trace.layers[static_cast<std::size_t>(stage.last)].name + "), micro-batch " + std::to_string(m);
-  };
-
-  // Sent to the host after the last op, by the stage in forward (kind) or backward: the relay copies
-  // each boundary tensor on its own.
-  const auto send = [&](const std::vector<int>& boundaries, std::int64_t b, int s, bool forward) {
-    const std::int64_t bytes = sum_out(boundaries, b);
-    const std::int64_t ns = device.device_to_host_ns(bytes, static_cast<std::int64_t>(boundaries.size()));
-    p.stash_copy_ns += ns;
-    p.stash_copy_bytes += bytes;
-    (forward ? forward_ns : backward_ns)[static_cast<std::size_t>(s)] += ns;
-    if (ops != nullptr && !ops->empty()) ops->back().copy_out_ns += ns;
-  };
-
-  std::int64_t base = 0;  // every micro-batch's input, made as the step starts
-  for (const auto b : micro_batches) base += costs.input_bytes(b);
-  std::int64_t stash = 0;  // stashed boundaries on the device
-  std::int64_t host_stash = 0;
-  std::vector<std::vector<bool>> stashed(n, std::vector<bool>(trace.layers.size(), false));
-
-  // Forward without grad, stage by stage; the next stage's parameters arrive meanwhile. A GPU
-  // brings a host stash's inputs back for the stage (held through it); a CPU computes on them there.
-  const bool bring_inputs = boundaries_on_host && trace.device.is_cuda();
-  for (int s = 0; s <= last_stage; ++s) {
-    const auto& stage = stages[static_cast<std::size_t>(s)];
-    const std::int64_t params = on_device(s, s + 1);
-    for (std::size_t m = 0; m < n; ++m) {
-      const std::int64_t b = micro_batches[m];
-      const std::int64_t brought = bring_inputs ? sum_out(stage.inputs, b) : 0;
-      if (brought > 0) {
-        bring_ns = device.host_to_device_ns(brought, static_cast<std::int64_t>(stage.inputs.size()));
-        p.stash_copy_bytes += brought;
-      }
-      std::int64_t live = brought;  // this stage's inputs and outputs still to be read
-      for (int i = stage.first; i <= stage.last; ++i) {
-        const auto& c = cost(i, b);
-        emit(OpKind::ForwardNoGrad, i, s, m, scaled(c.fwd_ns, scale_of[b]), base, params, 0, stash + live, c.fwd_transient_bytes);
-        live += c.output_bytes;
-        for (const int j : trace.layers[static_cast<std::size_t>(i)].inputs) {
-          if (j >= stage.first && graph.last_reader(j) == i &&
-              std::find(stage.exports.begin(), stage.exports.end(), j) == stage.exports.end()) {
-            live -= out(j, b);
-          }
-        }
-      }
-      for (const int j : stage.exports) stashed[m][static_cast<std::size_t>(j)] = true;
-      (boundaries_on_host ? host_stash : stash) += sum_out(stage.exports, b);
-      if (boundaries_on_host) send(stage.exports, b, s, true);
-    }
-  }
-  p.host_stash_bytes = boundaries_on_host ? host_stash : 0;
-
-  // Backward in reverse: each stage re-run with grad from its stashed inputs, then backpropagated;
-  // the previous stage's parameters arrive meanwhile, and the stage's gradients, there from its
-  // start, go to the host as it ends.
-  std::int64_t boundary_grads = 0;  // gradients waiting at stage boundaries, on the device
-  // The host, above the relayed stages' parameters and optimizer state: the constant-memory
-  // variant's stash and the boundary gradients sent there (each once, however many stages add to
-  // it), and a relayed stage's gradients from their landing to the end of its host step, with that
-  // step's temporaries. On a GPU the step runs while the next stage computes, and that stage's
-  // gradients land only once it is done, so two stages' never meet; on a CPU it runs in between.
-  std::int64_t host_level = host_stash, host_peak = host_stash;
-  std::int64_t host_step = 0;  // the gradients and temporaries of the host step still running
-  std::vector<std::vector<bool>> gradient_on_host(n, std::vector<bool>(trace.layers.size(), false));
-  for (int s = last_stage; s >= 0; --s) {
-    const auto& stage = stages[static_cast<std::size_t>(s)];
-    std::int64_t host_high = host_level;  // the highest the host holds during this stage's backward
-    // Where a standard step lets go of the gradient arriving at each exported output (layer_graph.h).
-    std::vector<std::pair<int, int>> export_released_by;  // (export, layer)
-    for (const int e : stage.exports) export_released_by.emplace_back(e, graph.output_gradient_released_by(e, stage.first));
-    const std::int64_t params = on_device(s, s - 1);
-    // The stage's gradients, zeroed as its backward starts (the relay makes them there, as the
-    // profiled step had them before its backward); every micro-batch adds to them in place.
-    // On CUDA the previous stage's gradients are still crossing to the host meanwhile (the relay
-    // waits for them to land before the stage after this one makes its own): counted throughout.
-    const std::int64_t gradients = stage.parameter_bytes + (trace.device.is_cuda() && s < last_stage ? relayed(s + 1) : 0);
-    for (std::size_t m = 0; m < n; ++m) {
-      const std::int64_t b = micro_batches[m];
-      // The constant-memory variant brings the stage's inputs and the gradients at its outputs over.
-      const std::int64_t brought = boundaries_on_host ? sum_out(stage.inputs, b) + sum_out(stage.exports, b) : 0;
-      std::int64_t level = base + stash + boundary_grads + params + gradients + brought;
-      const auto activations = [&] { return level - base - params - gradients; };
-      bring_ns = boundaries_on_host ? device.host_to_device_ns(brought, static_cast<std::int64_t>(stage.inputs.size() + stage.exports.size())) : 0;
-      p.stash_copy_bytes += brought;
-      for (int i = stage.first; i <= stage.last; ++i) {
-        const auto& c = cost(i, b);
-        emit(OpKind::Recompute, i, s, m, scaled(c.fwd_ns, scale_of[b]), base, params, gradients, activations(),
-             c.fwd_transient_bytes);
-        level += c.fwd_retained_bytes;
-        // A stage input's free by its last reader does not happen: the stash holds it.
-        for (const int j : trace.layers[static_cast<std::size_t>(i)].inputs) {
-          if (j >= 0 && j < stage.first && graph.last_reader(j) == i && !graph.output_saved(j)) level += out(j, b);
-        }
-      }
-      // The gradients at the stage's outputs seed its backward: the host's copies go.
-      for (const int e : stage.exports) {
-        if (!gradient_on_host[m][static_cast<std::size_t>(e)]) continue;
-        gradient_on_host[m][static_cast<std::size_t>(e)] = false;
-        host_level -= out(e, b);
-      }
-      for (int r = stage.last; r >= stage.first; --r) {
-        const auto& c = cost(r, b);
-        // A layer reading the stage's inputs: what its backward frees of them in the profiled step
-        // (its saved inputs) the stash holds here, so its peak is the one measured with them held.
-        // The figure counts whatever earlier layers' tensors it frees, so a layer that also saves one
-        // of its stage's own is bounded from above; the relay runs the zoo's models, whose stages'
-        // first layers read the stage inputs themselves (no view in between that would free them).
-        const auto& reads = trace.layers[static_cast<std::size_t>(r)].inputs;
-        const bool reads_stage_input = std::any_of(reads.begin(), reads.end(), [&](int j) { return j >= 0 && j < stage.first; });
-        const std::int64_t held = reads_stage_input ? c.bwd_inputs_held_extra_bytes.value_or(0) : 0;
-        emit(OpKind::Backward, r, s, m, scaled(c.bwd_ns, scale_of[b]), base, params, gradients, activations(),
-             c.bwd_transient_bytes + held);
-        level += c.bwd_retained_bytes;
-        // The gradient arriving at an exported output was let go by this backward in the profiled
-        // step; here the relay holds it (it seeded the stage's backward) until the stage is done.
-        for (const auto& [e, released_by] : export_released_by) {
-          if (released_by == r) level += out(e, b);
-        }
-      }
-      // What stays: the gradients at the stage's inputs (sent to the host in the constant-memory
-      // variant); what goes: those at its outputs, and the stashed inputs this stage was the first to read.
-      if (!boundaries_on_host) boundary_grads += sum_out(stage.inputs, b) - sum_out(stage.exports, b);
-      if (boundaries_on_host && !stage.inputs.empty()) send(stage.inputs, b, s, false);
-      if (boundaries_on_host) {
-        for (const int j : stage.inputs) {
-          const bool held = gradient_on_host[m][static_cast<std::size_t>(j)];
-          if (held) {
-            // Added to where it waits: in place on a CPU; a GPU adds on the device and sends the sum
-            // back, a new host tensor beside the old one for a moment.
-            if (trace.device.is_cuda()) host_high = std::max(host_high, host_level + out(j, b));
-          } else {
-            gradient_on_host[m][static_cast<std::size_t>(j)] = true;
-            host_level += out(j, b);
-          }
-        }
-        host_high = std::max(host_high, host_level);
-      }
-      for (const int j : stage.inputs) {
-        if (first_reader_stage[static_cast<std::size_t>(j)] != s || !stashed[m][static_cast<std::size_t>(j)]) continue;
-        stashed[m][static_cast<std::size_t>(j)] = false;
-        (boundaries_on_host ? host_level : stash) -= out(j, b);
-      }
-    }
-    // On a GPU the previous stage's host step ran meanwhile (this stage's gradients land once it is
-    // done); on a CPU it ran before this stage, on the compute thread.
-    host_peak = std::max(host_peak, host_high + (trace.device.is_cuda() ? host_step : 0));
-    host_step = s >= first_relayed && param(s) > 0 ? param(s) + stage_optimizer_transient(costs, stage) : 0;
-    host_peak = std::max(host_peak, host_level + host_step);
-    // A kept stage steps on the device once its gradients are complete, then they go; its optimizer
-    // is its own, so its temporaries are those of its largest parameter.
-    if (s < first_relayed) {
-      emit(OpKind::Optimizer, stage.last, s, n > 0 ? n - 1 : 0, transfers.device_optimizer_ns[static_cast<std::size_t>(s)], base,
-           params, gradients, stash + boundary_grads, stage_optimizer_transient(costs, stage));
-    }
   }
 
-  const std::int64_t relayed_params = total_params - kept_params;
-  for (int s = first_relayed; s <= last_stage; ++s) {
-    p.largest_stage_parameter_bytes = std::max(p.largest_stage_parameter_bytes, param(s));
-  }
-  // Also there all step long: every stage's RNG state for every micro-batch (saved as its forward
-  // runs, so its recompute draws the same dropout masks) and, on a CPU, what the model holds
-  // besides its parameters (built on the host; a GPU's relay moves its buffers to the device).
-  const std::int64_t rng_states = static_cast<std::int64_t>(stages.size() * n) * costs.checkpoint_state_bytes();
-  const std::int64_t model_extra = trace.device.is_cuda() ? 0 : trace.model_extra_bytes;
-  p.host_bytes = relayed_params + (costs.optimizer_state_bytes() - kept_state) + rng_states + model_extra + host_peak;
-  // Forward loads every relayed stage, backward every one but the last (still loaded); gradients go back.
-  p.copy_bytes = 2 * relayed_params - relayed(last_stage) + relayed_params + p.stash_copy_bytes;
-  p.host_optimizer_ns = std::accumulate(transfers.optimizer_ns.begin(), transfers.optimizer_ns.end(), std::int64_t{0});
-  p.host_shares_compute = !trace.device.is_cuda();
-  const RelayLanes lanes = relay_lanes(transfers, stages, forward_ns, backward_ns, p.host_shares_compute);
-  p.copy_ns = lanes.copy_ns + p.stash_copy_ns;
-  p.step_ns = std::max<std::int64_t>(lanes.step_ns, 1);
+ private:
+  const core::CostModel& costs_;
+  std::map<std::int64_t, std::vector<core::LayerCost>> by_batch_;
+  std::map<std::int64_t, double> scale_of_;
+};
+
+// "backward of stage 3 (layer2.qkv..layer2.ffn_ln), micro-batch 0": where a peak is.
+std::string describe_l2l_op(const core::Trace& trace, OpKind kind, const L2LStage& stage, int s, std::size_t m) {
+  const char* what = kind == OpKind::ForwardNoGrad ? "forward"
+                     : kind == OpKind::Recompute   ? "recompute"
+                     : kind == OpKind::Optimizer   ? "optimizer step"
+                                                   : "backward";
+  return std::string(what) + " of stage " + std::to_string(s) + " (" + trace.layers[static_cast<std::size_t>(stage.first)].name + ".." +
+         trace.layers[static_cast<std::size_t>(stage.last)].name + "), micro-batch " + std::to_string(m);
+}
+
+// The lane busy longest and its busy time over the next lane's.
+void name_busiest_lane(L2LPrediction& p) {
   const std::pair<const char*, std::int64_t> busy[] = {
       {"compute", p.compute_ns}, {"transfer", p.copy_ns}, {"host optimizer", p.host_optimizer_ns}};
   const auto* top = &busy[0];
@@ -427,7 +218,350 @@ L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& g
   }
   p.bound = top->first;
   p.bound_ratio = second > 0 ? static_cast<double>(top->second) / static_cast<double>(second) : 0;
-  return p;
+}
+
+// A stage as its backward runs, for each of its micro-batches.
+struct StageInBackward {
+  int s = 0;
+  const L2LStage& stage;
+  std::int64_t params = 0;     // on the device: the kept stages', this one's and the previous one's
+  std::int64_t gradients = 0;  // this stage's (and on CUDA the next one's, still crossing to the host)
+  // Where a standard step lets go of the gradient arriving at each exported output (layer_graph.h).
+  std::vector<std::pair<int, int>> export_released_by;  // (export, layer)
+  std::int64_t host_high = 0;  // the highest the host holds during this stage's backward
+};
+
+// One prediction of the relay's step, walked as the relay runs it: forward stage by stage, then
+// backward in reverse, then the host's figures and the three lanes. The members are what the
+// passes share: the device's bytes by kind, the stash, the host's level, each stage's time.
+class L2LStepWalk {
+ public:
+  L2LStepWalk(const core::CostModel& costs, const LayerGraph& graph, const std::vector<std::int64_t>& micro_batches,
+              const core::RelayChoice& relay, std::vector<L2LOp>* ops);
+
+  L2LPrediction run() {
+    forward_pass();
+    backward_pass();
+    finish();
+    return p_;
+  }
+
+ private:
+  std::int64_t param(int s) const {
+    return s >= 0 && s <= last_stage_ ? stages_[static_cast<std::size_t>(s)].parameter_bytes : 0;
+  }
+  std::int64_t relayed(int s) const { return s >= first_relayed_ ? param(s) : 0; }
+  // The stages kept on the device hold their parameters and optimizer state throughout; a relayed
+  // stage's parameters are there while it runs and while it is the next one.
+  std::int64_t on_device(int s, int next) const { return kept_params_ + relayed(s) + relayed(next); }
+  std::int64_t out(int layer, std::int64_t b) { return by_batch_.output_bytes(layer, b); }
+  std::int64_t sum_out(const std::vector<int>& layers, std::int64_t b) { return by_batch_.output_bytes(layers, b); }
+
+  void emit(OpKind kind, int layer, int s, std::size_t m, std::int64_t duration, std::int64_t input,
+            std::int64_t parameters, std::int64_t gradients, std::int64_t activations, std::int64_t transient);
+  void send(const std::vector<int>& boundaries, std::int64_t b, int s, bool forward);
+
+  void forward_pass();
+  void forward_micro_batch(int s, std::int64_t params, std::size_t m);
+  void backward_pass();
+  void backward_stage(int s);
+  void backward_micro_batch(StageInBackward& at, std::size_t m);
+  void recompute(const StageInBackward& at, std::size_t m, std::int64_t& level);
+  void take_output_gradients_from_host(const L2LStage& stage, std::size_t m);
+  void backpropagate(const StageInBackward& at, std::size_t m, std::int64_t& level);
+  void keep_input_gradients_on_host(StageInBackward& at, std::size_t m);
+  void release_stashed_inputs(int s, std::size_t m);
+  void finish();
+
+  const core::CostModel& costs_;
+  const LayerGraph& graph_;
+  const core::Trace& trace_;
+  const std::vector<std::int64_t>& micro_batches_;
+  std::vector<L2LOp>* ops_;
+  std::vector<int> first_reader_stage_;
+  std::vector<L2LStage> stages_;
+  bool boundaries_on_host_;
+  int first_relayed_;
+  StageTransfers transfers_;
+  std::size_t n_;
+  int last_stage_;
+  CostsByBatch by_batch_;
+  std::int64_t total_params_ = 0, kept_params_ = 0;
+  std::int64_t kept_state_ = 0;
+
+  L2LPrediction p_;
+  std::vector<std::int64_t> forward_ns_, backward_ns_;
+  // The constant-memory variant's boundary copies: the relay makes them on the compute thread (stream on CUDA), so
+  // they lengthen the stage's turn (and are the transfer lane's, not the compute lane's, busy time).
+  std::int64_t bring_ns_ = 0;  // brought to the device before the next op
+  std::int64_t base_ = 0;      // every micro-batch's input, made as the step starts
+  std::int64_t stash_ = 0;     // stashed boundaries on the device
+  std::int64_t host_stash_ = 0;
+  std::vector<std::vector<bool>> stashed_;
+
+  std::int64_t boundary_grads_ = 0;  // gradients waiting at stage boundaries, on the device
+  // The host, above the relayed stages' parameters and optimizer state: the constant-memory
+  // variant's stash and the boundary gradients sent there (each once, however many stages add to
+  // it), and a relayed stage's gradients from their landing to the end of its host step, with that
+  // step's temporaries. On a GPU the step runs while the next stage computes, and that stage's
+  // gradients land only once it is done, so two stages' never meet; on a CPU it runs in between.
+  std::int64_t host_level_ = 0, host_peak_ = 0;
+  std::int64_t host_step_ = 0;  // the gradients and temporaries of the host step still running
+  std::vector<std::vector<bool>> gradient_on_host_;
+};
+
+L2LStepWalk::L2LStepWalk(const core::CostModel& costs, const LayerGraph& graph,
+                         const std::vector<std::int64_t>& micro_batches, const core::RelayChoice& relay,
+                         std::vector<L2LOp>* ops)
+    : costs_(costs), graph_(graph), trace_(costs.trace()), micro_batches_(micro_batches), ops_(ops), by_batch_(costs) {
+  core::RelayStages formed = relay_stages_of(trace_);
+  first_reader_stage_ = std::move(formed.first_reader);
+  stages_ = with_parameter_bytes(trace_, std::move(formed.stages));
+  boundaries_on_host_ = relay.boundaries_on_host;
+  first_relayed_ = std::max(first_relayed_stage(stages_, trace_, relay.from_block), 0);
+  transfers_ = stage_transfers(costs_, stages_, first_relayed_);
+  n_ = micro_batches_.size();
+  last_stage_ = static_cast<int>(stages_.size()) - 1;
+  for (int s = 0; s <= last_stage_; ++s) {
+    total_params_ += param(s);
+    if (s < first_relayed_) kept_params_ += param(s);
+  }
+  kept_state_ = total_params_ > 0 ? std::llround(static_cast<double>(costs_.optimizer_state_bytes()) *
+                                                  static_cast<double>(kept_params_) / static_cast<double>(total_params_))
+                                  : 0;
+  p_.device_peak_bytes = -1;
+  p_.stages = static_cast<int>(stages_.size());
+  p_.kept_stages = first_relayed_;
+  p_.kept_bytes = kept_params_ + kept_state_;
+  forward_ns_.assign(stages_.size(), 0);
+  backward_ns_.assign(stages_.size(), 0);
+  for (const auto b : micro_batches_) base_ += costs_.input_bytes(b);
+  stashed_.assign(n_, std::vector<bool>(trace_.layers.size(), false));
+  gradient_on_host_.assign(n_, std::vector<bool>(trace_.layers.size(), false));
+}
+
+// Each op as it starts: the device's bytes by kind and what the op holds above them.
+void L2LStepWalk::emit(OpKind kind, int layer, int s, std::size_t m, std::int64_t duration, std::int64_t input,
+                       std::int64_t parameters, std::int64_t gradients, std::int64_t activations, std::int64_t transient) {
+  p_.compute_ns += duration;
+  p_.stash_copy_ns += bring_ns_;
+  (kind == OpKind::ForwardNoGrad ? forward_ns_ : backward_ns_)[static_cast<std::size_t>(s)] += duration + bring_ns_;
+  const std::int64_t bytes = input + parameters + gradients + activations + kept_state_ + transient + costs_.workspace_bytes();
+  if (ops_ != nullptr) {
+    ops_->push_back({kind, layer, s, static_cast<int>(m), duration, input, parameters, gradients, activations, kept_state_, transient});
+    ops_->back().copy_in_ns = bring_ns_;
+  }
+  bring_ns_ = 0;
+  if (bytes <= p_.device_peak_bytes) return;
+  p_.device_peak_bytes = bytes;
+  p_.peak_at = describe_l2l_op(trace_, kind, stages_[static_cast<std::size_t>(s)], s, m);
+}
+
+// Sent to the host after the last op, by the stage in forward (kind) or backward: the relay copies
+// each boundary tensor on its own.
+void L2LStepWalk::send(const std::vector<int>& boundaries, std::int64_t b, int s, bool forward) {
+  const std::int64_t bytes = sum_out(boundaries, b);
+  const std::int64_t ns = trace_.device.device_to_host_ns(bytes, static_cast<std::int64_t>(boundaries.size()));
+  p_.stash_copy_ns += ns;
+  p_.stash_copy_bytes += bytes;
+  (forward ? forward_ns_ : backward_ns_)[static_cast<std::size_t>(s)] += ns;
+  if (ops_ != nullptr && !ops_->empty()) ops_->back().copy_out_ns += ns;
+}
+
+// Forward without grad, stage by stage; the next stage's parameters arrive meanwhile.
+void L2LStepWalk::forward_pass() {
+  for (int s = 0; s <= last_stage_; ++s) {
+    const std::int64_t params = on_device(s, s + 1);
+    for (std::size_t m = 0; m < n_; ++m) forward_micro_batch(s, params, m);
+  }
+  p_.host_stash_bytes = boundaries_on_host_ ? host_stash_ : 0;
+}
+
+void L2LStepWalk::forward_micro_batch(int s, std::int64_t params, std::size_t m) {
+  const auto& stage = stages_[static_cast<std::size_t>(s)];
+  // A GPU brings a host stash's inputs back for the stage (held through it); a CPU computes on them there.
+  const bool bring_inputs = boundaries_on_host_ && trace_.device.is_cuda();
+  const std::int64_t b = micro_batches_[m];
+  const std::int64_t brought = bring_inputs ? sum_out(stage.inputs, b) : 0;
+  if (brought > 0) {
+    bring_ns_ = trace_.device.host_to_device_ns(brought, static_cast<std::int64_t>(stage.inputs.size()));
+    p_.stash_copy_bytes += brought;
+  }
+  std::int64_t live = brought;  // this stage's inputs and outputs still to be read
+  for (int i = stage.first; i <= stage.last; ++i) {
+    const auto& c = by_batch_.layer(i, b);
+    emit(OpKind::ForwardNoGrad, i, s, m, scaled(c.fwd_ns, by_batch_.time_scale(b)), base_, params, 0, stash_ + live,
+         c.fwd_transient_bytes);
+    live += c.output_bytes;
+    for (const int j : trace_.layers[static_cast<std::size_t>(i)].inputs) {
+      if (j >= stage.first && graph_.last_reader(j) == i &&
+          std::find(stage.exports.begin(), stage.exports.end(), j) == stage.exports.end()) {
+        live -= out(j, b);
+      }
+    }
+  }
+  for (const int j : stage.exports) stashed_[m][static_cast<std::size_t>(j)] = true;
+  (boundaries_on_host_ ? host_stash_ : stash_) += sum_out(stage.exports, b);
+  if (boundaries_on_host_) send(stage.exports, b, s, true);
+}
+
+// Backward in reverse: each stage re-run with grad from its stashed inputs, then backpropagated;
+// the previous stage's parameters arrive meanwhile, and the stage's gradients, there from its
+// start, go to the host as it ends.
+void L2LStepWalk::backward_pass() {
+  host_level_ = host_stash_;
+  host_peak_ = host_stash_;
+  for (int s = last_stage_; s >= 0; --s) backward_stage(s);
+}
+
+void L2LStepWalk::backward_stage(int s) {
+  const auto& stage = stages_[static_cast<std::size_t>(s)];
+  StageInBackward at{s, stage};
+  at.host_high = host_level_;
+  for (const int e : stage.exports) at.export_released_by.emplace_back(e, graph_.output_gradient_released_by(e, stage.first));
+  at.params = on_device(s, s - 1);
+  // The stage's gradients, zeroed as its backward starts (the relay makes them there, as the
+  // profiled step had them before its backward); every micro-batch adds to them in place.
+  // On CUDA the previous stage's gradients are still crossing to the host meanwhile (the relay
+  // waits for them to land before the stage after this one makes its own): counted throughout.
+  at.gradients = stage.parameter_bytes + (trace_.device.is_cuda() && s < last_stage_ ? relayed(s + 1) : 0);
+  for (std::size_t m = 0; m < n_; ++m) backward_micro_batch(at, m);
+  // On a GPU the previous stage's host step ran meanwhile (this stage's gradients land once it is
+  // done); on a CPU it ran before this stage, on the compute thread.
+  host_peak_ = std::max(host_peak_, at.host_high + (trace_.device.is_cuda() ? host_step_ : 0));
+  host_step_ = s >= first_relayed_ && param(s) > 0 ? param(s) + stage_optimizer_transient(costs_, stage) : 0;
+  host_peak_ = std::max(host_peak_, host_level_ + host_step_);
+  // A kept stage steps on the device once its gradients are complete, then they go; its optimizer
+  // is its own, so its temporaries are those of its largest parameter.
+  if (s < first_relayed_) {
+    emit(OpKind::Optimizer, stage.last, s, n_ > 0 ? n_ - 1 : 0, transfers_.device_optimizer_ns[static_cast<std::size_t>(s)],
+         base_, at.params, at.gradients, stash_ + boundary_grads_, stage_optimizer_transient(costs_, stage));
+  }
+}
+
+void L2LStepWalk::backward_micro_batch(StageInBackward& at, std::size_t m) {
+  const auto& stage = at.stage;
+  const std::int64_t b = micro_batches_[m];
+  // The constant-memory variant brings the stage's inputs and the gradients at its outputs over.
+  const std::int64_t brought = boundaries_on_host_ ? sum_out(stage.inputs, b) + sum_out(stage.exports, b) : 0;
+  std::int64_t level = base_ + stash_ + boundary_grads_ + at.params + at.gradients + brought;
+  bring_ns_ = boundaries_on_host_ ? trace_.device.host_to_device_ns(
+                                        brought, static_cast<std::int64_t>(stage.inputs.size() + stage.exports.size()))
+                                  : 0;
+  p_.stash_copy_bytes += brought;
+  recompute(at, m, level);
+  take_output_gradients_from_host(stage, m);
+  backpropagate(at, m, level);
+  // What stays: the gradients at the stage's inputs (sent to the host in the constant-memory
+  // variant); what goes: those at its outputs, and the stashed inputs this stage was the first to read.
+  if (!boundaries_on_host_) boundary_grads_ += sum_out(stage.inputs, b) - sum_out(stage.exports, b);
+  if (boundaries_on_host_ && !stage.inputs.empty()) send(stage.inputs, b, at.s, false);
+  if (boundaries_on_host_) keep_input_gradients_on_host(at, m);
+  release_stashed_inputs(at.s, m);
+}
+
+// The device's activations while the stage runs: `level` less the inputs, parameters and gradients.
+void L2LStepWalk::recompute(const StageInBackward& at, std::size_t m, std::int64_t& level) {
+  const auto& stage = at.stage;
+  const std::int64_t b = micro_batches_[m];
+  for (int i = stage.first; i <= stage.last; ++i) {
+    const auto& c = by_batch_.layer(i, b);
+    emit(OpKind::Recompute, i, at.s, m, scaled(c.fwd_ns, by_batch_.time_scale(b)), base_, at.params, at.gradients,
+         level - base_ - at.params - at.gradients, c.fwd_transient_bytes);
+    level += c.fwd_retained_bytes;
+    // A stage input's free by its last reader does not happen: the stash holds it.
+    for (const int j : trace_.layers[static_cast<std::size_t>(i)].inputs) {
+      if (j >= 0 && j < stage.first && graph_.last_reader(j) == i && !graph_.output_saved(j)) level += out(j, b);
+    }
+  }
+}
+
+// The gradients at the stage's outputs seed its backward: the host's copies go.
+void L2LStepWalk::take_output_gradients_from_host(const L2LStage& stage, std::size_t m) {
+  for (const int e : stage.exports) {
+    if (!gradient_on_host_[m][static_cast<std::size_t>(e)]) continue;
+    gradient_on_host_[m][static_cast<std::size_t>(e)] = false;
+    host_level_ -= out(e, micro_batches_[m]);
+  }
+}
+
+void L2LStepWalk::backpropagate(const StageInBackward& at, std::size_t m, std::int64_t& level) {
+  const auto& stage = at.stage;
+  const std::int64_t b = micro_batches_[m];
+  for (int r = stage.last; r >= stage.first; --r) {
+    const auto& c = by_batch_.layer(r, b);
+    // A layer reading the stage's inputs: what its backward frees of them in the profiled step
+    // (its saved inputs) the stash holds here, so its peak is the one measured with them held.
+    // The figure counts whatever earlier layers' tensors it frees, so a layer that also saves one
+    // of its stage's own is bounded from above; the relay runs the zoo's models, whose stages'
+    // first layers read the stage inputs themselves (no view in between that would free them).
+    const auto& reads = trace_.layers[static_cast<std::size_t>(r)].inputs;
+    const bool reads_stage_input = std::any_of(reads.begin(), reads.end(), [&](int j) { return j >= 0 && j < stage.first; });
+    const std::int64_t held = reads_stage_input ? c.bwd_inputs_held_extra_bytes.value_or(0) : 0;
+    emit(OpKind::Backward, r, at.s, m, scaled(c.bwd_ns, by_batch_.time_scale(b)), base_, at.params, at.gradients,
+         level - base_ - at.params - at.gradients, c.bwd_transient_bytes + held);
+    level += c.bwd_retained_bytes;
+    // The gradient arriving at an exported output was let go by this backward in the profiled
+    // step; here the relay holds it (it seeded the stage's backward) until the stage is done.
+    for (const auto& [e, released_by] : at.export_released_by) {
+      if (released_by == r) level += out(e, b);
+    }
+  }
+}
+
+// The constant-memory variant: the gradients at the stage's inputs wait on the host.
+void L2LStepWalk::keep_input_gradients_on_host(StageInBackward& at, std::size_t m) {
+  const std::int64_t b = micro_batches_[m];
+  for (const int j : at.stage.inputs) {
+    const bool held = gradient_on_host_[m][static_cast<std::size_t>(j)];
+    if (held) {
+      // Added to where it waits: in place on a CPU; a GPU adds on the device and sends the sum
+      // back, a new host tensor beside the old one for a moment.
+      if (trace_.device.is_cuda()) at.host_high = std::max(at.host_high, host_level_ + out(j, b));
+    } else {
+      gradient_on_host_[m][static_cast<std::size_t>(j)] = true;
+      host_level_ += out(j, b);
+    }
+  }
+  at.host_high = std::max(at.host_high, host_level_);
+}
+
+void L2LStepWalk::release_stashed_inputs(int s, std::size_t m) {
+  for (const int j : stages_[static_cast<std::size_t>(s)].inputs) {
+    if (first_reader_stage_[static_cast<std::size_t>(j)] != s || !stashed_[m][static_cast<std::size_t>(j)]) continue;
+    stashed_[m][static_cast<std::size_t>(j)] = false;
+    (boundaries_on_host_ ? host_level_ : stash_) -= out(j, micro_batches_[m]);
+  }
+}
+
+// The host's figures, the copies and the three lanes, once both passes have run.
+void L2LStepWalk::finish() {
+  const std::int64_t relayed_params = total_params_ - kept_params_;
+  for (int s = first_relayed_; s <= last_stage_; ++s) {
+    p_.largest_stage_parameter_bytes = std::max(p_.largest_stage_parameter_bytes, param(s));
+  }
+  // Also there all step long: every stage's RNG state for every micro-batch (saved as its forward
+  // runs, so its recompute draws the same dropout masks) and, on a CPU, what the model holds
+  // besides its parameters (built on the host; a GPU's relay moves its buffers to the device).
+  const std::int64_t rng_states = static_cast<std::int64_t>(stages_.size() * n_) * costs_.checkpoint_state_bytes();
+  const std::int64_t model_extra = trace_.device.is_cuda() ? 0 : trace_.model_extra_bytes;
+  p_.host_bytes = relayed_params + (costs_.optimizer_state_bytes() - kept_state_) + rng_states + model_extra + host_peak_;
+  // Forward loads every relayed stage, backward every one but the last (still loaded); gradients go back.
+  p_.copy_bytes = 2 * relayed_params - relayed(last_stage_) + relayed_params + p_.stash_copy_bytes;
+  p_.host_optimizer_ns = std::accumulate(transfers_.optimizer_ns.begin(), transfers_.optimizer_ns.end(), std::int64_t{0});
+  p_.host_shares_compute = !trace_.device.is_cuda();
+  const RelayLanes lanes = relay_lanes(transfers_, stages_, forward_ns_, backward_ns_, p_.host_shares_compute);
+  p_.copy_ns = lanes.copy_ns + p_.stash_copy_ns;
+  p_.step_ns = std::max<std::int64_t>(lanes.step_ns, 1);
+  name_busiest_lane(p_);
+}
+
+}  // namespace
+
+L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& graph,
+                               const std::vector<std::int64_t>& micro_batches, const core::RelayChoice& relay,
+                               std::vector<L2LOp>* ops) {
+  return L2LStepWalk(costs, graph, micro_batches, relay, ops).run();
 }
 
 std::string describe_l2l_bound(const L2LPrediction& p) {
