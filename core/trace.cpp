@@ -459,17 +459,14 @@ std::vector<StepSample> read_steps(const JsonNode& steps, const std::vector<std:
 
 namespace {
 
-Trace read_trace(const JsonNode& root, bool nested) {
-  expect_schema(root, kTraceSchema);
-  Trace trace;
-
-  const auto model = root.at("model");
-  trace.model.name = model.at("name").as_string();
-  if (trace.model.name.empty()) model.at("name").fail("expected a non-empty model name");
+ModelInfo read_model(const JsonNode& model) {
+  ModelInfo info;
+  info.name = model.at("name").as_string();
+  if (info.name.empty()) model.at("name").fail("expected a non-empty model name");
   const auto config = model.at("config");
   config.expect_object();
   for (const auto& [key, value] : config.raw().items()) {
-    trace.model.config[key] = config_value_from_json(JsonNode(value, config.path() + "." + key));
+    info.config[key] = config_value_from_json(JsonNode(value, config.path() + "." + key));
   }
   if (model.has("file")) {
     const auto file = model.at("file");
@@ -477,42 +474,69 @@ Trace read_trace(const JsonNode& root, bool nested) {
     if (f.path.empty() || f.path.size() > 4096) file.at("path").fail("expected a file path of 1 to 4096 characters");
     const bool hex = f.sha256.size() == 64 && f.sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
     if (!hex) file.at("sha256").fail("expected 64 lower-case hex digits");
-    trace.model.file = std::move(f);
+    info.file = std::move(f);
   }
+  return info;
+}
 
-  const auto device = root.at("device");
-  trace.device.kind = device.at("kind").as_string();
-  if (trace.device.kind != "cpu" && trace.device.kind != "cuda") {
-    device.at("kind").fail("expected \"cpu\" or \"cuda\", got \"" + trace.device.kind + "\"");
+// The host<->device copy figures: CUDA's pinned copies, or a CPU's memcpy.
+void read_copy_rates(const JsonNode& device, DeviceInfo& info) {
+  info.host_to_device_bytes_per_s = device.at("host_to_device_bytes_per_s").as_double();
+  info.device_to_host_bytes_per_s = device.at("device_to_host_bytes_per_s").as_double();
+  for (const char* key : {"host_to_device_bytes_per_s", "device_to_host_bytes_per_s"}) {
+    const double v = device.at(key).as_double();
+    if (!(v > 0 && v <= 1e14)) device.at(key).fail("expected a positive bandwidth, at most 1e14 bytes/s");
   }
-  trace.device.name = device.at("name").as_string();
-  trace.device.total_memory_bytes = as_bytes(device.at("total_memory_bytes"));
-  if (trace.device.is_cuda()) trace.device.sm_count = as_count(device.at("sm_count"));
+  // Traces from before the latency was measured have none: their copies are timed by bandwidth alone.
+  if (device.has("host_to_device_latency_ns")) {
+    info.host_to_device_latency_ns = device.at("host_to_device_latency_ns").as_int_in(0, 10'000'000'000);
+  }
+  if (device.has("device_to_host_latency_ns")) {
+    info.device_to_host_latency_ns = device.at("device_to_host_latency_ns").as_int_in(0, 10'000'000'000);
+  }
+}
+
+DeviceInfo read_device(const JsonNode& device) {
+  DeviceInfo info;
+  info.kind = device.at("kind").as_string();
+  if (info.kind != "cpu" && info.kind != "cuda") {
+    device.at("kind").fail("expected \"cpu\" or \"cuda\", got \"" + info.kind + "\"");
+  }
+  info.name = device.at("name").as_string();
+  info.total_memory_bytes = as_bytes(device.at("total_memory_bytes"));
+  if (info.is_cuda()) info.sm_count = as_count(device.at("sm_count"));
   // A CPU trace from before the memcpy bandwidth was measured has none (0: copies not timed).
-  if (trace.device.is_cuda() || device.has("host_to_device_bytes_per_s") || device.has("device_to_host_bytes_per_s")) {
-    trace.device.host_to_device_bytes_per_s = device.at("host_to_device_bytes_per_s").as_double();
-    trace.device.device_to_host_bytes_per_s = device.at("device_to_host_bytes_per_s").as_double();
-    for (const char* key : {"host_to_device_bytes_per_s", "device_to_host_bytes_per_s"}) {
-      const double v = device.at(key).as_double();
-      if (!(v > 0 && v <= 1e14)) device.at(key).fail("expected a positive bandwidth, at most 1e14 bytes/s");
-    }
-    // Traces from before the latency was measured have none: their copies are timed by bandwidth alone.
-    if (device.has("host_to_device_latency_ns")) {
-      trace.device.host_to_device_latency_ns = device.at("host_to_device_latency_ns").as_int_in(0, 10'000'000'000);
-    }
-    if (device.has("device_to_host_latency_ns")) {
-      trace.device.device_to_host_latency_ns = device.at("device_to_host_latency_ns").as_int_in(0, 10'000'000'000);
-    }
+  if (info.is_cuda() || device.has("host_to_device_bytes_per_s") || device.has("device_to_host_bytes_per_s")) {
+    read_copy_rates(device, info);
   }
+  return info;
+}
 
-  const auto framework = root.at("framework");
+std::map<std::string, std::string> read_framework(const JsonNode& framework) {
   framework.expect_object();
+  std::map<std::string, std::string> versions;
   for (const auto& [key, value] : framework.raw().items()) {
-    trace.framework[key] = JsonNode(value, framework.path() + "." + key).as_string();
+    versions[key] = JsonNode(value, framework.path() + "." + key).as_string();
   }
   // What recorded the trace, shown with it.
   for (const char* key : {"headroom", "torch"}) framework.at(key).as_string();
+  return versions;
+}
 
+CollectiveLink read_link(const JsonNode& link) {
+  CollectiveLink l;
+  l.bytes_per_second = link.at("bytes_per_second").as_double();
+  if (!(l.bytes_per_second >= 1 && l.bytes_per_second <= 1e14)) {
+    link.at("bytes_per_second").fail("expected from 1 to 1e14 bytes per second");
+  }
+  l.latency_ns = link.at("latency_ns").as_int_in(0, 10'000'000'000);
+  l.source = link.at("source").as_string();
+  return l;
+}
+
+// The optional top-level fields read between the framework and the optimizer: the host memory
+// regime, the precision, the extras the static memory counts, the workers' link, a calibration.
+void read_optional_sections(const JsonNode& root, Trace& trace) {
   if (root.has("host_memory")) {
     const auto host = root.at("host_memory");
     host.expect_object();
@@ -526,132 +550,166 @@ Trace read_trace(const JsonNode& root, bool nested) {
   }
   if (root.has("model_extra_bytes")) trace.model_extra_bytes = as_bytes(root.at("model_extra_bytes"));
   if (root.has("workspace_bytes")) trace.workspace_bytes = as_bytes(root.at("workspace_bytes"));
-  if (root.has("link")) {
-    const auto link = root.at("link");
-    CollectiveLink l;
-    l.bytes_per_second = link.at("bytes_per_second").as_double();
-    if (!(l.bytes_per_second >= 1 && l.bytes_per_second <= 1e14)) {
-      link.at("bytes_per_second").fail("expected from 1 to 1e14 bytes per second");
-    }
-    l.latency_ns = link.at("latency_ns").as_int_in(0, 10'000'000'000);
-    l.source = link.at("source").as_string();
-    trace.link = l;
-  }
+  if (root.has("link")) trace.link = read_link(root.at("link"));
   trace.extras_recorded = root.has("model_extra_bytes") && root.has("checkpoint_state_bytes");
   if (root.has("calibration")) trace.calibration = read_calibration(root.at("calibration"));
+}
 
-  const auto optimizer = root.at("optimizer");
-  trace.optimizer.name = optimizer.at("name").as_string();
-  if (!is_known(kOptimizerNames, trace.optimizer.name)) {
-    optimizer.at("name").fail("unknown optimizer '" + trace.optimizer.name + "' (known: " + name_list(kOptimizerNames) + ")");
+OptimizerInfo read_optimizer(const JsonNode& optimizer) {
+  OptimizerInfo info;
+  info.name = optimizer.at("name").as_string();
+  if (!is_known(kOptimizerNames, info.name)) {
+    optimizer.at("name").fail("unknown optimizer '" + info.name + "' (known: " + name_list(kOptimizerNames) + ")");
   }
-  trace.optimizer.state_bytes = as_bytes(optimizer.at("state_bytes"));
-  trace.optimizer.state_bytes_per_param = optimizer.at("state_bytes_per_param").as_double();
-  if (!(trace.optimizer.state_bytes_per_param >= 0 && trace.optimizer.state_bytes_per_param <= 1024)) {
+  info.state_bytes = as_bytes(optimizer.at("state_bytes"));
+  info.state_bytes_per_param = optimizer.at("state_bytes_per_param").as_double();
+  if (!(info.state_bytes_per_param >= 0 && info.state_bytes_per_param <= 1024)) {
     optimizer.at("state_bytes_per_param").fail("expected a number from 0 to 1024");
   }
   if (optimizer.has("host_ns_per_param")) {
     // Nanoseconds per parameter element: a CPU steps Adam at a few per nanosecond, not one per second.
-    trace.optimizer.host_ns_per_param = optimizer.at("host_ns_per_param").as_double();
-    if (!(trace.optimizer.host_ns_per_param > 0 && trace.optimizer.host_ns_per_param <= 1e9)) {
+    info.host_ns_per_param = optimizer.at("host_ns_per_param").as_double();
+    if (!(info.host_ns_per_param > 0 && info.host_ns_per_param <= 1e9)) {
       optimizer.at("host_ns_per_param").fail("expected a number above 0, at most 1e9");
     }
   }
+  return info;
+}
 
-  const auto profile = root.at("profile");
-  trace.profile.warmup_steps = as_count(profile.at("warmup_steps"));
-  trace.profile.repeats = as_count(profile.at("repeats"));
-  trace.profile.seed = static_cast<std::uint64_t>(profile.at("seed").as_non_negative_int());
-  trace.profile.threads = as_count(profile.at("threads"));
-  trace.profile.recorded_at = profile.at("recorded_at").as_string();
+ProfileSettings read_profile_settings(const JsonNode& profile) {
+  ProfileSettings settings;
+  settings.warmup_steps = as_count(profile.at("warmup_steps"));
+  settings.repeats = as_count(profile.at("repeats"));
+  settings.seed = static_cast<std::uint64_t>(profile.at("seed").as_non_negative_int());
+  settings.threads = as_count(profile.at("threads"));
+  settings.recorded_at = profile.at("recorded_at").as_string();
   if (profile.has("timing_seconds")) {
-    trace.profile.timing_seconds = profile.at("timing_seconds").as_double();
-    if (!(*trace.profile.timing_seconds >= 0 && *trace.profile.timing_seconds <= kMaxTimingSeconds)) {
+    settings.timing_seconds = profile.at("timing_seconds").as_double();
+    if (!(*settings.timing_seconds >= 0 && *settings.timing_seconds <= kMaxTimingSeconds)) {
       profile.at("timing_seconds").fail("expected 0 to " + std::to_string(static_cast<int>(kMaxTimingSeconds)) + " seconds");
     }
   }
+  return settings;
+}
 
-  const auto batch_sizes = root.at("batch_sizes");
+std::vector<std::int64_t> read_batch_sizes(const JsonNode& batch_sizes) {
+  std::vector<std::int64_t> out;
   for (const auto& b : batch_sizes.elements()) {
     const std::int64_t v = as_batch(b);
-    if (!trace.batch_sizes.empty() && v <= trace.batch_sizes.back()) {
+    if (!out.empty() && v <= out.back()) {
       b.fail("batch sizes must be strictly ascending");
     }
-    trace.batch_sizes.push_back(v);
+    out.push_back(v);
   }
-  if (trace.batch_sizes.empty()) batch_sizes.fail("expected at least one batch size");
+  if (out.empty()) batch_sizes.fail("expected at least one batch size");
+  return out;
+}
 
+// The cost model reads the held-inputs figure for every sample or for none.
+void expect_held_inputs_everywhere_or_nowhere(const std::vector<JsonNode>& layer_nodes,
+                                              const std::vector<LayerProfile>& layers) {
+  const bool held = layers.front().samples.front().bwd_inputs_held_extra_bytes.has_value();
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const auto& samples = layers[i].samples;
+    for (std::size_t k = 0; k < samples.size(); ++k) {
+      if (samples[k].bwd_inputs_held_extra_bytes.has_value() != held) {
+        layer_nodes[i].at("samples").elements()[k].fail(held ? "missing \"bwd_inputs_held_extra_bytes\" (the first layer's samples have it)"
+                                                             : "unexpected \"bwd_inputs_held_extra_bytes\" (the first layer's samples have none)");
+      }
+    }
+  }
+}
+
+// Reads the layers after the model, the device and the batch sizes, which they are checked against.
+std::vector<LayerProfile> read_layers(const JsonNode& root, const Trace& trace) {
   const auto layers = root.at("layers").elements();
   if (layers.empty()) root.at("layers").fail("expected at least one layer");
   if (static_cast<std::int64_t>(layers.size()) > kMaxTraceLayers) {
     root.at("layers").fail("expected at most " + std::to_string(kMaxTraceLayers) + " layers, got " + std::to_string(layers.size()));
   }
+  std::vector<LayerProfile> out;
   std::map<std::string, std::size_t> names;
   for (std::size_t i = 0; i < layers.size(); ++i) {
-    trace.layers.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes, trace.device.is_cuda(), !trace.model.file));
+    out.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes, trace.device.is_cuda(), !trace.model.file));
     // Plans, reports and the desktop app name layers: a name must say which one.
-    const auto [earlier, fresh] = names.emplace(trace.layers.back().name, i);
+    const auto [earlier, fresh] = names.emplace(out.back().name, i);
     if (!fresh) {
-      layers[i].at("name").fail("'" + trace.layers.back().name + "' is already the name of layer " +
+      layers[i].at("name").fail("'" + out.back().name + "' is already the name of layer " +
                                 std::to_string(earlier->second));
     }
   }
+  expect_held_inputs_everywhere_or_nowhere(layers, out);
+  return out;
+}
 
-  // The cost model reads the held-inputs figure for every sample or for none.
-  const bool held = trace.layers.front().samples.front().bwd_inputs_held_extra_bytes.has_value();
-  for (std::size_t i = 0; i < trace.layers.size(); ++i) {
-    const auto& samples = trace.layers[i].samples;
-    for (std::size_t k = 0; k < samples.size(); ++k) {
-      if (samples[k].bwd_inputs_held_extra_bytes.has_value() != held) {
-        layers[i].at("samples").elements()[k].fail(held ? "missing \"bwd_inputs_held_extra_bytes\" (the first layer's samples have it)"
-                                                        : "unexpected \"bwd_inputs_held_extra_bytes\" (the first layer's samples have none)");
-      }
-    }
-  }
-
-  trace.steps = read_steps(root.at("steps"), trace.batch_sizes, trace.device.is_cuda());
-  // A Tempo pass measures whole steps as well as its lean layers: both or neither.
-  const bool lean_layers =
+// A Tempo pass measures whole steps as well as its layers' Tempo variants: both or neither.
+void read_tempo_steps(const JsonNode& root, Trace& trace) {
+  const bool tempo_layers =
       std::any_of(trace.layers.begin(), trace.layers.end(), [](const LayerProfile& l) { return l.tempo.has_value(); });
   if (root.has("tempo_steps")) {
-    if (!lean_layers) root.at("tempo_steps").fail("unexpected: no layer has a \"tempo\" profile");
+    if (!tempo_layers) root.at("tempo_steps").fail("unexpected: no layer has a \"tempo\" profile");
     trace.tempo_steps = read_steps(root.at("tempo_steps"), trace.batch_sizes, trace.device.is_cuda());
-  } else if (lean_layers) {
+  } else if (tempo_layers) {
     root.fail("missing \"tempo_steps\" (layers have \"tempo\" profiles)");
   }
+}
+
+// A trace in other_precisions measures the trace's own model alike but for the precision: a
+// comparison of them, and a plan's choice between them, then differ by the precision alone.
+void expect_measured_alike(const JsonNode& element, const Trace& other, const Trace& trace) {
+  // The same model: plans of either precision name the same layers and blocks.
+  bool same = other.model.name == trace.model.name && other.layers.size() == trace.layers.size();
+  for (std::size_t i = 0; same && i < trace.layers.size(); ++i) {
+    same = other.layers[i].name == trace.layers[i].name && other.layers[i].block == trace.layers[i].block &&
+           other.layers[i].inputs == trace.layers[i].inputs;
+  }
+  if (!same) element.at("layers").fail("expected the same model's layers as the trace's own (" + trace.model.name + ")");
+  if (!(other.model == trace.model)) element.at("model").fail("expected the trace's own model, its configuration and file");
+  if (other.device.kind != trace.device.kind || other.device.name != trace.device.name) {
+    element.at("device").fail("expected the trace's own device (" + trace.device.name + ")");
+  }
+  if (other.profile.threads != trace.profile.threads) {
+    element.at("profile").at("threads").fail("expected the trace's own threads (" + std::to_string(trace.profile.threads) + ")");
+  }
+  if (other.optimizer.name != trace.optimizer.name) {
+    element.at("optimizer").at("name").fail("expected the trace's own optimizer (" + trace.optimizer.name + ")");
+  }
+  if (other.batch_sizes != trace.batch_sizes) element.at("batch_sizes").fail("expected the trace's own batch sizes");
+}
+
+Trace read_trace(const JsonNode& root, bool nested);
+
+void read_other_precisions(const JsonNode& root, bool nested, Trace& trace) {
+  if (nested) root.at("other_precisions").fail("unexpected: a trace in other_precisions holds no further ones");
+  for (const auto& element : root.at("other_precisions").elements()) {
+    Trace other = read_trace(element, true);
+    if (trace.in_precision(other.precision) != nullptr) {
+      element.fail("precision " + std::string(precision_name(other.precision)) + " is measured twice");
+    }
+    expect_measured_alike(element, other, trace);
+    trace.other_precisions.push_back(std::move(other));
+  }
+}
+
+// The sections are read in the document's order of dependence: the layers are checked against the
+// device and the batch sizes, the other precisions against the whole trace.
+Trace read_trace(const JsonNode& root, bool nested) {
+  expect_schema(root, kTraceSchema);
+  Trace trace;
+  trace.model = read_model(root.at("model"));
+  trace.device = read_device(root.at("device"));
+  trace.framework = read_framework(root.at("framework"));
+  read_optional_sections(root, trace);
+  trace.optimizer = read_optimizer(root.at("optimizer"));
+  trace.profile = read_profile_settings(root.at("profile"));
+  trace.batch_sizes = read_batch_sizes(root.at("batch_sizes"));
+  trace.layers = read_layers(root, trace);
+  trace.steps = read_steps(root.at("steps"), trace.batch_sizes, trace.device.is_cuda());
+  read_tempo_steps(root, trace);
   if (root.has("contrastive_loss")) {
     trace.contrastive_loss = read_contrastive_profile(root.at("contrastive_loss"), trace.layers.size());
   }
-  if (root.has("other_precisions")) {
-    if (nested) root.at("other_precisions").fail("unexpected: a trace in other_precisions holds no further ones");
-    for (const auto& element : root.at("other_precisions").elements()) {
-      Trace other = read_trace(element, true);
-      if (trace.in_precision(other.precision) != nullptr) {
-        element.fail("precision " + std::string(precision_name(other.precision)) + " is measured twice");
-      }
-      // The same model: plans of either precision name the same layers and blocks.
-      bool same = other.model.name == trace.model.name && other.layers.size() == trace.layers.size();
-      for (std::size_t i = 0; same && i < trace.layers.size(); ++i) {
-        same = other.layers[i].name == trace.layers[i].name && other.layers[i].block == trace.layers[i].block &&
-               other.layers[i].inputs == trace.layers[i].inputs;
-      }
-      if (!same) element.at("layers").fail("expected the same model's layers as the trace's own (" + trace.model.name + ")");
-      // Measured alike but for the precision: a comparison of them, and a plan's choice between them,
-      // then differ by the precision alone.
-      if (!(other.model == trace.model)) element.at("model").fail("expected the trace's own model, its configuration and file");
-      if (other.device.kind != trace.device.kind || other.device.name != trace.device.name) {
-        element.at("device").fail("expected the trace's own device (" + trace.device.name + ")");
-      }
-      if (other.profile.threads != trace.profile.threads) {
-        element.at("profile").at("threads").fail("expected the trace's own threads (" + std::to_string(trace.profile.threads) + ")");
-      }
-      if (other.optimizer.name != trace.optimizer.name) {
-        element.at("optimizer").at("name").fail("expected the trace's own optimizer (" + trace.optimizer.name + ")");
-      }
-      if (other.batch_sizes != trace.batch_sizes) element.at("batch_sizes").fail("expected the trace's own batch sizes");
-      trace.other_precisions.push_back(std::move(other));
-    }
-  }
+  if (root.has("other_precisions")) read_other_precisions(root, nested, trace);
   return trace;
 }
 
