@@ -140,98 +140,98 @@ nlohmann::json step_to_json(const StepSample& s) {
 
 namespace {
 
-nlohmann::json model_to_json(const ModelInfo& model, nlohmann::json config) {
+nlohmann::json model_to_json(const ModelInfo& model) {
+  nlohmann::json config = nlohmann::json::object();
+  for (const auto& [k, v] : model.config) config[k] = config_value_to_json(v);
   nlohmann::json out = {{"name", model.name}, {"config", std::move(config)}};
   if (model.file) out["file"] = {{"path", model.file->path}, {"sha256", model.file->sha256}};
   return out;
 }
 
-}  // namespace
+nlohmann::json samples_to_json(const std::vector<LayerSample>& samples) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& s : samples) out.push_back(sample_to_json(s));
+  return out;
+}
 
-nlohmann::json to_json(const Trace& trace) {
-  nlohmann::json config = nlohmann::json::object();
-  for (const auto& [k, v] : trace.model.config) config[k] = config_value_to_json(v);
-
-  nlohmann::json layers = nlohmann::json::array();
-  for (const auto& layer : trace.layers) {
-    nlohmann::json samples = nlohmann::json::array();
-    for (const auto& s : layer.samples) samples.push_back(sample_to_json(s));
-    layers.push_back({{"id", layer.id},
-                      {"name", layer.name},
-                      {"kind", layer.kind},
-                      {"block", layer.block},
-                      {"inputs", layer.inputs},
-                      {"saves_inputs", layer.saves_inputs},
-                      {"param_bytes", layer.param_bytes},
-                      {"samples", std::move(samples)}});
-    if (layer.tempo) {
-      nlohmann::json lean = nlohmann::json::array();
-      for (const auto& s : layer.tempo->samples) lean.push_back(sample_to_json(s));
-      layers.back()["tempo"] = {{"saves_inputs", layer.tempo->saves_inputs},
-                                {"keeps_output", layer.tempo->keeps_output},
-                                {"samples", std::move(lean)}};
-    }
-    if (!layer.checkpointed.empty()) {
-      nlohmann::json checkpointed = nlohmann::json::array();
-      for (const auto& c : layer.checkpointed) {
-        checkpointed.push_back({{"batch", c.batch},
-                                {"recompute_transient_bytes", c.recompute_transient_bytes},
-                                {"recompute_extra_bytes", c.recompute_extra_bytes},
-                                {"bwd_transient_bytes", c.bwd_transient_bytes}});
-      }
-      layers.back()["checkpointed"] = std::move(checkpointed);
-      layers.back()["keeps_output"] = layer.keeps_output;
-    }
+nlohmann::json layer_to_json(const LayerProfile& layer) {
+  nlohmann::json out = {{"id", layer.id},
+                        {"name", layer.name},
+                        {"kind", layer.kind},
+                        {"block", layer.block},
+                        {"inputs", layer.inputs},
+                        {"saves_inputs", layer.saves_inputs},
+                        {"param_bytes", layer.param_bytes},
+                        {"samples", samples_to_json(layer.samples)}};
+  if (layer.tempo) {
+    out["tempo"] = {{"saves_inputs", layer.tempo->saves_inputs},
+                    {"keeps_output", layer.tempo->keeps_output},
+                    {"samples", samples_to_json(layer.tempo->samples)}};
   }
-  nlohmann::json steps = nlohmann::json::array();
-  for (const auto& s : trace.steps) steps.push_back(step_to_json(s));
-  nlohmann::json device = {{"kind", trace.device.kind},
-                           {"name", trace.device.name},
-                           {"total_memory_bytes", trace.device.total_memory_bytes}};
-  if (trace.device.is_cuda()) device["sm_count"] = trace.device.sm_count;
+  if (!layer.checkpointed.empty()) {
+    nlohmann::json checkpointed = nlohmann::json::array();
+    for (const auto& c : layer.checkpointed) {
+      checkpointed.push_back({{"batch", c.batch},
+                              {"recompute_transient_bytes", c.recompute_transient_bytes},
+                              {"recompute_extra_bytes", c.recompute_extra_bytes},
+                              {"bwd_transient_bytes", c.bwd_transient_bytes}});
+    }
+    out["checkpointed"] = std::move(checkpointed);
+    out["keeps_output"] = layer.keeps_output;
+  }
+  return out;
+}
+
+nlohmann::json steps_to_json(const std::vector<StepSample>& steps) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& s : steps) out.push_back(step_to_json(s));
+  return out;
+}
+
+nlohmann::json device_to_json(const DeviceInfo& device) {
+  nlohmann::json out = {{"kind", device.kind}, {"name", device.name}, {"total_memory_bytes", device.total_memory_bytes}};
+  if (device.is_cuda()) out["sm_count"] = device.sm_count;
   // CUDA: pinned host<->device copies; the CPU (traces since L2L's copy lanes): memcpy.
-  if (trace.device.is_cuda() || trace.device.host_to_device_bytes_per_s > 0) {
-    device["host_to_device_bytes_per_s"] = trace.device.host_to_device_bytes_per_s;
-    device["device_to_host_bytes_per_s"] = trace.device.device_to_host_bytes_per_s;
-    device["host_to_device_latency_ns"] = trace.device.host_to_device_latency_ns;
-    device["device_to_host_latency_ns"] = trace.device.device_to_host_latency_ns;
+  if (device.is_cuda() || device.host_to_device_bytes_per_s > 0) {
+    out["host_to_device_bytes_per_s"] = device.host_to_device_bytes_per_s;
+    out["device_to_host_bytes_per_s"] = device.device_to_host_bytes_per_s;
+    out["host_to_device_latency_ns"] = device.host_to_device_latency_ns;
+    out["device_to_host_latency_ns"] = device.device_to_host_latency_ns;
   }
-  nlohmann::json document = {
-      {"schema", kTraceSchema},
-      {"model", model_to_json(trace.model, std::move(config))},
-      {"device", std::move(device)},
-      {"framework", trace.framework},
-      {"optimizer",
-       {{"name", trace.optimizer.name},
-        {"state_bytes", trace.optimizer.state_bytes},
-        {"state_bytes_per_param", trace.optimizer.state_bytes_per_param}}},
-      {"profile",
-       {{"warmup_steps", trace.profile.warmup_steps},
-        {"repeats", trace.profile.repeats},
-        {"seed", trace.profile.seed},
-        {"threads", trace.profile.threads},
-        {"recorded_at", trace.profile.recorded_at}}},
-      {"batch_sizes", trace.batch_sizes},
-      {"layers", std::move(layers)},
-      {"steps", std::move(steps)},
-  };
-  if (trace.profile.timing_seconds) document["profile"]["timing_seconds"] = *trace.profile.timing_seconds;
+  return out;
+}
+
+nlohmann::json optimizer_to_json(const OptimizerInfo& optimizer) {
+  nlohmann::json out = {{"name", optimizer.name},
+                        {"state_bytes", optimizer.state_bytes},
+                        {"state_bytes_per_param", optimizer.state_bytes_per_param}};
+  if (optimizer.host_ns_per_param > 0) out["host_ns_per_param"] = optimizer.host_ns_per_param;
+  return out;
+}
+
+nlohmann::json profile_settings_to_json(const ProfileSettings& profile) {
+  nlohmann::json out = {{"warmup_steps", profile.warmup_steps},
+                        {"repeats", profile.repeats},
+                        {"seed", profile.seed},
+                        {"threads", profile.threads},
+                        {"recorded_at", profile.recorded_at}};
+  if (profile.timing_seconds) out["timing_seconds"] = *profile.timing_seconds;
+  return out;
+}
+
+// The fields older traces lack, written only where set so that such a trace reads back as it was.
+void write_optional_sections(const Trace& trace, nlohmann::json& document) {
   if (!trace.host_memory_regime.empty()) document["host_memory"] = {{"regime", trace.host_memory_regime}};
   if (trace.precision != Precision::Fp32) document["precision"] = std::string(precision_name(trace.precision));
   document["checkpoint_state_bytes"] = trace.checkpoint_state_bytes;
   document["model_extra_bytes"] = trace.model_extra_bytes;
   if (trace.workspace_bytes > 0) document["workspace_bytes"] = trace.workspace_bytes;
-  if (trace.optimizer.host_ns_per_param > 0) document["optimizer"]["host_ns_per_param"] = trace.optimizer.host_ns_per_param;
   if (trace.link) {
     document["link"] = {{"bytes_per_second", trace.link->bytes_per_second},
                         {"latency_ns", trace.link->latency_ns},
                         {"source", trace.link->source}};
   }
-  if (trace.has_tempo()) {
-    nlohmann::json tempo_steps = nlohmann::json::array();
-    for (const auto& s : trace.tempo_steps) tempo_steps.push_back(step_to_json(s));
-    document["tempo_steps"] = std::move(tempo_steps);
-  }
+  if (trace.has_tempo()) document["tempo_steps"] = steps_to_json(trace.tempo_steps);
   if (trace.contrastive_loss) document["contrastive_loss"] = to_json(*trace.contrastive_loss);
   if (trace.calibration) document["calibration"] = to_json(*trace.calibration);
   if (!trace.other_precisions.empty()) {
@@ -239,6 +239,25 @@ nlohmann::json to_json(const Trace& trace) {
     for (const auto& other : trace.other_precisions) others.push_back(to_json(other));
     document["other_precisions"] = std::move(others);
   }
+}
+
+}  // namespace
+
+nlohmann::json to_json(const Trace& trace) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& layer : trace.layers) layers.push_back(layer_to_json(layer));
+  nlohmann::json document = {
+      {"schema", kTraceSchema},
+      {"model", model_to_json(trace.model)},
+      {"device", device_to_json(trace.device)},
+      {"framework", trace.framework},
+      {"optimizer", optimizer_to_json(trace.optimizer)},
+      {"profile", profile_settings_to_json(trace.profile)},
+      {"batch_sizes", trace.batch_sizes},
+      {"layers", std::move(layers)},
+      {"steps", steps_to_json(trace.steps)},
+  };
+  write_optional_sections(trace, document);
   return document;
 }
 
