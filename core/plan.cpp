@@ -133,142 +133,201 @@ DataParallelChoice read_data_parallel(const JsonNode& root, int workers, const S
   return dp;
 }
 
+// The trace the plan was made from: load_plan_trace finds it by path and checks its digest.
+void read_trace_reference(const JsonNode& trace, Plan& plan) {
+  plan.trace_path = trace.at("path").as_string();
+  if (plan.trace_path.empty()) trace.at("path").fail("expected the trace's path");
+  plan.trace_sha256 = trace.at("sha256").as_string();
+  if (plan.trace_sha256.size() != 64) trace.at("sha256").fail("expected 64 hex digits");
+  plan.model = trace.at("model").as_string();
+  plan.device = trace.at("device").as_string();
+}
+
+void read_budget_and_batch(const JsonNode& root, Plan& plan) {
+  // A plan always has a budget; only `execute --no-budget` runs without one.
+  plan.budget_bytes = root.at("budget_bytes").as_int_in(1, kMaxPlanBudget);
+  plan.margin_bytes = root.at("margin_bytes").as_int_in(0, plan.budget_bytes);
+  plan.global_batch = root.at("global_batch").as_non_negative_int();
+  if (plan.global_batch == 0) root.at("global_batch").fail("expected a positive batch size");
+  if (plan.global_batch > kMaxPlanBatch) {
+    root.at("global_batch").fail("expected at most " + std::to_string(kMaxPlanBatch) + ", got " + std::to_string(plan.global_batch));
+  }
+}
+
+std::vector<std::string> read_strategies(const JsonNode& strategies) {
+  std::vector<std::string> out;
+  for (const auto& s : strategies.elements()) {
+    out.push_back(s.as_string());
+    if (!is_known(kStrategyNames, out.back())) {
+      s.fail("unknown strategy '" + out.back() + "' (known: " + name_list(kStrategyNames) + ")");
+    }
+  }
+  return out;
+}
+
+// The micro-batch sizes, which sum to the global batch.
+std::vector<std::int64_t> read_micro_batches(const JsonNode& micro, std::int64_t global_batch) {
+  std::vector<std::int64_t> out;
+  std::int64_t sum = 0;
+  for (const auto& m : micro.elements()) {
+    const std::int64_t size = m.as_non_negative_int();
+    if (size == 0) m.fail("expected a positive micro-batch size");
+    // Past the global batch the sum can only be wrong; checking here keeps it from overflowing.
+    if (size > global_batch) m.fail("micro-batch of " + std::to_string(size) + " is larger than the global batch");
+    sum += size;
+    if (sum > global_batch) {
+      micro.fail("sizes sum to " + std::to_string(sum) + " or more, not the global batch " + std::to_string(global_batch));
+    }
+    out.push_back(size);
+  }
+  if (sum != global_batch) {
+    micro.fail("sizes sum to " + std::to_string(sum) + ", not the global batch " + std::to_string(global_batch));
+  }
+  return out;
+}
+
+// Written for the reader's benefit; the executor weighs by b_i / B, so an edited weight would
+// mislead.
+void expect_loss_weights_of_sizes(const JsonNode& root, const Plan& plan) {
+  const auto weights = root.at("loss_weights").elements();
+  if (weights.size() != plan.choice.micro_batches.size()) {
+    root.at("loss_weights").fail("expected one weight per micro-batch (" +
+                                 std::to_string(plan.choice.micro_batches.size()) + ")");
+  }
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    if (std::abs(weights[i].as_double() - plan.loss_weight(i)) > 1e-9) {
+      weights[i].fail("expected b_i / B = " + std::to_string(plan.loss_weight(i)) +
+                      " (weights follow the micro-batch sizes; edit those instead)");
+    }
+  }
+}
+
+std::vector<int> read_checkpointed_blocks(const JsonNode& node) {
+  const auto blocks = node.elements();
+  std::vector<int> chosen;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const int block = static_cast<int>(blocks[i].as_int_in(0, kMaxPlanLayers - 1));
+    const auto earlier = std::find(chosen.begin(), chosen.end(), block);
+    if (earlier != chosen.end()) {
+      blocks[i].fail("block " + std::to_string(block) + " is already checkpointed at index " +
+                     std::to_string(earlier - chosen.begin()));
+    }
+    chosen.push_back(block);
+  }
+  return chosen;
+}
+
+std::vector<LayerStep> read_layer_steps(const JsonNode& node) {
+  const auto layers = node.elements();
+  std::vector<LayerStep> out;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    LayerStep step;
+    // Compared as read: an id past int's range must not wrap to the expected one.
+    if (layers[i].at("id").as_int() != static_cast<std::int64_t>(i)) layers[i].at("id").fail("expected " + std::to_string(i));
+    step.id = static_cast<int>(i);
+    step.name = layers[i].at("name").as_string();
+    step.checkpoint = layers[i].at("checkpoint").as_bool();
+    step.variant = read_variant(layers[i]);
+    out.push_back(step);
+  }
+  return out;
+}
+
+// The techniques the step runs besides micro-batching and checkpointing: data parallel workers,
+// the ring's Inf-CL loss and its tiles, and L2L.
+void read_technique_choices(const JsonNode& root, StepChoice& choice) {
+  const int workers = root.has("world_size") ? static_cast<int>(root.at("world_size").as_int_in(1, kMaxWorkers)) : 1;
+  if (workers > 1 || root.has("data_parallel")) choice.data_parallel = read_data_parallel(root, workers, choice);
+  // Whether the plan's workers and its model run the ring is checked against the trace (planner::check_choice).
+  if (root.has("ring_loss")) choice.ring_loss = root.at("ring_loss").as_bool();
+  if (root.has("loss_tiles")) {
+    const auto tiles = root.at("loss_tiles");
+    choice.loss_tiles = LossTiles{tiles.at("rows").as_int_in(1, kMaxPlanBatch), tiles.at("cols").as_int_in(1, kMaxPlanBatch)};
+  }
+  choice.l2l = read_relay_choice(root);
+}
+
+// What the plan was made under when it differs from the trace: the optimizer, a calibration,
+// threads, the precision, the static memory.
+void read_planning_settings(const JsonNode& root, Plan& plan) {
+  if (root.has("optimizer")) {
+    plan.optimizer = root.at("optimizer").as_string();
+    if (!is_known(kOptimizerNames, plan.optimizer)) {
+      root.at("optimizer").fail("unknown optimizer '" + plan.optimizer + "' (known: " + name_list(kOptimizerNames) + ")");
+    }
+  }
+  if (root.has("calibration")) plan.calibration = read_calibration(root.at("calibration"));
+  if (root.has("threads")) plan.threads = static_cast<int>(root.at("threads").as_int_in(1, 4096));
+  if (root.has("precision")) plan.precision = read_precision(root.at("precision"));
+  if (root.has("static_memory")) plan.static_memory = read_static_memory(root.at("static_memory"));
+}
+
+double read_predicted_part(const JsonNode& node, const std::string& name, double step_seconds) {
+  if (std::find(kPredictedPartNames.begin(), kPredictedPartNames.end(), name) == kPredictedPartNames.end()) {
+    std::string known;
+    for (const auto part : kPredictedPartNames) known += (known.empty() ? "" : ", ") + std::string(part);
+    node.fail("unknown part (known: " + known + ")");
+  }
+  const double figure = node.as_double();
+  // Seconds or bytes: finite, not negative, within what a trace can hold.
+  if (!(figure >= 0 && figure <= 1e18)) node.fail("expected a figure from 0 to 1e18");
+  // A class of work twice as slow lengthens the step by at most the step.
+  const bool by_class = name == kMatmulBoundSecondsPart || name == kComputeBoundSecondsPart || name == kMemoryBoundSecondsPart;
+  if (by_class && figure > step_seconds * (1 + 1e-9)) {
+    char text[160];
+    std::snprintf(text, sizeof text, "expected at most the predicted step (%.6g s), got %.6g", step_seconds, figure);
+    node.fail(text);
+  }
+  return figure;
+}
+
+// Read after the predicted figures, which a part by class of work is checked against.
+std::map<std::string, double> read_predicted_parts(const JsonNode& parts, double step_seconds) {
+  parts.expect_object();
+  std::map<std::string, double> out;
+  for (const auto& item : parts.raw().items()) {
+    out[item.key()] = read_predicted_part(parts.at(item.key()), item.key(), step_seconds);
+  }
+  return out;
+}
+
+void read_explanation(const JsonNode& explanation, Plan& plan) {
+  plan.binding_constraint = explanation.at("binding_constraint").as_string();
+  plan.peak_at = explanation.at("peak_at").as_string();
+  for (const auto& r : explanation.at("runner_ups").elements()) {
+    RunnerUp up;
+    up.micro_batch = r.at("micro_batch").as_int_in(1, kMaxPlanBatch);
+    up.checkpointed_blocks = static_cast<int>(r.at("checkpointed_blocks").as_int_in(0, kMaxPlanLayers));
+    up.predicted = read_step_figures(r.at("predicted"));
+    up.verdict = r.at("verdict").as_string();
+    plan.runner_ups.push_back(up);
+  }
+}
+
+Plan read_plan(const JsonNode& root) {
+  expect_schema(root, kPlanSchema);
+  Plan plan;
+  read_trace_reference(root.at("trace"), plan);
+  read_budget_and_batch(root, plan);
+  plan.strategies = read_strategies(root.at("strategies"));
+  plan.choice.micro_batches = read_micro_batches(root.at("micro_batches"), plan.global_batch);
+  expect_loss_weights_of_sizes(root, plan);
+  plan.choice.checkpointed_blocks = read_checkpointed_blocks(root.at("checkpointed_blocks"));
+  plan.choice.layers = read_layer_steps(root.at("layers"));
+  read_technique_choices(root, plan.choice);
+  for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());
+  read_planning_settings(root, plan);
+  plan.predicted = read_step_figures(root.at("predicted"));
+  if (root.has("predicted_parts")) plan.predicted_parts = read_predicted_parts(root.at("predicted_parts"), plan.predicted.step_seconds);
+  read_explanation(root.at("explanation"), plan);
+  return plan;
+}
+
 }  // namespace
 
 Plan plan_from_json(const nlohmann::json& document, std::string_view source) {
   try {
-    const JsonNode root(document, "$");
-    expect_schema(root, kPlanSchema);
-    Plan plan;
-    const auto trace = root.at("trace");
-    plan.trace_path = trace.at("path").as_string();
-    if (plan.trace_path.empty()) trace.at("path").fail("expected the trace's path");
-    plan.trace_sha256 = trace.at("sha256").as_string();
-    if (plan.trace_sha256.size() != 64) trace.at("sha256").fail("expected 64 hex digits");
-    plan.model = trace.at("model").as_string();
-    plan.device = trace.at("device").as_string();
-    // A plan always has a budget; only `execute --no-budget` runs without one.
-    plan.budget_bytes = root.at("budget_bytes").as_int_in(1, kMaxPlanBudget);
-    plan.margin_bytes = root.at("margin_bytes").as_int_in(0, plan.budget_bytes);
-    plan.global_batch = root.at("global_batch").as_non_negative_int();
-    if (plan.global_batch == 0) root.at("global_batch").fail("expected a positive batch size");
-    if (plan.global_batch > kMaxPlanBatch) {
-      root.at("global_batch").fail("expected at most " + std::to_string(kMaxPlanBatch) + ", got " + std::to_string(plan.global_batch));
-    }
-    for (const auto& s : root.at("strategies").elements()) {
-      plan.strategies.push_back(s.as_string());
-      if (!is_known(kStrategyNames, plan.strategies.back())) {
-        s.fail("unknown strategy '" + plan.strategies.back() + "' (known: " + name_list(kStrategyNames) + ")");
-      }
-    }
-    const auto micro = root.at("micro_batches");
-    std::int64_t sum = 0;
-    for (const auto& m : micro.elements()) {
-      const std::int64_t size = m.as_non_negative_int();
-      if (size == 0) m.fail("expected a positive micro-batch size");
-      // Past the global batch the sum can only be wrong; checking here keeps it from overflowing.
-      if (size > plan.global_batch) m.fail("micro-batch of " + std::to_string(size) + " is larger than the global batch");
-      sum += size;
-      if (sum > plan.global_batch) {
-        micro.fail("sizes sum to " + std::to_string(sum) + " or more, not the global batch " + std::to_string(plan.global_batch));
-      }
-      plan.choice.micro_batches.push_back(size);
-    }
-    if (sum != plan.global_batch) {
-      micro.fail("sizes sum to " + std::to_string(sum) + ", not the global batch " + std::to_string(plan.global_batch));
-    }
-    // Written for the reader's benefit; the executor weighs by b_i / B, so an edited weight would
-    // mislead.
-    const auto weights = root.at("loss_weights").elements();
-    if (weights.size() != plan.choice.micro_batches.size()) {
-      root.at("loss_weights").fail("expected one weight per micro-batch (" +
-                                   std::to_string(plan.choice.micro_batches.size()) + ")");
-    }
-    for (std::size_t i = 0; i < weights.size(); ++i) {
-      if (std::abs(weights[i].as_double() - plan.loss_weight(i)) > 1e-9) {
-        weights[i].fail("expected b_i / B = " + std::to_string(plan.loss_weight(i)) +
-                        " (weights follow the micro-batch sizes; edit those instead)");
-      }
-    }
-    const auto blocks = root.at("checkpointed_blocks").elements();
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      const int block = static_cast<int>(blocks[i].as_int_in(0, kMaxPlanLayers - 1));
-      auto& chosen = plan.choice.checkpointed_blocks;
-      const auto earlier = std::find(chosen.begin(), chosen.end(), block);
-      if (earlier != chosen.end()) {
-        blocks[i].fail("block " + std::to_string(block) + " is already checkpointed at index " +
-                       std::to_string(earlier - chosen.begin()));
-      }
-      chosen.push_back(block);
-    }
-    const auto layers = root.at("layers").elements();
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      LayerStep step;
-      // Compared as read: an id past int's range must not wrap to the expected one.
-      if (layers[i].at("id").as_int() != static_cast<std::int64_t>(i)) layers[i].at("id").fail("expected " + std::to_string(i));
-      step.id = static_cast<int>(i);
-      step.name = layers[i].at("name").as_string();
-      step.checkpoint = layers[i].at("checkpoint").as_bool();
-      step.variant = read_variant(layers[i]);
-      plan.choice.layers.push_back(step);
-    }
-    const int workers = root.has("world_size") ? static_cast<int>(root.at("world_size").as_int_in(1, kMaxWorkers)) : 1;
-    if (workers > 1 || root.has("data_parallel")) plan.choice.data_parallel = read_data_parallel(root, workers, plan.choice);
-    // Whether the plan's workers and its model run the ring is checked against the trace (planner::check_choice).
-    if (root.has("ring_loss")) plan.choice.ring_loss = root.at("ring_loss").as_bool();
-    if (root.has("loss_tiles")) {
-      const auto tiles = root.at("loss_tiles");
-      plan.choice.loss_tiles = LossTiles{tiles.at("rows").as_int_in(1, kMaxPlanBatch), tiles.at("cols").as_int_in(1, kMaxPlanBatch)};
-    }
-    plan.choice.l2l = read_relay_choice(root);
-    for (const auto& w : root.at("warnings").elements()) plan.warnings.push_back(w.as_string());
-    if (root.has("optimizer")) {
-      plan.optimizer = root.at("optimizer").as_string();
-      if (!is_known(kOptimizerNames, plan.optimizer)) {
-        root.at("optimizer").fail("unknown optimizer '" + plan.optimizer + "' (known: " + name_list(kOptimizerNames) + ")");
-      }
-    }
-    if (root.has("calibration")) plan.calibration = read_calibration(root.at("calibration"));
-    if (root.has("threads")) plan.threads = static_cast<int>(root.at("threads").as_int_in(1, 4096));
-    if (root.has("precision")) plan.precision = read_precision(root.at("precision"));
-    if (root.has("static_memory")) plan.static_memory = read_static_memory(root.at("static_memory"));
-    plan.predicted = read_step_figures(root.at("predicted"));
-    if (root.has("predicted_parts")) {
-      const auto parts = root.at("predicted_parts");
-      parts.expect_object();
-      for (const auto& item : parts.raw().items()) {
-        const auto node = parts.at(item.key());
-        if (std::find(kPredictedPartNames.begin(), kPredictedPartNames.end(), item.key()) == kPredictedPartNames.end()) {
-          std::string known;
-          for (const auto name : kPredictedPartNames) known += (known.empty() ? "" : ", ") + std::string(name);
-          node.fail("unknown part (known: " + known + ")");
-        }
-        const double figure = node.as_double();
-        // Seconds or bytes: finite, not negative, within what a trace can hold.
-        if (!(figure >= 0 && figure <= 1e18)) node.fail("expected a figure from 0 to 1e18");
-        // A class of work twice as slow lengthens the step by at most the step.
-        const bool by_class = item.key() == kMatmulBoundSecondsPart || item.key() == kComputeBoundSecondsPart ||
-                              item.key() == kMemoryBoundSecondsPart;
-        if (by_class && figure > plan.predicted.step_seconds * (1 + 1e-9)) {
-          char text[160];
-          std::snprintf(text, sizeof text, "expected at most the predicted step (%.6g s), got %.6g", plan.predicted.step_seconds, figure);
-          node.fail(text);
-        }
-        plan.predicted_parts[item.key()] = figure;
-      }
-    }
-    const auto explanation = root.at("explanation");
-    plan.binding_constraint = explanation.at("binding_constraint").as_string();
-    plan.peak_at = explanation.at("peak_at").as_string();
-    for (const auto& r : explanation.at("runner_ups").elements()) {
-      RunnerUp up;
-      up.micro_batch = r.at("micro_batch").as_int_in(1, kMaxPlanBatch);
-      up.checkpointed_blocks = static_cast<int>(r.at("checkpointed_blocks").as_int_in(0, kMaxPlanLayers));
-      up.predicted = read_step_figures(r.at("predicted"));
-      up.verdict = r.at("verdict").as_string();
-      plan.runner_ups.push_back(up);
-    }
-    return plan;
+    return read_plan(JsonNode(document, "$"));
   } catch (const InputError& e) {
     throw InputError(std::string(source) + ": " + e.what());
   }
