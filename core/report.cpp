@@ -9,6 +9,87 @@
 
 namespace headroom::core {
 
+namespace {
+
+nlohmann::json gradient_check_to_json(const GradientCheck& check) {
+  nlohmann::json out = {{"computed", check.computed}, {"note", check.note}};
+  if (check.computed) out["max_rel_diff"] = check.max_rel_diff;
+  if (check.float32_max_rel_diff) {
+    out["float32_max_rel_diff"] = *check.float32_max_rel_diff;
+    out["reference_float32_max_rel_diff"] = *check.reference_float32_max_rel_diff;
+  }
+  return out;
+}
+
+// The calibration a run was predicted with, and the one it found before and after it.
+nlohmann::json calibrations_to_json(const Report& r) {
+  nlohmann::json calibration = nlohmann::json::object();
+  if (r.predicted_calibration) calibration["predicted"] = to_json(*r.predicted_calibration);
+  if (r.calibration_before) calibration["before"] = to_json(*r.calibration_before);
+  if (r.calibration_after) calibration["after"] = to_json(*r.calibration_after);
+  return calibration;
+}
+
+// The regime alone where the run was not measured on the host.
+nlohmann::json host_memory_to_json(const std::string& regime, const std::optional<HostMemoryReport>& host) {
+  nlohmann::json out;
+  if (!regime.empty()) out = {{"regime", regime}};
+  if (host) {
+    out["resident_start_bytes"] = host->resident_start_bytes;
+    out["resident_peak_bytes"] = host->resident_peak_bytes;
+    out["heap_start_bytes"] = host->heap_start_bytes;
+    out["heap_peak_bytes"] = host->heap_peak_bytes;
+    out["heap_free_bytes"] = host->heap_free_bytes;
+    out["trims"] = host->trims;
+  }
+  return out;
+}
+
+nlohmann::json data_parallel_to_json(const DataParallelReport& d) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& w : d.workers) {
+    workers.push_back({{"rank", w.rank},
+                       {"samples", w.samples},
+                       {"peak_bytes", w.peak_bytes},
+                       {"step_seconds", w.step_seconds},
+                       {"allreduce_wait_seconds", w.allreduce_wait_seconds}});
+  }
+  nlohmann::json out = {{"world_size", d.world_size}, {"backend", d.backend},           {"buckets", d.buckets},
+                        {"bucket_bytes", d.bucket_bytes}, {"weight_checks", d.weight_checks}, {"workers", workers},
+                        {"predicted_allreduce_seconds", d.predicted_allreduce_seconds},
+                        {"predicted_exposed_allreduce_seconds", d.predicted_exposed_allreduce_seconds}};
+  if (d.full_batch_weights_max_rel_diff) out["full_batch_weights_max_rel_diff"] = *d.full_batch_weights_max_rel_diff;
+  return out;
+}
+
+nlohmann::json lanes_to_json(const RelayReport::Lanes& lanes) {
+  return nlohmann::json{{"compute_seconds", lanes.compute_seconds},
+                        {"copy_seconds", lanes.copy_seconds},
+                        {"wait_seconds", lanes.wait_seconds},
+                        {"host_optimizer_seconds", lanes.host_optimizer_seconds}};
+}
+
+// Negative lanes were not recorded (RelayReport::Lanes) and are left out.
+nlohmann::json l2l_to_json(const RelayReport& l) {
+  nlohmann::json out = {{"boundaries", l.boundaries_on_host ? "host" : "device"},
+                        {"stages", l.stages},
+                        {"largest_stage_parameter_bytes", l.largest_stage_parameter_bytes},
+                        {"predicted_host_bytes", l.predicted_host_bytes},
+                        {"measured_host_peak_bytes", l.measured_host_peak_bytes}};
+  if (l.kept_stages > 0) out["kept_stages"] = l.kept_stages;
+  if (l.measured.compute_seconds >= 0) out["measured_lanes"] = lanes_to_json(l.measured);
+  if (l.predicted.compute_seconds >= 0) out["predicted_lanes"] = lanes_to_json(l.predicted);
+  return out;
+}
+
+nlohmann::json out_of_memory_to_json(const OutOfMemory& o) {
+  return nlohmann::json{{"layer", o.layer},           {"phase", o.phase},
+                        {"micro_batch", o.micro_batch}, {"requested_bytes", o.requested_bytes},
+                        {"in_use_bytes", o.in_use_bytes}, {"budget_bytes", o.budget_bytes}};
+}
+
+}  // namespace
+
 nlohmann::json to_json(const Report& r) {
   nlohmann::json doc = {
       {"schema", kReportSchema},
@@ -24,76 +105,20 @@ nlohmann::json to_json(const Report& r) {
       {"predicted", to_json(r.predicted)},
       {"measured", to_json(r.measured)},
       {"errors", {{"peak_rel", r.peak_rel_error}, {"throughput_rel", r.throughput_rel_error}}},
-      {"gradient_check", {{"computed", r.gradient_check.computed}, {"note", r.gradient_check.note}}},
+      {"gradient_check", gradient_check_to_json(r.gradient_check)},
       {"warnings", r.warnings},
       {"step_seconds", r.step_seconds},
       {"data", r.data},
   };
   if (r.threads > 0) doc["threads"] = r.threads;
   if (r.precision != Precision::Fp32) doc["precision"] = std::string(precision_name(r.precision));
-  if (r.predicted_calibration || r.calibration_before || r.calibration_after) {
-    nlohmann::json calibration = nlohmann::json::object();
-    if (r.predicted_calibration) calibration["predicted"] = to_json(*r.predicted_calibration);
-    if (r.calibration_before) calibration["before"] = to_json(*r.calibration_before);
-    if (r.calibration_after) calibration["after"] = to_json(*r.calibration_after);
-    doc["calibration"] = std::move(calibration);
-  }
+  if (r.predicted_calibration || r.calibration_before || r.calibration_after) doc["calibration"] = calibrations_to_json(r);
   if (r.test_accuracy) doc["test_accuracy"] = *r.test_accuracy;
-  if (r.gradient_check.computed) doc["gradient_check"]["max_rel_diff"] = r.gradient_check.max_rel_diff;
-  if (r.gradient_check.float32_max_rel_diff) {
-    doc["gradient_check"]["float32_max_rel_diff"] = *r.gradient_check.float32_max_rel_diff;
-    doc["gradient_check"]["reference_float32_max_rel_diff"] = *r.gradient_check.reference_float32_max_rel_diff;
-  }
   if (r.device == "cuda") doc["measured"]["reserved_bytes"] = r.measured_reserved_bytes;
-  if (!r.host_memory_regime.empty()) doc["host_memory"] = {{"regime", r.host_memory_regime}};
-  if (r.host_memory) {
-    const auto& h = *r.host_memory;
-    doc["host_memory"]["resident_start_bytes"] = h.resident_start_bytes;
-    doc["host_memory"]["resident_peak_bytes"] = h.resident_peak_bytes;
-    doc["host_memory"]["heap_start_bytes"] = h.heap_start_bytes;
-    doc["host_memory"]["heap_peak_bytes"] = h.heap_peak_bytes;
-    doc["host_memory"]["heap_free_bytes"] = h.heap_free_bytes;
-    doc["host_memory"]["trims"] = h.trims;
-  }
-  if (r.data_parallel) {
-    const auto& d = *r.data_parallel;
-    nlohmann::json workers = nlohmann::json::array();
-    for (const auto& w : d.workers) {
-      workers.push_back({{"rank", w.rank},
-                         {"samples", w.samples},
-                         {"peak_bytes", w.peak_bytes},
-                         {"step_seconds", w.step_seconds},
-                         {"allreduce_wait_seconds", w.allreduce_wait_seconds}});
-    }
-    doc["data_parallel"] = {{"world_size", d.world_size}, {"backend", d.backend},           {"buckets", d.buckets},
-                            {"bucket_bytes", d.bucket_bytes}, {"weight_checks", d.weight_checks}, {"workers", workers},
-                            {"predicted_allreduce_seconds", d.predicted_allreduce_seconds},
-                            {"predicted_exposed_allreduce_seconds", d.predicted_exposed_allreduce_seconds}};
-    if (d.full_batch_weights_max_rel_diff) doc["data_parallel"]["full_batch_weights_max_rel_diff"] = *d.full_batch_weights_max_rel_diff;
-  }
-  if (r.l2l) {
-    const auto& l = *r.l2l;
-    doc["l2l"] = {{"boundaries", l.boundaries_on_host ? "host" : "device"},
-                  {"stages", l.stages},
-                  {"largest_stage_parameter_bytes", l.largest_stage_parameter_bytes},
-                  {"predicted_host_bytes", l.predicted_host_bytes},
-                  {"measured_host_peak_bytes", l.measured_host_peak_bytes}};
-    if (l.kept_stages > 0) doc["l2l"]["kept_stages"] = l.kept_stages;
-    const auto lanes = [](const RelayReport::Lanes& x) {
-      return nlohmann::json{{"compute_seconds", x.compute_seconds},
-                            {"copy_seconds", x.copy_seconds},
-                            {"wait_seconds", x.wait_seconds},
-                            {"host_optimizer_seconds", x.host_optimizer_seconds}};
-    };
-    if (l.measured.compute_seconds >= 0) doc["l2l"]["measured_lanes"] = lanes(l.measured);
-    if (l.predicted.compute_seconds >= 0) doc["l2l"]["predicted_lanes"] = lanes(l.predicted);
-  }
-  if (r.out_of_memory) {
-    const auto& o = *r.out_of_memory;
-    doc["out_of_memory"] = {{"layer", o.layer},           {"phase", o.phase},
-                            {"micro_batch", o.micro_batch}, {"requested_bytes", o.requested_bytes},
-                            {"in_use_bytes", o.in_use_bytes}, {"budget_bytes", o.budget_bytes}};
-  }
+  if (!r.host_memory_regime.empty() || r.host_memory) doc["host_memory"] = host_memory_to_json(r.host_memory_regime, r.host_memory);
+  if (r.data_parallel) doc["data_parallel"] = data_parallel_to_json(*r.data_parallel);
+  if (r.l2l) doc["l2l"] = l2l_to_json(*r.l2l);
+  if (r.out_of_memory) doc["out_of_memory"] = out_of_memory_to_json(*r.out_of_memory);
   return doc;
 }
 
