@@ -122,118 +122,144 @@ nlohmann::json to_json(const Report& r) {
   return doc;
 }
 
+namespace {
+
+void read_plan_summary(const JsonNode& root, Report& r) {
+  r.plan_path = root.at("plan").as_string();
+  r.model = root.at("model").as_string();
+  r.device = root.at("device").at("kind").as_string();
+  r.device_name = root.at("device").at("name").as_string();
+  r.budget_bytes = root.at("budget_bytes").as_non_negative_int();
+  r.global_batch = root.at("global_batch").as_non_negative_int();
+  for (const auto& m : root.at("micro_batches").elements()) r.micro_batches.push_back(m.as_non_negative_int());
+  for (const auto& b : root.at("checkpointed_blocks").elements()) {
+    r.checkpointed_blocks.push_back(static_cast<int>(b.as_int_in(0, INT32_MAX)));
+  }
+}
+
+void read_outcome(const JsonNode& root, Report& r) {
+  r.steps = static_cast<int>(root.at("steps").as_int_in(0, INT32_MAX));
+  r.status = root.at("status").as_string();
+  r.predicted = read_step_figures(root.at("predicted"));
+  r.measured = read_step_figures(root.at("measured"));
+  if (root.at("measured").has("reserved_bytes")) {
+    r.measured_reserved_bytes = root.at("measured").at("reserved_bytes").as_non_negative_int();
+  }
+  r.peak_rel_error = root.at("errors").at("peak_rel").as_double();
+  r.throughput_rel_error = root.at("errors").at("throughput_rel").as_double();
+}
+
+GradientCheck read_gradient_check(const JsonNode& check) {
+  GradientCheck out;
+  out.computed = check.at("computed").as_bool();
+  out.note = check.at("note").as_string();
+  if (out.computed) out.max_rel_diff = check.at("max_rel_diff").as_double();
+  if (check.has("float32_max_rel_diff") || check.has("reference_float32_max_rel_diff")) {
+    out.float32_max_rel_diff = check.at("float32_max_rel_diff").as_double();
+    out.reference_float32_max_rel_diff = check.at("reference_float32_max_rel_diff").as_double();
+  }
+  return out;
+}
+
+void read_calibrations(const JsonNode& calibration, Report& r) {
+  calibration.expect_object();
+  if (calibration.has("predicted")) r.predicted_calibration = read_calibration(calibration.at("predicted"));
+  if (calibration.has("before")) r.calibration_before = read_calibration(calibration.at("before"));
+  if (calibration.has("after")) r.calibration_after = read_calibration(calibration.at("after"));
+}
+
+void read_host_memory(const JsonNode& host, Report& r) {
+  host.expect_object();
+  r.host_memory_regime = host.at("regime").as_string();
+  if (host.has("resident_peak_bytes")) {
+    HostMemoryReport h;
+    h.resident_start_bytes = host.at("resident_start_bytes").as_non_negative_int();
+    h.resident_peak_bytes = host.at("resident_peak_bytes").as_non_negative_int();
+    h.heap_start_bytes = host.at("heap_start_bytes").as_non_negative_int();
+    h.heap_peak_bytes = host.at("heap_peak_bytes").as_non_negative_int();
+    h.heap_free_bytes = host.at("heap_free_bytes").as_non_negative_int();
+    h.trims = static_cast<int>(host.at("trims").as_int_in(0, INT32_MAX));
+    r.host_memory = h;
+  }
+}
+
+DataParallelReport read_data_parallel(const JsonNode& dp) {
+  DataParallelReport d;
+  d.world_size = static_cast<int>(dp.at("world_size").as_int_in(1, 4096));
+  d.backend = dp.at("backend").as_string();
+  d.buckets = dp.at("buckets").as_non_negative_int();
+  d.bucket_bytes = dp.at("bucket_bytes").as_non_negative_int();
+  d.weight_checks = static_cast<int>(dp.at("weight_checks").as_int_in(0, INT32_MAX));
+  if (dp.has("full_batch_weights_max_rel_diff")) {
+    d.full_batch_weights_max_rel_diff = dp.at("full_batch_weights_max_rel_diff").as_double();
+  }
+  d.predicted_allreduce_seconds = dp.at("predicted_allreduce_seconds").as_double();
+  d.predicted_exposed_allreduce_seconds = dp.at("predicted_exposed_allreduce_seconds").as_double();
+  for (const auto& w : dp.at("workers").elements()) {
+    d.workers.push_back({static_cast<int>(w.at("rank").as_int_in(0, 4095)), w.at("samples").as_non_negative_int(),
+                         w.at("peak_bytes").as_non_negative_int(), w.at("step_seconds").as_double(),
+                         w.at("allreduce_wait_seconds").as_double()});
+  }
+  return d;
+}
+
+RelayReport::Lanes read_lanes(const JsonNode& n) {
+  n.expect_object();
+  const auto seconds = [&](const char* key) {
+    const double v = n.at(key).as_double();
+    if (!(v >= 0 && v < 1e9)) n.at(key).fail("expected seconds from 0");
+    return v;
+  };
+  return RelayReport::Lanes{seconds("compute_seconds"), seconds("copy_seconds"), seconds("wait_seconds"),
+                            seconds("host_optimizer_seconds")};
+}
+
+RelayReport read_l2l(const JsonNode& l) {
+  RelayReport relay;
+  const std::string where = l.at("boundaries").as_string();
+  if (where != "device" && where != "host") l.at("boundaries").fail("expected device or host, got '" + where + "'");
+  relay.boundaries_on_host = where == "host";
+  relay.stages = static_cast<int>(l.at("stages").as_int_in(0, INT32_MAX));
+  if (l.has("kept_stages")) relay.kept_stages = static_cast<int>(l.at("kept_stages").as_int_in(0, relay.stages));
+  relay.largest_stage_parameter_bytes = l.at("largest_stage_parameter_bytes").as_non_negative_int();
+  relay.predicted_host_bytes = l.at("predicted_host_bytes").as_non_negative_int();
+  relay.measured_host_peak_bytes = l.at("measured_host_peak_bytes").as_non_negative_int();
+  if (l.has("measured_lanes")) relay.measured = read_lanes(l.at("measured_lanes"));
+  if (l.has("predicted_lanes")) relay.predicted = read_lanes(l.at("predicted_lanes"));
+  return relay;
+}
+
+OutOfMemory read_out_of_memory(const JsonNode& o) {
+  return OutOfMemory{o.at("layer").as_string(), o.at("phase").as_string(),
+                     static_cast<int>(o.at("micro_batch").as_int_in(-1, INT32_MAX)), o.at("requested_bytes").as_int(),
+                     o.at("in_use_bytes").as_int(), o.at("budget_bytes").as_int()};
+}
+
+Report read_report(const JsonNode& root) {
+  expect_schema(root, kReportSchema);
+  Report r;
+  read_plan_summary(root, r);
+  read_outcome(root, r);
+  r.gradient_check = read_gradient_check(root.at("gradient_check"));
+  for (const auto& w : root.at("warnings").elements()) r.warnings.push_back(w.as_string());
+  for (const auto& s : root.at("step_seconds").elements()) r.step_seconds.push_back(s.as_double());
+  r.data = root.at("data").as_string();
+  if (root.has("threads")) r.threads = static_cast<int>(root.at("threads").as_int_in(1, 4096));
+  if (root.has("precision")) r.precision = read_precision(root.at("precision"));
+  if (root.has("calibration")) read_calibrations(root.at("calibration"), r);
+  if (root.has("test_accuracy")) r.test_accuracy = root.at("test_accuracy").as_double();
+  if (root.has("host_memory")) read_host_memory(root.at("host_memory"), r);
+  if (root.has("data_parallel")) r.data_parallel = read_data_parallel(root.at("data_parallel"));
+  if (root.has("l2l")) r.l2l = read_l2l(root.at("l2l"));
+  if (root.has("out_of_memory")) r.out_of_memory = read_out_of_memory(root.at("out_of_memory"));
+  return r;
+}
+
+}  // namespace
+
 Report report_from_json(const nlohmann::json& document, std::string_view source) {
   try {
-    const JsonNode root(document, "$");
-    expect_schema(root, kReportSchema);
-    Report r;
-    r.plan_path = root.at("plan").as_string();
-    r.model = root.at("model").as_string();
-    r.device = root.at("device").at("kind").as_string();
-    r.device_name = root.at("device").at("name").as_string();
-    r.budget_bytes = root.at("budget_bytes").as_non_negative_int();
-    r.global_batch = root.at("global_batch").as_non_negative_int();
-    for (const auto& m : root.at("micro_batches").elements()) r.micro_batches.push_back(m.as_non_negative_int());
-    for (const auto& b : root.at("checkpointed_blocks").elements()) {
-      r.checkpointed_blocks.push_back(static_cast<int>(b.as_int_in(0, INT32_MAX)));
-    }
-    r.steps = static_cast<int>(root.at("steps").as_int_in(0, INT32_MAX));
-    r.status = root.at("status").as_string();
-    r.predicted = read_step_figures(root.at("predicted"));
-    r.measured = read_step_figures(root.at("measured"));
-    if (root.at("measured").has("reserved_bytes")) {
-      r.measured_reserved_bytes = root.at("measured").at("reserved_bytes").as_non_negative_int();
-    }
-    r.peak_rel_error = root.at("errors").at("peak_rel").as_double();
-    r.throughput_rel_error = root.at("errors").at("throughput_rel").as_double();
-    const auto check = root.at("gradient_check");
-    r.gradient_check.computed = check.at("computed").as_bool();
-    r.gradient_check.note = check.at("note").as_string();
-    if (r.gradient_check.computed) r.gradient_check.max_rel_diff = check.at("max_rel_diff").as_double();
-    if (check.has("float32_max_rel_diff") || check.has("reference_float32_max_rel_diff")) {
-      r.gradient_check.float32_max_rel_diff = check.at("float32_max_rel_diff").as_double();
-      r.gradient_check.reference_float32_max_rel_diff = check.at("reference_float32_max_rel_diff").as_double();
-    }
-    for (const auto& w : root.at("warnings").elements()) r.warnings.push_back(w.as_string());
-    for (const auto& s : root.at("step_seconds").elements()) r.step_seconds.push_back(s.as_double());
-    r.data = root.at("data").as_string();
-    if (root.has("threads")) r.threads = static_cast<int>(root.at("threads").as_int_in(1, 4096));
-    if (root.has("precision")) r.precision = read_precision(root.at("precision"));
-    if (root.has("calibration")) {
-      const auto calibration = root.at("calibration");
-      calibration.expect_object();
-      if (calibration.has("predicted")) r.predicted_calibration = read_calibration(calibration.at("predicted"));
-      if (calibration.has("before")) r.calibration_before = read_calibration(calibration.at("before"));
-      if (calibration.has("after")) r.calibration_after = read_calibration(calibration.at("after"));
-    }
-    if (root.has("test_accuracy")) r.test_accuracy = root.at("test_accuracy").as_double();
-    if (root.has("host_memory")) {
-      const auto host = root.at("host_memory");
-      host.expect_object();
-      r.host_memory_regime = host.at("regime").as_string();
-      if (host.has("resident_peak_bytes")) {
-        HostMemoryReport h;
-        h.resident_start_bytes = host.at("resident_start_bytes").as_non_negative_int();
-        h.resident_peak_bytes = host.at("resident_peak_bytes").as_non_negative_int();
-        h.heap_start_bytes = host.at("heap_start_bytes").as_non_negative_int();
-        h.heap_peak_bytes = host.at("heap_peak_bytes").as_non_negative_int();
-        h.heap_free_bytes = host.at("heap_free_bytes").as_non_negative_int();
-        h.trims = static_cast<int>(host.at("trims").as_int_in(0, INT32_MAX));
-        r.host_memory = h;
-      }
-    }
-    if (root.has("data_parallel")) {
-      const auto dp = root.at("data_parallel");
-      DataParallelReport d;
-      d.world_size = static_cast<int>(dp.at("world_size").as_int_in(1, 4096));
-      d.backend = dp.at("backend").as_string();
-      d.buckets = dp.at("buckets").as_non_negative_int();
-      d.bucket_bytes = dp.at("bucket_bytes").as_non_negative_int();
-      d.weight_checks = static_cast<int>(dp.at("weight_checks").as_int_in(0, INT32_MAX));
-      if (dp.has("full_batch_weights_max_rel_diff")) {
-        d.full_batch_weights_max_rel_diff = dp.at("full_batch_weights_max_rel_diff").as_double();
-      }
-      d.predicted_allreduce_seconds = dp.at("predicted_allreduce_seconds").as_double();
-      d.predicted_exposed_allreduce_seconds = dp.at("predicted_exposed_allreduce_seconds").as_double();
-      for (const auto& w : dp.at("workers").elements()) {
-        d.workers.push_back({static_cast<int>(w.at("rank").as_int_in(0, 4095)), w.at("samples").as_non_negative_int(),
-                             w.at("peak_bytes").as_non_negative_int(), w.at("step_seconds").as_double(),
-                             w.at("allreduce_wait_seconds").as_double()});
-      }
-      r.data_parallel = std::move(d);
-    }
-    if (root.has("l2l")) {
-      const auto l = root.at("l2l");
-      RelayReport relay;
-      const std::string where = l.at("boundaries").as_string();
-      if (where != "device" && where != "host") l.at("boundaries").fail("expected device or host, got '" + where + "'");
-      relay.boundaries_on_host = where == "host";
-      relay.stages = static_cast<int>(l.at("stages").as_int_in(0, INT32_MAX));
-      if (l.has("kept_stages")) relay.kept_stages = static_cast<int>(l.at("kept_stages").as_int_in(0, relay.stages));
-      relay.largest_stage_parameter_bytes = l.at("largest_stage_parameter_bytes").as_non_negative_int();
-      relay.predicted_host_bytes = l.at("predicted_host_bytes").as_non_negative_int();
-      relay.measured_host_peak_bytes = l.at("measured_host_peak_bytes").as_non_negative_int();
-      const auto lanes = [](const JsonNode& n) {
-        n.expect_object();
-        const auto seconds = [&](const char* key) {
-          const double v = n.at(key).as_double();
-          if (!(v >= 0 && v < 1e9)) n.at(key).fail("expected seconds from 0");
-          return v;
-        };
-        return RelayReport::Lanes{seconds("compute_seconds"), seconds("copy_seconds"), seconds("wait_seconds"),
-                                  seconds("host_optimizer_seconds")};
-      };
-      if (l.has("measured_lanes")) relay.measured = lanes(l.at("measured_lanes"));
-      if (l.has("predicted_lanes")) relay.predicted = lanes(l.at("predicted_lanes"));
-      r.l2l = relay;
-    }
-    if (root.has("out_of_memory")) {
-      const auto o = root.at("out_of_memory");
-      r.out_of_memory = OutOfMemory{o.at("layer").as_string(), o.at("phase").as_string(),
-                                    static_cast<int>(o.at("micro_batch").as_int_in(-1, INT32_MAX)), o.at("requested_bytes").as_int(),
-                                    o.at("in_use_bytes").as_int(), o.at("budget_bytes").as_int()};
-    }
-    return r;
+    return read_report(JsonNode(document, "$"));
   } catch (const InputError& e) {
     throw InputError(std::string(source) + ": " + e.what());
   }
