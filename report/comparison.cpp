@@ -145,12 +145,8 @@ std::string growth_failure(const std::string& where, const Change& c, double all
   return text;
 }
 
-}  // namespace
-
-TraceComparison compare_traces(const core::Trace& base, const core::Trace& next, const CompareOptions& options) {
-  TraceComparison out;
-  out.base_model = base.model.name;
-  out.next_model = next.model.name;
+// Different models or precisions still compare, but the reader is told what the differences are.
+void warn_of_different_runs(const core::Trace& base, const core::Trace& next, TraceComparison& out) {
   if (base.model.name != next.model.name) {
     out.warnings.push_back("the traces profiled different models (" + base.model.name + " and " + next.model.name +
                            "): layers are matched by name");
@@ -161,17 +157,23 @@ TraceComparison compare_traces(const core::Trace& base, const core::Trace& next,
                            std::string(core::precision_name(base.precision)) + " and " +
                            std::string(core::precision_name(next.precision)) + ")");
   }
+}
+
+std::vector<std::int64_t> common_batches(const core::Trace& base, const core::Trace& next) {
+  std::vector<std::int64_t> common;
   for (const std::int64_t b : base.batch_sizes) {
     if (std::find(next.batch_sizes.begin(), next.batch_sizes.end(), b) != next.batch_sizes.end()) {
-      out.common_batches.push_back(b);
+      common.push_back(b);
     }
   }
-  if (out.common_batches.empty()) {
+  if (common.empty()) {
     throw core::InputError("the traces have no batch size in common (profile both with --batch-sizes including one)");
   }
-  const auto& batches = out.common_batches;
-  const std::int64_t largest = batches.back();
+  return common;
+}
 
+// Times compare only when measured on the same device in the same host-memory regime.
+void decide_whether_times_compare(const core::Trace& base, const core::Trace& next, TraceComparison& out) {
   out.times_compared = base.device.kind == next.device.kind && base.device.name == next.device.name &&
                        base.host_memory_regime == next.host_memory_regime;
   if (base.device.kind != next.device.kind || base.device.name != next.device.name) {
@@ -181,7 +183,38 @@ TraceComparison compare_traces(const core::Trace& base, const core::Trace& next,
     out.times_note = "times left out: the traces were measured in different host-memory regimes (" +
                      base.host_memory_regime + " and " + next.host_memory_regime + ")";
   }
+}
 
+// A layer present in one trace only: its memory against nothing.
+LayerComparison one_sided_layer(const std::string& name, const std::string& status, const LayerFigures& f, bool in_base) {
+  LayerComparison c{name, status, {}, {}, {}};
+  for (std::size_t k = 0; k < kMemoryNames.size(); ++k) {
+    c.memory.push_back(in_base ? Change{kMemoryNames[k], f.memory[k], 0} : Change{kMemoryNames[k], 0, f.memory[k]});
+  }
+  return c;
+}
+
+LayerComparison matched_layer(const core::LayerProfile& base, const LayerFigures& bf, const core::LayerProfile& next,
+                              const std::vector<std::int64_t>& batches, bool times_compared) {
+  const LayerFigures nf = figures(next, batches);
+  LayerComparison c{base.name, "same", {}, {}, {}};
+  bool changed = false;
+  for (std::size_t k = 0; k < kMemoryNames.size(); ++k) {
+    c.memory.push_back({kMemoryNames[k], bf.memory[k], nf.memory[k]});
+    changed |= bf.memory[k] != nf.memory[k];
+  }
+  if (times_compared) {
+    for (std::size_t k = 0; k < kTimeNames.size(); ++k) c.time.push_back({kTimeNames[k], bf.time[k], nf.time[k]});
+  }
+  for (const std::int64_t b : batches) c.batches.push_back({b, *sample_at(base, b), *sample_at(next, b)});
+  if (changed) c.status = "changed";
+  return c;
+}
+
+// Layers matched by name: BASE's in order (changed, same or removed), then those only NEW has;
+// then the largest memory change first. Also totals each trace's activations per sample.
+void compare_layers(const core::Trace& base, const core::Trace& next, TraceComparison& out) {
+  const auto& batches = out.common_batches;
   std::map<std::string, const core::LayerProfile*> next_by_name;
   for (const auto& layer : next.layers) next_by_name[layer.name] = &layer;
   std::map<std::string, bool> in_base;
@@ -193,40 +226,28 @@ TraceComparison compare_traces(const core::Trace& base, const core::Trace& next,
     const auto it = next_by_name.find(layer.name);
     if (it == next_by_name.end()) {
       out.removed.push_back(layer.name);
-      LayerComparison c{layer.name, "removed", {}, {}, {}};
-      for (std::size_t k = 0; k < kMemoryNames.size(); ++k) c.memory.push_back({kMemoryNames[k], bf.memory[k], 0});
-      out.layers.push_back(c);
+      out.layers.push_back(one_sided_layer(layer.name, "removed", bf, true));
       continue;
     }
-    const LayerFigures nf = figures(*it->second, batches);
-    LayerComparison c{layer.name, "same", {}, {}, {}};
-    bool changed = false;
-    for (std::size_t k = 0; k < kMemoryNames.size(); ++k) {
-      c.memory.push_back({kMemoryNames[k], bf.memory[k], nf.memory[k]});
-      changed |= bf.memory[k] != nf.memory[k];
-    }
-    if (out.times_compared) {
-      for (std::size_t k = 0; k < kTimeNames.size(); ++k) c.time.push_back({kTimeNames[k], bf.time[k], nf.time[k]});
-    }
-    for (const std::int64_t b : batches) c.batches.push_back({b, *sample_at(layer, b), *sample_at(*it->second, b)});
-    if (changed) c.status = "changed";
-    out.layers.push_back(c);
+    out.layers.push_back(matched_layer(layer, bf, *it->second, batches, out.times_compared));
   }
   for (const auto& layer : next.layers) {
     const LayerFigures nf = figures(layer, batches);
     next_activations += nf.memory[0];
     if (in_base.count(layer.name) > 0) continue;
     out.added.push_back(layer.name);
-    LayerComparison c{layer.name, "added", {}, {}, {}};
-    for (std::size_t k = 0; k < kMemoryNames.size(); ++k) c.memory.push_back({kMemoryNames[k], 0, nf.memory[k]});
-    out.layers.push_back(c);
+    out.layers.push_back(one_sided_layer(layer.name, "added", nf, false));
   }
   // Largest memory change first; among equals (unchanged layers), execution order.
   std::stable_sort(out.layers.begin(), out.layers.end(), [](const LayerComparison& a, const LayerComparison& b) {
     return a.largest_memory_delta() > b.largest_memory_delta();
   });
-
   out.activations_per_sample = {"activations bytes/sample", base_activations, next_activations};
+}
+
+// The whole model's figures at the largest common batch.
+void compare_totals(const core::Trace& base, const core::Trace& next, TraceComparison& out) {
+  const std::int64_t largest = out.common_batches.back();
   out.parameters = {"parameter bytes", static_cast<double>(base.param_bytes()), static_cast<double>(next.param_bytes())};
   const core::StepSample* base_step = step_at(base, largest);
   const core::StepSample* next_step = step_at(next, largest);
@@ -238,10 +259,16 @@ TraceComparison compare_traces(const core::Trace& base, const core::Trace& next,
     out.step_time = {"step ms/sample at batch " + std::to_string(largest), static_cast<double>(base_step->plain_step_ns) / 1e6 / b,
                      static_cast<double>(next_step->plain_step_ns) / 1e6 / b};
   }
+}
 
+// What the planner makes of each trace under one budget and batch: by default BASE's peak at the
+// largest common batch, so that BASE's batch fits.
+void compare_plans_made(const core::Trace& base, const core::Trace& next, const CompareOptions& options,
+                        TraceComparison& out) {
+  const std::int64_t largest = out.common_batches.back();
   PlannedSummary& planned = out.planned;
   planned.batch = options.batch > 0 ? options.batch : largest;
-  planned.budget_bytes = options.budget_bytes > 0 ? options.budget_bytes : base_step->peak_bytes;
+  planned.budget_bytes = options.budget_bytes > 0 ? options.budget_bytes : step_at(base, largest)->peak_bytes;
   planned.largest_batch = {"largest batch in one step", static_cast<double>(largest_batch_in_one_step(base, planned.budget_bytes)),
                            static_cast<double>(largest_batch_in_one_step(next, planned.budget_bytes))};
   const Planned base_plan = plan_once(base, planned.budget_bytes, planned.batch);
@@ -249,10 +276,11 @@ TraceComparison compare_traces(const core::Trace& base, const core::Trace& next,
   planned.base_plan = base_plan.description;
   planned.next_plan = next_plan.description;
   planned.samples_per_second = {"chosen plan samples/s", base_plan.samples_per_second, next_plan.samples_per_second};
+}
 
-  // The thresholds: the first layer (largest change first) whose memory grew past the allowed
-  // growth names the failure; totals that grew with no single layer past it name the total.
-  const double allowed = options.thresholds.max_memory_growth;
+// The first layer (largest change first) whose memory grew past the allowed growth names the
+// failure; totals that grew with no single layer past it name the total.
+void check_memory_growth(double allowed, TraceComparison& out) {
   for (const auto& layer : out.layers) {
     if (!out.failure.empty()) break;
     for (const auto& c : layer.memory) {
@@ -267,25 +295,41 @@ TraceComparison compare_traces(const core::Trace& base, const core::Trace& next,
       out.failure = growth_failure("the whole model", *total, allowed);
     }
   }
-  if (options.thresholds.max_slowdown) {
-    if (!out.times_compared) throw core::InputError("--max-slowdown: " + out.times_note);
-    const double slowdown_allowed = *options.thresholds.max_slowdown;
-    if (out.failure.empty() && out.step_time.fraction() > slowdown_allowed) {
-      // The layer whose forward and backward grew the most is the one to look at.
-      const LayerComparison* worst = nullptr;
-      double worst_delta = 0;
-      for (const auto& layer : out.layers) {
-        double delta = 0;
-        for (const auto& t : layer.time) delta += t.delta();
-        if (worst == nullptr || delta > worst_delta) {
-          worst = &layer;
-          worst_delta = delta;
-        }
-      }
-      out.failure = growth_failure("layer " + (worst != nullptr ? worst->name : std::string("?")) + " (slowed the most)",
-                                   out.step_time, slowdown_allowed);
+}
+
+// A step slowed past the allowed fraction names the layer whose forward and backward grew the most,
+// the one to look at.
+void check_slowdown(double allowed, TraceComparison& out) {
+  if (!out.times_compared) throw core::InputError("--max-slowdown: " + out.times_note);
+  if (!out.failure.empty() || !(out.step_time.fraction() > allowed)) return;
+  const LayerComparison* worst = nullptr;
+  double worst_delta = 0;
+  for (const auto& layer : out.layers) {
+    double delta = 0;
+    for (const auto& t : layer.time) delta += t.delta();
+    if (worst == nullptr || delta > worst_delta) {
+      worst = &layer;
+      worst_delta = delta;
     }
   }
+  out.failure = growth_failure("layer " + (worst != nullptr ? worst->name : std::string("?")) + " (slowed the most)",
+                               out.step_time, allowed);
+}
+
+}  // namespace
+
+TraceComparison compare_traces(const core::Trace& base, const core::Trace& next, const CompareOptions& options) {
+  TraceComparison out;
+  out.base_model = base.model.name;
+  out.next_model = next.model.name;
+  warn_of_different_runs(base, next, out);
+  out.common_batches = common_batches(base, next);
+  decide_whether_times_compare(base, next, out);
+  compare_layers(base, next, out);
+  compare_totals(base, next, out);
+  compare_plans_made(base, next, options, out);
+  check_memory_growth(options.thresholds.max_memory_growth, out);
+  if (options.thresholds.max_slowdown) check_slowdown(*options.thresholds.max_slowdown, out);
   return out;
 }
 
