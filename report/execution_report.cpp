@@ -37,18 +37,18 @@ std::string describe_out_of_memory(const core::OutOfMemory& o) {
   return out.str();
 }
 
-std::string render_report(const core::Report& r) {
-  std::ostringstream out;
+namespace {
+
+void write_headline(std::ostream& out, const core::Report& r) {
   out << r.model << " on " << r.device_name << ": global batch " << r.global_batch << " as " << r.micro_batches.size()
       << " micro-batch" << (r.micro_batches.size() > 1 ? "es" : "") << ", " << r.checkpointed_blocks.size()
       << " checkpointed block" << (r.checkpointed_blocks.size() == 1 ? "" : "s")
       << (r.precision != core::Precision::Fp32 ? ", in " + std::string(core::precision_name(r.precision)) : std::string())
       << ", budget "
       << (r.budget_bytes > 0 ? core::format_bytes(r.budget_bytes) + " enforced" : std::string("not enforced")) << "\n\n";
-  if (r.status == "out_of_memory" && r.out_of_memory) {
-    out << describe_out_of_memory(*r.out_of_memory) << "\n";
-    return out.str();
-  }
+}
+
+void write_predicted_against_measured(std::ostream& out, const core::Report& r) {
   TextTable table({{"", TextTable::Align::Left}, {"predicted"}, {"measured"}, {"error"}});
   table.add_row({"peak memory", core::format_bytes(r.predicted.peak_bytes), core::format_bytes(r.measured.peak_bytes),
                  percent(r.peak_rel_error)});
@@ -57,6 +57,10 @@ std::string render_report(const core::Report& r) {
   table.add_row({"samples/s", fixed(r.predicted.samples_per_second, "%.2f"), fixed(r.measured.samples_per_second, "%.2f"),
                  percent(r.throughput_rel_error)});
   out << table.render();
+}
+
+// How the measured figures were taken: the steps and their spread, the threads, the budget kept.
+void write_measurement(std::ostream& out, const core::Report& r) {
   out << "\nmedian of " << r.steps << " measured steps";
   if (r.step_seconds.size() > 1) {
     const auto [lo, hi] = std::minmax_element(r.step_seconds.begin(), r.step_seconds.end());
@@ -65,79 +69,105 @@ std::string render_report(const core::Report& r) {
   }
   if (r.threads > 0) out << " at " << r.threads << " thread" << (r.threads == 1 ? "" : "s");
   if (r.budget_bytes > 0) out << "; measured peak " << (r.measured.peak_bytes <= r.budget_bytes ? "within" : "OVER") << " the budget";
-  if (r.host_memory) {
-    // Next to the peak libtorch was handed: what the host held for it, the CPU's reserved bytes.
-    const auto& h = *r.host_memory;
-    out << "\nhost memory: malloc's heap " << core::format_bytes(h.heap_peak_bytes) << " resident at most ("
-        << core::format_bytes(h.heap_start_bytes) << " before the model), " << core::format_bytes(h.heap_free_bytes)
-        << " of it free; process " << core::format_bytes(h.resident_peak_bytes) << " (" << core::format_bytes(h.resident_start_bytes)
-        << " before)";
-    if (h.trims > 0) out << "; free heap handed back " << h.trims << " time(s) to keep within the budget";
-  }
-  if (!r.host_memory_regime.empty()) out << "\nhost-memory regime: " << r.host_memory_regime;
-  if (r.calibration_before && r.calibration_after) {
-    const auto speeds = [](const core::Calibration& c) {
-      return fixed(c.compute() / 1e9, "%.1f") + " GFLOP/s, " + fixed(c.memory() / 1e9, "%.1f") + " GB/s";
-    };
-    out << "\nmachine (calibration, compute and memory): " << speeds(*r.calibration_before) << " before the run, "
-        << speeds(*r.calibration_after) << " after";
-    if (r.predicted_calibration) out << "; the predicted times' machine " << speeds(*r.predicted_calibration);
-  }
+}
+
+// Next to the peak libtorch was handed: what the host held for it, the CPU's reserved bytes.
+void write_host_memory(std::ostream& out, const core::HostMemoryReport& h) {
+  out << "\nhost memory: malloc's heap " << core::format_bytes(h.heap_peak_bytes) << " resident at most ("
+      << core::format_bytes(h.heap_start_bytes) << " before the model), " << core::format_bytes(h.heap_free_bytes)
+      << " of it free; process " << core::format_bytes(h.resident_peak_bytes) << " (" << core::format_bytes(h.resident_start_bytes)
+      << " before)";
+  if (h.trims > 0) out << "; free heap handed back " << h.trims << " time(s) to keep within the budget";
+}
+
+void write_calibrations(std::ostream& out, const core::Report& r) {
+  const auto speeds = [](const core::Calibration& c) {
+    return fixed(c.compute() / 1e9, "%.1f") + " GFLOP/s, " + fixed(c.memory() / 1e9, "%.1f") + " GB/s";
+  };
+  out << "\nmachine (calibration, compute and memory): " << speeds(*r.calibration_before) << " before the run, "
+      << speeds(*r.calibration_after) << " after";
+  if (r.predicted_calibration) out << "; the predicted times' machine " << speeds(*r.predicted_calibration);
+}
+
+void write_gradient_check(std::ostream& out, const core::Report& r) {
   out << "\ngradient check: ";
-  if (r.gradient_check.computed) {
-    out << "max relative difference " << fixed(r.gradient_check.max_rel_diff, "%.2e") << " (" << r.gradient_check.note << ")\n";
-    if (r.gradient_check.float32_max_rel_diff) {
-      const std::string precision(core::precision_name(r.precision));
-      out << "  against the full batch in float32 (same weights): the plan's gradients "
-          << fixed(*r.gradient_check.float32_max_rel_diff, "%.2e") << ", the full batch's in " << precision << " "
-          << fixed(*r.gradient_check.reference_float32_max_rel_diff, "%.2e") << " (what " << precision << " itself costs)\n";
-    }
-  } else {
+  if (!r.gradient_check.computed) {
     out << r.gradient_check.note << "\n";
+    return;
   }
-  if (r.data_parallel) {
-    const auto& d = *r.data_parallel;
-    out << "data parallel: " << d.world_size << " workers (c10d " << d.backend << "), gradients in " << d.buckets
-        << " bucket(s) of " << core::format_bytes(d.bucket_bytes) << " in all; weights identical on every worker, bit for bit, after each of "
-        << d.weight_checks << " steps\n";
-    if (!d.workers.empty()) {
-      TextTable workers({{"worker"}, {"samples"}, {"peak memory"}, {"peak error"}, {"step time (s)"}, {"all-reduce wait (s)"}});
-      for (const auto& w : d.workers) {
-        workers.add_row({std::to_string(w.rank), std::to_string(w.samples), core::format_bytes(w.peak_bytes),
-                         percent(core::relative_error(static_cast<double>(r.predicted.peak_bytes), static_cast<double>(w.peak_bytes))),
-                         fixed(w.step_seconds, "%.4f"), fixed(w.allreduce_wait_seconds, "%.4f")});
-      }
-      out << workers.render();
-      out << "predicted all-reduce " << fixed(d.predicted_allreduce_seconds, "%.4f") << " s per step, "
-          << fixed(d.predicted_exposed_allreduce_seconds, "%.4f") << " s of it after the last backward (the wait)\n";
-    }
-    if (d.full_batch_weights_max_rel_diff) {
-      out << "weights after the run's steps against one process stepping on each step's full batch: max relative difference "
-          << fixed(*d.full_batch_weights_max_rel_diff, "%.2e") << "\n";
-    }
+  out << "max relative difference " << fixed(r.gradient_check.max_rel_diff, "%.2e") << " (" << r.gradient_check.note << ")\n";
+  if (r.gradient_check.float32_max_rel_diff) {
+    const std::string precision(core::precision_name(r.precision));
+    out << "  against the full batch in float32 (same weights): the plan's gradients "
+        << fixed(*r.gradient_check.float32_max_rel_diff, "%.2e") << ", the full batch's in " << precision << " "
+        << fixed(*r.gradient_check.reference_float32_max_rel_diff, "%.2e") << " (what " << precision << " itself costs)\n";
   }
-  if (r.l2l) {
-    const auto& l = *r.l2l;
-    out << "L2L: " << l.stages << " stages";
-    if (l.kept_stages == 1) out << ", the first kept on the device";
-    if (l.kept_stages > 1) out << ", the first " << l.kept_stages << " kept on the device";
-    out << " (the largest relayed " << core::format_bytes(l.largest_stage_parameter_bytes)
-        << " of parameters), boundaries on the " << (l.boundaries_on_host ? "host" : "device") << "; the peak above is the device side's; host side: "
-        << core::format_bytes(l.measured_host_peak_bytes) << " at most (parameters, optimizer state, RNG states"
-        << (l.boundaries_on_host ? ", stashed boundaries and their gradients" : "")
-        << ", and a stage's gradients with its optimizer step's temporaries), predicted "
-        << core::format_bytes(l.predicted_host_bytes) << "\n";
-    if (l.measured.compute_seconds >= 0) {
-      // The relay's lanes, a step each: where the time went against where the plan put it.
-      TextTable lanes({{"L2L lane (s/step)", TextTable::Align::Left}, {"predicted"}, {"measured"}});
-      const auto cell = [](double v) { return v >= 0 ? fixed(v, "%.4f") : std::string("-"); };
-      lanes.add_row({"compute", cell(l.predicted.compute_seconds), cell(l.measured.compute_seconds)});
-      lanes.add_row({"copies", cell(l.predicted.copy_seconds), cell(l.measured.copy_seconds)});
-      lanes.add_row({"compute waiting", cell(l.predicted.wait_seconds), cell(l.measured.wait_seconds)});
-      lanes.add_row({"host optimizer", cell(l.predicted.host_optimizer_seconds), cell(l.measured.host_optimizer_seconds)});
-      out << lanes.render();
-    }
+}
+
+void write_workers(std::ostream& out, const core::DataParallelReport& d, std::int64_t predicted_peak_bytes) {
+  TextTable workers({{"worker"}, {"samples"}, {"peak memory"}, {"peak error"}, {"step time (s)"}, {"all-reduce wait (s)"}});
+  for (const auto& w : d.workers) {
+    workers.add_row({std::to_string(w.rank), std::to_string(w.samples), core::format_bytes(w.peak_bytes),
+                     percent(core::relative_error(static_cast<double>(predicted_peak_bytes), static_cast<double>(w.peak_bytes))),
+                     fixed(w.step_seconds, "%.4f"), fixed(w.allreduce_wait_seconds, "%.4f")});
   }
+  out << workers.render();
+  out << "predicted all-reduce " << fixed(d.predicted_allreduce_seconds, "%.4f") << " s per step, "
+      << fixed(d.predicted_exposed_allreduce_seconds, "%.4f") << " s of it after the last backward (the wait)\n";
+}
+
+void write_data_parallel(std::ostream& out, const core::DataParallelReport& d, std::int64_t predicted_peak_bytes) {
+  out << "data parallel: " << d.world_size << " workers (c10d " << d.backend << "), gradients in " << d.buckets
+      << " bucket(s) of " << core::format_bytes(d.bucket_bytes) << " in all; weights identical on every worker, bit for bit, after each of "
+      << d.weight_checks << " steps\n";
+  if (!d.workers.empty()) write_workers(out, d, predicted_peak_bytes);
+  if (d.full_batch_weights_max_rel_diff) {
+    out << "weights after the run's steps against one process stepping on each step's full batch: max relative difference "
+        << fixed(*d.full_batch_weights_max_rel_diff, "%.2e") << "\n";
+  }
+}
+
+// L2L's lanes, a step each: where the time went against where the plan put it.
+void write_l2l_lanes(std::ostream& out, const core::RelayReport& l) {
+  TextTable lanes({{"L2L lane (s/step)", TextTable::Align::Left}, {"predicted"}, {"measured"}});
+  const auto cell = [](double v) { return v >= 0 ? fixed(v, "%.4f") : std::string("-"); };
+  lanes.add_row({"compute", cell(l.predicted.compute_seconds), cell(l.measured.compute_seconds)});
+  lanes.add_row({"copies", cell(l.predicted.copy_seconds), cell(l.measured.copy_seconds)});
+  lanes.add_row({"compute waiting", cell(l.predicted.wait_seconds), cell(l.measured.wait_seconds)});
+  lanes.add_row({"host optimizer", cell(l.predicted.host_optimizer_seconds), cell(l.measured.host_optimizer_seconds)});
+  out << lanes.render();
+}
+
+void write_l2l(std::ostream& out, const core::RelayReport& l) {
+  out << "L2L: " << l.stages << " stages";
+  if (l.kept_stages == 1) out << ", the first kept on the device";
+  if (l.kept_stages > 1) out << ", the first " << l.kept_stages << " kept on the device";
+  out << " (the largest relayed " << core::format_bytes(l.largest_stage_parameter_bytes)
+      << " of parameters), boundaries on the " << (l.boundaries_on_host ? "host" : "device") << "; the peak above is the device side's; host side: "
+      << core::format_bytes(l.measured_host_peak_bytes) << " at most (parameters, optimizer state, RNG states"
+      << (l.boundaries_on_host ? ", stashed boundaries and their gradients" : "")
+      << ", and a stage's gradients with its optimizer step's temporaries), predicted "
+      << core::format_bytes(l.predicted_host_bytes) << "\n";
+  if (l.measured.compute_seconds >= 0) write_l2l_lanes(out, l);
+}
+
+}  // namespace
+
+std::string render_report(const core::Report& r) {
+  std::ostringstream out;
+  write_headline(out, r);
+  if (r.status == "out_of_memory" && r.out_of_memory) {
+    out << describe_out_of_memory(*r.out_of_memory) << "\n";
+    return out.str();
+  }
+  write_predicted_against_measured(out, r);
+  write_measurement(out, r);
+  if (r.host_memory) write_host_memory(out, *r.host_memory);
+  if (!r.host_memory_regime.empty()) out << "\nhost-memory regime: " << r.host_memory_regime;
+  if (r.calibration_before && r.calibration_after) write_calibrations(out, r);
+  write_gradient_check(out, r);
+  if (r.data_parallel) write_data_parallel(out, *r.data_parallel, r.predicted.peak_bytes);
+  if (r.l2l) write_l2l(out, *r.l2l);
   if (r.test_accuracy) out << "test accuracy on " << r.data << " after training: " << fixed(100 * *r.test_accuracy, "%.1f") << "%\n";
   for (const auto& w : r.warnings) out << "warning: " << w << "\n";
   return out.str();
