@@ -589,145 +589,194 @@ StepPrediction l2l_step_prediction(const core::CostModel& costs, const LayerGrap
   return {std::max<std::int64_t>(p.device_peak_bytes, 0), p.step_ns, p.peak_at};
 }
 
-core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
+namespace {
+
+// The memory changes from one op's device bytes by kind to the next's.
+std::vector<core::MemoryChange> memory_changes(const L2LOp& from, const L2LOp& to) {
   using core::MemoryKind;
+  std::vector<core::MemoryChange> out;
+  const std::pair<MemoryKind, std::int64_t> deltas[] = {
+      {MemoryKind::Input, to.input_bytes - from.input_bytes},
+      {MemoryKind::Parameter, to.parameter_bytes - from.parameter_bytes},
+      {MemoryKind::Gradient, to.gradient_bytes - from.gradient_bytes},
+      {MemoryKind::Activation, to.activation_bytes - from.activation_bytes},
+      {MemoryKind::OptimizerState, to.optimizer_state_bytes - from.optimizer_state_bytes}};
+  for (const auto& [kind, bytes] : deltas) {
+    if (bytes != 0) out.push_back({kind, bytes});
+  }
+  return out;
+}
+
+// The relay's step as tasks: its ops on the compute stream, and the copies, gradients going out and
+// host optimizer steps ordered as relay_lanes orders them. The members say where each lane stands.
+class L2LScheduleBuilder {
+ public:
+  L2LScheduleBuilder(const core::CostModel& costs, const L2LPrediction& predicted, const core::RelayChoice& relay)
+      : costs_(costs), predicted_(predicted), layers_(costs.trace().layers), stages_(l2l_stages(costs.trace())) {
+    first_relayed_ = std::max(first_relayed_stage(stages_, costs.trace(), relay.from_block), 0);
+    transfers_ = stage_transfers(costs, stages_, first_relayed_);
+    last_ = static_cast<int>(stages_.size()) - 1;
+  }
+
+  core::Schedule build(const std::vector<L2LOp>& ops, std::int64_t samples) {
+    if (costs_.workspace_bytes() > 0) schedule_.resident = {{core::MemoryKind::Workspace, costs_.workspace_bytes()}};
+    schedule_.samples = samples;
+    schedule_.tasks.reserve(ops.size() + 4 * stages_.size());
+    copy_ = copy_in(0, {});
+    arrived_.assign(stages_.size(), -1);  // the copy task that brought stage s in, this pass
+    arrived_[0] = copy_;
+    if (first_relayed_ > 0 && !ops.empty()) start_with_kept_stages(ops.front());
+    for (const L2LOp& op : ops) add_op(op);
+    // The step ends with the device empty again.
+    if (last_compute_ >= 0) schedule_.tasks[static_cast<std::size_t>(last_compute_)].at_end = memory_changes(before_, L2LOp{});
+    if (backward_) finish_backward_stage(current_);
+    return std::move(schedule_);
+  }
+
+ private:
+  int add(core::Task task) {
+    schedule_.tasks.push_back(std::move(task));
+    return static_cast<int>(schedule_.tasks.size()) - 1;
+  }
+  std::string stage_name(int s) const {
+    const auto& stage = stages_[static_cast<std::size_t>(s)];
+    return layers_[static_cast<std::size_t>(stage.first)].name + ".." + layers_[static_cast<std::size_t>(stage.last)].name;
+  }
+  int copy_in(int s, std::vector<int> deps);
+  void start_with_kept_stages(const L2LOp& first);
+  void finish_backward_stage(int s);
+  std::vector<int> enter_stage(const L2LOp& op);
+  void boundary_copy(const L2LOp& op, std::int64_t ns, bool in, std::vector<int> after);
+  void add_op(const L2LOp& op);
+
+  const core::CostModel& costs_;
+  const L2LPrediction& predicted_;
+  const std::vector<core::LayerProfile>& layers_;
+  const std::vector<L2LStage> stages_;
+  int first_relayed_ = 0;
+  StageTransfers transfers_;
+  int last_ = -1;
+  core::Schedule schedule_;
+  int last_compute_ = -1;  // the compute stream's last task
+  int copy_ = -1;          // the host-to-device stream's last task
+  std::vector<int> arrived_;
+  L2LOp before_;           // the device's bytes by kind before the next op
+  int current_ = -1;       // the stage running
+  bool backward_ = false;  // in the backward pass
+};
+
+// A stage's parameters brought in; a kept stage has no copy (-1: no task).
+int L2LScheduleBuilder::copy_in(int s, std::vector<int> deps) {
+  if (s < first_relayed_) return -1;
+  std::erase(deps, -1);
+  core::Task task;
+  task.name = "parameters of " + stage_name(s);
+  task.category = "prefetch";
+  task.stream = core::Stream::HostToDevice;
+  task.duration_ns = transfers_.in_ns[static_cast<std::size_t>(s)];
+  task.dependencies = std::move(deps);
+  return add(std::move(task));
+}
+
+// The kept stages' parameters and optimizer state are on the device from the step's start (the
+// first stage's compute may wait for the next one's copy).
+void L2LScheduleBuilder::start_with_kept_stages(const L2LOp& first) {
+  for (int s = 0; s < first_relayed_; ++s) before_.parameter_bytes += stages_[static_cast<std::size_t>(s)].parameter_bytes;
+  before_.optimizer_state_bytes = first.optimizer_state_bytes;
+  core::Task kept;
+  kept.name = "stages kept on the device";
+  kept.category = "kept on the device";
+  kept.at_start = memory_changes(L2LOp{}, before_);
+  last_compute_ = add(std::move(kept));
+}
+
+// A relayed stage's gradients go out, then the host optimizer steps it; a kept stage has neither.
+void L2LScheduleBuilder::finish_backward_stage(int s) {
+  if (s < first_relayed_) return;
+  core::Task out;
+  out.name = "gradients of " + stage_name(s);
+  out.category = "gradient offload";
+  out.stream = core::Stream::DeviceToHost;
+  out.duration_ns = transfers_.out_ns[static_cast<std::size_t>(s)];
+  out.dependencies = {last_compute_};
+  const int sent = add(std::move(out));
+  if (predicted_.host_shares_compute) last_compute_ = sent;  // sent on the compute thread
+  core::Task step;
+  step.name = "optimizer." + costs_.trace().optimizer.name + " of " + stage_name(s);
+  step.category = "optimizer";
+  step.stream = core::Stream::Host;
+  step.duration_ns = transfers_.optimizer_ns[static_cast<std::size_t>(s)];
+  step.dependencies = {sent};
+  const int stepped = add(std::move(step));
+  if (predicted_.host_shares_compute) last_compute_ = stepped;  // the compute waits for the cores
+}
+
+// What the op's stage waits for to load: when the op starts a stage (or the backward pass), the
+// stage's own copy, and the next stage's copy starts.
+std::vector<int> L2LScheduleBuilder::enter_stage(const L2LOp& op) {
+  const bool op_backward = op.kind != OpKind::ForwardNoGrad;
+  std::vector<int> deps;
+  if (op.stage == current_ && op_backward == backward_) return deps;
+  if (backward_ && op_backward) finish_backward_stage(current_);
+  const bool entering_backward = op_backward && !backward_;
+  backward_ = op_backward;
+  current_ = op.stage;
+  if (entering_backward) std::fill(arrived_.begin(), arrived_.end(), -1);
+  // Loading: the stage's own copy (none for the last stage in backward: it stayed).
+  if (arrived_[static_cast<std::size_t>(current_)] >= 0) deps.push_back(arrived_[static_cast<std::size_t>(current_)]);
+  const int next = backward_ ? current_ - 1 : current_ + 1;
+  if (next >= 0 && next <= last_) {
+    std::vector<int> copy_deps{copy_};
+    if (last_compute_ >= 0) copy_deps.push_back(last_compute_);
+    copy_ = copy_in(next, std::move(copy_deps));
+    arrived_[static_cast<std::size_t>(next)] = copy_;
+    if (predicted_.host_shares_compute && copy_ >= 0) deps.push_back(copy_);  // settle_prefetch
+  }
+  return deps;
+}
+
+// The constant-memory variant's boundaries, copied on the compute thread before and after an op;
+// on CUDA on the compute stream itself, so they never queue behind the copy streams' work.
+void L2LScheduleBuilder::boundary_copy(const L2LOp& op, std::int64_t ns, bool in, std::vector<int> after) {
+  core::Task copy_task;
+  copy_task.name = "boundaries of " + stage_name(op.stage) + (in ? " in" : " out");
+  copy_task.category = "boundary stash";
+  copy_task.stream = !predicted_.host_shares_compute ? core::Stream::Compute
+                     : in                            ? core::Stream::HostToDevice
+                                                     : core::Stream::DeviceToHost;
+  copy_task.duration_ns = ns;
+  copy_task.micro_batch = op.micro_batch;
+  if (last_compute_ >= 0) after.push_back(last_compute_);
+  copy_task.dependencies = std::move(after);
+  last_compute_ = add(std::move(copy_task));
+}
+
+void L2LScheduleBuilder::add_op(const L2LOp& op) {
+  std::vector<int> deps = enter_stage(op);
+  if (op.copy_in_ns > 0) boundary_copy(op, op.copy_in_ns, true, deps);
+  core::Task task;
+  task.name = op.kind == OpKind::Optimizer ? "optimizer." + costs_.trace().optimizer.name + " of " + stage_name(op.stage)
+                                           : layers_[static_cast<std::size_t>(op.layer)].name;
+  task.category = op.kind == OpKind::ForwardNoGrad ? "forward (no grad)" : op_kind_name(op.kind);
+  task.duration_ns = op.duration_ns;
+  task.transient_bytes = op.transient_bytes;
+  task.at_start = memory_changes(before_, op);
+  task.layer = op.layer;
+  task.micro_batch = op.micro_batch;
+  if (last_compute_ >= 0) deps.push_back(last_compute_);
+  task.dependencies = std::move(deps);
+  last_compute_ = add(std::move(task));
+  if (op.copy_out_ns > 0) boundary_copy(op, op.copy_out_ns, false, {});
+  before_ = op;
+}
+
+}  // namespace
+
+core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
   std::vector<L2LOp> ops;
   const core::RelayChoice relay = choice.l2l.value_or(core::RelayChoice{});
   const L2LPrediction predicted = predict_l2l_step(costs, graph, choice.micro_batches, relay, &ops);
-  const auto& layers = costs.trace().layers;
-  const auto stages = l2l_stages(costs.trace());
-  const int first_relayed = std::max(first_relayed_stage(stages, costs.trace(), relay.from_block), 0);
-  const StageTransfers transfers = stage_transfers(costs, stages, first_relayed);
-  const int last = static_cast<int>(stages.size()) - 1;
-  core::Schedule schedule;
-  if (costs.workspace_bytes() > 0) schedule.resident = {{MemoryKind::Workspace, costs.workspace_bytes()}};
-  schedule.samples = choice.samples();
-  schedule.tasks.reserve(ops.size() + 4 * stages.size());
-  const auto changes = [](const L2LOp& from, const L2LOp& to) {
-    std::vector<core::MemoryChange> out;
-    const std::pair<MemoryKind, std::int64_t> deltas[] = {
-        {MemoryKind::Input, to.input_bytes - from.input_bytes},
-        {MemoryKind::Parameter, to.parameter_bytes - from.parameter_bytes},
-        {MemoryKind::Gradient, to.gradient_bytes - from.gradient_bytes},
-        {MemoryKind::Activation, to.activation_bytes - from.activation_bytes},
-        {MemoryKind::OptimizerState, to.optimizer_state_bytes - from.optimizer_state_bytes}};
-    for (const auto& [kind, bytes] : deltas) {
-      if (bytes != 0) out.push_back({kind, bytes});
-    }
-    return out;
-  };
-  const auto add = [&](core::Task task) {
-    schedule.tasks.push_back(std::move(task));
-    return static_cast<int>(schedule.tasks.size()) - 1;
-  };
-  const auto stage_name = [&](int s) {
-    const auto& stage = stages[static_cast<std::size_t>(s)];
-    return layers[static_cast<std::size_t>(stage.first)].name + ".." + layers[static_cast<std::size_t>(stage.last)].name;
-  };
-  // The copies, gradients going out and host optimizer steps, ordered as relay_lanes orders them;
-  // a kept stage has none (-1: no task).
-  const auto copy_in = [&](int s, std::vector<int> deps) {
-    if (s < first_relayed) return -1;
-    std::erase(deps, -1);
-    core::Task task;
-    task.name = "parameters of " + stage_name(s);
-    task.category = "prefetch";
-    task.stream = core::Stream::HostToDevice;
-    task.duration_ns = transfers.in_ns[static_cast<std::size_t>(s)];
-    task.dependencies = std::move(deps);
-    return add(std::move(task));
-  };
-  int last_compute = -1, copy = copy_in(0, {});
-  std::vector<int> arrived(stages.size(), -1);  // the copy task that brought stage s in, this pass
-  arrived[0] = copy;
-  L2LOp before;
-  if (first_relayed > 0 && !ops.empty()) {
-    // The kept stages' parameters and optimizer state are on the device from the step's start
-    // (the first stage's compute may wait for the next one's copy).
-    for (int s = 0; s < first_relayed; ++s) before.parameter_bytes += stages[static_cast<std::size_t>(s)].parameter_bytes;
-    before.optimizer_state_bytes = ops.front().optimizer_state_bytes;
-    core::Task kept;
-    kept.name = "stages kept on the device";
-    kept.category = "kept on the device";
-    kept.at_start = changes(L2LOp{}, before);
-    last_compute = add(std::move(kept));
-  }
-  int current = -1;
-  bool backward = false;
-  const auto finish_backward_stage = [&](int s) {
-    if (s < first_relayed) return;
-    core::Task out;
-    out.name = "gradients of " + stage_name(s);
-    out.category = "gradient offload";
-    out.stream = core::Stream::DeviceToHost;
-    out.duration_ns = transfers.out_ns[static_cast<std::size_t>(s)];
-    out.dependencies = {last_compute};
-    const int sent = add(std::move(out));
-    if (predicted.host_shares_compute) last_compute = sent;  // sent on the compute thread
-    core::Task step;
-    step.name = "optimizer." + costs.trace().optimizer.name + " of " + stage_name(s);
-    step.category = "optimizer";
-    step.stream = core::Stream::Host;
-    step.duration_ns = transfers.optimizer_ns[static_cast<std::size_t>(s)];
-    step.dependencies = {sent};
-    const int stepped = add(std::move(step));
-    if (predicted.host_shares_compute) last_compute = stepped;  // the compute waits for the cores
-  };
-  for (const L2LOp& op : ops) {
-    const bool op_backward = op.kind != OpKind::ForwardNoGrad;
-    std::vector<int> deps;
-    if (op.stage != current || op_backward != backward) {
-      if (backward && op_backward) finish_backward_stage(current);
-      const bool entering_backward = op_backward && !backward;
-      backward = op_backward;
-      current = op.stage;
-      if (entering_backward) std::fill(arrived.begin(), arrived.end(), -1);
-      // Loading: the stage's own copy (none for the last stage in backward: it stayed).
-      if (arrived[static_cast<std::size_t>(current)] >= 0) deps.push_back(arrived[static_cast<std::size_t>(current)]);
-      const int next = backward ? current - 1 : current + 1;
-      if (next >= 0 && next <= last) {
-        std::vector<int> copy_deps{copy};
-        if (last_compute >= 0) copy_deps.push_back(last_compute);
-        copy = copy_in(next, std::move(copy_deps));
-        arrived[static_cast<std::size_t>(next)] = copy;
-        if (predicted.host_shares_compute && copy >= 0) deps.push_back(copy);  // settle_prefetch
-      }
-    }
-    // The constant-memory variant's boundaries, copied on the compute thread before and after it;
-    // on CUDA on the compute stream itself, so they never queue behind the copy streams' work.
-    const auto boundary_copy = [&](std::int64_t ns, bool in, std::vector<int> after) {
-      core::Task copy_task;
-      copy_task.name = "boundaries of " + stage_name(op.stage) + (in ? " in" : " out");
-      copy_task.category = "boundary stash";
-      copy_task.stream = !predicted.host_shares_compute ? core::Stream::Compute
-                         : in                           ? core::Stream::HostToDevice
-                                                        : core::Stream::DeviceToHost;
-      copy_task.duration_ns = ns;
-      copy_task.micro_batch = op.micro_batch;
-      if (last_compute >= 0) after.push_back(last_compute);
-      copy_task.dependencies = std::move(after);
-      last_compute = add(std::move(copy_task));
-    };
-    if (op.copy_in_ns > 0) boundary_copy(op.copy_in_ns, true, deps);
-    core::Task task;
-    task.name = op.kind == OpKind::Optimizer ? "optimizer." + costs.trace().optimizer.name + " of " + stage_name(op.stage)
-                                             : layers[static_cast<std::size_t>(op.layer)].name;
-    task.category = op.kind == OpKind::ForwardNoGrad ? "forward (no grad)" : op_kind_name(op.kind);
-    task.duration_ns = op.duration_ns;
-    task.transient_bytes = op.transient_bytes;
-    task.at_start = changes(before, op);
-    task.layer = op.layer;
-    task.micro_batch = op.micro_batch;
-    if (last_compute >= 0) deps.push_back(last_compute);
-    task.dependencies = std::move(deps);
-    last_compute = add(std::move(task));
-    if (op.copy_out_ns > 0) boundary_copy(op.copy_out_ns, false, {});
-    before = op;
-  }
-  // The step ends with the device empty again.
-  if (last_compute >= 0) schedule.tasks[static_cast<std::size_t>(last_compute)].at_end = changes(before, L2LOp{});
-  if (backward) finish_backward_stage(current);
-  return schedule;
+  return L2LScheduleBuilder(costs, predicted, relay).build(ops, choice.samples());
 }
 
 L2LCapacity largest_l2l_model(const core::CostModel& costs, const LayerGraph& graph,
