@@ -2,14 +2,11 @@
 
 #include <filesystem>
 
-#include "core/affine_fit.h"
-#include "core/chrome_trace.h"
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "core/json_reader.h"
 #include "core/known_names.h"
 #include "core/trace.h"
-#include "core/trace_merge.h"
 #include "support/trace_fixture.h"
 
 namespace headroom {
@@ -282,59 +279,6 @@ TEST(TraceJson, MissingFileIsAnInputError) {
   EXPECT_THROW(core::read_trace_file("/nonexistent/trace.json"), InputError);
 }
 
-TEST(AffineFit, ExactLineHasNoResidual) {
-  const std::vector<std::int64_t> xs{1, 2, 4, 8}, ys{110, 210, 410, 810};
-  const auto fit = core::fit_affine(xs, ys);
-  EXPECT_DOUBLE_EQ(fit.slope, 100.0);
-  EXPECT_DOUBLE_EQ(fit.intercept, 10.0);
-  EXPECT_NEAR(fit.max_abs_residual, 0.0, 1e-9);
-}
-
-// Relative to each time: the 4 KiB copy's latency survives beside the 32 MiB copy's bandwidth.
-TEST(AffineFit, LinkLineFromCopiesOfSeveralSizes) {
-  const std::vector<double> bytes{4096, 65536, 1 << 20, 32 << 20};
-  std::vector<double> seconds;
-  for (const double b : bytes) seconds.push_back(2e-6 + b / 5e9);
-  const core::LinkLine line = core::fit_link_line(bytes, seconds, "probe");
-  EXPECT_NEAR(line.bytes_per_second, 5e9, 5e9 * 1e-9);
-  EXPECT_EQ(line.latency_ns, 2000);
-  // A time that does not grow with the size fits no link, and says which probe it was.
-  try {
-    core::fit_link_line(bytes, std::vector<double>{4e-3, 3e-3, 2e-3, 1e-3}, "host copy probe");
-    FAIL() << "a shrinking time was fitted";
-  } catch (const std::runtime_error& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("host copy probe: ", 0), 0u) << e.what();
-  }
-}
-
-TEST(AffineFit, ResidualShowsACurve) {
-  const std::vector<std::int64_t> xs{1, 2, 3}, ys{1, 4, 9};
-  EXPECT_GT(core::fit_affine(xs, ys).max_abs_residual, 0.3);
-}
-
-TEST(ChromeTrace, ProfileTimelineHasEveryLayerTwiceAndMemoryReturnsToBase) {
-  const core::Trace trace = testing::make_small_trace();
-  const json timeline = core::profile_step_timeline(trace, 2);
-  int forward = 0, backward = 0, optimizer = 0;
-  std::int64_t last_memory = -1, end_ts_us = 0;
-  for (const auto& e : timeline["traceEvents"]) {
-    if (e["ph"] == "X") {
-      forward += e["cat"] == "forward";
-      backward += e["cat"] == "backward";
-      optimizer += e["cat"] == "optimizer";
-    }
-    if (e["ph"] == "C") last_memory = e["args"]["allocated_bytes"].get<std::int64_t>();
-    if (e["ph"] == "X") end_ts_us = static_cast<std::int64_t>(e["ts"].get<double>() + e["dur"].get<double>());
-  }
-  EXPECT_EQ(forward, 3);
-  EXPECT_EQ(backward, 3);
-  EXPECT_EQ(optimizer, 1);
-  EXPECT_EQ(last_memory, trace.steps[1].static_bytes + trace.steps[1].input_bytes);
-  // forward 2+2+2 us, backward 4+4+4 us, optimizer 0.5 us at batch 2
-  EXPECT_EQ(end_ts_us, 18);
-  EXPECT_THROW(core::profile_step_timeline(trace, 3), InputError);
-}
-
 TEST(TraceJson, TempoProfilesRoundTripAndComeInPairs) {
   const core::Trace trace = testing::make_small_tempo_trace();
   const json document = core::to_json(trace);
@@ -546,79 +490,6 @@ TEST(TraceJson, HeldInputTransientsRoundTripAndComeForEverySampleOrNone) {
       << read_error(negative);
   // Without it (traces from before), nothing is evaluated.
   EXPECT_FALSE(core::CostModel(testing::make_small_trace()).layer(0, 2).bwd_inputs_held_extra_bytes.has_value());
-}
-
-// Only the sizes of `keep` (indices into batch_sizes), every per-size field with them.
-core::Trace with_sizes(core::Trace t, const std::vector<std::size_t>& keep) {
-  const auto pick = [&](auto& v) {
-    std::remove_reference_t<decltype(v)> out;
-    for (const auto k : keep) out.push_back(v[k]);
-    v = std::move(out);
-  };
-  pick(t.batch_sizes);
-  for (auto& layer : t.layers) {
-    pick(layer.samples);
-    if (layer.tempo) pick(layer.tempo->samples);
-  }
-  pick(t.steps);
-  if (!t.tempo_steps.empty()) pick(t.tempo_steps);
-  return t;
-}
-
-// Sizes profiled apart and added together give the trace profiled at all of them; what would mix
-// two models, machines or option sets is refused by name, and so is a size measured twice.
-TEST(TraceMerge, AddedSizesFallIntoPlaceAndMismatchesAreRefused) {
-  const core::Trace whole = testing::make_small_tempo_trace();
-  const core::Trace first = with_sizes(whole, {0});
-  const core::Trace second = with_sizes(whole, {1});
-  EXPECT_EQ(core::with_batch_sizes_added(first, second), whole);
-  EXPECT_EQ(core::with_batch_sizes_added(second, first), whole);
-
-  const auto error = [](const core::Trace& a, const core::Trace& b) {
-    try {
-      core::with_batch_sizes_added(a, b);
-    } catch (const core::InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(error(whole, second).find("batch size 2 is in the trace already"), std::string::npos);
-  core::Trace other = second;
-  other.model.config["hidden"] = "16";
-  EXPECT_NE(error(first, other).find("--add-to: the traces differ in their model"), std::string::npos);
-  other = second;
-  other.optimizer.name = "sgd";
-  EXPECT_NE(error(first, other).find("their optimizer (adam against sgd)"), std::string::npos);
-  other = second;
-  other.profile.threads = 1;
-  EXPECT_NE(error(first, other).find("their threads (2 against 1; give --threads 2)"), std::string::npos);
-  other = second;
-  other.precision = core::Precision::Bf16;
-  EXPECT_NE(error(first, other).find("their precisions (fp32 against bf16)"), std::string::npos);
-  other = second;
-  other.layers[1].kind = "relu";
-  EXPECT_NE(error(first, other).find("layer 1 (gelu)"), std::string::npos);
-  other = with_sizes(testing::make_small_trace(), {1});
-  EXPECT_NE(error(first, other).find("the Tempo pass"), std::string::npos);
-}
-
-// Sizes added from a trace that read another library workspace (or none: one from before it was
-// recorded): the merged trace keeps the smaller, and every step's peak, Tempo's too, carries that one.
-TEST(TraceMerge, StepsCarryTheMergedTracesWorkspace) {
-  core::Trace whole = testing::make_small_tempo_trace();
-  constexpr std::int64_t kWorkspace = std::int64_t{64} << 20;
-  core::Trace first = with_sizes(whole, {0});
-  core::Trace second = with_sizes(whole, {1});
-  second.workspace_bytes = kWorkspace;
-  second.optimizer.host_ns_per_param = 2.5;
-  for (auto* steps : {&second.steps, &second.tempo_steps}) {
-    for (auto& step : *steps) step.peak_bytes += kWorkspace;
-  }
-  whole.optimizer.host_ns_per_param = 2.5;
-  EXPECT_EQ(core::with_batch_sizes_added(first, second), whole);
-  EXPECT_EQ(core::with_batch_sizes_added(second, first).steps, whole.steps);
-  EXPECT_EQ(core::with_batch_sizes_added(second, first).tempo_steps, whole.tempo_steps);
-  EXPECT_EQ(core::with_batch_sizes_added(second, first).workspace_bytes, 0);
 }
 
 // A GPU trace's library workspace and host optimizer rate read back; a trace without them (every

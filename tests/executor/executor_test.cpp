@@ -13,7 +13,6 @@
 #include "executor/plan_runner.h"
 #include "executor/step_wrappers.h"
 #include "executor/whole_step_runners.h"
-#include "models/fashion_mnist.h"
 #include "models/zoo.h"
 #include "planner/plan_search.h"
 #include "planner/step_sequence.h"
@@ -182,21 +181,6 @@ TEST(Executor, CheckpointingCountsEachBatchOnceInBatchNormStatistics) {
   ASSERT_EQ(stored.size(), checkpointed.size());
   ASSERT_FALSE(stored.empty());
   EXPECT_LT(executor::max_relative_difference(checkpointed, stored), 1e-6);
-}
-
-TEST(BudgetAllocator, RefusesPastTheBudgetAndCounts) {
-  auto& allocator = runtime::BudgetAllocator::instance();
-  const std::int64_t before = allocator.in_use();
-  {
-    torch::Tensor a = torch::empty({1024}, torch::kFloat32);  // 4 KiB
-    EXPECT_EQ(allocator.in_use() - before, 4096);
-    runtime::ScopedBudget budget(10000);  // on top of what is in use now
-    torch::Tensor b = torch::empty({2048}, torch::kFloat32);  // 8 KiB fits
-    EXPECT_THROW(torch::empty({1024}, torch::kFloat32), c10::OutOfMemoryError);
-    EXPECT_EQ(runtime::BudgetAllocator::last_refusal().requested_bytes, 4096);
-  }
-  EXPECT_EQ(allocator.in_use(), before);
-  EXPECT_EQ(allocator.limit(), 0);
 }
 
 // A hand-made plan for the zoo model of a profiled trace.
@@ -369,47 +353,6 @@ TEST(Executor, RejectsBadRequests) {
   core::Trace renamed = trace;
   renamed.layers[3].name = "something.else";
   EXPECT_THROW(executor::execute(plan_for(renamed, 1LL << 40, {4}), renamed, "t", options), core::InputError);
-}
-
-}  // namespace
-}  // namespace headroom
-
-namespace headroom {
-namespace {
-
-// Five SGD steps on Fashion-MNIST: micro-batches (loss weights b_i/B) and the full batch end with the
-// same weights when BatchNorm normalizes with running statistics (eval style), and not when it
-// normalizes each micro-batch with its own.
-TEST(FashionMnist, MicroBatchesAndTheFullBatchEndWithTheSameWeights) {
-  const auto train = models::load_fashion_mnist("train");
-  const auto final_difference = [&](bool batchnorm_eval) {
-    const auto make = [&] {
-      auto model = models::build_zoo_model("cnn", {{"width", "8"}, {"stages", "2"}}, 1);
-      models::use_dataset(model, train);
-      model.set_training(true);
-      model.set_batchnorm_eval(batchnorm_eval);
-      return model;
-    };
-    models::Model micro = make(), full = make();
-    torch::optim::SGD micro_sgd(micro.parameters(), 0.05), full_sgd(full.parameters(), 0.05);
-    executor::Position position;
-    executor::PlanRunner runner(micro, {}, position);
-    for (std::uint64_t step = 0; step < 5; ++step) {
-      const auto batches = executor::make_micro_batches(micro, {20, 20, 20, 4}, step, torch::kCPU);
-      micro_sgd.zero_grad();
-      runner.accumulate(batches, 64);
-      micro_sgd.step();
-      full_sgd.zero_grad();
-      full.forward(executor::concatenate(batches)).backward();
-      full_sgd.step();
-    }
-    std::vector<torch::Tensor> a, b;
-    for (const auto& p : micro.parameters()) a.push_back(p.detach());
-    for (const auto& p : full.parameters()) b.push_back(p.detach());
-    return executor::max_relative_difference(a, b);
-  };
-  EXPECT_LT(final_difference(true), 1e-5);
-  EXPECT_GT(final_difference(false), 1e-3);
 }
 
 }  // namespace

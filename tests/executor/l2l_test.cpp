@@ -8,7 +8,6 @@
 #include "executor/executor.h"
 #include "executor/l2l_relay.h"
 #include "executor/plan_runner.h"
-#include "executor/relay_link.h"
 #include "models/zoo.h"
 #include "planner/l2l_model.h"
 #include "planner/plan_schedule.h"
@@ -210,60 +209,6 @@ TEST(L2L, RecomputeDrawsTheForwardsDropoutMasks) {
   const auto a = gradients(1), b = gradients(1), c = gradients(2);
   EXPECT_EQ(executor::max_relative_difference(a, b), 0.0);
   EXPECT_GT(executor::max_relative_difference(a, c), 1e-3);
-}
-
-TEST(BudgetAllocator, HostScopeIsCountedApartAndNeverRefused) {
-  auto& allocator = runtime::BudgetAllocator::instance();
-  const std::int64_t device_before = allocator.in_use(), host_before = allocator.host_in_use();
-  {
-    runtime::ScopedBudget budget(8192);
-    torch::Tensor host;
-    {
-      runtime::HostScope scope;
-      host = torch::empty({4096}, torch::kFloat32);  // 16 KiB: past the budget, but host-side
-    }
-    EXPECT_EQ(allocator.host_in_use() - host_before, 16384);
-    EXPECT_EQ(allocator.in_use(), device_before);
-    torch::Tensor device = torch::empty({1024}, torch::kFloat32);  // the budget still holds on the device
-    EXPECT_EQ(allocator.in_use() - device_before, 4096);
-    EXPECT_THROW(torch::empty({2048}, torch::kFloat32), c10::OutOfMemoryError);
-  }
-  EXPECT_EQ(allocator.in_use(), device_before);
-  EXPECT_EQ(allocator.host_in_use(), host_before);
-}
-
-// On the CPU the link's host side is host-scoped storage and its device side is budgeted: a
-// parameter buffer sent over lands on the device side, a gradient sent back lands on the host side,
-// each copy equal to its source.
-TEST(RelayLink, OnTheCpuHostCopiesAreCountedApartFromTheDevice) {
-  auto& allocator = runtime::BudgetAllocator::instance();
-  const executor::RelayLink link(torch::kCPU);
-  const std::int64_t host_before = allocator.host_in_use();
-  torch::Tensor host = link.host_empty({1024}, torch::TensorOptions(torch::kFloat32));
-  host.copy_(torch::arange(1024, torch::kFloat32));
-  EXPECT_EQ(allocator.host_in_use() - host_before, 4096);
-  const std::int64_t device_after_source = allocator.in_use();
-  const torch::Tensor on_device = link.to_device_landed(host);
-  EXPECT_EQ(allocator.in_use() - device_after_source, 4096);
-  EXPECT_TRUE(on_device.equal(host));
-  const executor::HostLanding back = link.to_host(on_device * 2);
-  EXPECT_EQ(back.landed, nullptr);  // a CPU copy is done on return
-  back.wait();
-  EXPECT_EQ(allocator.host_in_use() - host_before, 8192);
-  EXPECT_TRUE(back.host.equal(host * 2));
-  EXPECT_TRUE(link.back_to_device(back.host).equal(host * 2));
-  const torch::Tensor stashed = link.stash_to_host(on_device * 3);
-  EXPECT_EQ(allocator.host_in_use() - host_before, 3 * 4096);
-  EXPECT_TRUE(link.back_to_device(stashed).equal(host * 3));
-}
-
-TEST(RelayLink, RefusesDevicesOtherThanTheCpuAndCuda) {
-  try {
-    executor::RelayLink link(torch::Device(torch::kMeta));
-    FAIL() << "a relay link to the meta device was made";
-  } catch (const core::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("CPU or on CUDA, not on meta"), std::string::npos) << e.what();
-  }
 }
 
 // The seed paper's point: a model whose parameters alone exceed the device trains, the device

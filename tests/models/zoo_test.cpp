@@ -2,24 +2,16 @@
 
 #include "core/errors.h"
 #include "core/known_names.h"
-#include "models/fashion_mnist.h"
-#include "models/model_source.h"
 #include "models/zoo.h"
 #include "runtime/memory_recorder.h"
+#include "support/small_zoo.h"
 
 namespace headroom {
 namespace {
 
 using core::InputError;
 
-// Small sizes of every zoo model, so each test runs in well under a second on two cores.
-const std::map<std::string, std::map<std::string, std::string>> kSmall = {
-    {"mlp", {{"input", "16"}, {"hidden", "32"}, {"depth", "2"}}},
-    {"cnn", {{"image", "12"}, {"width", "4"}, {"stages", "2"}}},
-    {"bert", {{"preset", "tiny"}, {"hidden", "32"}, {"heads", "2"}, {"seq", "8"}, {"vocab", "50"}}},
-    {"gpt", {{"preset", "tiny"}, {"hidden", "32"}, {"heads", "2"}, {"seq", "8"}, {"vocab", "50"}}},
-    {"clip", {{"image", "8"}, {"width", "4"}, {"hidden", "16"}, {"concepts", "16"}}},
-};
+using testing::kSmall;
 
 TEST(Zoo, EveryModelTrainsOneStep) {
   ASSERT_EQ(models::zoo().size(), kSmall.size());
@@ -163,12 +155,6 @@ TEST(ZooConfig, BadInputIsNamed) {
   EXPECT_EQ(message([] { models::parse_setting("depth"); }), "setting: expected key=value, got 'depth'");
 }
 
-}  // namespace
-}  // namespace headroom
-
-namespace headroom {
-namespace {
-
 // Every GELU, LayerNorm and attention of bert and gpt switched to Tempo's variant computes the same
 // loss and, up to GELU's recovered derivative, the same gradients; it keeps fewer bytes.
 TEST(ZooLean, LeanLayersComputeTheSameStepAndKeepLess) {
@@ -222,33 +208,6 @@ TEST(ZooLean, LeanModelTrainsWithDropout) {
   auto loss = model.forward(model.make_batch(2, 5));
   loss.backward();
   EXPECT_TRUE(std::isfinite(loss.item<double>()));
-}
-
-// What the profiler records of a model is enough to build the same model again, as the executor does.
-TEST(ModelSource, RebuildsTheSameModelFromWhatATraceRecords) {
-  const models::Model built = models::build_model({"bert", kSmall.at("bert"), std::nullopt}, 2);
-  const models::ModelSource source = models::model_source(built);
-  EXPECT_EQ(source.name, "bert");
-  EXPECT_EQ(source.config.at("hidden"), "32");
-  EXPECT_EQ(source.config.count("layers"), 1U);  // every key, the preset's included, not only the overrides
-  const models::Model rebuilt = models::build_model(source, 2);
-  ASSERT_EQ(rebuilt.layers().size(), built.layers().size());
-  for (std::size_t i = 0; i < built.layers().size(); ++i) EXPECT_EQ(rebuilt.layers()[i].name, built.layers()[i].name);
-  const auto a = built.parameters(), b = rebuilt.parameters();
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
-  EXPECT_THROW(models::build_model({"resnet9000", {}, std::nullopt}, 0), core::InputError);
-}
-
-TEST(FashionMnist, LoadsDebiansFiles) {
-  const auto train = models::load_fashion_mnist("train");
-  EXPECT_EQ(train.images.sizes(), (std::vector<std::int64_t>{60000, 1, 28, 28}));
-  EXPECT_EQ(train.labels.min().item<std::int64_t>(), 0);
-  EXPECT_EQ(train.labels.max().item<std::int64_t>(), 9);
-  EXPECT_NEAR(train.images.mean().item<double>(), 0.0, 0.01);  // normalized with its own statistics
-  EXPECT_EQ(models::load_fashion_mnist("test").images.size(0), 10000);
-  EXPECT_THROW(models::load_fashion_mnist("train", "/nonexistent"), core::InputError);
-  EXPECT_THROW(models::load_fashion_mnist("validation"), core::InputError);
 }
 
 }  // namespace

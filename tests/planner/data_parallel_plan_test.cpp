@@ -1,6 +1,6 @@
-// Data parallel in the planner (planner/data_parallel_model.h): the link and ring model, the
-// buckets, the split of the global batch over workers, the all-reduce's overlap with the last
-// backward, the buckets' memory, and the simulator agreeing with the plan.
+// Data parallel in the planner (planner/data_parallel_model.h): the split of the global batch over
+// workers, the all-reduce's overlap with the last backward, the buckets' memory, and the simulator
+// agreeing with the plan.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -17,75 +17,12 @@
 #include "planner/ring_infcl_model.h"
 #include "planner/step_sequence.h"
 #include "simulator/simulator.h"
+#include "support/plan_requests.h"
 
 namespace headroom {
 namespace {
 
-core::Trace committed(const std::string& name) {
-  return core::read_trace_file(std::string(HEADROOM_TRACES_DIR) + "/" + name);
-}
-
-TEST(CollectiveLink, ParsesBandwidthAndLatency) {
-  const auto link = core::parse_link("25GB/s,5us");
-  EXPECT_DOUBLE_EQ(link.bytes_per_second, 25e9);
-  EXPECT_EQ(link.latency_ns, 5000);
-  EXPECT_EQ(link.source, "given");
-  EXPECT_DOUBLE_EQ(core::parse_link("1.5 GiB/s, 200ns").bytes_per_second, 1.5 * 1073741824.0);
-  EXPECT_EQ(core::parse_link("100MB/s,2ms").latency_ns, 2'000'000);
-  for (const std::string bad : {"", "25GB/s", "25,5us", "25GB/s,5", "-1GB/s,5us", "25GB/s,5us,1", "abc,5us", "0.5B/s,1us",
-                                "1000TB/s,1us", "1GB/s,11s", "nanGB/s,1us"}) {
-    EXPECT_THROW(core::parse_link(bad), core::InputError) << bad;
-  }
-  try {
-    core::parse_link("25Gb/s,5us");
-    FAIL();
-  } catch (const core::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown bandwidth unit 'Gb/s'"), std::string::npos) << e.what();
-  }
-}
-
-TEST(CollectiveLink, RingAllReduceCost) {
-  const core::CollectiveLink link{1e9, 10'000, "given"};
-  EXPECT_EQ(core::ring_allreduce_ns(1 << 20, 1, link), 0);
-  // 2 workers: 2 steps of half the buffer each: 2 * (10 us + 524288 B / 1 GB/s) = 1,068,576 ns.
-  EXPECT_EQ(core::ring_allreduce_ns(1 << 20, 2, link), 1'068'576);
-  // 4 workers: 6 steps of a quarter: 6 * (10 us + 262144 ns) = 1,632,864 ns.
-  EXPECT_EQ(core::ring_allreduce_ns(1 << 20, 4, link), 1'632'864);
-}
-
-TEST(GradientBuckets, WholeLayersFromTheLastOne) {
-  // Layer 2 has no parameters; buckets close once they reach 100 bytes.
-  const auto buckets = core::gradient_buckets({40, 80, 0, 30, 90, 10}, 100);
-  ASSERT_EQ(buckets.size(), 3u);
-  EXPECT_EQ(buckets[0], (core::GradientBucket{4, 5, 100}));
-  EXPECT_EQ(buckets[1], (core::GradientBucket{1, 3, 110}));
-  EXPECT_EQ(buckets[2], (core::GradientBucket{0, 0, 40}));
-  EXPECT_EQ(core::gradient_buckets({0, 0}, 100).size(), 0u);
-}
-
-// A bf16 step's bfloat16 gradients go as float32 over Gloo (the CPU), as they are over NCCL, and
-// every other precision's are float32 already; the planner's buckets follow, so the bf16 mlp's
-// buckets on the CPU hold twice its parameters' bytes and group by those bytes.
-TEST(GradientBuckets, Bf16GradientsWidenToFloat32OverGlooOnly) {
-  EXPECT_EQ(core::allreduce_gradient_bytes(1000, core::Precision::Bf16, false), 2000);
-  EXPECT_EQ(core::allreduce_gradient_bytes(1000, core::Precision::Bf16, true), 1000);
-  EXPECT_EQ(core::allreduce_gradient_bytes(1000, core::Precision::Bf16Autocast, false), 1000);
-  EXPECT_EQ(core::allreduce_gradient_bytes(1000, core::Precision::Fp32, false), 1000);
-  core::Trace trace = committed("cpu-mlp.json");
-  trace.precision = core::Precision::Bf16;
-  std::int64_t parameter_bytes = 0;
-  std::vector<std::int64_t> widened;
-  for (const auto& layer : trace.layers) {
-    parameter_bytes += layer.param_bytes;
-    widened.push_back(2 * layer.param_bytes);
-  }
-  core::StepChoice choice = core::StepChoice{}.with_micro_batches({8});
-  choice.data_parallel = core::DataParallelChoice{2, {}, core::parse_link("1GB/s,20us"), parameter_bytes / 3};
-  const core::CostModel costs(trace);
-  const auto buckets = planner::plan_buckets(costs, choice);
-  EXPECT_EQ(buckets, core::gradient_buckets(widened, parameter_bytes / 3));
-  EXPECT_EQ(planner::bucket_buffer_bytes(costs, choice), 2 * parameter_bytes);
-}
+using testing::committed;
 
 planner::PlanRequest request(std::int64_t budget, std::int64_t batch, int workers) {
   planner::PlanRequest r;

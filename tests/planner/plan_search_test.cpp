@@ -1,140 +1,30 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <random>
+#include <numeric>
 
 #include "core/cost_model.h"
 #include "core/errors.h"
-#include "support/expand_repeats.h"
-#include "planner/checkpoint_dp.h"
+#include "core/plan.h"
+#include "core/trace.h"
 #include "planner/device_error.h"
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
+#include "planner/split_bounds.h"
 #include "planner/step_sequence.h"
-#include "support/random_chain.h"
 #include "simulator/simulator.h"
+#include "support/plan_requests.h"
 #include "support/synthetic_chain.h"
 
 namespace headroom {
 namespace {
 
-namespace fs = std::filesystem;
-
-core::Trace committed(const std::string& name) {
-  return core::read_trace_file(fs::path(HEADROOM_TRACES_DIR) / name);
-}
-
-const std::vector<std::string> kTraces = {"cpu-mlp.json", "cpu-cnn.json", "cpu-bert.json", "cpu-gpt.json", "cpu-clip.json"};
-
-// The planner's model of a plain step (one micro-batch, nothing applied) reproduces the peak the
-// profiler measured at every sampled size.
-TEST(MemoryModel, ReproducesMeasuredPeaks) {
-  for (const auto& name : kTraces) {
-    const core::Trace trace = committed(name);
-    const core::CostModel costs(trace);
-    const planner::LayerGraph graph(trace);
-    for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) {
-      const auto p = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({trace.batch_sizes[k]}));
-      const double measured = static_cast<double>(trace.steps[k].peak_bytes);
-      EXPECT_NEAR(static_cast<double>(p.peak_bytes) / measured, 1.0, 1e-3) << name << " batch " << trace.batch_sizes[k];
-      // One micro-batch as the trace measured it (the profiled step less its optimizer, or the
-      // sequence's micro-batch in traces that have one) plus what a step pays once; each layer's
-      // scaled time is rounded to a nanosecond.
-      EXPECT_NEAR(p.step_ns, costs.micro_batch_ns(trace.batch_sizes[k]) + costs.optimizer_ns(),
-                  static_cast<double>(trace.layers.size())) << name;
-    }
-  }
-}
-
-TEST(LayerGraph, FindsSkipEdgesAndCheckpointableBlocks) {
-  const core::Trace trace = committed("cpu-bert.json");
-  const planner::LayerGraph graph(trace);
-  EXPECT_EQ(graph.blocks().size(), 4u);
-  for (const auto& block : graph.blocks()) {
-    EXPECT_TRUE(block.checkpointable) << block.why_not;
-    // The block input is read by the qkv projection and by the residual add (a skip edge).
-    EXPECT_GE(graph.readers(block.input).size(), 2u);
-  }
-  std::vector<int> order(trace.layers.size());
-  std::iota(order.begin(), order.end(), 0);
-  EXPECT_EQ(graph.topological_order(), order);
-  EXPECT_EQ(graph.last_reader(static_cast<int>(trace.layers.size()) - 1), -1);
-}
-
-// Where a standard step lets go of the gradient arriving at a block's output, which a checkpointed
-// block's backward holds to its end instead: post-LN bert's blocks end in a LayerNorm, whose
-// backward takes it; pre-LN gpt's in a residual add, which hands it on to the residual stream, where
-// the second LayerNorm's gradient is added to it in place; the cnn's in a ReLU.
-TEST(LayerGraph, FindsWhereABlocksOutputGradientIsLetGo) {
-  const auto name_of = [](const core::Trace& trace, int layer) { return trace.layers[static_cast<std::size_t>(layer)].name; };
-  const core::Trace bert = committed("cpu-bert.json");
-  const planner::LayerGraph bert_graph(bert);
-  for (const auto& block : bert_graph.blocks()) {
-    EXPECT_EQ(block.output_gradient_released_by, block.last) << name_of(bert, block.last);
-  }
-  const core::Trace gpt = committed("cpu-gpt.json");
-  const planner::LayerGraph gpt_graph(gpt);
-  ASSERT_EQ(gpt_graph.blocks().size(), 2u);
-  for (const auto& block : gpt_graph.blocks()) {
-    const std::string prefix = "layer" + std::to_string(block.block);
-    EXPECT_EQ(name_of(gpt, block.last), prefix + ".ffn_residual");
-    EXPECT_EQ(name_of(gpt, block.output_gradient_released_by), prefix + ".ln2");
-  }
-  const core::Trace cnn = committed("cpu-cnn.json");
-  const planner::LayerGraph cnn_graph(cnn);
-  for (const auto& block : cnn_graph.blocks()) {
-    EXPECT_EQ(block.output_gradient_released_by, block.last) << name_of(cnn, block.last);
-  }
-}
-
-// Random chains of up to 12 stages with integer sizes: the DP (unit 1, so exact) and trying every
-// subset agree on feasibility and recompute time, and the DP's peak is what its choice gives.
-TEST(CheckpointDp, EqualsExhaustiveSearch) {
-  std::mt19937 rng(42);
-  int feasible = 0;
-  for (int round = 0; round < 400; ++round) {
-    const planner::Chain chain = testing::random_chain(rng);
-    const auto n = static_cast<std::int64_t>(chain.stages.size());
-    const std::int64_t limit = testing::draw(rng, chain.base, chain.base + 40 * n);
-    const auto dp = planner::solve_checkpoint_dp(chain, limit, 1);
-    const auto brute = planner::solve_checkpoint_exhaustive(chain, limit);
-    ASSERT_EQ(dp.feasible, brute.feasible) << "round " << round;
-    if (!dp.feasible) continue;
-    ++feasible;
-    EXPECT_EQ(dp.recompute_ns, brute.recompute_ns) << "round " << round;
-    EXPECT_EQ(dp.peak_bytes, planner::chain_peak(chain, dp.checkpoint));
-    EXPECT_LE(dp.peak_bytes, limit);
-    if (dp.checkpoint == brute.checkpoint) {
-      EXPECT_EQ(dp.peak_bytes, brute.peak_bytes);
-    }
-  }
-  EXPECT_GT(feasible, 100);  // the rounds exercise the interesting cases, not only infeasible ones
-}
-
-TEST(CheckpointDp, CoarseUnitsStayWithinTheLimit) {
-  std::mt19937 rng(7);
-  for (int round = 0; round < 200; ++round) {
-    planner::Chain chain;
-    chain.base = 1000;
-    for (int k = 0; k < 10; ++k) {
-      const std::int64_t stored = std::uniform_int_distribution<std::int64_t>(100, 900)(rng);
-      chain.stages.push_back({stored, stored / 5, stored + 333, stored + 400, 10 + k, true});
-    }
-    const std::int64_t limit = std::uniform_int_distribution<std::int64_t>(2000, 9000)(rng);
-    const auto dp = planner::solve_checkpoint_dp(chain, limit, 97);
-    if (dp.feasible) {
-      EXPECT_LE(planner::chain_peak(chain, dp.checkpoint), limit);
-    }
-    // Rounding can only cost optimality, never admit a plan the exact DP would reject.
-    const auto exact = planner::solve_checkpoint_dp(chain, limit, 1);
-    if (dp.feasible) {
-      EXPECT_TRUE(exact.feasible);
-      EXPECT_GE(dp.recompute_ns, exact.recompute_ns);
-    }
-  }
-}
+using testing::budget_sweep;
+using testing::committed;
+using testing::kTraces;
+using testing::request;
 
 TEST(PlanSearch, SplitsEvenlyWithExactLossWeights) {
   EXPECT_EQ(planner::split_batch(10, 3), (std::vector<std::int64_t>{4, 3, 3}));
@@ -146,29 +36,6 @@ TEST(PlanSearch, SplitsEvenlyWithExactLossWeights) {
   for (std::size_t i = 0; i < plan.choice.micro_batches.size(); ++i) sum += plan.loss_weight(i);
   EXPECT_DOUBLE_EQ(sum, 1.0);
   EXPECT_DOUBLE_EQ(plan.loss_weight(0), 0.4);
-}
-
-planner::PlanRequest request(std::int64_t budget, std::int64_t batch, const std::string& strategies = "all") {
-  planner::PlanRequest r;
-  r.budget_bytes = budget;
-  r.global_batch = batch;
-  r.strategies = planner::parse_strategies(strategies);
-  r.trace_path = "traces/x.json";
-  r.trace_sha256 = std::string(64, '0');
-  return r;
-}
-
-// Budgets from the static floor up to the whole batch's need, for each committed trace.
-std::vector<std::int64_t> budget_sweep(const core::Trace& trace, std::int64_t batch, int points) {
-  const core::CostModel costs(trace);
-  const planner::LayerGraph graph(trace);
-  const std::int64_t lo = costs.static_bytes() + costs.optimizer_transient_bytes();
-  // Up to past what the whole batch needs once the 5% margin is taken off.
-  const std::int64_t hi =
-      planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({batch})).peak_bytes * 23 / 20;
-  std::vector<std::int64_t> budgets;
-  for (int i = 0; i <= points; ++i) budgets.push_back(lo + (hi - lo) * i / points);
-  return budgets;
 }
 
 TEST(PlanSearch, PlansFitAndMoreBudgetIsNeverSlower) {
@@ -467,12 +334,6 @@ TEST(PlanSearch, StepOfLayersThatMeasuredNoTimeStillTakesTime) {
   EXPECT_EQ(core::plan_from_json(written), *outcome.plan);
 }
 
-TEST(LayerGraph, RejectsABlockThatComesBack) {
-  core::Trace trace = testing::synthetic_chain(12);
-  trace.layers[9].block = 0;  // blocks 0,0,0,0,1,1,1,1,2,0,2,2
-  EXPECT_THROW(planner::LayerGraph{trace}, core::InputError);
-}
-
 // A model whose last block is its last layer (no head after it) plans and simulates too.
 TEST(PlanSearch, ChainWithoutLayersAfterTheLastBlock) {
   const core::Trace trace = testing::synthetic_chain(40);
@@ -489,281 +350,153 @@ TEST(PlanSearch, ChainWithoutLayersAfterTheLastBlock) {
   EXPECT_EQ(sim.peak_bytes, plan->predicted.peak_bytes);
 }
 
-// The planner's numbers and the simulator's agree for the same plan.
-TEST(Simulator, AgreesWithThePlanner) {
-  for (const auto& name : kTraces) {
-    SCOPED_TRACE(name);
-    const core::Trace trace = committed(name);
-    const core::CostModel costs(trace);
-    const planner::LayerGraph graph(trace);
-    for (const std::int64_t budget : budget_sweep(trace, 24, 8)) {
-      const auto outcome = planner::plan_step(trace, request(budget, 24));
-      if (!outcome.plan) continue;
-      planner::check_choice(*outcome.plan, trace, name);
-      const auto schedule = planner::build_schedule(costs, graph, outcome.plan->choice);
-      const auto sim = simulator::simulate(schedule);
-      EXPECT_EQ(sim.peak_bytes, outcome.plan->predicted.peak_bytes) << budget;
-      EXPECT_NEAR(static_cast<double>(sim.makespan_ns) / 1e9, outcome.plan->predicted.step_seconds, 1e-9);
-      // Memory returns to the resident state after the step: on the device, all of it, but under
-      // L2L (the lowest budgets, where "all" relays) what the relay keeps there.
-      if (outcome.plan->choice.l2l) {
-        EXPECT_LT(sim.memory.back().total(), costs.static_bytes()) << budget;
-      } else {
-        EXPECT_EQ(sim.memory.back().total(), costs.static_bytes()) << budget;
+// The bounded search (planner/split_bounds.h): past a few dozen splits plan_step weighs only the
+// splits that may be chosen, named or charted, setting ranges of micro-batch sizes aside by lower
+// bounds. Its plans must be those of weighing every split.
+struct SearchTally {
+  int compared = 0, bounded = 0, planned = 0;
+};
+
+void expect_bounded_search_as_every_split(const core::Trace& trace, const std::string& name, const std::vector<std::int64_t>& batches,
+                                          SearchTally& tally) {
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const std::int64_t floor = costs.static_bytes() + costs.optimizer_transient_bytes();
+  for (const std::int64_t batch : batches) {
+    const std::int64_t whole =
+        planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({std::min<std::int64_t>(batch, 64)})).peak_bytes;
+    // Tempo with the others (what "all" weighs first; L2L's relay, weighed only where nothing
+    // fits without it, is weighed split by split either way).
+    for (const std::string strategies : {"mbp,checkpoint", "mbp,checkpoint,tempo"}) {
+      for (const double fraction : {0.0005, 0.01, 0.1, 0.5, 2.0}) {
+        for (const int workers : {1, 3}) {
+          if (workers > 1 && (fraction != 0.1 || strategies == "mbp,checkpoint")) continue;
+          planner::PlanRequest r = request(
+              static_cast<std::int64_t>(static_cast<double>(floor) / 0.95 + fraction * static_cast<double>(whole - floor)), batch,
+              strategies);
+          r.workers = workers;
+          if (workers > 1) r.link = {1e10, 10000, "given"};
+          SCOPED_TRACE(name + " batch " + std::to_string(batch) + " " + strategies + " budget " + std::to_string(r.budget_bytes) +
+                       " workers " + std::to_string(workers));
+          const auto fast = planner::plan_step(trace, r);
+          r.weigh_every_split = true;
+          const auto every = planner::plan_step(trace, r);
+          ++tally.compared;
+          tally.bounded += fast.splits.size() < every.splits.size();
+          tally.planned += every.plan.has_value();
+          ASSERT_EQ(fast.plan.has_value(), every.plan.has_value());
+          if (every.plan) {
+            EXPECT_EQ(*fast.plan, *every.plan);
+          } else {
+            EXPECT_EQ(fast.reason, every.reason);
+            EXPECT_EQ(fast.smallest_budget, every.smallest_budget);
+          }
+        }
       }
     }
   }
 }
 
-// One sequence makes both the prediction and the schedule: runs of one micro-batch size share
-// their ops, the last micro-batch keeps its input through the optimizer step, and the schedule has
-// one task per layer op of every segment, a run of one size repeated.
-TEST(StepSequence, PredictionAndScheduleShareIt) {
-  const core::Trace trace = committed("cpu-bert.json");
-  const core::CostModel costs(trace);
-  const planner::LayerGraph graph(trace);
-  auto choice = core::StepChoice{}.with_micro_batches({3, 3, 3, 2, 2});
-  choice.checkpointed_blocks = {graph.blocks().front().block};
-  const auto seq = planner::step_sequence(costs, graph, choice);
-  ASSERT_EQ(seq.segments.size(), 4u);  // 3 x3, 1 x2, the last 2, the optimizer
-  EXPECT_EQ(seq.segments[0].repeat, 3);
-  EXPECT_EQ(seq.segments[1].repeat, 1);
-  EXPECT_EQ(seq.segments[1].ops, seq.segments[2].ops);
-  EXPECT_TRUE(seq.segments[2].keeps_input);
-  EXPECT_EQ(seq.segments[2].first, 4);
-  EXPECT_EQ(seq.segments[3].batch, 0);
-  EXPECT_EQ(seq.ops.size(), 3u);  // two sizes and the optimizer
-
-  const auto schedule = planner::build_schedule(costs, graph, choice);
-  std::int64_t layer_ops = 0, segment_layer_ops = 0;
-  for (const auto& segment : seq.segments) {
-    for (const auto& op : seq.ops[segment.ops]) {
-      layer_ops += segment.repeat * (op.layer >= 0);
-      segment_layer_ops += op.layer >= 0;
-    }
-  }
-  EXPECT_EQ(simulator::tasks_run(schedule), layer_ops + 1);
-  EXPECT_EQ(static_cast<std::int64_t>(schedule.tasks.size()), segment_layer_ops + 1);
-  const int per_micro_batch = static_cast<int>(segment_layer_ops / 3);
-  EXPECT_EQ(schedule.repeats, std::vector<core::Repeat>{(core::Repeat{0, per_micro_batch, 3})});
-  EXPECT_EQ(schedule.samples, 13);
-  const auto predicted = planner::predict_step(costs, graph, choice);
-  const auto sim = simulator::simulate(schedule);
-  EXPECT_EQ(sim.peak_bytes, predicted.peak_bytes);
-  EXPECT_EQ(sim.makespan_ns, predicted.step_ns);
-  EXPECT_EQ(sim.memory.back().total(), costs.static_bytes());
-}
-
-// n identical micro-batches cost what one does: the schedule is one micro-batch's tasks with a
-// repeat count, and the simulated step peaks as one micro-batch does and takes n times its time
-// plus the optimizer's, exactly, as the planner predicts.
-TEST(StepSequence, IdenticalMicroBatchesAreOneRepeatedSegment) {
-  const core::Trace trace = committed("cpu-bert.json");
-  const core::CostModel costs(trace);
-  const planner::LayerGraph graph(trace);
-  auto choice = graph.all_lean();
-  choice.checkpointed_blocks = {graph.blocks().front().block};
-  const auto schedule_of = [&](std::size_t n) {
-    return planner::build_schedule(costs, graph, choice.with_micro_batches(std::vector<std::int64_t>(n, 5)));
+// Equal plans are the bounded search's contract: on the committed traces, at batches of hundreds
+// to thousands of splits, budgets from the floor to past the whole batch, with and without Tempo,
+// on one worker and on several, the plan (its split, choices, prediction, explanation and
+// runner-ups) or the reason nothing fits is that of weighing every split.
+TEST(PlanSearch, BoundedSearchPlansAsWeighingEverySplit) {
+  struct Case {
+    std::string trace;
+    std::vector<std::int64_t> batches;
   };
-  const auto one = schedule_of(1), three = schedule_of(3), many = schedule_of(20'000);
-  EXPECT_EQ(many.tasks.size(), three.tasks.size());
-  EXPECT_LE(many.tasks.size(), 2 * one.tasks.size());
-  ASSERT_EQ(many.repeats.size(), 1u);
-  EXPECT_EQ(many.repeats[0].times, 19'999);  // the last micro-batch keeps its input: a segment of its own
-  const auto sim_one = simulator::simulate(one), sim_many = simulator::simulate(many);
-  EXPECT_EQ(sim_many.memory.size(), simulator::simulate(three).memory.size());
-  EXPECT_EQ(sim_many.peak_bytes, sim_one.peak_bytes);
-  const std::int64_t optimizer_ns = one.tasks.back().duration_ns;
-  EXPECT_EQ(sim_many.makespan_ns - optimizer_ns, 20'000 * (sim_one.makespan_ns - optimizer_ns));
-  EXPECT_EQ(sim_many.repeats[0].period_ns, sim_one.makespan_ns - optimizer_ns);
-  const auto predicted = planner::predict_step(costs, graph, choice.with_micro_batches(std::vector<std::int64_t>(20'000, 5)));
-  EXPECT_EQ(sim_many.peak_bytes, predicted.peak_bytes);
-  EXPECT_EQ(sim_many.makespan_ns, predicted.step_ns);
-  EXPECT_EQ(sim_many.memory.back().total(), costs.static_bytes());
+  const std::vector<Case> cases = {{"cpu-mlp.json", {1000, 5000}},
+                                   {"cpu-cnn.json", {300, 2000}},
+                                   {"cpu-gpt.json", {500, 3000}},
+                                   {"cpu-bert.json", {300, 1500, 7000}},
+                                   {"cpu-bert-large.json", {300, 1100}}};
+  SearchTally tally;
+  for (const auto& c : cases) expect_bounded_search_as_every_split(committed(c.trace), c.trace, c.batches, tally);
+  // Most cases went through the bounded search (a worker's share of a few hundred is weighed
+  // split by split), and most of them found a plan.
+  EXPECT_GT(tally.bounded, tally.compared * 3 / 4);
+  EXPECT_GT(tally.planned, tally.compared / 2);
 }
 
-// Written out micro-batch by micro-batch, as schedules were before repeats, the step simulates the
-// same: a split of two sizes, so two repeats.
-TEST(StepSequence, RepeatedScheduleSimulatesAsTheWrittenOutOne) {
-  const core::Trace trace = committed("cpu-gpt.json");
+// bert with its matrix products' backward scratch allocated in blocks of 4 samples (as bfloat16's
+// is on the CPU): attn_out's is flat at 1, 2 and 4 and then rises along its line, so every
+// product's backward is read at the next multiple of 4 between profiled sizes, constant from one
+// multiple to the next, and past the last size it is a line again. The ranges are cut at those
+// multiples, and the bounded search still plans as weighing every split does.
+core::Trace bert_with_blocked_scratch() {
+  core::Trace trace = committed("cpu-bert.json");  // profiled at 1, 2, 4, 8, 16
+  for (auto& layer : trace.layers) {
+    if (layer.name.find("attn_out") == std::string::npos) continue;
+    const std::int64_t at_4 = layer.samples[2].bwd_transient_bytes;
+    const std::int64_t per_sample = 2 * layer.samples[4].kept_bytes / 16 + 1;
+    for (auto& sample : layer.samples) sample.bwd_transient_bytes = at_4 + per_sample * std::max<std::int64_t>(sample.batch - 4, 0);
+  }
+  return trace;
+}
+
+TEST(PlanSearch, RangesAreCutWhereTransientsStepAndTheBoundedSearchPlansAsWeighingEverySplit) {
+  const core::Trace trace = bert_with_blocked_scratch();
   const core::CostModel costs(trace);
-  const planner::LayerGraph graph(trace);
-  auto choice = core::StepChoice{}.with_micro_batches({4, 4, 4, 4, 3, 3, 3});
-  const auto schedule = planner::build_schedule(costs, graph, choice);
-  ASSERT_EQ(schedule.repeats.size(), 2u);
-  const auto copies = testing::expand_repeats(schedule);
-  EXPECT_EQ(static_cast<std::int64_t>(copies.tasks.size()), simulator::tasks_run(schedule));
-  const auto repeated = simulator::simulate(schedule), written = simulator::simulate(copies);
-  EXPECT_EQ(repeated.peak_bytes, written.peak_bytes);
-  EXPECT_EQ(repeated.peak_time_ns, written.peak_time_ns);
-  EXPECT_EQ(repeated.makespan_ns, written.makespan_ns);
-  const auto& at_peak = schedule.tasks[static_cast<std::size_t>(repeated.peak_task)];
-  const auto& written_at_peak = copies.tasks[static_cast<std::size_t>(written.peak_task)];
-  EXPECT_EQ(at_peak.name, written_at_peak.name);
-  EXPECT_EQ(at_peak.category, written_at_peak.category);
-  EXPECT_EQ(at_peak.micro_batch, written_at_peak.micro_batch);
-  EXPECT_EQ(repeated.memory.back().bytes, written.memory.back().bytes);
-}
-
-// Tempo: with every lean layer on, the planner's model reproduces the peak the profiler measured
-// in its all-lean pass, at every sampled size (the frees a lean layer moves included).
-TEST(Tempo, ModelReproducesTheLeanPassPeaks) {
-  for (const std::string name : {"cpu-bert.json", "cpu-gpt.json"}) {
-    const core::Trace trace = committed(name);
-    ASSERT_TRUE(trace.has_tempo()) << name;
-    const core::CostModel costs(trace);
-    const planner::LayerGraph graph(trace);
-    const core::StepChoice lean = graph.all_lean();
-    int lean_kinds = 0;
-    for (const auto& layer : trace.layers) lean_kinds += layer.tempo.has_value();
-    EXPECT_EQ(static_cast<int>(graph.lean_candidates().size()), lean_kinds) << name << ": every lean layer can be chosen alone";
-    for (std::size_t k = 0; k < trace.batch_sizes.size(); ++k) {
-      const auto p = planner::predict_step(costs, graph, lean.with_micro_batches({trace.batch_sizes[k]}));
-      EXPECT_NEAR(static_cast<double>(p.peak_bytes) / static_cast<double>(trace.tempo_steps[k].peak_bytes), 1.0, 1e-3)
-          << name << " batch " << trace.batch_sizes[k];
-    }
-    // At the largest size Tempo keeps less.
-    EXPECT_LT(trace.tempo_steps.back().peak_bytes, trace.steps.back().peak_bytes) << name;
+  ASSERT_EQ(costs.blocks(), std::vector<std::int64_t>{4});
+  const auto ranges = planner::affine_ranges(costs, 30);
+  ASSERT_EQ(ranges.size(), 7u);  // 1, 2, 3-4, 5-8, 9-12, 13-16, and past the last size 17-30
+  EXPECT_EQ(ranges[2].lo, 3);
+  EXPECT_EQ(ranges[2].hi, 4);
+  EXPECT_EQ(ranges[4].lo, 9);
+  EXPECT_EQ(ranges[4].hi, 12);
+  EXPECT_EQ(ranges.back().lo, 17);
+  EXPECT_EQ(ranges.back().hi, 30);
+  // Between multiples the stepped transients hold still, and a product whose own scratch does not
+  // step (but never falls) is read at the multiple too.
+  int held = 0;
+  for (std::size_t i = 0; i < trace.layers.size(); ++i) {
+    const auto& samples = trace.layers[i].samples;
+    const bool rises = std::is_sorted(samples.begin(), samples.end(), [](const core::LayerSample& a, const core::LayerSample& b) {
+      return a.bwd_transient_bytes < b.bwd_transient_bytes;
+    });
+    if (trace.layers[i].kind != "linear" || !rises) continue;
+    EXPECT_EQ(costs.layer(i, 9).bwd_transient_bytes, costs.layer(i, 12).bwd_transient_bytes) << trace.layers[i].name;
+    // Past the last size, a line (the last range is not cut).
+    const auto at = [&](std::int64_t b) { return costs.layer(i, b).bwd_transient_bytes; };
+    EXPECT_NEAR(at(30) - at(24), at(24) - at(18), 2) << trace.layers[i].name;
+    ++held;
   }
+  EXPECT_GT(held, 4);
+  SearchTally tally;
+  expect_bounded_search_as_every_split(trace, "bert, blocked", {300, 1500}, tally);
+  EXPECT_GT(tally.bounded, tally.compared * 3 / 4);
+  EXPECT_GT(tally.planned, tally.compared / 2);
 }
 
-// Tempo is a per-layer choice: under a budget between the all-lean need and the standard need it
-// makes some layers lean, the plan fits, and the simulator agrees; with room to spare it makes none.
-TEST(Tempo, PlannerMakesLayersLeanOnlyAsNeeded) {
-  for (const std::string name : {"cpu-bert.json", "cpu-gpt.json"}) {
-    SCOPED_TRACE(name);
-    const core::Trace trace = committed(name);
-    const core::CostModel costs(trace);
-    const planner::LayerGraph graph(trace);
-    const std::int64_t batch = trace.batch_sizes.back();
-    const std::int64_t standard = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({batch})).peak_bytes;
-    const std::int64_t lean = planner::predict_step(costs, graph, graph.all_lean().with_micro_batches({batch})).peak_bytes;
-    ASSERT_LT(lean, standard);
-    // A budget whose limit after the 5% margin sits halfway between the two needs.
-    const auto budget = static_cast<std::int64_t>(static_cast<double>(lean + standard) / 2 / 0.95);
-    EXPECT_FALSE(planner::plan_step(trace, request(budget, batch, "none")).plan);
-    const auto outcome = planner::plan_step(trace, request(budget, batch, "tempo"));
-    ASSERT_TRUE(outcome.plan) << outcome.reason;
-    const core::Plan& plan = *outcome.plan;
-    EXPECT_EQ(plan.choice.micro_batches, std::vector<std::int64_t>{batch});
-    EXPECT_EQ(plan.strategies, std::vector<std::string>{"tempo"});
-    int lean_layers = 0;
-    for (const auto& layer : plan.choice.layers) {
-      if (layer.variant != core::LayerVariant::Tempo) continue;
-      ++lean_layers;
-      EXPECT_TRUE(graph.can_be_lean(layer.id)) << layer.name;
-    }
-    EXPECT_GT(lean_layers, 0);
-    EXPECT_LE(lean_layers, static_cast<int>(graph.lean_candidates().size()));
-    EXPECT_LE(plan.predicted.peak_bytes, plan.budget_bytes - plan.margin_bytes);
-    const auto sim = simulator::simulate(planner::plan_schedule(trace, plan, name));
-    EXPECT_EQ(sim.peak_bytes, plan.predicted.peak_bytes);
-    // The choices survive the plan file. A plan written before the step choice (a "tempo" flag per
-    // layer) reads the same; one from before Tempo (neither) has nothing lean.
-    auto document = core::to_json(plan);
-    EXPECT_EQ(core::plan_from_json(document), plan);
-    auto flagged = document;
-    for (auto& layer : flagged["layers"]) {
-      layer["tempo"] = layer["variant"] == "tempo";
-      layer.erase("variant");
-    }
-    EXPECT_EQ(core::plan_from_json(flagged), plan);
-    for (auto& layer : document["layers"]) layer.erase("variant");
-    EXPECT_EQ(core::plan_from_json(document).choice.lean_count(), 0);
-
-    // Enough budget for the standard step: lean only where the lean variant was measured no slower.
-    const auto roomy = planner::plan_step(trace, request(standard * 2, batch, "tempo"));
-    ASSERT_TRUE(roomy.plan);
-    for (const auto& layer : roomy.plan->choice.layers) {
-      if (layer.variant != core::LayerVariant::Tempo) continue;
-      const auto i = static_cast<std::size_t>(layer.id);
-      const auto s = costs.layer(i, batch), l = costs.lean_layer(i, batch);
-      EXPECT_LE(l.fwd_ns + l.bwd_ns, s.fwd_ns + s.bwd_ns) << layer.name;
-    }
-    // Tempo lowers the least budget that fits, with and without the other strategies.
-    EXPECT_LT(planner::plan_step(trace, request(1, batch, "tempo")).smallest_budget,
-              planner::plan_step(trace, request(1, batch, "none")).smallest_budget);
-    EXPECT_LE(planner::plan_step(trace, request(1, batch, "all")).smallest_budget,
-              planner::plan_step(trace, request(1, batch, "mbp,checkpoint")).smallest_budget);
-  }
-}
-
-// Allowing Tempo never makes a plan slower or infeasible: the search without it is part of the
-// search with it.
-TEST(Tempo, NeverMakesAPlanSlower) {
-  for (const std::string name : {"cpu-bert.json", "cpu-gpt.json"}) {
-    SCOPED_TRACE(name);
-    const core::Trace trace = committed(name);
-    int with_tempo = 0;
-    for (const std::int64_t budget : budget_sweep(trace, 32, 40)) {
-      const auto without = planner::plan_step(trace, request(budget, 32, "mbp,checkpoint"));
-      const auto with = planner::plan_step(trace, request(budget, 32, "all"));
-      if (!without.plan) {
-        EXPECT_LE(with.smallest_budget, without.smallest_budget) << budget;
-        continue;
-      }
-      ASSERT_TRUE(with.plan) << budget;
-      EXPECT_LE(with.plan->predicted.peak_bytes, with.plan->budget_bytes - with.plan->margin_bytes);
-      EXPECT_GE(with.plan->predicted.samples_per_second, without.plan->predicted.samples_per_second * (1 - 1e-12))
-          << budget;
-      with_tempo += with.plan->choice.lean_count();
-    }
-    EXPECT_GT(with_tempo, 0);
-  }
-}
-
-// A plan that makes a layer lean whose lean variant the trace did not measure is bad input.
-TEST(Tempo, LeanFlagOnALayerWithoutAVariantIsRejected) {
+// What the bounded search lists for the chart: fewest micro-batches first, each split once, the
+// chosen one among them, and one near each power of two up to the whole batch; the splits that fit
+// are those weighing every split says fit, with the same prediction.
+TEST(PlanSearch, BoundedSearchChartsWhatItWeighed) {
   const core::Trace trace = committed("cpu-bert.json");
-  const planner::LayerGraph graph(trace);
-  auto outcome = planner::plan_step(trace, request(1LL << 40, 4));
+  planner::PlanRequest r = request(241LL << 20, 100000, "all");
+  const auto outcome = planner::plan_step(trace, r);
   ASSERT_TRUE(outcome.plan);
-  core::Plan plan = *outcome.plan;
-  int linear = -1;
-  for (const auto& layer : trace.layers) {
-    if (layer.kind == "linear") {
-      linear = layer.id;
-      break;
-    }
-  }
-  ASSERT_GE(linear, 0);
-  plan.choice.layers[static_cast<std::size_t>(linear)].variant = core::LayerVariant::Tempo;
-  try {
-    planner::check_choice(plan, trace, "p.json");
-    FAIL() << "expected an InputError";
-  } catch (const core::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("p.json: $.layers[" + std::to_string(linear) + "].variant"), std::string::npos)
-        << e.what();
-  }
-}
-
-// What the device's libraries keep allocated between steps (a CUDA trace's workspace_bytes:
-// cuBLAS's workspaces) is static state: every plan's peak carries it once, its time nothing, and
-// the simulated timeline holds it as a band of its own from the first sample to the last.
-TEST(MemoryModel, TheLibrariesWorkspaceIsHeldThroughEveryStep) {
-  core::Trace trace = committed("cpu-bert.json");
-  const planner::LayerGraph graph(trace);
-  core::StepChoice plain = core::StepChoice{}.with_micro_batches({8, 8});
-  core::StepChoice checkpointed = plain;
-  checkpointed.checkpointed_blocks = {0, 1};
-  const std::vector<core::StepChoice> choices{plain, checkpointed};
-  std::vector<planner::StepPrediction> without;
-  for (const auto& choice : choices) without.push_back(planner::predict_step(core::CostModel(trace), graph, choice));
-  constexpr std::int64_t kWorkspace = std::int64_t{64} << 20;
-  trace.workspace_bytes = kWorkspace;
-  const core::CostModel costs(trace);
-  EXPECT_EQ(costs.static_bytes(), core::CostModel(committed("cpu-bert.json")).static_bytes() + kWorkspace);
-  for (std::size_t c = 0; c < choices.size(); ++c) {
-    const auto p = planner::predict_step(costs, graph, choices[c]);
-    EXPECT_EQ(p.peak_bytes, without[c].peak_bytes + kWorkspace) << c;
-    EXPECT_EQ(p.step_ns, without[c].step_ns) << c;
-    const auto sim = simulator::simulate(planner::build_schedule(costs, graph, choices[c]));
-    EXPECT_EQ(sim.peak_bytes, p.peak_bytes) << c;
-    ASSERT_FALSE(sim.memory.empty());
-    for (const auto& sample : sim.memory) {
-      EXPECT_EQ(sample.bytes[static_cast<std::size_t>(core::MemoryKind::Workspace)], kWorkspace);
-    }
+  ASSERT_FALSE(outcome.splits.empty());
+  EXPECT_LT(outcome.splits.size(), 100u);  // of 631 splits
+  for (std::size_t i = 1; i < outcome.splits.size(); ++i) EXPECT_LT(outcome.splits[i - 1].count, outcome.splits[i].count);
+  EXPECT_EQ(outcome.splits.front().count, 1);
+  EXPECT_EQ(outcome.splits.back().micro_batch, 1);
+  const auto chosen = std::find_if(outcome.splits.begin(), outcome.splits.end(), [&](const planner::SplitOutcome& s) {
+    return s.micro_batch == outcome.plan->choice.micro_batches.front() &&
+           s.count == static_cast<std::int64_t>(outcome.plan->choice.micro_batches.size());
+  });
+  ASSERT_NE(chosen, outcome.splits.end());
+  EXPECT_TRUE(chosen->fits);
+  r.weigh_every_split = true;
+  const auto every = planner::plan_step(trace, r);
+  for (const auto& split : outcome.splits) {
+    const auto same = std::find_if(every.splits.begin(), every.splits.end(),
+                                   [&](const planner::SplitOutcome& s) { return s.count == split.count; });
+    ASSERT_NE(same, every.splits.end()) << split.count;
+    EXPECT_EQ(same->micro_batch, split.micro_batch);
+    EXPECT_EQ(same->fits, split.fits) << split.count;
+    EXPECT_EQ(same->predicted, split.predicted) << split.count;
   }
 }
 

@@ -2,39 +2,12 @@
 #include <gtest/gtest.h>
 
 #include "profiler/gpu/activity.h"
+#include "support/gpu_activity_fixture.h"
 
 namespace headroom::profiler::gpu {
 namespace {
 
-// Three layers; forward of layer 0 and 1, backward of layer 1, the optimizer, and one kernel
-// launched outside any range.
-struct Fixture {
-  RangeTable ranges;
-  ActivityLog log;
-  std::uint64_t fwd0, fwd1, bwd1, opt;
-
-  Fixture() {
-    fwd0 = ranges.open(0, Phase::Forward);
-    fwd1 = ranges.open(1, Phase::Forward);
-    bwd1 = ranges.open(1, Phase::Backward);
-    opt = ranges.open(-1, Phase::Optimizer);
-    log.external_ids = {{10, fwd0}, {11, fwd0}, {20, fwd1}, {30, bwd1}, {31, bwd1}, {40, opt}};
-    log.kernels = {
-        {"gemm", 1000, 1400, 0, 7, 10},
-        {"bias", 1500, 1600, 0, 7, 11},
-        {"gelu", 2000, 2300, 0, 7, 20},
-        // Two backward kernels on different streams that overlap: each counts in the sum, the span
-        // covers both once.
-        {"dgrad", 3000, 3500, 0, 7, 30},
-        {"wgrad", 3200, 3900, 0, 9, 31},
-        {"adam", 5000, 5250, 0, 7, 40},
-        {"stray", 6000, 6010, 0, 7, 99},
-    };
-    log.copies = {{CopyActivity::Kind::Memset, 4096, 1700, 1750, 0, 7, 11},
-                  {CopyActivity::Kind::HostToDevice, 1 << 20, 500, 900, 0, 7, 77}};
-    log.memory = {{true, 0x1000, 2 << 20, 1001, 0, 20}, {false, 0x1000, 2 << 20, 5500, 0, 40}};
-  }
-};
+using Fixture = testing::GpuActivityFixture;
 
 TEST(GpuAttribution, SumsSpansAndCountsPerLayerAndPhase) {
   Fixture f;
@@ -98,36 +71,6 @@ TEST(GpuAttribution, LogsAppendWithoutLosingRecords) {
   EXPECT_EQ(f.log.kernels.size(), 8u);
   EXPECT_EQ(f.log.external_ids.at(50), f.fwd1);
   EXPECT_EQ(f.log.dropped_records, 3u);
-}
-
-TEST(GpuChromeLanes, OneLanePerStreamWithLayerArgs) {
-  Fixture f;
-  core::ChromeTrace chrome;
-  add_gpu_lanes(chrome, f.log, f.ranges, {"fc1", "gelu", "fc2"}, 1000, 2);
-  const auto events = chrome.to_json()["traceEvents"];
-  int kernels = 0, copies = 0, lanes = 0;
-  for (const auto& e : events) {
-    if (e["ph"] == "M" && e["name"] == "thread_name") ++lanes;
-    if (e["ph"] != "X") continue;
-    EXPECT_EQ(e["pid"], 2);
-    if (e["cat"] == "kernel") ++kernels;
-    if (e["cat"] == "copy") ++copies;
-    if (e["name"] == "gelu") {
-      EXPECT_EQ(e["args"]["layer"], "gelu");
-      EXPECT_EQ(e["args"]["phase"], "forward");
-      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 1.0);  // (2000 - 1000) ns in microseconds
-      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 0.3);
-    }
-    if (e["name"] == "wgrad") {
-      EXPECT_EQ(e["tid"], 1);  // stream 9 after stream 7
-    }
-    if (e["name"] == "stray") {
-      EXPECT_FALSE(e["args"].contains("layer"));
-    }
-  }
-  EXPECT_EQ(kernels, 7);
-  EXPECT_EQ(copies, 2);
-  EXPECT_EQ(lanes, 2);
 }
 
 }  // namespace

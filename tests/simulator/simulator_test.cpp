@@ -1,13 +1,23 @@
 #include <gtest/gtest.h>
 
-#include "support/expand_repeats.h"
+#include "core/cost_model.h"
+#include "planner/layer_graph.h"
+#include "planner/plan_schedule.h"
+#include "planner/plan_search.h"
+#include "planner/step_sequence.h"
 #include "simulator/simulator.h"
+#include "support/expand_repeats.h"
+#include "support/plan_requests.h"
 
 namespace headroom {
 namespace {
 
 using core::MemoryKind;
 using core::Stream;
+using testing::budget_sweep;
+using testing::committed;
+using testing::kTraces;
+using testing::request;
 
 // Worked by hand:
 //   t=0   A starts on compute (+100, transient 20) and B on host-to-device (+40): 1160
@@ -324,6 +334,32 @@ TEST(Simulator, ChromeTraceSummarisesRepetitions) {
   ASSERT_NE(summary, memory.end());
   EXPECT_EQ(*(summary - 1), (std::pair<double, std::int64_t>{7 / 1000.0, 100}));
   EXPECT_EQ(*(summary + 1), (std::pair<double, std::int64_t>{7'000'000 / 1000.0, 100}));
+}
+
+// The planner's numbers and the simulator's agree for the same plan.
+TEST(Simulator, AgreesWithThePlanner) {
+  for (const auto& name : kTraces) {
+    SCOPED_TRACE(name);
+    const core::Trace trace = committed(name);
+    const core::CostModel costs(trace);
+    const planner::LayerGraph graph(trace);
+    for (const std::int64_t budget : budget_sweep(trace, 24, 8)) {
+      const auto outcome = planner::plan_step(trace, request(budget, 24));
+      if (!outcome.plan) continue;
+      planner::check_choice(*outcome.plan, trace, name);
+      const auto schedule = planner::build_schedule(costs, graph, outcome.plan->choice);
+      const auto sim = simulator::simulate(schedule);
+      EXPECT_EQ(sim.peak_bytes, outcome.plan->predicted.peak_bytes) << budget;
+      EXPECT_NEAR(static_cast<double>(sim.makespan_ns) / 1e9, outcome.plan->predicted.step_seconds, 1e-9);
+      // Memory returns to the resident state after the step: on the device, all of it, but under
+      // L2L (the lowest budgets, where "all" relays) what the relay keeps there.
+      if (outcome.plan->choice.l2l) {
+        EXPECT_LT(sim.memory.back().total(), costs.static_bytes()) << budget;
+      } else {
+        EXPECT_EQ(sim.memory.back().total(), costs.static_bytes()) << budget;
+      }
+    }
+  }
 }
 
 }  // namespace
