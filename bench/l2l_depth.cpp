@@ -171,12 +171,8 @@ int parse(const char* flag, const char* value, int low, int high) {
   return static_cast<int>(v);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
-  core::enter_host_memory_regime();              // and in its host-memory regime (core/host_memory.h)
-  Settings s;
+// False, with the usage on stderr, when a flag is unknown (a value out of range exits in parse).
+bool parse_settings(int argc, char** argv, Settings& s) {
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
     if (std::strcmp(argv[i], "--hidden") == 0 && has_value) {
@@ -189,22 +185,27 @@ int main(int argc, char** argv) {
       s.micro_batches = parse("--micro-batches", argv[++i], 1, 64);
     } else {
       std::fprintf(stderr, "usage: l2l_depth [--hidden N] [--seq N] [--micro N] [--micro-batches N]\n");
-      return 2;
+      return false;
     }
   }
-  std::printf("bert hidden %d, seq %d, %d micro-batches of %d, Adam; device-side peak of one step\n\n", s.hidden, s.seq,
-              s.micro_batches, s.micro);
+  return true;
+}
+
+std::int64_t bert_parameter_bytes(const Settings& s, int layers) {
+  const auto model = models::build_zoo_model("bert", bert_config(s, layers), 3);
+  return model.parameter_bytes();
+}
+
+// The device-side peak of ordinary training, L2L and L2L's constant-memory variant at 4 to 32
+// blocks, each L2L peak beside the planner's prediction.
+void print_depth_table(const Settings& s) {
   std::printf("%6s %12s | %12s %8s | %12s %8s %12s %8s | %12s %8s %8s\n", "layers", "parameters", "ordinary", "step s",
               "L2L", "pred err", "L2L host", "step s", "L2L const", "pred err", "step s");
   std::printf("%6s %12s | %12s %8s | %12s %8s %12s %8s | %12s %8s %8s\n", "", "", "peak", "", "peak", "", "side", "", "peak", "", "");
   std::optional<std::int64_t> first_ordinary, first_l2l, first_const;
   for (const int layers : {4, 8, 16, 32}) {
     std::fflush(stdout);
-    std::int64_t params = 0;
-    {
-      const auto model = models::build_zoo_model("bert", bert_config(s, layers), 3);
-      params = model.parameter_bytes();
-    }
+    const std::int64_t params = bert_parameter_bytes(s, layers);
     const Measured o = ordinary(s, layers);
     const Measured l = relay(s, layers, false);
     const Measured c = relay(s, layers, true);
@@ -226,28 +227,24 @@ int main(int argc, char** argv) {
                   static_cast<double>(c.device_peak) / static_cast<double>(*first_const));
     }
   }
+}
 
-  // Parameters alone past the budget: the 32-layer model under a budget of half its parameters.
-  std::int64_t params = 0;
-  {
-    const auto model = models::build_zoo_model("bert", bert_config(s, 32), 3);
-    params = model.parameter_bytes();
-  }
+// Parameters alone past the budget: the 32-layer model under a budget of half its parameters.
+void print_run_under_half_the_parameters(const Settings& s) {
+  const std::int64_t params = bert_parameter_bytes(s, 32);
   const std::int64_t budget = params / 2;
   const Measured b = relay(s, 32, true, budget);
   std::printf("\n32 layers, parameters %s, budget %s (half of them): L2L constant-memory trained, device peak %s, "
               "host %s, step %.3f s\n",
               core::format_bytes(params).c_str(), core::format_bytes(budget).c_str(),
               core::format_bytes(b.device_peak).c_str(), core::format_bytes(b.host_peak).c_str(), b.step_seconds);
+}
 
-  // Copy bandwidth: the step is compute-bound until a stage's parameter copy takes longer than a
-  // stage's compute, then it follows the copies.
+// Copy bandwidth: the step is compute-bound until a stage's parameter copy takes longer than a
+// stage's compute, then it follows the copies.
+void print_copy_bandwidth_table(const Settings& s) {
   const int layers = 16;
-  std::int64_t copy_bytes = 0;
-  {
-    const auto model = models::build_zoo_model("bert", bert_config(s, layers), 3);
-    copy_bytes = 2 * model.parameter_bytes();  // every stage in forward and again in backward
-  }
+  const std::int64_t copy_bytes = 2 * bert_parameter_bytes(s, layers);  // every stage in forward and again in backward
   // The planner's lanes at each bandwidth: the trace's times (3 repeats), its copy-in bandwidth set to
   // the throttle's (memcpy's measured one without a throttle).
   const core::Trace measured_trace = profiled(s, layers, 3);
@@ -273,5 +270,19 @@ int main(int argc, char** argv) {
     std::printf("%14s %10.3f %10.3f %+7.1f%%  %s\n", bandwidth, seconds, predicted_seconds,
                 100 * (predicted_seconds - seconds) / seconds, planner::describe_l2l_bound(p).c_str());
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  runtime::run_with_passive_thread_pools(argv);  // as the headroom command runs torch work
+  core::enter_host_memory_regime();              // and in its host-memory regime (core/host_memory.h)
+  Settings s;
+  if (!parse_settings(argc, argv, s)) return 2;
+  std::printf("bert hidden %d, seq %d, %d micro-batches of %d, Adam; device-side peak of one step\n\n", s.hidden, s.seq,
+              s.micro_batches, s.micro);
+  print_depth_table(s);
+  print_run_under_half_the_parameters(s);
+  print_copy_bandwidth_table(s);
   return 0;
 }
