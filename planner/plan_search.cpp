@@ -102,100 +102,136 @@ struct ChainAndWalk {
 // least it takes at any of them: at one point the chain itself; at the two ends of a range over
 // which every byte count is affine, each number is a level or a difference of levels, so affine
 // too, and the least at the ends is the least over the range (up to rounding: weigh_bounded). A
-// peak, the highest of several levels, is bounded level by level. Without `stages`, only the
-// walk's peak.
-ChainAndWalk chain_over(const LayerGraph& graph, const std::vector<const ChainWalks*>& points, bool stages) {
-  const auto& blocks = graph.blocks();
-  const std::size_t n = points.size();
-  const auto least = [n](auto&& at) {
-    std::int64_t value = at(std::size_t{0});
-    for (std::size_t p = 1; p < n; ++p) value = std::min(value, at(p));
-    return value;
-  };
-  const auto stored = [&](std::size_t p) -> const Levels& { return points[p]->stored; };
-  // Stored op i's level while it runs and after it, above `prefix` (a level at each point).
-  const auto high_above = [&](std::size_t i, auto&& prefix) {
-    return std::max(least([&](std::size_t p) { return stored(p).during[i] - prefix(p); }),
-                    least([&](std::size_t p) { return stored(p).after[i] - prefix(p); }));
+// peak, the highest of several levels, is bounded level by level.
+class ChainOverPoints {
+ public:
+  ChainOverPoints(const LayerGraph& graph, const std::vector<const ChainWalks*>& points)
+      : graph_(graph), points_(points), n_(points.size()), shape_(points.front()->stored_ops), layers_(shape_.size() / 2) {}
+
+  // Without `stages`, only the walk's peak.
+  ChainAndWalk chain_and_walk(bool stages) const {
+    ChainAndWalk out;
+    out.walk_peak = walk_peak();
+    if (!stages) return out;
+    if (graph_.blocks().empty()) {
+      out.chain.base = least([&](std::size_t p) { return absolute(p); });
+      for (std::size_t i = 0; i < shape_.size(); ++i) {
+        out.chain.tail_peak = std::max(out.chain.tail_peak, high_above(i, [](std::size_t) { return 0; }));
+      }
+      return out;
+    }
+    if (shape_.size() != 2 * graph_.size()) throw std::logic_error("chain_over: a stored walk has one forward and one backward per layer");
+    base_and_tail(out.chain);
+    for (std::size_t k = 0; k < graph_.blocks().size(); ++k) out.chain.stages.push_back(stage(k));
+    return out;
+  }
+
+ private:
+  // A stage's stored ops: its forwards from `start` up to `end` (the level after its last forward),
+  // its backwards from `backward_start`.
+  struct StageSpan {
+    std::size_t start = 0, end = 0, backward_start = 0;
   };
 
-  ChainAndWalk out;
-  Chain& chain = out.chain;
-  const std::vector<Op>& shape = points.front()->stored_ops;  // every point's ops are the same ops
-  const auto absolute = [&](std::size_t p) { return points[p]->absolute; };
-  out.walk_peak = least(absolute);
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    out.walk_peak = std::max(out.walk_peak, high_above(i, [&](std::size_t p) { return -absolute(p); }));
+  template <typename At>
+  std::int64_t least(At&& at) const {
+    std::int64_t value = at(std::size_t{0});
+    for (std::size_t p = 1; p < n_; ++p) value = std::min(value, at(p));
+    return value;
   }
-  if (!stages) return out;
-  if (blocks.empty()) {
-    chain.base = least(absolute);
-    for (std::size_t i = 0; i < shape.size(); ++i) chain.tail_peak = std::max(chain.tail_peak, high_above(i, [](std::size_t) { return 0; }));
-    return out;
+  const Levels& stored(std::size_t p) const { return points_[p]->stored; }
+  std::int64_t absolute(std::size_t p) const { return points_[p]->absolute; }
+  // Stored op i's level while it runs and after it, above `prefix` (a level at each point).
+  template <typename Prefix>
+  std::int64_t high_above(std::size_t i, Prefix&& prefix) const {
+    return std::max(least([&](std::size_t p) { return stored(p).during[i] - prefix(p); }),
+                    least([&](std::size_t p) { return stored(p).after[i] - prefix(p); }));
   }
   // Stored ops are every forward, then every backward, one of each per layer: a layer's are found
   // by its id, and the level after all forwards is where the first backward starts.
-  const auto layers = shape.size() / 2;
-  if (shape.size() != 2 * graph.size()) throw std::logic_error("chain_over: a stored walk has one forward and one backward per layer");
-  const auto forward = [](int layer) { return static_cast<std::size_t>(layer); };
-  const auto backward = [&](int layer) { return 2 * layers - 1 - static_cast<std::size_t>(layer); };
-  const auto after_forward_index = [&](int last) { return std::min(forward(last + 1), layers); };
+  static std::size_t forward(int layer) { return static_cast<std::size_t>(layer); }
+  std::size_t backward(int layer) const { return 2 * layers_ - 1 - static_cast<std::size_t>(layer); }
+  std::size_t after_forward_index(int last) const { return std::min(forward(last + 1), layers_); }
 
-  const std::size_t first_forward = forward(blocks.front().first);
-  chain.base = least([&](std::size_t p) { return absolute(p) + stored(p).before[first_forward]; });
-  // Layers before the first block peak the same whatever the choices (their forward runs before
-  // the blocks, their backward after the blocks are freed); the exact check in fit() covers them.
-  const int tail_first = blocks.back().last + 1;
-  const std::size_t tail_start = after_forward_index(tail_first - 1);
-  const auto tail_prefix = [&](std::size_t p) { return stored(p).before[tail_start]; };
-  for (int layer = tail_first; static_cast<std::size_t>(layer) < layers; ++layer) {
-    chain.tail_peak = std::max({chain.tail_peak, high_above(forward(layer), tail_prefix), high_above(backward(layer), tail_prefix)});
+  std::int64_t walk_peak() const {
+    std::int64_t peak = least([&](std::size_t p) { return absolute(p); });
+    for (std::size_t i = 0; i < shape_.size(); ++i) {
+      peak = std::max(peak, high_above(i, [&](std::size_t p) { return -absolute(p); }));
+    }
+    return peak;
   }
 
-  std::vector<std::int64_t> level(n), recompute(n);
-  for (std::size_t k = 0; k < blocks.size(); ++k) {
-    const int first = blocks[k].first, last = stage_end(graph, k);
-    const std::size_t start = forward(first), end = after_forward_index(last), bwd_start = backward(last);
-    const auto prefix = [&](std::size_t p) { return stored(p).before[start]; };
-    const auto stored_bytes = [&](std::size_t p) { return stored(p).before[end] - prefix(p); };
+  void base_and_tail(Chain& chain) const {
+    const auto& blocks = graph_.blocks();
+    const std::size_t first_forward = forward(blocks.front().first);
+    chain.base = least([&](std::size_t p) { return absolute(p) + stored(p).before[first_forward]; });
+    // Layers before the first block peak the same whatever the choices (their forward runs before
+    // the blocks, their backward after the blocks are freed); the exact check in fit() covers them.
+    const int tail_first = blocks.back().last + 1;
+    const std::size_t tail_start = after_forward_index(tail_first - 1);
+    const auto tail_prefix = [&](std::size_t p) { return stored(p).before[tail_start]; };
+    for (int layer = tail_first; static_cast<std::size_t>(layer) < layers_; ++layer) {
+      chain.tail_peak = std::max({chain.tail_peak, high_above(forward(layer), tail_prefix), high_above(backward(layer), tail_prefix)});
+    }
+  }
+
+  ChainStage stage(std::size_t k) const {
+    const auto& blocks = graph_.blocks();
+    const int first = blocks[k].first, last = stage_end(graph_, k);
+    const StageSpan span{forward(first), after_forward_index(last), backward(last)};
+    const auto prefix = [&](std::size_t p) { return stored(p).before[span.start]; };
     ChainStage stage;
-    stage.stored_bytes = least(stored_bytes);
+    stage.stored_bytes = least([&](std::size_t p) { return stored_bytes(span, p); });
     for (int layer = first; layer <= last; ++layer) {
       stage.stored_peak = std::max({stage.stored_peak, high_above(forward(layer), prefix), high_above(backward(layer), prefix)});
     }
     stage.checkpointable = blocks[k].checkpointable;
-    if (stage.checkpointable) {
-      // Walk only this stage's ops with the block checkpointed: its forward from the prefix, its
-      // recompute and backward from the level the stored walk has there, less what checkpointing
-      // stopped this stage from keeping.
-      const auto ops = [&](std::size_t p) -> const std::vector<Op>& { return points[p]->checkpointed[k]; };
-      std::fill(level.begin(), level.end(), 0);
-      std::fill(recompute.begin(), recompute.end(), 0);
-      std::int64_t peak = 0;
-      const auto step = [&](std::size_t i) {
-        peak = std::max(peak, least([&](std::size_t p) { return level[p] + ops(p)[i].transient_bytes; }));
-        for (std::size_t p = 0; p < n; ++p) {
-          level[p] += ops(p)[i].retained_bytes;
-          if (ops(p)[i].kind == OpKind::Recompute) recompute[p] += ops(p)[i].duration_ns;
-        }
-        peak = std::max(peak, least([&](std::size_t p) { return level[p]; }));
-      };
-      const std::vector<Op>& stage_shape = ops(0);
-      std::size_t i = 0;
-      for (; i < stage_shape.size() && (stage_shape[i].kind == OpKind::Forward || stage_shape[i].kind == OpKind::ForwardNoGrad); ++i) {
-        step(i);
-      }
-      stage.checkpointed_bytes = least([&](std::size_t p) { return level[p]; });
-      for (std::size_t p = 0; p < n; ++p) {
-        level[p] = stored(p).before[bwd_start] - prefix(p) - (stored_bytes(p) - level[p]);
-      }
-      for (; i < stage_shape.size(); ++i) step(i);
-      stage.checkpointed_peak = peak;
-      stage.recompute_ns = least([&](std::size_t p) { return recompute[p]; });
-    }
-    chain.stages.push_back(stage);
+    if (stage.checkpointable) walk_checkpointed(k, span, stage);
+    return stage;
   }
-  return out;
+
+  std::int64_t stored_bytes(const StageSpan& span, std::size_t p) const {
+    return stored(p).before[span.end] - stored(p).before[span.start];
+  }
+
+  // Walk only this stage's ops with the block checkpointed: its forward from the prefix, its
+  // recompute and backward from the level the stored walk has there, less what checkpointing
+  // stopped this stage from keeping.
+  void walk_checkpointed(std::size_t k, const StageSpan& span, ChainStage& stage) const {
+    const auto ops = [&](std::size_t p) -> const std::vector<Op>& { return points_[p]->checkpointed[k]; };
+    std::vector<std::int64_t> level(n_, 0), recompute(n_, 0);
+    std::int64_t peak = 0;
+    const auto step = [&](std::size_t i) {
+      peak = std::max(peak, least([&](std::size_t p) { return level[p] + ops(p)[i].transient_bytes; }));
+      for (std::size_t p = 0; p < n_; ++p) {
+        level[p] += ops(p)[i].retained_bytes;
+        if (ops(p)[i].kind == OpKind::Recompute) recompute[p] += ops(p)[i].duration_ns;
+      }
+      peak = std::max(peak, least([&](std::size_t p) { return level[p]; }));
+    };
+    const std::vector<Op>& stage_shape = ops(0);
+    std::size_t i = 0;
+    for (; i < stage_shape.size() && (stage_shape[i].kind == OpKind::Forward || stage_shape[i].kind == OpKind::ForwardNoGrad); ++i) {
+      step(i);
+    }
+    stage.checkpointed_bytes = least([&](std::size_t p) { return level[p]; });
+    for (std::size_t p = 0; p < n_; ++p) {
+      level[p] = stored(p).before[span.backward_start] - stored(p).before[span.start] - (stored_bytes(span, p) - level[p]);
+    }
+    for (; i < stage_shape.size(); ++i) step(i);
+    stage.checkpointed_peak = peak;
+    stage.recompute_ns = least([&](std::size_t p) { return recompute[p]; });
+  }
+
+  const LayerGraph& graph_;
+  const std::vector<const ChainWalks*>& points_;
+  const std::size_t n_;
+  const std::vector<Op>& shape_;  // every point's ops are the same ops
+  const std::size_t layers_;
+};
+
+ChainAndWalk chain_over(const LayerGraph& graph, const std::vector<const ChainWalks*>& points, bool stages) {
+  return ChainOverPoints(graph, points).chain_and_walk(stages);
 }
 
 }  // namespace
