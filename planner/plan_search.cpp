@@ -556,8 +556,8 @@ std::int64_t split_count(std::int64_t global_batch) {
   return count;
 }
 
-// Up to this many splits each is weighed (the chart shows them all); past it, weigh_bounded, which
-// on bert large breaks even at about 20.
+// Up to this many splits each is weighed (the chart shows them all); past it, weigh_bounded, whose
+// bounds cost about as much as weighing each split near this count (docs/design.md, the plan search).
 constexpr std::int64_t kSplitsWeighedEach = 24;
 // The chosen plan and the runner-ups it names.
 constexpr std::size_t kRunnerUps = 3;
@@ -576,35 +576,33 @@ bool bounded_search_applies(const SearchSpace& space) {
 // splits, which fit() weighs as weigh_splits does. The bounds are lower bounds, never estimates, so
 // every split set aside is one weigh_splits would not have chosen or named: the plans are the same.
 // The splits returned are those weighed, and for the chart one near each power of two.
-Weighing weigh_bounded(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
-                       const SearchSpace& space, const std::function<double(std::int64_t)>& rate_of) {
-  const std::int64_t batch = global_batch;
-  const auto count_of = [batch](std::int64_t size) { return (batch + size - 1) / size; };
-  const auto size_of = [batch](std::int64_t count) { return (batch + count - 1) / count; };
-  // A range narrowed to the largest micro-batches of splits (lo > hi when it holds none): the
-  // largest at most hi is that of ceil(B / hi) micro-batches, the least at least lo that of the
-  // most micro-batches whose largest is still lo or more.
-  const auto narrowed = [&](SizeRange r) {
-    if (r.lo > batch || r.lo > r.hi) return SizeRange{1, 0};
-    const std::int64_t lo = r.lo <= 1 ? 1 : size_of((batch + r.lo - 2) / (r.lo - 1) - 1);
-    return SizeRange{lo, size_of(count_of(std::min(r.hi, batch)))};
-  };
-  // Halved geometrically: the sizes span orders of magnitude.
-  const auto halves = [](SizeRange r) {
-    auto mid = static_cast<std::int64_t>(std::sqrt(static_cast<double>(r.lo) * static_cast<double>(r.hi)));
-    mid = std::clamp(mid, r.lo, r.hi - 1);
-    return std::array<SizeRange, 2>{SizeRange{r.lo, mid}, SizeRange{mid + 1, r.hi}};
-  };
+class BoundedWeighing {
+ public:
+  BoundedWeighing(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
+                  const SearchSpace& space, const std::function<double(std::int64_t)>& rate_of)
+      : costs_(costs),
+        graph_(graph),
+        cache_(cache),
+        batch_(global_batch),
+        space_(space),
+        rate_of_(rate_of),
+        chains_(space.checkpointing && !graph.blocks().empty()),
+        candidates_(graph.lean_candidates()),
+        rounding_(level_rounding_bytes(graph)) {}
 
-  std::map<std::int64_t, WeighedSplit> weighed;  // by largest micro-batch
-  const auto weigh = [&](std::int64_t size, bool known_not_to_fit = false) -> const WeighedSplit& {
-    auto it = weighed.find(size);
-    if (it == weighed.end()) {
-      it = weighed.emplace(size, weigh_split(costs, graph, cache, batch, count_of(size), space, known_not_to_fit)).first;
+  Weighing run() {
+    find_largest_fitting();
+    find_fastest();
+    weigh_for_chart();
+    Weighing out;
+    for (auto it = weighed_.rbegin(); it != weighed_.rend(); ++it) {
+      out.splits.push_back(it->second.outcome);
+      if (it->second.fit) out.fits.push_back(std::move(*it->second.fit));
     }
-    return it->second;
-  };
+    return out;
+  }
 
+ private:
   // What one size brings to the bounds of the ranges it ends, made once: its batch costs, and its
   // walks with standard layers and with the layers fit() makes lean at that size (tempo_order's).
   struct SizePoint {
@@ -617,164 +615,238 @@ Weighing weigh_bounded(const core::CostModel& costs, const LayerGraph& graph, Ba
     // At most the least peak of any way fit() may run a split of this size (for an estimate).
     std::int64_t least_peak = 0;
   };
-  const bool chains = space.checkpointing && !graph.blocks().empty();
-  const std::vector<int> candidates = graph.lean_candidates();
-  std::map<std::int64_t, SizePoint> points;  // by size; a map's entries stay where they are
-  const auto point = [&](std::int64_t size, bool walked) -> const SizePoint& {
-    auto it = points.find(size);
-    if (it == points.end()) {
-      it = points.emplace(size, SizePoint{}).first;
-      it->second.costs = cache.at(size);
-    }
-    SizePoint& at = it->second;
-    if (walked && !at.walked) {
-      at.walked = true;
-      at.standard = chain_walks(costs, graph, at.costs, space.base, chains);
-      if (space.tempo) {
-        for (const int i : candidates) {
-          at.saved.push_back(lean_saved_bytes(at.costs, graph, i));
-          if (at.saved.back() > 0) at.lean.push_back(i);
-        }
-        if (!at.lean.empty()) {
-          at.lean_walks = chain_walks(costs, graph, at.costs, with_lean_prefix(space.base, at.lean, at.lean.size()), chains);
-        }
-      }
-      const auto least_peak = [&](const ChainWalks& walks) {
-        const ChainAndWalk over = chain_over(graph, {&walks}, chains);
-        return chains ? std::min(over.walk_peak, least_chain_peak_bound(over.chain)) : over.walk_peak;
-      };
-      at.least_peak = least_peak(at.standard);
-      if (!at.lean.empty()) at.least_peak = std::min(at.least_peak, least_peak(at.lean_walks));
-    }
-    return at;
-  };
-
-  const std::int64_t rounding = level_rounding_bytes(graph);
   struct RangeBound {
     SizeRange range;
     bool may_fit = true;
     double least_ns = -std::numeric_limits<double>::infinity();  // of any split in it that fits
   };
-  const auto bound = [&](SizeRange r, bool timed) {
-    RangeBound b{r};
-    const SizePoint& lo = point(r.lo, true);
-    const SizePoint& hi = point(r.hi, true);
-    // The smaller micro-batches of a split are one sample smaller than its largest.
-    const TimeBound time =
-        timed ? time_bound(costs, graph, point(std::max<std::int64_t>(1, r.lo - 1), false).costs, hi.costs) : TimeBound{};
-    std::int64_t recompute = 0;  // by each micro-batch of a split that fits, at least
-    const bool one = r.lo == r.hi;
-    if (one || bytes_unbent(costs, lo.costs, hi.costs)) {
-      const std::int64_t slack = one ? 0 : rounding;
-      // fit() keeps a split as it is (with Tempo's lean layers or not) where its walk fits, and
-      // otherwise checkpoints it as solve_checkpoint_dp answers for its chain (of standard layers,
-      // and of every lean layer): what no choice of its chain fits, it cannot.
-      bool as_it_is = false;
-      std::optional<std::int64_t> checkpointed;  // the least recompute of a checkpointing that fits
-      const auto weigh_walks = [&](const ChainWalks& at_lo, const ChainWalks& at_hi) {
-        const ChainAndWalk over = chain_over(graph, one ? std::vector<const ChainWalks*>{&at_lo} : std::vector<const ChainWalks*>{&at_lo, &at_hi}, chains);
-        as_it_is = as_it_is || over.walk_peak - slack <= space.limit;
-        if (!chains) return;
-        Chain low = over.chain;
-        low.base -= slack;
-        low.tail_peak -= slack;
-        for (std::size_t k = 0; k < low.stages.size(); ++k) {
-          ChainStage& stage = low.stages[k];
-          stage.stored_bytes -= slack;
-          stage.checkpointed_bytes -= slack;
-          stage.stored_peak -= slack;
-          stage.checkpointed_peak -= slack;
-          stage.recompute_ns = time.valid ? time.block_recompute_ns[k] : 0;
-        }
-        if (const auto least = least_recompute_bound(low, space.limit)) {
-          checkpointed = std::min(checkpointed.value_or(*least), *least);
-        }
-      };
-      weigh_walks(lo.standard, hi.standard);
-      if (space.tempo) {
-        // The layers lean at the range's ends are those throughout where each saves clearly more
-        // than 0 at both, or clearly not: saved bytes are a sum of a few rounded counts.
-        bool known = lo.lean == hi.lean;
-        for (std::size_t c = 0; c < lo.saved.size() && known && !one; ++c) {
-          const auto margin = 3 + static_cast<std::int64_t>(graph.released_inputs(candidates[c]).size());
-          known = (lo.saved[c] > margin && hi.saved[c] > margin) || (lo.saved[c] <= -margin && hi.saved[c] <= -margin);
-        }
-        if (!known) {
-          as_it_is = true;
-        } else if (!lo.lean.empty()) {
-          weigh_walks(lo.lean_walks, hi.lean_walks);
-        }
-      }
-      b.may_fit = as_it_is || checkpointed.has_value();
-      recompute = as_it_is ? 0 : checkpointed.value_or(0);
-    }
-    if (time.valid) {
-      // Each of a split's n micro-batches: its samples at sample_ns, less the slack, and its
-      // recompute; then the optimizer. Least at the range's fewest or most micro-batches.
-      const double per_micro_batch = static_cast<double>(recompute) - time.micro_batch_slack_ns;
-      b.least_ns = time.sample_ns * static_cast<double>(batch) + static_cast<double>(costs.optimizer_ns()) +
-                   std::min(static_cast<double>(count_of(r.hi)) * per_micro_batch, static_cast<double>(count_of(r.lo)) * per_micro_batch);
-    }
-    return b;
+  // What the chains at a range's two ends allow fit() to do with its splits.
+  struct FitAtEnds {
+    bool as_it_is = false;                     // some split may fit without checkpointing
+    std::optional<std::int64_t> checkpointed;  // the least recompute of a checkpointing that fits
   };
-
-  std::vector<SizeRange> set_aside;  // no split in them fits
-  // 1. The largest micro-batches that fit, from the largest sizes down. A range that may hold it
-  // is cut where the least peak its ends allow crosses the limit (that peak grows about linearly
-  // with the size), so the part above is set aside at once and the part below ends near the
-  // answer; from a top that may fit, single splits are weighed downwards, a few before halving.
+  // A range still to bound in phase 1.
   struct Pending {
     SizeRange range;
     int walk_down = 0;  // single splits still to weigh from its top before bounding it again
   };
-  constexpr int kWalkDown = 4;
-  std::vector<Pending> pending;  // the largest last
-  for (const SizeRange r : affine_ranges(costs, batch)) pending.push_back({r});
-  while (!pending.empty()) {
-    const Pending next = pending.back();
+  static constexpr int kWalkDown = 4;
+
+  std::int64_t count_of(std::int64_t size) const { return (batch_ + size - 1) / size; }
+  std::int64_t size_of(std::int64_t count) const { return (batch_ + count - 1) / count; }
+
+  // A range narrowed to the largest micro-batches of splits (lo > hi when it holds none): the
+  // largest at most hi is that of ceil(B / hi) micro-batches, the least at least lo that of the
+  // most micro-batches whose largest is still lo or more.
+  SizeRange narrowed(SizeRange r) const {
+    if (r.lo > batch_ || r.lo > r.hi) return SizeRange{1, 0};
+    const std::int64_t lo = r.lo <= 1 ? 1 : size_of((batch_ + r.lo - 2) / (r.lo - 1) - 1);
+    return SizeRange{lo, size_of(count_of(std::min(r.hi, batch_)))};
+  }
+  // Halved geometrically: the sizes span orders of magnitude.
+  static std::array<SizeRange, 2> halves(SizeRange r) {
+    auto mid = static_cast<std::int64_t>(std::sqrt(static_cast<double>(r.lo) * static_cast<double>(r.hi)));
+    mid = std::clamp(mid, r.lo, r.hi - 1);
+    return std::array<SizeRange, 2>{SizeRange{r.lo, mid}, SizeRange{mid + 1, r.hi}};
+  }
+
+  const WeighedSplit& weigh(std::int64_t size, bool known_not_to_fit = false) {
+    auto it = weighed_.find(size);
+    if (it == weighed_.end()) {
+      it = weighed_.emplace(size, weigh_split(costs_, graph_, cache_, batch_, count_of(size), space_, known_not_to_fit)).first;
+    }
+    return it->second;
+  }
+
+  const SizePoint& point(std::int64_t size, bool walked);
+  std::int64_t least_peak_of(const ChainWalks& walks) const;
+  RangeBound bound(SizeRange r, bool timed);
+  FitAtEnds fit_at_ends(const SizePoint& lo, const SizePoint& hi, bool one, const TimeBound& time) const;
+  void weigh_walks(FitAtEnds& ends, const ChainWalks& at_lo, const ChainWalks& at_hi, bool one, const TimeBound& time) const;
+  void find_largest_fitting();
+  void bound_pending(const Pending& next);
+  double slowest_of_fastest() const;
+  void find_fastest();
+  void weigh_for_chart();
+
+  const core::CostModel& costs_;
+  const LayerGraph& graph_;
+  BatchCostsCache& cache_;
+  const std::int64_t batch_;
+  const SearchSpace& space_;
+  const std::function<double(std::int64_t)>& rate_of_;
+  const bool chains_;
+  const std::vector<int> candidates_;
+  const std::int64_t rounding_;
+  std::map<std::int64_t, WeighedSplit> weighed_;  // by largest micro-batch
+  std::map<std::int64_t, SizePoint> points_;      // by size; a map's entries stay where they are
+  std::vector<SizeRange> set_aside_;              // no split in them fits
+  std::vector<Pending> pending_;                  // the largest last
+};
+
+const BoundedWeighing::SizePoint& BoundedWeighing::point(std::int64_t size, bool walked) {
+  auto it = points_.find(size);
+  if (it == points_.end()) {
+    it = points_.emplace(size, SizePoint{}).first;
+    it->second.costs = cache_.at(size);
+  }
+  SizePoint& at = it->second;
+  if (walked && !at.walked) {
+    at.walked = true;
+    at.standard = chain_walks(costs_, graph_, at.costs, space_.base, chains_);
+    if (space_.tempo) {
+      for (const int i : candidates_) {
+        at.saved.push_back(lean_saved_bytes(at.costs, graph_, i));
+        if (at.saved.back() > 0) at.lean.push_back(i);
+      }
+      if (!at.lean.empty()) {
+        at.lean_walks = chain_walks(costs_, graph_, at.costs, with_lean_prefix(space_.base, at.lean, at.lean.size()), chains_);
+      }
+    }
+    at.least_peak = least_peak_of(at.standard);
+    if (!at.lean.empty()) at.least_peak = std::min(at.least_peak, least_peak_of(at.lean_walks));
+  }
+  return at;
+}
+
+std::int64_t BoundedWeighing::least_peak_of(const ChainWalks& walks) const {
+  const ChainAndWalk over = chain_over(graph_, {&walks}, chains_);
+  return chains_ ? std::min(over.walk_peak, least_chain_peak_bound(over.chain)) : over.walk_peak;
+}
+
+BoundedWeighing::RangeBound BoundedWeighing::bound(SizeRange r, bool timed) {
+  RangeBound b{r};
+  const SizePoint& lo = point(r.lo, true);
+  const SizePoint& hi = point(r.hi, true);
+  // The smaller micro-batches of a split are one sample smaller than its largest.
+  const TimeBound time =
+      timed ? time_bound(costs_, graph_, point(std::max<std::int64_t>(1, r.lo - 1), false).costs, hi.costs) : TimeBound{};
+  std::int64_t recompute = 0;  // by each micro-batch of a split that fits, at least
+  const bool one = r.lo == r.hi;
+  if (one || bytes_unbent(costs_, lo.costs, hi.costs)) {
+    const FitAtEnds ends = fit_at_ends(lo, hi, one, time);
+    b.may_fit = ends.as_it_is || ends.checkpointed.has_value();
+    recompute = ends.as_it_is ? 0 : ends.checkpointed.value_or(0);
+  }
+  if (time.valid) {
+    // Each of a split's n micro-batches: its samples at sample_ns, less the slack, and its
+    // recompute; then the optimizer. Least at the range's fewest or most micro-batches.
+    const double per_micro_batch = static_cast<double>(recompute) - time.micro_batch_slack_ns;
+    b.least_ns = time.sample_ns * static_cast<double>(batch_) + static_cast<double>(costs_.optimizer_ns()) +
+                 std::min(static_cast<double>(count_of(r.hi)) * per_micro_batch, static_cast<double>(count_of(r.lo)) * per_micro_batch);
+  }
+  return b;
+}
+
+// fit() keeps a split as it is (with Tempo's lean layers or not) where its walk fits, and
+// otherwise checkpoints it as solve_checkpoint_dp answers for its chain (of standard layers, and
+// of every lean layer): what no choice of its chain fits, it cannot.
+BoundedWeighing::FitAtEnds BoundedWeighing::fit_at_ends(const SizePoint& lo, const SizePoint& hi, bool one,
+                                                        const TimeBound& time) const {
+  FitAtEnds ends;
+  weigh_walks(ends, lo.standard, hi.standard, one, time);
+  if (space_.tempo) {
+    // The layers lean at the range's ends are those throughout where each saves clearly more
+    // than 0 at both, or clearly not: saved bytes are a sum of a few rounded counts.
+    bool known = lo.lean == hi.lean;
+    for (std::size_t c = 0; c < lo.saved.size() && known && !one; ++c) {
+      const auto margin = 3 + static_cast<std::int64_t>(graph_.released_inputs(candidates_[c]).size());
+      known = (lo.saved[c] > margin && hi.saved[c] > margin) || (lo.saved[c] <= -margin && hi.saved[c] <= -margin);
+    }
+    if (!known) {
+      ends.as_it_is = true;
+    } else if (!lo.lean.empty()) {
+      weigh_walks(ends, lo.lean_walks, hi.lean_walks, one, time);
+    }
+  }
+  return ends;
+}
+
+// The chain over a range's ends, each number lowered by the rounding its levels may carry (none at
+// a single size).
+void BoundedWeighing::weigh_walks(FitAtEnds& ends, const ChainWalks& at_lo, const ChainWalks& at_hi, bool one,
+                                  const TimeBound& time) const {
+  const std::int64_t slack = one ? 0 : rounding_;
+  const ChainAndWalk over = chain_over(graph_, one ? std::vector<const ChainWalks*>{&at_lo} : std::vector<const ChainWalks*>{&at_lo, &at_hi}, chains_);
+  ends.as_it_is = ends.as_it_is || over.walk_peak - slack <= space_.limit;
+  if (!chains_) return;
+  Chain low = over.chain;
+  low.base -= slack;
+  low.tail_peak -= slack;
+  for (std::size_t k = 0; k < low.stages.size(); ++k) {
+    ChainStage& stage = low.stages[k];
+    stage.stored_bytes -= slack;
+    stage.checkpointed_bytes -= slack;
+    stage.stored_peak -= slack;
+    stage.checkpointed_peak -= slack;
+    stage.recompute_ns = time.valid ? time.block_recompute_ns[k] : 0;
+  }
+  if (const auto least = least_recompute_bound(low, space_.limit)) {
+    ends.checkpointed = std::min(ends.checkpointed.value_or(*least), *least);
+  }
+}
+
+// 1. The largest micro-batches that fit, from the largest sizes down. A range that may hold it is
+// cut where the least peak its ends allow crosses the limit (that peak grows about linearly with
+// the size), so the part above is set aside at once and the part below ends near the answer; from
+// a top that may fit, single splits are weighed downwards, a few before halving.
+void BoundedWeighing::find_largest_fitting() {
+  for (const SizeRange r : affine_ranges(costs_, batch_)) pending_.push_back({r});
+  while (!pending_.empty()) {
+    const Pending next = pending_.back();
     const SizeRange r = narrowed(next.range);
-    pending.pop_back();
+    pending_.pop_back();
     if (r.lo > r.hi) continue;
     if (r.lo == r.hi) {
       if (weigh(r.lo).fit) break;
       continue;
     }
-    const auto below_top = [&] { return SizeRange{r.lo, r.hi - 1}; };
-    if (next.walk_down > 0) {
-      pending.push_back({below_top(), next.walk_down - 1});
-      pending.push_back({{r.hi, r.hi}});
-      continue;
-    }
-    if (!bound(r, false).may_fit) {
-      set_aside.push_back(r);
-      continue;
-    }
-    const std::int64_t at_lo = point(r.lo, true).least_peak, at_hi = point(r.hi, true).least_peak;
-    if (at_hi <= space.limit) {
-      pending.push_back({below_top(), kWalkDown - 1});
-      pending.push_back({{r.hi, r.hi}});
-    } else if (at_lo <= space.limit) {
-      const double across = static_cast<double>(space.limit - at_lo) / static_cast<double>(at_hi - at_lo);
-      const auto cut = std::clamp(r.lo + static_cast<std::int64_t>(across * static_cast<double>(r.hi - r.lo)), r.lo, r.hi - 1);
-      pending.push_back({{r.lo, cut}});
-      pending.push_back({{cut + 1, r.hi}, 0});
-    } else {
-      for (const SizeRange half : halves(r)) pending.push_back({half});
-    }
+    bound_pending({r, next.walk_down});
   }
+}
 
-  // 2. The fastest: ranges by the least time their splits can take, until even that is slower
-  // (by samples/s, as plan_step ranks them) than the kRunnerUps + 1 fastest found, which no split
-  // set aside can then be among.
-  const auto slowest_of_fastest = [&] {
-    std::vector<double> rates;
-    for (const auto& [size, w] : weighed) {
-      if (w.fit) rates.push_back(rate_of(w.fit->prediction.step_ns));
-    }
-    if (rates.size() <= kRunnerUps) return 0.0;
-    std::nth_element(rates.begin(), rates.begin() + kRunnerUps, rates.end(), std::greater<>());
-    return rates[kRunnerUps];
-  };
+// A pending range of more than one size: its top weighed next, or its parts pending again.
+void BoundedWeighing::bound_pending(const Pending& next) {
+  const SizeRange r = next.range;
+  const SizeRange below_top{r.lo, r.hi - 1};
+  if (next.walk_down > 0) {
+    pending_.push_back({below_top, next.walk_down - 1});
+    pending_.push_back({{r.hi, r.hi}});
+    return;
+  }
+  if (!bound(r, false).may_fit) {
+    set_aside_.push_back(r);
+    return;
+  }
+  const std::int64_t at_lo = point(r.lo, true).least_peak, at_hi = point(r.hi, true).least_peak;
+  if (at_hi <= space_.limit) {
+    pending_.push_back({below_top, kWalkDown - 1});
+    pending_.push_back({{r.hi, r.hi}});
+  } else if (at_lo <= space_.limit) {
+    const double across = static_cast<double>(space_.limit - at_lo) / static_cast<double>(at_hi - at_lo);
+    const auto cut = std::clamp(r.lo + static_cast<std::int64_t>(across * static_cast<double>(r.hi - r.lo)), r.lo, r.hi - 1);
+    pending_.push_back({{r.lo, cut}});
+    pending_.push_back({{cut + 1, r.hi}, 0});
+  } else {
+    for (const SizeRange half : halves(r)) pending_.push_back({half});
+  }
+}
+
+// The rate of the (kRunnerUps + 1)th fastest split found that fits, 0 while fewer fit.
+double BoundedWeighing::slowest_of_fastest() const {
+  std::vector<double> rates;
+  for (const auto& [size, w] : weighed_) {
+    if (w.fit) rates.push_back(rate_of_(w.fit->prediction.step_ns));
+  }
+  if (rates.size() <= kRunnerUps) return 0.0;
+  std::nth_element(rates.begin(), rates.begin() + kRunnerUps, rates.end(), std::greater<>());
+  return rates[kRunnerUps];
+}
+
+// 2. The fastest: ranges by the least time their splits can take, until even that is slower (by
+// samples/s, as plan_step ranks them) than the kRunnerUps + 1 fastest found, which no split set
+// aside can then be among.
+void BoundedWeighing::find_fastest() {
   const auto later = [](const RangeBound& a, const RangeBound& b) { return a.least_ns > b.least_ns; };
   std::priority_queue<RangeBound, std::vector<RangeBound>, decltype(later)> queue(later);
   const auto enqueue = [&](SizeRange r) {
@@ -784,16 +856,16 @@ Weighing weigh_bounded(const core::CostModel& costs, const LayerGraph& graph, Ba
     if (b.may_fit) {
       queue.push(b);
     } else {
-      set_aside.push_back(r);
+      set_aside_.push_back(r);
     }
   };
-  for (const Pending& p : pending) enqueue(p.range);
+  for (const Pending& p : pending_) enqueue(p.range);
   while (!queue.empty()) {
     const RangeBound next = queue.top();
     // A split's step takes at least the bound rounded up to whole ns (with room for the bound's
     // floating point): its rate is at most that step's, and a strictly lower rate ranks after.
     const double least = std::ceil(next.least_ns * (1 - 1e-12) - 1);
-    if (least >= 1 && least < 0x1p62 && rate_of(static_cast<std::int64_t>(least)) < slowest_of_fastest()) break;
+    if (least >= 1 && least < 0x1p62 && rate_of_(static_cast<std::int64_t>(least)) < slowest_of_fastest()) break;
     queue.pop();
     if (next.range.lo == next.range.hi) {
       weigh(next.range.lo);
@@ -801,24 +873,24 @@ Weighing weigh_bounded(const core::CostModel& costs, const LayerGraph& graph, Ba
       for (const SizeRange half : halves(next.range)) enqueue(half);
     }
   }
+}
 
-  // 3. For the chart, a split near each power of two (and the whole batch): those set aside as
-  // too large to fit get their plain prediction only.
+// 3. For the chart, a split near each power of two (and the whole batch): those set aside as too
+// large to fit get their plain prediction only.
+void BoundedWeighing::weigh_for_chart() {
   const auto aside = [&](std::int64_t size) {
-    return std::any_of(set_aside.begin(), set_aside.end(), [size](const SizeRange& r) { return r.lo <= size && size <= r.hi; });
+    return std::any_of(set_aside_.begin(), set_aside_.end(), [size](const SizeRange& r) { return r.lo <= size && size <= r.hi; });
   };
-  for (std::int64_t target = 1;; target = std::min(target * 2, batch)) {
+  for (std::int64_t target = 1;; target = std::min(target * 2, batch_)) {
     const std::int64_t size = size_of(count_of(target));
     weigh(size, aside(size));
-    if (target == batch) break;
+    if (target == batch_) break;
   }
+}
 
-  Weighing out;
-  for (auto it = weighed.rbegin(); it != weighed.rend(); ++it) {
-    out.splits.push_back(it->second.outcome);
-    if (it->second.fit) out.fits.push_back(std::move(*it->second.fit));
-  }
-  return out;
+Weighing weigh_bounded(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, std::int64_t global_batch,
+                       const SearchSpace& space, const std::function<double(std::int64_t)>& rate_of) {
+  return BoundedWeighing(costs, graph, cache, global_batch, space, rate_of).run();
 }
 
 // The least peak at one split without checkpointing: as it is, with every lean layer, and (for a
