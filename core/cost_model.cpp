@@ -31,10 +31,10 @@ double median_slope(std::vector<double>& slopes) {
 }
 
 // What a transient may hold beyond the line between two profiled sizes, per segment between them.
-// A layer's scratch memory is not always a line in the batch: oneDNN's convolution backward at two
-// threads holds 40,960 bytes a sample plus 18 KiB at some batch sizes and 45 KiB at others (clip's
-// image.conv2: 45 KiB at even sizes from 24 on), so the line through batches 16 and 32 was 13 KiB
-// under at 24. Such a jump shows as a segment steeper than the layer's cost per sample, taken as the
+// A layer's scratch memory is not always a line in the batch: oneDNN's convolution backward holds
+// a few KiB more at some batch sizes than at others (clip's image.conv2), so the line through two
+// profiled sizes can be under the sizes between (docs/design.md, "Fits"; docs/results.md, "Peaks
+// between profiled sizes"). Such a jump shows as a segment steeper than the layer's cost per sample, taken as the
 // median slope of the segments with sizes inside them (batch 1 runs other kernels: the segment from
 // 1 to 2 neither sets the slope nor gets slack). The segment's excess over its width is the jump J;
 // whatever size inside it the jump comes at, the bytes there are at most the start's plus the slope
@@ -69,17 +69,16 @@ double slack_at(const std::vector<std::int64_t>& xs, const std::vector<double>& 
 bool never_falls(const std::vector<std::int64_t>& values) { return std::is_sorted(values.begin(), values.end()); }
 
 // The block of samples a transient is allocated in, where it is: bfloat16 matrix products' backward
-// scratch grows in blocks of 4 samples (clip's text.layer0.attn_out: 13,696 bytes at 1, 2 and 4,
-// 23,936 at 5 and at 8, i.e. 3,456 + 10,240 x ceil(b/4)). At profiled sizes that are multiples of
-// the block such a staircase lies on a line, which is under it at the sizes between (16,256 at 5),
-// and segment_slack sees no jump. What gives it away is the flat run it starts with: the same bytes
+// scratch grows in blocks of 4 samples (clip's text.layer0.attn_out; docs/design.md, "Fits"). At
+// profiled sizes that are multiples of the block such a staircase lies on a line, which is under it
+// at the sizes between, and segment_slack sees no jump. What gives it away is the flat run it starts with: the same bytes
 // at the first sizes, then a rise that goes on at the slope of the later segments. The block is the
 // last size of that run; between samples the transient is then what it is at the next multiple of
 // the block (or at the next profiled size, if that comes first), a bound for anything that never
 // falls with the batch, and the block is taken only for a transient that does not fall at any
 // profiled size. Returns 1 for a transient flat throughout or with no such run, for a single rise
 // after it (nothing to check it against: the embeddings' backward on CUDA holds the same bytes at
-// 4, 8 and 16, then more at 32), and for a rise out of line with the later segments (a constant
+// its first profiled sizes, then more at the last), and for a rise out of line with the later segments (a constant
 // scratch overtaken by one that grows with the batch, where the line between samples is already
 // above it).
 std::int64_t staircase_block(const std::vector<std::int64_t>& xs, const std::vector<std::int64_t>& values) {
@@ -179,9 +178,9 @@ CostModel::CostModel(const Trace& trace, Between between) : trace_(&trace) {
 void CostModel::share_the_products_block() {
   // The rows a matrix-product kernel tiles its scratch in are the kernel's, not one layer's: clip's
   // bf16 text layers all step in blocks of 4 samples, but only attn_out's transient shows it (its
-  // flat run at 1, 2 and 4), while ffn_out's (21,888 at 1 and 2, 25,856 at 4, 34,176 from 5 to 8,
-  // 46,464 from 9 to 12) and qkv's lie on lines at the profiled sizes and were under between them
-  // (the whole step 0.13-0.54% under at every size that is not a multiple of 4). So where one
+  // flat run at the first sizes), while ffn_out's and qkv's lie on lines at the profiled sizes and
+  // were under between them, and so was the whole step (docs/results.md, "Peaks between profiled
+  // sizes"). So where one
   // product's backward transient shows a block, every product's backward transients are bounded at
   // the next multiple of it; a product whose scratch does not step is then predicted less than a
   // block's worth of samples on along its line. The contrastive loss is not such a kernel: its
@@ -191,7 +190,7 @@ void CostModel::share_the_products_block() {
     return is_matrix_product_kind(kind) && kind != "contrastive_loss";
   };
   // The backward's transients: the forward's do not step (under bf16-autocast clip's forward
-  // transients grow 8-11 KiB a sample, on lines, and held to the block they came out 1.8% over).
+  // transients grow on lines, and held to the block they came out over: docs/design.md, "Fits").
   // Only those measured (the inputs-held one is not in older traces) and never falling, where the
   // next multiple's bytes bound a size's.
   const auto for_each_backward_block = [&](std::size_t i, const auto& visit) {

@@ -13,7 +13,7 @@ std::string l2l_refusal(const Trace& trace) {
   }
   if (is_autocast(trace.precision) && !trace.measures_inputs_held()) {
     // Under autocast a stage's first matrix product peaks after its saved input is freed in the
-    // profiled step, while the relay's stash still holds it (the zoo's mlp: 0.3% over the prediction).
+    // profiled step, while the relay's stash still holds it (docs/design.md, "L2L").
     return "its step runs under autocast (" + std::string(precision_name(trace.precision)) +
            ") and the trace is from before backward peaks were measured with their inputs held, as the relay holds "
            "them; profile the model again";

@@ -33,9 +33,10 @@ std::int64_t moved_bytes(const Trace& trace, const LayerProfile& layer, std::siz
 // The compute-bound share of a layer moves with what its kind computes: a matrix product's with the
 // calibration's product; any other's (a convolution, elementwise work, a composite module) with the
 // geometric mean of the product and the convolution. Not a convolution's with the calibration's
-// convolution: on a machine that ran that ResNet-stage convolution 0.64x as fast as the committed
-// traces' machine, the zoo cnn's small convolutions ran about as fast (predicted with the
-// convolution alone, the cnn's step came out 20-25% too slow; with the mean, 3-4%).
+// convolution: a machine can run that ResNet-stage convolution much slower than the committed
+// traces' machine while the zoo cnn's small convolutions run about as fast, and the convolution
+// alone then mispredicts the cnn's step where the mean does not (docs/design.md, "Time on the
+// machine at hand"; docs/results.md, "Which kernel a layer's time follows").
 double compute_ratio_of(const std::string& kind, const SpeedRatio& ratio) {
   if (is_matrix_product_kind(kind)) return ratio.matmul.value_or(ratio.compute);
   return ratio.compute;
