@@ -1046,19 +1046,8 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
   return plan;
 }
 
-}  // namespace
-
-PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
-  if (!request.optimizer.empty() && request.optimizer != trace.optimizer.name) {
-    PlanRequest as_measured = request;
-    as_measured.optimizer.clear();
-    PlanOutcome outcome = plan_step(with_estimated_optimizer(trace, request.optimizer), as_measured);
-    if (outcome.plan) {
-      outcome.plan->optimizer = request.optimizer;
-      outcome.plan->warnings.push_back(estimated_optimizer_warning(trace, request.optimizer));
-    }
-    return outcome;
-  }
+// Throws InputError naming the request's first field out of range (plan_search.h).
+void check_request(const PlanRequest& request) {
   if (request.global_batch <= 0) throw core::InputError("global_batch: expected a positive batch size");
   if (request.global_batch > kMaxGlobalBatch) {
     throw core::InputError("global_batch: at most " + std::to_string(kMaxGlobalBatch) + " samples");
@@ -1084,67 +1073,80 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     throw core::InputError("link: data parallel needs the link's bandwidth and latency (a trace's measured link, or given)");
   }
   if (request.bucket_cap_bytes < 1) throw core::InputError("bucket_cap_bytes: expected a positive size");
-  const core::CostModel costs(trace);
-  const LayerGraph graph(trace);
-  BatchCostsCache cache(costs);
-  // With several workers the search weighs worker 0's share, the largest.
-  const std::int64_t batch = worker_shares(request.global_batch, request.workers).front();
-  const auto margin_of = [&](std::int64_t budget) {
-    return static_cast<std::int64_t>(std::ceil(static_cast<double>(budget) * request.margin_fraction));
-  };
-  const std::int64_t margin = margin_of(request.budget_bytes);
+}
+
+// The plan for the trace as if it had measured `request.optimizer` (optimizer_estimate.h).
+PlanOutcome plan_with_estimated_optimizer(const core::Trace& trace, const PlanRequest& request) {
+  PlanRequest as_measured = request;
+  as_measured.optimizer.clear();
+  PlanOutcome outcome = plan_step(with_estimated_optimizer(trace, request.optimizer), as_measured);
+  if (outcome.plan) {
+    outcome.plan->optimizer = request.optimizer;
+    outcome.plan->warnings.push_back(estimated_optimizer_warning(trace, request.optimizer));
+  }
+  return outcome;
+}
+
+std::int64_t margin_of(std::int64_t budget, double margin_fraction) {
+  return static_cast<std::int64_t>(std::ceil(static_cast<double>(budget) * margin_fraction));
+}
+
+// What one plan_step shares among its phases.
+struct PlanSearch {
+  const core::Trace& trace;
+  const PlanRequest& request;
+  const core::CostModel& costs;
+  const LayerGraph& graph;
+  BatchCostsCache& cache;
+  std::int64_t batch = 0;   // worker 0's share of the global batch, the largest: the search weighs it
+  std::int64_t margin = 0;  // of the budget
   SearchSpace space;
-  space.limit = request.budget_bytes - margin;
-  for (const Technique* technique : techniques()) technique->open(space, trace, graph, request);
+};
 
-  PlanOutcome outcome;
-  // L2L only where no plan without it fits: it moves the training state to the host, which the
-  // budget does not count, and runs every block's forward twice ("all" holds it on these terms).
-  SearchSpace on_the_device = space;
-  on_the_device.l2l = false;
-  const auto weigh = [&](const SearchSpace& weighed) {
-    if (request.weigh_every_split || !bounded_search_applies(weighed) || split_count(batch) <= kSplitsWeighedEach) {
-      return weigh_splits(costs, graph, cache, batch, weighed);
-    }
-    return weigh_bounded(costs, graph, cache, batch, weighed, [&](std::int64_t step_ns) {
-      return Candidate{{}, {}, {0, step_ns, {}}}.samples_per_second(request.global_batch);
-    });
-  };
-  Weighing weighing = weigh(on_the_device);
-  if (weighing.fits.empty() && space.l2l) weighing = weigh(space);
-  outcome.splits = std::move(weighing.splits);
-  // Each split's step moves the whole global batch through every worker at once.
-  for (auto& split : outcome.splits) {
-    split.predicted.samples_per_second *= static_cast<double>(request.global_batch) / static_cast<double>(batch);
+// The splits of `weighed`: each one, or where the splits are many and bounds apply, weigh_bounded's.
+Weighing weigh_space(const PlanSearch& search, const SearchSpace& weighed) {
+  const PlanRequest& request = search.request;
+  if (request.weigh_every_split || !bounded_search_applies(weighed) || split_count(search.batch) <= kSplitsWeighedEach) {
+    return weigh_splits(search.costs, search.graph, search.cache, search.batch, weighed);
   }
-  std::vector<Candidate>& fits = weighing.fits;
+  return weigh_bounded(search.costs, search.graph, search.cache, search.batch, weighed, [&](std::int64_t step_ns) {
+    return Candidate{{}, {}, {0, step_ns, {}}}.samples_per_second(request.global_batch);
+  });
+}
 
-  if (fits.empty()) {
-    const std::int64_t least = least_peak(costs, graph, cache, batch, space);
-    // The least budget whose limit after the margin holds that peak.
-    auto budget = static_cast<std::int64_t>(std::ceil(static_cast<double>(least) / (1.0 - request.margin_fraction)));
-    while (budget - margin_of(budget) < least) ++budget;
-    outcome.smallest_budget = budget;
-    std::string applied;
-    // Those "all" left out because the trace lacks what they need are not named.
-    for (const auto s : request.strategies) {
-      if (applies_to(s, trace)) applied += (applied.empty() ? "" : ",") + strategy_name(s);
-    }
-    // With L2L the training state is not the device's floor: the relay keeps it on the host.
-    outcome.reason = infeasible_reason(request.budget_bytes, space.limit,
-                                       space.l2l ? 0
-                                                 : costs.static_bytes() + bucket_buffer_bytes(costs, space.base) +
-                                                       costs.optimizer_transient_bytes(),
-                                       applied, least, outcome.smallest_budget,
-                                       !space.l2l && costs.workspace_bytes() > 0);
-    if (budget > core::kMaxPlanBudget) {
-      // No plan can be made at it: name it in the reason, offer none.
-      outcome.reason += "; that is more than the " + core::format_bytes(core::kMaxPlanBudget) + " a plan may hold";
-      outcome.smallest_budget = 0;
-    }
-    return outcome;
+// Where nothing fits: the least budget that would, and why none does.
+void explain_no_fit(const PlanSearch& search, PlanOutcome& outcome) {
+  const PlanRequest& request = search.request;
+  const SearchSpace& space = search.space;
+  const std::int64_t least = least_peak(search.costs, search.graph, search.cache, search.batch, space);
+  // The least budget whose limit after the margin holds that peak.
+  auto budget = static_cast<std::int64_t>(std::ceil(static_cast<double>(least) / (1.0 - request.margin_fraction)));
+  while (budget - margin_of(budget, request.margin_fraction) < least) ++budget;
+  outcome.smallest_budget = budget;
+  std::string applied;
+  // Those "all" left out because the trace lacks what they need are not named.
+  for (const auto s : request.strategies) {
+    if (applies_to(s, search.trace)) applied += (applied.empty() ? "" : ",") + strategy_name(s);
   }
+  const core::CostModel& costs = search.costs;
+  // With L2L the training state is not the device's floor: the relay keeps it on the host.
+  outcome.reason = infeasible_reason(request.budget_bytes, space.limit,
+                                     space.l2l ? 0
+                                               : costs.static_bytes() + bucket_buffer_bytes(costs, space.base) +
+                                                     costs.optimizer_transient_bytes(),
+                                     applied, least, outcome.smallest_budget,
+                                     !space.l2l && costs.workspace_bytes() > 0);
+  if (budget > core::kMaxPlanBudget) {
+    // No plan can be made at it: name it in the reason, offer none.
+    outcome.reason += "; that is more than the " + core::format_bytes(core::kMaxPlanBudget) + " a plan may hold";
+    outcome.smallest_budget = 0;
+  }
+}
 
+// The plan of the fastest split that fits (a higher peak ranks after on a tie), with what chose it
+// and its runner-ups. `fits`: fewest micro-batches first.
+core::Plan plan_of_fastest(const PlanSearch& search, std::vector<Candidate>& fits) {
+  const PlanRequest& request = search.request;
   // Splits were weighed fewest micro-batches first: the first that fits has the largest micro-batches.
   const Candidate largest_fitting = fits.front();
   std::stable_sort(fits.begin(), fits.end(), [&](const Candidate& a, const Candidate& b) {
@@ -1154,19 +1156,54 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   });
   const Candidate& best = fits.front();
 
-  core::Plan plan = make_plan(trace, costs, graph, request, margin, best);
-  ChoiceFacts facts = choice_facts(costs, graph, cache, batch, best, largest_fitting);
+  core::Plan plan = make_plan(search.trace, search.costs, search.graph, request, search.margin, best);
+  ChoiceFacts facts = choice_facts(search.costs, search.graph, search.cache, search.batch, best, largest_fitting);
   // With several workers the facts weigh worker 0's share; a step moves the whole global batch.
   for (WeighedStep* step : {&facts.chosen, &facts.largest_fitting, &facts.whole_batch}) {
-    step->predicted.samples_per_second *= static_cast<double>(request.global_batch) / static_cast<double>(batch);
+    step->predicted.samples_per_second *= static_cast<double>(request.global_batch) / static_cast<double>(search.batch);
   }
-  facts.limit_bytes = space.limit;
-  facts.margin_bytes = margin;
+  facts.limit_bytes = search.space.limit;
+  facts.margin_bytes = search.margin;
   plan.binding_constraint = binding_constraint(facts);
   std::vector<WeighedStep> losers;
   for (std::size_t i = 1; i < fits.size() && i <= kRunnerUps; ++i) losers.push_back(weighed(fits[i], request.global_batch));
   plan.runner_ups = runner_ups(losers, facts.chosen, kRunnerUps);
-  outcome.plan = std::move(plan);
+  return plan;
+}
+
+}  // namespace
+
+PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
+  if (!request.optimizer.empty() && request.optimizer != trace.optimizer.name) return plan_with_estimated_optimizer(trace, request);
+  check_request(request);
+  const core::CostModel costs(trace);
+  const LayerGraph graph(trace);
+  BatchCostsCache cache(costs);
+  PlanSearch search{trace, request, costs, graph, cache};
+  // With several workers the search weighs worker 0's share, the largest.
+  search.batch = worker_shares(request.global_batch, request.workers).front();
+  search.margin = margin_of(request.budget_bytes, request.margin_fraction);
+  SearchSpace& space = search.space;
+  space.limit = request.budget_bytes - search.margin;
+  for (const Technique* technique : techniques()) technique->open(space, trace, graph, request);
+
+  PlanOutcome outcome;
+  // L2L only where no plan without it fits: it moves the training state to the host, which the
+  // budget does not count, and runs every block's forward twice ("all" holds it on these terms).
+  SearchSpace on_the_device = space;
+  on_the_device.l2l = false;
+  Weighing weighing = weigh_space(search, on_the_device);
+  if (weighing.fits.empty() && space.l2l) weighing = weigh_space(search, space);
+  outcome.splits = std::move(weighing.splits);
+  // Each split's step moves the whole global batch through every worker at once.
+  for (auto& split : outcome.splits) {
+    split.predicted.samples_per_second *= static_cast<double>(request.global_batch) / static_cast<double>(search.batch);
+  }
+  if (weighing.fits.empty()) {
+    explain_no_fit(search, outcome);
+    return outcome;
+  }
+  outcome.plan = plan_of_fastest(search, weighing.fits);
   return outcome;
 }
 
