@@ -176,147 +176,186 @@ core::StepChoice complete_choice(const core::Trace& trace, const LayerGraph& gra
 
 namespace {
 
-// Appends the ops of layers [first, last] to `ops`.
-void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const std::vector<const BlockSpan*>& span_of,
-                      const std::vector<LayerVariant>& variant, int first, int last, std::vector<Op>& ops) {
-  const std::size_t n = costs.layers.size();
-  const double scale = costs.scale;
-  // With only standard layers the costs are used as they are, not copied.
-  std::vector<core::LayerCost> adjusted;
-  const auto other = [](LayerVariant v) { return v != LayerVariant::Standard; };
-  if (std::any_of(variant.begin(), variant.end(), other)) adjusted = costs.layers;
-  const std::vector<core::LayerCost>& cost = adjusted.empty() ? costs.layers : adjusted;
-  for (std::size_t i = 0; i < n && !adjusted.empty(); ++i) apply_variant(costs, graph, i, variant[i], span_of[i], adjusted);
+// The ops of layers [first, last] of one micro-batch: each layer's forward (without grad inside a
+// checkpointed block), then in reverse each layer's backward, a checkpointed block's recompute
+// before its last layer's. The members are the layers' costs as their variants make them.
+class LayerOpsBuilder {
+ public:
+  LayerOpsBuilder(const BatchCosts& costs, const LayerGraph& graph, const std::vector<const BlockSpan*>& span_of,
+                  const std::vector<LayerVariant>& variant, int first, int last)
+      : costs_(costs), graph_(graph), span_of_(span_of), variant_(variant), first_(first), last_(last) {
+    const std::size_t n = costs.layers.size();
+    // With only standard layers the costs are used as they are, not copied.
+    const auto other = [](LayerVariant v) { return v != LayerVariant::Standard; };
+    if (std::any_of(variant.begin(), variant.end(), other)) adjusted_ = costs.layers;
+    for (std::size_t i = 0; i < n && !adjusted_.empty(); ++i) apply_variant(costs, graph, i, variant[i], span_of[i], adjusted_);
+    move_kept_outputs();
+  }
+
+  void append_to(std::vector<Op>& ops) const {
+    ops.reserve(ops.size() + 3 * static_cast<std::size_t>(last_ - first_ + 1) + 3);
+    for (std::size_t i = static_cast<std::size_t>(first_); i <= static_cast<std::size_t>(last_); ++i) ops.push_back(forward(i));
+    for (std::size_t r = static_cast<std::size_t>(last_) + 1; r-- > static_cast<std::size_t>(first_);) {
+      const BlockSpan* span = span_of_[r];
+      // Entering a checkpointed block from above: re-run its forward with grad first.
+      if (span != nullptr && static_cast<int>(r) == span->last) append_recompute(*span, ops);
+      ops.push_back(backward(r));
+    }
+  }
+
+ private:
+  const std::vector<core::LayerCost>& cost() const { return adjusted_.empty() ? costs_.layers : adjusted_; }
+  static std::int64_t moved(const std::vector<std::int64_t>& by_layer, std::size_t i) {
+    return by_layer.empty() ? std::int64_t{0} : by_layer[i];
+  }
 
   // A block input nobody keeps for backward (no reader saves it, or the lean layers that would have
   // released it) is freed by its last reader in a normal forward; a checkpoint holds it until the
   // block's backward is done instead.
-  const auto unsaved_input_bytes = [&](const BlockSpan& span) -> std::int64_t {
+  std::int64_t unsaved_input_bytes(const BlockSpan& span) const {
     if (span.input < 0) return 0;
-    const int reader = graph.last_reader(span.input);
+    const int reader = graph_.last_reader(span.input);
     if (reader < span.first || reader > span.last) return 0;
-    bool released = !graph.output_saved(span.input);
+    bool released = !graph_.output_saved(span.input);
     for (int i = span.first; i <= span.last && !released; ++i) {
-      if (variant[static_cast<std::size_t>(i)] == LayerVariant::Standard) continue;
-      for (const auto& r : graph.released_inputs(i)) released = released || r.producer == span.input;
+      if (variant_[static_cast<std::size_t>(i)] == LayerVariant::Standard) continue;
+      for (const auto& r : graph_.released_inputs(i)) released = released || r.producer == span.input;
     }
-    return released ? cost[static_cast<std::size_t>(span.input)].output_bytes : 0;
-  };
+    return released ? cost()[static_cast<std::size_t>(span.input)].output_bytes : 0;
+  }
 
   // A block of one layer the trace measured as a checkpointed block of its own: its recompute's
   // and backward's peaks as measured, in place of the rules for composite layers.
-  const auto measured_alone = [&](const BlockSpan& span) -> const core::CheckpointedSample* {
-    if (span.first != span.last || costs.checkpointed.empty()) return nullptr;
-    const auto& m = costs.checkpointed[static_cast<std::size_t>(span.first)];
+  const core::CheckpointedSample* measured_alone(const BlockSpan& span) const {
+    if (span.first != span.last || costs_.checkpointed.empty()) return nullptr;
+    const auto& m = costs_.checkpointed[static_cast<std::size_t>(span.first)];
     return m ? &*m : nullptr;
-  };
+  }
 
-  // A measured layer that keeps its own output (a module ending in ReLU), checkpointed alone: its
-  // forward without grad keeps nothing, so its output goes when its readers let go of it, not in
-  // its own backward as in the standard step the trace measured. Only where those readers run
-  // here and are not checkpointed themselves (else it is counted to the block's end: a bound).
-  std::vector<std::int64_t> fwd_moved, bwd_moved;  // retained changes by layer, where any
-  for (int i = first; i <= last; ++i) {
-    const BlockSpan* span = span_of[static_cast<std::size_t>(i)];
-    if (span == nullptr || measured_alone(*span) == nullptr || !graph.keeps_own_output(i)) continue;
-    const HeldOutput release = graph.released_by_readers(i);
-    if (release.released_by < 0 || release.released_by > last || span_of[static_cast<std::size_t>(release.released_by)] != nullptr) {
+  void move_kept_outputs();
+  Op forward(std::size_t i) const;
+  void append_recompute(const BlockSpan& span, std::vector<Op>& ops) const;
+  Op backward(std::size_t r) const;
+
+  const BatchCosts& costs_;
+  const LayerGraph& graph_;
+  const std::vector<const BlockSpan*>& span_of_;
+  const std::vector<LayerVariant>& variant_;
+  const int first_, last_;
+  std::vector<core::LayerCost> adjusted_;  // the costs where some layer runs another variant
+  std::vector<std::int64_t> fwd_moved_, bwd_moved_;  // retained changes by layer, where any
+};
+
+// A measured layer that keeps its own output (a module ending in ReLU), checkpointed alone: its
+// forward without grad keeps nothing, so its output goes when its readers let go of it, not in
+// its own backward as in the standard step the trace measured. Only where those readers run
+// here and are not checkpointed themselves (else it is counted to the block's end: a bound).
+void LayerOpsBuilder::move_kept_outputs() {
+  const std::size_t n = costs_.layers.size();
+  for (int i = first_; i <= last_; ++i) {
+    const BlockSpan* span = span_of_[static_cast<std::size_t>(i)];
+    if (span == nullptr || measured_alone(*span) == nullptr || !graph_.keeps_own_output(i)) continue;
+    const HeldOutput release = graph_.released_by_readers(i);
+    if (release.released_by < 0 || release.released_by > last_ || span_of_[static_cast<std::size_t>(release.released_by)] != nullptr) {
       continue;
     }
-    if (fwd_moved.empty()) {
-      fwd_moved.assign(n, 0);
-      bwd_moved.assign(n, 0);
+    if (fwd_moved_.empty()) {
+      fwd_moved_.assign(n, 0);
+      bwd_moved_.assign(n, 0);
     }
-    const std::int64_t bytes = cost[static_cast<std::size_t>(i)].output_bytes;
-    (release.in_backward ? bwd_moved : fwd_moved)[static_cast<std::size_t>(release.released_by)] -= bytes;
-    bwd_moved[static_cast<std::size_t>(i)] += bytes;
+    const std::int64_t bytes = cost()[static_cast<std::size_t>(i)].output_bytes;
+    (release.in_backward ? bwd_moved_ : fwd_moved_)[static_cast<std::size_t>(release.released_by)] -= bytes;
+    bwd_moved_[static_cast<std::size_t>(i)] += bytes;
   }
-  const auto moved = [](const std::vector<std::int64_t>& by_layer, std::size_t i) {
-    return by_layer.empty() ? std::int64_t{0} : by_layer[i];
-  };
+}
 
-  ops.reserve(ops.size() + 3 * static_cast<std::size_t>(last - first + 1) + 3);
-  for (std::size_t i = static_cast<std::size_t>(first); i <= static_cast<std::size_t>(last); ++i) {
-    const auto& c = cost[i];
-    const BlockSpan* span = span_of[i];
-    if (span == nullptr) {
-      ops.push_back({OpKind::Forward, static_cast<int>(i), scaled(c.fwd_ns, scale), c.fwd_transient_bytes,
-                     c.fwd_retained_bytes + moved(fwd_moved, i)});
-      continue;
-    }
-    // Without grad nothing is saved: a layer holds its transient plus the block outputs still to
-    // be read; at the end only the block's output remains.
-    std::int64_t live_inside = 0;
-    for (int j = span->first; j < static_cast<int>(i); ++j) {
-      if (graph.last_reader(j) >= static_cast<int>(i)) live_inside += cost[static_cast<std::size_t>(j)].output_bytes;
-    }
-    const bool block_output = static_cast<int>(i) == span->last;
-    // The block saves the RNG state as it starts and holds it until its backward is done.
-    const std::int64_t state = static_cast<int>(i) == span->first ? costs.checkpoint_state_bytes : 0;
-    ops.push_back({OpKind::ForwardNoGrad, static_cast<int>(i), scaled(c.fwd_ns, scale),
-                   state + c.fwd_transient_bytes + live_inside, state + (block_output ? c.output_bytes : 0)});
+Op LayerOpsBuilder::forward(std::size_t i) const {
+  const auto& c = cost()[i];
+  const BlockSpan* span = span_of_[i];
+  if (span == nullptr) {
+    return {OpKind::Forward, static_cast<int>(i), scaled(c.fwd_ns, costs_.scale), c.fwd_transient_bytes,
+            c.fwd_retained_bytes + moved(fwd_moved_, i)};
   }
-  for (std::size_t r = static_cast<std::size_t>(last) + 1; r-- > static_cast<std::size_t>(first);) {
-    const auto& c = cost[r];
-    const BlockSpan* span = span_of[r];
-    if (span != nullptr && static_cast<int>(r) == span->last) {
-      // Entering a checkpointed block from above: re-run its forward with grad first.
-      const auto* measured = measured_alone(*span);
-      for (int i = span->first; i <= span->last; ++i) {
-        const auto& ci = cost[static_cast<std::size_t>(i)];
-        std::int64_t retained = ci.fwd_retained_bytes;
-        std::int64_t transient = ci.fwd_transient_bytes;
-        // The block input's free by its last reader does not happen: the checkpoint holds it.
-        if (span->input >= 0 && graph.last_reader(span->input) == i) retained += unsaved_input_bytes(*span);
-        if (measured != nullptr) {
-          retained += measured->recompute_extra_bytes;
-          transient = measured->recompute_transient_bytes;
-        } else if (graph.recomputes_on_buffer_copies(i)) {
-          // The copies of a module's buffers it recomputes on, until its backward: without the
-          // checkpointed pass the trace has the model's buffers only as a whole (model_extra_bytes),
-          // which bounds one module's.
-          retained += costs.buffer_copy_bytes;
-        }
-        // The current RNG state is kept aside while the block runs again with the saved one.
-        ops.push_back({OpKind::Recompute, i, scaled(ci.fwd_ns, scale), costs.checkpoint_state_bytes + transient, retained});
-      }
-      // The recomputed output is held until the block's backward ends, where it is released.
-    }
-    std::int64_t retained = c.bwd_retained_bytes;
-    std::int64_t transient = c.bwd_transient_bytes;
-    if (span != nullptr) {
-      const int layer = static_cast<int>(r);
-      const auto* measured = measured_alone(*span);
-      // Without a measurement, a composite layer may have let the held gradient and recomputed
-      // output go before its own peak in a standard step: counted on top, as a bound.
-      const bool composite = measured == nullptr && graph.composite(layer);
-      // Both the block's recomputed output and the gradient at it (which the checkpoint's backward
-      // receives and holds until it returns) are this size.
-      const std::int64_t block_output = cost[static_cast<std::size_t>(span->last)].output_bytes;
-      if (measured != nullptr) {
-        retained -= measured->recompute_extra_bytes;
-        // Measured with the gradient and the recomputed output held, as here.
-        transient = measured->bwd_transient_bytes;
-      } else if (graph.recomputes_on_buffer_copies(layer)) {
-        retained -= costs.buffer_copy_bytes;
-      }
-      // A standard step lets the gradient go here (layer_graph.h: output_gradient_released_by); a
-      // composite layer may have let it go before its own peak, which it now holds too.
-      if (layer == span->output_gradient_released_by) {
-        retained += block_output;
-        if (composite) transient += block_output;
-      }
-      // Likewise the recomputed output, held to the end where a composite last layer's own nodes
-      // may have let it go partway.
-      if (layer == span->last && composite) transient += block_output;
-      if (layer == span->first) {
-        // The block's backward is done: the recomputed output and its gradient, the held input and
-        // the saved RNG state go.
-        retained -= 2 * block_output + unsaved_input_bytes(*span) + costs.checkpoint_state_bytes;
-      }
-    }
-    ops.push_back({OpKind::Backward, static_cast<int>(r), scaled(c.bwd_ns, scale), transient, retained + moved(bwd_moved, r)});
+  // Without grad nothing is saved: a layer holds its transient plus the block outputs still to
+  // be read; at the end only the block's output remains.
+  std::int64_t live_inside = 0;
+  for (int j = span->first; j < static_cast<int>(i); ++j) {
+    if (graph_.last_reader(j) >= static_cast<int>(i)) live_inside += cost()[static_cast<std::size_t>(j)].output_bytes;
   }
+  const bool block_output = static_cast<int>(i) == span->last;
+  // The block saves the RNG state as it starts and holds it until its backward is done.
+  const std::int64_t state = static_cast<int>(i) == span->first ? costs_.checkpoint_state_bytes : 0;
+  return {OpKind::ForwardNoGrad, static_cast<int>(i), scaled(c.fwd_ns, costs_.scale),
+          state + c.fwd_transient_bytes + live_inside, state + (block_output ? c.output_bytes : 0)};
+}
+
+// A checkpointed block's forward again, with grad. The recomputed output is held until the
+// block's backward ends, where it is released.
+void LayerOpsBuilder::append_recompute(const BlockSpan& span, std::vector<Op>& ops) const {
+  const auto* measured = measured_alone(span);
+  for (int i = span.first; i <= span.last; ++i) {
+    const auto& ci = cost()[static_cast<std::size_t>(i)];
+    std::int64_t retained = ci.fwd_retained_bytes;
+    std::int64_t transient = ci.fwd_transient_bytes;
+    // The block input's free by its last reader does not happen: the checkpoint holds it.
+    if (span.input >= 0 && graph_.last_reader(span.input) == i) retained += unsaved_input_bytes(span);
+    if (measured != nullptr) {
+      retained += measured->recompute_extra_bytes;
+      transient = measured->recompute_transient_bytes;
+    } else if (graph_.recomputes_on_buffer_copies(i)) {
+      // The copies of a module's buffers it recomputes on, until its backward: without the
+      // checkpointed pass the trace has the model's buffers only as a whole (model_extra_bytes),
+      // which bounds one module's.
+      retained += costs_.buffer_copy_bytes;
+    }
+    // The current RNG state is kept aside while the block runs again with the saved one.
+    ops.push_back({OpKind::Recompute, i, scaled(ci.fwd_ns, costs_.scale), costs_.checkpoint_state_bytes + transient, retained});
+  }
+}
+
+Op LayerOpsBuilder::backward(std::size_t r) const {
+  const auto& c = cost()[r];
+  const BlockSpan* span = span_of_[r];
+  std::int64_t retained = c.bwd_retained_bytes;
+  std::int64_t transient = c.bwd_transient_bytes;
+  if (span != nullptr) {
+    const int layer = static_cast<int>(r);
+    const auto* measured = measured_alone(*span);
+    // Without a measurement, a composite layer may have let the held gradient and recomputed
+    // output go before its own peak in a standard step: counted on top, as a bound.
+    const bool composite = measured == nullptr && graph_.composite(layer);
+    // Both the block's recomputed output and the gradient at it (which the checkpoint's backward
+    // receives and holds until it returns) are this size.
+    const std::int64_t block_output = cost()[static_cast<std::size_t>(span->last)].output_bytes;
+    if (measured != nullptr) {
+      retained -= measured->recompute_extra_bytes;
+      // Measured with the gradient and the recomputed output held, as here.
+      transient = measured->bwd_transient_bytes;
+    } else if (graph_.recomputes_on_buffer_copies(layer)) {
+      retained -= costs_.buffer_copy_bytes;
+    }
+    // A standard step lets the gradient go here (layer_graph.h: output_gradient_released_by); a
+    // composite layer may have let it go before its own peak, which it now holds too.
+    if (layer == span->output_gradient_released_by) {
+      retained += block_output;
+      if (composite) transient += block_output;
+    }
+    // Likewise the recomputed output, held to the end where a composite last layer's own nodes
+    // may have let it go partway.
+    if (layer == span->last && composite) transient += block_output;
+    if (layer == span->first) {
+      // The block's backward is done: the recomputed output and its gradient, the held input and
+      // the saved RNG state go.
+      retained -= 2 * block_output + unsaved_input_bytes(*span) + costs_.checkpoint_state_bytes;
+    }
+  }
+  return {OpKind::Backward, static_cast<int>(r), scaled(c.bwd_ns, costs_.scale), transient, retained + moved(bwd_moved_, r)};
+}
+
+// Appends the ops of layers [first, last] to `ops`.
+void append_layer_ops(const BatchCosts& costs, const LayerGraph& graph, const std::vector<const BlockSpan*>& span_of,
+                      const std::vector<LayerVariant>& variant, int first, int last, std::vector<Op>& ops) {
+  LayerOpsBuilder(costs, graph, span_of, variant, first, last).append_to(ops);
 }
 
 }  // namespace
@@ -354,7 +393,7 @@ namespace {
 // Where the loss layer's time comes from: its own model's (the gradient cache's surrogate); the
 // longer of that and the step's measurement of the layer (the whole loss past the step's profiled
 // sizes, or tiled); the step's measurement alone (the standard loss within them, where the loss
-// timed apart is scaled from another size: at 2 threads up to 3.8 ms longer than the step's).
+// timed apart is scaled from another size and runs longer than the step's: docs/design.md, Inf-CL).
 enum class LossTime { Modelled, LongerOfModelledAndStep, AsTheStepMeasured };
 
 // The loss layer's forward and backward ops at `cost` (its own model's, not interpolated), timed
