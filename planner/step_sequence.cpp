@@ -648,6 +648,121 @@ StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& grap
   return p;
 }
 
+namespace {
+
+// The step sequence as tasks, segment by segment. Bookkeeping ops take no time: an input's arrival
+// joins the next task's start, releases join the previous task's end. A segment's bookkeeping stays
+// inside it (it starts with its input's arrival and ends with the releases), so a repeated segment
+// ends where it started.
+class SequenceScheduler {
+ public:
+  SequenceScheduler(const core::CostModel& costs, const core::StepChoice& choice, const StepSequence& seq, core::Schedule& schedule)
+      : costs_(costs), choice_(choice), seq_(seq), schedule_(schedule) {}
+
+  void add_segments() {
+    std::size_t task_count = 0;
+    for (const auto& segment : seq_.segments) {
+      for (const Op& op : seq_.ops[segment.ops]) {
+        task_count += op.layer >= 0 || op.kind == OpKind::Optimizer || op.kind == OpKind::GradientCache;
+      }
+    }
+    schedule_.tasks.reserve(task_count);
+    schedule_.repeats.reserve(seq_.segments.size());
+    for (const auto& segment : seq_.segments) add_segment(segment);
+  }
+
+ private:
+  void at_end_of_last(core::MemoryChange change) {
+    if (previous_compute_ < 0) {
+      pending_start_.push_back(change);
+    } else {
+      schedule_.tasks[static_cast<std::size_t>(previous_compute_)].at_end.push_back(change);
+    }
+  }
+  std::vector<int> optimizer_waits_for(const StepSequence::Segment& segment);
+  void add_segment(const StepSequence::Segment& segment);
+  core::Task task_of(const Op& op, int micro_batch) const;
+
+  const core::CostModel& costs_;
+  const core::StepChoice& choice_;
+  const StepSequence& seq_;
+  core::Schedule& schedule_;
+  // The last micro-batch's task per op, where its buckets' all-reduces wait for their backward.
+  std::vector<int> last_task_of_op_;
+  int previous_compute_ = -1;
+  std::vector<core::MemoryChange> pending_start_;  // for the next task's start
+};
+
+// The optimizer follows the last backward and what techniques add after it (data parallel's last
+// bucket's all-reduce).
+std::vector<int> SequenceScheduler::optimizer_waits_for(const StepSequence::Segment& segment) {
+  std::vector<int> waits_for;
+  if (segment.batch == 0 && &segment == &seq_.segments.back() && seq_.segments.size() >= 2) {
+    const auto& last_ops = seq_.ops[seq_.segments[seq_.segments.size() - 2].ops];
+    for (const Technique* technique : techniques()) {
+      const int task = technique->append_after_last_micro_batch(costs_, last_ops, choice_, last_task_of_op_, schedule_);
+      if (task >= 0) waits_for.push_back(task);
+    }
+  }
+  return waits_for;
+}
+
+void SequenceScheduler::add_segment(const StepSequence::Segment& segment) {
+  using core::MemoryKind;
+  const auto& ops = seq_.ops[segment.ops];
+  const std::size_t count = ops.size() - (segment.keeps_input ? 1 : 0);
+  const auto first_task = static_cast<int>(schedule_.tasks.size());
+  // Tasks name their micro-batch as an int; a step of more is refused by the planner's bounds.
+  const int micro_batch = segment.batch > 0 ? static_cast<int>(segment.first) : -1;
+  if (segment.keeps_input) last_task_of_op_.assign(ops.size(), -1);
+  const std::vector<int> waits_for = optimizer_waits_for(segment);
+  for (std::size_t k = 0; k < count; ++k) {
+    const Op& op = ops[k];
+    switch (op.kind) {
+      case OpKind::LoadInput: pending_start_.push_back({MemoryKind::Input, op.retained_bytes}); continue;
+      case OpKind::ReleaseLeftovers: at_end_of_last({MemoryKind::Activation, op.retained_bytes}); continue;
+      case OpKind::ReleaseInput: at_end_of_last({MemoryKind::Input, op.retained_bytes}); continue;
+      default: break;
+    }
+    core::Task task = task_of(op, micro_batch);
+    task.at_start = std::move(pending_start_);
+    pending_start_.clear();
+    if (previous_compute_ >= 0) task.dependencies = {previous_compute_};
+    if (op.kind == OpKind::Optimizer) task.dependencies.insert(task.dependencies.end(), waits_for.begin(), waits_for.end());
+    previous_compute_ = static_cast<int>(schedule_.tasks.size());
+    if (segment.keeps_input) last_task_of_op_[k] = previous_compute_;
+    schedule_.tasks.push_back(std::move(task));
+  }
+  const int made = static_cast<int>(schedule_.tasks.size()) - first_task;
+  if (segment.repeat > 1 && made > 0) schedule_.repeats.push_back({first_task, made, segment.repeat});
+}
+
+// An op that takes time, as a task before its dependencies and what starts with it.
+core::Task SequenceScheduler::task_of(const Op& op, int micro_batch) const {
+  using core::MemoryKind;
+  core::Task task;
+  if (op.kind == OpKind::Optimizer) {
+    task.name = "optimizer." + costs_.trace().optimizer.name;
+    task.category = "optimizer";
+  } else if (op.kind == OpKind::GradientCache) {
+    // A task of its own, so the cache is allocated before a run of micro-batches starts.
+    task.name = "gradient cache";
+    task.category = op_kind_name(op.kind);
+    task.at_end = {{MemoryKind::Activation, op.retained_bytes}};
+  } else {
+    task.name = costs_.trace().layers[static_cast<std::size_t>(op.layer)].name;
+    task.category = op_kind_name(op.kind);
+    task.at_end = {{MemoryKind::Activation, op.retained_bytes}};
+    task.layer = op.layer;
+    task.micro_batch = micro_batch;
+  }
+  task.duration_ns = op.duration_ns;
+  task.transient_bytes = op.transient_bytes;
+  return task;
+}
+
+}  // namespace
+
 core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
   using core::MemoryKind;
   if (const Technique* runner = step_runner(choice)) return runner->schedule(costs, graph, choice);
@@ -662,83 +777,7 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
     schedule.resident.push_back({MemoryKind::Gradient, buckets});
   }
   schedule.workers = choice.workers();
-  // The last micro-batch's task per op, where its buckets' all-reduces wait for their backward.
-  std::vector<int> last_task_of_op;
-  int previous_compute = -1;
-  const auto& layers = costs.trace().layers;
-  std::size_t task_count = 0;
-  for (const auto& segment : seq.segments) {
-    for (const Op& op : seq.ops[segment.ops]) {
-      task_count += op.layer >= 0 || op.kind == OpKind::Optimizer || op.kind == OpKind::GradientCache;
-    }
-  }
-  schedule.tasks.reserve(task_count);
-  schedule.repeats.reserve(seq.segments.size());
-  // Bookkeeping ops take no time: an input's arrival joins the next task's start, releases join
-  // the previous task's end. A segment's bookkeeping stays inside it (it starts with its input's
-  // arrival and ends with the releases), so a repeated segment ends where it started.
-  std::vector<core::MemoryChange> pending_start;
-  const auto at_end_of_last = [&](core::MemoryChange change) {
-    if (previous_compute < 0) {
-      pending_start.push_back(change);
-    } else {
-      schedule.tasks[static_cast<std::size_t>(previous_compute)].at_end.push_back(change);
-    }
-  };
-  for (const auto& segment : seq.segments) {
-    const auto& ops = seq.ops[segment.ops];
-    const std::size_t count = ops.size() - (segment.keeps_input ? 1 : 0);
-    const auto first_task = static_cast<int>(schedule.tasks.size());
-    // Tasks name their micro-batch as an int; a step of more is refused by the planner's bounds.
-    const int micro_batch = segment.batch > 0 ? static_cast<int>(segment.first) : -1;
-    if (segment.keeps_input) last_task_of_op.assign(ops.size(), -1);
-    // The optimizer follows the last backward and what techniques add after it (data parallel's
-    // last bucket's all-reduce).
-    std::vector<int> optimizer_waits_for;
-    if (segment.batch == 0 && &segment == &seq.segments.back() && seq.segments.size() >= 2) {
-      const auto& last_ops = seq.ops[seq.segments[seq.segments.size() - 2].ops];
-      for (const Technique* technique : techniques()) {
-        const int task = technique->append_after_last_micro_batch(costs, last_ops, choice, last_task_of_op, schedule);
-        if (task >= 0) optimizer_waits_for.push_back(task);
-      }
-    }
-    for (std::size_t k = 0; k < count; ++k) {
-      const Op& op = ops[k];
-      switch (op.kind) {
-        case OpKind::LoadInput: pending_start.push_back({MemoryKind::Input, op.retained_bytes}); continue;
-        case OpKind::ReleaseLeftovers: at_end_of_last({MemoryKind::Activation, op.retained_bytes}); continue;
-        case OpKind::ReleaseInput: at_end_of_last({MemoryKind::Input, op.retained_bytes}); continue;
-        default: break;
-      }
-      core::Task task;
-      if (op.kind == OpKind::Optimizer) {
-        task.name = "optimizer." + costs.trace().optimizer.name;
-        task.category = "optimizer";
-      } else if (op.kind == OpKind::GradientCache) {
-        // A task of its own, so the cache is allocated before a run of micro-batches starts.
-        task.name = "gradient cache";
-        task.category = op_kind_name(op.kind);
-        task.at_end = {{MemoryKind::Activation, op.retained_bytes}};
-      } else {
-        task.name = layers[static_cast<std::size_t>(op.layer)].name;
-        task.category = op_kind_name(op.kind);
-        task.at_end = {{MemoryKind::Activation, op.retained_bytes}};
-        task.layer = op.layer;
-        task.micro_batch = micro_batch;
-      }
-      task.duration_ns = op.duration_ns;
-      task.transient_bytes = op.transient_bytes;
-      task.at_start = std::move(pending_start);
-      pending_start.clear();
-      if (previous_compute >= 0) task.dependencies = {previous_compute};
-      if (op.kind == OpKind::Optimizer) task.dependencies.insert(task.dependencies.end(), optimizer_waits_for.begin(), optimizer_waits_for.end());
-      previous_compute = static_cast<int>(schedule.tasks.size());
-      if (segment.keeps_input) last_task_of_op[k] = previous_compute;
-      schedule.tasks.push_back(std::move(task));
-    }
-    const int made = static_cast<int>(schedule.tasks.size()) - first_task;
-    if (segment.repeat > 1 && made > 0) schedule.repeats.push_back({first_task, made, segment.repeat});
-  }
+  SequenceScheduler(costs, choice, seq, schedule).add_segments();
   schedule.samples = choice.samples();
   return schedule;
 }
