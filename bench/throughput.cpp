@@ -56,7 +56,7 @@ std::string describe(const core::Plan& plan) {
 
 // At least `steps` steps, and enough of them to span `min_seconds` as predicted: mlp's step is
 // short, and a median over a few such steps is decided by one stall of a shared machine
-// (docs/results.md, "Throughput"). Google Benchmark's --benchmark_min_time does the same.
+// (docs/results.md, "Timing over seconds"). Google Benchmark's --benchmark_min_time does the same.
 double measure(const core::Plan& plan, const core::Trace& trace, int steps, double min_seconds, int& failures) {
   executor::ExecuteOptions options;
   options.steps = std::max(steps, static_cast<int>(std::ceil(min_seconds / plan.predicted.step_seconds)));

@@ -323,7 +323,7 @@ std::vector<torch::Tensor> planned_gradients(PlannedTraining& training, const co
 // The full batch's gradients in one pass, in the model's current precision. Under fp16-autocast the
 // reference scales its loss as the plan's step does (GradScaler's scale, divided out after):
 // unscaled, float16's small gradients underflow to zero and the reference, not the plan, would be
-// what differs (docs/results.md, "Precision"). Where the scale overflows the whole batch it is
+// what differs (docs/results.md, "GPU"). Where the scale overflows the whole batch it is
 // halved, as GradScaler backs off. The float32 pass leaves it out.
 std::vector<torch::Tensor> full_batch_gradients(models::Model& model, const std::vector<torch::Tensor>& parameters,
                                                 const std::vector<models::Batch>& micro,

@@ -65,8 +65,7 @@ class BadInputCli : public ::testing::Test {
   int refused_ = 0;
 };
 
-// The rows of the bad-input table (what README.md, "Commands", says headroom refuses), and
-// neighbours of each.
+// What headroom refuses (docs/guide/planning.md, "Refused inputs"), and neighbours of each.
 // An unknown flag is what is named, even where a required flag is missing too (CLI11 checks the
 // required ones first): "--budget is required" would send the user after the wrong flag.
 TEST_F(BadInputCli, AnUnknownFlagIsNamedBeforeAMissingRequiredOne) {
@@ -292,7 +291,8 @@ TEST_F(BadInputCli, FlagsAndFilesThatAreNotWhatTheySay) {
 }
 
 // What a user can type that would make the program allocate or spawn without end, and outputs
-// that would clobber an input or each other (README.md, "Commands"): refused before any work.
+// that would clobber an input or each other (docs/guide/planning.md, "Refused inputs"): refused
+// before any work.
 // Your own model's flags; what a module itself gets wrong is in torchscript_test.cpp.
 TEST_F(BadInputCli, TorchScriptFlagsAndFilesThatAreNotAModule) {
   core::write_file_atomically(dir_ / "junk.pt", "not a model");
