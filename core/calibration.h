@@ -54,15 +54,15 @@ struct SpeedRatio {
   // Beyond both calibrations' noise: the rescale applies and is said.
   bool differs = false;
   // A layer that is a matrix product (linear, attention, a contrastive loss's similarities) or a
-  // convolution, by its kind: the two need not move together (one 2-core machine ran the product
-  // 1.1x and the convolution 0.6x as fast as another). Absent: as `compute`.
+  // convolution, by its kind: the two need not move together (docs/results.md, "Which kernel a
+  // layer's time follows"). Absent: as `compute`.
   std::optional<double> matmul;
   std::optional<double> conv;
 };
 
 // `recorded`'s times to `here`'s. Differs where either class is off by more than the noise: the
-// larger spread of the two (the range of their runs), and at least kCalibrationTolerance (the
-// range of three runs on an idle 2-core machine: 4-10%).
+// larger spread of the two (the range of their runs), and at least kCalibrationTolerance (above the
+// range of a calibration's runs on an idle machine: docs/results.md, "Time on the machine at hand").
 inline constexpr double kCalibrationTolerance = 0.10;
 SpeedRatio speed_ratio(const Calibration& recorded, const Calibration& here);
 

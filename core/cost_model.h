@@ -1,9 +1,8 @@
 #pragma once
 // A trace's measurements evaluated at any micro-batch size. Memory is affine in batch size
 // (docs/design.md, "Fits") between samples, but not always across all of them (oneDNN picks other
-// convolution algorithms for tiny batches: one line through batch 1 to 64 missed the CNN's batch-1
-// peak by 4%), so byte counts are piecewise-linear through the samples, exact at every sampled size
-// and extended along the end segments. A transient (scratch memory) may stray from that line at
+// convolution algorithms for tiny batches), so byte counts are piecewise-linear through the
+// samples, exact at every sampled size and extended along the end segments. A transient (scratch memory) may stray from that line at
 // sizes no profile ran (oneDNN's convolutions at two threads), so between samples it gets, on top,
 // what a jump in a segment steeper than the layer's cost per sample can add (cost_model.cpp,
 // segment_slack): zero for a layer whose bytes are a line. A transient allocated in blocks of
@@ -72,10 +71,10 @@ class CostModel {
   // Time of one micro-batch's forward and backward as the executor runs the micro-batches after a
   // step's first: the trace's StepSequence::micro_batch_ns (its data made, the loss weighted,
   // gradients accumulating, no profiler hooks). Traces without sequences: the profiled step minus
-  // its own optimizer step (medians at that batch size; the hooks add 1-3%), not the plain step
-  // minus a median optimizer time: where the optimizer dominates (mlp) that difference of two
-  // noisy numbers was off by 2x. Layer times are scaled to add up to this, taking in the glue
-  // between layers.
+  // its own optimizer step (medians at that batch size), not the plain step minus a median optimizer
+  // time: where the optimizer dominates, that difference of two noisy numbers is far off
+  // (docs/design.md, "How a plan is made"). Layer times are scaled to add up to this, taking in
+  // the glue between layers.
   std::int64_t micro_batch_ns(std::int64_t batch) const;
   // micro_batch_ns / layer_sum_ns, at `batch`.
   double layer_time_scale(std::int64_t batch) const;

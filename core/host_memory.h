@@ -3,8 +3,9 @@
 // system and keeps it. It decides how fast CPU training runs: glibc's default raises its
 // mmap threshold only as large blocks are freed, so a tensor of a few MiB is mmapped and
 // page-faulted afresh on every allocation until then, and one of 32 MiB or more always is. A step
-// that starts cold and one that runs warm differ by up to 4x, so the profiler and the executor must
-// run in the same regime, and a trace says which one it was measured in.
+// that starts cold and one that runs warm differ severalfold (docs/design.md, "The host-memory
+// regime"), so the profiler and the executor must run in the same regime, and a trace says which
+// one it was measured in.
 //
 // headroom's regime is glibc's malloc with both thresholds fixed at start-up (mallopt): blocks below
 // kMmapThreshold come from the heap and are reused warm, and up to kTrimThreshold of free heap is

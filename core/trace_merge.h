@@ -1,8 +1,8 @@
 #pragma once
 // A trace with more batch sizes measured into it (`headroom profile ... --add-to T`): a plan whose
 // micro-batches fall between the profiled sizes predicts them from the samples around them, a bound
-// where a kernel's workspace is not linear in the batch (cnn in bf16: +3.5% at 11 between 8 and 16);
-// profiling those sizes into the trace makes the same plan's figures measured ones.
+// where a kernel's workspace is not linear in the batch (docs/results.md, "Peaks between profiled
+// sizes"); profiling those sizes into the trace makes the same plan's figures measured ones.
 #include "core/trace.h"
 
 namespace headroom::core {
