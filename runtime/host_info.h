@@ -27,8 +27,7 @@ double cores_busy_with_others(const CpuUsage& before, const CpuUsage& after);
 
 // The cores this process may use less those other processes keep busy, measured over `window`;
 // at least 1. A thread on a core another process keeps busy makes every parallel region wait for
-// it: with one of two cores kept busy, a zoo mlp's step measured 22-23 ms at 2 threads and 10-13 ms
-// at 1 (10.5 ms at 2 on the quiet machine).
+// it (docs/results.md, "Threads beside a busy core").
 struct IdleCores {
   int usable = 1;
   int idle = 1;
@@ -47,15 +46,12 @@ std::string shared_with_others(const CpuUsage& before, const CpuUsage& after, in
 
 // Two thread pools share the cores in a step: libgomp's (PyTorch's own kernels, oneDNN's
 // convolutions) and OpenBLAS's (the matrix products). Each spins for a while after its work, on the
-// cores the other needs next. libgomp's spinning made bert mini's step at 2 intra-op threads 2.4x as
-// long as at 1 (0.44 s at batch 16 with passive workers, 1.13 s spinning). OpenBLAS's workers spin
-// 2^28 cycles (about 0.1 s) after a matrix product, which halved the convolutions that followed (3.6
-// ms alone, 7.0 ms after one, at 2 threads) and made the calibration's convolution bimodal between
-// commands (171-356 GFLOP/s). Without the spin (2^4 cycles, OpenBLAS's least) the convolution read
-// 346-352 GFLOP/s in four commands, and steps of gpt and of its L2L relay ran as fast as with it. A
-// spin of 2^20 cycles (about 0.4 ms), tried too, kept the calibration steady but not the small
-// convolutions right after the cnn's head: its 6x22 plan ran 29-33% slower than profiled, 5-8%
-// without any spin. Both libraries read their setting once, as they load: `headroom` sets
+// cores the other needs next: libgomp's spinning made a step at 2 intra-op threads longer than at 1.
+// OpenBLAS's workers spin 2^28 cycles after a matrix product, which slowed the convolutions that
+// followed and made the calibration's convolution bimodal between commands. Without the spin (2^4
+// cycles, OpenBLAS's least) the convolution read steady, and whole steps ran as fast as with it. A
+// spin of 2^20 cycles kept the calibration steady but not the small convolutions right after the
+// cnn's head (docs/results.md, "Thread pools"). Both libraries read their setting once, as they load: `headroom` sets
 // OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4 before it starts headroom-torch, and a
 // process that runs torch work started otherwise (headroom-torch by hand, a test binary)
 // re-executes itself with them; a setting the user made is kept. Returns when both are set (or the

@@ -31,8 +31,8 @@ const LossScaler* loss_scaler_of(const torch::optim::Optimizer& optimizer);
 void backward_of(const torch::Tensor& loss, const torch::optim::Optimizer& optimizer);
 // Zeroes the gradients in place, keeping them allocated between steps as libtorch 1.13's
 // zero_grad() does: the planner counts gradients in the step's static memory. libtorch 2.0's
-// zero_grad() frees them instead (set_to_none), which on an H200 made bert large's step hold
-// 1.2 GiB less than its trace said.
+// zero_grad() frees them instead (set_to_none), and a step whose gradients are made during backward
+// holds less than its trace says (docs/design.md, "How a plan is executed").
 void zero_gradients_kept(torch::optim::Optimizer& optimizer);
 // Bytes of the optimizer's state tensors (momentum, Adam moments, master weights where it keeps them,
 // and a loss scaler's buffers).
