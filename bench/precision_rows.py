@@ -14,10 +14,9 @@ batch itself), the plan, predicted and measured peak (signed: above 0, predicted
 (the median of the three runs, their range beside it, and the error of the median prediction
 against the median measurement; above 0, predicted too fast), each run at least `--seconds` of steps
 as predicted (two by default; `--steps` is the least). The same plan run again on a shared 2-core
-machine measures up to 15% apart for millisecond steps (an mlp's, 2,880 to 3,889 samples/s in eight
-runs back to back), so no one run is the machine's speed; `--timing-seconds 10 --seconds 6` times
-both the profile and the runs over more of its wandering (docs/design.md, "Time on the machine at
-hand"). Where a plan's peak comes out more than 1% under its prediction, or above it, at micro-batch
+machine measures up to 15% apart for millisecond steps (docs/results.md, "Timing over seconds"), so
+no one run is the machine's speed; `--timing-seconds 10 --seconds 6` times both the profile and the
+runs over more of its wandering (docs/design.md, "Time on the machine at hand"). Where a plan's peak comes out more than 1% under its prediction, or above it, at micro-batch
 sizes the trace lacks, those sizes are profiled into the trace (`profile --add-to`), and the plan
 made again at the same budget and run gives one more row, "P, S added".
 
@@ -174,7 +173,7 @@ def executed_row(H, plan, work, tag, steps, seconds):
         shape += f", {len(choice['checkpointed_blocks'])} ckpt"
     # At least `seconds` of steps as predicted (two, as `headroom demo` runs them, by default): a shared
     # machine runs at one speed for a few tenths of a second, then at another, and the median of five
-    # 12 ms steps saw one of them (an mlp's plan measured 2,134 to 3,024 samples/s run to run).
+    # 12 ms steps saw one of them (docs/results.md, "Timing over seconds").
     predicted_step = choice["predicted"]["step_seconds"]
     if predicted_step > 0:
         steps = max(steps, math.ceil(seconds / predicted_step))

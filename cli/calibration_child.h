@@ -11,7 +11,8 @@ namespace headroom::cli {
 // this process may use): the cache's, or else measured by running `headroom calibrate` (which
 // caches it where other processes left it the cores), as headroom-torch. A child, because the kernels must run in the thread-pool regime profile and execute
 // run in (runtime/host_info.h), which a command that runs no torch work of its own does not start
-// in: timed inside `plan`, the memory pass took half the bandwidth (36 against 74 GB/s). Nothing
+// in: timed inside `plan`, the memory pass took half the bandwidth (docs/results.md, "Thread
+// pools"). Nothing
 // where the device is not here, and nothing with the reason where the child failed or other
 // processes shared the CPU's cores while it ran.
 runtime::MachineTiming calibration_from_child(const core::Trace& trace);

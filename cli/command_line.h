@@ -1,8 +1,8 @@
 #pragma once
 // What the two executables of the command line share (torch-free). `headroom` runs the commands
-// that only read files (plan, simulate, compare) itself, without loading libtorch (0.5-1 s a
-// command); the commands that run torch work it hands, with the same arguments, to
-// `headroom-torch` beside it.
+// that only read files (plan, simulate, compare) itself, without loading libtorch (docs/results.md,
+// "compare and the commands that do not load libtorch"); the commands that run torch work it
+// hands, with the same arguments, to `headroom-torch` beside it.
 #include <CLI/CLI.hpp>
 
 #include <array>

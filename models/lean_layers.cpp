@@ -153,7 +153,7 @@ torch::Tensor gelu_derivative_by_tensor_ops(const torch::Tensor& output, const t
 
 // The loops run in double per element whatever the storage, so they take the half types too
 // (bf16-autocast's GELU reads the bfloat16 output of the matrix product before it); the tensor-op
-// lookup would hold float32 temporaries of slices of 4M elements (277 MB at bert mini's batch 32).
+// lookup would hold float32 temporaries of slices of 4M elements (docs/design.md, "Tempo").
 bool has_cpu_kernel(const torch::Tensor& t) {
   const auto type = t.scalar_type();
   return t.device().is_cpu() &&

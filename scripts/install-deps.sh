@@ -15,7 +15,8 @@ packages=(
   libtorch-dev
   # The headers of c10d's Gloo process group (data parallel on the CPU) include gloo's own.
   libgloo-dev
-  # libtorch's CPU matrix products go through BLAS; without the pthread OpenBLAS they are ~50x slower.
+  # libtorch's CPU matrix products go through BLAS; without the pthread OpenBLAS they fall back to
+  # the reference BLAS, far slower (docs/results.md, "How to read these tables").
   libopenblas0-pthread
   libboost-graph-dev
   # Qt 6 Charts' CMake config needs Qt 6 OpenGL's development files, which --no-install-recommends

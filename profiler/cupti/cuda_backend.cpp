@@ -177,10 +177,10 @@ void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream, uint8_t* b
 }
 
 // CUPTI is attached only while recording. Once attached it taxes every kernel launch even with its
-// activity kinds off (10-20% of a step, more where the GPU waits on launches), and the plain
-// steps between the profiled ones are the time plans predict from, so each disable detaches it
-// (cuptiFinalize, after the device is synchronized and the buffers flushed, as CUPTI asks) and
-// the next enable attaches it again.
+// activity kinds off, most where the GPU waits on launches (docs/results.md, "CUPTI attached
+// between steps"), and the plain steps between the profiled ones are the time plans predict from,
+// so each disable detaches it (cuptiFinalize, after the device is synchronized and the buffers
+// flushed, as CUPTI asks) and the next enable attaches it again.
 class CuptiCollector : public gpu::ActivityCollector {
  public:
   CuptiCollector() {

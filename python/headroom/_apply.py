@@ -185,7 +185,8 @@ class Step:
         # weight casts leave autocast's cache as the layer ends (what backward keeps stays), as in
         # headroom's profiler and executor, whose every layer is a region of its own
         # (models/model.cpp). With the cache kept to the region's end, resnet18's checkpointed blocks
-        # held their casts: 0.8% over the prediction, against 0.02%. The loss is in the region too:
+        # held their casts (docs/results.md, "Autocast regions in the Python package"). The loss is
+        # in the region too:
         # cross-entropy then reads the logits in float32, as the executor's loss layer does.
         autocast_layers = self.plan.precision == "bf16-autocast"
         step = self
