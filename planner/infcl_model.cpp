@@ -70,9 +70,8 @@ core::LayerCost timed(const std::vector<const ContrastiveSample*>& samples, std:
 }
 
 // Memory through the largest samples by a polynomial of `degree`, raised by the most it falls
-// short of any other sample (a bound: at 2 threads the surrogate's forward holds 4 bytes more at
-// 1,024 pairs than the line through 256 and 512 gives, and the line through the largest two was 2
-// bytes under at 256); time scaled by `time_power`.
+// short of any other sample (a bound: the samples stray from the line by a few bytes,
+// docs/design.md, "Inf-CL"); time scaled by `time_power`.
 core::LayerCost fitted(const std::vector<const ContrastiveSample*>& samples, std::int64_t batch, std::size_t degree,
                        double time_power) {
   const auto points = largest(samples, degree + 1);

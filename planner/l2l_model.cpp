@@ -82,7 +82,7 @@ std::int64_t stage_optimizer_transient(const core::CostModel& costs, const L2LSt
 // optimizer time by parameter bytes): on the host for a relayed stage; a kept stage (before
 // `first_relayed`) copies nothing and steps on the device (optimizer_ns: 0, device_optimizer_ns).
 // A GPU trace's relayed stages step at the host's own rate where the trace measured it: the GPU's
-// optimizer time understates the host's several times over (docs/results.md, L2L on CUDA).
+// optimizer time understates the host's several times over (docs/design.md, "On a GPU").
 struct StageTransfers {
   std::vector<std::int64_t> in_ns, out_ns, optimizer_ns, device_optimizer_ns;
 };

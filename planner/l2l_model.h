@@ -85,7 +85,7 @@ struct L2LPrediction {
   // once the next stage's parameters have landed (settle_prefetch), so copies do not overlap
   // compute; gradients go to the host on the compute thread; and the host optimizer runs on the
   // cores the compute uses, so its time adds to the step (overlapping it with the compute saves
-  // nothing there: docs/design.md, L2L). On CUDA (false) copies run on their own streams beside
+  // nothing there: docs/design.md, "L2L"). On CUDA (false) copies run on their own streams beside
   // the compute, the parameters' as prefetches, the gradients' before their stage's host optimizer
   // step, which runs beside the compute too.
   bool host_shares_compute = false;

@@ -557,7 +557,8 @@ std::int64_t split_count(std::int64_t global_batch) {
 }
 
 // Up to this many splits each is weighed (the chart shows them all); past it, weigh_bounded, whose
-// bounds cost about as much as weighing each split near this count (docs/design.md, the plan search).
+// bounds cost about as much as weighing each split near this count (docs/results.md, "Re-planning in
+// the desktop app").
 constexpr std::int64_t kSplitsWeighedEach = 24;
 // The chosen plan and the runner-ups it names.
 constexpr std::size_t kRunnerUps = 3;

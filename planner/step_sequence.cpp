@@ -393,7 +393,7 @@ namespace {
 // Where the loss layer's time comes from: its own model's (the gradient cache's surrogate); the
 // longer of that and the step's measurement of the layer (the whole loss past the step's profiled
 // sizes, or tiled); the step's measurement alone (the standard loss within them, where the loss
-// timed apart is scaled from another size and runs longer than the step's: docs/design.md, Inf-CL).
+// timed apart is scaled from another size and runs longer than the step's: docs/design.md, "Inf-CL").
 enum class LossTime { Modelled, LongerOfModelledAndStep, AsTheStepMeasured };
 
 // The loss layer's forward and backward ops at `cost` (its own model's, not interpolated), timed
@@ -413,8 +413,8 @@ void use_loss_cost(std::vector<Op>& ops, int loss_layer, const core::LayerCost& 
 
 // What the loss layer holds after its backward is the step's own measurement of it: measured alone,
 // the loss (whole or the gradient cache's surrogate) also holds the gradients of both embeddings,
-// which in the step the towers' backward counts (clip's plain step was 16 KiB over at batch 64 and
-// its micro-batched steps 256 bytes a sample of the peak micro-batch over without this).
+// which in the step the towers' backward counts (counted twice, a clip step comes out over:
+// docs/design.md, "Inf-CL").
 core::LayerCost held_after_backward_as_in_step(const core::LayerCost& in_step, core::LayerCost alone) {
   alone.bwd_retained_bytes = in_step.fwd_retained_bytes + in_step.bwd_retained_bytes - alone.fwd_retained_bytes;
   return alone;
