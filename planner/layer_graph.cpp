@@ -11,12 +11,146 @@
 
 namespace headroom::planner {
 
+namespace {
+
+// The layers in an order where each comes after the layers it reads.
+std::vector<int> topological_order_of(const core::Trace& trace) {
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+  Graph graph(trace.layers.size());
+  for (const auto& layer : trace.layers) {
+    for (const int input : layer.inputs) {
+      if (input >= 0) boost::add_edge(static_cast<std::size_t>(input), static_cast<std::size_t>(layer.id), graph);
+    }
+  }
+  std::vector<std::size_t> reversed;
+  try {
+    boost::topological_sort(graph, std::back_inserter(reversed));
+  } catch (const boost::not_a_dag&) {
+    throw core::InputError("the trace's layers form a cycle");
+  }
+  std::vector<int> order;
+  for (auto it = reversed.rbegin(); it != reversed.rend(); ++it) order.push_back(static_cast<int>(*it));
+  return order;
+}
+
+// Blocks: contiguous runs of layers with the same block index.
+std::vector<BlockSpan> contiguous_blocks(const core::Trace& trace) {
+  std::vector<BlockSpan> blocks;
+  for (const auto& layer : trace.layers) {
+    if (layer.block < 0) continue;
+    if (blocks.empty() || blocks.back().block != layer.block) {
+      for (const auto& earlier : blocks) {
+        if (earlier.block == layer.block) {
+          throw core::InputError("block " + std::to_string(layer.block) + " is not contiguous (layer " + layer.name +
+                                 " comes after another block)");
+        }
+      }
+      BlockSpan span;
+      span.block = layer.block;
+      span.first = span.last = layer.id;
+      blocks.push_back(span);
+    } else if (blocks.back().last == layer.id - 1) {
+      blocks.back().last = layer.id;
+    } else {
+      throw core::InputError("block " + std::to_string(layer.block) + " is not contiguous");
+    }
+  }
+  return blocks;
+}
+
+// Checkpointable: the block reads one tensor from outside, and only its last layer is read from
+// outside. Then recomputing it needs just that input.
+void mark_checkpointable(BlockSpan& span, const core::Trace& trace, const LayerGraph& graph) {
+  std::vector<int> external;
+  span.checkpointable = true;
+  for (int i = span.first; i <= span.last; ++i) {
+    for (const int input : trace.layers[static_cast<std::size_t>(i)].inputs) {
+      // The batch's further inputs (an attention mask) are held for the whole micro-batch and read
+      // again when the block recomputes: they do not carry its work in.
+      if (core::is_further_input(input)) continue;
+      if (input < span.first && std::find(external.begin(), external.end(), input) == external.end()) {
+        external.push_back(input);
+      }
+    }
+    if (i == span.last) continue;
+    for (const int reader : graph.readers(i)) {
+      if (reader > span.last) {
+        span.checkpointable = false;
+        span.why_not = "layer " + trace.layers[static_cast<std::size_t>(reader)].name + " reads from inside the block";
+      }
+    }
+  }
+  if (external.size() == 1 && external.front() != core::kTargetInput) {
+    span.input = external.front();
+  } else if (external.size() == 1 && span.checkpointable) {
+    span.checkpointable = false;
+    span.why_not = "the block reads the target";
+  } else if (span.checkpointable) {
+    span.checkpointable = false;
+    span.why_not = "the block reads " + std::to_string(external.size()) + " tensors from outside";
+  }
+}
+
+// What a layer's Tempo variant changes (LayerGraph::can_be_lean, released_inputs, held_output).
+struct TempoVariant {
+  bool eligible = false;
+  std::vector<ReleasedInput> released;
+  HeldOutput held;
+};
+
+// The inputs `layer`'s lean variant stops keeping that nobody else keeps, freed by their last
+// reader instead; `lean.eligible` goes false where that depends on another layer's choice.
+void release_inputs(const core::LayerProfile& layer, const core::Trace& trace, const LayerGraph& graph, TempoVariant& lean) {
+  for (std::size_t k = 0; k < layer.inputs.size(); ++k) {
+    const int input = layer.inputs[k];
+    if (input < 0 || !layer.saves_inputs[k] || layer.tempo->saves_inputs[k]) continue;
+    bool kept_by_other = false;
+    for (const int reader : graph.readers(input)) {
+      if (reader == layer.id) continue;
+      const auto& other = trace.layers[static_cast<std::size_t>(reader)];
+      for (std::size_t m = 0; m < other.inputs.size(); ++m) {
+        if (other.inputs[m] != input || !other.saves_inputs[m]) continue;
+        kept_by_other = true;
+        // Two lean layers keeping one tensor: the free happens only when both are lean, which the
+        // all-lean pass cannot tell apart.
+        if (other.tempo) lean.eligible = false;
+      }
+    }
+    const int freed_by = graph.last_reader(input);
+    if (kept_by_other || freed_by == layer.id) continue;
+    if (trace.layers[static_cast<std::size_t>(freed_by)].block != layer.block) lean.eligible = false;
+    lean.released.push_back({input, freed_by});
+  }
+}
+
+// `layer` has a Tempo variant (layer.tempo).
+TempoVariant tempo_variant_of(const core::LayerProfile& layer, const core::Trace& trace, const LayerGraph& graph) {
+  TempoVariant lean;
+  lean.eligible = true;
+  release_inputs(layer, trace, graph, lean);
+  if (layer.tempo->keeps_output && !graph.readers(layer.id).empty()) {
+    // Backward runs in reverse, so of the readers that save the output the earliest one's
+    // backward is the last to let go of it.
+    int first_saver = -1;
+    for (const int reader : graph.readers(layer.id)) {
+      const auto& other = trace.layers[static_cast<std::size_t>(reader)];
+      for (std::size_t m = 0; m < other.inputs.size(); ++m) {
+        if (other.inputs[m] != layer.id || !other.saves_inputs[m]) continue;
+        if (first_saver < 0 || reader < first_saver) first_saver = reader;
+        if (other.tempo && !other.tempo->saves_inputs[m]) lean.eligible = false;  // who frees it depends on both
+      }
+    }
+    lean.held = first_saver >= 0 ? HeldOutput{first_saver, true} : HeldOutput{graph.last_reader(layer.id), false};
+  }
+  return lean;
+}
+
+}  // namespace
+
 LayerGraph::LayerGraph(const core::Trace& trace)
     : readers_(trace.layers.size()), inputs_(trace.layers.size()), hands_gradient_on_(trace.layers.size(), false),
       composite_(trace.layers.size(), false), keeps_output_(trace.layers.size(), false), first_saver_(trace.layers.size(), -1),
       buffer_copies_(trace.layers.size(), false), saved_(trace.layers.size(), false) {
-  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
-  Graph graph(trace.layers.size());
   for (const auto& layer : trace.layers) {
     inputs_[static_cast<std::size_t>(layer.id)] = layer.inputs;
     // Only a residual add is known to pass its gradient on; any other layer is taken to make new
@@ -28,7 +162,6 @@ LayerGraph::LayerGraph(const core::Trace& trace)
     for (std::size_t k = 0; k < layer.inputs.size(); ++k) {
       const int input = layer.inputs[k];
       if (input < 0) continue;
-      boost::add_edge(static_cast<std::size_t>(input), static_cast<std::size_t>(layer.id), graph);
       readers_[static_cast<std::size_t>(input)].push_back(layer.id);
       if (layer.saves_inputs[k]) {
         saved_[static_cast<std::size_t>(input)] = true;
@@ -38,110 +171,19 @@ LayerGraph::LayerGraph(const core::Trace& trace)
     }
     keeps_output_[static_cast<std::size_t>(layer.id)] = layer.keeps_output;
   }
-  std::vector<std::size_t> reversed;
-  try {
-    boost::topological_sort(graph, std::back_inserter(reversed));
-  } catch (const boost::not_a_dag&) {
-    throw core::InputError("the trace's layers form a cycle");
-  }
-  for (auto it = reversed.rbegin(); it != reversed.rend(); ++it) order_.push_back(static_cast<int>(*it));
+  order_ = topological_order_of(trace);
 
-  // Blocks: contiguous runs of layers with the same block index.
-  for (const auto& layer : trace.layers) {
-    if (layer.block < 0) continue;
-    if (blocks_.empty() || blocks_.back().block != layer.block) {
-      for (const auto& earlier : blocks_) {
-        if (earlier.block == layer.block) {
-          throw core::InputError("block " + std::to_string(layer.block) + " is not contiguous (layer " + layer.name +
-                                 " comes after another block)");
-        }
-      }
-      BlockSpan span;
-      span.block = layer.block;
-      span.first = span.last = layer.id;
-      blocks_.push_back(span);
-    } else if (blocks_.back().last == layer.id - 1) {
-      blocks_.back().last = layer.id;
-    } else {
-      throw core::InputError("block " + std::to_string(layer.block) + " is not contiguous");
-    }
-  }
+  blocks_ = contiguous_blocks(trace);
   for (std::size_t k = 0; k < blocks_.size(); ++k) block_index_.emplace_back(blocks_[k].block, k);
   std::sort(block_index_.begin(), block_index_.end());
-  for (auto& span : blocks_) {
-    // Checkpointable: the block reads one tensor from outside, and only its last layer is read
-    // from outside. Then recomputing it needs just that input.
-    std::vector<int> external;
-    span.checkpointable = true;
-    for (int i = span.first; i <= span.last; ++i) {
-      for (const int input : trace.layers[static_cast<std::size_t>(i)].inputs) {
-        // The batch's further inputs (an attention mask) are held for the whole micro-batch and read
-        // again when the block recomputes: they do not carry its work in.
-        if (core::is_further_input(input)) continue;
-        if (input < span.first && std::find(external.begin(), external.end(), input) == external.end()) {
-          external.push_back(input);
-        }
-      }
-      if (i == span.last) continue;
-      for (const int reader : readers_[static_cast<std::size_t>(i)]) {
-        if (reader > span.last) {
-          span.checkpointable = false;
-          span.why_not = "layer " + trace.layers[static_cast<std::size_t>(reader)].name + " reads from inside the block";
-        }
-      }
-    }
-    if (external.size() == 1 && external.front() != core::kTargetInput) {
-      span.input = external.front();
-    } else if (external.size() == 1 && span.checkpointable) {
-      span.checkpointable = false;
-      span.why_not = "the block reads the target";
-    } else if (span.checkpointable) {
-      span.checkpointable = false;
-      span.why_not = "the block reads " + std::to_string(external.size()) + " tensors from outside";
-    }
-  }
-
+  for (auto& span : blocks_) mark_checkpointable(span, trace, *this);
   for (auto& span : blocks_) span.output_gradient_released_by = output_gradient_released_by(span.last, span.first);
 
   lean_.resize(trace.layers.size());
   for (const auto& layer : trace.layers) {
     if (!layer.tempo) continue;
-    Lean& lean = lean_[static_cast<std::size_t>(layer.id)];
-    lean.eligible = true;
-    for (std::size_t k = 0; k < layer.inputs.size(); ++k) {
-      const int input = layer.inputs[k];
-      if (input < 0 || !layer.saves_inputs[k] || layer.tempo->saves_inputs[k]) continue;
-      bool kept_by_other = false;
-      for (const int reader : readers_[static_cast<std::size_t>(input)]) {
-        if (reader == layer.id) continue;
-        const auto& other = trace.layers[static_cast<std::size_t>(reader)];
-        for (std::size_t m = 0; m < other.inputs.size(); ++m) {
-          if (other.inputs[m] != input || !other.saves_inputs[m]) continue;
-          kept_by_other = true;
-          // Two lean layers keeping one tensor: the free happens only when both are lean, which the
-          // all-lean pass cannot tell apart.
-          if (other.tempo) lean.eligible = false;
-        }
-      }
-      const int freed_by = last_reader(input);
-      if (kept_by_other || freed_by == layer.id) continue;
-      if (trace.layers[static_cast<std::size_t>(freed_by)].block != layer.block) lean.eligible = false;
-      lean.released.push_back({input, freed_by});
-    }
-    if (layer.tempo->keeps_output && !readers_[static_cast<std::size_t>(layer.id)].empty()) {
-      // Backward runs in reverse, so of the readers that save the output the earliest one's
-      // backward is the last to let go of it.
-      int first_saver = -1;
-      for (const int reader : readers_[static_cast<std::size_t>(layer.id)]) {
-        const auto& other = trace.layers[static_cast<std::size_t>(reader)];
-        for (std::size_t m = 0; m < other.inputs.size(); ++m) {
-          if (other.inputs[m] != layer.id || !other.saves_inputs[m]) continue;
-          if (first_saver < 0 || reader < first_saver) first_saver = reader;
-          if (other.tempo && !other.tempo->saves_inputs[m]) lean.eligible = false;  // who frees it depends on both
-        }
-      }
-      lean.held = first_saver >= 0 ? HeldOutput{first_saver, true} : HeldOutput{last_reader(layer.id), false};
-    }
+    TempoVariant lean = tempo_variant_of(layer, trace, *this);
+    lean_[static_cast<std::size_t>(layer.id)] = {lean.eligible, std::move(lean.released), lean.held};
   }
 }
 
