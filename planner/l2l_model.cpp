@@ -416,8 +416,7 @@ void L2LStepWalk::backward_pass() {
 
 void L2LStepWalk::backward_stage(int s) {
   const auto& stage = stages_[static_cast<std::size_t>(s)];
-  StageInBackward at{s, stage};
-  at.host_high = host_level_;
+  StageInBackward at{s, stage, 0, 0, {}, host_level_};
   for (const int e : stage.exports) at.export_released_by.emplace_back(e, graph_.output_gradient_released_by(e, stage.first));
   at.params = on_device(s, s - 1);
   // The stage's gradients, zeroed as its backward starts (the relay makes them there, as the

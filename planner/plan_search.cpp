@@ -1180,7 +1180,7 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   const core::CostModel costs(trace);
   const LayerGraph graph(trace);
   BatchCostsCache cache(costs);
-  PlanSearch search{trace, request, costs, graph, cache};
+  PlanSearch search{trace, request, costs, graph, cache, 0, 0, SearchSpace{}};
   // With several workers the search weighs worker 0's share, the largest.
   search.batch = worker_shares(request.global_batch, request.workers).front();
   search.margin = margin_of(request.budget_bytes, request.margin_fraction);
