@@ -257,16 +257,45 @@ def compare_pairs(ours, theirs):
     return worst, index
 
 
+def norm_rel_diff(ours, exact):
+    """||a - b|| / ||b|| over all the tensors together (Frobenius norms, in float64)."""
+    num = sum(float((a.double() - b).pow(2).sum()) for a, b in zip(ours, exact))
+    den = sum(float(b.pow(2).sum()) for b in exact)
+    if num == 0.0:
+        return 0.0
+    return math.sqrt(num / den) if den > 0.0 else math.inf
+
+
+def float64_gradients(args, data, x, target):
+    """The step's gradients in float64, from the module file's own weights on the same data: the exact
+    gradients, to float32's precision, that both float32 steps round differently."""
+    model = load_model(args.model).double()
+    named = list(model.named_parameters())
+    set_modes(model, batchnorm_eval=True, dropout_off=True)
+    widen = lambda t: t.double() if t.is_floating_point() else t
+    x64 = tuple(widen(t) for t in x) if isinstance(x, tuple) else widen(x)
+    out = run_forward(model, x64, "the float64 reference's input")
+    loss = compute_loss(args.loss, out, widen(target) if target is not None else None)
+    loss.backward()
+    return [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for _, p in named]
+
+
 def cmd_step(args):
+    if os.environ.get("HEADROOM_TEST_WITHOUT_ONEDNN", "0") not in ("", "0"):
+        torch.backends.mkldnn.enabled = False  # as the C++ side of a cross-check (tests/support/without_onednn.cpp)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.no_graph_optimize:
         torch._C._set_graph_executor_optimize(False)  # as headroom runs a module (see cmd_peak)
+    if args.float64_reference and (args.autocast != "fp32" or args.dtype != "fp32"):
+        raise UsageError("--float64-reference: for float32 steps only (no --autocast bf16, no --dtype bf16)")
     model = load_model(args.model)
     if args.dtype == "bf16":
         model.to(torch.bfloat16)  # floating parameters and buffers, as headroom's bf16 precision has them
     named = list(model.named_parameters())
     data, has_grads = load_data(args.data, len(named), args.loss)
+    if args.float64_reference and not has_grads:
+        raise UsageError("--float64-reference: --data holds no gradients (grad.N) to compare")
     for i, (name, p) in enumerate(named):
         for key in [f"param.{i}"] + ([f"grad.{i}"] if has_grads else []):
             got = data[key]
@@ -334,6 +363,12 @@ def cmd_step(args):
         rel, index = compare_pairs(grads, theirs_grads)
         document["max_rel_diff_grad"] = finite_or_none(rel)
         document["worst_grad_parameter"] = None if index is None else named[index][0]
+        if args.float64_reference:
+            # Both float32 steps against the exact gradients: what the comparison can promise is the
+            # float32 reference's own rounding, whatever the machine's kernels sum in which order.
+            exact = float64_gradients(args, data, x, target)
+            document["headroom_grad_error_float64"] = finite_or_none(norm_rel_diff(theirs_grads, exact))
+            document["pytorch_grad_error_float64"] = finite_or_none(norm_rel_diff(grads, exact))
     write_json(document, args.out)
 
 
@@ -588,6 +623,8 @@ def build_parser():
                            "optimizer on float32 master weights (default: fp32)")
     step.add_argument("--no-graph-optimize", action="store_true",
                       help="run the module's graph without the graph executor's optimizations, as headroom does")
+    step.add_argument("--float64-reference", action="store_true",
+                      help="also the float32 gradients' errors from the same step's float64 gradients (fp32 only)")
     step.add_argument("--out", help="JSON file (default: stdout)")
     step.set_defaults(run=cmd_step)
 

@@ -10,6 +10,7 @@
 #include "models/contrastive_loss.h"
 #include "models/zoo.h"
 #include "runtime/memory_recorder.h"
+#include "support/bfloat16_rounding.h"
 
 namespace headroom {
 namespace core {
@@ -215,11 +216,12 @@ TEST_P(InfClInPrecision, TheLossRunsInFloat32AndTheGradientCacheStepsAsTheFullBa
               "(from each other %.3g)\n",
               std::string(core::precision_name(GetParam())).c_str(), plan_error, precision_error,
               executor::max_relative_difference(cached, full));
-  EXPECT_LE(plan_error, 2 * precision_error);
-  EXPECT_LE(plan_error, 0.1);
-  // Float32 gradients under autocast: there the two steps agree to autocast's own rounding.
+  EXPECT_LE(plan_error, testing::bfloat16_accumulation_bound(precision_error, sizes.size()));
+  EXPECT_LT(precision_error, testing::kBfloat16RoundingOnly);
+  // Float32 gradients under autocast: there the two steps are no further apart than autocast's own
+  // rounding takes the full batch from float32 (which kernels a CPU has decides how far that is).
   if (GetParam() == core::Precision::Bf16Autocast) {
-    EXPECT_LE(executor::max_relative_difference(cached, full), 1e-2);
+    EXPECT_LE(executor::max_relative_difference(cached, full), precision_error);
   }
 }
 

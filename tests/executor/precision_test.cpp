@@ -28,6 +28,7 @@
 #include "support/input_error.h"
 #include "support/runs_as_predicted.h"
 #include "support/tempo_budget.h"
+#include "support/bfloat16_rounding.h"
 
 namespace headroom {
 namespace {
@@ -341,10 +342,12 @@ void expect_tempo_runs_as_predicted(core::Precision precision) {
   }
   const core::Report report = testing::run_within_predicted_peak(*outcome.plan, trace);
   ASSERT_TRUE(report.gradient_check.float32_max_rel_diff);
-  EXPECT_LE(*report.gradient_check.float32_max_rel_diff, 2 * *report.gradient_check.reference_float32_max_rel_diff);
-  // bert's bf16 full batch is itself 0.13 from float32's here (of a tensor's largest entry; 0.37 for
-  // the mini preset at 32): what the plan may cost on top is bounded by the line above.
-  EXPECT_LE(*report.gradient_check.float32_max_rel_diff, 0.3);
+  EXPECT_LE(*report.gradient_check.float32_max_rel_diff,
+            testing::bfloat16_accumulation_bound(*report.gradient_check.reference_float32_max_rel_diff,
+                                                 outcome.plan->choice.micro_batches.size()));
+  // bert's bf16 full batch is itself far from float32's (a tenth or more of a tensor's largest entry,
+  // by CPU): what the plan may cost on top is bounded by the line above; this one says it is rounding.
+  EXPECT_LT(*report.gradient_check.reference_float32_max_rel_diff, testing::kBfloat16RoundingOnly);
   std::printf("tempo in bf16: %.3g from the bf16 full batch; from float32's %.3g, the bf16 full batch's own %.3g\n",
               report.gradient_check.max_rel_diff, *report.gradient_check.float32_max_rel_diff,
               *report.gradient_check.reference_float32_max_rel_diff);
@@ -398,12 +401,16 @@ void expect_clip_runs_as_predicted(core::Precision precision) {
   const core::GradientCheck read = core::report_from_json(core::to_json(report)).gradient_check;
   EXPECT_EQ(read.float32_max_rel_diff, report.gradient_check.float32_max_rel_diff);
   EXPECT_EQ(read.reference_float32_max_rel_diff, report.gradient_check.reference_float32_max_rel_diff);
+  // The full batch's own rounding is the measure (see InfClInPrecision): bfloat16 gradients no further
+  // from float32's than the micro-batches' shares' roundings take them; autocast's float32 gradients
+  // no further from the full batch's.
+  EXPECT_LT(*report.gradient_check.reference_float32_max_rel_diff, testing::kBfloat16RoundingOnly);
   if (precision == core::Precision::Bf16) {
-    // Bfloat16 gradients: the full batch's own rounding is the measure (see InfClInPrecision).
-    EXPECT_LE(*report.gradient_check.float32_max_rel_diff, 2 * *report.gradient_check.reference_float32_max_rel_diff);
-    EXPECT_LE(*report.gradient_check.float32_max_rel_diff, 0.1);
+    EXPECT_LE(*report.gradient_check.float32_max_rel_diff,
+              testing::bfloat16_accumulation_bound(*report.gradient_check.reference_float32_max_rel_diff,
+                                                   outcome.plan->choice.micro_batches.size()));
   } else {
-    EXPECT_LT(report.gradient_check.max_rel_diff, 1e-2);
+    EXPECT_LE(report.gradient_check.max_rel_diff, *report.gradient_check.reference_float32_max_rel_diff);
   }
 }
 

@@ -18,6 +18,7 @@
 #include "models/torchscript_model.h"
 #include "profiler/profiler.h"
 #include "runtime/optimizer.h"
+#include "support/bfloat16_rounding.h"
 
 namespace headroom {
 namespace {
@@ -162,7 +163,28 @@ nlohmann::json planned_step_against_pytorch(const Exported& exported, const std:
   const core::Precision theirs = reference.value_or(precision);
   return python("step --model " + exported.file + " --data " + path.string() + " --loss cross-entropy --optimizer sgd" +
                 (theirs == core::Precision::Bf16Autocast ? " --autocast bf16 --no-graph-optimize" : "") +
-                (theirs == core::Precision::Bf16 ? " --dtype bf16 --no-graph-optimize" : ""));
+                (theirs == core::Precision::Bf16 ? " --dtype bf16 --no-graph-optimize" : "") +
+                (theirs == core::Precision::Fp32 ? " --float64-reference" : ""));
+}
+
+// A float32 step's gradients are the exact (float64) ones rounded: how far from them depends on the
+// order each kernel sums in, which differs between CPUs' vector units and between one batch and
+// three micro-batches. headroom's micro-batched gradients are held to the float32 full batch's own
+// distance from the exact ones (norm-relative, over all parameters): within a small multiple, for
+// the accumulation of micro-batches adds a few roundings of its own.
+void expect_float32_rounding_only(const nlohmann::json& step) {
+  const double ours = step.at("headroom_grad_error_float64").get<double>();
+  const double reference = step.at("pytorch_grad_error_float64").get<double>();
+  EXPECT_LE(ours, 4 * reference) << step.dump();
+  // Rounding, not another function: a float64 step that computed something else (other data, dropout
+  // on) would be as far from either as the gradients are large.
+  EXPECT_LT(reference, 1e-3) << "the float64 step computes another function: " << step.dump();
+}
+
+void print_step(const char* what, const nlohmann::json& step) {
+  std::printf("%s, SGD: weights %.3g, gradients %.3g (largest entry); gradients from float64's: headroom %.3g, PyTorch %.3g\n",
+              what, step["max_rel_diff"].get<double>(), step["max_rel_diff_grad"].get<double>(),
+              step["headroom_grad_error_float64"].get<double>(), step["pytorch_grad_error_float64"].get<double>());
 }
 
 TEST_F(PyTorchCrossCheck, PlannedStepEndsWithPyTorchsFullBatchWeights) {
@@ -171,16 +193,14 @@ TEST_F(PyTorchCrossCheck, PlannedStepEndsWithPyTorchsFullBatchWeights) {
   const auto resnet = planned_step_against_pytorch(resnet18(), {4, 2}, {1, 2}, directory_, py);
   RecordProperty("resnet18_max_rel_diff", std::to_string(resnet["max_rel_diff"].get<double>()));
   EXPECT_LE(resnet["max_rel_diff"].get<double>(), 1e-5) << resnet.dump();
-  EXPECT_LE(resnet["max_rel_diff_grad"].get<double>(), 1e-5) << resnet.dump();
-  std::printf("resnet18 32x32, micro-batches 4+2, stages 1-2 checkpointed, SGD: weights %.3g, gradients %.3g\n",
-              resnet["max_rel_diff"].get<double>(), resnet["max_rel_diff_grad"].get<double>());
+  expect_float32_rounding_only(resnet);
+  print_step("resnet18 32x32, micro-batches 4+2, stages 1-2 checkpointed", resnet);
 
   // The decoder: embedding, two blocks, head; both blocks checkpointed.
   const auto gpt = planned_step_against_pytorch(decoder(), {3, 3, 2}, {1, 2}, directory_, py);
   EXPECT_LE(gpt["max_rel_diff"].get<double>(), 1e-5) << gpt.dump();
-  EXPECT_LE(gpt["max_rel_diff_grad"].get<double>(), 1e-5) << gpt.dump();
-  std::printf("decoder, micro-batches 3+3+2, both blocks checkpointed, SGD: weights %.3g, gradients %.3g\n",
-              gpt["max_rel_diff"].get<double>(), gpt["max_rel_diff_grad"].get<double>());
+  expect_float32_rounding_only(gpt);
+  print_step("decoder, micro-batches 3+3+2, both blocks checkpointed", gpt);
 
   // The language model's two inputs reach its blocks, and its blocks checkpoint.
   const Exported lm = language_model();
@@ -192,9 +212,8 @@ TEST_F(PyTorchCrossCheck, PlannedStepEndsWithPyTorchsFullBatchWeights) {
   const auto language = planned_step_against_pytorch(lm, {3, 3, 2}, {model_block(lm, "blocks.1"), model_block(lm, "blocks.2")},
                                                      directory_, py);
   EXPECT_LE(language["max_rel_diff"].get<double>(), 1e-5) << language.dump();
-  EXPECT_LE(language["max_rel_diff_grad"].get<double>(), 1e-5) << language.dump();
-  std::printf("language model (ids and mask), micro-batches 3+3+2, blocks.1-2 checkpointed, SGD: weights %.3g, gradients %.3g\n",
-              language["max_rel_diff"].get<double>(), language["max_rel_diff_grad"].get<double>());
+  expect_float32_rounding_only(language);
+  print_step("language model (ids and mask), micro-batches 3+3+2, blocks.1-2 checkpointed", language);
 }
 
 // torchvision's classifiers as torchvision builds them (examples/export_classifiers.py), cut at
@@ -239,7 +258,7 @@ TEST_F(PyTorchCrossCheck, UnmodifiedClassifiersStepAsPyTorchDoes) {
                 name.c_str(), blocks.front(), blocks.back(), step["max_rel_diff"].get<double>(),
                 step["max_rel_diff_grad"].get<double>());
     EXPECT_LE(step["max_rel_diff"].get<double>(), 1e-5) << name << " " << step.dump();
-    EXPECT_LE(step["max_rel_diff_grad"].get<double>(), 1e-5) << name << " " << step.dump();
+    expect_float32_rounding_only(step);
 
     models::Model model = models::load_torchscript_model(exported.file, exported.config, 0);
     profiler::ProfileOptions options;
@@ -308,7 +327,7 @@ TEST_F(PyTorchCrossCheck, Bf16AutocastStepAgainstPyTorchsAndFp32) {
               cost["max_rel_diff_grad"].get<double>(), cost["max_rel_diff"].get<double>(), whole["loss"].get<double>(),
               cost["loss"].get<double>());
   EXPECT_GT(cost["max_rel_diff_grad"].get<double>(), whole["max_rel_diff_grad"].get<double>());
-  EXPECT_LE(cost["max_rel_diff_grad"].get<double>(), 0.1) << cost.dump();
+  EXPECT_LT(cost["max_rel_diff_grad"].get<double>(), testing::kBfloat16RoundingOnly) << cost.dump();
 }
 
 // Under bf16 (the model in bfloat16, the loss on float32 logits, SGD on float32 master weights) the
@@ -332,7 +351,7 @@ TEST_F(PyTorchCrossCheck, Bf16StepAgainstPyTorchsAndFp32) {
   // Gradients accumulate across micro-batches in bfloat16, as PyTorch's do for a bf16 model.
   EXPECT_LE(micro["max_rel_diff_grad"].get<double>(), 5e-2) << micro.dump();
   EXPECT_GT(cost["max_rel_diff_grad"].get<double>(), whole["max_rel_diff_grad"].get<double>());
-  EXPECT_LE(cost["max_rel_diff_grad"].get<double>(), 0.2) << cost.dump();
+  EXPECT_LT(cost["max_rel_diff_grad"].get<double>(), testing::kBfloat16RoundingOnly) << cost.dump();
 }
 
 // Under bf16 autocast (forward and loss in the region, backward outside) the language model's plain
