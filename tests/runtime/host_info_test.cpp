@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/host_info.h"
+#include "support/scoped_env.h"
 #include "support/spinning_child.h"
 
 namespace headroom {
@@ -34,6 +35,21 @@ TEST(HostInfo, CountsTheCoresOtherProcessesKeepBusy) {
   EXPECT_LE(cores.idle, cores.usable);
   if (cores.usable >= 2 && cores.busy_with_others > 0.5) {
     EXPECT_LT(cores.idle, cores.usable);
+  }
+}
+
+// A test of what a quiet or a busy machine makes of a timing sets the load it needs: the variable
+// replaces the readings, and a value that is not a number of cores is ignored, with a warning.
+TEST(HostInfo, TakesTheLoadATestSets) {
+  const runtime::CpuUsage before{10.0, 100.0, 4.0, true}, after{12.0, 103.0, 5.0, true};
+  {
+    const testing::ScopedEnv busy(runtime::kAssumedOthersVariable, "1.5");
+    EXPECT_DOUBLE_EQ(runtime::cores_busy_with_others(before, after), 1.5);
+    EXPECT_DOUBLE_EQ(runtime::cores_busy_with_others(runtime::CpuUsage{}, runtime::CpuUsage{}), 1.5);
+  }
+  for (const char* bad : {"two", "-1", "nan", "1x"}) {
+    const testing::ScopedEnv spoiled(runtime::kAssumedOthersVariable, bad);
+    EXPECT_DOUBLE_EQ(runtime::cores_busy_with_others(before, after), 1.0) << bad;
   }
 }
 
