@@ -2,17 +2,17 @@
 # test. tests/CMakeLists.txt writes the calls (headroom_test_labels.cmake in the build tree), since
 # the tests exist only once their binaries are built and listed.
 
-# Labels every test of `tests` with `labels`, and those named in `slow` or `medium` with that too.
-function(headroom_label tests labels slow medium)
+# Labels every test of `tests` with `labels`, and those named in `slow` or `extended` with that too.
+function(headroom_label tests labels slow extended)
   foreach(test IN LISTS tests)
     set(test_labels ${labels})
     list(FIND slow "${test}" at)
     if(NOT at EQUAL -1)
       list(APPEND test_labels slow)
     endif()
-    list(FIND medium "${test}" at)
+    list(FIND extended "${test}" at)
     if(NOT at EQUAL -1)
-      list(APPEND test_labels medium)
+      list(APPEND test_labels extended)
     endif()
     set_tests_properties("${test}" PROPERTIES LABELS "${test_labels}")
   endforeach()
