@@ -266,7 +266,7 @@ def norm_rel_diff(ours, exact):
     return math.sqrt(num / den) if den > 0.0 else math.inf
 
 
-def float64_gradients(args, data, x, target):
+def float64_gradients(args, x, target):
     """The step's gradients in float64, from the module file's own weights on the same data: the exact
     gradients, to float32's precision, that both float32 steps round differently."""
     model = load_model(args.model).double()
@@ -366,7 +366,7 @@ def cmd_step(args):
         if args.float64_reference:
             # Both float32 steps against the exact gradients: what the comparison can promise is the
             # float32 reference's own rounding, whatever the machine's kernels sum in which order.
-            exact = float64_gradients(args, data, x, target)
+            exact = float64_gradients(args, x, target)
             document["headroom_grad_error_float64"] = finite_or_none(norm_rel_diff(theirs_grads, exact))
             document["pytorch_grad_error_float64"] = finite_or_none(norm_rel_diff(grads, exact))
     write_json(document, args.out)
