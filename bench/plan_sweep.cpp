@@ -1,6 +1,6 @@
 // An executed sweep of plan choices: for every zoo model at two sizes, many choices drawn
 // at random — micro-batch splits (even and uneven), any subset of checkpointable blocks, any subset
-// of lean layers, L2L from any block (boundaries on the device or the host), the tiled loss's tiles
+// of Tempo layers, L2L from any block (boundaries on the device or the host), the tiled loss's tiles
 // for clip — each simulated and executed without a budget. The simulated peak must bound the
 // measured one: never under, at most 1% over. The worst under- and over-prediction per model are
 // reported with the choice that produced them; the exit status is 1 when a choice misses. An L2L
@@ -156,7 +156,7 @@ std::string describe(const core::StepChoice& c) {
   }
   out += ", checkpointed [";
   for (std::size_t i = 0; i < c.checkpointed_blocks.size(); ++i) out += (i ? "," : "") + std::to_string(c.checkpointed_blocks[i]);
-  out += "], lean [";
+  out += "], tempo [";
   bool first = true;
   for (const auto& l : c.layers) {
     if (l.variant == core::LayerVariant::Standard) continue;
@@ -210,7 +210,7 @@ core::StepChoice draw_choice(std::mt19937& rng, const core::Trace& trace, const 
     for (const auto& span : graph.blocks()) {
       if (span.checkpointable && coin(rng)) choice.checkpointed_blocks.push_back(span.block);
     }
-    for (const int layer : graph.lean_candidates()) {
+    for (const int layer : graph.tempo_candidates()) {
       if (coin(rng)) choice.set_variant(layer, core::LayerVariant::Tempo);
     }
     std::vector<core::LossTiles> fitting;

@@ -2,7 +2,7 @@
 //   ./build/default/bench/tempo_acceptance kept      bytes kept per bert-base encoder layer, seq 128 and 512
 //   ./build/default/bench/tempo_acceptance batch     largest batch under fixed budgets, with and without Tempo
 //   ./build/default/bench/tempo_acceptance plans     Tempo plans executed under their budgets: peak error
-//   ./build/default/bench/tempo_acceptance overhead  step time of the all-lean step against the standard one
+//   ./build/default/bench/tempo_acceptance overhead  step time of the all-Tempo step against the standard one
 // Everything is measured here (allocator hook, clocks) or planned from the committed traces.
 #include <cstdio>
 #include <cstdlib>
@@ -29,8 +29,8 @@ core::Trace committed(const std::string& name) {
 
 // Bytes kept after forward by the encoder layers (blocks), per layer, measured by the profiler's
 // attribution of one forward and backward.
-double kept_per_block(models::Model& model, const models::Batch& batch, bool lean) {
-  model.set_all_variants(lean ? core::LayerVariant::Tempo : core::LayerVariant::Standard);
+double kept_per_block(models::Model& model, const models::Batch& batch, bool tempo) {
+  model.set_all_variants(tempo ? core::LayerVariant::Tempo : core::LayerVariant::Standard);
   auto recorder = std::make_shared<runtime::MemoryRecorder>(torch::kCPU);
   runtime::ScopedMemoryRecording recording(recorder);
   const auto step = profiler::profile_step(model, batch, *recorder, nullptr);
@@ -46,7 +46,7 @@ double kept_per_block(models::Model& model, const models::Batch& batch, bool lea
 }
 
 int kept() {
-  std::printf("| bert base | batch | kept per encoder layer, standard | lean | less | per token, standard | lean |\n");
+  std::printf("| bert base | batch | kept per encoder layer, standard | Tempo | less | per token, standard | Tempo |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const char* seq : {"128", "512"}) {
     auto model = models::build_zoo_model("bert", {{"preset", "base"}, {"seq", seq}}, 0);
@@ -55,12 +55,12 @@ int kept() {
     const auto data = model.make_batch(batch, 1);
     kept_per_block(model, data, false);  // warm the allocator's pools and lazy initialization
     const double standard = kept_per_block(model, data, false);
-    const double lean = kept_per_block(model, data, true);
+    const double tempo = kept_per_block(model, data, true);
     const double tokens = static_cast<double>(batch) * std::stod(seq);
     std::printf("| seq %s | %lld | %s | %s | %.1f%% | %.0f B | %.0f B |\n", seq, static_cast<long long>(batch),
                 core::format_bytes(static_cast<std::int64_t>(standard)).c_str(),
-                core::format_bytes(static_cast<std::int64_t>(lean)).c_str(), 100 * (1 - lean / standard),
-                standard / tokens, lean / tokens);
+                core::format_bytes(static_cast<std::int64_t>(tempo)).c_str(), 100 * (1 - tempo / standard),
+                standard / tokens, tempo / tokens);
     std::fflush(stdout);
   }
   return 0;
@@ -97,7 +97,7 @@ int batch() {
     const core::Trace trace = committed(name);
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
-    const core::StepChoice all = graph.all_lean();
+    const core::StepChoice all = graph.all_tempo();
     const core::StepChoice none;
     // Budgets: the standard step's need at the largest sampled batch, times 1, 1.5 and 2 of the
     // part above the static state.
@@ -125,7 +125,7 @@ int batch() {
 }
 
 int plans(int steps) {
-  std::printf("| trace | batch | budget | strategies | plan | lean layers | predicted peak | measured peak | peak error | within budget | predicted samples/s | measured samples/s | gradient check |\n");
+  std::printf("| trace | batch | budget | strategies | plan | Tempo layers | predicted peak | measured peak | peak error | within budget | predicted samples/s | measured samples/s | gradient check |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   struct Case {
@@ -137,18 +137,18 @@ int plans(int steps) {
     const core::Trace trace = committed(c.trace);
     const core::CostModel costs(trace);
     const planner::LayerGraph graph(trace);
-    const core::StepChoice all = graph.all_lean();
+    const core::StepChoice all = graph.all_tempo();
     const std::int64_t standard = planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({c.batch})).peak_bytes;
-    const std::int64_t lean = planner::predict_step(costs, graph, all.with_micro_batches({c.batch})).peak_bytes;
+    const std::int64_t tempo = planner::predict_step(costs, graph, all.with_micro_batches({c.batch})).peak_bytes;
     using S = planner::Strategy;
     struct Budgeted {
-      double fraction;  // of the way from the all-lean need to the standard need
+      double fraction;  // of the way from the all-Tempo need to the standard need
       std::set<S> strategies;
       const char* label;
     };
     for (const Budgeted& b : {Budgeted{0.3, {S::Tempo}, "tempo"}, Budgeted{0.7, {S::Tempo}, "tempo"},
                               Budgeted{-0.3, {S::Tempo, S::MicroBatching, S::Checkpointing}, "all"}}) {
-      const double limit = static_cast<double>(lean) + b.fraction * static_cast<double>(standard - lean);
+      const double limit = static_cast<double>(tempo) + b.fraction * static_cast<double>(standard - tempo);
       auto request = request_for(static_cast<std::int64_t>(limit / 0.95), c.batch, b.strategies);
       request.trace_path = path;
       const auto outcome = planner::plan_step(trace, request);
@@ -159,7 +159,7 @@ int plans(int steps) {
         continue;
       }
       const core::Plan& plan = *outcome.plan;
-      const int lean_layers = plan.choice.lean_count();
+      const int tempo_layers = plan.choice.tempo_count();
       executor::ExecuteOptions options;
       options.steps = steps;
       const core::Report r = executor::execute(plan, trace, path, options);
@@ -169,7 +169,7 @@ int plans(int steps) {
       if (r.status != "ok") {
         std::printf("| %s | %lld | %s | %s | %s | %d | %s | OUT OF MEMORY | | no | | | |\n", c.trace,
                     static_cast<long long>(c.batch), core::format_bytes(plan.budget_bytes).c_str(), b.label, plan_text,
-                    lean_layers, core::format_bytes(plan.predicted.peak_bytes).c_str());
+                    tempo_layers, core::format_bytes(plan.predicted.peak_bytes).c_str());
         ++failures;
         continue;
       }
@@ -180,7 +180,7 @@ int plans(int steps) {
       else std::snprintf(grad, sizeof grad, "not computed");
       std::printf("| %s | %lld | %s | %s | %s | %d | %s | %s | %.2f%% | %s | %.1f | %.1f | %s |\n", c.trace,
                   static_cast<long long>(c.batch), core::format_bytes(plan.budget_bytes).c_str(), b.label, plan_text,
-                  lean_layers, core::format_bytes(r.predicted.peak_bytes).c_str(),
+                  tempo_layers, core::format_bytes(r.predicted.peak_bytes).c_str(),
                   core::format_bytes(r.measured.peak_bytes).c_str(), 100 * r.peak_rel_error, within ? "yes" : "NO",
                   r.predicted.samples_per_second, r.measured.samples_per_second, grad);
       std::fflush(stdout);
@@ -190,10 +190,10 @@ int plans(int steps) {
   return failures == 0 ? 0 : 1;
 }
 
-// The executor's measured step time with every lean layer on against none, same batch, no
+// The executor's measured step time with every Tempo layer on against none, same batch, no
 // budget, alternating runs so drift hits both alike.
 int overhead(int steps) {
-  std::printf("| trace | batch | standard s/step | all-lean s/step | overhead | profiled plain step, standard | all-lean | overhead |\n");
+  std::printf("| trace | batch | standard s/step | all-Tempo s/step | overhead | profiled plain step, standard | all-Tempo | overhead |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const char* name : {"cpu-bert.json", "cpu-gpt.json"}) {
     const std::string path = std::string(HEADROOM_TRACES_DIR) + "/" + name;
@@ -207,23 +207,23 @@ int overhead(int steps) {
     plan.choice.micro_batches = {b};
     plan.predicted = {1, 1, 1};
     for (const auto& layer : trace.layers) plan.choice.layers.push_back({layer.id, layer.name});
-    core::Plan lean = plan;
-    for (auto& layer : lean.choice.layers) {
+    core::Plan tempo = plan;
+    for (auto& layer : tempo.choice.layers) {
       if (trace.layers[static_cast<std::size_t>(layer.id)].tempo) layer.variant = core::LayerVariant::Tempo;
     }
     executor::ExecuteOptions options;
     options.steps = steps;
     options.gradient_check = false;
     options.enforce_budget = false;
-    double standard_s = 0, lean_s = 0;
+    double standard_s = 0, tempo_s = 0;
     for (int round = 0; round < 3; ++round) {
       standard_s += executor::execute(plan, trace, path, options).measured.step_seconds;
-      lean_s += executor::execute(lean, trace, path, options).measured.step_seconds;
+      tempo_s += executor::execute(tempo, trace, path, options).measured.step_seconds;
     }
     const auto& s = trace.steps.back();
     const auto& l = trace.tempo_steps.back();
     std::printf("| %s | %lld | %.4f | %.4f | %+.1f%% | %.4f | %.4f | %+.1f%% |\n", name, static_cast<long long>(b),
-                standard_s / 3, lean_s / 3, 100 * (lean_s / standard_s - 1), static_cast<double>(s.plain_step_ns) / 1e9,
+                standard_s / 3, tempo_s / 3, 100 * (tempo_s / standard_s - 1), static_cast<double>(s.plain_step_ns) / 1e9,
                 static_cast<double>(l.plain_step_ns) / 1e9,
                 100 * (static_cast<double>(l.plain_step_ns) / static_cast<double>(s.plain_step_ns) - 1));
     std::fflush(stdout);

@@ -48,9 +48,9 @@ struct Case {
 std::string describe(const core::Plan& plan) {
   char text[128];
   const auto& micro = plan.choice.micro_batches;
-  std::snprintf(text, sizeof text, "%zu x %lld%s, %zu ckpt, %d lean", micro.size(), static_cast<long long>(micro.front()),
+  std::snprintf(text, sizeof text, "%zu x %lld%s, %zu ckpt, %d tempo", micro.size(), static_cast<long long>(micro.front()),
                 micro.back() != micro.front() ? "*" : "", plan.choice.checkpointed_blocks.size(),
-                plan.choice.lean_count());
+                plan.choice.tempo_count());
   return text;
 }
 

@@ -55,7 +55,7 @@ def main():
     for model, sizes in ZOO:
         if args.models and model not in args.models:
             continue
-        # What the trace has measurements for: Tempo's lean layers (mlp's GELU, the transformers'),
+        # What the trace has measurements for: Tempo layers (mlp's GELU, the transformers'),
         # Inf-CL's tiles (clip).
         strategies = "mbp,checkpoint" + {"clip": ",infcl", "cnn": ""}.get(model, ",tempo")
         for label, settings, batch_sizes, batch in sizes:

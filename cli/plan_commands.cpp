@@ -56,9 +56,9 @@ void check_named_strategies(const PlanArgs& args, const planner::PlanRequest& re
       throw core::InputError(args.trace + ": --strategies l2l: the relay cannot run " + trace.model.name + ": " +
                              planner::l2l_refusal(trace));
     }
-    if (id == planner::Strategy::Tempo && !core::lean_layers_run_in(trace.precision, trace.device.is_cuda())) {
-      throw core::InputError(args.trace + ": --strategies tempo: Tempo's lean layers are profiled in " +
-                             std::string(core::kLeanLayerPrecisions) + " only, and this trace measured " +
+    if (id == planner::Strategy::Tempo && !core::tempo_layers_run_in(trace.precision, trace.device.is_cuda())) {
+      throw core::InputError(args.trace + ": --strategies tempo: Tempo layers are profiled in " +
+                             std::string(core::kTempoLayerPrecisions) + " only, and this trace measured " +
                              std::string(core::precision_name(trace.precision)) +
                              (trace.device.is_cuda() ? " on cuda" : ""));
     }

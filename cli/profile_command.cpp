@@ -206,7 +206,7 @@ core::Trace read_trace_to_add_to(const ProfileArgs& args, const std::vector<core
                              "; leave --timing-seconds out or give " + seconds);
     }
   }
-  // The Tempo pass runs only for models with lean layers, so only a trace that has one can say.
+  // The Tempo pass runs only for models with Tempo layers, so only a trace that has one can say.
   if (base.has_tempo() && !options.tempo) {
     throw core::InputError("--add-to: " + args.add_to + " has the Tempo pass; leave --no-tempo out");
   }

@@ -114,7 +114,7 @@ CostModel::CostModel(const Trace& trace, Between between) : trace_(&trace) {
 
   for (const auto& layer : trace.layers) {
     layers_.push_back(series_of(trace.batch_sizes, layer.samples));
-    lean_layers_.push_back(layer.tempo ? std::optional<Series>(series_of(trace.batch_sizes, layer.tempo->samples)) : std::nullopt);
+    tempo_layers_.push_back(layer.tempo ? std::optional<Series>(series_of(trace.batch_sizes, layer.tempo->samples)) : std::nullopt);
     checkpointed_.emplace_back();
     if (layer.checkpointed.empty()) continue;
     has_checkpointed_ = true;
@@ -137,7 +137,7 @@ CostModel::CostModel(const Trace& trace, Between between) : trace_(&trace) {
       series.block.fill(1);
     };
     for (auto& series : layers_) on_the_line(series);
-    for (auto& series : lean_layers_) {
+    for (auto& series : tempo_layers_) {
       if (series) on_the_line(*series);
     }
     for (auto& series : checkpointed_) {
@@ -198,8 +198,8 @@ void CostModel::share_the_products_block() {
       if (!bytes.empty() && never_falls(bytes)) visit(block);
     };
     for (const std::size_t field : {3, 6}) visit_if(layers_[i].bytes[field], layers_[i].block[field]);
-    if (lean_layers_[i]) {
-      for (const std::size_t field : {3, 6}) visit_if(lean_layers_[i]->bytes[field], lean_layers_[i]->block[field]);
+    if (tempo_layers_[i]) {
+      for (const std::size_t field : {3, 6}) visit_if(tempo_layers_[i]->bytes[field], tempo_layers_[i]->block[field]);
     }
     if (checkpointed_[i]) visit_if(checkpointed_[i]->bytes[2], checkpointed_[i]->block[2]);
   };
@@ -216,8 +216,8 @@ void CostModel::share_the_products_block() {
   };
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     for (const std::int64_t b : layers_[i].block) note(b);
-    if (lean_layers_[i]) {
-      for (const std::int64_t b : lean_layers_[i]->block) note(b);
+    if (tempo_layers_[i]) {
+      for (const std::int64_t b : tempo_layers_[i]->block) note(b);
     }
     if (checkpointed_[i]) {
       for (const std::int64_t b : checkpointed_[i]->block) note(b);
@@ -317,9 +317,9 @@ LayerCost CostModel::evaluate(const Series& series, std::int64_t batch) const {
 
 LayerCost CostModel::layer(std::size_t index, std::int64_t batch) const { return evaluate(layers_[index], batch); }
 
-LayerCost CostModel::lean_layer(std::size_t index, std::int64_t batch) const {
-  const auto& lean = lean_layers_[index];
-  return lean ? evaluate(*lean, batch) : layer(index, batch);
+LayerCost CostModel::tempo_layer(std::size_t index, std::int64_t batch) const {
+  const auto& tempo = tempo_layers_[index];
+  return tempo ? evaluate(*tempo, batch) : layer(index, batch);
 }
 
 std::optional<CheckpointedSample> CostModel::checkpointed_layer(std::size_t index, std::int64_t batch) const {
@@ -383,7 +383,7 @@ std::vector<TransientJump> transient_jumps(const Trace& trace) {
   };
   for (const auto& layer : trace.layers) {
     samples(layer.samples, layer.name, "");
-    if (layer.tempo) samples(layer.tempo->samples, layer.name, "lean ");
+    if (layer.tempo) samples(layer.tempo->samples, layer.name, "Tempo ");
     std::vector<std::int64_t> recompute, bwd;
     for (const auto& c : layer.checkpointed) {
       recompute.push_back(c.recompute_transient_bytes);

@@ -38,9 +38,9 @@ class CostModel {
   std::size_t layer_count() const { return trace_->layers.size(); }
 
   LayerCost layer(std::size_t index, std::int64_t batch) const;
-  // The layer's Tempo variant (the trace's lean profile of it); the standard cost where it has none.
-  LayerCost lean_layer(std::size_t index, std::int64_t batch) const;
-  bool has_lean_variant(std::size_t index) const { return lean_layers_[index].has_value(); }
+  // The layer's Tempo variant (the trace's Tempo profile of it); the standard cost where it has none.
+  LayerCost tempo_layer(std::size_t index, std::int64_t batch) const;
+  bool has_tempo_variant(std::size_t index) const { return tempo_layers_[index].has_value(); }
   // The layer as a checkpointed block of its own (the trace's checkpointed pass), where measured.
   std::optional<CheckpointedSample> checkpointed_layer(std::size_t index, std::int64_t batch) const;
   bool has_checkpointed_layers() const { return has_checkpointed_; }
@@ -108,7 +108,7 @@ class CostModel {
                       std::int64_t batch) const;
 
   std::vector<Series> layers_;
-  std::vector<std::optional<Series>> lean_layers_;
+  std::vector<std::optional<Series>> tempo_layers_;
   // Per layer: recompute transient, recompute extra, backward transient over the batch sizes.
   struct CheckpointedSeries {
     std::array<std::vector<std::int64_t>, 3> bytes;

@@ -41,12 +41,12 @@ inline bool is_autocast(Precision precision) {
 // on the CPU bf16-autocast (their ops run as autocast runs them there: the zoo's LayerNorms on
 // float32 sums, GELU and attention's dropout·V on bfloat16) and bf16 (every op on bfloat16, as the
 // standard layers run). Not bf16-autocast on CUDA, whose autocast runs softmax in float32 where the
-// lean attention's backward would mix dtypes; not fp16-autocast, nor bf16 on CUDA (not measured).
-inline bool lean_layers_run_in(Precision precision, bool cuda) {
+// Tempo attention's backward would mix dtypes; not fp16-autocast, nor bf16 on CUDA (not measured).
+inline bool tempo_layers_run_in(Precision precision, bool cuda) {
   return precision == Precision::Fp32 || (!cuda && (precision == Precision::Bf16Autocast || precision == Precision::Bf16));
 }
 // Where they do, for the refusals: "fp32 and, on the CPU, bf16-autocast and bf16".
-inline constexpr std::string_view kLeanLayerPrecisions = "fp32 and, on the CPU, bf16-autocast and bf16";
+inline constexpr std::string_view kTempoLayerPrecisions = "fp32 and, on the CPU, bf16-autocast and bf16";
 // Bytes of one parameter element as the step keeps it: bfloat16 under bf16; float32 otherwise
 // (autocast casts copies of the weights, the parameters themselves stay float32).
 inline int parameter_element_bytes(Precision precision) { return precision == Precision::Bf16 ? 2 : 4; }

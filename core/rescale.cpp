@@ -84,7 +84,7 @@ Trace rescaled(const Trace& trace, const SpeedRatio& ratio, const Calibration& h
   const double bandwidth = trace.calibration->memory();
   Trace out = trace;
   const std::size_t samples = trace.batch_sizes.size();
-  std::vector<double> before(samples, 0), after(samples, 0), lean_before(samples, 0), lean_after(samples, 0);
+  std::vector<double> before(samples, 0), after(samples, 0), tempo_before(samples, 0), tempo_after(samples, 0);
   for (std::size_t i = 0; i < out.layers.size(); ++i) {
     auto& layer = out.layers[i];
     for (std::size_t k = 0; k < samples; ++k) {
@@ -93,19 +93,19 @@ Trace rescaled(const Trace& trace, const SpeedRatio& ratio, const Calibration& h
       before[k] += b;
       after[k] += a;
       if (!layer.tempo) {
-        lean_before[k] += b;
-        lean_after[k] += a;
+        tempo_before[k] += b;
+        tempo_after[k] += a;
         continue;
       }
       const auto [lb, la] = rescale_sample(trace, trace.layers[i], k, layer.tempo->samples[k], ratio, bandwidth);
-      lean_before[k] += lb;
-      lean_after[k] += la;
+      tempo_before[k] += lb;
+      tempo_after[k] += la;
     }
   }
   const auto factor = [](double b, double a) { return b > 0 ? a / b : 1.0; };
   for (std::size_t k = 0; k < out.steps.size(); ++k) rescale_step(out.steps[k], factor(before[k], after[k]), ratio);
   for (std::size_t k = 0; k < out.tempo_steps.size(); ++k) {
-    rescale_step(out.tempo_steps[k], factor(lean_before[k], lean_after[k]), ratio);
+    rescale_step(out.tempo_steps[k], factor(tempo_before[k], tempo_after[k]), ratio);
   }
   if (out.contrastive_loss) {
     // Similarity products, tile by tile: compute-bound matrix products.

@@ -54,7 +54,7 @@ std::vector<std::int64_t> StepChoice::worker_micro_batches(int rank) const {
   return {micro_batches.begin() + static_cast<std::ptrdiff_t>(first), micro_batches.begin() + static_cast<std::ptrdiff_t>(end)};
 }
 
-int StepChoice::lean_count() const {
+int StepChoice::tempo_count() const {
   return static_cast<int>(
       std::count_if(layers.begin(), layers.end(), [](const LayerStep& l) { return l.variant == LayerVariant::Tempo; }));
 }

@@ -102,8 +102,8 @@ struct StepChoice {
     const auto i = static_cast<std::size_t>(layer);
     return i < layers.size() ? layers[i].variant : LayerVariant::Standard;
   }
-  bool lean(int layer) const { return variant(layer) == LayerVariant::Tempo; }
-  int lean_count() const;
+  bool is_tempo(int layer) const { return variant(layer) == LayerVariant::Tempo; }
+  int tempo_count() const;
   // The same choice for other micro-batches.
   StepChoice with_micro_batches(std::vector<std::int64_t> sizes) const {
     StepChoice out = *this;

@@ -31,7 +31,7 @@ struct StrategyEntry {
   bool data_parallel = true;
 };
 
-inline bool has_lean_pass(const Trace& trace) { return trace.has_tempo(); }
+inline bool has_tempo_pass(const Trace& trace) { return trace.has_tempo(); }
 inline bool has_contrastive_loss(const Trace& trace) { return trace.contrastive_loss.has_value(); }
 
 // The table. A new technique adds its id to the enum above and its entry here.
@@ -44,10 +44,10 @@ inline constexpr auto kStrategies = std::to_array<StrategyEntry>({
      "keeps only a block's input and runs its forward again in backward; costs one more forward of each "
      "checkpointed block",
      true, "", nullptr},
-    {Strategy::Tempo, "tempo", "Tempo (lean layers)",
+    {Strategy::Tempo, "tempo", "Tempo layers",
      "runs GELU, LayerNorm and attention's dropout as memory-lean variants that keep less for backward; costs "
      "what the trace measured for each",
-     true, "lean-layer measurements (the model has no lean variants, or it was profiled with --no-tempo)", has_lean_pass},
+     true, "Tempo-layer measurements (the model has no Tempo variants, or it was profiled with --no-tempo)", has_tempo_pass},
     {Strategy::InfCl, "infcl", "Inf-CL (tiled contrastive loss)",
      "computes a contrastive loss tile by tile without the B x B similarity matrix, keeping two tiles and O(B) "
      "vectors; costs one more matrix product per tile in backward (tiles chosen from those the trace measured)",

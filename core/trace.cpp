@@ -422,15 +422,15 @@ LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector
   if (node.has("tempo")) {
     const auto tempo = node.at("tempo");
     tempo.expect_object();
-    LeanProfile lean;
-    for (const auto& saved : tempo.at("saves_inputs").elements()) lean.saves_inputs.push_back(saved.as_bool());
-    if (lean.saves_inputs.size() != layer.inputs.size()) {
+    TempoProfile profile;
+    for (const auto& saved : tempo.at("saves_inputs").elements()) profile.saves_inputs.push_back(saved.as_bool());
+    if (profile.saves_inputs.size() != layer.inputs.size()) {
       tempo.at("saves_inputs").fail("expected one entry per input (" + std::to_string(layer.inputs.size()) + "), got " +
-                                    std::to_string(lean.saves_inputs.size()));
+                                    std::to_string(profile.saves_inputs.size()));
     }
-    lean.keeps_output = tempo.at("keeps_output").as_bool();
-    lean.samples = read_samples(tempo.at("samples"), batches, cuda);
-    layer.tempo = std::move(lean);
+    profile.keeps_output = tempo.at("keeps_output").as_bool();
+    profile.samples = read_samples(tempo.at("samples"), batches, cuda);
+    layer.tempo = std::move(profile);
   }
   if (node.has("checkpointed")) {
     const auto checkpointed = node.at("checkpointed");

@@ -95,16 +95,16 @@ struct LayerSample : LayerCost {
 // Tempo (docs/design.md, "Tempo"): the layer measured again with its memory-lean variant, in a
 // profiling pass where every layer that has one runs it. Only the layer's own costs are used from
 // that pass: the other layers' costs there differ only where a tensor is freed elsewhere (an input
-// no longer kept is freed by its last reader's forward; an output the lean layer keeps is freed by
+// no longer kept is freed by its last reader's forward; an output the Tempo layer keeps is freed by
 // its own backward, not by a consumer's), which the planner derives from saves_inputs and
 // keeps_output.
-struct LeanProfile {
-  std::vector<bool> saves_inputs;    // per input, as the lean variant keeps them
-  // The lean variant keeps its own output and the standard layer does not: the output then lives
-  // until the lean layer's backward, past the consumer that would otherwise free it.
+struct TempoProfile {
+  std::vector<bool> saves_inputs;    // per input, as the Tempo variant keeps them
+  // The Tempo variant keeps its own output and the standard layer does not: the output then lives
+  // until the Tempo layer's backward, past the consumer that would otherwise free it.
   bool keeps_output = false;
   std::vector<LayerSample> samples;  // one per Trace::batch_sizes entry, in that order
-  bool operator==(const LeanProfile&) const = default;
+  bool operator==(const TempoProfile&) const = default;
 };
 
 // A layer whose insides the planner cannot see (a user's module: many autograd nodes, maybe
@@ -128,7 +128,7 @@ struct LayerProfile {
   std::vector<bool> saves_inputs;   // per input: does the layer keep it for backward
   std::int64_t param_bytes = 0;
   std::vector<LayerSample> samples;  // one per Trace::batch_sizes entry, in that order
-  std::optional<LeanProfile> tempo;  // present exactly for layers with a memory-lean variant
+  std::optional<TempoProfile> tempo;  // present exactly for layers with a memory-lean variant
   // Empty, or one per Trace::batch_sizes entry (the profiler's checkpointed pass of opaque layers).
   std::vector<CheckpointedSample> checkpointed;
   // Measured by the same pass: the layer's own output is among what its backward reads (a module
@@ -254,8 +254,8 @@ struct Trace {
   std::vector<std::int64_t> batch_sizes;  // ascending
   std::vector<LayerProfile> layers;       // in execution order, id == index
   std::vector<StepSample> steps;          // one per batch size, in that order
-  // The Tempo pass's whole steps (every lean variant on), one per batch size; empty exactly when
-  // no layer has a lean profile.
+  // The Tempo pass's whole steps (every Tempo variant on), one per batch size; empty exactly when
+  // no layer has a Tempo profile.
   std::vector<StepSample> tempo_steps;
   // What a checkpointed block holds besides its input: the RNG state saved in its forward (so
   // dropout draws the same masks when it runs again), and the same again while it is recomputed

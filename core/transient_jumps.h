@@ -23,7 +23,7 @@ struct TransientJump {
 };
 
 // Per segment between consecutive profiled sizes with sizes inside it, the largest step any layer's
-// transient (standard, lean or checkpointed alone) shows there: a segment steeper than the layer's
+// transient (standard, Tempo or checkpointed alone) shows there: a segment steeper than the layer's
 // cost per sample followed by one that is not (nearly) as steep. Bytes that grow ever faster (a
 // quadratic contrastive loss) and the last segment are left out: there the bound stays a bound.
 // Segments with none are left out too. In ascending order of the segment.

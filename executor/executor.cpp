@@ -180,13 +180,13 @@ bool uses_grad_cache(const models::Model& model, const core::Plan& plan) {
 }
 
 // The traced model, rebuilt from its source and set up the way the plan runs it.
-// Runs each layer as the plan's choice says (Tempo's lean variant or the standard one).
+// Runs each layer as the plan's choice says (the Tempo variant or the standard one).
 void use_variants(models::Model& model, const core::StepChoice& choice, bool cuda) {
   for (const auto& step : choice.layers) {
-    // The profiler measures Tempo's lean layers only in the precisions they run in.
+    // The profiler measures Tempo layers only in the precisions they run in.
     if (step.variant == core::LayerVariant::Tempo &&
-        !core::lean_layers_run_in(model.context().precision, cuda)) {
-      throw core::InputError("the plan runs layer " + step.name + " as tempo, which runs in " + std::string(core::kLeanLayerPrecisions) +
+        !core::tempo_layers_run_in(model.context().precision, cuda)) {
+      throw core::InputError("the plan runs layer " + step.name + " as tempo, which runs in " + std::string(core::kTempoLayerPrecisions) +
                              " only; the step runs in " + std::string(core::precision_name(model.context().precision)) +
                              (cuda ? " on cuda" : ""));
     }

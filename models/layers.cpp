@@ -1,6 +1,6 @@
 #include "models/layers.h"
 
-#include "models/lean_layers.h"
+#include "models/tempo_layers.h"
 
 #include <cmath>
 #include <limits>
@@ -10,7 +10,7 @@ namespace headroom::models {
 namespace {
 
 int add(Model& model, const std::string& name, const std::string& kind, std::vector<int> inputs, int block,
-        LayerForward forward, std::vector<torch::Tensor> parameters = {}, LayerForward lean_forward = {}) {
+        LayerForward forward, std::vector<torch::Tensor> parameters = {}, LayerForward tempo_forward = {}) {
   Layer layer;
   layer.name = name;
   layer.kind = kind;
@@ -18,7 +18,7 @@ int add(Model& model, const std::string& name, const std::string& kind, std::vec
   layer.block = block;
   layer.forward = std::move(forward);
   layer.parameters = std::move(parameters);
-  layer.lean_forward = std::move(lean_forward);
+  layer.tempo_forward = std::move(tempo_forward);
   return model.add_layer(std::move(layer));
 }
 
@@ -37,7 +37,7 @@ int add_gelu(Model& model, const std::string& name, Place at) {
   return add(
       model, name, "gelu", {at.input}, at.block,
       [](const std::vector<torch::Tensor>& in, const RunContext&) { return torch::gelu(in[0]); }, {},
-      [](const std::vector<torch::Tensor>& in, const RunContext&) { return lean_gelu(in[0]); });
+      [](const std::vector<torch::Tensor>& in, const RunContext&) { return tempo_gelu(in[0]); });
 }
 
 int add_relu(Model& model, const std::string& name, Place at) {
@@ -52,7 +52,7 @@ int add_layernorm(Model& model, const std::string& name, std::int64_t features, 
       [norm = norm.ptr()](const std::vector<torch::Tensor>& in, const RunContext&) { return norm->forward(in[0]); },
       norm->parameters(),
       [norm = norm.ptr()](const std::vector<torch::Tensor>& in, const RunContext&) {
-        return lean_layer_norm(in[0], norm->weight, norm->bias, norm->options.eps());
+        return tempo_layer_norm(in[0], norm->weight, norm->bias, norm->options.eps());
       });
 }
 
@@ -113,7 +113,7 @@ int add_attention(Model& model, const std::string& name, std::int64_t hidden, st
   const double scale = 1.0 / std::sqrt(static_cast<double>(hidden / heads));
   // Both variants share everything up to the softmax; they differ in what dropout·V keeps.
   const auto attend = [heads, dropout, scale, future](const std::vector<torch::Tensor>& in, const RunContext& ctx,
-                                                      bool lean) {
+                                                      bool tempo) {
     const torch::Tensor& qkv = in[0];
     const std::int64_t b = qkv.size(0), s = qkv.size(1), h = qkv.size(2) / 3;
     // [B, S, 3, heads, d] -> [3, B, heads, S, d]. The heads are copied out explicitly: matmul would
@@ -128,10 +128,10 @@ int add_attention(Model& model, const std::string& name, std::int64_t hidden, st
     }
     const bool drop = ctx.training && ctx.dropout && dropout > 0;
     torch::Tensor context;
-    if (lean) {
+    if (tempo) {
       const auto probs = torch::softmax(scores, -1);
       const auto keep = drop ? torch::rand_like(probs) >= dropout : torch::Tensor();
-      context = lean_dropout_matmul(probs, keep, drop ? 1.0 / (1.0 - dropout) : 1.0, v);
+      context = tempo_dropout_matmul(probs, keep, drop ? 1.0 / (1.0 - dropout) : 1.0, v);
     } else {
       context = torch::matmul(torch::dropout(torch::softmax(scores, -1), dropout, drop), v);
     }

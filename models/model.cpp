@@ -83,9 +83,9 @@ torch::Tensor Layer::run(const std::vector<torch::Tensor>& inputs, const RunCont
     for (auto& t : cast) {
       if (t.defined() && t.is_floating_point() && t.scalar_type() != wanted) t = t.to(wanted);
     }
-    return lean ? lean_forward(cast, context) : forward(cast, context);
+    return tempo ? tempo_forward(cast, context) : forward(cast, context);
   }
-  return lean ? lean_forward(inputs, context) : forward(inputs, context);
+  return tempo ? tempo_forward(inputs, context) : forward(inputs, context);
 }
 
 std::int64_t Batch::bytes() const {
@@ -164,16 +164,16 @@ void Model::set_variant(int layer, core::LayerVariant variant) {
     throw std::invalid_argument("set_variant: no layer " + std::to_string(layer));
   }
   Layer& l = layers_[static_cast<std::size_t>(layer)];
-  const bool lean = variant == core::LayerVariant::Tempo;
-  if (lean && !l.has_lean_variant()) {
+  const bool tempo = variant == core::LayerVariant::Tempo;
+  if (tempo && !l.has_tempo_variant()) {
     throw std::invalid_argument("layer " + l.name + " (" + l.kind + ") has no memory-lean variant");
   }
-  l.lean = lean;
+  l.tempo = tempo;
 }
 
 void Model::set_all_variants(core::LayerVariant variant) {
-  const bool lean = variant == core::LayerVariant::Tempo;
-  for (auto& layer : layers_) layer.lean = lean && layer.has_lean_variant();
+  const bool tempo = variant == core::LayerVariant::Tempo;
+  for (auto& layer : layers_) layer.tempo = tempo && layer.has_tempo_variant();
 }
 
 int Model::block_count() const {

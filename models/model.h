@@ -44,15 +44,15 @@ struct Layer {
   std::vector<int> inputs;  // earlier layer ids, model inputs (model_input_id) or kTargetInput
   int block = -1;
   LayerForward forward;
-  // Tempo's memory-lean variant of the same function (models/lean_layers.h), where there is one.
-  LayerForward lean_forward;
-  bool lean = false;  // run lean_forward instead of forward
+  // Tempo's memory-lean variant of the same function (models/tempo_layers.h), where there is one.
+  LayerForward tempo_forward;
+  bool tempo = false;  // run tempo_forward instead of forward
   std::vector<torch::Tensor> parameters;  // the layer's own
   // Set for a contrastive loss layer (zoo `clip`): how it runs, shared with the step's driver.
   std::shared_ptr<ContrastiveLossSettings> contrastive;
 
-  bool has_lean_variant() const { return static_cast<bool>(lean_forward); }
-  // The forward (or lean forward) in the context's precision.
+  bool has_tempo_variant() const { return static_cast<bool>(tempo_forward); }
+  // The forward (or Tempo forward) in the context's precision.
   torch::Tensor run(const std::vector<torch::Tensor>& inputs, const RunContext& context) const;
 };
 

@@ -91,16 +91,16 @@ void mark_checkpointable(BlockSpan& span, const core::Trace& trace, const LayerG
   }
 }
 
-// What a layer's Tempo variant changes (LayerGraph::can_be_lean, released_inputs, held_output).
+// What a layer's Tempo variant changes (LayerGraph::can_be_tempo, released_inputs, held_output).
 struct TempoVariant {
   bool eligible = false;
   std::vector<ReleasedInput> released;
   HeldOutput held;
 };
 
-// The inputs `layer`'s lean variant stops keeping that nobody else keeps, freed by their last
-// reader instead; `lean.eligible` goes false where that depends on another layer's choice.
-void release_inputs(const core::LayerProfile& layer, const core::Trace& trace, const LayerGraph& graph, TempoVariant& lean) {
+// The inputs `layer`'s Tempo variant stops keeping that nobody else keeps, freed by their last
+// reader instead; `tempo.eligible` goes false where that depends on another layer's choice.
+void release_inputs(const core::LayerProfile& layer, const core::Trace& trace, const LayerGraph& graph, TempoVariant& tempo) {
   for (std::size_t k = 0; k < layer.inputs.size(); ++k) {
     const int input = layer.inputs[k];
     if (input < 0 || !layer.saves_inputs[k] || layer.tempo->saves_inputs[k]) continue;
@@ -111,23 +111,23 @@ void release_inputs(const core::LayerProfile& layer, const core::Trace& trace, c
       for (std::size_t m = 0; m < other.inputs.size(); ++m) {
         if (other.inputs[m] != input || !other.saves_inputs[m]) continue;
         kept_by_other = true;
-        // Two lean layers keeping one tensor: the free happens only when both are lean, which the
-        // all-lean pass cannot tell apart.
-        if (other.tempo) lean.eligible = false;
+        // Two Tempo layers keeping one tensor: the free happens only when both run as Tempo layers, which the
+        // all-Tempo pass cannot tell apart.
+        if (other.tempo) tempo.eligible = false;
       }
     }
     const int freed_by = graph.last_reader(input);
     if (kept_by_other || freed_by == layer.id) continue;
-    if (trace.layers[static_cast<std::size_t>(freed_by)].block != layer.block) lean.eligible = false;
-    lean.released.push_back({input, freed_by});
+    if (trace.layers[static_cast<std::size_t>(freed_by)].block != layer.block) tempo.eligible = false;
+    tempo.released.push_back({input, freed_by});
   }
 }
 
 // `layer` has a Tempo variant (layer.tempo).
 TempoVariant tempo_variant_of(const core::LayerProfile& layer, const core::Trace& trace, const LayerGraph& graph) {
-  TempoVariant lean;
-  lean.eligible = true;
-  release_inputs(layer, trace, graph, lean);
+  TempoVariant tempo;
+  tempo.eligible = true;
+  release_inputs(layer, trace, graph, tempo);
   if (layer.tempo->keeps_output && !graph.readers(layer.id).empty()) {
     // Backward runs in reverse, so of the readers that save the output the earliest one's
     // backward is the last to let go of it.
@@ -137,12 +137,12 @@ TempoVariant tempo_variant_of(const core::LayerProfile& layer, const core::Trace
       for (std::size_t m = 0; m < other.inputs.size(); ++m) {
         if (other.inputs[m] != layer.id || !other.saves_inputs[m]) continue;
         if (first_saver < 0 || reader < first_saver) first_saver = reader;
-        if (other.tempo && !other.tempo->saves_inputs[m]) lean.eligible = false;  // who frees it depends on both
+        if (other.tempo && !other.tempo->saves_inputs[m]) tempo.eligible = false;  // who frees it depends on both
       }
     }
-    lean.held = first_saver >= 0 ? HeldOutput{first_saver, true} : HeldOutput{graph.last_reader(layer.id), false};
+    tempo.held = first_saver >= 0 ? HeldOutput{first_saver, true} : HeldOutput{graph.last_reader(layer.id), false};
   }
-  return lean;
+  return tempo;
 }
 
 }  // namespace
@@ -179,26 +179,26 @@ LayerGraph::LayerGraph(const core::Trace& trace)
   for (auto& span : blocks_) mark_checkpointable(span, trace, *this);
   for (auto& span : blocks_) span.output_gradient_released_by = output_gradient_released_by(span.last, span.first);
 
-  lean_.resize(trace.layers.size());
+  tempo_.resize(trace.layers.size());
   for (const auto& layer : trace.layers) {
     if (!layer.tempo) continue;
-    TempoVariant lean = tempo_variant_of(layer, trace, *this);
-    lean_[static_cast<std::size_t>(layer.id)] = {lean.eligible, std::move(lean.released), lean.held};
+    TempoVariant tempo = tempo_variant_of(layer, trace, *this);
+    tempo_[static_cast<std::size_t>(layer.id)] = {tempo.eligible, std::move(tempo.released), tempo.held};
   }
 }
 
-std::vector<int> LayerGraph::lean_candidates() const {
+std::vector<int> LayerGraph::tempo_candidates() const {
   std::vector<int> out;
-  for (std::size_t i = 0; i < lean_.size(); ++i) {
-    if (lean_[i].eligible) out.push_back(static_cast<int>(i));
+  for (std::size_t i = 0; i < tempo_.size(); ++i) {
+    if (tempo_[i].eligible) out.push_back(static_cast<int>(i));
   }
   return out;
 }
 
-core::StepChoice LayerGraph::all_lean() const {
+core::StepChoice LayerGraph::all_tempo() const {
   core::StepChoice out;
-  for (std::size_t i = 0; i < lean_.size(); ++i) {
-    if (lean_[i].eligible) out.set_variant(static_cast<int>(i), core::LayerVariant::Tempo);
+  for (std::size_t i = 0; i < tempo_.size(); ++i) {
+    if (tempo_[i].eligible) out.set_variant(static_cast<int>(i), core::LayerVariant::Tempo);
   }
   return out;
 }

@@ -33,7 +33,7 @@ struct ReleasedInput {
 
 // An output that a Tempo layer keeps for its own backward while the standard layer does not: the
 // layer that freed it in the standard step (the first-run saver's backward, or else the last
-// reader's forward) no longer does; the lean layer's backward does.
+// reader's forward) no longer does; the Tempo layer's backward does.
 struct HeldOutput {
   int released_by = -1;  // -1: nothing to move (nobody reads the output)
   bool in_backward = false;
@@ -54,19 +54,19 @@ class LayerGraph {
   const std::vector<BlockSpan>& blocks() const { return blocks_; }
   // The block the trace numbers `id`, or nullptr.
   const BlockSpan* block_with_id(int id) const;
-  // Tempo: whether the layer's lean variant can be chosen on its own. It can when the trace
-  // measured it and its costs do not depend on another layer's choice: no other layer with a lean
+  // Tempo: whether the layer's Tempo variant can be chosen on its own. It can when the trace
+  // measured it and its costs do not depend on another layer's choice: no other layer with a Tempo
   // variant keeps the same input, and an input it releases is freed inside the same block.
-  bool can_be_lean(int layer) const { return lean_[static_cast<std::size_t>(layer)].eligible; }
-  // Inputs the lean variant stops keeping whose free then moves to a later layer's forward (the
-  // lean layer's own measurement covers inputs it reads last).
+  bool can_be_tempo(int layer) const { return tempo_[static_cast<std::size_t>(layer)].eligible; }
+  // Inputs the Tempo variant stops keeping whose free then moves to a later layer's forward (the
+  // Tempo layer's own measurement covers inputs it reads last).
   const std::vector<ReleasedInput>& released_inputs(int layer) const {
-    return lean_[static_cast<std::size_t>(layer)].released;
+    return tempo_[static_cast<std::size_t>(layer)].released;
   }
-  const HeldOutput& held_output(int layer) const { return lean_[static_cast<std::size_t>(layer)].held; }
-  std::vector<int> lean_candidates() const;
-  // Every layer that can be lean, lean (a choice of layer variants only).
-  core::StepChoice all_lean() const;
+  const HeldOutput& held_output(int layer) const { return tempo_[static_cast<std::size_t>(layer)].held; }
+  std::vector<int> tempo_candidates() const;
+  // Every layer that can run as a Tempo layer, as one (a choice of layer variants only).
+  core::StepChoice all_tempo() const;
   // The layer whose backward, in a standard step, lets go of the gradient that arrives at `layer`'s
   // output, among layers [first, layer]: `layer` itself, unless it hands the gradient on as it is
   // (a residual add), where the gradient lives on in its input's until another reader's gradient is
@@ -101,12 +101,12 @@ class LayerGraph {
   std::vector<int> order_;
   std::vector<BlockSpan> blocks_;
   std::vector<std::pair<int, std::size_t>> block_index_;  // (id, index into blocks_), by id
-  struct Lean {
+  struct TempoLayer {
     bool eligible = false;
     std::vector<ReleasedInput> released;
     HeldOutput held;
   };
-  std::vector<Lean> lean_;
+  std::vector<TempoLayer> tempo_;
 };
 
 }  // namespace headroom::planner

@@ -39,7 +39,7 @@ std::string micro_batch_size(const WeighedStep& step) {
 std::string with_what(const WeighedStep& step) {
   std::string out;
   if (step.checkpointed_blocks > 0) out += plural(step.checkpointed_blocks, "checkpointed block");
-  if (step.lean_layers > 0) out += (out.empty() ? "" : " and ") + plural(step.lean_layers, "lean layer");
+  if (step.tempo_layers > 0) out += (out.empty() ? "" : " and ") + plural(step.tempo_layers, "Tempo layer");
   if (step.l2l) out += (out.empty() ? "" : " and ") + std::string("L2L's relay");
   return out.empty() ? "nothing applied" : out;
 }
@@ -50,7 +50,7 @@ std::string describe(const WeighedStep& step) {
   std::ostringstream out;
   out << step.micro_batches.count << " micro-batch" << (step.micro_batches.count > 1 ? "es" : "") << " of "
       << micro_batch_size(step) << ", " << plural(step.checkpointed_blocks, "checkpointed block");
-  if (step.lean_layers > 0) out << ", " << plural(step.lean_layers, "lean layer");
+  if (step.tempo_layers > 0) out << ", " << plural(step.tempo_layers, "Tempo layer");
   if (step.l2l) {
     out << ", L2L with boundaries on the " << (step.l2l->boundaries_on_host ? "host" : "device");
     if (!step.l2l->whole_model()) out << " from block " << step.l2l->from_block;
@@ -63,7 +63,7 @@ std::string binding_constraint(const ChoiceFacts& f) {
   const double chosen_rate = chosen.predicted.samples_per_second;
   const bool whole_fits = f.whole_batch.predicted.peak_bytes <= f.limit_bytes;
   const bool as_is =
-      chosen.micro_batches.count == 1 && chosen.checkpointed_blocks == 0 && chosen.lean_layers == 0 && !chosen.l2l;
+      chosen.micro_batches.count == 1 && chosen.checkpointed_blocks == 0 && chosen.tempo_layers == 0 && !chosen.l2l;
   const std::string room = core::format_bytes(f.limit_bytes) + " left after the " + core::format_bytes(f.margin_bytes) +
                            " margin";
   if (as_is) {
@@ -78,9 +78,9 @@ std::string binding_constraint(const ChoiceFacts& f) {
                       " faster than the whole batch with nothing applied (" +
                       rate(f.whole_batch.predicted.samples_per_second) + "), which also fits (" +
                       core::format_bytes(f.whole_batch.predicted.peak_bytes) + " of " + room + ")";
-    if (chosen.lean_layers > 0) {
-      why += "; the " + plural(f.lean_measured_faster, "lean layer") + " measured no slower than the standard " +
-             (f.lean_measured_faster == 1 ? "one is" : "ones are") + " always used";
+    if (chosen.tempo_layers > 0) {
+      why += "; the " + plural(f.tempo_measured_faster, "Tempo layer") + " measured no slower than the standard " +
+             (f.tempo_measured_faster == 1 ? "one is" : "ones are") + " always used";
     }
     return why;
   }
@@ -112,12 +112,12 @@ std::string binding_constraint(const ChoiceFacts& f) {
            core::format_bytes(*f.peak_without_checkpointing);
   }
   if (f.peak_without_tempo) {
-    const int for_memory = chosen.lean_layers - f.lean_measured_faster;
-    why += "; without Tempo's " + plural(chosen.lean_layers, "lean layer") + " (of " +
-           std::to_string(f.lean_candidates) + " that have one) they need " +
+    const int for_memory = chosen.tempo_layers - f.tempo_measured_faster;
+    why += "; without the " + plural(chosen.tempo_layers, "Tempo layer") + " (of " +
+           std::to_string(f.tempo_candidates) + " layers with a Tempo variant) they need " +
            core::format_bytes(*f.peak_without_tempo);
-    if (f.lean_measured_faster > 0) {
-      why += " (" + std::to_string(f.lean_measured_faster) + " of them measured no slower, used for speed; " +
+    if (f.tempo_measured_faster > 0) {
+      why += " (" + std::to_string(f.tempo_measured_faster) + " of them measured no slower, used for speed; " +
              std::to_string(for_memory) + " for memory)";
     }
   }

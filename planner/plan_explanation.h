@@ -24,12 +24,12 @@ struct MicroBatchSizes {
 struct WeighedStep {
   MicroBatchSizes micro_batches;
   int checkpointed_blocks = 0;
-  int lean_layers = 0;
+  int tempo_layers = 0;
   core::PlanPrediction predicted;
   std::optional<core::RelayChoice> l2l;  // run as L2L's relay
 };
 
-// "2 micro-batches of 16, 1 checkpointed block, 3 lean layers" ("..., L2L with boundaries on the host")
+// "2 micro-batches of 16, 1 checkpointed block, 3 Tempo layers" ("..., L2L with boundaries on the host")
 std::string describe(const WeighedStep& step);
 
 struct ChoiceFacts {
@@ -40,13 +40,13 @@ struct ChoiceFacts {
   WeighedStep whole_batch;
   // The fastest way to fit with the fewest micro-batches (the largest micro-batch that fits).
   WeighedStep largest_fitting;
-  // The chosen micro-batches' peak without checkpointing (its lean layers kept): set when it
+  // The chosen micro-batches' peak without checkpointing (its Tempo layers kept): set when it
   // checkpoints.
   std::optional<std::int64_t> peak_without_checkpointing;
-  // The chosen micro-batches' peak without lean layers (its checkpointing kept): set when it has some.
+  // The chosen micro-batches' peak without Tempo layers (its checkpointing kept): set when it has some.
   std::optional<std::int64_t> peak_without_tempo;
-  int lean_candidates = 0;        // layers of the trace with a lean variant
-  int lean_measured_faster = 0;   // of the chosen lean layers, those measured no slower than standard
+  int tempo_candidates = 0;        // layers of the trace with a Tempo variant
+  int tempo_measured_faster = 0;   // of the chosen Tempo layers, those measured no slower than standard
 };
 
 // Whether memory or speed decided the plan, naming the alternative it beat and by how much:

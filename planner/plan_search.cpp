@@ -294,13 +294,13 @@ struct Candidate {
     return out;
   }
   int checkpointed_count() const { return static_cast<int>(choice.checkpointed_blocks.size()); }
-  int lean_count() const { return choice.lean_count(); }
+  int tempo_count() const { return choice.tempo_count(); }
   double samples_per_second(std::int64_t global_batch) const {
     return static_cast<double>(global_batch) * 1e9 / static_cast<double>(prediction.step_ns);
   }
 };
 
-// Tempo's layers in the order to make them lean: least extra time per byte saved first (the
+// Tempo's layers in the order to turn them on: least extra time per byte saved first (the
 // greedy order for a knapsack of independent choices); those measured no slower than the standard
 // layer come first, as `free` of them. A layer that saves nothing at this size is left out.
 struct TempoOrder {
@@ -316,12 +316,12 @@ TempoOrder tempo_order(const LayerGraph& graph, BatchCostsCache& cache, std::int
     std::int64_t extra_ns;
   };
   std::vector<Entry> entries;
-  for (const int i : graph.lean_candidates()) {
+  for (const int i : graph.tempo_candidates()) {
     const auto& standard = c.layers[static_cast<std::size_t>(i)];
-    const auto& lean = c.lean[static_cast<std::size_t>(i)];
-    const std::int64_t saved = lean_saved_bytes(c, graph, i);
+    const auto& tempo = c.tempo[static_cast<std::size_t>(i)];
+    const std::int64_t saved = tempo_saved_bytes(c, graph, i);
     if (saved <= 0) continue;
-    entries.push_back({i, saved, lean.fwd_ns + lean.bwd_ns - standard.fwd_ns - standard.bwd_ns});
+    entries.push_back({i, saved, tempo.fwd_ns + tempo.bwd_ns - standard.fwd_ns - standard.bwd_ns});
   }
   std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     // a.extra/a.saved < b.extra/b.saved without division (saved > 0).
@@ -336,8 +336,8 @@ TempoOrder tempo_order(const LayerGraph& graph, BatchCostsCache& cache, std::int
   return order;
 }
 
-// `choice` with the first `count` layers of `order` lean and every other layer standard.
-core::StepChoice with_lean_prefix(core::StepChoice choice, const std::vector<int>& order, std::size_t count) {
+// `choice` with the first `count` layers of `order` as Tempo layers and every other layer standard.
+core::StepChoice with_tempo_prefix(core::StepChoice choice, const std::vector<int>& order, std::size_t count) {
   for (auto& layer : choice.layers) layer.variant = core::LayerVariant::Standard;
   for (std::size_t k = 0; k < count && k < order.size(); ++k) choice.set_variant(order[k], core::LayerVariant::Tempo);
   return choice;
@@ -352,7 +352,7 @@ std::vector<int> block_ids(const LayerGraph& graph, const std::vector<bool>& fla
   return ids;
 }
 
-// The fastest checkpointing for these micro-batches and lean layers under `limit`, or nothing.
+// The fastest checkpointing for these micro-batches and Tempo layers under `limit`, or nothing.
 std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
                                            const core::StepChoice& start, const StepBatches& batches, std::int64_t limit) {
   if (graph.blocks().empty()) return std::nullopt;
@@ -407,27 +407,27 @@ std::optional<Candidate> fit_l2l(const core::CostModel& costs, const LayerGraph&
   return std::nullopt;
 }
 
-// The fewest of `order`'s first layers lean (but at least its free ones) that still fit `c`'s
+// The fewest of `order`'s first layers as Tempo layers (but at least its free ones) that still fit `c`'s
 // checkpointing under `limit` (c fits with all of them). Past the free ones, fewer cost less time.
-void trim_lean(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, const TempoOrder& order,
+void trim_tempo(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache, const TempoOrder& order,
                std::int64_t limit, Candidate& c) {
   std::size_t lo = order.free, hi = order.layers.size();
   while (lo < hi) {
     const std::size_t mid = lo + (hi - lo) / 2;
-    const auto p = predict_step(costs, graph, effective_variants(graph, with_lean_prefix(c.choice, order.layers, mid)), c.batches, &cache);
+    const auto p = predict_step(costs, graph, effective_variants(graph, with_tempo_prefix(c.choice, order.layers, mid)), c.batches, &cache);
     if (p.peak_bytes <= limit) {
       hi = mid;
     } else {
       lo = mid + 1;
     }
   }
-  c.choice = effective_variants(graph, with_lean_prefix(std::move(c.choice), order.layers, hi));
+  c.choice = effective_variants(graph, with_tempo_prefix(std::move(c.choice), order.layers, hi));
   c.prediction = predict_step(costs, graph, c.choice, c.batches, &cache);
 }
 
 // The fastest way to fit these micro-batches under `limit` with the allowed strategies, or
-// nothing: as they are; with Tempo's lean layers (those measured no slower always, the others as
-// needed); with checkpointing, of the standard layers or of the lean ones (a checkpointed block
+// nothing: as they are; with Tempo layers (those measured no slower always, the others as
+// needed); with checkpointing, of the standard layers or of the Tempo ones (a checkpointed block
 // recomputes standard layers).
 std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
                              const StepBatches& micro, std::int64_t limit, const SearchSpace& space) {
@@ -457,11 +457,11 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
   };
   if (plain_fits) consider(plain);
   const TempoOrder order = space.tempo ? tempo_order(graph, cache, plain.largest_micro_batch()) : TempoOrder{};
-  const auto all_lean = with_lean_prefix(plain.choice, order.layers, order.layers.size());
+  const auto all_tempo = with_tempo_prefix(plain.choice, order.layers, order.layers.size());
   if (!order.layers.empty()) {
-    Candidate c{all_lean, plain.batches, predict_step(costs, graph, all_lean, plain.batches, &cache)};
+    Candidate c{all_tempo, plain.batches, predict_step(costs, graph, all_tempo, plain.batches, &cache)};
     if (c.prediction.peak_bytes <= limit) {
-      trim_lean(costs, graph, cache, order, limit, c);
+      trim_tempo(costs, graph, cache, order, limit, c);
       consider(std::move(c));
     }
   }
@@ -469,8 +469,8 @@ std::optional<Candidate> fit(const core::CostModel& costs, const LayerGraph& gra
   if (space.checkpointing && !plain_fits) {
     if (auto c = fit_checkpointing(costs, graph, cache, plain.choice, plain.batches, limit)) consider(std::move(*c));
     if (!order.layers.empty()) {
-      if (auto c = fit_checkpointing(costs, graph, cache, all_lean, plain.batches, limit)) {
-        trim_lean(costs, graph, cache, order, limit, *c);
+      if (auto c = fit_checkpointing(costs, graph, cache, all_tempo, plain.batches, limit)) {
+        trim_tempo(costs, graph, cache, order, limit, *c);
         consider(std::move(*c));
       }
     }
@@ -491,7 +491,7 @@ MicroBatchSizes sizes_of(const StepBatches& batches) {
 }
 
 WeighedStep weighed(const Candidate& c, std::int64_t global_batch) {
-  return {sizes_of(c.batches), c.checkpointed_count(), c.lean_count(), predicted(c, global_batch), c.choice.l2l};
+  return {sizes_of(c.batches), c.checkpointed_count(), c.tempo_count(), predicted(c, global_batch), c.choice.l2l};
 }
 
 }  // namespace
@@ -518,7 +518,7 @@ WeighedSplit weigh_split(const core::CostModel& costs, const LayerGraph& graph, 
   const StepBatches micro = even_split(global_batch, count);
   if (!known_not_to_fit) {
     if (auto c = fit(costs, graph, cache, micro, space.limit, space)) {
-      return {{size, count, true, c->checkpointed_count(), c->lean_count(), predicted(*c, global_batch)}, std::move(c)};
+      return {{size, count, true, c->checkpointed_count(), c->tempo_count(), predicted(*c, global_batch)}, std::move(c)};
     }
   }
   Candidate plain;
@@ -588,7 +588,7 @@ class BoundedWeighing {
         space_(space),
         rate_of_(rate_of),
         chains_(space.checkpointing && !graph.blocks().empty()),
-        candidates_(graph.lean_candidates()),
+        candidates_(graph.tempo_candidates()),
         rounding_(level_rounding_bytes(graph)) {}
 
   Weighing run() {
@@ -605,14 +605,14 @@ class BoundedWeighing {
 
  private:
   // What one size brings to the bounds of the ranges it ends, made once: its batch costs, and its
-  // walks with standard layers and with the layers fit() makes lean at that size (tempo_order's).
+  // walks with standard layers and with the layers fit() makes Tempo layers at that size (tempo_order's).
   struct SizePoint {
     BatchCosts costs;
     bool walked = false;
     ChainWalks standard;
-    std::vector<std::int64_t> saved;  // by lean candidate: the bytes it saves lean
-    std::vector<int> lean;            // those that save some
-    ChainWalks lean_walks;            // when `lean` is not empty
+    std::vector<std::int64_t> saved;  // by Tempo candidate: the bytes it saves as one
+    std::vector<int> tempo;           // those that save some
+    ChainWalks tempo_walks;           // when `tempo` is not empty
     // At most the least peak of any way fit() may run a split of this size (for an estimate).
     std::int64_t least_peak = 0;
   };
@@ -697,15 +697,15 @@ const BoundedWeighing::SizePoint& BoundedWeighing::point(std::int64_t size, bool
     at.standard = chain_walks(costs_, graph_, at.costs, space_.base, chains_);
     if (space_.tempo) {
       for (const int i : candidates_) {
-        at.saved.push_back(lean_saved_bytes(at.costs, graph_, i));
-        if (at.saved.back() > 0) at.lean.push_back(i);
+        at.saved.push_back(tempo_saved_bytes(at.costs, graph_, i));
+        if (at.saved.back() > 0) at.tempo.push_back(i);
       }
-      if (!at.lean.empty()) {
-        at.lean_walks = chain_walks(costs_, graph_, at.costs, with_lean_prefix(space_.base, at.lean, at.lean.size()), chains_);
+      if (!at.tempo.empty()) {
+        at.tempo_walks = chain_walks(costs_, graph_, at.costs, with_tempo_prefix(space_.base, at.tempo, at.tempo.size()), chains_);
       }
     }
     at.least_peak = least_peak_of(at.standard);
-    if (!at.lean.empty()) at.least_peak = std::min(at.least_peak, least_peak_of(at.lean_walks));
+    if (!at.tempo.empty()) at.least_peak = std::min(at.least_peak, least_peak_of(at.tempo_walks));
   }
   return at;
 }
@@ -739,25 +739,25 @@ BoundedWeighing::RangeBound BoundedWeighing::bound(SizeRange r, bool timed) {
   return b;
 }
 
-// fit() keeps a split as it is (with Tempo's lean layers or not) where its walk fits, and
+// fit() keeps a split as it is (with Tempo layers or not) where its walk fits, and
 // otherwise checkpoints it as solve_checkpoint_dp answers for its chain (of standard layers, and
-// of every lean layer): what no choice of its chain fits, it cannot.
+// of every Tempo layer): what no choice of its chain fits, it cannot.
 BoundedWeighing::FitAtEnds BoundedWeighing::fit_at_ends(const SizePoint& lo, const SizePoint& hi, bool one,
                                                         const TimeBound& time) const {
   FitAtEnds ends;
   weigh_walks(ends, lo.standard, hi.standard, one, time);
   if (space_.tempo) {
-    // The layers lean at the range's ends are those throughout where each saves clearly more
+    // The Tempo layers at the range's ends are those throughout where each saves clearly more
     // than 0 at both, or clearly not: saved bytes are a sum of a few rounded counts.
-    bool known = lo.lean == hi.lean;
+    bool known = lo.tempo == hi.tempo;
     for (std::size_t c = 0; c < lo.saved.size() && known && !one; ++c) {
       const auto margin = 3 + static_cast<std::int64_t>(graph_.released_inputs(candidates_[c]).size());
       known = (lo.saved[c] > margin && hi.saved[c] > margin) || (lo.saved[c] <= -margin && hi.saved[c] <= -margin);
     }
     if (!known) {
       ends.as_it_is = true;
-    } else if (!lo.lean.empty()) {
-      weigh_walks(ends, lo.lean_walks, hi.lean_walks, one, time);
+    } else if (!lo.tempo.empty()) {
+      weigh_walks(ends, lo.tempo_walks, hi.tempo_walks, one, time);
     }
   }
   return ends;
@@ -894,7 +894,7 @@ Weighing weigh_bounded(const core::CostModel& costs, const LayerGraph& graph, Ba
   return BoundedWeighing(costs, graph, cache, global_batch, space, rate_of).run();
 }
 
-// The least peak at one split without checkpointing: as it is, with every lean layer, and (for a
+// The least peak at one split without checkpointing: as it is, with every Tempo layer, and (for a
 // contrastive model) with each loss option.
 std::int64_t least_unchecked_peak(const core::CostModel& costs, const LayerGraph& graph, BatchCostsCache& cache,
                                   const StepBatches& micro, const SearchSpace& space) {
@@ -907,7 +907,7 @@ std::int64_t least_unchecked_peak(const core::CostModel& costs, const LayerGraph
     plain.loss_tiles = tiles;
     least = std::min(least, predict_step(costs, graph, plain, micro, &cache).peak_bytes);
     if (space.tempo) {
-      least = std::min(least, predict_step(costs, graph, with_lean_prefix(plain, order, order.size()), micro, &cache).peak_bytes);
+      least = std::min(least, predict_step(costs, graph, with_tempo_prefix(plain, order, order.size()), micro, &cache).peak_bytes);
     }
   }
   return least;
@@ -980,11 +980,11 @@ ChoiceFacts choice_facts(const core::CostModel& costs, const LayerGraph& graph, 
     without.checkpointed_blocks.clear();
     facts.peak_without_checkpointing = predict_step(costs, graph, without, best.batches, &cache).peak_bytes;
   }
-  if (best.lean_count() > 0) {
-    facts.peak_without_tempo = predict_step(costs, graph, with_lean_prefix(best.choice, {}, 0), best.batches, &cache).peak_bytes;
-    facts.lean_candidates = static_cast<int>(graph.lean_candidates().size());
+  if (best.tempo_count() > 0) {
+    facts.peak_without_tempo = predict_step(costs, graph, with_tempo_prefix(best.choice, {}, 0), best.batches, &cache).peak_bytes;
+    facts.tempo_candidates = static_cast<int>(graph.tempo_candidates().size());
     const TempoOrder order = tempo_order(graph, cache, best.largest_micro_batch());
-    for (std::size_t k = 0; k < order.free; ++k) facts.lean_measured_faster += best.choice.lean(order.layers[k]);
+    for (std::size_t k = 0; k < order.free; ++k) facts.tempo_measured_faster += best.choice.is_tempo(order.layers[k]);
   }
   return facts;
 }

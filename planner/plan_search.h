@@ -25,7 +25,7 @@ struct PlanRequest {
   std::int64_t budget_bytes = 0;
   std::int64_t global_batch = 0;
   double margin_fraction = 0.05;  // the plan's peak stays at or below budget * (1 - margin)
-  // Tempo is used only where the trace measured lean variants (see PlanOutcome and the plan's warnings).
+  // Tempo is used only where the trace measured Tempo variants (see PlanOutcome and the plan's warnings).
   std::set<Strategy> strategies{Strategy::MicroBatching, Strategy::Checkpointing};
   std::string trace_path;    // recorded in the plan
   std::string trace_sha256;  // recorded in the plan
@@ -55,7 +55,7 @@ struct SplitOutcome {
   std::int64_t count = 0;
   bool fits = false;
   int checkpointed_blocks = 0;
-  int lean_layers = 0;
+  int tempo_layers = 0;
   core::PlanPrediction predicted;
 };
 

@@ -12,7 +12,7 @@ namespace headroom::planner {
 struct SearchSpace {
   bool micro_batching = false;
   bool checkpointing = false;
-  bool tempo = false;  // asked for, and the trace has lean layers
+  bool tempo = false;  // asked for, and the trace has Tempo layers
   std::int64_t limit = 0;
   // What every choice starts from: data parallel's workers, link and buckets, and its ring loss.
   core::StepChoice base;

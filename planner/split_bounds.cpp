@@ -57,7 +57,7 @@ bool bytes_unbent(const core::CostModel& costs, const BatchCosts& lo, const Batc
   const std::int64_t in_lo = costs.input_bytes(lo.batch), in_hi = costs.input_bytes(hi.batch);
   if (!unbent_at_zero(in_lo, in_hi) || !within_limits(in_lo) || !within_limits(in_hi)) return false;
   for (std::size_t i = 0; i < lo.layers.size(); ++i) {
-    if (!unbent(lo.layers[i], hi.layers[i]) || !unbent(lo.lean[i], hi.lean[i])) return false;
+    if (!unbent(lo.layers[i], hi.layers[i]) || !unbent(lo.tempo[i], hi.tempo[i])) return false;
   }
   return true;
 }
@@ -65,12 +65,12 @@ bool bytes_unbent(const core::CostModel& costs, const BatchCosts& lo, const Batc
 std::int64_t level_rounding_bytes(const LayerGraph& graph) {
   // An op's bytes (step_sequence.cpp's append_layer_ops) add at most a few of its layer's
   // counts, the outputs a checkpointed block still holds (at most a block's layers), and what
-  // lean layers move onto it; a layer has at most three ops in a walk (forward, recompute,
+  // Tempo layers move onto it; a layer has at most three ops in a walk (forward, recompute,
   // backward). Each count is within half a byte of its affine value at every size, so a sum of c
   // counts is within c/2 of an affine function, and at any size at least its least value at the
   // ends less c. A level of the checkpointed walk comes from both walks: twice that.
   std::vector<std::int64_t> moved(graph.size(), 0);
-  for (const int i : graph.lean_candidates()) {
+  for (const int i : graph.tempo_candidates()) {
     for (const auto& released : graph.released_inputs(i)) ++moved[static_cast<std::size_t>(released.freed_by)];
     if (const int by = graph.held_output(i).released_by; by >= 0) ++moved[static_cast<std::size_t>(by)];
   }
@@ -106,10 +106,10 @@ TimeBound time_bound(const core::CostModel& costs, const LayerGraph& graph, cons
   for (const BatchCosts* at : {&lo, &hi}) {
     double fastest = 0;
     for (std::size_t i = 0; i < at->layers.size(); ++i) {
-      for (const core::LayerCost* c : {&at->layers[i], &at->lean[i]}) {
+      for (const core::LayerCost* c : {&at->layers[i], &at->tempo[i]}) {
         if (capped(c->fwd_ns) || capped(c->bwd_ns)) return bound;
       }
-      fastest += static_cast<double>(std::min(at->layers[i].fwd_ns + at->layers[i].bwd_ns, at->lean[i].fwd_ns + at->lean[i].bwd_ns));
+      fastest += static_cast<double>(std::min(at->layers[i].fwd_ns + at->layers[i].bwd_ns, at->tempo[i].fwd_ns + at->tempo[i].bwd_ns));
     }
     // Each time is within half a ns of its affine value: a layer's two within one.
     per_sample = std::min(per_sample, (fastest - layer_count) / static_cast<double>(at->batch));
@@ -127,7 +127,7 @@ TimeBound time_bound(const core::CostModel& costs, const LayerGraph& graph, cons
       std::int64_t sum = 0;
       for (int i = span.first; i <= span.last; ++i) {
         const auto k = static_cast<std::size_t>(i);
-        sum += std::min(at->layers[k].fwd_ns, at->lean[k].fwd_ns);
+        sum += std::min(at->layers[k].fwd_ns, at->tempo[k].fwd_ns);
       }
       forward = std::min(forward, static_cast<double>(sum) - n / 2);
     }

@@ -59,11 +59,11 @@ BatchCosts batch_costs(const core::CostModel& costs, std::int64_t batch) {
   out.checkpoint_state_bytes = costs.checkpoint_state_bytes();
   out.buffer_copy_bytes = costs.trace().model_extra_bytes;
   out.layers.reserve(costs.layer_count());
-  out.lean.reserve(costs.layer_count());
+  out.tempo.reserve(costs.layer_count());
   for (std::size_t i = 0; i < costs.layer_count(); ++i) {
     out.layers.push_back(costs.layer(i, batch));
-    // Only layers with a lean profile are evaluated twice.
-    out.lean.push_back(costs.has_lean_variant(i) ? costs.lean_layer(i, batch) : out.layers.back());
+    // Only layers with a Tempo profile are evaluated twice.
+    out.tempo.push_back(costs.has_tempo_variant(i) ? costs.tempo_layer(i, batch) : out.layers.back());
   }
   if (costs.has_checkpointed_layers()) {
     for (std::size_t i = 0; i < costs.layer_count(); ++i) out.checkpointed.push_back(costs.checkpointed_layer(i, batch));
@@ -81,9 +81,9 @@ const BatchCosts& BatchCostsCache::at(std::int64_t batch) {
   return recent_.back();
 }
 
-std::int64_t lean_saved_bytes(const BatchCosts& costs, const LayerGraph& graph, int layer) {
+std::int64_t tempo_saved_bytes(const BatchCosts& costs, const LayerGraph& graph, int layer) {
   const auto i = static_cast<std::size_t>(layer);
-  std::int64_t saved = costs.layers[i].fwd_retained_bytes - costs.lean[i].fwd_retained_bytes;
+  std::int64_t saved = costs.layers[i].fwd_retained_bytes - costs.tempo[i].fwd_retained_bytes;
   for (const auto& released : graph.released_inputs(layer)) {
     saved += costs.layers[static_cast<std::size_t>(released.producer)].output_bytes;
   }
@@ -100,13 +100,13 @@ using core::LayerVariant;
 bool variant_applies(const LayerGraph& graph, int layer, LayerVariant variant) {
   switch (variant) {
     case LayerVariant::Standard: return true;
-    case LayerVariant::Tempo: return graph.can_be_lean(layer);
+    case LayerVariant::Tempo: return graph.can_be_tempo(layer);
   }
   return false;
 }
 
-// Each layer's variant as it runs: the chosen one where it applies, else the standard one. A lean
-// layer inside a checkpointed block runs lean in the block's recompute too (the executor runs the
+// Each layer's variant as it runs: the chosen one where it applies, else the standard one. A Tempo
+// layer inside a checkpointed block runs as one in the block's recompute too (the executor runs the
 // plan's variants wherever they are).
 std::vector<LayerVariant> running_variant_of(const LayerGraph& graph, const core::StepChoice& choice) {
   std::vector<LayerVariant> out(graph.size(), LayerVariant::Standard);
@@ -117,7 +117,7 @@ std::vector<LayerVariant> running_variant_of(const LayerGraph& graph, const core
   return out;
 }
 
-// Layer i's costs when it runs `variant`, and what that moves to other layers. A lean layer runs at
+// Layer i's costs when it runs `variant`, and what that moves to other layers. A Tempo layer runs at
 // its Tempo cost, and an input it no longer keeps is freed by its last reader's forward (measured
 // there as a smaller net change). `span` is i's block where that block is checkpointed.
 void apply_variant(const BatchCosts& costs, const LayerGraph& graph, std::size_t i, LayerVariant variant,
@@ -125,7 +125,7 @@ void apply_variant(const BatchCosts& costs, const LayerGraph& graph, std::size_t
   switch (variant) {
     case LayerVariant::Standard: return;
     case LayerVariant::Tempo: {
-      adjusted[i] = costs.lean[i];
+      adjusted[i] = costs.tempo[i];
       for (const auto& released : graph.released_inputs(static_cast<int>(i))) {
         adjusted[static_cast<std::size_t>(released.freed_by)].fwd_retained_bytes -=
             costs.layers[static_cast<std::size_t>(released.producer)].output_bytes;
@@ -133,9 +133,9 @@ void apply_variant(const BatchCosts& costs, const LayerGraph& graph, std::size_t
       const HeldOutput& held = graph.held_output(static_cast<int>(i));
       if (held.released_by >= 0 && span != nullptr && static_cast<int>(i) == span->last) {
         // A checkpointed block's output: the later layers read the one its forward without grad
-        // made, which goes as with the standard layer; the output its recompute makes and the lean
+        // made, which goes as with the standard layer; the output its recompute makes and the Tempo
         // layer keeps is held by the checkpoint until the block's backward ends, not freed by the
-        // lean layer's backward.
+        // Tempo layer's backward.
         adjusted[i].bwd_retained_bytes += costs.layers[i].output_bytes;
       } else if (held.released_by >= 0) {
         auto& releaser = adjusted[static_cast<std::size_t>(held.released_by)];
@@ -209,7 +209,7 @@ class LayerOpsBuilder {
     return by_layer.empty() ? std::int64_t{0} : by_layer[i];
   }
 
-  // A block input nobody keeps for backward (no reader saves it, or the lean layers that would have
+  // A block input nobody keeps for backward (no reader saves it, or the Tempo layers that would have
   // released it) is freed by its last reader in a normal forward; a checkpoint holds it until the
   // block's backward is done instead.
   std::int64_t unsaved_input_bytes(const BlockSpan& span) const {

@@ -38,7 +38,7 @@ struct BatchCosts {
   std::int64_t batch = 0;
   double scale = 1;
   std::vector<core::LayerCost> layers;
-  std::vector<core::LayerCost> lean;  // Tempo's variants (the standard cost where a layer has none)
+  std::vector<core::LayerCost> tempo;  // Tempo's variants (the standard cost where a layer has none)
   std::int64_t checkpoint_state_bytes = 0;  // the trace's, per checkpointed block
   std::int64_t buffer_copy_bytes = 0;       // what a recompute on copies of a module's buffers may hold
   // Per layer, where the trace measured it as a checkpointed block of its own; empty where no layer has it.
@@ -64,18 +64,18 @@ class BatchCostsCache {
 // The layer ops of layers [first, last] of one micro-batch at `costs`' size, run as `choice` says
 // (its checkpointed blocks and layer variants; its micro-batches are not read): their forward
 // part, then their backward part, in the order a whole micro-batch would run them. A variant counts
-// wherever it applies: a lean layer in a checkpointed block runs lean in the block's recompute too.
+// wherever it applies: a Tempo layer in a checkpointed block runs as one in the block's recompute too.
 // Layer times are scaled so one micro-batch takes the trace's plain step time.
 std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph, const core::StepChoice& choice,
                                 int first, int last);
 
-// Bytes a layer's lean variant stops keeping from its forward to its backward: its own smaller net
+// Bytes a layer's Tempo variant stops keeping from its forward to its backward: its own smaller net
 // change plus the inputs it releases to their last reader.
-std::int64_t lean_saved_bytes(const BatchCosts& costs, const LayerGraph& graph, int layer);
+std::int64_t tempo_saved_bytes(const BatchCosts& costs, const LayerGraph& graph, int layer);
 
 // The choice as the plan search makes them: Tempo on eligible layers outside checkpointed blocks,
 // standard elsewhere (the search weighs a block's checkpointing against the standard layers it
-// recomputes; a hand-made plan may keep lean layers there, and they are predicted as they run).
+// recomputes; a hand-made plan may keep Tempo layers there, and they are predicted as they run).
 core::StepChoice effective_variants(const LayerGraph& graph, core::StepChoice choice);
 
 // A plan's form of a working choice: one entry per trace layer with its name and whether its

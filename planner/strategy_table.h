@@ -12,7 +12,7 @@
 namespace headroom::planner {
 
 using core::has_contrastive_loss;
-using core::has_lean_pass;
+using core::has_tempo_pass;
 using core::kStrategies;
 using core::relay_can_run;
 using core::Strategy;

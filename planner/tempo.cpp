@@ -14,25 +14,25 @@ namespace {
 class Tempo final : public Technique {
  public:
   std::optional<Strategy> strategy() const override { return Strategy::Tempo; }
-  bool used_by(const core::StepChoice& choice) const override { return choice.lean_count() > 0; }
+  bool used_by(const core::StepChoice& choice) const override { return choice.tempo_count() > 0; }
   void open(SearchSpace& space, const core::Trace&, const LayerGraph& graph, const PlanRequest& request) const override {
-    space.tempo = request.strategies.contains(Strategy::Tempo) && !graph.lean_candidates().empty();
+    space.tempo = request.strategies.contains(Strategy::Tempo) && !graph.tempo_candidates().empty();
   }
   void summarize(const core::StepChoice& choice, std::vector<SummaryLine>& lines) const override {
-    std::vector<std::string> lean;
+    std::vector<std::string> tempo;
     for (const auto& layer : choice.layers) {
-      if (layer.variant == core::LayerVariant::Tempo) lean.push_back(layer.name);
+      if (layer.variant == core::LayerVariant::Tempo) tempo.push_back(layer.name);
     }
-    std::string text = lean.empty() ? "none" : std::to_string(lean.size()) + (lean.size() > 1 ? " layers:" : " layer:");
-    for (std::size_t i = 0; i < lean.size() && i < 4; ++i) text += (i ? ", " : " ") + lean[i];
-    if (lean.size() > 4) text += " and " + std::to_string(lean.size() - 4) + " more";
-    lines.push_back({"tempo (lean)", text});
+    std::string text = tempo.empty() ? "none" : std::to_string(tempo.size()) + (tempo.size() > 1 ? " layers:" : " layer:");
+    for (std::size_t i = 0; i < tempo.size() && i < 4; ++i) text += (i ? ", " : " ") + tempo[i];
+    if (tempo.size() > 4) text += " and " + std::to_string(tempo.size() - 4) + " more";
+    lines.push_back({"tempo", text});
   }
   void check(const CheckedChoice& c) const override {
     for (const auto& layer : c.choice.layers) {
-      if (layer.variant == core::LayerVariant::Tempo && !c.graph.can_be_lean(layer.id)) {
+      if (layer.variant == core::LayerVariant::Tempo && !c.graph.can_be_tempo(layer.id)) {
         throw core::InputError(c.source + ": $.layers[" + std::to_string(layer.id) + "].variant: layer " + layer.name +
-                               " has no lean variant the trace measured");
+                               " has no Tempo variant the trace measured");
       }
     }
   }

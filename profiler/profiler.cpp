@@ -942,7 +942,7 @@ class ProfileRun {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::size_t layer_count_ = 0;
   core::Trace trace_;
-  std::vector<std::size_t> tempo_layers_;  // Tempo's lean layers, measured in a second pass
+  std::vector<std::size_t> tempo_layers_;  // Tempo layers, measured in a second pass
   std::vector<std::size_t> opaque_;       // measured in the checkpointed pass (opaque_blocks)
   Progress progress_;
   int per_size_steps_ = 0;  // progress steps a size takes
@@ -1018,13 +1018,13 @@ void ProfileRun::describe_model() {
   }
 }
 
-// Which passes each size gets (Tempo's where the model has lean layers, the checkpointed one where
+// Which passes each size gets (Tempo's where the model has Tempo layers, the checkpointed one where
 // it has opaque blocks), and so how many progress steps the whole profile takes.
 void ProfileRun::count_passes() {
   for (std::size_t i = 0; i < layer_count_; ++i) {
-    // Tempo's lean layers are headroom's own autograd functions, measured where they run (core/precision.h).
-    if (options_.tempo && core::lean_layers_run_in(options_.precision, options_.device == "cuda") &&
-        model_.layers()[i].has_lean_variant()) {
+    // Tempo layers are headroom's own autograd functions, measured where they run (core/precision.h).
+    if (options_.tempo && core::tempo_layers_run_in(options_.precision, options_.device == "cuda") &&
+        model_.layers()[i].has_tempo_variant()) {
       tempo_layers_.push_back(i);
     }
   }
@@ -1130,7 +1130,7 @@ void ProfileRun::within_host_memory(const std::function<void()>& work) {
   }
 }
 
-// Which inputs (and outputs) each layer's autograd graph saves, and its lean variant's.
+// Which inputs (and outputs) each layer's autograd graph saves, and its Tempo variant's.
 void ProfileRun::detect_saves() {
   const models::Batch first_batch = on_device_(model_.make_batch(options_.batch_sizes.front(), options_.seed));
   const auto saves = detect_saved_tensors(model_, first_batch);
@@ -1142,7 +1142,7 @@ void ProfileRun::detect_saves() {
   const auto tempo_saves = detect_saved_tensors(model_, first_batch);
   model_.set_all_variants(core::LayerVariant::Standard);
   for (const std::size_t i : tempo_layers_) {
-    trace_.layers[i].tempo = core::LeanProfile{tempo_saves.inputs[i], tempo_saves.output[i] && !saves.output[i], {}};
+    trace_.layers[i].tempo = core::TempoProfile{tempo_saves.inputs[i], tempo_saves.output[i] && !saves.output[i], {}};
   }
   report("tempo inputs", options_.batch_sizes.front());
 }

@@ -22,7 +22,7 @@
 namespace headroom::profiler {
 
 struct Progress {
-  std::string phase;  // "inputs", "warmup", "plain", "profile"; "tempo ..." for the lean pass
+  std::string phase;  // "inputs", "warmup", "plain", "profile"; "tempo ..." for the Tempo pass
   std::int64_t batch = 0;
   // Once, with the first report of a size profiled beyond those asked for: why.
   std::string note;
@@ -57,8 +57,8 @@ struct ProfileOptions {
   bool calibrate = true;
   // Past this a thread pool is only cost: no CPU headroom runs on has as many cores.
   static constexpr int kMaxThreads = 256;
-  // Measure Tempo's lean variants too, where the model has any: a second pass at every batch size
-  // with every lean variant on (Model::set_all_variants).
+  // Measure the Tempo variants too, where the model has any: a second pass at every batch size
+  // with every Tempo variant on (Model::set_all_variants).
   bool tempo = true;
   // Where a layer's scratch memory may step between two profiled sizes by more than half a percent
   // of the step's peak (core/transient_jumps.h), a plan there is predicted up to that step over what

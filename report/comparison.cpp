@@ -93,8 +93,8 @@ LayerFigures figures(const core::LayerProfile& layer, const std::vector<std::int
 std::string describe_choice(const core::StepChoice& choice) {
   const auto& micro = choice.micro_batches;
   char text[160];
-  std::snprintf(text, sizeof text, "%zu x %lld%s, %zu ckpt, %d lean", micro.size(), static_cast<long long>(micro.front()),
-                micro.back() != micro.front() ? " (uneven)" : "", choice.checkpointed_blocks.size(), choice.lean_count());
+  std::snprintf(text, sizeof text, "%zu x %lld%s, %zu ckpt, %d tempo", micro.size(), static_cast<long long>(micro.front()),
+                micro.back() != micro.front() ? " (uneven)" : "", choice.checkpointed_blocks.size(), choice.tempo_count());
   // "all" relays where nothing else fits: the plan is then a different kind of step.
   return std::string(text) + (choice.l2l ? ", l2l" : "");
 }
@@ -347,7 +347,7 @@ std::string join_names(const std::vector<std::string>& names) {
   return s.empty() ? "none" : s;
 }
 
-std::string lean_layers(const core::StepChoice& choice) {
+std::string tempo_layers(const core::StepChoice& choice) {
   std::vector<std::string> names;
   for (const auto& layer : choice.layers) {
     if (layer.variant != core::LayerVariant::Standard) names.push_back(layer.name);
@@ -393,7 +393,7 @@ ChoiceComparison compare_plans(const core::Plan& base, const core::Plan& next, c
   add_row(out, "global batch", std::to_string(base.global_batch), std::to_string(next.global_batch));
   add_row(out, "micro-batches", micro_batches(base.choice.micro_batches), micro_batches(next.choice.micro_batches));
   add_row(out, "checkpointed blocks", join_ints(base.choice.checkpointed_blocks), join_ints(next.choice.checkpointed_blocks));
-  add_row(out, "lean layers", lean_layers(base.choice), lean_layers(next.choice));
+  add_row(out, "Tempo layers", tempo_layers(base.choice), tempo_layers(next.choice));
   add_row(out, "strategies", join_names(base.strategies), join_names(next.strategies));
   out.peak = {"predicted peak bytes", static_cast<double>(base.predicted.peak_bytes), static_cast<double>(next.predicted.peak_bytes)};
   out.samples_per_second = {"predicted samples/s", base.predicted.samples_per_second, next.predicted.samples_per_second};

@@ -46,7 +46,7 @@ struct PlannedSummary {
   std::int64_t batch = 0;
   Change largest_batch{"largest batch in one step"};  // without micro-batching, under the budget
   Change samples_per_second{"chosen plan samples/s"};  // 0 where no plan fits
-  std::string base_plan, next_plan;                    // "2 x 16, 1 ckpt, 3 lean" or "infeasible"
+  std::string base_plan, next_plan;                    // "2 x 16, 1 ckpt, 3 tempo" or "infeasible"
   bool operator==(const PlannedSummary&) const = default;
 };
 

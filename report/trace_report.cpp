@@ -183,21 +183,21 @@ std::string render_tempo_table(const core::Trace& trace) {
   struct Kind {
     std::string name;
     int layers = 0;
-    std::int64_t saved = 0, standard_ns = 0, lean_ns = 0;
+    std::int64_t saved = 0, standard_ns = 0, tempo_ns = 0;
   };
   std::vector<Kind> kinds;
   Kind total{"total"};
-  for (const int i : graph.lean_candidates()) {
+  for (const int i : graph.tempo_candidates()) {
     const auto& layer = trace.layers[static_cast<std::size_t>(i)];
     auto it = std::find_if(kinds.begin(), kinds.end(), [&](const Kind& k) { return k.name == layer.kind; });
     if (it == kinds.end()) it = kinds.insert(kinds.end(), Kind{layer.kind});
     const auto& standard = at_b.layers[static_cast<std::size_t>(i)];
-    const auto& lean = at_b.lean[static_cast<std::size_t>(i)];
+    const auto& tempo = at_b.tempo[static_cast<std::size_t>(i)];
     for (Kind* k : {&*it, &total}) {
       k->layers += 1;
-      k->saved += planner::lean_saved_bytes(at_b, graph, i);
+      k->saved += planner::tempo_saved_bytes(at_b, graph, i);
       k->standard_ns += standard.fwd_ns + standard.bwd_ns;
-      k->lean_ns += lean.fwd_ns + lean.bwd_ns;
+      k->tempo_ns += tempo.fwd_ns + tempo.bwd_ns;
     }
   }
   const auto change = [](double now, double before) {
@@ -206,17 +206,17 @@ std::string render_tempo_table(const core::Trace& trace) {
     return std::string(buffer);
   };
   const std::string at = "@" + std::to_string(b);
-  TextTable layers({{"lean kind", TextTable::Align::Left}, {"layers"}, {"kept less" + at}, {"std ms" + at},
-                    {"lean ms" + at}, {"time"}});
+  TextTable layers({{"Tempo kind", TextTable::Align::Left}, {"layers"}, {"kept less" + at}, {"std ms" + at},
+                    {"Tempo ms" + at}, {"time"}});
   kinds.push_back(total);
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     const Kind& kind = kinds[k];
     if (k + 1 == kinds.size()) layers.add_rule();
     layers.add_row({kind.name, std::to_string(kind.layers), bytes_or_dash(static_cast<double>(kind.saved)),
-                    ms(kind.standard_ns), ms(kind.lean_ns),
-                    change(static_cast<double>(kind.lean_ns), static_cast<double>(kind.standard_ns))});
+                    ms(kind.standard_ns), ms(kind.tempo_ns),
+                    change(static_cast<double>(kind.tempo_ns), static_cast<double>(kind.standard_ns))});
   }
-  TextTable steps({{"batch"}, {"peak"}, {"lean peak"}, {"peak"}, {"plain ms"}, {"lean plain ms"}, {"time"}});
+  TextTable steps({{"batch"}, {"peak"}, {"Tempo peak"}, {"peak"}, {"plain ms"}, {"Tempo plain ms"}, {"time"}});
   for (std::size_t k = 0; k < trace.steps.size(); ++k) {
     const auto& s = trace.steps[k];
     const auto& l = trace.tempo_steps[k];

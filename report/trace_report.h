@@ -14,9 +14,9 @@ std::string render_layer_table(const core::Trace& trace);
 // measured peak and the static part of it.
 std::string render_step_table(const core::Trace& trace);
 
-// Traces with a Tempo pass only (else empty): per kind of lean layer at the largest sampled batch,
-// the bytes the lean variants stop keeping and their forward+backward time against the standard
-// layers'; per batch, the measured peak and plain step time of the standard and the all-lean step.
+// Traces with a Tempo pass only (else empty): per kind of Tempo layer at the largest sampled batch,
+// the bytes the Tempo variants stop keeping and their forward+backward time against the standard
+// layers'; per batch, the measured peak and plain step time of the standard and the all-Tempo step.
 std::string render_tempo_table(const core::Trace& trace);
 
 // The host<->device copy link the trace measured (what times L2L's copies), one line:

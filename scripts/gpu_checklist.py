@@ -183,7 +183,7 @@ def split_of(p):
 
 def plans_and_executions(traces):
     say("\n## Plans executed on CUDA (predicted against measured)\n")
-    say("| trace | strategies | budget | plan | ckpt | lean | peak pred | peak meas (alloc) | reserved | peak err "
+    say("| trace | strategies | budget | plan | ckpt | tempo | peak pred | peak meas (alloc) | reserved | peak err "
         "| samples/s pred | meas | thr err |")
     say("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     order = ["bert-large", "gpt-small", "bert-base", "cnn", "resnet18"]
@@ -217,19 +217,19 @@ def plans_and_executions(traces):
                 continue
             tag = strategies.replace(",", "+")
             rep = execute(plan_path, os.path.join(WORK, f"report-{name}-{tag}.json"))
-            lean = sum(1 for l in p["layers"] if l.get("variant") == "tempo")
+            tempo = sum(1 for l in p["layers"] if l.get("variant") == "tempo")
             ckpt = len(p["checkpointed_blocks"])
             pp = p["predicted"]["peak_bytes"]
             ps = p["predicted"]["samples_per_second"]
             shown = f"{budget / GIB:.2f} GiB" if budget else "none"
             if rep is None:
-                say(f"| {name} | {strategies} | {shown} | {split_of(p)} | {ckpt} | {lean} | "
+                say(f"| {name} | {strategies} | {shown} | {split_of(p)} | {ckpt} | {tempo} | "
                     f"{pp / GIB:.3f} GiB | execute failed | | | {ps:.1f} | | |")
                 continue
             mp = rep["measured"]["peak_bytes"]
             rs = rep["measured"].get("reserved_bytes", 0)
             ms = rep["measured"]["samples_per_second"]
-            say(f"| {name} | {strategies} | {shown} | {split_of(p)} | {ckpt} | {lean} | {pp / GIB:.3f} GiB "
+            say(f"| {name} | {strategies} | {shown} | {split_of(p)} | {ckpt} | {tempo} | {pp / GIB:.3f} GiB "
                 f"| {mp / GIB:.3f} GiB | {rs / GIB:.3f} GiB | {100 * (pp / mp - 1):+.2f}% | {ps:.1f} | {ms:.1f} "
                 f"| {100 * (ps / ms - 1):+.1f}% |")
 
@@ -372,7 +372,7 @@ def tempo_largest_batch(traces):
     say(f"\n## Tempo on bert large: largest batch at a 16 GiB budget (one micro-batch)\n")
     say("| layers | largest batch | plan peak | samples/s pred | meas | peak meas |")
     say("|---|---|---|---|---|---|")
-    for strategies, label in (("none", "standard"), ("tempo", "Tempo (lean)")):
+    for strategies, label in (("none", "standard"), ("tempo", "Tempo")):
         b = largest_batch(trace, budget, strategies)
         if b == 0:
             say(f"| {label} | none fits | | | | |")

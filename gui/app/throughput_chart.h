@@ -1,7 +1,7 @@
 #pragma once
 // Predicted samples/s for every micro-batch size of the global batch: the sizes that fit the
 // budget, those that do not (on a shaded region), and the chosen plan. Hovering a point says what
-// that split would be: its peak, step time, checkpointed blocks and lean layers.
+// that split would be: its peak, step time, checkpointed blocks and Tempo layers.
 #include <QtCharts/QChartView>
 #include <QtCharts/QLineSeries>
 #include <QtCharts/QLogValueAxis>

@@ -22,7 +22,7 @@ QString choice_text(int choice) {
   switch (choice) {
     case 1: return QStringLiteral("stored");
     case 2: return QStringLiteral("checkpointed");
-    case 3: return QStringLiteral("lean (tempo)");
+    case 3: return QStringLiteral("tempo");
     default: return QStringLiteral("-");
   }
 }
@@ -76,8 +76,8 @@ void LayerTableModel::recompute_plan_columns() {
     rows_[i].fwd_ns = cost.fwd_ns;
     rows_[i].bwd_ns = cost.bwd_ns;
     const core::LayerStep* step = plan_ && i < plan_->choice.layers.size() ? &plan_->choice.layers[i] : nullptr;
-    const bool lean = step != nullptr && step->variant == core::LayerVariant::Tempo;
-    rows_[i].choice = !plan_ ? 0 : (step != nullptr && step->checkpoint ? 2 : (lean ? 3 : 1));
+    const bool tempo = step != nullptr && step->variant == core::LayerVariant::Tempo;
+    rows_[i].choice = !plan_ ? 0 : (step != nullptr && step->checkpoint ? 2 : (tempo ? 3 : 1));
   }
   std::int64_t largest_fwd = 0, largest_bwd = 0;
   for (const Row& row : rows_) {
@@ -148,7 +148,7 @@ QVariant LayerTableModel::headerData(int section, Qt::Orientation orientation, i
       case BackwardTime: return QStringLiteral("backward time at a micro-batch of %1, the plan's largest").arg(at);
       case Choice:
         return QStringLiteral("what the plan does with the layer's activations: stored for backward, checkpointed "
-                              "(recomputed in backward), or lean (Tempo: keeps less, recovers the rest)");
+                              "(recomputed in backward), or Tempo (keeps less, recovers the rest)");
       default: return {};
     }
   }

@@ -293,9 +293,9 @@ std::string throughput_hover_text(const ThroughputPoint& point) {
   std::snprintf(line, sizeof line, "\n%.4g s/step, %.4g samples/s", point.step_seconds, point.samples_per_second);
   text += line;
   text += "\n" + std::to_string(point.checkpointed_blocks) + " checkpointed block" +
-          (point.checkpointed_blocks == 1 ? "" : "s") + ", " + std::to_string(point.lean_layers) + " lean layer" +
-          (point.lean_layers == 1 ? "" : "s");
-  if (!point.fits) text += "\n(without checkpointing or lean layers: nothing made it fit)";
+          (point.checkpointed_blocks == 1 ? "" : "s") + ", " + std::to_string(point.tempo_layers) + " Tempo layer" +
+          (point.tempo_layers == 1 ? "" : "s");
+  if (!point.fits) text += "\n(without checkpointing or Tempo layers: nothing made it fit)";
   return text;
 }
 
@@ -309,7 +309,7 @@ ThroughputCurve throughput_curve(const planner::PlanOutcome& outcome) {
   for (const auto& split : outcome.splits) {
     curve.points.push_back({split.micro_batch, split.count,
                             split.predicted.samples_per_second, split.predicted.peak_bytes, split.fits,
-                            split.checkpointed_blocks, split.lean_layers, split.predicted.step_seconds});
+                            split.checkpointed_blocks, split.tempo_layers, split.predicted.step_seconds});
   }
   std::sort(curve.points.begin(), curve.points.end(),
             [](const ThroughputPoint& a, const ThroughputPoint& b) { return a.micro_batch < b.micro_batch; });

@@ -94,7 +94,7 @@ struct ThroughputPoint {
   std::int64_t peak_bytes = 0;
   bool fits = false;
   int checkpointed_blocks = 0;
-  int lean_layers = 0;
+  int tempo_layers = 0;
   double step_seconds = 0;
 };
 

@@ -113,10 +113,10 @@ class Step:
                              "not in a loop of your own")
         if document.get("loss_tiles") or document.get("ring_loss"):
             raise InputError("plan: Inf-CL's tiled loss runs in headroom's executor, not in a loop of your own")
-        lean = [layer.get("name", str(k)) for k, layer in enumerate(document.get("layers", []))
+        tempo = [layer.get("name", str(k)) for k, layer in enumerate(document.get("layers", []))
                 if layer.get("variant") == "tempo" or layer.get("tempo")]
-        if lean:
-            raise InputError(f"plan: Tempo's memory-lean layers ({', '.join(lean)}) replace headroom's zoo layers; "
+        if tempo:
+            raise InputError(f"plan: Tempo's memory-lean layers ({', '.join(tempo)}) replace headroom's zoo layers; "
                              "a module of your own has none to swap in: plan with --strategies that leave out tempo")
         if self.plan.precision not in ("fp32", "bf16-autocast"):
             raise InputError(f"plan: its step runs in {self.plan.precision}; apply runs fp32 and bf16-autocast plans "

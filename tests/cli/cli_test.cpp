@@ -466,10 +466,10 @@ TEST(Cli, ATraceOfSeveralPrecisionsIsPlannedInTheOneChosen) {
                         "--precision: " + trace + " measured the step in fp32, bf16, not bf16-autocast");
   expect_one_line_error(run("plan " + trace + " --budget 64MiB --batch 4 --precision fp8 -o " + plan),
                         "--precision: 'fp8' is not a precision");
-  // Tempo's lean layers are profiled in bf16 too; a precision they do not run in is refused by name.
+  // Tempo layers are profiled in bf16 too; a precision they do not run in is refused by name.
   ASSERT_TRUE(read.other_precisions[0].has_tempo());
-  const auto lean = run("plan " + trace + " --budget 64MiB --batch 4 --precision bf16 --strategies tempo -o " + plan);
-  ASSERT_EQ(lean.exit_code, 0) << lean.err;
+  const auto tempo = run("plan " + trace + " --budget 64MiB --batch 4 --precision bf16 --strategies tempo -o " + plan);
+  ASSERT_EQ(tempo.exit_code, 0) << tempo.err;
   core::Trace fp16 = read;
   fp16.precision = core::Precision::Fp16Autocast;
   fp16.other_precisions.clear();
@@ -478,7 +478,7 @@ TEST(Cli, ATraceOfSeveralPrecisionsIsPlannedInTheOneChosen) {
   const std::string fp16_trace = (dir / "t16.json").string();
   core::write_file_atomically(fp16_trace, core::to_json(fp16).dump(2) + "\n");
   expect_one_line_error(run("plan " + fp16_trace + " --budget 64MiB --batch 4 --strategies tempo -o " + plan),
-                        "--strategies tempo: Tempo's lean layers are profiled in fp32 and, on the CPU, bf16-autocast and "
+                        "--strategies tempo: Tempo layers are profiled in fp32 and, on the CPU, bf16-autocast and "
                         "bf16 only, and this trace measured fp16-autocast");
   expect_one_line_error(run("plan " + trace + " --budget 64MiB --batch 4 --precision '' -o " + plan),
                         "--precision: expected a precision");
@@ -502,7 +502,7 @@ TEST(Cli, BadPlanInputsExitWithTwo) {
                         "the trace has no contrastive loss measurements");
   const std::string cnn = std::string(HEADROOM_TRACES_DIR) + "/cpu-cnn.json";
   expect_one_line_error(run("plan " + cnn + " --budget 1GiB --batch 8 --strategies mbp,tempo" + out),
-                        "the trace has no lean-layer measurements");
+                        "the trace has no Tempo-layer measurements");
   EXPECT_FALSE(fs::exists(dir / "p.json"));
   fs::remove_all(dir);
 }

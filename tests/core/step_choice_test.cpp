@@ -20,10 +20,10 @@ TEST(StepChoice, VariantsMicroBatchesAndWorldSize) {
   choice.set_variant(2, core::LayerVariant::Tempo);
   ASSERT_EQ(choice.layers.size(), 3u);
   EXPECT_EQ(choice.layers[1].id, 1);
-  EXPECT_TRUE(choice.lean(2));
-  EXPECT_FALSE(choice.lean(0));
-  EXPECT_FALSE(choice.lean(7));  // past the entries: standard
-  EXPECT_EQ(choice.lean_count(), 1);
+  EXPECT_TRUE(choice.is_tempo(2));
+  EXPECT_FALSE(choice.is_tempo(0));
+  EXPECT_FALSE(choice.is_tempo(7));  // past the entries: standard
+  EXPECT_EQ(choice.tempo_count(), 1);
   const auto other = choice.with_micro_batches({3, 2});
   EXPECT_EQ(other.samples(), 5);
   EXPECT_EQ(other.layers, choice.layers);

@@ -303,19 +303,19 @@ TEST(Executor, ReportsTheGradientCheck) {
   EXPECT_GT(report.measured.samples_per_second, 0);
 }
 
-// Tempo end to end on a small bert profiled with its lean pass: under a budget between what the
-// all-lean and the standard step need, the standard step is refused, the planner's Tempo plan runs
+// Tempo end to end on a small bert profiled with its Tempo pass: under a budget between what the
+// all-Tempo and the standard step need, the standard step is refused, the planner's Tempo plan runs
 // within the budget, its peak is predicted to 5%, and its gradients are the standard layers'.
 TEST(Executor, TempoPlanRunsWhereTheStandardStepIsRefused) {
   const core::Trace trace = small_bert_trace();
   ASSERT_TRUE(trace.has_tempo());
   const std::int64_t batch = 16;
-  const auto [standard, lean, request] = testing::tempo_budget(trace, batch);
-  ASSERT_LT(lean, standard);
+  const auto [standard, tempo, request] = testing::tempo_budget(trace, batch);
+  ASSERT_LT(tempo, standard);
   const auto outcome = planner::plan_step(trace, request);
   ASSERT_TRUE(outcome.plan) << outcome.reason;
-  const int lean_layers = outcome.plan->choice.lean_count();
-  EXPECT_GT(lean_layers, 0);
+  const int tempo_layers = outcome.plan->choice.tempo_count();
+  EXPECT_GT(tempo_layers, 0);
 
   executor::ExecuteOptions options;
   options.steps = 2;
@@ -325,13 +325,13 @@ TEST(Executor, TempoPlanRunsWhereTheStandardStepIsRefused) {
   EXPECT_LT(std::abs(report.peak_rel_error), 0.05) << "predicted " << report.predicted.peak_bytes << ", measured "
                                           << report.measured.peak_bytes;
   ASSERT_TRUE(report.gradient_check.computed);
-  // LayerNorm and attention are exact to fp32 rounding; a lean GELU is off by up to 2.5e-4 in its
+  // LayerNorm and attention are exact to fp32 rounding; a Tempo GELU is off by up to 2.5e-4 in its
   // derivative near the minimum (fp32's rounding of the saved output), which shows in gradients.
-  bool lean_gelu = false;
+  bool tempo_gelu = false;
   for (const auto& layer : outcome.plan->choice.layers) {
-    lean_gelu |= layer.variant == core::LayerVariant::Tempo && trace.layers[static_cast<std::size_t>(layer.id)].kind == "gelu";
+    tempo_gelu |= layer.variant == core::LayerVariant::Tempo && trace.layers[static_cast<std::size_t>(layer.id)].kind == "gelu";
   }
-  EXPECT_LT(report.gradient_check.max_rel_diff, lean_gelu ? 1e-4 : 1e-5);
+  EXPECT_LT(report.gradient_check.max_rel_diff, tempo_gelu ? 1e-4 : 1e-5);
 
   options.gradient_check = false;
   const auto refused = executor::execute(plan_for(trace, request.budget_bytes, {batch}), trace, "t", options);

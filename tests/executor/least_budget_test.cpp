@@ -58,10 +58,10 @@ TEST_P(LeastBudget, RunsWithinItWithNoMarginAndIsPredictedWithinOnePercent) {
                                  << " in use";
   const auto measured = static_cast<double>(report.measured.peak_bytes);
   const auto predicted = static_cast<double>(plan.predicted.peak_bytes);
-  std::printf("%s batch %lld at %lld B (%zu micro-batches, %zu checkpointed, %d lean): predicted %.0f, measured %.0f "
+  std::printf("%s batch %lld at %lld B (%zu micro-batches, %zu checkpointed, %d tempo): predicted %.0f, measured %.0f "
               "(%+.3f%%)\n",
               c.model.c_str(), static_cast<long long>(c.batch), static_cast<long long>(plan.budget_bytes),
-              plan.choice.micro_batches.size(), plan.choice.checkpointed_blocks.size(), plan.choice.lean_count(),
+              plan.choice.micro_batches.size(), plan.choice.checkpointed_blocks.size(), plan.choice.tempo_count(),
               predicted, measured, 100 * (predicted - measured) / measured);
   EXPECT_LE(report.measured.peak_bytes, plan.budget_bytes);
   EXPECT_GE(predicted, measured);

@@ -86,8 +86,8 @@ void expect_profiled_planned_and_executed(core::Precision precision, const std::
     options.precision = precision;
     const core::Trace trace = profiler::profile(model, options);
     EXPECT_EQ(trace.precision, precision);
-    // Both models have lean layers (GELU; bert's LayerNorms and attention too), measured where they run.
-    EXPECT_EQ(trace.has_tempo(), core::lean_layers_run_in(precision, false));
+    // Both models have Tempo layers (GELU; bert's LayerNorms and attention too), measured where they run.
+    EXPECT_EQ(trace.has_tempo(), core::tempo_layers_run_in(precision, false));
     EXPECT_EQ(core::trace_from_json(core::to_json(trace)).precision, precision);
 
     planner::PlanRequest request;
@@ -309,13 +309,13 @@ TEST(Precision, L2LRefusesAnAutocastTraceWithoutTheHeldInputs) {
   EXPECT_NE(core::l2l_refusal(trace).find("its step runs under fp16-autocast, whose loss scaling"), std::string::npos);
 }
 
-// Tempo under bf16-autocast and bf16: the lean layers run as the standard ones do in the precision
+// Tempo under bf16-autocast and bf16: the Tempo layers run as the standard ones do in the precision
 // (under autocast LayerNorm in float32 and GELU on the bfloat16 output of the matrix product before
 // it; under bf16 everything on bfloat16) and are profiled there; a plan that needs them to fit runs
 // within its budget, its peak predicted within 1%. Under bf16-autocast (float32 gradients) its
 // gradients are within bfloat16's reach of the standard full batch's; under bf16 (bfloat16
 // gradients, rounded differently by every split) no further from the float32 full batch's than
-// twice the bf16 full batch is. A lean GELU's backward on bfloat16 runs the element loop (no float32
+// twice the bf16 full batch is. A Tempo GELU's backward on bfloat16 runs the element loop (no float32
 // temporaries): its transient stays near the standard one's.
 void expect_tempo_runs_as_predicted(core::Precision precision) {
   models::Model model = models::build_zoo_model("bert", kBertTiny, 0);
@@ -329,13 +329,13 @@ void expect_tempo_runs_as_predicted(core::Precision precision) {
     if (!layer.tempo || layer.kind != "gelu") continue;
     EXPECT_LE(layer.tempo->samples.back().bwd_transient_bytes, 2 * layer.samples.back().bwd_transient_bytes) << layer.name;
   }
-  auto [standard, lean, request] = testing::tempo_budget(trace, 16);
-  ASSERT_LT(lean, standard);
+  auto [standard, tempo, request] = testing::tempo_budget(trace, 16);
+  ASSERT_LT(tempo, standard);
   request.trace_path = "t.json";
   request.trace_sha256 = std::string(64, '0');
   const auto outcome = planner::plan_step(trace, request);
   ASSERT_TRUE(outcome.plan) << outcome.reason;
-  EXPECT_GT(outcome.plan->choice.lean_count(), 0);
+  EXPECT_GT(outcome.plan->choice.tempo_count(), 0);
   if (precision != core::Precision::Bf16) {
     testing::expect_runs_as_predicted(*outcome.plan, trace, 5e-2);
     return;

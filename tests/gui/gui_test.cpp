@@ -401,10 +401,10 @@ class GuiTest : public QObject {
     const std::int64_t first_budget = first->inputs.budget_bytes;
     const std::int64_t first_peak = first->plan->predicted.peak_bytes;
     const auto first_micro = first->plan->choice.micro_batches.front();
-    const auto lean_layers = [](const headroom::core::Plan& plan) {
-      return plan.choice.lean_count();
+    const auto tempo_layers = [](const headroom::core::Plan& plan) {
+      return plan.choice.tempo_count();
     };
-    const auto first_lean = lean_layers(*first->plan);
+    const auto first_tempo = tempo_layers(*first->plan);
     const QString first_summary = window.summary_text();
     const auto first_fits = window.throughput_chart()->feasible_series()->count();
     QCOMPARE(window.memory_chart()->budget_series()->at(0).y() * window.memory_chart()->bytes_per_unit(),
@@ -435,7 +435,7 @@ class GuiTest : public QObject {
     // Less room never means a larger micro-batch or fewer memory-saving choices.
     QVERIFY(second->plan->choice.micro_batches.front() <= first_micro);
     QVERIFY(second->plan->choice.micro_batches.front() < first_micro || !second->plan->choice.checkpointed_blocks.empty() ||
-            lean_layers(*second->plan) >= first_lean);
+            tempo_layers(*second->plan) >= first_tempo);
     QVERIFY(window.summary_text() != first_summary);
     QVERIFY(window.summary_text().contains(QString::fromStdString(core::format_bytes(budget))));
     QCOMPARE(window.memory_chart()->budget_series()->at(0).y() * window.memory_chart()->bytes_per_unit(), double(budget));
@@ -1355,7 +1355,7 @@ class GuiTest : public QObject {
       QVERIFY(text.contains("peak " + QString::fromStdString(core::format_bytes(p.peak_bytes))));
       QVERIFY(text.contains("s/step"));
       QVERIFY(text.contains(QString("%1 checkpointed block").arg(p.checkpointed_blocks)));
-      QVERIFY(text.contains(QString("%1 lean layer").arg(p.lean_layers)));
+      QVERIFY(text.contains(QString("%1 Tempo layer").arg(p.tempo_layers)));
     }
     QVERIFY(window.throughput_chart()->hover_text_for(-1).isEmpty());
     // Memory: at the peak, the time, what runs then and the bytes by kind.

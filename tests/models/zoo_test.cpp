@@ -157,25 +157,25 @@ TEST(ZooConfig, BadInputIsNamed) {
 
 // Every GELU, LayerNorm and attention of bert and gpt switched to Tempo's variant computes the same
 // loss and, up to GELU's recovered derivative, the same gradients; it keeps fewer bytes.
-TEST(ZooLean, LeanLayersComputeTheSameStepAndKeepLess) {
+TEST(ZooTempo, TempoLayersComputeTheSameStepAndKeepLess) {
   for (const std::string name : {"bert", "gpt"}) {
     SCOPED_TRACE(name);
     auto model = models::build_zoo_model(name, {{"preset", "tiny"}}, 3);
     model.set_training(true);
     model.set_dropout(false);  // the two variants draw their dropout masks differently
-    int lean_capable = 0;
+    int tempo_capable = 0;
     for (const auto& layer : model.layers()) {
-      if (layer.has_lean_variant()) {
-        ++lean_capable;
+      if (layer.has_tempo_variant()) {
+        ++tempo_capable;
         EXPECT_TRUE(layer.kind == "gelu" || layer.kind == "layernorm" || layer.kind == "attention") << layer.kind;
       }
     }
-    EXPECT_GE(lean_capable, 3 * model.block_count());
-    EXPECT_THROW(model.set_variant(0, core::LayerVariant::Tempo), std::invalid_argument);  // the embedding has no lean variant
+    EXPECT_GE(tempo_capable, 3 * model.block_count());
+    EXPECT_THROW(model.set_variant(0, core::LayerVariant::Tempo), std::invalid_argument);  // the embedding has no Tempo variant
 
     const auto batch = model.make_batch(3, 11);
-    const auto run = [&](bool lean, std::int64_t& kept) {
-      model.set_all_variants(lean ? core::LayerVariant::Tempo : core::LayerVariant::Standard);
+    const auto run = [&](bool tempo, std::int64_t& kept) {
+      model.set_all_variants(tempo ? core::LayerVariant::Tempo : core::LayerVariant::Standard);
       for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
       auto recorder = std::make_shared<runtime::MemoryRecorder>();
       torch::Tensor loss;
@@ -189,19 +189,19 @@ TEST(ZooLean, LeanLayersComputeTheSameStepAndKeepLess) {
       for (const auto& p : model.parameters()) grads.push_back(p.grad().flatten().clone());
       return std::make_pair(loss.item<double>(), torch::cat(grads));
     };
-    std::int64_t kept_standard = 0, kept_lean = 0;
+    std::int64_t kept_standard = 0, kept_tempo = 0;
     const auto [loss_standard, grad_standard] = run(false, kept_standard);
-    const auto [loss_lean, grad_lean] = run(true, kept_lean);
-    EXPECT_NEAR(loss_lean, loss_standard, 1e-6 * std::abs(loss_standard));
-    EXPECT_LT((grad_lean - grad_standard).norm().item<double>() / grad_standard.norm().item<double>(), 1e-5);
-    EXPECT_LT(kept_lean, kept_standard);
-    std::printf("%s tiny, batch 3: kept after forward %lld B standard, %lld B lean\n", name.c_str(),
-                static_cast<long long>(kept_standard), static_cast<long long>(kept_lean));
+    const auto [loss_tempo, grad_tempo] = run(true, kept_tempo);
+    EXPECT_NEAR(loss_tempo, loss_standard, 1e-6 * std::abs(loss_standard));
+    EXPECT_LT((grad_tempo - grad_standard).norm().item<double>() / grad_standard.norm().item<double>(), 1e-5);
+    EXPECT_LT(kept_tempo, kept_standard);
+    std::printf("%s tiny, batch 3: kept after forward %lld B standard, %lld B Tempo\n", name.c_str(),
+                static_cast<long long>(kept_standard), static_cast<long long>(kept_tempo));
   }
 }
 
-// With dropout on, the lean attention draws its own mask and still trains.
-TEST(ZooLean, LeanModelTrainsWithDropout) {
+// With dropout on, the Tempo attention draws its own mask and still trains.
+TEST(ZooTempo, TempoModelTrainsWithDropout) {
   auto model = models::build_zoo_model("bert", {{"preset", "tiny"}}, 4);
   model.set_training(true);
   model.set_all_variants(core::LayerVariant::Tempo);

@@ -543,9 +543,9 @@ TEST(L2LPlanner, HandEditedPlansTheRelayCannotRunAreRefused) {
   core::Plan checkpointed = *outcome.plan;
   checkpointed.choice.checkpointed_blocks = {0};
   EXPECT_NE(refusal(checkpointed, trace).find("$.l2l: the relay recomputes every block"), std::string::npos);
-  core::Plan lean = *outcome.plan;
-  lean.choice.layers[10].variant = core::LayerVariant::Tempo;
-  EXPECT_NE(refusal(lean, trace).find("standard layers only"), std::string::npos) << refusal(lean, trace);
+  core::Plan tempo = *outcome.plan;
+  tempo.choice.layers[10].variant = core::LayerVariant::Tempo;
+  EXPECT_NE(refusal(tempo, trace).find("standard layers only"), std::string::npos) << refusal(tempo, trace);
   core::Plan nowhere = *outcome.plan;
   nowhere.choice.l2l->from_block = 99;
   EXPECT_NE(refusal(nowhere, trace).find("p.json: $.l2l.from_block: bert has no block 99 (its blocks: 0, 1"), std::string::npos)

@@ -16,8 +16,8 @@ using planner::WeighedStep;
 constexpr std::int64_t MiB = 1 << 20;
 
 WeighedStep step(std::vector<std::int64_t> micro, std::int64_t peak_mib, double samples_per_second,
-                 int checkpointed = 0, int lean = 0) {
-  return {planner::MicroBatchSizes::of(micro), checkpointed, lean, {peak_mib * MiB, 1.0, samples_per_second}, std::nullopt};
+                 int checkpointed = 0, int tempo = 0) {
+  return {planner::MicroBatchSizes::of(micro), checkpointed, tempo, {peak_mib * MiB, 1.0, samples_per_second}, std::nullopt};
 }
 
 ChoiceFacts facts(std::int64_t limit_mib, std::int64_t margin_mib) {
@@ -47,15 +47,15 @@ TEST(PlanExplanation, AFasterPlanWhereTheWholeBatchFitsIsChosenForSpeed) {
   EXPECT_TRUE(has(why, "which also fits (578 MiB of")) << why;
 }
 
-TEST(PlanExplanation, LeanLayersMeasuredFasterAreUsedForSpeed) {
+TEST(PlanExplanation, TempoLayersMeasuredFasterAreUsedForSpeed) {
   ChoiceFacts f = facts(2000, 100);
-  f.lean_candidates = 8;
-  f.lean_measured_faster = 4;
+  f.tempo_candidates = 8;
+  f.tempo_measured_faster = 4;
   f.whole_batch = f.largest_fitting = step({32}, 578, 20.0);
   f.chosen = step({32}, 560, 21.0, 0, 4);
   const std::string why = planner::binding_constraint(f);
-  EXPECT_EQ(why.rfind("speed: the whole batch with 4 lean layers runs at 21 samples/s, 5.0% faster", 0), 0u) << why;
-  EXPECT_TRUE(has(why, "the 4 lean layers measured no slower than the standard ones are always used")) << why;
+  EXPECT_EQ(why.rfind("speed: the whole batch with 4 Tempo layers runs at 21 samples/s, 5.0% faster", 0), 0u) << why;
+  EXPECT_TRUE(has(why, "the 4 Tempo layers measured no slower than the standard ones are always used")) << why;
 }
 
 TEST(PlanExplanation, MemoryNamesWhatItForcedAndWhatSpeedChose) {

@@ -62,7 +62,7 @@ const std::vector<core::SpeedRatio> kRatios = {at(0.5, 0.5), at(3, 3),          
 // time by class of work moves its prediction as predicting again on the rescaled trace does, for
 // machines faster and slower, and for each class alone: within 0.1%, where the cost model keeps a
 // time from falling as the batch grows (the larger of two noisy samples, which of them may change
-// with the classes' ratio). Micro-batched, checkpointed, lean, Inf-CL
+// with the classes' ratio). Micro-batched, checkpointed, Tempo, Inf-CL
 // and data-parallel plans of every committed CPU trace.
 TEST(PlanForMachine, TimeByClassMovesThePredictionAsPlanningThereWould) {
   struct Case {

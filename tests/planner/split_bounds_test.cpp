@@ -31,7 +31,7 @@ TEST(SplitBounds, TimeBoundHoldsThroughEachRange) {
           planner::time_bound(costs, graph, planner::batch_costs(costs, below), planner::batch_costs(costs, range.hi));
       ASSERT_TRUE(bound.valid);
       for (std::int64_t b = below; b <= range.hi; b += std::max<std::int64_t>(1, (range.hi - below) / 7)) {
-        core::StepChoice lean = graph.all_lean();
+        core::StepChoice tempo = graph.all_tempo();
         core::StepChoice every_block;
         for (const auto& span : graph.blocks()) {
           if (span.checkpointable) every_block.checkpointed_blocks.push_back(span.block);
@@ -41,7 +41,7 @@ TEST(SplitBounds, TimeBoundHoldsThroughEachRange) {
           if (graph.blocks()[k].checkpointable) recompute += bound.block_recompute_ns[k];
         }
         const double least = static_cast<double>(b) * bound.sample_ns - bound.micro_batch_slack_ns;
-        for (const auto& [choice, recomputed] : {std::pair{core::StepChoice{}, std::int64_t{0}}, std::pair{lean, std::int64_t{0}},
+        for (const auto& [choice, recomputed] : {std::pair{core::StepChoice{}, std::int64_t{0}}, std::pair{tempo, std::int64_t{0}},
                                                  std::pair{every_block, recompute}}) {
           const auto step = planner::predict_step(costs, graph, choice.with_micro_batches({b}));
           EXPECT_GE(static_cast<double>(step.step_ns - costs.optimizer_ns()), least + static_cast<double>(recomputed)) << "batch " << b;

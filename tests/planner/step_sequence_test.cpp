@@ -58,7 +58,7 @@ TEST(StepSequence, IdenticalMicroBatchesAreOneRepeatedSegment) {
   const core::Trace trace = committed("cpu-bert.json");
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
-  auto choice = graph.all_lean();
+  auto choice = graph.all_tempo();
   choice.checkpointed_blocks = {graph.blocks().front().block};
   const auto schedule_of = [&](std::size_t n) {
     return planner::build_schedule(costs, graph, choice.with_micro_batches(std::vector<std::int64_t>(n, 5)));

@@ -54,9 +54,9 @@ TEST(Technique, EachSaysWhetherAChoiceUsesIt) {
   core::StepChoice checkpointed = plain;
   checkpointed.checkpointed_blocks = {0};
   EXPECT_TRUE(planner::checkpointing_technique().used_by(checkpointed));
-  core::StepChoice lean = plain;
-  lean.set_variant(2, core::LayerVariant::Tempo);
-  EXPECT_TRUE(planner::tempo_technique().used_by(lean));
+  core::StepChoice tempo = plain;
+  tempo.set_variant(2, core::LayerVariant::Tempo);
+  EXPECT_TRUE(planner::tempo_technique().used_by(tempo));
   core::StepChoice tiled = plain;
   tiled.loss_tiles = core::LossTiles{4, 4};
   EXPECT_TRUE(planner::infcl_technique().used_by(tiled));
@@ -202,7 +202,7 @@ TEST(Technique, APlanCarriesThePartsItsTechniquesPredict) {
   const std::string summary = report::render_plan_summary(*parallel.plan);
   EXPECT_NE(summary.find("  data parallel    2 workers: workers 0-1 8 samples as"), std::string::npos) << summary;
   EXPECT_NE(summary.find("  checkpointed     "), std::string::npos);
-  EXPECT_NE(summary.find("  tempo (lean)     "), std::string::npos);
+  EXPECT_NE(summary.find("  tempo            "), std::string::npos);
 }
 
 }  // namespace

@@ -111,7 +111,7 @@ TEST(Profiler, DetectsWhichInputsALayerSaves) {
   const auto bert_saved = profiler::detect_saved_tensors(bert, bert.make_batch(2, 1));
   const auto& bert_saves = bert_saved.inputs;
   bert.set_all_variants(core::LayerVariant::Tempo);
-  const auto lean_saved = profiler::detect_saved_tensors(bert, bert.make_batch(2, 1));
+  const auto tempo_saved = profiler::detect_saved_tensors(bert, bert.make_batch(2, 1));
   for (std::size_t i = 0; i < bert.layers().size(); ++i) {
     const auto& layer = bert.layers()[i];
     SCOPED_TRACE(layer.name);
@@ -126,8 +126,8 @@ TEST(Profiler, DetectsWhichInputsALayerSaves) {
     // Tempo's GELU and LayerNorm keep their output instead of their input; standard ones do not.
     if (layer.kind == "gelu" || layer.kind == "layernorm") {
       EXPECT_FALSE(bert_saved.output[i]);
-      EXPECT_FALSE(lean_saved.inputs[i][0]);
-      EXPECT_TRUE(lean_saved.output[i]);
+      EXPECT_FALSE(tempo_saved.inputs[i][0]);
+      EXPECT_TRUE(tempo_saved.output[i]);
     }
   }
 }

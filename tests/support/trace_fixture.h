@@ -40,18 +40,18 @@ inline core::Trace make_small_trace() {
   return t;
 }
 
-// The same trace with a Tempo pass: the gelu layer's lean variant keeps an eighth of its input's
+// The same trace with a Tempo pass: the gelu layer's Tempo variant keeps an eighth of its input's
 // bytes (output kept by the loss anyway, plus a 1-byte mask) and releases its input.
 inline core::Trace make_small_tempo_trace() {
   core::Trace t = make_small_trace();
-  core::LeanProfile lean{.saves_inputs = {false}, .keeps_output = true, .samples = t.layers[1].samples};
-  for (auto& s : lean.samples) {
+  core::TempoProfile tempo{.saves_inputs = {false}, .keeps_output = true, .samples = t.layers[1].samples};
+  for (auto& s : tempo.samples) {
     s.fwd_ns += 100;
     s.bwd_ns += 300;
     s.kept_bytes /= 8;
     s.fwd_retained_bytes -= t.layers[0].samples[static_cast<std::size_t>(s.batch - 1)].output_bytes;
   }
-  t.layers[1].tempo = lean;
+  t.layers[1].tempo = tempo;
   t.tempo_steps = t.steps;
   for (auto& step : t.tempo_steps) step.peak_bytes -= 16;
   return t;

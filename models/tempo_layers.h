@@ -9,7 +9,7 @@ namespace headroom::models {
 // GELU (exact, erf form) that keeps its output and a 1-byte mask "input >= GELU's minimum" instead
 // of its input. The output is usually kept anyway by the next layer (a Linear saves its input), so
 // the layer's own saved state drops from 4 bytes per element to 1.
-torch::Tensor lean_gelu(const torch::Tensor& input);
+torch::Tensor tempo_gelu(const torch::Tensor& input);
 
 // GELU's derivative recovered from its output and the branch mask, by linear interpolation in
 // tables of the exact derivative over each branch of the inverse (built once, in double precision,
@@ -26,13 +26,13 @@ inline constexpr double kGeluArgMin = -0.75179152469356445;
 // input; backward recovers the normalized input as (y - beta) / gamma. When some |gamma| is below
 // `min_abs_gamma` that division would amplify rounding, so the call falls back to the standard
 // layer norm (which keeps its input) — decided per call, from the parameters' current values.
-torch::Tensor lean_layer_norm(const torch::Tensor& input, const torch::Tensor& gamma, const torch::Tensor& beta,
+torch::Tensor tempo_layer_norm(const torch::Tensor& input, const torch::Tensor& gamma, const torch::Tensor& beta,
                               double eps, double min_abs_gamma = 1e-3);
 
 // Attention's (probs ⊙ keep · scale) · V, keeping the probabilities (which the softmax before it
 // keeps anyway) and the 1-byte keep mask rather than the dropped-out probabilities; the product
 // is recomputed in backward. `keep` is a bool tensor shaped like `probs` (undefined: no dropout).
-torch::Tensor lean_dropout_matmul(const torch::Tensor& probs, const torch::Tensor& keep, double scale,
+torch::Tensor tempo_dropout_matmul(const torch::Tensor& probs, const torch::Tensor& keep, double scale,
                                   const torch::Tensor& value);
 
 }  // namespace headroom::models

@@ -1,10 +1,10 @@
-// Tempo's lean layers against the standard ones: gradients, GELU's recovered derivative over its
+// Tempo layers against the standard ones: gradients, GELU's recovered derivative over its
 // whole input range, and the bytes each keeps for backward.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
-#include "models/lean_layers.h"
+#include "models/tempo_layers.h"
 #include "runtime/memory_recorder.h"
 
 namespace headroom {
@@ -14,7 +14,7 @@ double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
   return (got - want).norm().item<double>() / want.norm().item<double>();
 }
 
-TEST(LeanGelu, RecoveredDerivativeErrorOverTheWholeRange) {
+TEST(TempoGelu, RecoveredDerivativeErrorOverTheWholeRange) {
   // Inputs on a fine grid across everything fp32 GELU distinguishes, plus a denser one around the
   // minimum, where the inverse is worst conditioned.
   const auto wide = torch::linspace(-12.0, 12.0, 2'400'001, torch::kDouble);
@@ -48,10 +48,10 @@ TEST(LeanGelu, RecoveredDerivativeErrorOverTheWholeRange) {
   EXPECT_LT(ops_error, 1e-5);
 }
 
-// bf16-autocast hands the lean GELU a bfloat16 output: the CPU takes it through the element loop
+// bf16-autocast hands the Tempo GELU a bfloat16 output: the CPU takes it through the element loop
 // (no float32 temporaries) and gives what the tensor-op lookup gives, to bfloat16's rounding of the
 // derivative (at most 1.13, so 2^-7 is one unit in its last place).
-TEST(LeanGelu, Bfloat16OutputRunsTheLoopAsTheTensorOpsDo) {
+TEST(TempoGelu, Bfloat16OutputRunsTheLoopAsTheTensorOpsDo) {
   const torch::Tensor x = torch::linspace(-6.0, 6.0, 10001, torch::kFloat);
   const torch::Tensor y = torch::gelu(x).to(torch::kBFloat16);
   const torch::Tensor mask = x >= models::kGeluArgMin;
@@ -61,20 +61,20 @@ TEST(LeanGelu, Bfloat16OutputRunsTheLoopAsTheTensorOpsDo) {
   EXPECT_LE((loop.to(torch::kDouble) - ops.to(torch::kDouble)).abs().max().item<double>(), 2.0 / 128);
 }
 
-TEST(LeanGelu, GradientMatchesGelu) {
+TEST(TempoGelu, GradientMatchesGelu) {
   torch::manual_seed(3);
   const auto x = (torch::randn({64, 257}) * 3).requires_grad_(true);
   const auto upstream = torch::randn({64, 257});
   torch::gelu(x).backward(upstream);
   const auto want = x.grad().clone();
   x.mutable_grad() = torch::Tensor();
-  const auto y = models::lean_gelu(x);
+  const auto y = models::tempo_gelu(x);
   EXPECT_TRUE(torch::equal(y, torch::gelu(x)));
   y.backward(upstream);
   EXPECT_LT(relative_error(x.grad(), want), 1e-5);
 }
 
-TEST(LeanLayerNorm, GradientsMatchLayerNorm) {
+TEST(TempoLayerNorm, GradientsMatchLayerNorm) {
   torch::manual_seed(4);
   for (const double gamma_scale : {1.0, 0.05}) {
     SCOPED_TRACE(gamma_scale);
@@ -89,7 +89,7 @@ TEST(LeanLayerNorm, GradientsMatchLayerNorm) {
     gamma.mutable_grad() = torch::Tensor();
     beta.mutable_grad() = torch::Tensor();
 
-    const auto y = models::lean_layer_norm(x, gamma, beta, 1e-5);
+    const auto y = models::tempo_layer_norm(x, gamma, beta, 1e-5);
     EXPECT_LT(relative_error(y, torch::layer_norm(x, {48}, gamma, beta, 1e-5)), 1e-6);
     y.backward(upstream);
     EXPECT_LT(relative_error(x.grad(), want_x), 1e-5);
@@ -98,7 +98,7 @@ TEST(LeanLayerNorm, GradientsMatchLayerNorm) {
   }
 }
 
-TEST(LeanLayerNorm, TinyGammaTakesTheSafePath) {
+TEST(TempoLayerNorm, TinyGammaTakesTheSafePath) {
   torch::manual_seed(5);
   const auto x = torch::randn({6, 16}).requires_grad_(true);
   auto g = torch::rand({16}) + 0.5;
@@ -109,12 +109,12 @@ TEST(LeanLayerNorm, TinyGammaTakesTheSafePath) {
   torch::layer_norm(x, {16}, gamma, beta, 1e-5).backward(upstream);
   const auto want = x.grad().clone();
   x.mutable_grad() = torch::Tensor();
-  models::lean_layer_norm(x, gamma, beta, 1e-5).backward(upstream);
+  models::tempo_layer_norm(x, gamma, beta, 1e-5).backward(upstream);
   EXPECT_FALSE(torch::isnan(x.grad()).any().item<bool>());
   EXPECT_LT(relative_error(x.grad(), want), 1e-6);
 }
 
-TEST(LeanAttention, GradientsMatchDropoutThenMatmul) {
+TEST(TempoAttention, GradientsMatchDropoutThenMatmul) {
   torch::manual_seed(6);
   const auto scores = torch::randn({2, 3, 16, 16}).requires_grad_(true);
   const auto value = torch::randn({2, 3, 16, 8}).requires_grad_(true);
@@ -127,7 +127,7 @@ TEST(LeanAttention, GradientsMatchDropoutThenMatmul) {
   scores.mutable_grad() = torch::Tensor();
   value.mutable_grad() = torch::Tensor();
 
-  models::lean_dropout_matmul(torch::softmax(scores, -1), keep, scale, value).backward(upstream);
+  models::tempo_dropout_matmul(torch::softmax(scores, -1), keep, scale, value).backward(upstream);
   EXPECT_LT(relative_error(scores.grad(), want_scores), 1e-5);
   EXPECT_LT(relative_error(value.grad(), want_value), 1e-5);
 }
@@ -144,20 +144,20 @@ std::int64_t kept_besides_output(F f, const torch::Tensor& source) {
   return recorder->allocated() - static_cast<std::int64_t>(y.numel() * y.element_size());
 }
 
-TEST(LeanLayers, KeepLessThanTheStandardLayers) {
+TEST(TempoLayers, KeepLessThanTheStandardLayers) {
   const auto source = torch::randn({32, 128}).requires_grad_(true);
   const std::int64_t n = source.numel();
   EXPECT_EQ(kept_besides_output([](const torch::Tensor& x) { return torch::gelu(x); }, source), 4 * n);
-  EXPECT_EQ(kept_besides_output([](const torch::Tensor& x) { return models::lean_gelu(x); }, source), n);  // the mask
+  EXPECT_EQ(kept_besides_output([](const torch::Tensor& x) { return models::tempo_gelu(x); }, source), n);  // the mask
 
   const auto gamma = (torch::rand({128}) + 0.5).requires_grad_(true);
   const auto beta = torch::zeros({128}).requires_grad_(true);
   const std::int64_t rows = 32;
-  // Standard: the input, mean and rstd. Lean: rstd only (the output is shared with the next layer).
+  // Standard: the input, mean and rstd. Tempo: rstd only (the output is shared with the next layer).
   EXPECT_EQ(kept_besides_output([&](const torch::Tensor& x) { return torch::layer_norm(x, {128}, gamma, beta, 1e-5); },
                                 source),
             4 * n + 2 * 4 * rows);
-  EXPECT_EQ(kept_besides_output([&](const torch::Tensor& x) { return models::lean_layer_norm(x, gamma, beta, 1e-5); },
+  EXPECT_EQ(kept_besides_output([&](const torch::Tensor& x) { return models::tempo_layer_norm(x, gamma, beta, 1e-5); },
                                 source),
             4 * rows);
 }

@@ -1,4 +1,4 @@
-#include "models/lean_layers.h"
+#include "models/tempo_layers.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -100,7 +100,7 @@ torch::Tensor gelu_backward_from_output_cpu(const torch::Tensor& grad, const tor
   const torch::Tensor g = grad.defined() ? grad.contiguous() : torch::Tensor();
   torch::Tensor result = torch::empty_like(y);
   const auto& tables = gelu_inverse_tables();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, y.scalar_type(), "lean_gelu_backward", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, y.scalar_type(), "tempo_gelu_backward", [&] {
     const scalar_t* y_data = y.data_ptr<scalar_t>();
     const bool* m_data = m.data_ptr<bool>();
     const scalar_t* g_data = g.defined() ? g.data_ptr<scalar_t>() : nullptr;
@@ -160,7 +160,7 @@ bool has_cpu_kernel(const torch::Tensor& t) {
          (type == torch::kFloat || type == torch::kDouble || type == torch::kBFloat16 || type == torch::kHalf);
 }
 
-class LeanGelu : public torch::autograd::Function<LeanGelu> {
+class TempoGelu : public torch::autograd::Function<TempoGelu> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input) {
     torch::Tensor output = torch::gelu(input);
@@ -189,7 +189,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> layer_norm_backward_from
   const int threads = at::get_num_threads();
   std::vector<double> partial_gamma(static_cast<std::size_t>(threads * features), 0.0);
   std::vector<double> partial_beta(static_cast<std::size_t>(threads * features), 0.0);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, y.scalar_type(), "lean_layer_norm_backward", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, y.scalar_type(), "tempo_layer_norm_backward", [&] {
     const scalar_t *y_data = y.data_ptr<scalar_t>(), *g_data = g.data_ptr<scalar_t>(), *r_data = r.data_ptr<scalar_t>();
     const scalar_t *gamma_data = gm.data_ptr<scalar_t>(), *beta_data = bt.data_ptr<scalar_t>();
     scalar_t* dx = grad_input.data_ptr<scalar_t>();
@@ -233,7 +233,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> layer_norm_backward_from
   return {grad_input, grad_gamma, grad_beta};
 }
 
-class LeanLayerNorm : public torch::autograd::Function<LeanLayerNorm> {
+class TempoLayerNorm : public torch::autograd::Function<TempoLayerNorm> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input, const torch::Tensor& gamma,
                                const torch::Tensor& beta, double eps) {
@@ -264,7 +264,7 @@ class LeanLayerNorm : public torch::autograd::Function<LeanLayerNorm> {
   }
 };
 
-class LeanDropoutMatmul : public torch::autograd::Function<LeanDropoutMatmul> {
+class TempoDropoutMatmul : public torch::autograd::Function<TempoDropoutMatmul> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& probs, const torch::Tensor& keep,
                                double scale, const torch::Tensor& value) {
@@ -297,9 +297,9 @@ torch::Tensor gelu_derivative_from_output_by_tensor_ops(const torch::Tensor& out
   return gelu_derivative_by_tensor_ops(output, mask).to(output.scalar_type());
 }
 
-torch::Tensor lean_gelu(const torch::Tensor& input) { return LeanGelu::apply(input); }
+torch::Tensor tempo_gelu(const torch::Tensor& input) { return TempoGelu::apply(input); }
 
-torch::Tensor lean_layer_norm(const torch::Tensor& input, const torch::Tensor& gamma, const torch::Tensor& beta,
+torch::Tensor tempo_layer_norm(const torch::Tensor& input, const torch::Tensor& gamma, const torch::Tensor& beta,
                               double eps, double min_abs_gamma) {
   bool tiny_gamma = false;
   {
@@ -309,13 +309,13 @@ torch::Tensor lean_layer_norm(const torch::Tensor& input, const torch::Tensor& g
   if (tiny_gamma) {
     return torch::layer_norm(input, {input.size(-1)}, gamma, beta, eps);
   }
-  return LeanLayerNorm::apply(input, gamma, beta, eps);
+  return TempoLayerNorm::apply(input, gamma, beta, eps);
 }
 
-torch::Tensor lean_dropout_matmul(const torch::Tensor& probs, const torch::Tensor& keep, double scale,
+torch::Tensor tempo_dropout_matmul(const torch::Tensor& probs, const torch::Tensor& keep, double scale,
                                   const torch::Tensor& value) {
   if (!keep.defined()) return torch::matmul(probs, value);  // no dropout: matmul keeps exactly probs and value
-  return LeanDropoutMatmul::apply(probs, keep, scale, value);
+  return TempoDropoutMatmul::apply(probs, keep, scale, value);
 }
 
 }  // namespace headroom::models
