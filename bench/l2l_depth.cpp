@@ -1,9 +1,9 @@
 // L2L's device-side peak against depth: bert at 4, 8, 16 and 32 encoder blocks, one
-// optimizer step of four micro-batches, under ordinary training and under the relay (boundaries
+// optimizer step of four micro-batches, under ordinary training and under L2L (boundaries
 // stashed on the device, and on the host: L2L's constant-memory variant). On the CPU the device
 // side is what the counting allocator counts outside host scopes; the host side (parameters,
-// gradients, optimizer state of the relay) is reported beside it. Then a model whose parameters
-// alone exceed a budget trains under that budget with the relay.
+// gradients, optimizer state of L2L) is reported beside it. Then a model whose parameters
+// alone exceed a budget trains under that budget with L2L.
 //
 //   ./build/default/bench/l2l_depth [--hidden 64] [--seq 32] [--micro 4] [--micro-batches 4]
 #include <algorithm>
@@ -18,7 +18,7 @@
 
 #include "core/host_memory.h"
 #include "core/units.h"
-#include "executor/l2l_relay.h"
+#include "executor/l2l_runner.h"
 #include "executor/plan_runner.h"
 #include "models/zoo.h"
 #include "planner/l2l_model.h"
@@ -77,7 +77,7 @@ Measured ordinary(const Settings& s, int layers) {
   return m;
 }
 
-// bert built in host scope (its parameters host-side, as the relay keeps them), in training mode.
+// bert built in host scope (its parameters host-side, as L2L keeps them), in training mode.
 std::optional<models::Model> host_built_bert(const Settings& s, int layers) {
   std::optional<models::Model> model;
   {
@@ -88,17 +88,17 @@ std::optional<models::Model> host_built_bert(const Settings& s, int layers) {
   return model;
 }
 
-Measured relay(const Settings& s, int layers, bool boundaries_on_host, std::optional<std::int64_t> budget = {}) {
+Measured measure_l2l(const Settings& s, int layers, bool boundaries_on_host, std::optional<std::int64_t> budget = {}) {
   auto& allocator = runtime::BudgetAllocator::instance();
   const std::int64_t base = allocator.in_use(), host_base = allocator.host_in_use();
   std::optional<models::Model> model = host_built_bert(s, layers);
   executor::Position position;
-  executor::RelayOptions options;
+  executor::L2LOptions options;
   options.boundaries_on_host = boundaries_on_host;
   // Each stage's compute starts once the next one's copy has landed: the peak the planner predicts
   // (two stages' parameters), not whichever a racing copy thread happens to give.
   options.settle_prefetch = true;
-  executor::L2LRelay relay(*model, options, position);
+  executor::L2LRunner l2l(*model, options, position);
   Measured m;
   allocator.reset_host_peak();
   for (int step = 0; step < 2; ++step) {
@@ -107,7 +107,7 @@ Measured relay(const Settings& s, int layers, bool boundaries_on_host, std::opti
     const auto batches = executor::make_micro_batches(*model, sizes(s), 5 + step, torch::kCPU);
     allocator.reset_peak();
     const auto start = Clock::now();
-    relay.step(batches, s.micro * s.micro_batches);
+    l2l.step(batches, s.micro * s.micro_batches);
     m.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
     m.device_peak = allocator.peak() - base;
   }
@@ -115,22 +115,22 @@ Measured relay(const Settings& s, int layers, bool boundaries_on_host, std::opti
   return m;
 }
 
-// Median step time of the relay (boundaries on the host, host optimizer overlapping, each stage
+// Median step time of L2L (boundaries on the host, host optimizer overlapping, each stage
 // waiting for the next one's copy as `headroom execute` runs it) with parameter copies held to
 // `bytes_per_second`.
 double throttled_step_seconds(const Settings& s, int layers, double bytes_per_second) {
   std::optional<models::Model> model = host_built_bert(s, layers);
   executor::Position position;
-  executor::RelayOptions options;
+  executor::L2LOptions options;
   options.boundaries_on_host = true;
   options.settle_prefetch = true;
   options.copy_bytes_per_second = bytes_per_second;
-  executor::L2LRelay relay(*model, options, position);
+  executor::L2LRunner l2l(*model, options, position);
   std::vector<double> times;
   for (int step = 0; step < 4; ++step) {
     const auto batches = executor::make_micro_batches(*model, sizes(s), 5 + step, torch::kCPU);
     const auto start = Clock::now();
-    relay.step(batches, s.micro * s.micro_batches);
+    l2l.step(batches, s.micro * s.micro_batches);
     if (step > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
   std::sort(times.begin(), times.end());
@@ -148,13 +148,13 @@ core::Trace profiled(const Settings& s, int layers, int repeats) {
   return profiler::profile(model, options);
 }
 
-// The planner's prediction of the relay's device-side peak.
+// The planner's prediction of L2L's device-side peak.
 std::pair<std::int64_t, std::int64_t> predicted(const Settings& s, int layers) {
   const core::Trace trace = profiled(s, layers, 1);
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
-  return {planner::predict_l2l_step(costs, graph, sizes(s), core::RelayChoice{false}).device_peak_bytes,
-          planner::predict_l2l_step(costs, graph, sizes(s), core::RelayChoice{true}).device_peak_bytes};
+  return {planner::predict_l2l_step(costs, graph, sizes(s), core::L2LChoice{false}).device_peak_bytes,
+          planner::predict_l2l_step(costs, graph, sizes(s), core::L2LChoice{true}).device_peak_bytes};
 }
 
 double error(std::int64_t predicted, std::int64_t measured) {
@@ -207,8 +207,8 @@ void print_depth_table(const Settings& s) {
     std::fflush(stdout);
     const std::int64_t params = bert_parameter_bytes(s, layers);
     const Measured o = ordinary(s, layers);
-    const Measured l = relay(s, layers, false);
-    const Measured c = relay(s, layers, true);
+    const Measured l = measure_l2l(s, layers, false);
+    const Measured c = measure_l2l(s, layers, true);
     const auto [predicted_device, predicted_const] = predicted(s, layers);
     if (!first_ordinary) {
       first_ordinary = o.device_peak;
@@ -233,7 +233,7 @@ void print_depth_table(const Settings& s) {
 void print_run_under_half_the_parameters(const Settings& s) {
   const std::int64_t params = bert_parameter_bytes(s, 32);
   const std::int64_t budget = params / 2;
-  const Measured b = relay(s, 32, true, budget);
+  const Measured b = measure_l2l(s, 32, true, budget);
   std::printf("\n32 layers, parameters %s, budget %s (half of them): L2L constant-memory trained, device peak %s, "
               "host %s, step %.3f s\n",
               core::format_bytes(params).c_str(), core::format_bytes(budget).c_str(),
@@ -259,7 +259,7 @@ void print_copy_bandwidth_table(const Settings& s) {
     core::Trace trace = measured_trace;
     if (mb_per_s > 0) trace.device.host_to_device_bytes_per_s = mb_per_s * 1e6;
     const core::CostModel costs(trace);
-    const auto p = planner::predict_l2l_step(costs, graph, sizes(s), core::RelayChoice{true});
+    const auto p = planner::predict_l2l_step(costs, graph, sizes(s), core::L2LChoice{true});
     const double predicted_seconds = static_cast<double>(p.step_ns) / 1e9;
     char bandwidth[32];
     if (mb_per_s == 0) {

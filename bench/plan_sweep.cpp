@@ -4,7 +4,7 @@
 // for clip — each simulated and executed without a budget. The simulated peak must bound the
 // measured one: never under, at most 1% over. The worst under- and over-prediction per model are
 // reported with the choice that produced them; the exit status is 1 when a choice misses. An L2L
-// choice's host side (the relay's parameters, optimizer state, stash) is held to the same target.
+// choice's host side (L2L's parameters, optimizer state, stash) is held to the same target.
 //
 //   ./build/default/bench/plan_sweep [--choices 40] [--seed 1] [--models mlp,cnn,gpt,bert,clip]
 //                                    [--sizes small,large] [--steps 2]
@@ -180,7 +180,7 @@ struct Extremes {
 };
 
 struct CaseResult {
-  int run = 0, refused = 0, failed = 0, relays = 0;
+  int run = 0, refused = 0, failed = 0, l2l_runs = 0;
   Extremes device, host;  // host: L2L's host side
   double seconds = 0;
 };
@@ -189,15 +189,15 @@ struct CaseResult {
 core::StepChoice draw_choice(std::mt19937& rng, const core::Trace& trace, const planner::LayerGraph& graph,
                              std::int64_t global_batch, const std::vector<core::LossTiles>& tiles) {
   core::StepChoice choice;
-  const bool relay = planner::relay_can_run(trace) && coin(rng, 0.25);
-  const std::int64_t most = relay ? std::min<std::int64_t>(global_batch, planner::kMaxL2LMicroBatches) : global_batch;
+  const bool use_l2l = planner::l2l_can_run(trace) && coin(rng, 0.25);
+  const std::int64_t most = use_l2l ? std::min<std::int64_t>(global_batch, planner::kMaxL2LMicroBatches) : global_batch;
   const std::int64_t count = std::uniform_int_distribution<std::int64_t>(1, std::min<std::int64_t>(most, 8))(rng);
   choice.micro_batches = draw_split(rng, global_batch, count, coin(rng));
-  if (relay) {
-    core::RelayChoice r;
+  if (use_l2l) {
+    core::L2LChoice r;
     r.boundaries_on_host = coin(rng);
     if (coin(rng)) {
-      const auto stages = planner::l2l_stages(trace);
+      const auto stages = planner::l2l_stage_costs(trace);
       std::vector<int> blocks;
       for (const auto& s : stages) {
         const int b = trace.layers[static_cast<std::size_t>(s.first)].block;
@@ -296,11 +296,11 @@ CaseResult sweep(const ModelCase& mc, const Options& options, std::mt19937& rng)
                   static_cast<long long>(measured), what.c_str());
     }
     if (report.l2l) {
-      // The relay's host side is a bound like the device's.
+      // L2L's host side is a bound like the device's.
       const auto host = report.l2l->predicted_host_bytes;
       const auto held = report.l2l->measured_host_peak_bytes;
       const double host_error = static_cast<double>(host - held) / static_cast<double>(held);
-      ++result.relays;
+      ++result.l2l_runs;
       consider(result.host, {host_error, what, host, held});
       if (host_error < 0 || host_error > 0.01) {
         std::printf("  miss %+.3f%% on the host: predicted %lld, measured %lld: %s\n", 100 * host_error, static_cast<long long>(host),
@@ -342,7 +342,7 @@ int main(int argc, char** argv) {
     total += r.run;
     missed_any = missed_any || missed(r.device) || missed(r.host) || r.failed > 0 || r.run == 0;
     std::printf("| %s | %s | %d | %d | %s | %d | %s | %.0f |\n", mc.model.c_str(), mc.size.c_str(), r.run, r.refused,
-                range(r.device).c_str(), r.relays, range(r.host).c_str(), r.seconds);
+                range(r.device).c_str(), r.l2l_runs, range(r.host).c_str(), r.seconds);
     std::fflush(stdout);
     for (const auto* e : {&r.device, &r.host}) {
       if (!e->any) continue;

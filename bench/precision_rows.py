@@ -3,9 +3,9 @@
 
 Each model is profiled (`headroom profile --model M --precision P`, one process per command as a user
 runs them), planned at 60% of its whole batch's need in that precision (`plan --strategies none` at an
-unbounded budget gives the need; the default strategies, so L2L's relay where nothing else fits, as
-for the mlp, whose training state is more than 60% of its need; where 60% is below what even the
-relay needs, at the least budget the planner names), and executed three times under that budget.
+unbounded budget gives the need; the default strategies, so L2L where nothing else fits, as
+for the mlp, whose training state is more than 60% of its need; where 60% is below what even L2L
+needs, at the least budget the planner names), and executed three times under that budget.
 Printed: static bytes per parameter (parameters, gradients, optimizer state, as measured), activation
 bytes per sample (what the layers keep for backward at the largest profiled batch, per sample), the
 whole batch's need, the largest batch that runs whole (no micro-batches, no checkpointing) within a

@@ -53,7 +53,7 @@ void check_named_strategies(const PlanArgs& args, const planner::PlanRequest& re
     if (all || planner::applies_to(id, trace)) continue;
     const auto& entry = planner::strategy_entry(id);
     if (id == planner::Strategy::L2L) {
-      throw core::InputError(args.trace + ": --strategies l2l: the relay cannot run " + trace.model.name + ": " +
+      throw core::InputError(args.trace + ": --strategies l2l: L2L cannot run " + trace.model.name + ": " +
                              planner::l2l_refusal(trace));
     }
     if (id == planner::Strategy::Tempo && !core::tempo_layers_run_in(trace.precision, trace.device.is_cuda())) {
@@ -127,11 +127,11 @@ planner::PlanRequest request_from_flags(const PlanArgs& args, const core::Trace&
 Infeasible infeasible(const PlanArgs& args, const core::Trace& trace, const planner::PlanRequest& request,
                       const planner::PlanOutcome& outcome) {
   std::string reason = "infeasible: " + outcome.reason;
-  // Strategies named without l2l: say what the relay would need, where it needs less.
-  if (const std::int64_t relayed = planner::least_budget_with_l2l(trace, request, outcome, core::available_host_memory_bytes());
-      relayed > 0) {
+  // Strategies named without l2l: say what L2L would need, where it needs less.
+  if (const std::int64_t with_l2l = planner::least_budget_with_l2l(trace, request, outcome, core::available_host_memory_bytes());
+      with_l2l > 0) {
     reason += "; with l2l as well (--strategies " + args.strategies + ",l2l) it must be at least " +
-              core::format_bytes_at_least(relayed);
+              core::format_bytes_at_least(with_l2l);
   }
   return Infeasible(reason);
 }

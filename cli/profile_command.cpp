@@ -368,7 +368,7 @@ std::string trace_summary(const core::Trace& trace, bool name_precision) {
                                                                            : std::string())
             << "\n";
   if (!trace.device.is_cuda() && trace.device.host_to_device_bytes_per_s > 0) {
-    out << report::describe_copy_link(trace.device) << " (the relay's memcpys, past the caches: what times L2L's copies)\n";
+    out << report::describe_copy_link(trace.device) << " (L2L's memcpys, past the caches: what times L2L's copies)\n";
   }
   if (trace.calibration) {
     out << report::describe_calibration(*trace.calibration) << "\n";

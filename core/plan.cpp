@@ -11,8 +11,8 @@
 #include "core/json_reader.h"
 #include "core/precision_json.h"
 #include "core/known_names.h"
-#include "core/relay_choice_json.h"
-#include "core/relay_stages.h"
+#include "core/l2l_choice_json.h"
+#include "core/l2l_stages.h"
 #include "core/rescale.h"
 #include "core/sha256.h"
 #include "core/strategies.h"
@@ -69,7 +69,7 @@ nlohmann::json to_json(const Plan& plan) {
   if (plan.choice.loss_tiles) {
     document["loss_tiles"] = {{"rows", plan.choice.loss_tiles->rows}, {"cols", plan.choice.loss_tiles->cols}};
   }
-  write_relay_choice(document, plan.choice.l2l);
+  write_l2l_choice(document, plan.choice.l2l);
   return document;
 }
 
@@ -81,11 +81,11 @@ std::optional<double> Plan::predicted_part(std::string_view name) const {
 
 namespace {
 
-// The parts a plan may carry, as the techniques name them (core/relay_stages.h, core/collective.h),
+// The parts a plan may carry, as the techniques name them (core/l2l_stages.h, core/collective.h),
 // and its time by class of work (core/rescale.h).
 constexpr std::array<std::string_view, 10> kPredictedPartNames = {
-    kRelayComputeSecondsPart, kRelayCopySecondsPart,        kRelayWaitSecondsPart,   kRelayHostOptimizerSecondsPart,
-    kRelayHostBytesPart,      kAllReduceSecondsPart,        kExposedAllReduceSecondsPart, kMatmulBoundSecondsPart,
+    kL2LComputeSecondsPart, kL2LCopySecondsPart,        kL2LWaitSecondsPart,   kL2LHostOptimizerSecondsPart,
+    kL2LHostBytesPart,      kAllReduceSecondsPart,        kExposedAllReduceSecondsPart, kMatmulBoundSecondsPart,
     kComputeBoundSecondsPart, kMemoryBoundSecondsPart};
 
 // A layer's variant: `"variant": "tempo"`; plans written before the step choice had a `"tempo"`
@@ -244,7 +244,7 @@ void read_technique_choices(const JsonNode& root, StepChoice& choice) {
     const auto tiles = root.at("loss_tiles");
     choice.loss_tiles = LossTiles{tiles.at("rows").as_int_in(1, kMaxPlanBatch), tiles.at("cols").as_int_in(1, kMaxPlanBatch)};
   }
-  choice.l2l = read_relay_choice(root);
+  choice.l2l = read_l2l_choice(root);
 }
 
 // What the plan was made under when it differs from the trace: the optimizer, a calibration,

@@ -58,7 +58,7 @@ struct Plan {
   PlanPrediction predicted;
   // The figures of the step's parts a technique adds that execute's report sets beside what it
   // measured (L2L's lanes and host peak, data parallel's all-reduce), each named by its technique
-  // (core/relay_stages.h, core/collective.h); empty where the step has none. Carried so that no
+  // (core/l2l_stages.h, core/collective.h); empty where the step has none. Carried so that no
   // front end asks the planner again after a run.
   std::map<std::string, double> predicted_parts;
   // Why the plan is what it is.

@@ -62,15 +62,15 @@ nlohmann::json data_parallel_to_json(const DataParallelReport& d) {
   return out;
 }
 
-nlohmann::json lanes_to_json(const RelayReport::Lanes& lanes) {
+nlohmann::json lanes_to_json(const L2LReport::Lanes& lanes) {
   return nlohmann::json{{"compute_seconds", lanes.compute_seconds},
                         {"copy_seconds", lanes.copy_seconds},
                         {"wait_seconds", lanes.wait_seconds},
                         {"host_optimizer_seconds", lanes.host_optimizer_seconds}};
 }
 
-// Negative lanes were not recorded (RelayReport::Lanes) and are left out.
-nlohmann::json l2l_to_json(const RelayReport& l) {
+// Negative lanes were not recorded (L2LReport::Lanes) and are left out.
+nlohmann::json l2l_to_json(const L2LReport& l) {
   nlohmann::json out = {{"boundaries", l.boundaries_on_host ? "host" : "device"},
                         {"stages", l.stages},
                         {"largest_stage_parameter_bytes", l.largest_stage_parameter_bytes},
@@ -203,30 +203,30 @@ DataParallelReport read_data_parallel(const JsonNode& dp) {
   return d;
 }
 
-RelayReport::Lanes read_lanes(const JsonNode& n) {
+L2LReport::Lanes read_lanes(const JsonNode& n) {
   n.expect_object();
   const auto seconds = [&](const char* key) {
     const double v = n.at(key).as_double();
     if (!(v >= 0 && v < 1e9)) n.at(key).fail("expected seconds from 0");
     return v;
   };
-  return RelayReport::Lanes{seconds("compute_seconds"), seconds("copy_seconds"), seconds("wait_seconds"),
+  return L2LReport::Lanes{seconds("compute_seconds"), seconds("copy_seconds"), seconds("wait_seconds"),
                             seconds("host_optimizer_seconds")};
 }
 
-RelayReport read_l2l(const JsonNode& l) {
-  RelayReport relay;
+L2LReport read_l2l(const JsonNode& l) {
+  L2LReport l2l;
   const std::string where = l.at("boundaries").as_string();
   if (where != "device" && where != "host") l.at("boundaries").fail("expected device or host, got '" + where + "'");
-  relay.boundaries_on_host = where == "host";
-  relay.stages = static_cast<int>(l.at("stages").as_int_in(0, INT32_MAX));
-  if (l.has("kept_stages")) relay.kept_stages = static_cast<int>(l.at("kept_stages").as_int_in(0, relay.stages));
-  relay.largest_stage_parameter_bytes = l.at("largest_stage_parameter_bytes").as_non_negative_int();
-  relay.predicted_host_bytes = l.at("predicted_host_bytes").as_non_negative_int();
-  relay.measured_host_peak_bytes = l.at("measured_host_peak_bytes").as_non_negative_int();
-  if (l.has("measured_lanes")) relay.measured = read_lanes(l.at("measured_lanes"));
-  if (l.has("predicted_lanes")) relay.predicted = read_lanes(l.at("predicted_lanes"));
-  return relay;
+  l2l.boundaries_on_host = where == "host";
+  l2l.stages = static_cast<int>(l.at("stages").as_int_in(0, INT32_MAX));
+  if (l.has("kept_stages")) l2l.kept_stages = static_cast<int>(l.at("kept_stages").as_int_in(0, l2l.stages));
+  l2l.largest_stage_parameter_bytes = l.at("largest_stage_parameter_bytes").as_non_negative_int();
+  l2l.predicted_host_bytes = l.at("predicted_host_bytes").as_non_negative_int();
+  l2l.measured_host_peak_bytes = l.at("measured_host_peak_bytes").as_non_negative_int();
+  if (l.has("measured_lanes")) l2l.measured = read_lanes(l.at("measured_lanes"));
+  if (l.has("predicted_lanes")) l2l.predicted = read_lanes(l.at("predicted_lanes"));
+  return l2l;
 }
 
 OutOfMemory read_out_of_memory(const JsonNode& o) {

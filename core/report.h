@@ -82,7 +82,7 @@ struct DataParallelReport {
 };
 
 // An L2L run (executor/l2l_execute.h): the device held the running stages, the host everything else.
-struct RelayReport {
+struct L2LReport {
   bool boundaries_on_host = false;
   int stages = 0;
   int kept_stages = 0;  // from a chosen block on: the stages before it, kept on the device
@@ -101,7 +101,7 @@ struct RelayReport {
     bool operator==(const Lanes&) const = default;
   };
   Lanes measured, predicted;
-  bool operator==(const RelayReport&) const = default;
+  bool operator==(const L2LReport&) const = default;
 };
 
 struct Report {
@@ -137,7 +137,7 @@ struct Report {
   std::string host_memory_regime;
   std::optional<HostMemoryReport> host_memory;  // CPU runs that measured steps
   std::optional<DataParallelReport> data_parallel;
-  std::optional<RelayReport> l2l;
+  std::optional<L2LReport> l2l;
 };
 
 nlohmann::json to_json(const Report& report);

@@ -44,17 +44,17 @@ struct LossTiles {
   bool operator==(const LossTiles&) const = default;
 };
 
-// L2L's relay (executor/l2l_relay.h): parameters, gradients and optimizer state live on
+// L2L (executor/l2l_runner.h): parameters, gradients and optimizer state live on
 // the host and the step runs stage by stage, every micro-batch through a stage before the next. The
 // outputs later stages read are stashed on the device, or on the host (the constant-memory variant).
 // From a chosen block on: the stages before that block stay on the device and train there as
 // ordinary training does (their parameters, gradients and optimizer state never move).
-struct RelayChoice {
+struct L2LChoice {
   bool boundaries_on_host = false;
-  int from_block = kWholeModel;  // the first block relayed, as the trace numbers blocks
+  int from_block = kWholeModel;  // the first block offloaded, as the trace numbers blocks
   static constexpr int kWholeModel = -1;
   bool whole_model() const { return from_block == kWholeModel; }
-  bool operator==(const RelayChoice&) const = default;
+  bool operator==(const L2LChoice&) const = default;
 };
 
 // Data parallel (executor/data_parallel.h): `workers` processes, each running its share of the
@@ -87,8 +87,8 @@ struct StepChoice {
   // these tiles, or the standard B x B loss when unset. Its towers run under a gradient cache
   // where the step splits the batch (caches_contrastive_gradients).
   std::optional<LossTiles> loss_tiles;
-  // Set: the step runs as L2L's relay (no checkpointing, standard layers, one worker).
-  std::optional<RelayChoice> l2l;
+  // Set: the step runs as L2L (no checkpointing, standard layers, one worker).
+  std::optional<L2LChoice> l2l;
 
   bool operator==(const StepChoice&) const = default;
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <string_view>
 
-#include "core/relay_refusal.h"
+#include "core/l2l_refusal.h"
 #include "core/trace.h"
 
 namespace headroom::core {
@@ -57,7 +57,7 @@ inline constexpr auto kStrategies = std::to_array<StrategyEntry>({
      "micro-batch through a block before the next, with two blocks' parameters on the device; costs one more forward "
      "of every block and the copies (timed at the trace's copy bandwidth); chosen only where no plan without it "
      "fits, on one device",
-     true, "model the relay can run (a zoo model without BatchNorm or a contrastive loss)", relay_can_run, false},
+     true, "model L2L can run (a zoo model without BatchNorm or a contrastive loss)", l2l_can_run, false},
 });
 
 // The names, in the table's order: what a plan's "strategies" may hold.

@@ -61,9 +61,9 @@ struct LayerCost {
   std::int64_t fwd_retained_bytes = 0;
   std::int64_t bwd_retained_bytes = 0;
   // How much higher the backward's peak is when the tensors earlier layers made that this layer's
-  // backward frees (its saved inputs) stay allocated throughout, as L2L's relay keeps a stage's
+  // backward frees (its saved inputs) stay allocated throughout, as L2L keeps a stage's
   // inputs in its stash. Under autocast a matrix product's saved input goes before its weight
-  // cast's float32 gradient is made, so that peak is lower by the input than the relay's. Absent in
+  // cast's float32 gradient is made, so that peak is lower by the input than L2L's. Absent in
   // traces from before it was measured.
   std::optional<std::int64_t> bwd_inputs_held_extra_bytes;
 
@@ -217,7 +217,7 @@ struct OptimizerInfo {
   std::string name;                 // "sgd" or "adam"
   std::int64_t state_bytes = 0;     // measured after the first step
   double state_bytes_per_param = 0; // state bytes per parameter element
-  // A GPU trace's optimizer step on the host, per parameter element: L2L's relay steps its relayed
+  // A GPU trace's optimizer step on the host, per parameter element: L2L steps its offloaded
   // stages there, on the CPU's cores, not the GPU's. 0 where not measured (a CPU trace's host is
   // its device; GPU traces from before it was recorded).
   double host_ns_per_param = 0;

@@ -437,7 +437,7 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
 
 // One optimizer step as planned: every micro-batch's forward and backward with gradients
 // accumulating, then the optimizer. Between the two is where a data-parallel run all-reduces the
-// accumulated gradients; an L2L relay replaces the micro-batch loop with its layer-major order.
+// accumulated gradients; an L2L step replaces the micro-batch loop with its layer-major order.
 void train_step(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options, int step,
                 torch::Device device, HostMemoryWatch* host) {
   runtime::zero_gradients_kept(*training.optimizer);

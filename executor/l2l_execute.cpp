@@ -9,9 +9,9 @@
 #include <torch/cuda.h>
 
 #include "core/errors.h"
-#include "core/relay_refusal.h"
+#include "core/l2l_refusal.h"
 #include "core/statistics.h"
-#include "executor/l2l_relay.h"
+#include "executor/l2l_runner.h"
 #include "executor/machine_timing.h"
 #include "executor/plan_runner.h"
 #include "executor/step_loop.h"
@@ -25,20 +25,20 @@ namespace {
 
 using runtime::BudgetAllocator;
 
-// What the relay does not run with yet, refused before anything is built.
+// What L2L does not run with yet, refused before anything is built.
 void check_options(const ExecuteOptions& options) {
   if (options.data != "synthetic") throw core::InputError("data: an L2L plan trains on synthetic data only");
   if (options.full_batch_reference) {
     throw core::InputError("full-batch-reference: not implemented for an L2L plan (its gradient check compares the "
-                           "relay's gradients with the full batch's)");
+                           "L2L step's gradients with the full batch's)");
   }
   if (options.host_limit) {
     throw core::InputError("host-limit: an L2L plan keeps its training state in host memory, outside the budget by design");
   }
-  if (options.batchnorm_eval) throw core::InputError("batchnorm-eval: the relay does not run BatchNorm models");
+  if (options.batchnorm_eval) throw core::InputError("batchnorm-eval: L2L does not run BatchNorm models");
 }
 
-// The traced model, built on the host (its parameters are the relay's to place).
+// The traced model, built on the host (its parameters are L2L's to place).
 models::Model host_model(const core::Trace& trace, std::uint64_t seed) {
   runtime::HostScope host;
   models::Model model = models::build_traced_model(trace, seed);
@@ -46,23 +46,23 @@ models::Model host_model(const core::Trace& trace, std::uint64_t seed) {
   return model;
 }
 
-// The relay's accumulated gradients against one full-batch backward of the same model, same
+// L2L's accumulated gradients against one full-batch backward of the same model, same
 // weights and data, dropout off on both sides; both run before the budget starts.
-core::GradientCheck check_gradient(L2LRelay& relay, models::Model& model, const core::Plan& plan, const core::Trace& trace,
+core::GradientCheck check_gradient(L2LRunner& l2l, models::Model& model, const core::Plan& plan, const core::Trace& trace,
                                    const ExecuteOptions& options, torch::Device device) {
   progress(options, "gradient check");
   core::GradientCheck check;
   model.set_dropout(false);
   const auto batches = make_micro_batches(model, plan.choice.micro_batches, options.seed, device);
-  relay.accumulate(batches, plan.global_batch);
-  std::vector<torch::Tensor> relayed;
+  l2l.accumulate(batches, plan.global_batch);
+  std::vector<torch::Tensor> l2l_gradients;
   // The stages kept on the device hold their gradients there; the reference runs on the CPU.
-  for (const auto& g : relay.host_gradients()) relayed.push_back(g.detach().to(torch::kCPU, false, true));
+  for (const auto& g : l2l.host_gradients()) l2l_gradients.push_back(g.detach().to(torch::kCPU, false, true));
   // Training starts from no gradients.
-  for (auto parameter : relay.host_parameters()) parameter.mutable_grad() = torch::Tensor();
+  for (auto parameter : l2l.host_parameters()) parameter.mutable_grad() = torch::Tensor();
   model.set_dropout(true);
 
-  // In the relay's precision, on its weights: built from the same seed, bfloat16 ones rounded alike.
+  // In L2L's precision, on its weights: built from the same seed, bfloat16 ones rounded alike.
   models::Model reference = models::build_model(trace.model, options.seed);
   reference.set_precision(trace.precision);
   reference.set_training(true);
@@ -73,30 +73,30 @@ core::GradientCheck check_gradient(L2LRelay& relay, models::Model& model, const 
     return take_gradients(reference.parameters());
   };
   const auto full = full_batch_gradients();
-  check.max_rel_diff = max_relative_difference(relayed, full);
+  check.max_rel_diff = max_relative_difference(l2l_gradients, full);
   // As execute's other steps do.
-  if (trace.precision != core::Precision::Fp32) compare_with_float32(reference, full_batch_gradients, relayed, full, check);
+  if (trace.precision != core::Precision::Fp32) compare_with_float32(reference, full_batch_gradients, l2l_gradients, full, check);
   check.computed = true;
-  check.note = std::string("L2L's relay (stage by stage, every stage re-run from its stashed inputs, boundaries on the ") +
+  check.note = std::string("L2L (stage by stage, every stage re-run from its stashed inputs, boundaries on the ") +
                (plan.choice.l2l->boundaries_on_host ? "host" : "device") +
                ") against one full-batch backward of the same weights and data, dropout off on both sides";
   return check;
 }
 
-// The relay's step under the step loop (step_loop.h): every micro-batch's input made on the device
+// L2L's step under the step loop (step_loop.h): every micro-batch's input made on the device
 // before the clock starts, as the plan counts it; per measured step the lanes' times, the device
 // side's peak and the host's.
-class RelayStep : public StepRunner {
+class L2LStep : public StepRunner {
  public:
   struct Lanes {
     std::vector<double> compute, copy, wait, host_optimizer;
   };
 
-  RelayStep(L2LRelay& relay, Position& position, models::Model& model, const core::Plan& plan,
+  L2LStep(L2LRunner& l2l, Position& position, models::Model& model, const core::Plan& plan,
             const ExecuteOptions& options, torch::Device device, runtime::MemoryRecorder* recorder,
-            std::int64_t device_before, std::int64_t host_before, core::RelayReport& relay_report)
-      : relay_(relay), position_(position), model_(model), plan_(plan), options_(options), device_(device),
-        recorder_(recorder), device_before_(device_before), host_before_(host_before), relay_report_(relay_report) {}
+            std::int64_t device_before, std::int64_t host_before, core::L2LReport& l2l_report)
+      : l2l_(l2l), position_(position), model_(model), plan_(plan), options_(options), device_(device),
+        recorder_(recorder), device_before_(device_before), host_before_(host_before), l2l_report_(l2l_report) {}
 
   void before_step(int step, bool) override {
     position_.phase = "data";
@@ -111,13 +111,13 @@ class RelayStep : public StepRunner {
   }
 
   double step(int, bool) override {
-    relay_.step(batches_, plan_.global_batch);
+    l2l_.step(batches_, plan_.global_batch);
     return 0;
   }
 
   void after_step(int, bool measured, core::Report& report) override {
     if (!measured) return;
-    const L2LRelay::LaneTimes lanes = relay_.last_step_lanes();
+    const L2LRunner::LaneTimes lanes = l2l_.last_step_lanes();
     lanes_.compute.push_back(lanes.compute);
     lanes_.copy.push_back(lanes.copy);
     lanes_.wait.push_back(lanes.wait);
@@ -127,13 +127,13 @@ class RelayStep : public StepRunner {
     report.measured.peak_bytes = std::max(report.measured.peak_bytes, device_peak);
     // What the caching allocator held, blocks a copy stream still used (record_stream) included.
     if (device_.is_cuda()) report.measured_reserved_bytes = std::max(report.measured_reserved_bytes, recorder_->reserved_peak());
-    relay_report_.measured_host_peak_bytes = std::max(relay_report_.measured_host_peak_bytes, allocator.host_peak() - host_before_);
+    l2l_report_.measured_host_peak_bytes = std::max(l2l_report_.measured_host_peak_bytes, allocator.host_peak() - host_before_);
   }
 
   const Lanes& lanes() const { return lanes_; }
 
  private:
-  L2LRelay& relay_;
+  L2LRunner& l2l_;
   Position& position_;
   models::Model& model_;
   const core::Plan& plan_;
@@ -141,22 +141,22 @@ class RelayStep : public StepRunner {
   torch::Device device_;
   runtime::MemoryRecorder* recorder_;
   std::int64_t device_before_, host_before_;
-  core::RelayReport& relay_report_;
+  core::L2LReport& l2l_report_;
   std::vector<models::Batch> batches_;
   Lanes lanes_;
 };
 
 }  // namespace
 
-bool relay_takes(const core::Plan& plan) { return plan.choice.l2l.has_value(); }
+bool l2l_takes(const core::Plan& plan) { return plan.choice.l2l.has_value(); }
 
-void execute_relay(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device,
+void execute_l2l(const core::Plan& plan, const core::Trace& trace, const ExecuteOptions& options, torch::Device device,
                    core::Report& report) {
   check_options(options);
-  // What the planner refuses (a hand-written plan may still ask): the relay and its gradient check
+  // What the planner refuses (a hand-written plan may still ask): L2L and its gradient check
   // run float32 steps of the zoo's models.
   if (const std::string why = core::l2l_refusal(trace); !why.empty()) {
-    throw core::InputError("the plan relays " + trace.model.name + " layer to layer (L2L), which cannot run: " + why);
+    throw core::InputError("the plan runs " + trace.model.name + " layer to layer (L2L), which cannot run: " + why);
   }
   auto& allocator = BudgetAllocator::instance();
   // On CUDA the device side is what the caching allocator reports while recording (the copy and
@@ -170,23 +170,23 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
   const std::int64_t device_before = allocator.in_use();
   models::Model model = host_model(trace, options.seed);
   Position position;
-  RelayOptions relay_options;
-  relay_options.device = device;
-  relay_options.optimizer = plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer;
-  relay_options.boundaries_on_host = plan.choice.l2l->boundaries_on_host;
-  relay_options.from_block = plan.choice.l2l->from_block;
+  L2LOptions l2l_options;
+  l2l_options.device = device;
+  l2l_options.optimizer = plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer;
+  l2l_options.boundaries_on_host = plan.choice.l2l->boundaries_on_host;
+  l2l_options.from_block = plan.choice.l2l->from_block;
   // On the CPU each stage waits for the next one's parameters to land before it computes: the
   // device then holds two stages' parameters at every peak, the bound the plan predicts; a copy
   // landing later would only lower the peak, by chance (a copy is a memcpy, so little overlap is
   // lost). On CUDA the copy overlaps the compute, as L2L means it to, and the plan's peak is a bound.
-  relay_options.settle_prefetch = device.is_cpu();
-  L2LRelay relay(model, relay_options, position);
-  core::RelayReport relay_report;
-  relay_report.boundaries_on_host = relay_options.boundaries_on_host;
-  relay_report.stages = relay.stage_count();
-  relay_report.kept_stages = relay.kept_stage_count();
-  relay_report.largest_stage_parameter_bytes = relay.largest_stage_parameter_bytes();
-  if (options.gradient_check) report.gradient_check = check_gradient(relay, model, plan, trace, options, device);
+  l2l_options.settle_prefetch = device.is_cpu();
+  L2LRunner l2l(model, l2l_options, position);
+  core::L2LReport l2l_report;
+  l2l_report.boundaries_on_host = l2l_options.boundaries_on_host;
+  l2l_report.stages = l2l.stage_count();
+  l2l_report.kept_stages = l2l.kept_stage_count();
+  l2l_report.largest_stage_parameter_bytes = l2l.largest_stage_parameter_bytes();
+  if (options.gradient_check) report.gradient_check = check_gradient(l2l, model, plan, trace, options, device);
 
   // The budget counts from before the kept stages' parameters reached the device, as the plan does.
   std::optional<runtime::ScopedBudget> budget;
@@ -195,24 +195,24 @@ void execute_relay(const core::Plan& plan, const core::Trace& trace, const Execu
   // CUDA's memory is measured, not refused, as in any plan's run on CUDA.
   if (options.enforce_budget && device.is_cpu()) budget.emplace(plan.budget_bytes - kept_bytes);
   report.budget_bytes = budget ? plan.budget_bytes : 0;
-  RelayStep step(relay, position, model, plan, options, device, recorder.get(), device_before, host_before, relay_report);
+  L2LStep step(l2l, position, model, plan, options, device, recorder.get(), device_before, host_before, l2l_report);
   const auto baseline = [&budget, device_before] { return budget ? device_before : std::int64_t{0}; };
   reporting_out_of_memory([&] { run_steps(step, options, device, report); }, position, baseline, report);
   const auto& [compute, copy, wait, host_optimizer] = step.lanes();
   if (!compute.empty()) {
-    relay_report.measured = {core::median(compute), core::median(copy), core::median(wait), core::median(host_optimizer)};
+    l2l_report.measured = {core::median(compute), core::median(copy), core::median(wait), core::median(host_optimizer)};
   }
-  // Beside the plan's own figures (core/relay_stages.h); a plan made before plans carried them has
+  // Beside the plan's own figures (core/l2l_stages.h); a plan made before plans carried them has
   // none (negative lanes: absent).
   const auto part = [&plan](std::string_view name) { return plan.predicted_part(name).value_or(-1); };
-  relay_report.predicted = {part(core::kRelayComputeSecondsPart), part(core::kRelayCopySecondsPart),
-                            part(core::kRelayWaitSecondsPart), part(core::kRelayHostOptimizerSecondsPart)};
-  relay_report.predicted_host_bytes = std::max<std::int64_t>(std::llround(part(core::kRelayHostBytesPart)), 0);
-  if (!plan.predicted_part(core::kRelayHostBytesPart)) {
-    report.warnings.push_back("the plan carries no prediction of the relay's lanes and host peak (made by an older "
+  l2l_report.predicted = {part(core::kL2LComputeSecondsPart), part(core::kL2LCopySecondsPart),
+                            part(core::kL2LWaitSecondsPart), part(core::kL2LHostOptimizerSecondsPart)};
+  l2l_report.predicted_host_bytes = std::max<std::int64_t>(std::llround(part(core::kL2LHostBytesPart)), 0);
+  if (!plan.predicted_part(core::kL2LHostBytesPart)) {
+    report.warnings.push_back("the plan carries no prediction of L2L's lanes and host peak (made by an older "
                               "headroom): plan again to compare them");
   }
-  report.l2l = relay_report;
+  report.l2l = l2l_report;
   if (device.is_cpu()) {
     report.warnings.push_back("L2L ran with each stage waiting for the next one's parameters before computing (the peak "
                               "the plan predicts); the device-side peak is what the budget allocator counted outside "

@@ -1,7 +1,7 @@
 #pragma once
 // The loop every planned step runs under, whatever runs the step: the plain step (micro-batches
 // accumulating, a contrastive model's gradient cache, data parallel's exchange and ring joined to
-// either; executor.cpp) or L2L's relay (l2l_execute.cpp). One warm-up and measured-step loop, one
+// either; executor.cpp) or L2L (l2l_execute.cpp). One warm-up and measured-step loop, one
 // progress, one clock, one account of where the memory ran out.
 #include <cstddef>
 #include <cstdint>
@@ -21,7 +21,7 @@ class StepRunner {
  public:
   virtual ~StepRunner() = default;
   // Off the clock, before step `step` (0-based, warm-up included): what the runner makes ahead of
-  // a step (the relay's data) and the peaks reset.
+  // a step (L2L's data) and the peaks reset.
   virtual void before_step(int step, bool measured) = 0;
   // One optimizer step, on the clock. Returns the seconds it spent measuring (host memory), which
   // the step's time leaves out.
@@ -31,7 +31,7 @@ class StepRunner {
 };
 
 void progress(const ExecuteOptions& options, const std::string& what);
-// The seed of micro-batch m's data in step `step`: the same on every worker, in the relay and in the
+// The seed of micro-batch m's data in step `step`: the same on every worker, in L2L and in the
 // full-batch reference.
 std::uint64_t step_seed(const ExecuteOptions& options, int step, std::size_t m);
 // Waits for the device's queued work (nothing to wait for on the CPU).

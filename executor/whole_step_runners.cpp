@@ -6,7 +6,7 @@ namespace headroom::executor {
 
 std::span<const WholeStepRunner> whole_step_runners() {
   static constexpr WholeStepRunner kRunners[] = {
-      {relay_takes, execute_relay},  // L2L
+      {l2l_takes, execute_l2l},  // L2L
   };
   return kRunners;
 }

@@ -24,19 +24,19 @@ std::vector<int> block_ids(const core::Trace& trace) {
   return blocks;
 }
 
-core::RelayStages relay_stages_of(const core::Trace& trace) {
+core::L2LStages l2l_stages_of(const core::Trace& trace) {
   std::vector<std::vector<int>> inputs;
   inputs.reserve(trace.layers.size());
   for (const auto& layer : trace.layers) inputs.push_back(layer.inputs);
-  return core::relay_stages(block_ids(trace), inputs);
+  return core::l2l_stages(block_ids(trace), inputs);
 }
 
-std::vector<L2LStage> with_parameter_bytes(const core::Trace& trace, std::vector<core::RelayStage> formed) {
-  std::vector<L2LStage> stages;
+std::vector<L2LStageCost> with_parameter_bytes(const core::Trace& trace, std::vector<core::L2LStage> formed) {
+  std::vector<L2LStageCost> stages;
   stages.reserve(formed.size());
-  for (auto& relay_stage : formed) {
-    L2LStage stage;
-    static_cast<core::RelayStage&>(stage) = std::move(relay_stage);
+  for (auto& l2l_stage : formed) {
+    L2LStageCost stage;
+    static_cast<core::L2LStage&>(stage) = std::move(l2l_stage);
     for (int i = stage.first; i <= stage.last; ++i) stage.parameter_bytes += trace.layers[static_cast<std::size_t>(i)].param_bytes;
     stages.push_back(std::move(stage));
   }
@@ -45,10 +45,10 @@ std::vector<L2LStage> with_parameter_bytes(const core::Trace& trace, std::vector
 
 }  // namespace
 
-std::vector<L2LStage> l2l_stages(const core::Trace& trace) { return with_parameter_bytes(trace, relay_stages_of(trace).stages); }
+std::vector<L2LStageCost> l2l_stage_costs(const core::Trace& trace) { return with_parameter_bytes(trace, l2l_stages_of(trace).stages); }
 
-int first_relayed_stage(const std::vector<L2LStage>& stages, const core::Trace& trace, int from_block) {
-  return core::first_relayed_stage(stages, block_ids(trace), from_block);
+int first_offloaded_stage(const std::vector<L2LStageCost>& stages, const core::Trace& trace, int from_block) {
+  return core::first_offloaded_stage(stages, block_ids(trace), from_block);
 }
 
 namespace {
@@ -62,7 +62,7 @@ std::int64_t scaled(std::int64_t ns, double scale) { return std::llround(static_
 // 12 bytes. A stage's largest parameter is at most its largest layer's parameter bytes. Under bf16
 // the masters step in pieces of at most 2^20 elements (runtime/optimizer.h): a piece's gradient
 // widened to float32 and Adam's two float32 temporaries, 12 bytes an element.
-std::int64_t stage_optimizer_transient(const core::CostModel& costs, const L2LStage& stage) {
+std::int64_t stage_optimizer_transient(const core::CostModel& costs, const L2LStageCost& stage) {
   const std::int64_t whole = costs.optimizer_transient_bytes();
   if (costs.trace().optimizer.name != "adam") return whole;
   std::int64_t largest = 0;
@@ -79,15 +79,15 @@ std::int64_t stage_optimizer_transient(const core::CostModel& costs, const L2LSt
 }
 
 // Per stage: its parameters' copy in, its gradients' copy out, and its optimizer step (the trace's
-// optimizer time by parameter bytes): on the host for a relayed stage; a kept stage (before
-// `first_relayed`) copies nothing and steps on the device (optimizer_ns: 0, device_optimizer_ns).
-// A GPU trace's relayed stages step at the host's own rate where the trace measured it: the GPU's
+// optimizer time by parameter bytes): on the host for a offloaded stage; a kept stage (before
+// `first_offloaded`) copies nothing and steps on the device (optimizer_ns: 0, device_optimizer_ns).
+// A GPU trace's offloaded stages step at the host's own rate where the trace measured it: the GPU's
 // optimizer time understates the host's several times over (docs/design.md, "On a GPU").
 struct StageTransfers {
   std::vector<std::int64_t> in_ns, out_ns, optimizer_ns, device_optimizer_ns;
 };
 
-StageTransfers stage_transfers(const core::CostModel& costs, const std::vector<L2LStage>& stages, int first_relayed) {
+StageTransfers stage_transfers(const core::CostModel& costs, const std::vector<L2LStageCost>& stages, int first_offloaded) {
   const auto& device = costs.trace().device;
   const double host_ns_per_param = device.is_cuda() ? costs.trace().optimizer.host_ns_per_param : 0;
   const int element_bytes = core::parameter_element_bytes(costs.trace().precision);
@@ -96,10 +96,10 @@ StageTransfers stage_transfers(const core::CostModel& costs, const std::vector<L
   StageTransfers t;
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const std::int64_t bytes = stages[s].parameter_bytes;
-    const bool kept = static_cast<int>(s) < first_relayed;
+    const bool kept = static_cast<int>(s) < first_offloaded;
     const std::int64_t optimizer =
         total > 0 ? std::llround(static_cast<double>(costs.optimizer_ns()) * static_cast<double>(bytes) / static_cast<double>(total)) : 0;
-    // The relay packs a stage's parameters (and gradients) in one buffer: one copy each way.
+    // L2L packs a stage's parameters (and gradients) in one buffer: one copy each way.
     t.in_ns.push_back(kept ? 0 : device.host_to_device_ns(bytes));
     t.out_ns.push_back(kept ? 0 : device.device_to_host_ns(bytes));
     const std::int64_t on_host =
@@ -110,12 +110,12 @@ StageTransfers stage_transfers(const core::CostModel& costs, const std::vector<L
   return t;
 }
 
-struct RelayLanes {
+struct L2LLanes {
   std::int64_t step_ns = 0;
   std::int64_t copy_ns = 0;
 };
 
-// The relay's order (executor/l2l_relay.cpp): stage s loads once its copy has landed and stage s-1
+// L2L's order (executor/l2l_runner.cpp): stage s loads once its copy has landed and stage s-1
 // has computed, then starts the copy of the next stage; in backward the last stage stays loaded,
 // each stage's gradients go out and the host optimizer steps the stage after them, one stage at a
 // time. A kept stage's copies take no time, and its optimizer step is part of its backward_ns.
@@ -123,11 +123,11 @@ struct RelayLanes {
 // landed, gradients go out on the compute thread, and the host optimizer's thread runs on the cores
 // the compute uses, so a stage's optimizer step delays the compute as much as it takes. On CUDA the
 // gradients go out on a copy stream and the optimizer steps on the host beside the compute.
-RelayLanes relay_lanes(const StageTransfers& t, const std::vector<L2LStage>& stages,
+L2LLanes l2l_lanes(const StageTransfers& t, const std::vector<L2LStageCost>& stages,
                        const std::vector<std::int64_t>& forward_ns, const std::vector<std::int64_t>& backward_ns,
                        bool cpu) {
   const int last = static_cast<int>(stages.size()) - 1;
-  RelayLanes lanes;
+  L2LLanes lanes;
   if (last < 0) return lanes;
   const auto in = [&](int s) { return t.in_ns[static_cast<std::size_t>(s)]; };
   std::int64_t compute_end = 0, copy_end = in(0), out_end = 0;
@@ -195,7 +195,7 @@ class CostsByBatch {
 };
 
 // "backward of stage 3 (layer2.qkv..layer2.ffn_ln), micro-batch 0": where a peak is.
-std::string describe_l2l_op(const core::Trace& trace, OpKind kind, const L2LStage& stage, int s, std::size_t m) {
+std::string describe_l2l_op(const core::Trace& trace, OpKind kind, const L2LStageCost& stage, int s, std::size_t m) {
   const char* what = kind == OpKind::ForwardNoGrad ? "forward"
                      : kind == OpKind::Recompute   ? "recompute"
                      : kind == OpKind::Optimizer   ? "optimizer step"
@@ -223,7 +223,7 @@ void name_busiest_lane(L2LPrediction& p) {
 // A stage as its backward runs, for each of its micro-batches.
 struct StageInBackward {
   int s = 0;
-  const L2LStage& stage;
+  const L2LStageCost& stage;
   std::int64_t params = 0;     // on the device: the kept stages', this one's and the previous one's
   std::int64_t gradients = 0;  // this stage's (and on CUDA the next one's, still crossing to the host)
   // Where a standard step lets go of the gradient arriving at each exported output (layer_graph.h).
@@ -231,13 +231,13 @@ struct StageInBackward {
   std::int64_t host_high = 0;  // the highest the host holds during this stage's backward
 };
 
-// One prediction of the relay's step, walked as the relay runs it: forward stage by stage, then
+// One prediction of L2L's step, walked as L2L runs it: forward stage by stage, then
 // backward in reverse, then the host's figures and the three lanes. The members are what the
 // passes share: the device's bytes by kind, the stash, the host's level, each stage's time.
 class L2LStepWalk {
  public:
   L2LStepWalk(const core::CostModel& costs, const LayerGraph& graph, const std::vector<std::int64_t>& micro_batches,
-              const core::RelayChoice& relay, std::vector<L2LOp>* ops);
+              const core::L2LChoice& l2l, std::vector<L2LOp>* ops);
 
   L2LPrediction run() {
     forward_pass();
@@ -250,10 +250,10 @@ class L2LStepWalk {
   std::int64_t param(int s) const {
     return s >= 0 && s <= last_stage_ ? stages_[static_cast<std::size_t>(s)].parameter_bytes : 0;
   }
-  std::int64_t relayed(int s) const { return s >= first_relayed_ ? param(s) : 0; }
-  // The stages kept on the device hold their parameters and optimizer state throughout; a relayed
+  std::int64_t offloaded(int s) const { return s >= first_offloaded_ ? param(s) : 0; }
+  // The stages kept on the device hold their parameters and optimizer state throughout; a offloaded
   // stage's parameters are there while it runs and while it is the next one.
-  std::int64_t on_device(int s, int next) const { return kept_params_ + relayed(s) + relayed(next); }
+  std::int64_t on_device(int s, int next) const { return kept_params_ + offloaded(s) + offloaded(next); }
   std::int64_t out(int layer, std::int64_t b) { return by_batch_.output_bytes(layer, b); }
   std::int64_t sum_out(const std::vector<int>& layers, std::int64_t b) { return by_batch_.output_bytes(layers, b); }
 
@@ -267,7 +267,7 @@ class L2LStepWalk {
   void backward_stage(int s);
   void backward_micro_batch(StageInBackward& at, std::size_t m);
   void recompute(const StageInBackward& at, std::size_t m, std::int64_t& level);
-  void take_output_gradients_from_host(const L2LStage& stage, std::size_t m);
+  void take_output_gradients_from_host(const L2LStageCost& stage, std::size_t m);
   void backpropagate(const StageInBackward& at, std::size_t m, std::int64_t& level);
   void keep_input_gradients_on_host(StageInBackward& at, std::size_t m);
   void release_stashed_inputs(int s, std::size_t m);
@@ -279,9 +279,9 @@ class L2LStepWalk {
   const std::vector<std::int64_t>& micro_batches_;
   std::vector<L2LOp>* ops_;
   std::vector<int> first_reader_stage_;
-  std::vector<L2LStage> stages_;
+  std::vector<L2LStageCost> stages_;
   bool boundaries_on_host_;
-  int first_relayed_;
+  int first_offloaded_;
   StageTransfers transfers_;
   std::size_t n_;
   int last_stage_;
@@ -291,7 +291,7 @@ class L2LStepWalk {
 
   L2LPrediction p_;
   std::vector<std::int64_t> forward_ns_, backward_ns_;
-  // The constant-memory variant's boundary copies: the relay makes them on the compute thread (stream on CUDA), so
+  // The constant-memory variant's boundary copies: L2L makes them on the compute thread (stream on CUDA), so
   // they lengthen the stage's turn (and are the transfer lane's, not the compute lane's, busy time).
   std::int64_t bring_ns_ = 0;  // brought to the device before the next op
   std::int64_t base_ = 0;      // every micro-batch's input, made as the step starts
@@ -300,9 +300,9 @@ class L2LStepWalk {
   std::vector<std::vector<bool>> stashed_;
 
   std::int64_t boundary_grads_ = 0;  // gradients waiting at stage boundaries, on the device
-  // The host, above the relayed stages' parameters and optimizer state: the constant-memory
+  // The host, above the offloaded stages' parameters and optimizer state: the constant-memory
   // variant's stash and the boundary gradients sent there (each once, however many stages add to
-  // it), and a relayed stage's gradients from their landing to the end of its host step, with that
+  // it), and a offloaded stage's gradients from their landing to the end of its host step, with that
   // step's temporaries. On a GPU the step runs while the next stage computes, and that stage's
   // gradients land only once it is done, so two stages' never meet; on a CPU it runs in between.
   std::int64_t host_level_ = 0, host_peak_ = 0;
@@ -311,27 +311,27 @@ class L2LStepWalk {
 };
 
 L2LStepWalk::L2LStepWalk(const core::CostModel& costs, const LayerGraph& graph,
-                         const std::vector<std::int64_t>& micro_batches, const core::RelayChoice& relay,
+                         const std::vector<std::int64_t>& micro_batches, const core::L2LChoice& l2l,
                          std::vector<L2LOp>* ops)
     : costs_(costs), graph_(graph), trace_(costs.trace()), micro_batches_(micro_batches), ops_(ops), by_batch_(costs) {
-  core::RelayStages formed = relay_stages_of(trace_);
+  core::L2LStages formed = l2l_stages_of(trace_);
   first_reader_stage_ = std::move(formed.first_reader);
   stages_ = with_parameter_bytes(trace_, std::move(formed.stages));
-  boundaries_on_host_ = relay.boundaries_on_host;
-  first_relayed_ = std::max(first_relayed_stage(stages_, trace_, relay.from_block), 0);
-  transfers_ = stage_transfers(costs_, stages_, first_relayed_);
+  boundaries_on_host_ = l2l.boundaries_on_host;
+  first_offloaded_ = std::max(first_offloaded_stage(stages_, trace_, l2l.from_block), 0);
+  transfers_ = stage_transfers(costs_, stages_, first_offloaded_);
   n_ = micro_batches_.size();
   last_stage_ = static_cast<int>(stages_.size()) - 1;
   for (int s = 0; s <= last_stage_; ++s) {
     total_params_ += param(s);
-    if (s < first_relayed_) kept_params_ += param(s);
+    if (s < first_offloaded_) kept_params_ += param(s);
   }
   kept_state_ = total_params_ > 0 ? std::llround(static_cast<double>(costs_.optimizer_state_bytes()) *
                                                   static_cast<double>(kept_params_) / static_cast<double>(total_params_))
                                   : 0;
   p_.device_peak_bytes = -1;
   p_.stages = static_cast<int>(stages_.size());
-  p_.kept_stages = first_relayed_;
+  p_.kept_stages = first_offloaded_;
   p_.kept_bytes = kept_params_ + kept_state_;
   forward_ns_.assign(stages_.size(), 0);
   backward_ns_.assign(stages_.size(), 0);
@@ -357,7 +357,7 @@ void L2LStepWalk::emit(OpKind kind, int layer, int s, std::size_t m, std::int64_
   p_.peak_at = describe_l2l_op(trace_, kind, stages_[static_cast<std::size_t>(s)], s, m);
 }
 
-// Sent to the host after the last op, by the stage in forward (kind) or backward: the relay copies
+// Sent to the host after the last op, by the stage in forward (kind) or backward: L2L copies
 // each boundary tensor on its own.
 void L2LStepWalk::send(const std::vector<int>& boundaries, std::int64_t b, int s, bool forward) {
   const std::int64_t bytes = sum_out(boundaries, b);
@@ -419,20 +419,20 @@ void L2LStepWalk::backward_stage(int s) {
   StageInBackward at{s, stage, 0, 0, {}, host_level_};
   for (const int e : stage.exports) at.export_released_by.emplace_back(e, graph_.output_gradient_released_by(e, stage.first));
   at.params = on_device(s, s - 1);
-  // The stage's gradients, zeroed as its backward starts (the relay makes them there, as the
+  // The stage's gradients, zeroed as its backward starts (L2L makes them there, as the
   // profiled step had them before its backward); every micro-batch adds to them in place.
-  // On CUDA the previous stage's gradients are still crossing to the host meanwhile (the relay
+  // On CUDA the previous stage's gradients are still crossing to the host meanwhile (L2L
   // waits for them to land before the stage after this one makes its own): counted throughout.
-  at.gradients = stage.parameter_bytes + (trace_.device.is_cuda() && s < last_stage_ ? relayed(s + 1) : 0);
+  at.gradients = stage.parameter_bytes + (trace_.device.is_cuda() && s < last_stage_ ? offloaded(s + 1) : 0);
   for (std::size_t m = 0; m < n_; ++m) backward_micro_batch(at, m);
   // On a GPU the previous stage's host step ran meanwhile (this stage's gradients land once it is
   // done); on a CPU it ran before this stage, on the compute thread.
   host_peak_ = std::max(host_peak_, at.host_high + (trace_.device.is_cuda() ? host_step_ : 0));
-  host_step_ = s >= first_relayed_ && param(s) > 0 ? param(s) + stage_optimizer_transient(costs_, stage) : 0;
+  host_step_ = s >= first_offloaded_ && param(s) > 0 ? param(s) + stage_optimizer_transient(costs_, stage) : 0;
   host_peak_ = std::max(host_peak_, host_level_ + host_step_);
   // A kept stage steps on the device once its gradients are complete, then they go; its optimizer
   // is its own, so its temporaries are those of its largest parameter.
-  if (s < first_relayed_) {
+  if (s < first_offloaded_) {
     emit(OpKind::Optimizer, stage.last, s, n_ > 0 ? n_ - 1 : 0, transfers_.device_optimizer_ns[static_cast<std::size_t>(s)],
          base_, at.params, at.gradients, stash_ + boundary_grads_, stage_optimizer_transient(costs_, stage));
   }
@@ -476,7 +476,7 @@ void L2LStepWalk::recompute(const StageInBackward& at, std::size_t m, std::int64
 }
 
 // The gradients at the stage's outputs seed its backward: the host's copies go.
-void L2LStepWalk::take_output_gradients_from_host(const L2LStage& stage, std::size_t m) {
+void L2LStepWalk::take_output_gradients_from_host(const L2LStageCost& stage, std::size_t m) {
   for (const int e : stage.exports) {
     if (!gradient_on_host_[m][static_cast<std::size_t>(e)]) continue;
     gradient_on_host_[m][static_cast<std::size_t>(e)] = false;
@@ -492,7 +492,7 @@ void L2LStepWalk::backpropagate(const StageInBackward& at, std::size_t m, std::i
     // A layer reading the stage's inputs: what its backward frees of them in the profiled step
     // (its saved inputs) the stash holds here, so its peak is the one measured with them held.
     // The figure counts whatever earlier layers' tensors it frees, so a layer that also saves one
-    // of its stage's own is bounded from above; the relay runs the zoo's models, whose stages'
+    // of its stage's own is bounded from above; L2L runs the zoo's models, whose stages'
     // first layers read the stage inputs themselves (no view in between that would free them).
     const auto& reads = trace_.layers[static_cast<std::size_t>(r)].inputs;
     const bool reads_stage_input = std::any_of(reads.begin(), reads.end(), [&](int j) { return j >= 0 && j < stage.first; });
@@ -501,7 +501,7 @@ void L2LStepWalk::backpropagate(const StageInBackward& at, std::size_t m, std::i
          level - base_ - at.params - at.gradients, c.bwd_transient_bytes + held);
     level += c.bwd_retained_bytes;
     // The gradient arriving at an exported output was let go by this backward in the profiled
-    // step; here the relay holds it (it seeded the stage's backward) until the stage is done.
+    // step; here L2L holds it (it seeded the stage's backward) until the stage is done.
     for (const auto& [e, released_by] : at.export_released_by) {
       if (released_by == r) level += out(e, b);
     }
@@ -535,21 +535,21 @@ void L2LStepWalk::release_stashed_inputs(int s, std::size_t m) {
 
 // The host's figures, the copies and the three lanes, once both passes have run.
 void L2LStepWalk::finish() {
-  const std::int64_t relayed_params = total_params_ - kept_params_;
-  for (int s = first_relayed_; s <= last_stage_; ++s) {
+  const std::int64_t offloaded_params = total_params_ - kept_params_;
+  for (int s = first_offloaded_; s <= last_stage_; ++s) {
     p_.largest_stage_parameter_bytes = std::max(p_.largest_stage_parameter_bytes, param(s));
   }
   // Also there all step long: every stage's RNG state for every micro-batch (saved as its forward
   // runs, so its recompute draws the same dropout masks) and, on a CPU, what the model holds
-  // besides its parameters (built on the host; a GPU's relay moves its buffers to the device).
+  // besides its parameters (built on the host; on a GPU, L2L moves its buffers to the device).
   const std::int64_t rng_states = static_cast<std::int64_t>(stages_.size() * n_) * costs_.checkpoint_state_bytes();
   const std::int64_t model_extra = trace_.device.is_cuda() ? 0 : trace_.model_extra_bytes;
-  p_.host_bytes = relayed_params + (costs_.optimizer_state_bytes() - kept_state_) + rng_states + model_extra + host_peak_;
-  // Forward loads every relayed stage, backward every one but the last (still loaded); gradients go back.
-  p_.copy_bytes = 2 * relayed_params - relayed(last_stage_) + relayed_params + p_.stash_copy_bytes;
+  p_.host_bytes = offloaded_params + (costs_.optimizer_state_bytes() - kept_state_) + rng_states + model_extra + host_peak_;
+  // Forward loads every offloaded stage, backward every one but the last (still loaded); gradients go back.
+  p_.copy_bytes = 2 * offloaded_params - offloaded(last_stage_) + offloaded_params + p_.stash_copy_bytes;
   p_.host_optimizer_ns = std::accumulate(transfers_.optimizer_ns.begin(), transfers_.optimizer_ns.end(), std::int64_t{0});
   p_.host_shares_compute = !trace_.device.is_cuda();
-  const RelayLanes lanes = relay_lanes(transfers_, stages_, forward_ns_, backward_ns_, p_.host_shares_compute);
+  const L2LLanes lanes = l2l_lanes(transfers_, stages_, forward_ns_, backward_ns_, p_.host_shares_compute);
   p_.copy_ns = lanes.copy_ns + p_.stash_copy_ns;
   p_.step_ns = std::max<std::int64_t>(lanes.step_ns, 1);
   name_busiest_lane(p_);
@@ -558,9 +558,9 @@ void L2LStepWalk::finish() {
 }  // namespace
 
 L2LPrediction predict_l2l_step(const core::CostModel& costs, const LayerGraph& graph,
-                               const std::vector<std::int64_t>& micro_batches, const core::RelayChoice& relay,
+                               const std::vector<std::int64_t>& micro_batches, const core::L2LChoice& l2l,
                                std::vector<L2LOp>* ops) {
-  return L2LStepWalk(costs, graph, micro_batches, relay, ops).run();
+  return L2LStepWalk(costs, graph, micro_batches, l2l, ops).run();
 }
 
 std::string describe_l2l_bound(const L2LPrediction& p) {
@@ -584,7 +584,7 @@ std::string describe_l2l_bound(const L2LPrediction& p) {
 }
 
 StepPrediction l2l_step_prediction(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
-  const auto p = predict_l2l_step(costs, graph, choice.micro_batches, choice.l2l.value_or(core::RelayChoice{}));
+  const auto p = predict_l2l_step(costs, graph, choice.micro_batches, choice.l2l.value_or(core::L2LChoice{}));
   return {std::max<std::int64_t>(p.device_peak_bytes, 0), p.step_ns, p.peak_at};
 }
 
@@ -606,14 +606,14 @@ std::vector<core::MemoryChange> memory_changes(const L2LOp& from, const L2LOp& t
   return out;
 }
 
-// The relay's step as tasks: its ops on the compute stream, and the copies, gradients going out and
-// host optimizer steps ordered as relay_lanes orders them. The members say where each lane stands.
+// L2L's step as tasks: its ops on the compute stream, and the copies, gradients going out and
+// host optimizer steps ordered as l2l_lanes orders them. The members say where each lane stands.
 class L2LScheduleBuilder {
  public:
-  L2LScheduleBuilder(const core::CostModel& costs, const L2LPrediction& predicted, const core::RelayChoice& relay)
-      : costs_(costs), predicted_(predicted), layers_(costs.trace().layers), stages_(l2l_stages(costs.trace())) {
-    first_relayed_ = std::max(first_relayed_stage(stages_, costs.trace(), relay.from_block), 0);
-    transfers_ = stage_transfers(costs, stages_, first_relayed_);
+  L2LScheduleBuilder(const core::CostModel& costs, const L2LPrediction& predicted, const core::L2LChoice& l2l)
+      : costs_(costs), predicted_(predicted), layers_(costs.trace().layers), stages_(l2l_stage_costs(costs.trace())) {
+    first_offloaded_ = std::max(first_offloaded_stage(stages_, costs.trace(), l2l.from_block), 0);
+    transfers_ = stage_transfers(costs, stages_, first_offloaded_);
     last_ = static_cast<int>(stages_.size()) - 1;
   }
 
@@ -624,7 +624,7 @@ class L2LScheduleBuilder {
     copy_ = copy_in(0, {});
     arrived_.assign(stages_.size(), -1);  // the copy task that brought stage s in, this pass
     arrived_[0] = copy_;
-    if (first_relayed_ > 0 && !ops.empty()) start_with_kept_stages(ops.front());
+    if (first_offloaded_ > 0 && !ops.empty()) start_with_kept_stages(ops.front());
     for (const L2LOp& op : ops) add_op(op);
     // The step ends with the device empty again.
     if (last_compute_ >= 0) schedule_.tasks[static_cast<std::size_t>(last_compute_)].at_end = memory_changes(before_, L2LOp{});
@@ -651,8 +651,8 @@ class L2LScheduleBuilder {
   const core::CostModel& costs_;
   const L2LPrediction& predicted_;
   const std::vector<core::LayerProfile>& layers_;
-  const std::vector<L2LStage> stages_;
-  int first_relayed_ = 0;
+  const std::vector<L2LStageCost> stages_;
+  int first_offloaded_ = 0;
   StageTransfers transfers_;
   int last_ = -1;
   core::Schedule schedule_;
@@ -666,7 +666,7 @@ class L2LScheduleBuilder {
 
 // A stage's parameters brought in; a kept stage has no copy (-1: no task).
 int L2LScheduleBuilder::copy_in(int s, std::vector<int> deps) {
-  if (s < first_relayed_) return -1;
+  if (s < first_offloaded_) return -1;
   std::erase(deps, -1);
   core::Task task;
   task.name = "parameters of " + stage_name(s);
@@ -680,7 +680,7 @@ int L2LScheduleBuilder::copy_in(int s, std::vector<int> deps) {
 // The kept stages' parameters and optimizer state are on the device from the step's start (the
 // first stage's compute may wait for the next one's copy).
 void L2LScheduleBuilder::start_with_kept_stages(const L2LOp& first) {
-  for (int s = 0; s < first_relayed_; ++s) before_.parameter_bytes += stages_[static_cast<std::size_t>(s)].parameter_bytes;
+  for (int s = 0; s < first_offloaded_; ++s) before_.parameter_bytes += stages_[static_cast<std::size_t>(s)].parameter_bytes;
   before_.optimizer_state_bytes = first.optimizer_state_bytes;
   core::Task kept;
   kept.name = "stages kept on the device";
@@ -689,9 +689,9 @@ void L2LScheduleBuilder::start_with_kept_stages(const L2LOp& first) {
   last_compute_ = add(std::move(kept));
 }
 
-// A relayed stage's gradients go out, then the host optimizer steps it; a kept stage has neither.
+// A offloaded stage's gradients go out, then the host optimizer steps it; a kept stage has neither.
 void L2LScheduleBuilder::finish_backward_stage(int s) {
-  if (s < first_relayed_) return;
+  if (s < first_offloaded_) return;
   core::Task out;
   out.name = "gradients of " + stage_name(s);
   out.category = "gradient offload";
@@ -773,16 +773,16 @@ void L2LScheduleBuilder::add_op(const L2LOp& op) {
 
 core::Schedule l2l_schedule(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
   std::vector<L2LOp> ops;
-  const core::RelayChoice relay = choice.l2l.value_or(core::RelayChoice{});
-  const L2LPrediction predicted = predict_l2l_step(costs, graph, choice.micro_batches, relay, &ops);
-  return L2LScheduleBuilder(costs, predicted, relay).build(ops, choice.samples());
+  const core::L2LChoice l2l = choice.l2l.value_or(core::L2LChoice{});
+  const L2LPrediction predicted = predict_l2l_step(costs, graph, choice.micro_batches, l2l, &ops);
+  return L2LScheduleBuilder(costs, predicted, l2l).build(ops, choice.samples());
 }
 
 L2LCapacity largest_l2l_model(const core::CostModel& costs, const LayerGraph& graph,
                               const std::vector<std::int64_t>& micro_batches, bool boundaries_on_host,
                               std::int64_t device_limit_bytes, std::int64_t host_memory_bytes) {
   const core::Trace& trace = costs.trace();
-  const auto p = predict_l2l_step(costs, graph, micro_batches, core::RelayChoice{boundaries_on_host});
+  const auto p = predict_l2l_step(costs, graph, micro_batches, core::L2LChoice{boundaries_on_host});
   L2LCapacity c;
   c.device_peak_bytes = p.device_peak_bytes;
   c.fits = p.device_peak_bytes <= device_limit_bytes && (host_memory_bytes <= 0 || p.host_bytes <= host_memory_bytes);
@@ -794,8 +794,8 @@ L2LCapacity largest_l2l_model(const core::CostModel& costs, const LayerGraph& gr
     c.bytes_per_parameter = static_cast<double>(total_params) /
                             (static_cast<double>(optimizer.state_bytes) / optimizer.state_bytes_per_param);
   }
-  const auto stages = l2l_stages(trace);
-  const L2LStage* block = nullptr;
+  const auto stages = l2l_stage_costs(trace);
+  const L2LStageCost* block = nullptr;
   for (const auto& stage : stages) {
     if (trace.layers[static_cast<std::size_t>(stage.first)].block < 0) continue;
     if (block == nullptr || stage.parameter_bytes > block->parameter_bytes) block = &stage;
@@ -839,22 +839,22 @@ L2LCapacity largest_l2l_model(const core::CostModel& costs, const LayerGraph& gr
 std::int64_t least_budget_with_l2l(const core::Trace& trace, const PlanRequest& request, const PlanOutcome& without,
                                    std::int64_t host_memory_bytes) {
   if (without.plan || request.strategies.empty() || request.strategies.contains(Strategy::L2L) || request.workers > 1 ||
-      !relay_can_run(trace)) {
+      !l2l_can_run(trace)) {
     return 0;
   }
-  PlanRequest relayed = request;
-  relayed.strategies.insert(Strategy::L2L);
-  relayed.host_memory_bytes = host_memory_bytes;
-  relayed.budget_bytes = 1;  // fits nothing: the outcome names the least that does
-  const std::int64_t least = plan_step(trace, relayed).smallest_budget;
+  PlanRequest with_l2l = request;
+  with_l2l.strategies.insert(Strategy::L2L);
+  with_l2l.host_memory_bytes = host_memory_bytes;
+  with_l2l.budget_bytes = 1;  // fits nothing: the outcome names the least that does
+  const std::int64_t least = plan_step(trace, with_l2l).smallest_budget;
   const bool less = least > 0 && (without.smallest_budget == 0 || least < without.smallest_budget);
   return less ? least : 0;
 }
 
 namespace {
 
-// L2L as a technique: a relay step runs stage by stage, so it is predicted and scheduled here rather
-// than as the micro-batch sequence; a plan may ask it of a model the relay can run, as one worker,
+// L2L as a technique: an L2L step runs stage by stage, so it is predicted and scheduled here rather
+// than as the micro-batch sequence; a plan may ask it of a model L2L can run, as one worker,
 // with standard layers and nothing checkpointed.
 class L2L final : public Technique {
  public:
@@ -869,16 +869,16 @@ class L2L final : public Technique {
                              " workers) is not implemented; plan L2L on one device");
     }
     if (request.host_memory_bytes < 0) throw core::InputError("host_memory_bytes: expected zero (not checked) or more");
-    space.l2l = relay_can_run(trace);
+    space.l2l = l2l_can_run(trace);
     space.host_memory = request.host_memory_bytes;
   }
   void summarize(const core::StepChoice& choice, std::vector<SummaryLine>& lines) const override {
     if (!used_by(choice)) return;
-    const core::RelayChoice& relay = *choice.l2l;
-    lines.push_back({"l2l (relay)", (relay.whole_model() ? std::string("the whole model")
-                                                          : "from block " + std::to_string(relay.from_block) +
-                                                                " on (the layers before it kept on the device)") +
-                                          ", boundaries on the " + (relay.boundaries_on_host ? "host" : "device")});
+    const core::L2LChoice& l2l = *choice.l2l;
+    lines.push_back({"l2l", (l2l.whole_model() ? std::string("the whole model")
+                                               : "from block " + std::to_string(l2l.from_block) +
+                                                     " on (the layers before it kept on the device)") +
+                                ", boundaries on the " + (l2l.boundaries_on_host ? "host" : "device")});
   }
   StepPrediction predict(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) const override {
     return l2l_step_prediction(costs, graph, choice);
@@ -896,14 +896,14 @@ class L2L final : public Technique {
     // on its cores) nothing beyond them; on CUDA whatever of the step is not its compute.
     const std::int64_t own = p.compute_ns + (p.host_shares_compute ? p.copy_ns + p.host_optimizer_ns : 0);
     const auto seconds = [](std::int64_t ns) { return static_cast<double>(ns) * 1e-9; };
-    parts[std::string(core::kRelayComputeSecondsPart)] = seconds(p.compute_ns);
-    parts[std::string(core::kRelayCopySecondsPart)] = seconds(p.copy_ns);
-    parts[std::string(core::kRelayWaitSecondsPart)] = seconds(std::max<std::int64_t>(p.step_ns - own, 0));
-    parts[std::string(core::kRelayHostOptimizerSecondsPart)] = seconds(p.host_optimizer_ns);
-    parts[std::string(core::kRelayHostBytesPart)] = static_cast<double>(p.host_bytes);
+    parts[std::string(core::kL2LComputeSecondsPart)] = seconds(p.compute_ns);
+    parts[std::string(core::kL2LCopySecondsPart)] = seconds(p.copy_ns);
+    parts[std::string(core::kL2LWaitSecondsPart)] = seconds(std::max<std::int64_t>(p.step_ns - own, 0));
+    parts[std::string(core::kL2LHostOptimizerSecondsPart)] = seconds(p.host_optimizer_ns);
+    parts[std::string(core::kL2LHostBytesPart)] = static_cast<double>(p.host_bytes);
   }
-  // The largest model the budget trains with the relay, both variants: at the plan's micro-batches
-  // when it relays, else at the finest split the strategies allow (the least device peak).
+  // The largest model the budget trains with L2L, both variants: at the plan's micro-batches
+  // when it uses L2L, else at the finest split the strategies allow (the least device peak).
   std::string after_summary(const core::Trace& trace, const core::Plan& plan, const PlanRequest& request,
                             bool named) const override {
     if (!used_by(plan.choice) && !named) return {};
@@ -931,22 +931,22 @@ class L2L final : public Technique {
     const core::StepChoice& choice = c.choice;
     const std::string& source = c.source;
     if (const std::string why = l2l_refusal(trace); !why.empty()) {
-      throw core::InputError(source + ": $.l2l: the relay cannot run " + trace.model.name + ": " + why);
+      throw core::InputError(source + ": $.l2l: L2L cannot run " + trace.model.name + ": " + why);
     }
     if (choice.data_parallel) {
       throw core::InputError(source + ": $.l2l: L2L with data parallel (world_size " + std::to_string(choice.workers()) +
                              ") is not implemented");
     }
     if (!choice.checkpointed_blocks.empty()) {
-      throw core::InputError(source + ": $.l2l: the relay recomputes every block already; give no checkpointed_blocks");
+      throw core::InputError(source + ": $.l2l: L2L recomputes every block already; give no checkpointed_blocks");
     }
     for (const auto& layer : choice.layers) {
       if (layer.variant != core::LayerVariant::Standard) {
-        throw core::InputError(source + ": $.layers[" + std::to_string(layer.id) + "].variant: the relay runs standard layers only");
+        throw core::InputError(source + ": $.layers[" + std::to_string(layer.id) + "].variant: L2L runs standard layers only");
       }
     }
-    const auto stages = l2l_stages(trace);
-    if (!choice.l2l->whole_model() && first_relayed_stage(stages, trace, choice.l2l->from_block) < 0) {
+    const auto stages = l2l_stage_costs(trace);
+    if (!choice.l2l->whole_model() && first_offloaded_stage(stages, trace, choice.l2l->from_block) < 0) {
       std::string blocks;
       for (const auto& stage : stages) {
         const int block = trace.layers[static_cast<std::size_t>(stage.first)].block;

@@ -71,7 +71,7 @@ class LayerGraph {
   // output, among layers [first, layer]: `layer` itself, unless it hands the gradient on as it is
   // (a residual add), where the gradient lives on in its input's until another reader's gradient is
   // added to it (in place, by the autograd engine). A backward seeded with that gradient from
-  // outside (a checkpoint, L2L's relay) holds it from there to its end.
+  // outside (a checkpoint, L2L) holds it from there to its end.
   int output_gradient_released_by(int layer, int first) const;
   // Whether the layer's backward may let that gradient go partway and then hold more: a module of
   // many autograd nodes (a TorchScript module's layer), where a held gradient adds to the layer's

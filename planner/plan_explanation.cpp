@@ -40,7 +40,7 @@ std::string with_what(const WeighedStep& step) {
   std::string out;
   if (step.checkpointed_blocks > 0) out += plural(step.checkpointed_blocks, "checkpointed block");
   if (step.tempo_layers > 0) out += (out.empty() ? "" : " and ") + plural(step.tempo_layers, "Tempo layer");
-  if (step.l2l) out += (out.empty() ? "" : " and ") + std::string("L2L's relay");
+  if (step.l2l) out += (out.empty() ? "" : " and ") + std::string("L2L");
   return out.empty() ? "nothing applied" : out;
 }
 
@@ -98,13 +98,13 @@ std::string binding_constraint(const ChoiceFacts& f) {
     why += "; micro-batches of " + micro_batch_size(chosen) + " are the largest that fit";
   }
   if (chosen.l2l) {
-    // The search weighs the relay only where no plan without it fits.
-    why += std::string("; no plan without it fits, so they run as L2L's relay (boundaries on the ") +
+    // The search weighs L2L only where no plan without it fits.
+    why += std::string("; no plan without it fits, so they run as L2L (boundaries on the ") +
            (chosen.l2l->boundaries_on_host ? "host" : "device") +
            "), the device holding two blocks' parameters instead of the model's parameters, gradients and optimizer state";
     if (!chosen.l2l->whole_model()) {
       why += " from block " + std::to_string(chosen.l2l->from_block) + " on (the layers before it train on the device, "
-             "with no copies: the fastest relay that fits)";
+             "with no copies: the fastest L2L choice that fits)";
     }
   }
   if (f.peak_without_checkpointing) {
@@ -157,11 +157,11 @@ std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, c
   return out;
 }
 
-std::string l2l_note(const L2LPrediction& p, const core::RelayChoice& relay) {
-  const bool boundaries_on_host = relay.boundaries_on_host;
+std::string l2l_note(const L2LPrediction& p, const core::L2LChoice& l2l) {
+  const bool boundaries_on_host = l2l.boundaries_on_host;
   std::string kept;
   if (p.kept_stages > 0) {
-    kept = " from block " + std::to_string(relay.from_block) + " on: " +
+    kept = " from block " + std::to_string(l2l.from_block) + " on: " +
            (p.kept_stages == 1 ? "the first of the " + std::to_string(p.stages) + " stages stays"
                                : "the first " + std::to_string(p.kept_stages) + " of the " + std::to_string(p.stages) + " stages stay") +
            " on the device (" + core::format_bytes(p.kept_bytes) +
@@ -173,7 +173,7 @@ std::string l2l_note(const L2LPrediction& p, const core::RelayChoice& relay) {
                                         : (kept.empty() ? ": parameters, gradients and optimizer state"
                                                         : " parameters, gradients and optimizer state")) +
          " live on the host (" + core::format_bytes(p.host_bytes) + "); the device holds two of the " +
-         std::to_string(p.stages - p.kept_stages) + " relayed stages' parameters at a time (the largest " +
+         std::to_string(p.stages - p.kept_stages) + " offloaded stages' parameters at a time (the largest " +
          core::format_bytes(p.largest_stage_parameter_bytes) + "), " + (boundaries_on_host ? "" : "the stashed block boundaries, ") +
          "every micro-batch's input and one stage's work; every stage runs its forward twice; " +
          (p.copy_ns > 0 ? "the step is predicted " + describe_l2l_bound(p) + " (" + core::format_bytes(p.copy_bytes) +

@@ -26,7 +26,7 @@ struct WeighedStep {
   int checkpointed_blocks = 0;
   int tempo_layers = 0;
   core::PlanPrediction predicted;
-  std::optional<core::RelayChoice> l2l;  // run as L2L's relay
+  std::optional<core::L2LChoice> l2l;  // run as L2L
 };
 
 // "2 micro-batches of 16, 1 checkpointed block, 3 Tempo layers" ("..., L2L with boundaries on the host")
@@ -68,7 +68,7 @@ std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, c
 struct L2LPrediction;  // planner/l2l_model.h
 // What an L2L plan does with memory, for its warnings: what lives on the host and what the device
 // holds, and that its time leaves out the copies.
-std::string l2l_note(const L2LPrediction& prediction, const core::RelayChoice& relay);
+std::string l2l_note(const L2LPrediction& prediction, const core::L2LChoice& l2l);
 
 struct L2LCapacity;  // planner/l2l_model.h
 // One line on the largest model L2L trains at `micro_batches` (boundaries on the device or host):

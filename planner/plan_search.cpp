@@ -281,7 +281,7 @@ std::vector<std::int64_t> listed(const StepBatches& batches) {
 
 struct Candidate {
   // Its layer variants as they take effect (effective_variants). Its micro-batches are `batches`
-  // (an L2L candidate's are listed in it too, as the relay's model reads them there): with_listed
+  // (an L2L candidate's are listed in it too, as L2L's model reads them there): with_listed
   // lists them for the plan.
   core::StepChoice choice;
   StepBatches batches;
@@ -375,9 +375,9 @@ std::optional<Candidate> fit_checkpointing(const core::CostModel& costs, const L
   return std::nullopt;
 }
 
-// L2L's relay for these micro-batches (standard layers, nothing checkpointed): stage boundaries on
+// L2L for these micro-batches (standard layers, nothing checkpointed): stage boundaries on
 // the device where that fits, else on the host (constant memory in depth), or nothing. Where the
-// whole model's relay fits, so may a relay from a later block on (the stages before it kept on the
+// whole model offloaded fits, so may L2L from a later block on (the stages before it kept on the
 // device, with no copies and their optimizer there): the fastest of those that fit, the whole
 // model's on a tie (it leaves the device the most room).
 std::optional<Candidate> fit_l2l(const core::CostModel& costs, const LayerGraph& graph, const Candidate& split,
@@ -388,20 +388,20 @@ std::optional<Candidate> fit_l2l(const core::CostModel& costs, const LayerGraph&
     return p.device_peak_bytes <= limit && (host_memory <= 0 || p.host_bytes <= host_memory);
   };
   for (const bool on_host : {false, true}) {
-    core::RelayChoice relay{on_host};
-    auto best = predict_l2l_step(costs, graph, plain.micro_batches, relay);
+    core::L2LChoice l2l{on_host};
+    auto best = predict_l2l_step(costs, graph, plain.micro_batches, l2l);
     if (!fits(best)) continue;
-    for (const auto& stage : l2l_stages(costs.trace())) {
+    for (const auto& stage : l2l_stage_costs(costs.trace())) {
       const int block = costs.trace().layers[static_cast<std::size_t>(stage.first)].block;
       if (block < 0 || stage.first == 0) continue;
-      const core::RelayChoice later{on_host, block};
+      const core::L2LChoice later{on_host, block};
       const auto p = predict_l2l_step(costs, graph, plain.micro_batches, later);
-      if (fits(p) && p.step_ns < best.step_ns) best = p, relay = later;
+      if (fits(p) && p.step_ns < best.step_ns) best = p, l2l = later;
     }
     Candidate c{plain, split.batches, {best.device_peak_bytes, best.step_ns, best.peak_at}};
     c.choice.checkpointed_blocks.clear();
     for (auto& layer : c.choice.layers) layer.variant = core::LayerVariant::Standard;
-    c.choice.l2l = relay;
+    c.choice.l2l = l2l;
     return c;
   }
   return std::nullopt;
@@ -564,7 +564,7 @@ constexpr std::int64_t kSplitsWeighedEach = 24;
 constexpr std::size_t kRunnerUps = 3;
 
 // Whether split_bounds.h bounds what fit() may find for this space: micro-batching, checkpointing
-// and Tempo, on one worker or several. A contrastive model's loss and L2L's relay are not bounded.
+// and Tempo, on one worker or several. A contrastive model's loss and L2L are not bounded.
 bool bounded_search_applies(const SearchSpace& space) {
   return space.micro_batching && space.loss_options.empty() && !space.tiles && !space.l2l;
 }
@@ -944,9 +944,9 @@ std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, B
   const StepBatches micro = least_split(costs, graph, cache, global_batch, space);
   std::int64_t least = least_unchecked_peak(costs, graph, cache, micro, space);
   if (space.l2l) {
-    // The relay's least: its finest split, boundaries on the host (where the host holds them).
+    // L2L's least: its finest split, boundaries on the host (where the host holds them).
     const auto finest = split_batch(global_batch, std::min<std::int64_t>(global_batch, kMaxL2LMicroBatches));
-    const auto p = predict_l2l_step(costs, graph, finest, core::RelayChoice{true});
+    const auto p = predict_l2l_step(costs, graph, finest, core::L2LChoice{true});
     if (space.host_memory <= 0 || p.host_bytes <= space.host_memory) least = std::min(least, p.device_peak_bytes);
   }
   if (!space.checkpointing) return least;
@@ -1130,7 +1130,7 @@ void explain_no_fit(const PlanSearch& search, PlanOutcome& outcome) {
     if (applies_to(s, search.trace)) applied += (applied.empty() ? "" : ",") + strategy_name(s);
   }
   const core::CostModel& costs = search.costs;
-  // With L2L the training state is not the device's floor: the relay keeps it on the host.
+  // With L2L the training state is not the device's floor: L2L keeps it on the host.
   outcome.reason = infeasible_reason(request.budget_bytes, space.limit,
                                      space.l2l ? 0
                                                : costs.static_bytes() + bucket_buffer_bytes(costs, space.base) +

@@ -20,7 +20,7 @@ struct SearchSpace {
   // tiles when asked for), or the one in `tiles` when this is empty.
   std::vector<std::optional<core::LossTiles>> loss_options;
   std::optional<core::LossTiles> tiles;
-  bool l2l = false;              // asked for, and the relay can run the model
+  bool l2l = false;              // asked for, and L2L can run the model
   std::int64_t host_memory = 0;  // what L2L's host side may fill (0: not checked)
 };
 

@@ -601,7 +601,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
 
 StepPrediction predict_step(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
                             BatchCostsCache* cache) {
-  // A step that is not a sequence of micro-batches (L2L's relay runs stage-major, every micro-batch
+  // A step that is not a sequence of micro-batches (L2L runs stage-major, every micro-batch
   // through a stage before the next) is its technique's to predict.
   if (const Technique* runner = step_runner(choice)) return runner->predict(costs, graph, choice);
   return predict_step(costs, graph, choice, step_batches(choice), cache);

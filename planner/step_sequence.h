@@ -97,7 +97,7 @@ struct StepSequence {
   std::int64_t static_bytes = 0;  // parameters, gradients and optimizer state, before and after
 };
 // `cache`, when given and made from `costs`, supplies the batch costs. A step a technique runs its own
-// way (L2L's relay: planner/technique.h, step_runner) is not a sequence of micro-batches:
+// way (L2L: planner/technique.h, step_runner) is not a sequence of micro-batches:
 // predict_step and build_schedule hand it to that technique.
 StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
                            BatchCostsCache* cache = nullptr);

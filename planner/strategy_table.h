@@ -14,7 +14,7 @@ namespace headroom::planner {
 using core::has_contrastive_loss;
 using core::has_tempo_pass;
 using core::kStrategies;
-using core::relay_can_run;
+using core::l2l_can_run;
 using core::Strategy;
 using core::StrategyEntry;
 

@@ -1,7 +1,7 @@
 #pragma once
 // The planner's side of a technique: whether a step choice uses it, how a plan's choice is checked
 // against its trace for it, what it says about the chosen step, and, for a technique that runs the
-// whole step its own way (L2L's relay), the step's prediction and schedule. Each technique
+// whole step its own way (L2L), the step's prediction and schedule. Each technique
 // implements it in its own file; check_choice, the plan's strategies and warnings, predict_step and
 // build_schedule walk the registered techniques instead of branching on the choice's fields.
 #include <cstdint>
@@ -69,7 +69,7 @@ class Technique {
   virtual void summarize(const core::StepChoice&, std::vector<SummaryLine>& /*lines*/) const {}
   // What `headroom plan` prints after the plan's summary where the plan uses it or the request named
   // it (`named`: in --strategies, not through "all"): L2L, the largest model the budget trains with
-  // the relay.
+  // L2L.
   virtual std::string after_summary(const core::Trace&, const core::Plan&, const PlanRequest&, bool /*named*/) const {
     return {};
   }

@@ -37,15 +37,15 @@ namespace headroom::profiler {
 
 namespace {
 
-// The CPU's copy link, what L2L's relay moves parameters, gradients and boundaries with between its
-// host and device sides here: one memcpy each on the calling thread (runtime::host_memcpy, the
-// relay's own copy) into a new tensor, from 4 KiB to 32 MiB, the median of a few at each size; a
+// The CPU's copy link, what L2L moves parameters, gradients and boundaries with between its
+// host and device sides here: one memcpy each on the calling thread (runtime::host_memcpy, L2L's
+// own copy) into a new tensor, from 4 KiB to 32 MiB, the median of a few at each size; a
 // line through the times relative to each gives the latency (a copy's fixed cost: allocation and
-// dispatch) and the bandwidth. Each copy starts with the caches holding other work, as in the relay,
+// dispatch) and the bandwidth. Each copy starts with the caches holding other work, as in L2L,
 // where a stage's turn of compute runs between two copies; and the source of a copy to the host is
 // written just before it, as the compute has just made the gradients and boundaries it sends. A
-// buffer copied over and over stays in the caches and times a link faster than the relay's copies
-// run, which would predict them too short (docs/results.md, "The relay's copies on a CPU").
+// buffer copied over and over stays in the caches and times a link faster than L2L's copies
+// run, which would predict them too short (docs/results.md, "L2L's copies on a CPU").
 struct HostCopyLinks {
   core::LinkLine into_device;
   core::LinkLine out_to_host;
@@ -804,7 +804,7 @@ double host_optimizer_ns_per_param(const std::string& optimizer_name, const std:
   std::int64_t elements = 0;
   for (const auto& p : parameters) {
     if (elements >= kSampleElements) break;
-    // In the parameter's own dtype, as the relay keeps it on the host: a bfloat16 one makes the
+    // In the parameter's own dtype, as L2L keeps it on the host: a bfloat16 one makes the
     // optimizer keep float32 master weights there too. A piece of a tensor larger than what is
     // left, so that a billion-element embedding costs no more than the sample.
     const std::int64_t take = std::min<std::int64_t>(p.numel(), kSampleElements - elements);
@@ -816,7 +816,7 @@ double host_optimizer_ns_per_param(const std::string& optimizer_name, const std:
   }
   if (elements == 0) return 0;
   auto optimizer = runtime::make_optimizer(optimizer_name, copies);
-  optimizer->step();  // allocates the state, as the relay's first step does: not timed
+  optimizer->step();  // allocates the state, as L2L's first step does: not timed
   std::vector<std::int64_t> times;
   for (int i = 0; i < kTimedSteps; ++i) {
     const auto start = Clock::now();
@@ -1032,7 +1032,7 @@ void ProfileRun::count_passes() {
   opaque_ = opaque_blocks(model_);
   const int calibrations = options_.calibrate ? static_cast<int>(options_.batch_sizes.size()) + 1 : 0;
   contrastive_samples_ = contrastive_loss_layer(model_) >= 0 ? contrastive_.sample_count() : 0;
-  // On CUDA the host's optimizer step is timed last (L2L's relay runs it there).
+  // On CUDA the host's optimizer step is timed last (L2L runs it there).
   per_size_steps_ = passes * (options_.warmup_steps + 2 * options_.repeats) + (opaque_.empty() ? 0 : 1);
   progress_.total = passes + calibrations + contrastive_samples_ + (backend_ != nullptr ? 1 : 0) +
                     static_cast<int>(options_.batch_sizes.size()) * per_size_steps_;

@@ -109,8 +109,8 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
                              bool zero_grad_first = true);
 
 // The optimizer's step on the host's cores per parameter element, timed on CPU copies of the first
-// 16M elements of `parameters` (in their dtype, as the relay keeps them on the host) with fresh
-// state, its first step left out: the rate at which L2L's relay steps a GPU model's relayed stages
+// 16M elements of `parameters` (in their dtype, as L2L keeps them on the host) with fresh
+// state, its first step left out: the rate at which L2L steps a GPU model's offloaded stages
 // on the host. The parameters are untouched.
 double host_optimizer_ns_per_param(const std::string& optimizer, const std::vector<torch::Tensor>& parameters);
 

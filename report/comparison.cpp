@@ -95,7 +95,7 @@ std::string describe_choice(const core::StepChoice& choice) {
   char text[160];
   std::snprintf(text, sizeof text, "%zu x %lld%s, %zu ckpt, %d tempo", micro.size(), static_cast<long long>(micro.front()),
                 micro.back() != micro.front() ? " (uneven)" : "", choice.checkpointed_blocks.size(), choice.tempo_count());
-  // "all" relays where nothing else fits: the plan is then a different kind of step.
+  // "all" uses L2L where nothing else fits: the plan is then a different kind of step.
   return std::string(text) + (choice.l2l ? ", l2l" : "");
 }
 

@@ -128,7 +128,7 @@ void write_data_parallel(std::ostream& out, const core::DataParallelReport& d, s
 }
 
 // L2L's lanes, a step each: where the time went against where the plan put it.
-void write_l2l_lanes(std::ostream& out, const core::RelayReport& l) {
+void write_l2l_lanes(std::ostream& out, const core::L2LReport& l) {
   TextTable lanes({{"L2L lane (s/step)", TextTable::Align::Left}, {"predicted"}, {"measured"}});
   const auto cell = [](double v) { return v >= 0 ? fixed(v, "%.4f") : std::string("-"); };
   lanes.add_row({"compute", cell(l.predicted.compute_seconds), cell(l.measured.compute_seconds)});
@@ -138,11 +138,11 @@ void write_l2l_lanes(std::ostream& out, const core::RelayReport& l) {
   out << lanes.render();
 }
 
-void write_l2l(std::ostream& out, const core::RelayReport& l) {
+void write_l2l(std::ostream& out, const core::L2LReport& l) {
   out << "L2L: " << l.stages << " stages";
   if (l.kept_stages == 1) out << ", the first kept on the device";
   if (l.kept_stages > 1) out << ", the first " << l.kept_stages << " kept on the device";
-  out << " (the largest relayed " << core::format_bytes(l.largest_stage_parameter_bytes)
+  out << " (the largest offloaded " << core::format_bytes(l.largest_stage_parameter_bytes)
       << " of parameters), boundaries on the " << (l.boundaries_on_host ? "host" : "device") << "; the peak above is the device side's; host side: "
       << core::format_bytes(l.measured_host_peak_bytes) << " at most (parameters, optimizer state, RNG states"
       << (l.boundaries_on_host ? ", stashed boundaries and their gradients" : "")

@@ -4,7 +4,7 @@
 // past the budget, with c10::OutOfMemoryError, as a GPU would. It wraps the default allocator, so
 // the allocator reporting hook still sees every allocation.
 //
-// Host scope: an L2L relay keeps parameters, gradients and optimizer state on the host, which on a
+// Host scope: an L2L step keeps parameters, gradients and optimizer state on the host, which on a
 // GPU is another memory altogether. On the CPU both are the same heap, so allocations made while a
 // HostScope is alive on the allocating thread are counted apart (host_in_use/host_peak): reported,
 // never refused, and not part of in_use/peak, which stay the device side.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The GPU checklist in one run on the GPU machine: build against PyTorch's libtorch, profile the
 zoo and a TorchScript model on CUDA, plan and execute at budgets that force checkpointing and
-Tempo, every precision (fp16-autocast's loss scaling among them) on gpt small, L2L's relay under
+Tempo, every precision (fp16-autocast's loss scaling among them) on gpt small, L2L under
 the step's static memory, Tempo's largest batch on bert large, then the test suite; within a
 deadline.
 
@@ -294,15 +294,15 @@ def grad_check(report):
     return f"{check['max_rel_diff']:.2g}" if check.get("computed") else "-"
 
 
-# L2L's relay on CUDA (pinned host buffers, copy streams, the host optimizer): budgets under the
-# step's static memory, where nothing but the relay fits; the device peak against the plan's, and
+# L2L on CUDA (pinned host buffers, copy streams, the host optimizer): budgets under the
+# step's static memory, where nothing but L2L fits; the device peak against the plan's, and
 # the step's time.
 L2L_FRACTIONS = (0.6, 0.35)
 
 
 def l2l(traces):
     say(f"\n## L2L on {DEVICE} (budgets under the step's static memory)\n")
-    say("| trace | budget | plan | relay | peak pred | peak meas (alloc) | reserved | peak err | samples/s pred | meas "
+    say("| trace | budget | plan | l2l | peak pred | peak meas (alloc) | reserved | peak err | samples/s pred | meas "
         "| thr err | grad check |")
     say("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in ("gpt-small", "bert-large", "bert-base"):
@@ -324,9 +324,9 @@ def l2l(traces):
             if p is None:
                 say(f"| {name} | {budget / GIB:.2f} GiB | refused | | | | | | | | | |")
                 continue
-            relay = p.get("l2l")
-            where = (f"boundaries on the {relay['boundaries']}" + (f", from block {relay['from_block']}"
-                                                                    if "from_block" in relay else "")) if relay else "no relay"
+            l2l = p.get("l2l")
+            where = (f"boundaries on the {l2l['boundaries']}" + (f", from block {l2l['from_block']}"
+                                                                    if "from_block" in l2l else "")) if l2l else "no l2l"
             rep = execute(path, os.path.join(WORK, f"report-{name}-l2l-{fraction}.json"), steps=4)
             pp, ps = p["predicted"]["peak_bytes"], p["predicted"]["samples_per_second"]
             if rep is None:

@@ -252,7 +252,7 @@ void MemoryChart::update_legend(bool with_floor, bool with_peak, bool with_budge
   }
   if (with_floor) entries << entry(QColor(40, 40, 40), "\u2500\u2500", floor_->name());
   legend_->setText(entries.join(" &nbsp; "));
-  // The floor is drawn only where it holds: with L2L allowed the relay keeps the training state on
+  // The floor is drawn only where it holds: with L2L allowed it keeps the training state on
   // the host and goes below it.
   legend_->setToolTip(QString("allowed: the budget less the planner's margin, which the plan's peak stays under\n") +
                       (with_floor ? "floor: parameters, gradients and optimizer state, which no plan without L2L goes "

@@ -373,18 +373,18 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
     } else {
       result.infeasible_reason = outcome.reason;
       // L2L unticked where it would need less: say so, and how much.
-      if (const std::int64_t relay_least =
+      if (const std::int64_t l2l_least =
               planner::least_budget_with_l2l(trace.trace, request, outcome, core::available_host_memory_bytes());
-          relay_least > 0) {
+          l2l_least > 0) {
         const auto& l2l = planner::strategy_entry(planner::Strategy::L2L);
         result.infeasible_reason += "; with " + std::string(l2l.label) + " ticked as well it must be at least " +
-                                    core::format_bytes_at_least(relay_least);
+                                    core::format_bytes_at_least(l2l_least);
       }
       result.smallest_budget = outcome.smallest_budget;
       result.summary = "infeasible: " + result.infeasible_reason + "\n";
-      // L2L's relay keeps the training state on the host: with it, no floor holds the device.
+      // L2L keeps the training state on the host: with it, no floor holds the device.
       const bool l2l_allowed = inputs.strategies.contains(planner::Strategy::L2L) && inputs.workers <= 1 &&
-                               planner::relay_can_run(trace.trace);
+                               planner::l2l_can_run(trace.trace);
       const bool other_optimizer = !inputs.optimizer.empty() && inputs.optimizer != trace.trace.optimizer.name;
       result.floor_bytes =
           l2l_allowed ? 0

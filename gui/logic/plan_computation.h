@@ -117,7 +117,7 @@ struct PlanResult {
   // When nothing fits, the plan the planner would choose at smallest_budget: `timeline` is its
   // step, so the chart shows how far over the budget the best attempt is instead of nothing.
   std::optional<core::Plan> best_attempt;
-  // Parameters, gradients and optimizer state: no plan needs less, unless L2L's relay keeps them on
+  // Parameters, gradients and optimizer state: no plan needs less, unless L2L keeps them on
   // the host (0 where L2L may: its least is the best attempt's step).
   std::int64_t floor_bytes = 0;
   std::string error;  // a bad request (batch 0, ...): the message

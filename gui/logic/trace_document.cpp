@@ -35,12 +35,12 @@ BudgetRange budget_range(const core::Trace& measured, std::int64_t global_batch,
   const planner::LayerGraph graph(trace);
   BudgetRange range;
   std::int64_t least = costs.static_bytes();
-  if (planner::relay_can_run(trace)) {
-    // L2L keeps the training state on the host: its least is the relay at its finest split with the
+  if (planner::l2l_can_run(trace)) {
+    // L2L keeps the training state on the host: its least is L2L at its finest split with the
     // boundaries on the host, as the planner's least budget counts it.
     const std::int64_t batch = std::max<std::int64_t>(global_batch, 1);
     const auto finest = planner::split_batch(batch, std::min<std::int64_t>(batch, planner::kMaxL2LMicroBatches));
-    least = std::min(least, planner::predict_l2l_step(costs, graph, finest, core::RelayChoice{true}).device_peak_bytes);
+    least = std::min(least, planner::predict_l2l_step(costs, graph, finest, core::L2LChoice{true}).device_peak_bytes);
   }
   range.least_bytes = std::max<std::int64_t>(least, 1 << 20);
   range.device_bytes = trace.device.total_memory_bytes;

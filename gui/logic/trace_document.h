@@ -27,7 +27,7 @@ struct TraceDocument {
 std::shared_ptr<const TraceDocument> load_trace_document(const std::string& path);
 
 // The budgets the controls offer for a trace at a global batch: from its parameters, gradients and
-// optimizer state (nothing smaller fits without L2L), or L2L's least where the relay can run the
+// optimizer state (nothing smaller fits without L2L), or L2L's least where L2L can run the
 // model, to past both the device's memory and the whole batch's need, so the slider reaches every
 // interesting plan and the device's total can be marked on it.
 struct BudgetRange {

@@ -107,7 +107,7 @@ class Step:
 
     def _refuse_what_cannot_run(self, document):
         if document.get("l2l"):
-            raise InputError("plan: L2L's relay runs in headroom's executor (`headroom execute`), not in a loop of your own")
+            raise InputError("plan: L2L runs in headroom's executor (`headroom execute`), not in a loop of your own")
         if document.get("world_size", 1) > 1 or document.get("data_parallel"):
             raise InputError("plan: a data-parallel plan runs on c10d workers (`headroom execute --devices N`), "
                              "not in a loop of your own")

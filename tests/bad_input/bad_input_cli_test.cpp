@@ -162,7 +162,7 @@ TEST_F(BadInputCli, DataParallelFlagsAndFields) {
 }
 
 // L2L's strategy, plan field and execution options.
-TEST_F(BadInputCli, L2LPlansTheRelayCannotRun) {
+TEST_F(BadInputCli, L2LPlansThatCannotRun) {
   json p = plan_;
   p["l2l"] = {{"boundaries", "gpu"}};
   expect_refused("simulate " + write("l2l-where.json", p), "$.l2l.boundaries: expected device or host, got 'gpu'");
@@ -172,8 +172,8 @@ TEST_F(BadInputCli, L2LPlansTheRelayCannotRun) {
   p = plan_;
   p["l2l"] = {{"boundaries", "device"}};
   p["checkpointed_blocks"] = json::array({1});
-  expect_refused("simulate " + write("l2l-ckpt.json", p), "$.l2l: the relay recomputes every block already");
-  expect_refused("execute " + path("l2l-ckpt.json") + " --steps 1", "$.l2l: the relay recomputes every block already");
+  expect_refused("simulate " + write("l2l-ckpt.json", p), "$.l2l: L2L recomputes every block already");
+  expect_refused("execute " + path("l2l-ckpt.json") + " --steps 1", "$.l2l: L2L recomputes every block already");
   p = plan_;
   p["l2l"] = {{"boundaries", "device"}};
   p["checkpointed_blocks"] = json::array();
@@ -197,13 +197,13 @@ TEST_F(BadInputCli, L2LPlansTheRelayCannotRun) {
   // The cnn's BatchNorm: refused as a strategy by name and as a hand-edited plan field.
   fs::copy_file(std::string(HEADROOM_TRACES_DIR) + "/cpu-cnn.json", dir_ / "cnn.json");
   expect_refused("plan " + path("cnn.json") + " --budget 300MiB --batch 64 --strategies mbp,l2l",
-                 "--strategies l2l: the relay cannot run cnn: its BatchNorm layer stem.bn");
+                 "--strategies l2l: L2L cannot run cnn: its BatchNorm layer stem.bn");
   ASSERT_EQ(run("plan " + path("cnn.json") + " --budget 300MiB --batch 64 --strategies mbp -o " + path("cnn-plan.json")).exit_code, 0);
   p = core::parse_json(core::read_file(dir_ / "cnn-plan.json"), "cnn-plan.json");
   p["l2l"] = {{"boundaries", "device"}};
-  const std::string relayed = write("cnn-l2l.json", p);
-  expect_refused("simulate " + relayed, "$.l2l: the relay cannot run cnn: its BatchNorm layer stem.bn");
-  expect_refused("execute " + relayed + " --steps 1", "$.l2l: the relay cannot run cnn");
+  const std::string with_l2l = write("cnn-l2l.json", p);
+  expect_refused("simulate " + with_l2l, "$.l2l: L2L cannot run cnn: its BatchNorm layer stem.bn");
+  expect_refused("execute " + with_l2l + " --steps 1", "$.l2l: L2L cannot run cnn");
 }
 
 TEST_F(BadInputCli, TracesWithClashingOrOutOfRangeFields) {

@@ -64,7 +64,7 @@ TEST(BadPlan, EveryFieldSpoiledIsNamedOrDocumented) {
   std::printf("plan: %d spoiled documents, %zu accepted\n", s.spoiled, s.accepted.size());
 }
 
-// An L2L plan, field by field: its relay field too.
+// An L2L plan, field by field: its l2l field too.
 TEST(BadPlan, EveryFieldOfAnL2LPlanSpoiledIsNamedOrDocumented) {
   const core::Trace trace = core::read_trace_file(kTrace);
   json good = core::to_json(mlp_plan());

@@ -497,7 +497,7 @@ TEST(Cli, BadPlanInputsExitWithTwo) {
   expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 0" + out), "--batch");
   expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies mbp,warp" + out), "'warp'");
   expect_one_line_error(run("plan " + std::string(HEADROOM_TRACES_DIR) + "/cpu-cnn.json --budget 1GiB --batch 8 --strategies l2l" + out),
-                        "--strategies l2l: the relay cannot run cnn: its BatchNorm layer");
+                        "--strategies l2l: L2L cannot run cnn: its BatchNorm layer");
   expect_one_line_error(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies mbp,infcl" + out),
                         "the trace has no contrastive loss measurements");
   const std::string cnn = std::string(HEADROOM_TRACES_DIR) + "/cpu-cnn.json";
@@ -507,7 +507,7 @@ TEST(Cli, BadPlanInputsExitWithTwo) {
   fs::remove_all(dir);
 }
 
-// What else the budget trains with the relay follows a plan that relays or one asked for l2l by
+// What else the budget trains with L2L follows a plan that uses L2L or one asked for l2l by
 // name, not one "all" made without it.
 TEST(Cli, L2LCapacityIsPrintedWhereL2LIsNamedOrChosen) {
   const fs::path out = fs::temp_directory_path() / "headroom_cli_capacity.json";
@@ -525,7 +525,7 @@ TEST(Cli, L2LCapacityIsPrintedWhereL2LIsNamedOrChosen) {
 TEST(Cli, InfeasibleBudgetExitsWithThreeAndNamesTheLeastBudget) {
   const fs::path out = fs::temp_directory_path() / "headroom_cli_infeasible.json";
   fs::remove(out);
-  // Without L2L the training state is the floor, and the answer says what the relay would need.
+  // Without L2L the training state is the floor, and the answer says what L2L would need.
   const auto r = run("plan " + kTrace + " --budget 50MiB --batch 8 --strategies mbp,checkpoint,tempo -o " + out.string());
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -534,15 +534,15 @@ TEST(Cli, InfeasibleBudgetExitsWithThreeAndNamesTheLeastBudget) {
   EXPECT_NE(r.err.find("; with l2l as well (--strategies mbp,checkpoint,tempo,l2l) it must be at least "), std::string::npos)
       << r.err;
   EXPECT_FALSE(fs::exists(out));
-  // "all" (the default) holds L2L: its least counts the relay, and that budget fits.
+  // "all" (the default) holds L2L: its least counts L2L, and that budget fits.
   const auto all = run("plan " + kTrace + " --budget 50MiB --batch 8 -o " + out.string());
   EXPECT_EQ(all.exit_code, 3) << all.err;
   EXPECT_NE(all.err.find("with strategies mbp,checkpoint,tempo,l2l the step needs at least"), std::string::npos) << all.err;
   EXPECT_EQ(all.err.find("parameters, gradients and optimizer state"), std::string::npos) << all.err;
   const std::string marker = "so the budget must be at least ";
   const std::string least = all.err.substr(all.err.find(marker) + marker.size());
-  const auto relayed = run("plan " + kTrace + " --budget '" + least.substr(0, least.find('\n')) + "' --batch 8 -o " + out.string());
-  ASSERT_EQ(relayed.exit_code, 0) << relayed.err;
+  const auto with_l2l = run("plan " + kTrace + " --budget '" + least.substr(0, least.find('\n')) + "' --batch 8 -o " + out.string());
+  ASSERT_EQ(with_l2l.exit_code, 0) << with_l2l.err;
   EXPECT_TRUE(core::parse_json(core::read_file(out), out.string()).contains("l2l"));
   // "all" beside names is all; "none" stands alone.
   EXPECT_EQ(run("plan " + kTrace + " --budget 1GiB --batch 8 --strategies all,l2l -o " + out.string()).exit_code, 0);
@@ -617,9 +617,9 @@ TEST(Cli, ExecuteReportsAndRefusesBadInput) {
 
 // A trace and a report name their host-memory regime (core/host_memory.h); planning or executing a trace
 // measured in another regime (or before regimes were recorded) warns.
-// L2L end to end: a budget below what micro-batching and checkpointing need, the relay
+// L2L end to end: a budget below what micro-batching and checkpointing need, L2L
 // planned, simulated and executed within it, the device peak as predicted.
-TEST(Cli, L2LPlanRunsTheRelayWithinItsBudget) {
+TEST(Cli, L2LPlanRunsWithinItsBudget) {
   const fs::path dir = fs::temp_directory_path() / ("headroom_cli_l2l." + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -630,7 +630,7 @@ TEST(Cli, L2LPlanRunsTheRelayWithinItsBudget) {
   const auto planned = run("plan " + trace + " --budget 4.3MiB --batch 8 --strategies mbp,checkpoint,l2l -o " + plan);
   ASSERT_EQ(planned.exit_code, 0) << planned.err;
   EXPECT_NE(planned.out.find("largest model L2L trains under 4.30 MiB"), std::string::npos) << planned.out;
-  EXPECT_NE(planned.out.find("l2l (relay)      the whole model, boundaries on the "), std::string::npos) << planned.out;
+  EXPECT_NE(planned.out.find("l2l              the whole model, boundaries on the "), std::string::npos) << planned.out;
   EXPECT_TRUE(core::parse_json(core::read_file(plan), plan).contains("l2l"));
   const auto simulated = run("simulate " + plan);
   ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
@@ -645,7 +645,7 @@ TEST(Cli, L2LPlanRunsTheRelayWithinItsBudget) {
   EXPECT_LT(report["gradient_check"]["max_rel_diff"].get<double>(), 1e-5);
   EXPECT_GT(report["l2l"]["measured_host_peak_bytes"].get<std::int64_t>(), report["measured"]["peak_bytes"].get<std::int64_t>());
 
-  // Hand-edited to relay from block 2 on (blocks 0 and 1 kept on the device, with their Adam
+  // Hand-edited to offload from block 2 on (blocks 0 and 1 kept on the device, with their Adam
   // state) under a larger budget: simulate's peak is what execute measures, to the byte.
   auto later = core::parse_json(core::read_file(plan), plan);
   later["l2l"]["from_block"] = 2;

@@ -455,7 +455,7 @@ TEST(TraceJson, TimingSecondsRoundTripAndAreBounded) {
   }
 }
 
-// The backward's transient with its inputs held (what L2L's relay predicts its stages' first layers
+// The backward's transient with its inputs held (what L2L predicts its stages' first layers
 // from): every sample has it or none does, it round-trips, and the cost model interpolates it as a
 // transient, never below 0.
 TEST(TraceJson, HeldInputTransientsRoundTripAndComeForEverySampleOrNone) {

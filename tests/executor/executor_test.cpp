@@ -48,7 +48,7 @@ double gradient_difference(const std::string& name, const std::map<std::string, 
   return executor::max_relative_difference(accumulated, executor::gradients_of(model.parameters()));
 }
 
-// A plan goes to the first whole-step runner that takes it (an L2L plan to the relay, any other to
+// A plan goes to the first whole-step runner that takes it (an L2L plan to L2L, any other to
 // the micro-batch step) and is wrapped by each step wrapper it uses (on one worker none: nothing
 // joins a process group).
 TEST(Executor, APlanRunsOnTheRunnerAndWrappersItChose) {
@@ -58,10 +58,10 @@ TEST(Executor, APlanRunsOnTheRunnerAndWrappersItChose) {
   core::Report report;
   EXPECT_TRUE(executor::make_step_wrappers(plan, executor::ExecuteOptions{}, torch::kCPU, report).empty());
   EXPECT_FALSE(report.data_parallel);
-  plan.choice.l2l = core::RelayChoice{};
-  const executor::WholeStepRunner* relay = executor::whole_step_runner(plan);
-  ASSERT_NE(relay, nullptr);
-  EXPECT_EQ(relay->run, &executor::execute_relay);
+  plan.choice.l2l = core::L2LChoice{};
+  const executor::WholeStepRunner* l2l = executor::whole_step_runner(plan);
+  ASSERT_NE(l2l, nullptr);
+  EXPECT_EQ(l2l->run, &executor::execute_l2l);
 }
 
 TEST(Executor, MicroBatchedGradientsEqualTheFullBatch) {

@@ -6,7 +6,7 @@
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "executor/executor.h"
-#include "executor/l2l_relay.h"
+#include "executor/l2l_runner.h"
 #include "executor/plan_runner.h"
 #include "models/zoo.h"
 #include "planner/l2l_model.h"
@@ -53,35 +53,35 @@ std::vector<torch::Tensor> ordinary_weights(const std::string& optimizer, const 
   return weights;
 }
 
-std::vector<torch::Tensor> relay_weights(const std::string& optimizer, const std::vector<std::int64_t>& sizes, int steps,
-                                         executor::RelayOptions options) {
+std::vector<torch::Tensor> l2l_weights(const std::string& optimizer, const std::vector<std::int64_t>& sizes, int steps,
+                                         executor::L2LOptions options) {
   models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
   model.set_training(true);
   model.set_dropout(false);
   options.optimizer = optimizer;
   executor::Position position;
-  executor::L2LRelay relay(model, options, position);
-  EXPECT_EQ(relay.stage_count(), 4);  // embeddings, two encoder blocks, pooler-head-loss
-  for (int step = 0; step < steps; ++step) relay.step(step_batches(model, sizes, step), total(sizes));
+  executor::L2LRunner l2l(model, options, position);
+  EXPECT_EQ(l2l.stage_count(), 4);  // embeddings, two encoder blocks, pooler-head-loss
+  for (int step = 0; step < steps; ++step) l2l.step(step_batches(model, sizes, step), total(sizes));
   std::vector<torch::Tensor> weights;
-  for (const auto& p : relay.host_parameters()) weights.push_back(p.detach().clone());
+  for (const auto& p : l2l.host_parameters()) weights.push_back(p.detach().clone());
   return weights;
 }
 
 TEST(L2L, WeightsAfterThreeAdamStepsEqualOrdinaryTraining) {
   const std::vector<std::int64_t> sizes = {3, 2, 3};  // uneven: the b_i / B weights matter
   const auto reference = ordinary_weights("adam", sizes, 3);
-  const auto initial = relay_weights("adam", sizes, 0, {});
+  const auto initial = l2l_weights("adam", sizes, 0, {});
   // The steps moved the weights: equality below is not that of untouched ones.
   EXPECT_GT(executor::max_relative_difference(initial, reference), 1e-3);
   for (const bool on_host : {false, true}) {
     for (const bool overlap : {false, true}) {
-      executor::RelayOptions options;
+      executor::L2LOptions options;
       options.boundaries_on_host = on_host;
       options.prefetch = overlap;
       options.overlap_optimizer = overlap;
-      const auto relayed = relay_weights("adam", sizes, 3, options);
-      const double diff = executor::max_relative_difference(relayed, reference);
+      const auto trained = l2l_weights("adam", sizes, 3, options);
+      const double diff = executor::max_relative_difference(trained, reference);
       std::printf("boundaries on host %d, overlap %d: max relative difference %.3g\n", on_host, overlap, diff);
       EXPECT_LE(diff, 1e-5)
           << "boundaries on host " << on_host << ", overlap " << overlap;
@@ -90,12 +90,12 @@ TEST(L2L, WeightsAfterThreeAdamStepsEqualOrdinaryTraining) {
 }
 
 // From a chosen block on: the stages before it stay on the device and step there; the weights are
-// still ordinary training's, whichever block the relay starts at.
+// still ordinary training's, whichever block L2L starts at.
 TEST(L2L, FromAChosenBlockOnTrainsAsOrdinaryTraining) {
   const std::vector<std::int64_t> sizes = {3, 2, 3};
   const auto reference = ordinary_weights("adam", sizes, 3);
   const models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
-  // Every block a plan can start the relay at (the layers after the last block are no block).
+  // Every block a plan can start L2L at (the layers after the last block are no block).
   std::vector<int> blocks;
   for (std::size_t i = 1; i < model.layers().size(); ++i) {
     const int block = model.layers()[i].block;
@@ -104,24 +104,24 @@ TEST(L2L, FromAChosenBlockOnTrainsAsOrdinaryTraining) {
   ASSERT_EQ(blocks.size(), 2u);
   for (const int first : blocks) {
     for (const bool on_host : {false, true}) {
-      executor::RelayOptions options;
+      executor::L2LOptions options;
       options.from_block = first;
       options.boundaries_on_host = on_host;
-      const double diff = executor::max_relative_difference(relay_weights("adam", sizes, 3, options), reference);
-      std::printf("relayed from block %d, boundaries on host %d: max relative difference %.3g\n", first, on_host, diff);
+      const double diff = executor::max_relative_difference(l2l_weights("adam", sizes, 3, options), reference);
+      std::printf("offloaded from block %d, boundaries on host %d: max relative difference %.3g\n", first, on_host, diff);
       EXPECT_LE(diff, 1e-5) << "from block " << first;
     }
   }
-  // A block the model does not have is no place to start the relay.
+  // A block the model does not have is no place to start L2L.
   models::Model other = models::build_zoo_model("bert", kBertTiny, 3);
-  executor::RelayOptions nowhere;
+  executor::L2LOptions nowhere;
   nowhere.from_block = 1000;
   executor::Position position;
-  EXPECT_THROW(executor::L2LRelay(other, nowhere, position), core::InputError);
+  EXPECT_THROW(executor::L2LRunner(other, nowhere, position), core::InputError);
 }
 
 // accumulate() leaves its gradients for a step to add to, in the stages kept on the device as in
-// the relayed ones: the step is ordinary training's over both batches' gradients.
+// the offloaded ones: the step is ordinary training's over both batches' gradients.
 TEST(L2L, AStepAfterAccumulateAddsToItsGradientsInEveryStage) {
   const std::vector<std::int64_t> sizes = {3, 3};
   models::Model ordinary = models::build_zoo_model("bert", kBertTiny, 3);
@@ -138,28 +138,28 @@ TEST(L2L, AStepAfterAccumulateAddsToItsGradientsInEveryStage) {
   models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
   model.set_training(true);
   model.set_dropout(false);
-  executor::RelayOptions options;
+  executor::L2LOptions options;
   options.optimizer = "sgd";
-  // Stages kept on the device and relayed ones both: the relay starts at the second encoder block.
+  // Stages kept on the device and offloaded ones both: L2L starts at the second encoder block.
   int blocks_seen = 0;
-  for (std::size_t i = 1; i < model.layers().size() && options.from_block == core::RelayChoice::kWholeModel; ++i) {
+  for (std::size_t i = 1; i < model.layers().size() && options.from_block == core::L2LChoice::kWholeModel; ++i) {
     if (model.layers()[i].block != model.layers()[i - 1].block && ++blocks_seen == 2) {
       options.from_block = model.layers()[i].block;
     }
   }
-  executor::L2LRelay relay(model, options, position);
-  ASSERT_EQ(relay.kept_stage_count(), 2);
-  relay.accumulate(step_batches(model, sizes, 0), total(sizes));
-  relay.step(step_batches(model, sizes, 1), total(sizes));
-  std::vector<torch::Tensor> expected, relayed;
+  executor::L2LRunner l2l(model, options, position);
+  ASSERT_EQ(l2l.kept_stage_count(), 2);
+  l2l.accumulate(step_batches(model, sizes, 0), total(sizes));
+  l2l.step(step_batches(model, sizes, 1), total(sizes));
+  std::vector<torch::Tensor> expected, trained;
   for (const auto& p : ordinary.parameters()) expected.push_back(p.detach());
-  for (const auto& p : relay.host_parameters()) relayed.push_back(p.detach());
-  EXPECT_LE(executor::max_relative_difference(relayed, expected), 1e-5);
+  for (const auto& p : l2l.host_parameters()) trained.push_back(p.detach());
+  EXPECT_LE(executor::max_relative_difference(trained, expected), 1e-5);
 }
 
 TEST(L2L, WeightsAfterThreeSgdStepsEqualOrdinaryTraining) {
   const std::vector<std::int64_t> sizes = {4, 4};
-  EXPECT_LE(executor::max_relative_difference(relay_weights("sgd", sizes, 3, {}), ordinary_weights("sgd", sizes, 3)), 1e-5);
+  EXPECT_LE(executor::max_relative_difference(l2l_weights("sgd", sizes, 3, {}), ordinary_weights("sgd", sizes, 3)), 1e-5);
 }
 
 TEST(L2L, GradientsEqualTheFullBatch) {
@@ -171,9 +171,9 @@ TEST(L2L, GradientsEqualTheFullBatch) {
   model.forward(executor::concatenate(batches)).backward();
   const auto full = executor::gradients_of(model.parameters());
   executor::Position position;
-  executor::L2LRelay relay(model, {}, position);
-  relay.accumulate(batches, total(sizes));
-  EXPECT_LE(executor::max_relative_difference(relay.host_gradients(), full), 1e-5);
+  executor::L2LRunner l2l(model, {}, position);
+  l2l.accumulate(batches, total(sizes));
+  EXPECT_LE(executor::max_relative_difference(l2l.host_gradients(), full), 1e-5);
 }
 
 // A stage crosses the link as one buffer of one type; a stage mixing types is refused by name
@@ -184,26 +184,26 @@ TEST(L2L, StageMixingParameterTypesIsRefused) {
   model.layers()[1].parameters.front().set_data(model.layers()[1].parameters.front().to(torch::kDouble));
   executor::Position position;
   try {
-    executor::L2LRelay relay(model, {}, position);
-    FAIL() << "a stage mixing float and double was relayed";
+    executor::L2LRunner l2l(model, {}, position);
+    FAIL() << "a stage mixing float and double was offloaded";
   } catch (const core::InputError& e) {
     EXPECT_NE(std::string(e.what()).find("mix parameter types (Float, Double)"), std::string::npos) << e.what();
   }
 }
 
-// Dropout on: the backward's recompute must draw the forward's masks. Two relays from the same
+// Dropout on: the backward's recompute must draw the forward's masks. Two L2L runs from the same
 // weights and RNG state give the same gradients, and they differ from a run whose masks differ.
 TEST(L2L, RecomputeDrawsTheForwardsDropoutMasks) {
   auto gradients = [](std::uint64_t rng_seed) {
     models::Model model = models::build_zoo_model("bert", kBertTiny, 3);
     model.set_training(true);
     executor::Position position;
-    executor::L2LRelay relay(model, {}, position);
+    executor::L2LRunner l2l(model, {}, position);
     const auto batches = step_batches(model, {4, 4}, 0);
     torch::manual_seed(rng_seed);
-    relay.accumulate(batches, 8);
+    l2l.accumulate(batches, 8);
     std::vector<torch::Tensor> g;
-    for (const auto& t : relay.host_gradients()) g.push_back(t.clone());
+    for (const auto& t : l2l.host_gradients()) g.push_back(t.clone());
     return g;
   };
   const auto a = gradients(1), b = gradients(1), c = gradients(2);
@@ -233,12 +233,12 @@ TEST(L2L, ModelWhoseParametersExceedTheBudgetTrains) {
     EXPECT_THROW(models::build_zoo_model("bert", config, 3), c10::OutOfMemoryError);
   }
   executor::Position position;
-  executor::L2LRelay relay(*model, {}, position);
+  executor::L2LRunner l2l(*model, {}, position);
   {
     runtime::ScopedBudget scoped(budget);
     const std::int64_t baseline = scoped.baseline();
     allocator.reset_peak();
-    for (int step = 0; step < 3; ++step) relay.step(step_batches(*model, sizes, step), total(sizes));
+    for (int step = 0; step < 3; ++step) l2l.step(step_batches(*model, sizes, step), total(sizes));
     EXPECT_LE(allocator.peak() - baseline, budget);
     EXPECT_GT(allocator.peak() - baseline, 0);
   }
@@ -253,10 +253,10 @@ TEST(L2L, ModelWhoseParametersExceedTheBudgetTrains) {
     runner.accumulate(step_batches(reference, sizes, step), total(sizes));
     optimizer->step();
   }
-  EXPECT_LE(executor::max_relative_difference(relay.host_parameters(), reference.parameters()), 1e-5);
+  EXPECT_LE(executor::max_relative_difference(l2l.host_parameters(), reference.parameters()), 1e-5);
 }
 
-// The planner's model of the relay against the relay's measured device-side peak, both variants.
+// The planner's model of L2L against L2L's measured device-side peak, both variants.
 TEST(L2L, PredictedDevicePeakBoundsTheMeasuredOne) {
   const std::map<std::string, std::string> config = {{"preset", "tiny"}, {"layers", "4"}, {"hidden", "32"},
                                                      {"heads", "2"},     {"seq", "16"},    {"vocab", "64"}};
@@ -272,13 +272,13 @@ TEST(L2L, PredictedDevicePeakBoundsTheMeasuredOne) {
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   auto& allocator = runtime::BudgetAllocator::instance();
-  // The whole model relayed, and from block 1 on (the embeddings and block 0 kept on the device,
+  // The whole model offloaded, and from block 1 on (the embeddings and block 0 kept on the device,
   // with their parameters and Adam's state there).
-  for (const core::RelayChoice relay : {core::RelayChoice{false}, core::RelayChoice{true}, core::RelayChoice{false, 1},
-                                        core::RelayChoice{true, 1}}) {
-    const bool on_host = relay.boundaries_on_host;
+  for (const core::L2LChoice l2l : {core::L2LChoice{false}, core::L2LChoice{true}, core::L2LChoice{false, 1},
+                                        core::L2LChoice{true, 1}}) {
+    const bool on_host = l2l.boundaries_on_host;
     const std::vector<std::int64_t> sizes = {4, 4, 3};
-    const auto predicted = planner::predict_l2l_step(costs, graph, sizes, relay);
+    const auto predicted = planner::predict_l2l_step(costs, graph, sizes, l2l);
     std::optional<models::Model> model;
     {
       runtime::HostScope host;
@@ -286,21 +286,21 @@ TEST(L2L, PredictedDevicePeakBoundsTheMeasuredOne) {
     }
     model->set_training(true);
     executor::Position position;
-    executor::RelayOptions options;
+    executor::L2LOptions options;
     options.boundaries_on_host = on_host;
     options.settle_prefetch = true;
-    options.from_block = relay.from_block;
-    // The device side counts from before the relay placed anything there (the kept stages).
+    options.from_block = l2l.from_block;
+    // The device side counts from before L2L placed anything there (the kept stages).
     const std::int64_t base = allocator.in_use();
-    executor::L2LRelay relayed(*model, options, position);
-    EXPECT_EQ(relayed.stage_count(), static_cast<int>(planner::l2l_stages(trace).size()));
-    EXPECT_EQ(relayed.kept_stage_count(), predicted.kept_stages);
-    EXPECT_EQ(relayed.largest_stage_parameter_bytes(), predicted.largest_stage_parameter_bytes);
+    executor::L2LRunner runner(*model, options, position);
+    EXPECT_EQ(runner.stage_count(), static_cast<int>(planner::l2l_stage_costs(trace).size()));
+    EXPECT_EQ(runner.kept_stage_count(), predicted.kept_stages);
+    EXPECT_EQ(runner.largest_stage_parameter_bytes(), predicted.largest_stage_parameter_bytes);
     std::int64_t measured = 0;
     for (int step = 0; step < 2; ++step) {
       const auto batches = step_batches(*model, sizes, step);
       allocator.reset_peak();
-      relayed.step(batches, total(sizes));
+      runner.step(batches, total(sizes));
       measured = allocator.peak() - base;
     }
     const double error = static_cast<double>(predicted.device_peak_bytes - measured) / static_cast<double>(measured);
@@ -313,9 +313,9 @@ TEST(L2L, PredictedDevicePeakBoundsTheMeasuredOne) {
   }
 }
 
-// `headroom execute` of an L2L plan: the planner picks the relay where nothing else fits, and the
+// `headroom execute` of an L2L plan: the planner picks L2L where nothing else fits, and the
 // executor runs it under the plan's device budget, its peak as predicted, its gradients the full batch's.
-TEST(L2L, ExecuteRunsTheRelayPlanUnderItsBudget) {
+TEST(L2L, ExecuteRunsTheL2LPlanUnderItsBudget) {
   const std::map<std::string, std::string> config = {{"preset", "tiny"}, {"layers", "4"}, {"hidden", "128"},
                                                      {"heads", "2"},     {"seq", "16"},   {"vocab", "64"}};
   core::Trace trace;
@@ -327,7 +327,7 @@ TEST(L2L, ExecuteRunsTheRelayPlanUnderItsBudget) {
     options.tempo = false;
     trace = profiler::profile(model, options);
   }
-  // The CPU's copy link, which times L2L's copies: the relay's memcpys, measured by the profiler each
+  // The CPU's copy link, which times L2L's copies: L2L's memcpys, measured by the profiler each
   // way (from a source out of the caches in, from one just written out); a copy's fixed cost
   // (allocation, dispatch) is far below a millisecond.
   EXPECT_GT(trace.device.host_to_device_bytes_per_s, 1e8);
@@ -344,15 +344,15 @@ TEST(L2L, ExecuteRunsTheRelayPlanUnderItsBudget) {
   request.strategies = planner::parse_strategies("mbp,checkpoint");
   const std::int64_t ordinary = planner::plan_step(trace, request).smallest_budget;
   request.strategies = planner::parse_strategies("mbp,checkpoint,l2l");
-  const std::int64_t relayed = planner::plan_step(trace, request).smallest_budget;
-  ASSERT_LT(relayed, ordinary);
-  request.budget_bytes = (relayed + ordinary) / 2;
+  const std::int64_t with_l2l = planner::plan_step(trace, request).smallest_budget;
+  ASSERT_LT(with_l2l, ordinary);
+  request.budget_bytes = (with_l2l + ordinary) / 2;
   const auto outcome = planner::plan_step(trace, request);
   ASSERT_TRUE(outcome.plan && outcome.plan->choice.l2l) << outcome.reason;
   // The search may keep the first stages on the device where that is predicted faster (it depends
-  // on this run's timings): the plan relayed from `block` on, its prediction made for that.
+  // on this run's timings): the plan offloaded from `block` on, its prediction made for that.
   const core::CostModel costs(trace);
-  const auto relayed_from = [&](int block) {
+  const auto offloaded_from = [&](int block) {
     core::Plan p = *outcome.plan;
     p.choice.l2l->from_block = block;
     planner::check_choice(p, trace, "p.json");
@@ -362,7 +362,7 @@ TEST(L2L, ExecuteRunsTheRelayPlanUnderItsBudget) {
     p.budget_bytes = std::max(p.budget_bytes, predicted.peak_bytes);
     return p;
   };
-  const core::Plan plan = relayed_from(core::RelayChoice::kWholeModel);
+  const core::Plan plan = offloaded_from(core::L2LChoice::kWholeModel);
 
   executor::ExecuteOptions options;
   options.steps = 2;
@@ -380,7 +380,7 @@ TEST(L2L, ExecuteRunsTheRelayPlanUnderItsBudget) {
   // The host held the training state: at least the parameters and Adam's state (each stage's
   // gradients live there only from its offload to its optimizer step).
   EXPECT_GE(report.l2l->measured_host_peak_bytes, costs.param_bytes() + costs.optimizer_state_bytes());
-  EXPECT_EQ(report.l2l->stages, static_cast<int>(planner::l2l_stages(trace).size()));
+  EXPECT_EQ(report.l2l->stages, static_cast<int>(planner::l2l_stage_costs(trace).size()));
   std::printf("L2L plan of %zu micro-batches of %lld, %s, budget %lld: predicted peak %lld, measured %lld (%.2f%%), gradient check %.2e, host %lld\n",
               plan.choice.micro_batches.size(), static_cast<long long>(plan.choice.micro_batches.front()),
               plan.choice.l2l->boundaries_on_host ? "host boundaries" : "device boundaries",
@@ -388,9 +388,9 @@ TEST(L2L, ExecuteRunsTheRelayPlanUnderItsBudget) {
               static_cast<long long>(report.measured.peak_bytes), 100 * report.peak_rel_error,
               report.gradient_check.max_rel_diff, static_cast<long long>(report.l2l->measured_host_peak_bytes));
 
-  // The same plan relayed from block 1 on: the embeddings and block 0 stay on the device, under the
+  // The same plan offloaded from block 1 on: the embeddings and block 0 stay on the device, under the
   // same enforced budget counted from before they arrived, the peak as predicted.
-  const core::Plan later = relayed_from(1);
+  const core::Plan later = offloaded_from(1);
   const core::Report kept = executor::execute(later, trace, "p.json", options);
   ASSERT_EQ(kept.status, "ok");
   ASSERT_TRUE(kept.l2l);

@@ -12,7 +12,7 @@
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/plan.h"
-#include "core/relay_refusal.h"
+#include "core/l2l_refusal.h"
 #include "core/sha256.h"
 #include "core/trace_merge.h"
 #include "executor/executor.h"
@@ -229,12 +229,12 @@ TEST(Precision, Bf16ParametersTrainThroughFloat32MasterWeights) {
   }
 }
 
-// L2L's relay: under bf16 its host keeps the bfloat16 parameters, the float32 master weights and
+// L2L: under bf16 its host keeps the bfloat16 parameters, the float32 master weights and
 // Adam's state, and steps the masters a piece at a time; under bf16-autocast each stage makes its
 // weight casts again as it recomputes, and its first matrix product's backward peaks with the
 // stage's input still in the stash, after the profiled step had freed it. Both sides' peaks are
 // predicted at or above what runs and within 1% of it.
-void expect_relay_as_predicted(core::Precision precision) {
+void expect_l2l_as_predicted(core::Precision precision) {
   SCOPED_TRACE(std::string(core::precision_name(precision)));
   models::Model model = models::build_zoo_model("mlp", kMlp, 0);
   profiler::ProfileOptions options;
@@ -252,9 +252,9 @@ void expect_relay_as_predicted(core::Precision precision) {
   request.strategies = {core::Strategy::MicroBatching, core::Strategy::Checkpointing};
   const std::int64_t ordinary = planner::plan_step(trace, request).smallest_budget;
   request.strategies.insert(core::Strategy::L2L);
-  const std::int64_t relayed = planner::plan_step(trace, request).smallest_budget;
-  ASSERT_LT(relayed, ordinary);
-  request.budget_bytes = (relayed + ordinary) / 2;
+  const std::int64_t with_l2l = planner::plan_step(trace, request).smallest_budget;
+  ASSERT_LT(with_l2l, ordinary);
+  request.budget_bytes = (with_l2l + ordinary) / 2;
   const auto outcome = planner::plan_step(trace, request);
   ASSERT_TRUE(outcome.plan && outcome.plan->choice.l2l) << outcome.reason;
   executor::ExecuteOptions run;
@@ -262,12 +262,12 @@ void expect_relay_as_predicted(core::Precision precision) {
   const core::Report report = executor::execute(*outcome.plan, trace, "p.json", run);
   ASSERT_EQ(report.status, "ok");
   ASSERT_TRUE(report.l2l);
-  // The relay's gradients against the full batch in its precision, and both against float32's.
+  // L2L's gradients against the full batch in its precision, and both against float32's.
   ASSERT_TRUE(report.gradient_check.computed);
   ASSERT_TRUE(report.gradient_check.float32_max_rel_diff);
   EXPECT_LE(*report.gradient_check.float32_max_rel_diff, 2 * *report.gradient_check.reference_float32_max_rel_diff);
   EXPECT_LE(*report.gradient_check.float32_max_rel_diff, 0.1);
-  std::printf("relay in %s: %.3g from the full batch in its precision; from float32's %.3g, the full batch's own %.3g\n",
+  std::printf("l2l in %s: %.3g from the full batch in its precision; from float32's %.3g, the full batch's own %.3g\n",
               std::string(core::precision_name(precision)).c_str(), report.gradient_check.max_rel_diff,
               *report.gradient_check.float32_max_rel_diff, *report.gradient_check.reference_float32_max_rel_diff);
   EXPECT_GE(report.predicted.peak_bytes, report.measured.peak_bytes);
@@ -276,13 +276,13 @@ void expect_relay_as_predicted(core::Precision precision) {
   EXPECT_LE(static_cast<double>(report.l2l->predicted_host_bytes), 1.01 * static_cast<double>(report.l2l->measured_host_peak_bytes));
 }
 
-TEST(Precision, L2LRelaysABf16StepAsPredicted) { expect_relay_as_predicted(core::Precision::Bf16); }
+TEST(Precision, L2LRunsABf16StepAsPredicted) { expect_l2l_as_predicted(core::Precision::Bf16); }
 
-TEST(Precision, L2LRelaysABf16AutocastStepAsPredicted) {
-  expect_relay_as_predicted(core::Precision::Bf16Autocast);
+TEST(Precision, L2LRunsABf16AutocastStepAsPredicted) {
+  expect_l2l_as_predicted(core::Precision::Bf16Autocast);
 }
 
-// The held figure is what makes the relay's autocast peak predictable: an autocast trace without it
+// The held figure is what makes L2L's autocast peak predictable: an autocast trace without it
 // (recorded before it was measured) is refused, with what to do; an fp32 one is planned as before.
 TEST(Precision, L2LRefusesAnAutocastTraceWithoutTheHeldInputs) {
   models::Model model = models::build_zoo_model("mlp", kMlp, 0);
@@ -304,7 +304,7 @@ TEST(Precision, L2LRefusesAnAutocastTraceWithoutTheHeldInputs) {
             std::string::npos);
   trace.precision = core::Precision::Fp32;
   EXPECT_EQ(core::l2l_refusal(trace), "");
-  // fp16-autocast's loss scaling is not in the relay.
+  // fp16-autocast's loss scaling is not in L2L.
   trace.precision = core::Precision::Fp16Autocast;
   EXPECT_NE(core::l2l_refusal(trace).find("its step runs under fp16-autocast, whose loss scaling"), std::string::npos);
 }

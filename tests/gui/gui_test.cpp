@@ -414,7 +414,7 @@ class GuiTest : public QObject {
     QSlider* slider = window.budget_control()->slider();
     const auto trace = window.trace();
     const BudgetRange range = budget_range(trace->trace, window.batch_box()->value());
-    // From the least budget a plan without L2L fits: above it "all" never relays.
+    // From the least budget a plan without L2L fits: above it "all" never uses L2L.
     PlanInputs on_the_device = inputs(1, window.batch_box()->value());
     on_the_device.strategies.erase(headroom::planner::Strategy::L2L);
     const std::int64_t least = compute_plan(*trace, on_the_device).smallest_budget;
@@ -1127,7 +1127,7 @@ class GuiTest : public QObject {
   }
 
   // L2L (issues 15 and 36): ticked as "all" ticks it, under a budget no ordinary plan fits, the plan
-  // is the relay and the chart draws its step (parameters of two stages on the device, the copies'
+  // is L2L and the chart draws its step (parameters of two stages on the device, the copies'
   // lanes). Unticked, nothing fits, the floor is drawn and the message says what ticking it needs.
   void l2lPlanIsChosenWhereNothingElseFits() {
     MainWindow window;
@@ -1158,7 +1158,7 @@ class GuiTest : public QObject {
     save_shot(window, "l2l");
   }
 
-  // Over a slow link, the relay keeps its first stages on the device where they fit (L2L from a
+  // Over a slow link, L2L keeps its first stages on the device where they fit (L2L from a
   // chosen block on): the summary names the block, and the chart's peak is the plan's, their
   // parameters and optimizer state drawn under everything else.
   void l2lKeepsTheFirstStagesOnTheDeviceOverASlowLink() {
@@ -1210,7 +1210,7 @@ class GuiTest : public QObject {
     MainWindow window;
     QVERIFY(shown_with(window, "cpu-bert.json"));
     QVERIFY(!window.least_budget_button()->isVisible());
-    // Without L2L, whose relay goes below the floor (infeasibleWithL2LDrawsNoFloor).
+    // Without L2L, which goes below the floor (infeasibleWithL2LDrawsNoFloor).
     window.findChild<QCheckBox*>("strategy_l2l")->setChecked(false);
     QVERIFY(settle(window));
     type_budget(window, "100MiB");
@@ -1246,9 +1246,9 @@ class GuiTest : public QObject {
     QCOMPARE(chart->floor_series()->count(), 0);
   }
 
-  // With L2L ticked the training state is no floor: the relay keeps it on the host. Below even the
-  // relay's least, the chart draws the relay's step at the least budget, and no floor line, legend
-  // entry or explanation of one; the least budget offered counts the relay.
+  // With L2L ticked the training state is no floor: L2L keeps it on the host. Below even
+  // L2L's least, the chart draws L2L's step at the least budget, and no floor line, legend
+  // entry or explanation of one; the least budget offered counts L2L.
   void infeasibleWithL2LDrawsNoFloor() {
     MainWindow window;
     QVERIFY(shown_with(window, "cpu-bert.json"));
@@ -1269,7 +1269,7 @@ class GuiTest : public QObject {
     const QString reason = QString::fromStdString(none->infeasible_reason);
     QVERIFY2(reason.contains("l2l") && !reason.contains("below the parameters"), qPrintable(reason));
     QVERIFY(window.least_budget_button()->text().contains(QString::fromStdString(core::format_bytes_at_least(none->smallest_budget))));
-    // The slider reaches the relay's least.
+    // The slider reaches L2L's least.
     QVERIFY(budget_range(trace, window.batch_box()->value()).least_bytes <= none->smallest_budget);
     save_shot(window, "infeasible-l2l");
     window.least_budget_button()->click();
@@ -1380,7 +1380,7 @@ class GuiTest : public QObject {
     MainWindow window;
     QVERIFY(shown_with(window, "cpu-bert.json"));
     // A budget where the larger micro-batches do not fit and the plan checkpoints, so every view
-    // has something to show: above the least a plan without L2L needs (below it "all" relays).
+    // has something to show: above the least a plan without L2L needs (below it "all" uses L2L).
     PlanInputs on_the_device = inputs(1, window.batch_box()->value());
     on_the_device.strategies.erase(headroom::planner::Strategy::L2L);
     const std::int64_t least = compute_plan(*window.trace(), on_the_device).smallest_budget;

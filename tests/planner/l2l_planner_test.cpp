@@ -44,10 +44,10 @@ TEST(L2LPlanner, StrategyIsPartOfAllOnOneDevice) {
   EXPECT_TRUE(planner::applies_to(planner::Strategy::L2L, bert_trace()));
 }
 
-// "all": below what every other strategy reaches, the relay is the plan and the least
+// "all": below what every other strategy reaches, L2L is the plan and the least
 // budget counts it; wherever a plan without it fits, "all" plans exactly as without L2L (so the
 // golden "all" plans stay as they were); with several workers it is left out, not refused.
-TEST(L2LPlanner, AllRelaysOnlyWhereNothingElseFits) {
+TEST(L2LPlanner, AllUsesL2LOnlyWhereNothingElseFits) {
   const core::Trace trace = bert_trace();
   const std::string others = "mbp,checkpoint,tempo,infcl";
   const auto ordinary = planner::plan_step(trace, request_for(1, others));
@@ -57,14 +57,14 @@ TEST(L2LPlanner, AllRelaysOnlyWhereNothingElseFits) {
   EXPECT_LT(least_all.smallest_budget, ordinary.smallest_budget);
   EXPECT_NE(least_all.reason.find("with strategies mbp,checkpoint,tempo,l2l the step needs at least"), std::string::npos)
       << least_all.reason;
-  // The relay lifts the floor: the reason no longer says the budget is below the training state.
+  // L2L lifts the floor: the reason no longer says the budget is below the training state.
   EXPECT_EQ(least_all.reason.find("below the parameters, gradients and optimizer state"), std::string::npos)
       << least_all.reason;
-  const auto relayed = planner::plan_step(trace, request_for(least_all.smallest_budget, "all"));
-  ASSERT_TRUE(relayed.plan) << relayed.reason;
-  EXPECT_TRUE(relayed.plan->choice.l2l);
-  EXPECT_NE(relayed.plan->binding_constraint.find("no plan without it fits"), std::string::npos)
-      << relayed.plan->binding_constraint;
+  const auto with_l2l = planner::plan_step(trace, request_for(least_all.smallest_budget, "all"));
+  ASSERT_TRUE(with_l2l.plan) << with_l2l.reason;
+  EXPECT_TRUE(with_l2l.plan->choice.l2l);
+  EXPECT_NE(with_l2l.plan->binding_constraint.find("no plan without it fits"), std::string::npos)
+      << with_l2l.plan->binding_constraint;
   EXPECT_FALSE(planner::plan_step(trace, request_for(least_all.smallest_budget - 1, "all")).plan);
   for (const double factor : {1.0, 1.3, 3.0}) {
     const auto budget = static_cast<std::int64_t>(static_cast<double>(ordinary.smallest_budget) * factor);
@@ -80,34 +80,34 @@ TEST(L2LPlanner, AllRelaysOnlyWhereNothingElseFits) {
   EXPECT_FALSE(planner::plan_step(trace, parallel).plan);
 }
 
-// Named without l2l, an infeasible request learns the least budget the relay would need too.
+// Named without l2l, an infeasible request learns the least budget L2L would need too.
 TEST(L2LPlanner, LeastBudgetWithL2LAsWell) {
   const core::Trace trace = bert_trace();
   const auto request = request_for(1, "mbp,checkpoint");
   const auto without = planner::plan_step(trace, request);
   ASSERT_FALSE(without.plan);
-  const std::int64_t relayed = planner::least_budget_with_l2l(trace, request, without, 0);
-  EXPECT_EQ(relayed, planner::plan_step(trace, request_for(1, "mbp,checkpoint,l2l")).smallest_budget);
-  EXPECT_LT(relayed, without.smallest_budget);
-  // Nothing to add where L2L was asked for, nothing was ("none"), or the relay cannot run the model.
+  const std::int64_t with_l2l = planner::least_budget_with_l2l(trace, request, without, 0);
+  EXPECT_EQ(with_l2l, planner::plan_step(trace, request_for(1, "mbp,checkpoint,l2l")).smallest_budget);
+  EXPECT_LT(with_l2l, without.smallest_budget);
+  // Nothing to add where L2L was asked for, nothing was ("none"), or L2L cannot run the model.
   const auto asked = request_for(1, "mbp,l2l");
   EXPECT_EQ(planner::least_budget_with_l2l(trace, asked, planner::plan_step(trace, asked), 0), 0);
   const auto none = request_for(1, "none");
   EXPECT_EQ(planner::least_budget_with_l2l(trace, none, planner::plan_step(trace, none), 0), 0);
   const core::Trace cnn = core::read_trace_file(std::filesystem::path(HEADROOM_TRACES_DIR) / "cpu-cnn.json");
   EXPECT_EQ(planner::least_budget_with_l2l(cnn, request, planner::plan_step(cnn, request), 0), 0);
-  // A host too small for the training state: the relay needs no less.
+  // A host too small for the training state: L2L needs no less.
   EXPECT_EQ(planner::least_budget_with_l2l(trace, request, without, 1 << 20), 0);
 }
 
-// Below what micro-batching and checkpointing can reach, only the relay fits; it is then the plan,
+// Below what micro-batching and checkpointing can reach, only L2L fits; it is then the plan,
 // with its device peak under the limit and the host holding the training state.
 TEST(L2LPlanner, ChosenWhenNothingElseFits) {
   const core::Trace trace = bert_trace();
   const auto ordinary = planner::plan_step(trace, request_for(1, "mbp,checkpoint"));
   ASSERT_FALSE(ordinary.plan);
   const std::int64_t least_ordinary = ordinary.smallest_budget;
-  // Half of what the ordinary plans need at least: still room for the relay's two stages.
+  // Half of what the ordinary plans need at least: still room for L2L's two stages.
   const auto outcome = planner::plan_step(trace, request_for(least_ordinary / 2, "mbp,checkpoint,l2l"));
   ASSERT_FALSE(planner::plan_step(trace, request_for(least_ordinary / 2, "mbp,checkpoint")).plan);
   ASSERT_TRUE(outcome.plan) << outcome.reason;
@@ -121,8 +121,8 @@ TEST(L2LPlanner, ChosenWhenNothingElseFits) {
   bool noted = false;
   for (const auto& w : plan.warnings) noted |= w.rfind("L2L:", 0) == 0;
   EXPECT_TRUE(noted);
-  EXPECT_NE(plan.binding_constraint.find("L2L's relay"), std::string::npos) << plan.binding_constraint;
-  // The least budget the search names when nothing fits takes the relay into account.
+  EXPECT_NE(plan.binding_constraint.find("they run as L2L (boundaries on the"), std::string::npos) << plan.binding_constraint;
+  // The least budget the search names when nothing fits takes L2L into account.
   const auto too_small = planner::plan_step(trace, request_for(1, "mbp,checkpoint,l2l"));
   ASSERT_FALSE(too_small.plan);
   EXPECT_LT(too_small.smallest_budget, least_ordinary);
@@ -130,7 +130,7 @@ TEST(L2LPlanner, ChosenWhenNothingElseFits) {
   EXPECT_FALSE(planner::plan_step(trace, request_for(too_small.smallest_budget - 1, "mbp,checkpoint,l2l")).plan);
 }
 
-// The relay is weighed only where no ordinary plan fits: where one does, allowing L2L changes the
+// L2L is weighed only where no ordinary plan fits: where one does, allowing L2L changes the
 // plan in nothing.
 TEST(L2LPlanner, NotChosenWhereAnOrdinaryPlanFits) {
   const core::Trace trace = bert_trace();
@@ -147,8 +147,8 @@ TEST(L2LPlanner, NotChosenWhereAnOrdinaryPlanFits) {
   }
 }
 
-// Where the host cannot hold the training state, the relay is not a plan.
-TEST(L2LPlanner, HostMemoryBoundsTheRelay) {
+// Where the host cannot hold the training state, L2L is not a plan.
+TEST(L2LPlanner, HostMemoryBoundsL2L) {
   const core::Trace trace = bert_trace();
   const std::int64_t least = planner::plan_step(trace, request_for(1, "mbp,checkpoint")).smallest_budget;
   auto request = request_for(least / 2, "mbp,checkpoint,l2l");
@@ -169,7 +169,7 @@ TEST(L2LPlanner, PlanFieldReadsBack) {
   ASSERT_TRUE(outcome.plan);
   for (const bool on_host : {false, true}) {
     core::Plan plan = *outcome.plan;
-    plan.choice.l2l = core::RelayChoice{on_host};
+    plan.choice.l2l = core::L2LChoice{on_host};
     const auto json = core::to_json(plan);
     EXPECT_EQ(json.at("l2l").at("boundaries"), on_host ? "host" : "device");
     EXPECT_EQ(core::plan_from_json(json), plan);
@@ -179,10 +179,10 @@ TEST(L2LPlanner, PlanFieldReadsBack) {
   EXPECT_FALSE(core::to_json(plain).contains("l2l"));
   // From a chosen block on: written only when set.
   core::Plan later = *outcome.plan;
-  later.choice.l2l = core::RelayChoice{false, 1};
+  later.choice.l2l = core::L2LChoice{false, 1};
   EXPECT_EQ(core::to_json(later).at("l2l").at("from_block"), 1);
   EXPECT_EQ(core::plan_from_json(core::to_json(later)), later);
-  later.choice.l2l = core::RelayChoice{true};
+  later.choice.l2l = core::L2LChoice{true};
   EXPECT_FALSE(core::to_json(later).at("l2l").contains("from_block"));
 }
 
@@ -195,13 +195,13 @@ TEST(L2LPlanner, FromABlockOnKeepsTheEarlierStagesOnTheDevice) {
   trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
-  const auto stages = planner::l2l_stages(trace);
+  const auto stages = planner::l2l_stage_costs(trace);
   std::int64_t total = 0;
   for (const auto& stage : stages) total += stage.parameter_bytes;
   for (const bool on_host : {false, true}) {
     core::StepChoice choice;
     choice.micro_batches = {6, 5, 5};
-    choice.l2l = core::RelayChoice{on_host};
+    choice.l2l = core::L2LChoice{on_host};
     const auto whole = planner::predict_l2l_step(costs, graph, choice.micro_batches, *choice.l2l);
     EXPECT_EQ(whole.kept_stages, 0);
     EXPECT_EQ(whole.kept_bytes, 0);
@@ -212,7 +212,7 @@ TEST(L2LPlanner, FromABlockOnKeepsTheEarlierStagesOnTheDevice) {
       if (s > 0) kept += stages[s - 1].parameter_bytes;
       if (block < 0 || s == 0) continue;
       ++tried;
-      choice.l2l = core::RelayChoice{on_host, block};
+      choice.l2l = core::L2LChoice{on_host, block};
       const auto p = planner::predict_l2l_step(costs, graph, choice.micro_batches, *choice.l2l);
       const std::int64_t state = std::llround(static_cast<double>(costs.optimizer_state_bytes()) * static_cast<double>(kept) /
                                               static_cast<double>(total));
@@ -220,7 +220,7 @@ TEST(L2LPlanner, FromABlockOnKeepsTheEarlierStagesOnTheDevice) {
       EXPECT_EQ(p.kept_bytes, kept + state);
       // The host no longer holds the kept stages' parameters and optimizer state (nor, when the
       // stage stepping at the host's peak is one of them, its gradients and step temporaries); it
-      // still holds the relayed stages'.
+      // still holds the offloaded stages'.
       EXPECT_LE(p.host_bytes, whole.host_bytes - kept - state) << "block " << block;
       EXPECT_GE(p.host_bytes, total - kept + costs.optimizer_state_bytes() - state) << "block " << block;
       EXPECT_EQ(p.copy_bytes, whole.copy_bytes - 3 * kept) << "block " << block;
@@ -236,8 +236,8 @@ TEST(L2LPlanner, FromABlockOnKeepsTheEarlierStagesOnTheDevice) {
         prefetches += task.category == "prefetch";
         device_steps += task.category == "optimizer" && task.stream == core::Stream::Compute;
       }
-      const int relayed = static_cast<int>(stages.size() - s);
-      EXPECT_EQ(prefetches, 2 * relayed - 1);
+      const int offloaded = static_cast<int>(stages.size() - s);
+      EXPECT_EQ(prefetches, 2 * offloaded - 1);
       EXPECT_EQ(device_steps, static_cast<int>(s));
     }
     EXPECT_GE(tried, 2);
@@ -245,7 +245,7 @@ TEST(L2LPlanner, FromABlockOnKeepsTheEarlierStagesOnTheDevice) {
 }
 
 // Where the copies are slow, keeping the first stages on the device is faster, and the search
-// keeps as many as fit; where copies are free the whole model's relay is kept (a tie: it leaves
+// keeps as many as fit; where copies are free the whole model offloaded is kept (a tie: it leaves
 // the device the most room).
 TEST(L2LPlanner, SearchKeepsStagesOnTheDeviceWhereCopiesCost) {
   core::Trace trace = bert_trace();
@@ -256,19 +256,19 @@ TEST(L2LPlanner, SearchKeepsStagesOnTheDeviceWhereCopiesCost) {
   trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e7;
   const auto slow = planner::plan_step(trace, request_for(least - 1, "mbp,l2l"));
   ASSERT_TRUE(slow.plan && slow.plan->choice.l2l) << slow.reason;
-  const core::RelayChoice chosen = *slow.plan->choice.l2l;
+  const core::L2LChoice chosen = *slow.plan->choice.l2l;
   ASSERT_FALSE(chosen.whole_model());
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   const auto& micro = slow.plan->choice.micro_batches;
   const auto p = planner::predict_l2l_step(costs, graph, micro, chosen);
-  EXPECT_LT(p.step_ns, planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{chosen.boundaries_on_host}).step_ns);
+  EXPECT_LT(p.step_ns, planner::predict_l2l_step(costs, graph, micro, core::L2LChoice{chosen.boundaries_on_host}).step_ns);
   EXPECT_LE(p.device_peak_bytes, slow.plan->budget_bytes - slow.plan->margin_bytes);
   // No later block that fits is faster.
-  for (const auto& stage : planner::l2l_stages(trace)) {
+  for (const auto& stage : planner::l2l_stage_costs(trace)) {
     const int block = trace.layers[static_cast<std::size_t>(stage.first)].block;
     if (block <= chosen.from_block) continue;
-    const auto q = planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{chosen.boundaries_on_host, block});
+    const auto q = planner::predict_l2l_step(costs, graph, micro, core::L2LChoice{chosen.boundaries_on_host, block});
     if (q.device_peak_bytes <= slow.plan->budget_bytes - slow.plan->margin_bytes) EXPECT_GE(q.step_ns, p.step_ns) << block;
   }
   bool named = false;
@@ -279,14 +279,14 @@ TEST(L2LPlanner, SearchKeepsStagesOnTheDeviceWhereCopiesCost) {
 // The simulator's schedule of an L2L step is the planner's walk: same peak to the byte, same time,
 // with copies untimed (a trace that measured no bandwidth) and timed, where the constant-memory
 // variant's stashed boundaries go to the host and back on the copy lanes.
-// The trace's copy latency is paid once per copy: a relayed stage's parameters cross in one copy
+// The trace's copy latency is paid once per copy: a offloaded stage's parameters cross in one copy
 // each time they are loaded and its gradients in one, and in the constant-memory variant each
 // boundary tensor crosses on its own. The simulator still reproduces the prediction.
 TEST(L2LPlanner, CopyLatencyIsPaidOncePerCopy) {
   core::Trace trace = bert_trace();
   trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
   const std::vector<std::int64_t> micro = {6, 5, 5};
-  const auto stages = planner::l2l_stages(trace);
+  const auto stages = planner::l2l_stage_costs(trace);
   for (const bool on_host : {false, true}) {
     const auto predict = [&](std::int64_t in_ns, std::int64_t out_ns) {
       trace.device.host_to_device_latency_ns = in_ns;
@@ -295,7 +295,7 @@ TEST(L2LPlanner, CopyLatencyIsPaidOncePerCopy) {
       const planner::LayerGraph graph(trace);
       core::StepChoice choice;
       choice.micro_batches = micro;
-      choice.l2l = core::RelayChoice{on_host};
+      choice.l2l = core::L2LChoice{on_host};
       const auto p = planner::predict_l2l_step(costs, graph, micro, *choice.l2l);
       const auto sim = simulator::simulate(planner::build_schedule(costs, graph, choice));
       EXPECT_EQ(sim.peak_bytes, p.device_peak_bytes);
@@ -323,7 +323,7 @@ TEST(L2LPlanner, CopyLatencyIsPaidOncePerCopy) {
   }
 }
 
-// One relay step of `trace` predicted as a CPU trace ([0]) and as a CUDA trace ([1]), each checked
+// One L2L step of `trace` predicted as a CPU trace ([0]) and as a CUDA trace ([1]), each checked
 // against its simulated schedule.
 struct CpuAndCuda {
   planner::L2LPrediction predicted[2];
@@ -336,10 +336,10 @@ CpuAndCuda predict_on_cpu_and_cuda(core::Trace trace, const std::vector<std::int
   for (const bool cuda : {false, true}) {
     trace.device.kind = cuda ? "cuda" : "cpu";
     const core::CostModel costs(trace);
-    out.predicted[cuda] = planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{boundaries_on_host}, &out.ops[cuda]);
+    out.predicted[cuda] = planner::predict_l2l_step(costs, graph, micro, core::L2LChoice{boundaries_on_host}, &out.ops[cuda]);
     core::StepChoice choice;
     choice.micro_batches = micro;
-    choice.l2l = core::RelayChoice{boundaries_on_host};
+    choice.l2l = core::L2LChoice{boundaries_on_host};
     const auto simulated = simulator::simulate(planner::build_schedule(costs, graph, choice));
     EXPECT_EQ(simulated.peak_bytes, out.predicted[cuda].device_peak_bytes) << "cuda " << cuda;
     EXPECT_EQ(simulated.makespan_ns, out.predicted[cuda].step_ns) << "cuda " << cuda;
@@ -354,7 +354,7 @@ TEST(L2LPlanner, OnCudaAHostStashIsBroughtBackForTheForward) {
   core::Trace trace = bert_trace();
   trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
   const std::vector<std::int64_t> micro = {8, 8};
-  const auto stages = planner::l2l_stages(trace);
+  const auto stages = planner::l2l_stage_costs(trace);
   const auto [predicted, ops] = predict_on_cpu_and_cuda(trace, micro, true);
   const core::CostModel costs(trace);
   std::int64_t inputs = 0;
@@ -382,11 +382,11 @@ TEST(L2LPlanner, OnCudaAHostStashIsBroughtBackForTheForward) {
 }
 
 // On CUDA a stage's gradients cross to the host while the stage before computes: its backward
-// counts them beside its own (the relay waits for them before the next stage makes its own).
+// counts them beside its own (L2L waits for them before the next stage makes its own).
 TEST(L2LPlanner, OnCudaTheGradientsStillCrossingAreCounted) {
   core::Trace trace = bert_trace();
   trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
-  const auto stages = planner::l2l_stages(trace);
+  const auto stages = planner::l2l_stage_costs(trace);
   const auto [predicted, ops] = predict_on_cpu_and_cuda(trace, {8, 8}, false);
   ASSERT_EQ(ops[0].size(), ops[1].size());
   int counted = 0;
@@ -410,9 +410,9 @@ TEST(L2LPlanner, ScheduleSimulatesToThePrediction) {
     for (const bool on_host : {false, true}) {
       core::StepChoice choice;
       choice.micro_batches = {6, 5, 5};
-      choice.l2l = core::RelayChoice{on_host};
+      choice.l2l = core::L2LChoice{on_host};
       const auto predicted = planner::predict_step(costs, graph, choice);
-      const auto direct = planner::predict_l2l_step(costs, graph, choice.micro_batches, core::RelayChoice{on_host});
+      const auto direct = planner::predict_l2l_step(costs, graph, choice.micro_batches, core::L2LChoice{on_host});
       EXPECT_EQ(predicted.peak_bytes, direct.device_peak_bytes);
       EXPECT_EQ(predicted.step_ns, direct.step_ns);
       const auto schedule = planner::build_schedule(costs, graph, choice);
@@ -441,12 +441,12 @@ TEST(L2LPlanner, CopyLanesNameTheBound) {
   const planner::LayerGraph graph(trace);
   core::StepChoice choice;
   choice.micro_batches = {8, 8};
-  choice.l2l = core::RelayChoice{false};
+  choice.l2l = core::L2LChoice{false};
   std::int64_t previous_step = 0;
   for (const double bandwidth : {1e12, 1e9, 1e7}) {
     trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = bandwidth;
     const core::CostModel costs(trace);
-    const auto p = planner::predict_l2l_step(costs, graph, choice.micro_batches, core::RelayChoice{false});
+    const auto p = planner::predict_l2l_step(costs, graph, choice.micro_batches, core::L2LChoice{false});
     const auto sim = simulator::simulate(planner::build_schedule(costs, graph, choice));
     EXPECT_EQ(sim.makespan_ns, p.step_ns) << bandwidth;
     EXPECT_EQ(sim.peak_bytes, p.device_peak_bytes);
@@ -473,7 +473,7 @@ TEST(L2LPlanner, HostOptimizerAddsToTheStepOnTheCpu) {
   const planner::LayerGraph graph(trace);
   core::StepChoice choice;
   choice.micro_batches = {8, 8};
-  choice.l2l = core::RelayChoice{false};
+  choice.l2l = core::L2LChoice{false};
   std::int64_t steps[2] = {0, 0};
   for (const bool cuda : {false, true}) {
     trace.device.kind = cuda ? "cuda" : "cpu";
@@ -502,7 +502,7 @@ TEST(L2LPlanner, LargestModelFollowsTheBounds) {
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   const std::vector<std::int64_t> micro = {4, 4, 4, 4};
-  const auto alone = planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{false});
+  const auto alone = planner::predict_l2l_step(costs, graph, micro, core::L2LChoice{false});
   const std::int64_t host = 8 * costs.static_bytes();
   // The device bound: a limit of the model's peak plus exactly ten blocks' stash.
   const auto probe = planner::largest_l2l_model(costs, graph, micro, false, alone.device_peak_bytes, host);
@@ -518,15 +518,15 @@ TEST(L2LPlanner, LargestModelFollowsTheBounds) {
   const auto on_host = planner::largest_l2l_model(costs, graph, micro, true, alone.device_peak_bytes, host);
   EXPECT_EQ(on_host.device_bytes_per_block, 0);
   EXPECT_EQ(on_host.bound, "host memory");
-  const auto state = planner::predict_l2l_step(costs, graph, micro, core::RelayChoice{true}).host_bytes;
+  const auto state = planner::predict_l2l_step(costs, graph, micro, core::L2LChoice{true}).host_bytes;
   EXPECT_EQ(on_host.extra_blocks, (host - state) / on_host.host_bytes_per_block);
   EXPECT_TRUE(planner::largest_l2l_model(costs, graph, micro, true, alone.device_peak_bytes, 0).unbounded);
   // Below the model's own peak: not even it.
   EXPECT_FALSE(planner::largest_l2l_model(costs, graph, micro, false, alone.device_peak_bytes - 1, host).fits);
 }
 
-// A plan that asks the relay for what it cannot run is refused with one line naming why.
-TEST(L2LPlanner, HandEditedPlansTheRelayCannotRunAreRefused) {
+// A plan that asks L2L for what it cannot run is refused with one line naming why.
+TEST(L2LPlanner, HandEditedPlansL2LCannotRunAreRefused) {
   const core::Trace trace = bert_trace();
   const std::int64_t least = planner::plan_step(trace, request_for(1, "mbp,checkpoint")).smallest_budget;
   const auto outcome = planner::plan_step(trace, request_for(least / 2, "mbp,l2l"));
@@ -542,7 +542,7 @@ TEST(L2LPlanner, HandEditedPlansTheRelayCannotRunAreRefused) {
   EXPECT_EQ(refusal(*outcome.plan, trace), "");
   core::Plan checkpointed = *outcome.plan;
   checkpointed.choice.checkpointed_blocks = {0};
-  EXPECT_NE(refusal(checkpointed, trace).find("$.l2l: the relay recomputes every block"), std::string::npos);
+  EXPECT_NE(refusal(checkpointed, trace).find("$.l2l: L2L recomputes every block"), std::string::npos);
   core::Plan tempo = *outcome.plan;
   tempo.choice.layers[10].variant = core::LayerVariant::Tempo;
   EXPECT_NE(refusal(tempo, trace).find("standard layers only"), std::string::npos) << refusal(tempo, trace);
@@ -557,15 +557,15 @@ TEST(L2LPlanner, HandEditedPlansTheRelayCannotRunAreRefused) {
   EXPECT_FALSE(planner::applies_to(planner::Strategy::L2L, cnn));
   const auto cnn_plan = planner::plan_step(cnn, request_for(core::CostModel(cnn).static_bytes() * 4, "mbp"));
   ASSERT_TRUE(cnn_plan.plan);
-  core::Plan relayed = *cnn_plan.plan;
-  relayed.choice.l2l = core::RelayChoice{};
-  const std::string why = refusal(relayed, cnn);
-  EXPECT_NE(why.find("p.json: $.l2l: the relay cannot run cnn: its BatchNorm layer"), std::string::npos) << why;
+  core::Plan with_l2l = *cnn_plan.plan;
+  with_l2l.choice.l2l = core::L2LChoice{};
+  const std::string why = refusal(with_l2l, cnn);
+  EXPECT_NE(why.find("p.json: $.l2l: L2L cannot run cnn: its BatchNorm layer"), std::string::npos) << why;
   EXPECT_EQ(why.find('\n'), std::string::npos);
 }
 
-// On a GPU the relay keeps the libraries' workspaces on the device beside its stages, and steps its
-// relayed stages' optimizer on the host's cores at the rate the trace measured there
+// On a GPU L2L keeps the libraries' workspaces on the device beside its stages, and steps its
+// offloaded stages' optimizer on the host's cores at the rate the trace measured there
 // (optimizer.host_ns_per_param), not at the GPU's: an H200's Adam ran 8 times faster than its
 // host's 16 cores. A CPU trace's host is its device: its own optimizer time stands.
 TEST(L2LPlanner, OnCudaTheHostOptimizerStepsAtTheHostsRate) {
@@ -573,7 +573,7 @@ TEST(L2LPlanner, OnCudaTheHostOptimizerStepsAtTheHostsRate) {
   trace.device.host_to_device_bytes_per_s = trace.device.device_to_host_bytes_per_s = 1e9;
   const planner::LayerGraph graph(trace);
   const std::vector<std::int64_t> micro{8, 8};
-  const core::RelayChoice whole_model{false};
+  const core::L2LChoice whole_model{false};
   const auto predict = [&](const core::Trace& t) {
     const core::CostModel costs(t);
     const auto p = planner::predict_l2l_step(costs, graph, micro, whole_model);
@@ -594,7 +594,7 @@ TEST(L2LPlanner, OnCudaTheHostOptimizerStepsAtTheHostsRate) {
   measured.optimizer.host_ns_per_param = 50.0;
   measured.workspace_bytes = std::int64_t{64} << 20;
   const auto host_rate = predict(measured);
-  const double elements = static_cast<double>(trace.param_bytes()) / 4;  // float32, every stage relayed
+  const double elements = static_cast<double>(trace.param_bytes()) / 4;  // float32, every stage offloaded
   EXPECT_NEAR(static_cast<double>(host_rate.host_optimizer_ns), 50.0 * elements, static_cast<double>(host_rate.stages));
   EXPECT_GT(host_rate.host_optimizer_ns, gpu_rate.host_optimizer_ns);
   EXPECT_GE(host_rate.step_ns, gpu_rate.step_ns);

@@ -223,7 +223,7 @@ TEST(PlanSearch, StrategyNoneIsTheWholeBatch) {
 TEST(PlanSearch, InfeasibleSaysTheSmallestBudget) {
   const core::Trace trace = committed("cpu-bert.json");
   const core::CostModel costs(trace);
-  // Without L2L (whose relay keeps the training state on the host) the state is the floor.
+  // Without L2L (which keeps the training state on the host) the state is the floor.
   const std::string on_the_device = "mbp,checkpoint,tempo,infcl";
   const auto below_static = planner::plan_step(trace, request(costs.static_bytes() / 2, 8, on_the_device));
   EXPECT_FALSE(below_static.plan);
@@ -365,7 +365,7 @@ void expect_bounded_search_as_every_split(const core::Trace& trace, const std::s
   for (const std::int64_t batch : batches) {
     const std::int64_t whole =
         planner::predict_step(costs, graph, core::StepChoice{}.with_micro_batches({std::min<std::int64_t>(batch, 64)})).peak_bytes;
-    // Tempo with the others (what "all" weighs first; L2L's relay, weighed only where nothing
+    // Tempo with the others (what "all" weighs first; L2L, weighed only where nothing
     // fits without it, is weighed split by split either way).
     for (const std::string strategies : {"mbp,checkpoint", "mbp,checkpoint,tempo"}) {
       for (const double fraction : {0.0005, 0.01, 0.1, 0.5, 2.0}) {

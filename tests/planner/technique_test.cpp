@@ -9,7 +9,7 @@
 
 #include "core/errors.h"
 #include "core/plan.h"
-#include "core/relay_stages.h"
+#include "core/l2l_stages.h"
 #include "planner/data_parallel_model.h"
 #include "planner/l2l_model.h"
 #include "planner/plan_schedule.h"
@@ -60,12 +60,12 @@ TEST(Technique, EachSaysWhetherAChoiceUsesIt) {
   core::StepChoice tiled = plain;
   tiled.loss_tiles = core::LossTiles{4, 4};
   EXPECT_TRUE(planner::infcl_technique().used_by(tiled));
-  core::StepChoice relayed = plain;
-  relayed.l2l = core::RelayChoice{};
-  EXPECT_TRUE(planner::l2l_technique().used_by(relayed));
+  core::StepChoice with_l2l = plain;
+  with_l2l.l2l = core::L2LChoice{};
+  EXPECT_TRUE(planner::l2l_technique().used_by(with_l2l));
 
-  // Only the relay runs the whole step its own way.
-  EXPECT_EQ(planner::step_runner(relayed), &planner::l2l_technique());
+  // Only L2L runs the whole step its own way.
+  EXPECT_EQ(planner::step_runner(with_l2l), &planner::l2l_technique());
   EXPECT_EQ(planner::step_runner(split), nullptr);
 }
 
@@ -91,10 +91,10 @@ TEST(Technique, EachRefusesByNameWhatTheTraceCannotRun) {
   core::StepChoice tiled = choice;
   tiled.loss_tiles = core::LossTiles{4, 4};
   EXPECT_NE(refusal(planner::infcl_technique(), tiled).find("has no contrastive loss to tile"), std::string::npos);
-  core::StepChoice relayed = choice;
-  relayed.l2l = core::RelayChoice{};
-  relayed.data_parallel = core::DataParallelChoice{};
-  EXPECT_NE(refusal(planner::l2l_technique(), relayed).find("L2L with data parallel"), std::string::npos);
+  core::StepChoice with_l2l = choice;
+  with_l2l.l2l = core::L2LChoice{};
+  with_l2l.data_parallel = core::DataParallelChoice{};
+  EXPECT_NE(refusal(planner::l2l_technique(), with_l2l).find("L2L with data parallel"), std::string::npos);
   core::StepChoice uneven = choice.with_micro_batches({2, 6});
   uneven.data_parallel = core::DataParallelChoice{2, {1, 1}, {}, core::kDefaultBucketCapBytes};
   EXPECT_NE(refusal(planner::data_parallel_technique(), uneven).find("worker 1 carries more than worker 0"), std::string::npos);
@@ -176,19 +176,19 @@ TEST(Technique, APlanCarriesThePartsItsTechniquesPredict) {
   ASSERT_TRUE(plain.plan);
   EXPECT_TRUE(plain.plan->predicted_parts.empty());
 
-  // The least any plan needs: below what anything but the relay reaches.
+  // The least any plan needs: below what anything but L2L reaches.
   const std::int64_t least = planner::plan_step(trace, bert_request(1, "all")).smallest_budget;
-  const auto relayed = planner::plan_step(trace, bert_request(least, "all"));
-  ASSERT_TRUE(relayed.plan && relayed.plan->choice.l2l) << relayed.reason;
-  const auto& plan = *relayed.plan;
+  const auto with_l2l = planner::plan_step(trace, bert_request(least, "all"));
+  ASSERT_TRUE(with_l2l.plan && with_l2l.plan->choice.l2l) << with_l2l.reason;
+  const auto& plan = *with_l2l.plan;
   const planner::L2LPrediction p = planner::predict_l2l_step(costs, graph, plan.choice.micro_batches, *plan.choice.l2l);
-  EXPECT_EQ(plan.predicted_part(core::kRelayHostBytesPart), static_cast<double>(p.host_bytes));
-  EXPECT_EQ(plan.predicted_part(core::kRelayComputeSecondsPart), static_cast<double>(p.compute_ns) * 1e-9);
-  EXPECT_EQ(plan.predicted_part(core::kRelayCopySecondsPart), static_cast<double>(p.copy_ns) * 1e-9);
-  EXPECT_EQ(plan.predicted_part(core::kRelayHostOptimizerSecondsPart), static_cast<double>(p.host_optimizer_ns) * 1e-9);
-  ASSERT_TRUE(plan.predicted_part(core::kRelayWaitSecondsPart));
+  EXPECT_EQ(plan.predicted_part(core::kL2LHostBytesPart), static_cast<double>(p.host_bytes));
+  EXPECT_EQ(plan.predicted_part(core::kL2LComputeSecondsPart), static_cast<double>(p.compute_ns) * 1e-9);
+  EXPECT_EQ(plan.predicted_part(core::kL2LCopySecondsPart), static_cast<double>(p.copy_ns) * 1e-9);
+  EXPECT_EQ(plan.predicted_part(core::kL2LHostOptimizerSecondsPart), static_cast<double>(p.host_optimizer_ns) * 1e-9);
+  ASSERT_TRUE(plan.predicted_part(core::kL2LWaitSecondsPart));
   EXPECT_FALSE(plan.predicted_part(core::kAllReduceSecondsPart));
-  EXPECT_NE(report::render_plan_summary(plan).find("  l2l (relay)      "), std::string::npos);
+  EXPECT_NE(report::render_plan_summary(plan).find("  l2l              "), std::string::npos);
 
   const auto parallel = planner::plan_step(trace, bert_request(std::int64_t{1} << 30, "all", 2));
   ASSERT_TRUE(parallel.plan) << parallel.reason;
@@ -198,7 +198,7 @@ TEST(Technique, APlanCarriesThePartsItsTechniquesPredict) {
   // bert mini's gradients (about 18 MiB) over 1 GB/s: tens of milliseconds, some of it hidden.
   EXPECT_GT(*allreduce, 0.01);
   EXPECT_LE(*exposed, *allreduce);
-  EXPECT_FALSE(parallel.plan->predicted_part(core::kRelayHostBytesPart));
+  EXPECT_FALSE(parallel.plan->predicted_part(core::kL2LHostBytesPart));
   const std::string summary = report::render_plan_summary(*parallel.plan);
   EXPECT_NE(summary.find("  data parallel    2 workers: workers 0-1 8 samples as"), std::string::npos) << summary;
   EXPECT_NE(summary.find("  checkpointed     "), std::string::npos);

@@ -446,7 +446,7 @@ TEST(Profiler, RejectsBadOptions) {
   rejects([](auto& o) { o.device = "tpu"; });
 }
 
-// The host's optimizer rate a GPU trace keeps for L2L's relay: timed on CPU copies (the parameters
+// The host's optimizer rate a GPU trace keeps for L2L: timed on CPU copies (the parameters
 // themselves, and their gradients, untouched), a positive time per element, of the optimizer named.
 TEST(Profiler, TimesTheHostOptimizerOnCopiesOfTheParameters) {
   auto model = models::build_zoo_model("mlp", {{"input", "256"}, {"hidden", "1024"}, {"depth", "4"}});

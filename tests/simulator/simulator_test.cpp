@@ -54,7 +54,7 @@ TEST(Simulator, HandComputedTimelineWithOverlap) {
   EXPECT_DOUBLE_EQ(sim.samples_per_second(), 7 * 1e9 / 14);
 }
 
-// L2L's relay by hand: the device holds one layer's parameters (10 bytes each) at a time beside a
+// L2L by hand: the device holds one layer's parameters (10 bytes each) at a time beside a
 // resident 100; layer 2's copy overlaps layer 1's compute, gradients go back to the host, where the
 // optimizer steps each layer as its gradients arrive.
 //   t=0   p1 copies host-to-device (+10): 110
@@ -62,7 +62,7 @@ TEST(Simulator, HandComputedTimelineWithOverlap) {
 //   t=8   F1 ends and frees p1 (-10); g1 goes device-to-host (+4); F2 computes (transient 5): 124
 //   t=10  g1 is on the host (-4); the host optimizer steps layer 1 (10..16)
 //   t=13  F2 ends and frees p2; g2 goes to the host (13..15); the optimizer steps layer 2 (16..22)
-TEST(Simulator, L2lRelayOverlapsCopiesComputeAndTheHostOptimizer) {
+TEST(Simulator, L2LOverlapsCopiesComputeAndTheHostOptimizer) {
   core::Schedule s;
   s.resident = {{MemoryKind::Activation, 100}};
   s.samples = 1;
@@ -352,7 +352,7 @@ TEST(Simulator, AgreesWithThePlanner) {
       EXPECT_EQ(sim.peak_bytes, outcome.plan->predicted.peak_bytes) << budget;
       EXPECT_NEAR(static_cast<double>(sim.makespan_ns) / 1e9, outcome.plan->predicted.step_seconds, 1e-9);
       // Memory returns to the resident state after the step: on the device, all of it, but under
-      // L2L (the lowest budgets, where "all" relays) what the relay keeps there.
+      // L2L (the lowest budgets, where "all" uses L2L) what L2L keeps there.
       if (outcome.plan->choice.l2l) {
         EXPECT_LT(sim.memory.back().total(), costs.static_bytes()) << budget;
       } else {

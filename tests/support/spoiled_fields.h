@@ -95,7 +95,7 @@ inline bool accepted_on_purpose(const std::string& path, const std::string& what
       // A trace from before they were recorded: read as 0, and its plans say so (extras_recorded).
       {"$.checkpoint_state_bytes", "missing"},
       {"$.model_extra_bytes", "missing"},
-      // An L2L plan without it relays the whole model (from a chosen block on is the option).
+      // An L2L plan without it offloads the whole model (from a chosen block on is the option).
       {"$.l2l.from_block", "missing"},
       {"$.contrastive_loss.samples[*].fwd_retained_bytes", "negative"},
       {"$.contrastive_loss.samples[*].bwd_retained_bytes", "negative"},

@@ -10,10 +10,10 @@
 
 namespace headroom::core {
 
-// Adds "l2l" to a plan's document where the choice relays; nothing otherwise.
-void write_relay_choice(nlohmann::json& document, const std::optional<RelayChoice>& choice);
-// The relay choice a plan's document holds, if any; throws InputError (through `root`) for a
+// Adds "l2l" to a plan's document where the choice uses L2L; nothing otherwise.
+void write_l2l_choice(nlohmann::json& document, const std::optional<L2LChoice>& choice);
+// The L2L choice a plan's document holds, if any; throws InputError (through `root`) for a
 // malformed one.
-std::optional<RelayChoice> read_relay_choice(const JsonNode& root);
+std::optional<L2LChoice> read_l2l_choice(const JsonNode& root);
 
 }  // namespace headroom::core

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/errors.h"
-#include "executor/relay_link.h"
+#include "executor/l2l_link.h"
 #include "runtime/budget_allocator.h"
 
 namespace headroom {
@@ -13,9 +13,9 @@ namespace {
 // On the CPU the link's host side is host-scoped storage and its device side is budgeted: a
 // parameter buffer sent over lands on the device side, a gradient sent back lands on the host side,
 // each copy equal to its source.
-TEST(RelayLink, OnTheCpuHostCopiesAreCountedApartFromTheDevice) {
+TEST(L2LLink, OnTheCpuHostCopiesAreCountedApartFromTheDevice) {
   auto& allocator = runtime::BudgetAllocator::instance();
-  const executor::RelayLink link(torch::kCPU);
+  const executor::L2LLink link(torch::kCPU);
   const std::int64_t host_before = allocator.host_in_use();
   torch::Tensor host = link.host_empty({1024}, torch::TensorOptions(torch::kFloat32));
   host.copy_(torch::arange(1024, torch::kFloat32));
@@ -35,10 +35,10 @@ TEST(RelayLink, OnTheCpuHostCopiesAreCountedApartFromTheDevice) {
   EXPECT_TRUE(link.back_to_device(stashed).equal(host * 3));
 }
 
-TEST(RelayLink, RefusesDevicesOtherThanTheCpuAndCuda) {
+TEST(L2LLink, RefusesDevicesOtherThanTheCpuAndCuda) {
   try {
-    executor::RelayLink link(torch::Device(torch::kMeta));
-    FAIL() << "a relay link to the meta device was made";
+    executor::L2LLink link(torch::Device(torch::kMeta));
+    FAIL() << "an L2L link to the meta device was made";
   } catch (const core::InputError& e) {
     EXPECT_NE(std::string(e.what()).find("CPU or on CUDA, not on meta"), std::string::npos) << e.what();
   }

@@ -1,4 +1,4 @@
-#include "executor/relay_link.h"
+#include "executor/l2l_link.h"
 
 #include <chrono>
 #include <thread>
@@ -19,16 +19,16 @@ void wait_for(const std::shared_ptr<c10::Event>& event) {
   while (!event->query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
 }
 
-std::shared_ptr<c10::Event> RelayLink::mark_compute() const {
+std::shared_ptr<c10::Event> L2LLink::mark_compute() const {
   if (!is_cuda()) return nullptr;
   auto mark = std::make_shared<c10::Event>(device_.type());
   mark->record(*compute_);
   return mark;
 }
 
-RelayLink::RelayLink(torch::Device device) : device_(device) {
+L2LLink::L2LLink(torch::Device device) : device_(device) {
   if (device.is_cpu()) return;
-  if (!device.is_cuda()) throw core::InputError("l2l: the relay runs on the CPU or on CUDA, not on " + device.str());
+  if (!device.is_cuda()) throw core::InputError("l2l: L2L runs on the CPU or on CUDA, not on " + device.str());
   // Device-generic guard calls: the same code builds against a CPU-only libtorch.
   const c10::impl::VirtualGuardImpl impl(device.type());
   compute_.emplace(impl.getStream(device));
@@ -36,13 +36,13 @@ RelayLink::RelayLink(torch::Device device) : device_(device) {
   outbound_.emplace(impl.getStreamFromGlobalPool(device));
 }
 
-torch::Tensor RelayLink::host_empty(at::IntArrayRef sizes, const torch::TensorOptions& like) const {
+torch::Tensor L2LLink::host_empty(at::IntArrayRef sizes, const torch::TensorOptions& like) const {
   if (is_cuda()) return torch::empty(sizes, like.device(torch::kCPU).pinned_memory(true));
   runtime::HostScope host;
   return torch::empty(sizes, like.device(torch::kCPU));
 }
 
-torch::Tensor RelayLink::to_device_landed(const torch::Tensor& host) const {
+torch::Tensor L2LLink::to_device_landed(const torch::Tensor& host) const {
   torch::NoGradGuard no_grad;
   if (!is_cuda()) return runtime::host_memcpy(host);
   c10::StreamGuard on_inbound(*inbound_);
@@ -52,7 +52,7 @@ torch::Tensor RelayLink::to_device_landed(const torch::Tensor& host) const {
   return copy;
 }
 
-HostLanding RelayLink::to_host(const torch::Tensor& device) const {
+HostLanding L2LLink::to_host(const torch::Tensor& device) const {
   torch::NoGradGuard no_grad;
   if (!is_cuda()) {
     runtime::HostScope host;
@@ -68,7 +68,7 @@ HostLanding RelayLink::to_host(const torch::Tensor& device) const {
   return {host, landed};
 }
 
-torch::Tensor RelayLink::stash_to_host(const torch::Tensor& device) const {
+torch::Tensor L2LLink::stash_to_host(const torch::Tensor& device) const {
   torch::NoGradGuard no_grad;
   if (!is_cuda()) {
     runtime::HostScope host;
@@ -81,13 +81,13 @@ torch::Tensor RelayLink::stash_to_host(const torch::Tensor& device) const {
   return host;
 }
 
-torch::Tensor RelayLink::back_to_device(const torch::Tensor& host) const {
+torch::Tensor L2LLink::back_to_device(const torch::Tensor& host) const {
   torch::NoGradGuard no_grad;
   if (!is_cuda()) return runtime::host_memcpy(host);
   return host.to(host.options().device(device_), /*non_blocking=*/true, /*copy=*/true);
 }
 
-void RelayLink::order(const c10::Stream& after, const c10::Stream& stream) const {
+void L2LLink::order(const c10::Stream& after, const c10::Stream& stream) const {
   c10::Event done(device_.type());
   done.record(after);
   done.block(stream);

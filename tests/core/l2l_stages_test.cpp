@@ -1,16 +1,16 @@
 #include <gtest/gtest.h>
 
-#include "core/relay_stages.h"
+#include "core/l2l_stages.h"
 
 namespace headroom {
 namespace {
 
 // Embeddings outside any block, two blocks, a head outside any: four stages. Block 1 reads block
 // 0's last layer and the embeddings (a residual across stages); the head reads block 1.
-TEST(RelayStages, AreRunsOfOneBlockWithWhatCrossesBetweenThem) {
+TEST(L2LStages, AreRunsOfOneBlockWithWhatCrossesBetweenThem) {
   const std::vector<int> blocks = {-1, 0, 0, 1, 1, -1};
   const std::vector<std::vector<int>> inputs = {{-1}, {0}, {1}, {2, 0}, {3, 0}, {4, -2}};
-  const core::RelayStages formed = core::relay_stages(blocks, inputs);
+  const core::L2LStages formed = core::l2l_stages(blocks, inputs);
   ASSERT_EQ(formed.stages.size(), 4u);
   EXPECT_EQ(formed.stages[1].first, 1);
   EXPECT_EQ(formed.stages[1].last, 2);
@@ -20,14 +20,14 @@ TEST(RelayStages, AreRunsOfOneBlockWithWhatCrossesBetweenThem) {
   EXPECT_EQ(formed.stage_of, (std::vector<int>{0, 1, 1, 2, 2, 3}));
   EXPECT_EQ(formed.first_reader, (std::vector<int>{1, -1, 2, -1, 3, -1}));
 
-  EXPECT_EQ(core::first_relayed_stage(formed.stages, blocks, core::RelayChoice::kWholeModel), 0);
-  EXPECT_EQ(core::first_relayed_stage(formed.stages, blocks, 1), 2);
-  EXPECT_EQ(core::first_relayed_stage(formed.stages, blocks, 7), -1);
+  EXPECT_EQ(core::first_offloaded_stage(formed.stages, blocks, core::L2LChoice::kWholeModel), 0);
+  EXPECT_EQ(core::first_offloaded_stage(formed.stages, blocks, 1), 2);
+  EXPECT_EQ(core::first_offloaded_stage(formed.stages, blocks, 7), -1);
 }
 
-TEST(RelayStages, RefuseWhatNoModelCanBe) {
-  EXPECT_THROW(core::relay_stages({0, 0}, {{-1}}), std::logic_error);
-  EXPECT_THROW(core::relay_stages({0, 1}, {{1}, {0}}), std::logic_error);  // reads a later layer
+TEST(L2LStages, RefuseWhatNoModelCanBe) {
+  EXPECT_THROW(core::l2l_stages({0, 0}, {{-1}}), std::logic_error);
+  EXPECT_THROW(core::l2l_stages({0, 1}, {{1}, {0}}), std::logic_error);  // reads a later layer
 }
 
 }  // namespace

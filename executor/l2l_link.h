@@ -1,11 +1,11 @@
 #pragma once
-// How L2L's relay (l2l_relay.h) moves tensors between the host and the device.
+// How L2L (l2l_runner.h) moves tensors between the host and the device.
 //
 // On the CPU the device and the host are one heap: host storage is what is allocated inside a
 // runtime::HostScope (counted apart from the budget), and a copy is a clone.
 //
 // On CUDA host storage is pinned (so copies run at the link's speed and overlap compute).
-// Parameters come in on an inbound copy stream, from the relay's copy thread, which waits for each
+// Parameters come in on an inbound copy stream, from L2L's copy thread, which waits for each
 // copy to land. Gradients and stashed boundaries go out, and boundaries come back, on an outbound
 // copy stream ordered against the compute stream by events, so the compute thread never waits for
 // them on the host. Tensors used on a stream other than the one that allocated them are recorded
@@ -29,18 +29,18 @@ struct HostLanding {
   void wait() const { wait_for(landed); }
 };
 
-class RelayLink {
+class L2LLink {
  public:
   // The compute stream is the one current on the constructing thread. Throws InputError for a
   // device that is neither the CPU nor CUDA.
-  explicit RelayLink(torch::Device device);
+  explicit L2LLink(torch::Device device);
   torch::Device device() const { return device_; }
   bool is_cuda() const { return device_.is_cuda(); }
 
   // Uninitialized host storage: pinned on CUDA, inside a HostScope on the CPU.
   torch::Tensor host_empty(at::IntArrayRef sizes, const torch::TensorOptions& like) const;
   // A host tensor's copy on the device, landed when this returns, usable on the compute stream.
-  // Any thread may call it (the relay's copy thread does).
+  // Any thread may call it (L2L's copy thread does).
   torch::Tensor to_device_landed(const torch::Tensor& host) const;
   // A device tensor's copy to the host, after the compute enqueued so far; in flight on CUDA until
   // the landing's wait().
@@ -51,7 +51,7 @@ class RelayLink {
   torch::Tensor stash_to_host(const torch::Tensor& device) const;
   torch::Tensor back_to_device(const torch::Tensor& host) const;
   // The point the compute enqueued so far reaches on the device (null on the CPU, whose compute is
-  // done when enqueued): the relay's copy thread waits for it before it allocates.
+  // done when enqueued): L2L's copy thread waits for it before it allocates.
   std::shared_ptr<c10::Event> mark_compute() const;
 
  private:

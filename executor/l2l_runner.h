@@ -1,5 +1,5 @@
 #pragma once
-// L2L's relay (Pudipeddi et al.): parameters, gradients and optimizer state live on the host (the
+// L2L (Pudipeddi et al.): parameters, gradients and optimizer state live on the host (the
 // "eager param server"); the device holds only the stage running and the next one's parameters,
 // prefetched on a copy thread. Forward runs stage s over every micro-batch before stage s+1,
 // stashing what later stages read; backward runs the stages in reverse, re-running each stage's
@@ -8,7 +8,7 @@
 // device works on the one before.
 //
 // A stage is a model block (consecutive layers with one block id), and each run of layers outside
-// any block (embeddings, head and loss) is a stage too. relay_link.h says what "host" and a copy
+// any block (embeddings, head and loss) is a stage too. l2l_link.h says what "host" and a copy
 // are on the CPU (a runtime::HostScope, counted apart from the budget) and on CUDA (pinned memory,
 // copy streams).
 #include <atomic>
@@ -21,14 +21,14 @@
 
 #include <torch/torch.h>
 
-#include "core/relay_stages.h"
+#include "core/l2l_stages.h"
 #include "executor/plan_runner.h"
-#include "executor/relay_link.h"
+#include "executor/l2l_link.h"
 #include "models/model.h"
 
 namespace headroom::executor {
 
-struct RelayOptions {
+struct L2LOptions {
   torch::Device device = torch::kCPU;  // where the stages compute (the CPU or CUDA)
   std::string optimizer = "adam";  // sgd or adam, as runtime::make_optimizer builds them
   // L2L's constant-memory variant: stashed stage boundaries (and their gradients) wait on the host,
@@ -50,22 +50,22 @@ struct RelayOptions {
   // On CUDA the host optimizer steps a stage on its own thread while the device computes the
   // previous one; on a CPU it steps on the compute thread, in between (it would share the cores).
   bool overlap_optimizer = true;
-  // L2L from a chosen block on (RelayChoice::from_block): the stages before that block's stay on the
+  // L2L from a chosen block on (L2LChoice::from_block): the stages before that block's stay on the
   // device with their gradients and optimizer (stepped on the device after their backward).
-  int from_block = core::RelayChoice::kWholeModel;
+  int from_block = core::L2LChoice::kWholeModel;
 };
 
-class L2LRelay {
+class L2LRunner {
  public:
-  // Moves the relayed stages' parameters to the host (their device storage is released), the kept
+  // Moves the offloaded stages' parameters to the host (their device storage is released), the kept
   // ones' to the device (the model may have been built on the host), and builds one optimizer per
   // stage. Throws InputError when a parameter belongs to no layer or to layers of two stages (tied
-  // weights), which the relay cannot keep in one place, when the model has no block from_block, or
+  // weights), which L2L cannot keep in one place, when the model has no block from_block, or
   // for an emulated link rate on CUDA.
-  L2LRelay(models::Model& model, RelayOptions options, Position& position);
-  ~L2LRelay();
-  L2LRelay(const L2LRelay&) = delete;
-  L2LRelay& operator=(const L2LRelay&) = delete;
+  L2LRunner(models::Model& model, L2LOptions options, Position& position);
+  ~L2LRunner();
+  L2LRunner(const L2LRunner&) = delete;
+  L2LRunner& operator=(const L2LRunner&) = delete;
 
   // One optimizer step over the micro-batches (each mean loss weighted b_i / B). Returns the loss.
   double step(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch);
@@ -79,11 +79,11 @@ class L2LRelay {
   std::vector<torch::Tensor> host_gradients() const;
   int stage_count() const { return static_cast<int>(stages_.size()); }
   int kept_stage_count() const;
-  // Parameter bytes of the largest relayed stage: what one stage's copy costs on the device.
+  // Parameter bytes of the largest offloaded stage: what one stage's copy costs on the device.
   std::int64_t largest_stage_parameter_bytes() const;
 
   // Copies the host weights back into the model's own parameters (on the device), e.g. to
-  // evaluate or checkpoint after training; the relay must not step again afterwards.
+  // evaluate or checkpoint after training; L2L must not step again afterwards.
   void restore_model_parameters();
 
   // Where the last step()'s time went, in seconds, lane by lane as the planner predicts them:
@@ -113,13 +113,13 @@ class L2LRelay {
   };
   mutable std::atomic<std::int64_t> compute_ns_{0}, copy_ns_{0}, wait_ns_{0}, host_optimizer_ns_{0};
 
-  // A stage as core::relay_stages forms it (first and last layer, inputs, exports), and what the
-  // relay keeps of it.
-  struct Stage : core::RelayStage {
+  // A stage as core::l2l_stages forms it (first and last layer, inputs, exports), and what the
+  // runner keeps of it.
+  struct Stage : core::L2LStage {
     std::vector<int> parameters;  // indices into slots_/masters_
     bool kept = false;            // stays on the device (before from_block)
     std::unique_ptr<torch::optim::Optimizer> optimizer;
-    // A relayed stage's parameters packed in one buffer (one copy each way), parameter k at
+    // A offloaded stage's parameters packed in one buffer (one copy each way), parameter k at
     // offsets[k] with shapes[k]: on the host (the masters view it), on the device while loaded
     // (the slots view it), and its gradients on the device during its backward.
     std::vector<std::int64_t> offsets;
@@ -138,7 +138,7 @@ class L2LRelay {
   void pack_on_host(Stage& stage);
   void build_optimizers();
 
-  // One step() or accumulate(), phase by phase (l2l_relay.cpp).
+  // One step() or accumulate(), phase by phase (l2l_runner.cpp).
   class Step;
   double run(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch, bool optimize);
   // The stage's packed parameters copied to the device on the calling thread (undefined: none).
@@ -166,9 +166,9 @@ class L2LRelay {
   void at_link_rate(std::chrono::steady_clock::time_point start, std::int64_t bytes) const;
 
   models::Model& model_;
-  RelayOptions options_;
+  L2LOptions options_;
   Position& position_;
-  RelayLink link_;
+  L2LLink link_;
   std::vector<torch::Tensor> slots_;    // the model's parameters: device storage while loaded, empty otherwise
   std::vector<torch::Tensor> masters_;  // host copies, views of their stage's host_flat (a kept stage's: the slots themselves)
   std::vector<Stage> stages_;

@@ -1,4 +1,4 @@
-#include "executor/l2l_relay.h"
+#include "executor/l2l_runner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -49,14 +49,14 @@ auto carrying_refusal(F work) {
 
 }  // namespace
 
-L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& position)
+L2LRunner::L2LRunner(models::Model& model, L2LOptions options, Position& position)
     : model_(model), options_(std::move(options)), position_(position), link_(options_.device) {
   if (link_.is_cuda() && options_.copy_bytes_per_second > 0) {
     throw core::InputError("l2l: an emulated copy rate slows the CPU's copies only; CUDA's run at the link's own rate");
   }
   slots_ = model.parameters();
   const std::vector<int> owner = assign_parameters(form_stages());
-  // The host copies and their optimizers; the model's own storage goes. A relayed stage's parameters
+  // The host copies and their optimizers; the model's own storage goes. A offloaded stage's parameters
   // are packed into one host buffer (the masters view it), so a stage crosses the link in one copy
   // each way, as the planner times it (one latency per copy), and not in one per tensor. A kept
   // stage's parameters are copied out of wherever the model was built (the host, in execute) onto
@@ -77,30 +77,30 @@ L2LRelay::L2LRelay(models::Model& model, RelayOptions options, Position& positio
   build_optimizers();
 }
 
-std::vector<int> L2LRelay::form_stages() {
-  // Formed as the planner forms them from the trace (core/relay_stages.h).
+std::vector<int> L2LRunner::form_stages() {
+  // Formed as the planner forms them from the trace (core/l2l_stages.h).
   std::vector<int> blocks;
   std::vector<std::vector<int>> inputs;
   for (const auto& layer : model_.layers()) {
     blocks.push_back(layer.block);
     inputs.push_back(layer.inputs);
   }
-  core::RelayStages formed = core::relay_stages(blocks, inputs);
+  core::L2LStages formed = core::l2l_stages(blocks, inputs);
   for (auto& stage : formed.stages) {
     stages_.emplace_back();
-    static_cast<core::RelayStage&>(stages_.back()) = std::move(stage);
+    static_cast<core::L2LStage&>(stages_.back()) = std::move(stage);
   }
   first_reader_stage_ = std::move(formed.first_reader);
-  const int first_relayed = core::first_relayed_stage(stages_, blocks, options_.from_block);
-  if (first_relayed < 0) {
+  const int first_offloaded = core::first_offloaded_stage(stages_, blocks, options_.from_block);
+  if (first_offloaded < 0) {
     throw core::InputError("l2l.from_block: the model has no block " + std::to_string(options_.from_block) +
-                           ", so the relay cannot start there");
+                           ", so L2L cannot start there");
   }
-  for (int s = 0; s < first_relayed; ++s) stages_[static_cast<std::size_t>(s)].kept = true;
+  for (int s = 0; s < first_offloaded; ++s) stages_[static_cast<std::size_t>(s)].kept = true;
   return std::move(formed.stage_of);
 }
 
-std::vector<int> L2LRelay::assign_parameters(const std::vector<int>& stage_of) {
+std::vector<int> L2LRunner::assign_parameters(const std::vector<int>& stage_of) {
   const auto& layers = model_.layers();
   std::unordered_map<const void*, int> index_of;
   for (std::size_t i = 0; i < slots_.size(); ++i) index_of[slots_[i].unsafeGetTensorImpl()] = static_cast<int>(i);
@@ -113,7 +113,7 @@ std::vector<int> L2LRelay::assign_parameters(const std::vector<int>& stage_of) {
       int& o = owner[static_cast<std::size_t>(it->second)];
       if (o >= 0 && o != s) {
         throw core::InputError("l2l: layer " + layers[i].name + " shares a parameter with a layer of another stage "
-                               "(tied weights); the relay keeps each stage's parameters apart");
+                               "(tied weights); L2L keeps each stage's parameters apart");
       }
       if (o < 0) stages_[static_cast<std::size_t>(s)].parameters.push_back(it->second);
       o = s;
@@ -127,7 +127,7 @@ std::vector<int> L2LRelay::assign_parameters(const std::vector<int>& stage_of) {
   return owner;
 }
 
-void L2LRelay::place_kept_parameters(const std::vector<int>& owner) {
+void L2LRunner::place_kept_parameters(const std::vector<int>& owner) {
   masters_.resize(slots_.size());
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     auto& slot = slots_[i];
@@ -139,7 +139,7 @@ void L2LRelay::place_kept_parameters(const std::vector<int>& owner) {
   }
 }
 
-void L2LRelay::pack_on_host(Stage& stage) {
+void L2LRunner::pack_on_host(Stage& stage) {
   const auto& layers = model_.layers();
   const auto& first = slots_[static_cast<std::size_t>(stage.parameters.front())];
   std::int64_t elements = 0;
@@ -150,7 +150,7 @@ void L2LRelay::pack_on_host(Stage& stage) {
                              layers[static_cast<std::size_t>(stage.last)].name + " mix parameter types (" +
                              std::string(c10::toString(first.scalar_type())) + ", " +
                              std::string(c10::toString(slot.scalar_type())) +
-                             "); the relay copies a stage's parameters as one buffer of one type");
+                             "); L2L copies a stage's parameters as one buffer of one type");
     }
     stage.offsets.push_back(elements);
     stage.shapes.push_back(slot.sizes().vec());
@@ -167,7 +167,7 @@ void L2LRelay::pack_on_host(Stage& stage) {
   }
 }
 
-void L2LRelay::build_optimizers() {
+void L2LRunner::build_optimizers() {
   for (auto& stage : stages_) {
     if (stage.parameters.empty()) continue;
     std::vector<torch::Tensor> own;
@@ -178,7 +178,7 @@ void L2LRelay::build_optimizers() {
   }
 }
 
-std::vector<torch::Tensor> L2LRelay::Stage::views(const torch::Tensor& flat) const {
+std::vector<torch::Tensor> L2LRunner::Stage::views(const torch::Tensor& flat) const {
   std::vector<torch::Tensor> out;
   for (std::size_t k = 0; k < shapes.size(); ++k) {
     std::int64_t elements = 1;
@@ -188,7 +188,7 @@ std::vector<torch::Tensor> L2LRelay::Stage::views(const torch::Tensor& flat) con
   return out;
 }
 
-L2LRelay::~L2LRelay() {
+L2LRunner::~L2LRunner() {
   // Outstanding work must not outlive the tensors it touches; its errors no longer matter.
   if (prefetch_.valid()) prefetch_.wait();
   for (auto& f : optimizer_steps_) {
@@ -196,11 +196,11 @@ L2LRelay::~L2LRelay() {
   }
 }
 
-int L2LRelay::kept_stage_count() const {
+int L2LRunner::kept_stage_count() const {
   return static_cast<int>(std::count_if(stages_.begin(), stages_.end(), [](const Stage& s) { return s.kept; }));
 }
 
-std::int64_t L2LRelay::largest_stage_parameter_bytes() const {
+std::int64_t L2LRunner::largest_stage_parameter_bytes() const {
   std::int64_t largest = 0;
   for (const auto& stage : stages_) {
     if (stage.kept) continue;
@@ -211,13 +211,13 @@ std::int64_t L2LRelay::largest_stage_parameter_bytes() const {
   return largest;
 }
 
-std::vector<torch::Tensor> L2LRelay::host_gradients() const {
+std::vector<torch::Tensor> L2LRunner::host_gradients() const {
   std::vector<torch::Tensor> grads;
   for (const auto& m : masters_) grads.push_back(m.grad().defined() ? m.grad() : torch::zeros_like(m));
   return grads;
 }
 
-torch::Tensor L2LRelay::copy_to_device(int stage) const {
+torch::Tensor L2LRunner::copy_to_device(int stage) const {
   const Timed timed(copy_ns_);
   const auto start = std::chrono::steady_clock::now();
   torch::NoGradGuard no_grad;
@@ -228,14 +228,14 @@ torch::Tensor L2LRelay::copy_to_device(int stage) const {
   return copy;
 }
 
-void L2LRelay::at_link_rate(std::chrono::steady_clock::time_point start, std::int64_t bytes) const {
+void L2LRunner::at_link_rate(std::chrono::steady_clock::time_point start, std::int64_t bytes) const {
   // A slower link, emulated: the copy takes at least what the bytes take at that bandwidth.
   if (options_.copy_bytes_per_second <= 0) return;
   const std::chrono::duration<double> at_bandwidth(static_cast<double>(bytes) / options_.copy_bytes_per_second);
   std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(at_bandwidth));
 }
 
-torch::Tensor L2LRelay::from_stash(const torch::Tensor& tensor) const {
+torch::Tensor L2LRunner::from_stash(const torch::Tensor& tensor) const {
   if (!options_.boundaries_on_host) return tensor;
   const Timed timed(copy_ns_);
   const auto start = std::chrono::steady_clock::now();
@@ -244,7 +244,7 @@ torch::Tensor L2LRelay::from_stash(const torch::Tensor& tensor) const {
   return copy;
 }
 
-void L2LRelay::add_to_stash(torch::Tensor& stashed, const torch::Tensor& gradient) const {
+void L2LRunner::add_to_stash(torch::Tensor& stashed, const torch::Tensor& gradient) const {
   // On CUDA a host stash cannot take a device tensor (and may still be arriving): add on the device.
   if (link_.is_cuda() && options_.boundaries_on_host) {
     stashed = to_stash(from_stash(stashed).add_(gradient));
@@ -253,7 +253,7 @@ void L2LRelay::add_to_stash(torch::Tensor& stashed, const torch::Tensor& gradien
   }
 }
 
-void L2LRelay::start_prefetch(int stage, const std::shared_ptr<c10::Event>& after) {
+void L2LRunner::start_prefetch(int stage, const std::shared_ptr<c10::Event>& after) {
   if (!options_.prefetch || stage < 0 || stage >= stage_count() || stages_[static_cast<std::size_t>(stage)].kept) return;
   if (prefetch_.valid()) {
     const Timed timed(wait_ns_);
@@ -285,7 +285,7 @@ void L2LRelay::start_prefetch(int stage, const std::shared_ptr<c10::Event>& afte
   }
 }
 
-void L2LRelay::load(int stage) {
+void L2LRunner::load(int stage) {
   auto& s = stages_[static_cast<std::size_t>(stage)];
   if (s.kept) return;
   torch::Tensor copy;
@@ -309,7 +309,7 @@ void L2LRelay::load(int stage) {
   for (std::size_t k = 0; k < views.size(); ++k) slots_[static_cast<std::size_t>(s.parameters[k])].set_data(views[k]);
 }
 
-void L2LRelay::unload(int stage) {
+void L2LRunner::unload(int stage) {
   auto& s = stages_[static_cast<std::size_t>(stage)];
   if (s.kept) return;
   for (const int p : s.parameters) {
@@ -321,7 +321,7 @@ void L2LRelay::unload(int stage) {
   s.device_gradients = torch::Tensor();
 }
 
-void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
+void L2LRunner::offload_gradients_and_step(int stage, bool optimize) {
   auto& s = stages_[static_cast<std::size_t>(stage)];
   if (s.kept) {
     // Stepped where it lives, on the compute thread, as ordinary training steps; the gradients go
@@ -394,19 +394,19 @@ void L2LRelay::offload_gradients_and_step(int stage, bool optimize) {
   }
 }
 
-void L2LRelay::wait_for_optimizer() {
+void L2LRunner::wait_for_optimizer() {
   const Timed timed(wait_ns_);
   for (auto& f : optimizer_steps_) f.get();
   optimizer_steps_.clear();
 }
 
-torch::Tensor L2LRelay::to_stash(const torch::Tensor& tensor) const {
+torch::Tensor L2LRunner::to_stash(const torch::Tensor& tensor) const {
   if (!options_.boundaries_on_host) return tensor;
   const Timed timed(copy_ns_);
   return link_.stash_to_host(tensor);
 }
 
-torch::Tensor L2LRelay::run_stage(const Stage& stage, const models::Batch& batch, std::vector<torch::Tensor>& outputs,
+torch::Tensor L2LRunner::run_stage(const Stage& stage, const models::Batch& batch, std::vector<torch::Tensor>& outputs,
                                   bool recomputing) {
   const Timed timed(compute_ns_);
   const auto& layers = model_.layers();
@@ -428,35 +428,35 @@ torch::Tensor L2LRelay::run_stage(const Stage& stage, const models::Batch& batch
   return outputs[static_cast<std::size_t>(stage.last)];
 }
 
-double L2LRelay::step(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch) {
+double L2LRunner::step(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch) {
   compute_ns_ = copy_ns_ = wait_ns_ = host_optimizer_ns_ = 0;
   return run(micro_batches, global_batch, true);
 }
 
-double L2LRelay::accumulate(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch) {
+double L2LRunner::accumulate(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch) {
   for (auto& m : masters_) m.mutable_grad() = torch::Tensor();
   return run(micro_batches, global_batch, false);
 }
 
 // One step's state between its phases: per micro-batch the outputs later stages read (stashed) and
 // the gradients arriving at them, and each stage's RNG state at its forward.
-class L2LRelay::Step {
+class L2LRunner::Step {
  public:
-  Step(L2LRelay& relay, const std::vector<models::Batch>& micro_batches, std::int64_t global_batch)
-      : relay_(relay),
+  Step(L2LRunner& l2l, const std::vector<models::Batch>& micro_batches, std::int64_t global_batch)
+      : l2l_(l2l),
         micro_batches_(micro_batches),
         global_batch_(global_batch),
-        layer_count_(relay.model_.layers().size()),
-        last_stage_(relay.stage_count() - 1),
+        layer_count_(l2l.model_.layers().size()),
+        last_stage_(l2l.stage_count() - 1),
         stash_(micro_batches.size(), std::vector<torch::Tensor>(layer_count_)),
         grads_(micro_batches.size(), std::vector<torch::Tensor>(layer_count_)),
-        rng_(static_cast<std::size_t>(relay.stage_count()), std::vector<torch::Tensor>(micro_batches.size())),
-        generator_(at::globalContext().defaultGenerator(relay.link_.device())) {}
+        rng_(static_cast<std::size_t>(l2l.stage_count()), std::vector<torch::Tensor>(micro_batches.size())),
+        generator_(at::globalContext().defaultGenerator(l2l.link_.device())) {}
 
   // Stage by stage, every micro-batch, nothing kept for backward but the stash.
   void forward() {
-    relay_.gradients_sent_.assign(relay_.stages_.size(), nullptr);
-    relay_.start_prefetch(0);
+    l2l_.gradients_sent_.assign(l2l_.stages_.size(), nullptr);
+    l2l_.start_prefetch(0);
     for (int s = 0; s <= last_stage_; ++s) forward_stage(s);
   }
 
@@ -469,18 +469,18 @@ class L2LRelay::Step {
 
  private:
   void forward_stage(int s) {
-    const Stage& stage = relay_.stages_[static_cast<std::size_t>(s)];
-    relay_.load(s);
-    relay_.start_prefetch(s < last_stage_ ? s + 1 : -1, before_running_);
+    const Stage& stage = l2l_.stages_[static_cast<std::size_t>(s)];
+    l2l_.load(s);
+    l2l_.start_prefetch(s < last_stage_ ? s + 1 : -1, before_running_);
     for (std::size_t m = 0; m < micro_batches_.size(); ++m) forward_micro_batch(stage, s, m);
-    before_running_ = relay_.link_.mark_compute();
+    before_running_ = l2l_.link_.mark_compute();
     // The last stage stays: backward starts with it.
-    if (s < last_stage_) relay_.unload(s);
+    if (s < last_stage_) l2l_.unload(s);
   }
 
   void forward_micro_batch(const Stage& stage, int s, std::size_t m) {
-    relay_.position_.phase = "forward";
-    relay_.position_.micro_batch = static_cast<int>(m);
+    l2l_.position_.phase = "forward";
+    l2l_.position_.micro_batch = static_cast<int>(m);
     {
       HostScope host;
       rng_[static_cast<std::size_t>(s)][m] = generator_.get_state();
@@ -490,11 +490,11 @@ class L2LRelay::Step {
     // The CPU computes on a host stash where it lies; a GPU needs it brought back first.
     for (const int j : stage.inputs) {
       const torch::Tensor& stashed = stash_[m][static_cast<std::size_t>(j)];
-      outputs[static_cast<std::size_t>(j)] = relay_.link_.is_cuda() ? relay_.from_stash(stashed) : stashed;
+      outputs[static_cast<std::size_t>(j)] = l2l_.link_.is_cuda() ? l2l_.from_stash(stashed) : stashed;
     }
-    const torch::Tensor out = relay_.run_stage(stage, micro_batches_[m], outputs, false);
+    const torch::Tensor out = l2l_.run_stage(stage, micro_batches_[m], outputs, false);
     for (const int j : stage.exports) {
-      stash_[m][static_cast<std::size_t>(j)] = relay_.to_stash(outputs[static_cast<std::size_t>(j)]);
+      stash_[m][static_cast<std::size_t>(j)] = l2l_.to_stash(outputs[static_cast<std::size_t>(j)]);
     }
     if (s == last_stage_) {
       loss_total_ += out.item<double>() * static_cast<double>(micro_batches_[m].size()) / static_cast<double>(global_batch_);
@@ -502,14 +502,14 @@ class L2LRelay::Step {
   }
 
   void backward_stage(int s, bool optimize) {
-    Stage& stage = relay_.stages_[static_cast<std::size_t>(s)];
-    if (s < last_stage_) relay_.load(s);
-    relay_.start_prefetch(s - 1, before_running_);
+    Stage& stage = l2l_.stages_[static_cast<std::size_t>(s)];
+    if (s < last_stage_) l2l_.load(s);
+    l2l_.start_prefetch(s - 1, before_running_);
     create_gradients(stage, s);
     for (std::size_t m = 0; m < micro_batches_.size(); ++m) backward_micro_batch(stage, s, m);
-    before_running_ = relay_.link_.mark_compute();
-    relay_.position_.phase = "gradient offload";
-    relay_.offload_gradients_and_step(s, optimize);
+    before_running_ = l2l_.link_.mark_compute();
+    l2l_.position_.phase = "gradient offload";
+    l2l_.offload_gradients_and_step(s, optimize);
   }
 
   // The stage's gradients exist before its first backward, as in the step the profiler measured
@@ -517,29 +517,29 @@ class L2LRelay::Step {
   // never holds a new gradient beside the op's temporaries, so the planner's walk bounds the peak.
   void create_gradients(Stage& stage, int s) {
     torch::NoGradGuard no_grad;
-    relay_.position_.phase = "gradients";
+    l2l_.position_.phase = "gradients";
     // Zeroing is compute-thread work the planner counts with the optimizer's (what a step pays
     // once): timed in the compute lane, beside the kept stages' steps.
     if (stage.kept) {
-      const Timed timed(relay_.compute_ns_);
-      // Gradients an accumulate() left are added to, as the relayed stages' are on the host.
+      const Timed timed(l2l_.compute_ns_);
+      // Gradients an accumulate() left are added to, as the offloaded stages' are on the host.
       for (const int p : stage.parameters) {
-        auto& slot = relay_.slots_[static_cast<std::size_t>(p)];
+        auto& slot = l2l_.slots_[static_cast<std::size_t>(p)];
         if (!slot.grad().defined()) slot.mutable_grad() = torch::zeros_like(slot);
       }
     } else if (stage.device_flat.defined()) {
       // On CUDA the gradients of two stages back must have left the device first: the device then
       // holds this stage's and, still crossing, the previous one's, as the planner counts them.
       if (s + 2 <= last_stage_) {
-        const Timed timed(relay_.wait_ns_);
-        wait_for(relay_.gradients_sent_[static_cast<std::size_t>(s + 2)]);
+        const Timed timed(l2l_.wait_ns_);
+        wait_for(l2l_.gradients_sent_[static_cast<std::size_t>(s + 2)]);
       }
       // One buffer, as the parameters: the stage's gradients go to the host in one copy.
-      const Timed timed(relay_.compute_ns_);
+      const Timed timed(l2l_.compute_ns_);
       stage.device_gradients = torch::zeros_like(stage.device_flat);
       const auto views = stage.views(stage.device_gradients);
       for (std::size_t k = 0; k < views.size(); ++k) {
-        relay_.slots_[static_cast<std::size_t>(stage.parameters[k])].mutable_grad() = views[k];
+        l2l_.slots_[static_cast<std::size_t>(stage.parameters[k])].mutable_grad() = views[k];
       }
     }
   }
@@ -547,12 +547,12 @@ class L2LRelay::Step {
   // Each tensor goes as soon as nothing later needs it: the recomputed outputs before the backward,
   // its roots and seeds after it, the inputs' gradients once stashed.
   void backward_micro_batch(const Stage& stage, int s, std::size_t m) {
-    relay_.position_.phase = "recompute";
-    relay_.position_.micro_batch = static_cast<int>(m);
+    l2l_.position_.phase = "recompute";
+    l2l_.position_.micro_batch = static_cast<int>(m);
     std::vector<torch::Tensor> outputs(layer_count_);
     std::vector<torch::Tensor> leaves = stashed_inputs_as_leaves(stage, m, outputs);
     torch::Tensor out = recompute(stage, s, m, outputs);
-    relay_.position_.phase = "backward";
+    l2l_.position_.phase = "backward";
     std::vector<torch::Tensor> roots, seeds;
     if (s == last_stage_) {
       roots.push_back(out);
@@ -564,14 +564,14 @@ class L2LRelay::Step {
       const auto& o = outputs[static_cast<std::size_t>(j)];
       if (g.defined() && o.requires_grad()) {
         roots.push_back(o);
-        seeds.push_back(relay_.from_stash(g));
+        seeds.push_back(l2l_.from_stash(g));
       }
       g = torch::Tensor();
     }
     outputs.clear();
     out = torch::Tensor();
     if (!roots.empty() && std::any_of(roots.begin(), roots.end(), [](const auto& r) { return r.requires_grad(); })) {
-      const Timed timed(relay_.compute_ns_);
+      const Timed timed(l2l_.compute_ns_);
       torch::autograd::backward(roots, seeds);
     }
     roots.clear();
@@ -580,7 +580,7 @@ class L2LRelay::Step {
     leaves.clear();
     // A stashed output is needed until its earliest reader has run backward.
     for (const int j : stage.inputs) {
-      if (relay_.first_reader_stage_[static_cast<std::size_t>(j)] == s) stash_[m][static_cast<std::size_t>(j)] = torch::Tensor();
+      if (l2l_.first_reader_stage_[static_cast<std::size_t>(j)] == s) stash_[m][static_cast<std::size_t>(j)] = torch::Tensor();
     }
   }
 
@@ -590,7 +590,7 @@ class L2LRelay::Step {
     std::vector<torch::Tensor> leaves;
     for (const int j : stage.inputs) {
       const torch::Tensor& stashed = stash_[m][static_cast<std::size_t>(j)];
-      torch::Tensor leaf = relay_.from_stash(stashed).detach();
+      torch::Tensor leaf = l2l_.from_stash(stashed).detach();
       if (stashed.is_floating_point()) leaf.requires_grad_(true);
       outputs[static_cast<std::size_t>(j)] = leaf;
       leaves.push_back(leaf);
@@ -608,7 +608,7 @@ class L2LRelay::Step {
     } restore{generator_, generator_.get_state()};
     generator_.set_state(rng_[static_cast<std::size_t>(s)][m]);
     torch::AutoGradMode grad_mode(true);
-    return relay_.run_stage(stage, micro_batches_[m], outputs, true);
+    return l2l_.run_stage(stage, micro_batches_[m], outputs, true);
   }
 
   // The gradients backward left on the stage's inputs, stashed for the stages that made them.
@@ -619,14 +619,14 @@ class L2LRelay::Step {
       if (!g.defined()) continue;
       auto& into = grads_[m][static_cast<std::size_t>(j)];
       if (!into.defined()) {
-        into = relay_.to_stash(g);
+        into = l2l_.to_stash(g);
       } else {
-        relay_.add_to_stash(into, g);
+        l2l_.add_to_stash(into, g);
       }
     }
   }
 
-  L2LRelay& relay_;
+  L2LRunner& l2l_;
   const std::vector<models::Batch>& micro_batches_;
   const std::int64_t global_batch_;
   const std::size_t layer_count_;
@@ -639,7 +639,7 @@ class L2LRelay::Step {
   std::shared_ptr<c10::Event> before_running_;  // the device's mark at the end of the stage before the running one
 };
 
-double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch, bool optimize) {
+double L2LRunner::run(const std::vector<models::Batch>& micro_batches, std::int64_t global_batch, bool optimize) {
   Step step(*this, micro_batches, global_batch);
   step.forward();
   step.backward(optimize);
@@ -650,12 +650,12 @@ double L2LRelay::run(const std::vector<models::Batch>& micro_batches, std::int64
   return step.loss();
 }
 
-L2LRelay::LaneTimes L2LRelay::last_step_lanes() const {
+L2LRunner::LaneTimes L2LRunner::last_step_lanes() const {
   const auto seconds = [](const std::atomic<std::int64_t>& ns) { return static_cast<double>(ns.load()) * 1e-9; };
   return {seconds(compute_ns_), seconds(copy_ns_), seconds(wait_ns_), seconds(host_optimizer_ns_)};
 }
 
-void L2LRelay::restore_model_parameters() {
+void L2LRunner::restore_model_parameters() {
   wait_for_optimizer();
   torch::NoGradGuard no_grad;
   for (std::size_t i = 0; i < slots_.size(); ++i) {

@@ -1,13 +1,13 @@
-#include "core/relay_stages.h"
+#include "core/l2l_stages.h"
 
 #include <algorithm>
 #include <stdexcept>
 
 namespace headroom::core {
 
-RelayStages relay_stages(const std::vector<int>& blocks, const std::vector<std::vector<int>>& inputs) {
-  if (blocks.size() != inputs.size()) throw std::logic_error("relay_stages: one block id and one input list per layer");
-  RelayStages out;
+L2LStages l2l_stages(const std::vector<int>& blocks, const std::vector<std::vector<int>>& inputs) {
+  if (blocks.size() != inputs.size()) throw std::logic_error("l2l_stages: one block id and one input list per layer");
+  L2LStages out;
   out.stage_of.resize(blocks.size());
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     if (out.stages.empty() || blocks[i] != blocks[static_cast<std::size_t>(out.stages.back().first)]) {
@@ -24,7 +24,7 @@ RelayStages relay_stages(const std::vector<int>& blocks, const std::vector<std::
     const int reader = out.stage_of[i];
     for (const int j : inputs[i]) {
       if (j < 0) continue;
-      if (static_cast<std::size_t>(j) >= i) throw std::logic_error("relay_stages: a layer reads a later one");
+      if (static_cast<std::size_t>(j) >= i) throw std::logic_error("l2l_stages: a layer reads a later one");
       const int producer = out.stage_of[static_cast<std::size_t>(j)];
       if (producer == reader) continue;
       add(out.stages[static_cast<std::size_t>(reader)].inputs, j);
