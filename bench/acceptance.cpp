@@ -18,6 +18,7 @@
 #include "planner/step_sequence.h"
 #include "profiler/profiler.h"
 #include "runtime/host_info.h"
+#include "support/build_paths.h"
 
 using namespace headroom;
 

@@ -10,6 +10,7 @@
 #include "core/plan.h"
 #include "gui/logic/plan_computation.h"
 #include "gui/logic/trace_document.h"
+#include "support/build_paths.h"
 
 namespace headroom::gui {
 namespace {
@@ -32,7 +33,7 @@ void run_replan(benchmark::State& state, const TraceDocument& trace, const PlanI
 }
 
 void replan(benchmark::State& state, const char* file, bool tight) {
-  const auto trace = load_trace_document(std::string(HEADROOM_TRACES_DIR "/") + file);
+  const auto trace = load_trace_document(std::string(HEADROOM_TRACES_DIR) + "/" + file);
   const StartingInputs start = starting_inputs(trace->trace);
   PlanInputs inputs;
   inputs.global_batch = start.global_batch;
@@ -46,7 +47,7 @@ void replan(benchmark::State& state, const char* file, bool tight) {
 
 // A fixed budget and global batch, as typed into the window.
 void replan_at(benchmark::State& state, const char* file, std::int64_t budget_bytes, std::int64_t global_batch) {
-  const auto trace = load_trace_document(std::string(HEADROOM_TRACES_DIR "/") + file);
+  const auto trace = load_trace_document(std::string(HEADROOM_TRACES_DIR) + "/" + file);
   PlanInputs inputs;
   inputs.global_batch = global_batch;
   inputs.budget_bytes = budget_bytes;
@@ -56,7 +57,7 @@ void replan_at(benchmark::State& state, const char* file, std::int64_t budget_by
 // The plan search alone at the same inputs: what compute_plan adds to it (the simulated timeline,
 // the throughput curve, the summary) should not grow with the global batch.
 void search_at(benchmark::State& state, const char* file, std::int64_t budget_bytes, std::int64_t global_batch) {
-  const auto trace = load_trace_document(std::string(HEADROOM_TRACES_DIR "/") + file);
+  const auto trace = load_trace_document(std::string(HEADROOM_TRACES_DIR) + "/" + file);
   PlanInputs inputs;
   inputs.global_batch = global_batch;
   inputs.budget_bytes = budget_bytes;

@@ -8,6 +8,7 @@
 #include "planner/plan_search.h"
 #include "planner/step_sequence.h"
 #include "simulator/simulator.h"
+#include "support/build_paths.h"
 #include "support/synthetic_chain.h"
 
 namespace headroom {
@@ -46,7 +47,7 @@ void time_planning(benchmark::State& state, const core::Trace& trace, const plan
 }
 
 void BM_PlanBertLarge(benchmark::State& state) {
-  const core::Trace trace = core::read_trace_file(HEADROOM_TRACES_DIR "/cpu-bert-large.json");
+  const core::Trace trace = core::read_trace_file(std::string(HEADROOM_TRACES_DIR) + "/cpu-bert-large.json");
   time_planning(state, trace, checkpointing_request(trace, 1024));
 }
 BENCHMARK(BM_PlanBertLarge)->Unit(benchmark::kMillisecond);
@@ -87,7 +88,7 @@ BENCHMARK(BM_SimulatorThroughput)->Args({1'000'000, 0})->Args({1'000'000, 1})->A
 
 // build_schedule and simulate of bert's step at n micro-batches of 5: flat in n.
 void BM_ScheduleAndSimulateMicroBatches(benchmark::State& state) {
-  const core::Trace trace = core::read_trace_file(HEADROOM_TRACES_DIR "/cpu-bert.json");
+  const core::Trace trace = core::read_trace_file(std::string(HEADROOM_TRACES_DIR) + "/cpu-bert.json");
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   const auto choice = core::StepChoice{}.with_micro_batches(std::vector<std::int64_t>(static_cast<std::size_t>(state.range(0)), 5));

@@ -18,6 +18,7 @@
 #include "profiler/profiler.h"
 #include "runtime/host_info.h"
 #include "runtime/memory_recorder.h"
+#include "support/build_paths.h"
 
 using namespace headroom;
 

@@ -12,6 +12,12 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build pkg-config
+  # LLVM's linker: libtorch programs with their debug information link several times faster with it
+  # than with GNU ld, which is most of an incremental rebuild (docs/guide/developing.md).
+  lld
+  # A compiler cache: a fresh clone or build folder takes the objects an earlier build on this
+  # machine compiled from the same sources (cmake/compiler_cache.cmake).
+  ccache
   libtorch-dev
   # The headers of c10d's Gloo process group (data parallel on the CPU) include gloo's own.
   libgloo-dev

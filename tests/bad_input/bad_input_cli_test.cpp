@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/json_reader.h"
 #include "core/sha256.h"
+#include "support/build_paths.h"
 #include "support/run_headroom.h"
 
 namespace headroom {

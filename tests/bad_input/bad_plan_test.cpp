@@ -11,6 +11,7 @@
 #include "core/trace.h"
 #include "planner/plan_schedule.h"
 #include "planner/plan_search.h"
+#include "support/build_paths.h"
 #include "support/spoiled_fields.h"
 
 namespace headroom {

@@ -7,6 +7,7 @@
 #include "core/atomic_file.h"
 #include "core/json_reader.h"
 #include "core/trace.h"
+#include "support/build_paths.h"
 #include "support/spoiled_fields.h"
 
 namespace headroom {

@@ -4,6 +4,7 @@
 #include "core/json_reader.h"
 #include "core/trace.h"
 #include "planner/plan_search.h"
+#include "support/build_paths.h"
 
 namespace headroom {
 namespace {

@@ -21,6 +21,7 @@
 #include "core/report.h"
 #include "core/trace.h"
 #include "runtime/host_info.h"
+#include "support/build_paths.h"
 #include "support/run_headroom.h"
 #include "support/scoped_env.h"
 #include "support/spinning_child.h"

@@ -6,6 +6,7 @@
 
 #include "core/affine_fit.h"
 #include "core/trace.h"
+#include "support/build_paths.h"
 
 namespace headroom {
 namespace {

@@ -5,6 +5,7 @@
 
 #include "core/cost_model.h"
 #include "core/trace.h"
+#include "support/build_paths.h"
 #include "support/trace_fixture.h"
 
 namespace headroom {

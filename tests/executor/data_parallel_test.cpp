@@ -26,6 +26,7 @@
 #include "planner/optimizer_estimate.h"
 #include "planner/plan_search.h"
 #include "planner/step_sequence.h"
+#include "support/build_paths.h"
 #include "support/run_headroom.h"
 
 namespace headroom {

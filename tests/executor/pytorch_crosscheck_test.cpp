@@ -19,6 +19,7 @@
 #include "profiler/profiler.h"
 #include "runtime/optimizer.h"
 #include "support/bfloat16_rounding.h"
+#include "support/build_paths.h"
 
 namespace headroom {
 namespace {

@@ -18,6 +18,7 @@
 
 #include "models/contrastive_loss.h"
 #include "planner/ring_infcl_model.h"
+#include "support/build_paths.h"
 #include "support/ring_infcl_data.h"
 #include "runtime/memory_recorder.h"
 

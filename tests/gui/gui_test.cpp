@@ -33,6 +33,7 @@
 #include "core/trace.h"
 #include "core/units.h"
 #include "runtime/host_info.h"
+#include "support/build_paths.h"
 #include "support/expand_repeats.h"
 #include "support/scoped_env.h"
 #include "gui/app/guarded_application.h"
@@ -53,7 +54,7 @@ using namespace headroom::gui;
 
 namespace {
 
-QString committed(const char* name) { return QStringLiteral(HEADROOM_TRACES_DIR "/") + name; }
+QString committed(const char* name) { return QString::fromUtf8(HEADROOM_TRACES_DIR) + "/" + name; }
 
 PlanInputs inputs(std::int64_t budget, std::int64_t batch) {
   PlanInputs in;
@@ -1391,7 +1392,7 @@ class GuiTest : public QObject {
     QVERIFY(window.throughput_chart()->infeasible_series()->count() > 0);
     QVERIFY(QTest::qWaitForWindowExposed(&window));
     QTest::qWait(100);
-    const QString path = QStringLiteral(HEADROOM_GUI_SCREENSHOT);
+    const QString path = QString::fromUtf8(HEADROOM_GUI_SCREENSHOT);
     QVERIFY(window.grab().save(path));
     save_shot(window, "normal");
     QVERIFY(QFileInfo(path).size() > 10000);

@@ -13,6 +13,7 @@
 #include "core/plan.h"
 #include "planner/plan_search.h"
 #include "planner/step_sequence.h"
+#include "support/build_paths.h"
 
 namespace headroom {
 namespace {

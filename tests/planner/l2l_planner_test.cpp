@@ -14,6 +14,7 @@
 #include "planner/plan_search.h"
 #include "planner/step_sequence.h"
 #include "simulator/simulator.h"
+#include "support/build_paths.h"
 
 namespace headroom {
 namespace {

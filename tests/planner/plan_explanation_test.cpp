@@ -4,6 +4,7 @@
 
 #include "planner/plan_explanation.h"
 #include "planner/plan_search.h"
+#include "support/build_paths.h"
 #include "support/trace_fixture.h"
 
 namespace headroom {

@@ -14,6 +14,7 @@
 #include "planner/plan_for_machine.h"
 #include "planner/step_sequence.h"
 #include "planner/strategy_table.h"
+#include "support/build_paths.h"
 
 namespace headroom {
 namespace {

@@ -16,6 +16,7 @@
 #include "planner/plan_search.h"
 #include "planner/technique.h"
 #include "report/plan_report.h"
+#include "support/build_paths.h"
 #include "support/trace_fixture.h"
 
 namespace headroom {

@@ -1,6 +1,6 @@
 #pragma once
 // The committed CPU traces and the plan requests the planner's tests make of them.
-// HEADROOM_TRACES_DIR is the repository's traces/ folder, defined by tests/CMakeLists.txt.
+// HEADROOM_TRACES_DIR is the repository's traces/ folder (support/build_paths.h).
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -12,6 +12,7 @@
 #include "planner/layer_graph.h"
 #include "planner/plan_search.h"
 #include "planner/step_sequence.h"
+#include "support/build_paths.h"
 
 namespace headroom::testing {
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/atomic_file.h"
+#include "support/build_paths.h"
 
 namespace headroom::testing {
 
