@@ -590,6 +590,18 @@ int step_threads(const core::Plan& plan, const core::Trace& trace, const Execute
   return threads;
 }
 
+// --full-batch-reference trains with dropout off, so that the steps can equal one process's on the
+// full batch. A model with dropout then keeps no masks, and its measured peak is not the planned
+// step's: under the prediction by up to the masks' bytes (more or less of them as the peak moves
+// with the CPU's kernels).
+void note_dropout_off(const core::Trace& trace, const ExecuteOptions& options, core::Report& report) {
+  const auto is_dropout = [](const core::LayerProfile& layer) { return layer.kind == "dropout"; };
+  if (options.full_batch_reference && std::any_of(trace.layers.begin(), trace.layers.end(), is_dropout)) {
+    report.warnings.push_back("--full-batch-reference trained with dropout off: the steps kept none of the dropout "
+                              "masks the plan counts, so the measured peak is not the planned step's");
+  }
+}
+
 void note_unprofiled_sizes(const core::Plan& plan, const core::Trace& trace, core::Report& report) {
   if (auto warning = core::unprofiled_sizes_warning(plan, trace, report)) report.warnings.push_back(std::move(*warning));
 }
@@ -653,6 +665,7 @@ core::Report execute(const core::Plan& plan, const core::Trace& measured, const 
   note_machine_speed(report);
   summarize(plan, report);
   note_unprofiled_sizes(plan, trace, report);
+  note_dropout_off(trace, options, report);
   return report;
 }
 

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -208,8 +209,23 @@ TEST(DataParallel, AContrastiveModelTrainsOverTheRingInfCl) {
   const core::Plan plan = core::read_plan_file(plan_path);
   ASSERT_EQ(plan.choice.workers(), 2);
   EXPECT_EQ(plan.choice.worker_micro_batches(0).size(), 2u) << "the budget should need micro-batches";
+  // As planned: each worker's peak is the plan's. A warm-up step first: the gradient check leaves
+  // no gradients allocated, the steps after it do.
+  const fs::path planned_path = dir / "planned.json";
+  r = run("execute " + plan_path.string() + " --devices 2 --steps 2 --warmup 1 -o " + planned_path.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const core::Report planned = core::read_report_file(planned_path);
+  ASSERT_TRUE(planned.data_parallel);
+  EXPECT_TRUE(planned.gradient_check.computed);
+  EXPECT_LE(planned.gradient_check.max_rel_diff, 1e-5);
+  for (const auto& w : planned.data_parallel->workers) {
+    EXPECT_LE(w.peak_bytes, plan.budget_bytes) << w.rank;
+    EXPECT_LE(static_cast<double>(w.peak_bytes), 1.02 * static_cast<double>(plan.predicted.peak_bytes)) << w.rank;
+  }
+  EXPECT_LE(std::abs(planned.peak_rel_error), 0.02) << planned.measured.peak_bytes << " vs " << plan.predicted.peak_bytes;
+  // Against one process on the whole batch: dropout is off on both sides, so the steps keep none of
+  // its masks and each worker's peak is at most the plan's, by how much depends on the CPU's kernels.
   const fs::path report_path = dir / "report.json";
-  // A warm-up step first: the gradient check leaves no gradients allocated, the steps after it do.
   r = run("execute " + plan_path.string() + " --devices 2 --steps 2 --warmup 1 --full-batch-reference -o " +
           report_path.string());
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
@@ -218,15 +234,11 @@ TEST(DataParallel, AContrastiveModelTrainsOverTheRingInfCl) {
   const auto& dp = *report.data_parallel;
   ASSERT_TRUE(dp.full_batch_weights_max_rel_diff);
   EXPECT_LE(*dp.full_batch_weights_max_rel_diff, 1e-5);
-  EXPECT_TRUE(report.gradient_check.computed);
-  EXPECT_LE(report.gradient_check.max_rel_diff, 1e-5);
   ASSERT_EQ(dp.workers.size(), 2u);
   EXPECT_EQ(dp.workers[0].samples + dp.workers[1].samples, 77);
-  for (const auto& w : dp.workers) {
-    EXPECT_LE(w.peak_bytes, plan.budget_bytes) << w.rank;
-    EXPECT_LE(static_cast<double>(w.peak_bytes), 1.02 * static_cast<double>(plan.predicted.peak_bytes)) << w.rank;
-  }
-  EXPECT_LE(std::abs(report.peak_rel_error), 0.02) << report.measured.peak_bytes << " vs " << plan.predicted.peak_bytes;
+  for (const auto& w : dp.workers) EXPECT_LE(w.peak_bytes, plan.predicted.peak_bytes) << w.rank;
+  const auto says_dropout_off = [](const std::string& w) { return w.find("dropout off") != std::string::npos; };
+  EXPECT_TRUE(std::any_of(report.warnings.begin(), report.warnings.end(), says_dropout_off));
   fs::remove_all(dir);
 }
 
