@@ -1,7 +1,8 @@
-# ccache, where it is installed: a build of sources an earlier build compiled (a fresh clone, a
-# deleted build folder, CI on the same machine) takes each object from the cache instead of
-# compiling it again. Its cache is shared by every clone on the machine, so the keys must not
-# depend on where a clone lies:
+# ccache, where it is installed: a build of sources an earlier build on the machine compiled takes
+# the objects from the cache instead of compiling them again. The cache is shared by every clone
+# on the machine, so the keys must not depend on where a clone lies (a libtorch file still hits
+# only in the build folder it was compiled in: the precompiled header differs between folders by
+# a few bytes, and ccache hashes it into the key of each file that uses it):
 # - base_dir makes the paths under the source folder relative before they are hashed;
 # - -ffile-prefix-map writes the source folder as "." into debug information and __FILE__, so
 #   the working directory need not be hashed (ccache drops it when a prefix map covers it);
