@@ -17,7 +17,7 @@ std::int64_t transfer_ns(std::int64_t bytes, const core::CollectiveLink& link) {
   return core::transfer_ns(bytes, link.bytes_per_second, link.latency_ns);
 }
 
-std::int64_t scaled(std::int64_t ns, double f) { return std::llround(std::min(static_cast<double>(ns) * f, 9e18)); }
+std::int64_t scaled_within_int64(std::int64_t ns, double f) { return std::llround(std::min(static_cast<double>(ns) * f, 9e18)); }
 
 }  // namespace
 
@@ -99,7 +99,7 @@ std::vector<Op> ring_loss_ops(const ContrastiveLossModel& model, const RingLossS
   if (!timed && !model.tiles().empty()) timed = model.tiles().back();
   const core::LayerCost whole = model.loss(shape.global_batch, timed);
   const double share = static_cast<double>(shape.rows) / static_cast<double>(shape.global_batch);
-  const std::int64_t fold = scaled(whole.fwd_ns, share), gradient = scaled(whole.bwd_ns, share);
+  const std::int64_t fold = scaled_within_int64(whole.fwd_ns, share), gradient = scaled_within_int64(whole.bwd_ns, share);
   const RingTime exposed = ring_exposed_ns(model, shape, fold, gradient);
   return {{OpKind::Forward, model.layer(), core::saturating_add(fold, exposed.forward_ns),
            core::saturating_add(c.fwd_transient_bytes, ring.forward), c.fwd_retained_bytes},

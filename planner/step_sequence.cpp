@@ -34,7 +34,7 @@ namespace {
 
 // A layer's time scaled to the step, held at the trace's limit for one duration (the scale of a
 // trace whose layers measured next to nothing can be huge).
-std::int64_t scaled(std::int64_t ns, double scale) {
+std::int64_t scaled_within_trace_limit(std::int64_t ns, double scale) {
   return std::llround(std::min(static_cast<double>(ns) * scale, static_cast<double>(core::kMaxTraceNs)));
 }
 
@@ -273,7 +273,7 @@ Op LayerOpsBuilder::forward(std::size_t i) const {
   const auto& c = cost()[i];
   const BlockSpan* span = span_of_[i];
   if (span == nullptr) {
-    return {OpKind::Forward, static_cast<int>(i), scaled(c.fwd_ns, costs_.scale), c.fwd_transient_bytes,
+    return {OpKind::Forward, static_cast<int>(i), scaled_within_trace_limit(c.fwd_ns, costs_.scale), c.fwd_transient_bytes,
             c.fwd_retained_bytes + moved(fwd_moved_, i)};
   }
   // Without grad nothing is saved: a layer holds its transient plus the block outputs still to
@@ -285,7 +285,7 @@ Op LayerOpsBuilder::forward(std::size_t i) const {
   const bool block_output = static_cast<int>(i) == span->last;
   // The block saves the RNG state as it starts and holds it until its backward is done.
   const std::int64_t state = static_cast<int>(i) == span->first ? costs_.checkpoint_state_bytes : 0;
-  return {OpKind::ForwardNoGrad, static_cast<int>(i), scaled(c.fwd_ns, costs_.scale),
+  return {OpKind::ForwardNoGrad, static_cast<int>(i), scaled_within_trace_limit(c.fwd_ns, costs_.scale),
           state + c.fwd_transient_bytes + live_inside, state + (block_output ? c.output_bytes : 0)};
 }
 
@@ -309,7 +309,7 @@ void LayerOpsBuilder::append_recompute(const BlockSpan& span, std::vector<Op>& o
       retained += costs_.buffer_copy_bytes;
     }
     // The current RNG state is kept aside while the block runs again with the saved one.
-    ops.push_back({OpKind::Recompute, i, scaled(ci.fwd_ns, costs_.scale), costs_.checkpoint_state_bytes + transient, retained});
+    ops.push_back({OpKind::Recompute, i, scaled_within_trace_limit(ci.fwd_ns, costs_.scale), costs_.checkpoint_state_bytes + transient, retained});
   }
 }
 
@@ -349,7 +349,7 @@ Op LayerOpsBuilder::backward(std::size_t r) const {
       retained -= 2 * block_output + unsaved_input_bytes(*span) + costs_.checkpoint_state_bytes;
     }
   }
-  return {OpKind::Backward, static_cast<int>(r), scaled(c.bwd_ns, costs_.scale), transient, retained + moved(bwd_moved_, r)};
+  return {OpKind::Backward, static_cast<int>(r), scaled_within_trace_limit(c.bwd_ns, costs_.scale), transient, retained + moved(bwd_moved_, r)};
 }
 
 // Appends the ops of layers [first, last] to `ops`.
