@@ -6,7 +6,9 @@
 # anonymous namespace, so none may define a name another defines. The group's file includes its
 # members by their path under the project (CMake's own unity files name them by absolute path,
 # which would tie each object in the compiler cache to the clone it was built in:
-# cmake/compiler_cache.cmake). Paths are relative to the calling CMakeLists.txt's folder.
+# cmake/compiler_cache.cmake). The members become the target's sources here (an IDE lists them),
+# so the target's own list names only the files that compile alone. Paths are relative to the
+# calling CMakeLists.txt's folder.
 function(headroom_unity_group target group)
   file(RELATIVE_PATH folder ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
   set(includes "")
@@ -15,6 +17,6 @@ function(headroom_unity_group target group)
   endforeach()
   set(unity_file ${CMAKE_CURRENT_BINARY_DIR}/unity/${target}_${group}.cpp)
   file(CONFIGURE OUTPUT ${unity_file} CONTENT "${includes}")
-  target_sources(${target} PRIVATE ${unity_file})
+  target_sources(${target} PRIVATE ${ARGN} ${unity_file})
   set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES HEADER_FILE_ONLY ON)
 endfunction()
