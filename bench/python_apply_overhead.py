@@ -76,7 +76,7 @@ class PlanFile:
 
 def one_side(args):
     torch.manual_seed(0)
-    model, loss_fn, make_batch, _ = models.build(args.model, args.image_size)
+    model, loss_fn, make_batch, profile_args = models.build(args.model, args.image_size)
     if args.process == "apply":
         plan = headroom.Plan.load(args.plan)
         step = headroom.apply(plan, model, torch.optim.Adam(model.parameters(), lr=1e-4), loss_fn)
@@ -112,11 +112,11 @@ def main():
         return one_side(args)
 
     torch.manual_seed(0)
-    model, loss_fn, make_batch, _ = models.build(args.model, args.image_size)
+    model, loss_fn, make_batch, profile_args = models.build(args.model, args.image_size)
     inputs, _ = make_batch(args.batch)
     import planning  # headroom's side: not for the loop by hand alone
 
-    _, plan = planning.profile_and_plan(model, inputs, args, trace=headroom.Trace.load(args.trace) if args.trace else None)
+    _, plan = planning.profile_and_plan(model, inputs, args, profile_args=profile_args, trace=headroom.Trace.load(args.trace) if args.trace else None)
     print(plan)
 
     planned, by_hand = copy.deepcopy(model), copy.deepcopy(model)

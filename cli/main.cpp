@@ -23,8 +23,10 @@ CLI::App* add_plan_command(CLI::App& app, cli::PlanArgs& args) {
   plan->add_option("--strategies", args.strategies, cli::strategies_help());
   plan->add_option("--margin", args.margin, "safety margin as a fraction of the budget (default 0.05)");
   plan->add_option("--optimizer", args.optimizer,
-                   "plan for this optimizer (default: the trace's); another one's state is estimated, not measured")
-      ->check(CLI::IsMember({"sgd", "adam"}));
+                   "plan for this optimizer, sgd, adam or adamw (default: the trace's); another one's state is "
+                   "estimated, not measured");
+  plan->add_option("--momentum", args.momentum, "with --optimizer sgd: its momentum (default 0.9; 0 keeps no buffer)");
+  plan->add_flag("--amsgrad", args.amsgrad, "with --optimizer adam or adamw: amsgrad (a third buffer per parameter)");
   plan->add_option("--devices", args.devices,
                    "data-parallel workers sharing the global batch, each under the budget (default 1)");
   plan->add_option("--link", args.link,

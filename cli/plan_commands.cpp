@@ -6,6 +6,7 @@
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
+#include "core/optimizer_spec.h"
 #include "core/host_memory.h"
 #include "core/plan.h"
 #include "core/rescale.h"
@@ -106,7 +107,13 @@ planner::PlanRequest request_from_flags(const PlanArgs& args, const core::Trace&
   check_named_strategies(args, request, all, trace);
   request.trace_path = args.trace;
   request.trace_sha256 = core::sha256_hex(core::read_file(args.trace));
-  request.optimizer = args.optimizer;
+  if (!args.optimizer.empty()) {
+    request.optimizer =
+        core::optimizer_spec_from_flags(args.optimizer, args.momentum ? &*args.momentum : nullptr, args.amsgrad).text();
+  } else if (args.momentum || args.amsgrad) {
+    throw core::InputError(std::string(args.momentum ? "--momentum" : "--amsgrad") +
+                           ": give the optimizer it sets with --optimizer (the trace's is " + trace.optimizer.name + ")");
+  }
   if (args.devices < 1 || args.devices > core::kMaxWorkers) {
     throw core::InputError("--devices: expected from 1 to " + std::to_string(core::kMaxWorkers) + ", got " +
                            std::to_string(args.devices));

@@ -19,6 +19,8 @@ struct PlanArgs {
   std::string strategies = "all";
   double margin = 0.05;
   std::string optimizer;  // empty: the trace's
+  std::optional<double> momentum;  // --momentum, with optimizer sgd
+  bool amsgrad = false;            // --amsgrad, with optimizer adam or adamw
   std::string output;
   int devices = 1;          // data-parallel workers
   std::string link;         // "25GB/s,5us"; empty: the trace's measured link

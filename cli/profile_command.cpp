@@ -14,6 +14,8 @@
 #include "core/errors.h"
 #include "core/trace_merge.h"
 #include "models/model_source.h"
+#include "core/freeze_patterns.h"
+#include "core/optimizer_spec.h"
 #include "models/torchscript_model.h"
 #include "models/zoo.h"
 #include "report/trace_report.h"
@@ -82,7 +84,15 @@ std::map<std::string, std::string> torchscript_config(const ProfileArgs& args) {
   for (const auto& input : args.inputs) inputs += (inputs.empty() ? "" : ",") + input;
   std::map<std::string, std::string> config{{"input", inputs}};
   if (!args.target.empty()) config["target"] = args.target;
-  if (!args.loss.empty()) config["loss"] = args.loss;
+  // cross-entropy takes its classes where PyTorch's does (dimension 1); cross-entropy-last where a
+  // language model has them.
+  if (args.loss == "cross-entropy-last") {
+    config["loss"] = "cross-entropy";
+    config["class_dim"] = "last";
+  } else if (!args.loss.empty()) {
+    config["loss"] = args.loss;
+  }
+  if (args.loss.empty() || args.loss == "cross-entropy") config["class_dim"] = "1";
   if (!args.layers.empty()) config["layers"] = args.layers;
   if (!args.depth.empty()) config["depth"] = args.depth;
   if (!args.output_index.empty()) config["output_index"] = args.output_index;
@@ -178,7 +188,7 @@ core::Trace read_trace_to_add_to(const ProfileArgs& args, const std::vector<core
     throw core::InputError("--add-to: " + args.add_to + " measured " + base.precision_list() + "; give --precision " +
                            flag + " as it was profiled");
   }
-  if (base.optimizer.name != options.optimizer) {
+  if (core::parse_optimizer_spec(base.optimizer.name) != core::parse_optimizer_spec(options.optimizer)) {
     throw core::InputError("--add-to: " + args.add_to + " was profiled with --optimizer " + base.optimizer.name);
   }
   if (base.device.kind != options.device) {
@@ -254,8 +264,11 @@ class PrecisionProfiles {
 
  private:
   models::Model build() const {
-    return args_.torchscript.empty() ? models::build_zoo_model(args_.model, parse_settings(args_.settings), args_.options.seed)
-                                     : load_torchscript(args_);
+    models::Model model = args_.torchscript.empty()
+                              ? models::build_zoo_model(args_.model, parse_settings(args_.settings), args_.options.seed)
+                              : load_torchscript(args_);
+    model.freeze(args_.freeze.empty() ? std::vector<std::string>{} : core::parse_freeze_patterns(args_.freeze));
+    return model;
   }
 
   const ProfileArgs& args_;
@@ -321,6 +334,8 @@ void warn_or_keep_calibration(const core::Trace& trace, const profiler::ProfileO
 core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStepRecord>& gpu_step) {
   profiler::ProfileOptions options = args.options;
   options.batch_sizes = parse_batch_sizes(args.batch_sizes);
+  options.optimizer = core::optimizer_spec_from_flags(options.optimizer, args.momentum ? &*args.momentum : nullptr,
+                                                      args.amsgrad).text();
   const std::vector<core::Precision> precisions = parse_precisions(args.precision);
   // The trace the sizes go into is read, and what can be compared before measuring is, first: a
   // mismatch costs no profiling.

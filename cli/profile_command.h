@@ -20,6 +20,11 @@ struct ProfileArgs {
   std::string batch_sizes;  // as typed: "1,2,4"
   std::string precision = "fp32";
   std::vector<std::string> settings;
+  // Parameters not to train (core/freeze_patterns.h), as typed: "layer1,layer2" or "*,!fc".
+  std::string freeze;
+  // The optimizer's settings beside options.optimizer (--momentum, --amsgrad; core/optimizer_spec.h).
+  std::optional<double> momentum;
+  bool amsgrad = false;
   profiler::ProfileOptions options;
   std::string output;
   std::string chrome;

@@ -68,8 +68,15 @@ void add_profile_options(CLI::App& command, ProfileArgs& args) {
   command.add_option("--set", args.settings, "model size setting key=value (see `headroom models`)");
   command.add_option("--device", args.options.device, "device to profile on")->check(CLI::IsMember({"cpu", "cuda"}));
   command.add_option("--batch-sizes", args.batch_sizes, "micro-batch sizes to sample, ascending, e.g. 1,2,4,8");
-  command.add_option("--optimizer", args.options.optimizer, "optimizer whose state and step are measured")
-      ->check(CLI::IsMember({"sgd", "adam"}));
+  command.add_option("--optimizer", args.options.optimizer,
+                     "optimizer whose state and step are measured: sgd, adam or adamw (default adam)");
+  command.add_option("--momentum", args.momentum,
+                     "with --optimizer sgd: its momentum (default 0.9); 0 keeps no momentum buffer, as torch.optim.SGD's default");
+  command.add_flag("--amsgrad", args.amsgrad, "with --optimizer adam or adamw: amsgrad, a third buffer per parameter");
+  command.add_option("--freeze", args.freeze,
+                     "parameters not to train, comma-separated glob patterns on their paths or their submodules' "
+                     "(layer4.0.conv1.weight, layer4, stage0.*); a pattern starting with ! trains again, so *,!fc "
+                     "trains fc alone; frozen parameters keep no gradient or optimizer state");
   command.add_option("--warmup", args.options.warmup_steps, "unmeasured steps per batch size");
   command.add_option("--repeats", args.options.repeats, "measured steps per batch size (medians are kept)");
   command.add_option("--timing-seconds", args.timing_seconds,
@@ -106,9 +113,11 @@ CLI::App* add_profile_command(CLI::App& app, ProfileArgs& args) {
   profile->add_option("--target", args.target,
                       "with --torchscript: one sample's target as SHAPE:DTYPE (default: from the output and the loss)");
   profile->add_option("--loss", args.loss,
-                      "with --torchscript: cross-entropy (classes along the output's last dimension; the default), mse, "
-                      "or model (the module returns the loss)")
-      ->check(CLI::IsMember({"cross-entropy", "mse", "model"}));
+                      "with --torchscript: cross-entropy (the default; classes along dimension 1 as PyTorch's "
+                      "cross_entropy takes them: [N, C] or [N, C, H, W] against [N] or [N, H, W]), cross-entropy-last "
+                      "(classes along the last dimension: a language model's [N, T, V] against [N, T]), mse, or model "
+                      "(the module returns the loss)")
+      ->check(CLI::IsMember({"cross-entropy", "cross-entropy-last", "mse", "model"}));
   profile->add_option("--layers", args.layers,
                       "with --torchscript: the submodules that are layers, by dotted path, e.g. conv1,layer1,layer2.0,fc; "
                       "the code between them runs with the next of them");

@@ -111,6 +111,7 @@ std::int64_t blocked_batch(const std::vector<std::int64_t>& xs, std::int64_t bat
 
 CostModel::CostModel(const Trace& trace, Between between) : trace_(&trace) {
   param_bytes_ = trace.param_bytes();
+  gradient_bytes_ = trace.trainable_param_bytes();
 
   for (const auto& layer : trace.layers) {
     layers_.push_back(series_of(trace.batch_sizes, layer.samples));

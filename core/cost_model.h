@@ -49,14 +49,15 @@ class CostModel {
   // byte count is affine in the batch.
   const std::vector<std::int64_t>& blocks() const { return blocks_; }
 
-  // Parameters, gradients and optimizer state: allocated once, independent of batch size.
+  // Parameters, gradients and optimizer state: allocated once, independent of batch size. Only
+  // trainable parameters have gradients (and optimizer state, which the trace measured as such).
   std::int64_t param_bytes() const { return param_bytes_; }
-  std::int64_t gradient_bytes() const { return param_bytes_; }
+  std::int64_t gradient_bytes() const { return gradient_bytes_; }
   std::int64_t optimizer_state_bytes() const { return trace_->optimizer.state_bytes; }
   std::int64_t model_extra_bytes() const { return trace_->model_extra_bytes; }
   std::int64_t workspace_bytes() const { return trace_->workspace_bytes; }
   std::int64_t static_bytes() const {
-    return 2 * param_bytes_ + trace_->optimizer.state_bytes + trace_->model_extra_bytes + trace_->workspace_bytes;
+    return param_bytes_ + gradient_bytes_ + trace_->optimizer.state_bytes + trace_->model_extra_bytes + trace_->workspace_bytes;
   }
 
   std::int64_t input_bytes(std::int64_t batch) const;
@@ -88,6 +89,7 @@ class CostModel {
 
   const Trace* trace_;
   std::int64_t param_bytes_ = 0;
+  std::int64_t gradient_bytes_ = 0;
   std::int64_t optimizer_ns_ = 0;
   std::int64_t optimizer_transient_bytes_ = 0;
   // One layer's samples as series over the batch sizes.

@@ -1,8 +1,8 @@
 #pragma once
 // Names a file written by one side and read by another must agree on. The readers refuse any
 // other name, listing these, so a misspelt one is an error where it is read rather than a silent
-// change of meaning later (a trace whose optimizer nobody builds, a BatchNorm layer the planner's
-// notes do not see). The techniques a plan may name are core/strategies.h's.
+// change of meaning later (a BatchNorm layer the planner's notes do not see). Optimizers are
+// core/optimizer_spec.h's. The techniques a plan may name are core/strategies.h's.
 #include <algorithm>
 #include <array>
 #include <span>
@@ -10,10 +10,6 @@
 #include <string_view>
 
 namespace headroom::core {
-
-// The optimizers a trace may have measured and a plan may be made for (runtime::make_optimizer
-// builds them; planner/optimizer_estimate.cpp estimates their state).
-inline constexpr std::array<std::string_view, 2> kOptimizerNames{"sgd", "adam"};
 
 // The layer kinds the zoo's models are built of (models/layers.cpp and the zoo_*.cpp files). A
 // TorchScript module's layers are named after their module's class (models/torchscript_model.cpp),

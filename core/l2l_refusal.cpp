@@ -7,6 +7,9 @@ std::string l2l_refusal(const Trace& trace) {
     return "its contrastive loss couples every micro-batch, and L2L computes each micro-batch's loss alone";
   }
   if (trace.model.file) return "it is a TorchScript module, and L2L runs only the zoo's models stage by stage";
+  if (trace.has_frozen_parameters()) {
+    return "some of its parameters are frozen, and L2L relays and steps every stage's parameters as trained ones";
+  }
   if (trace.precision == Precision::Fp16Autocast) {
     return "its step runs under fp16-autocast, whose loss scaling (the scale in backward's seeds, a step skipped on "
            "inf or NaN across every stage's gradients) L2L does not run";

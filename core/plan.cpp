@@ -11,6 +11,7 @@
 #include "core/json_reader.h"
 #include "core/precision_json.h"
 #include "core/known_names.h"
+#include "core/optimizer_spec.h"
 #include "core/l2l_choice_json.h"
 #include "core/l2l_stages.h"
 #include "core/rescale.h"
@@ -252,9 +253,9 @@ void read_technique_choices(const JsonNode& root, StepChoice& choice) {
 void read_planning_settings(const JsonNode& root, Plan& plan) {
   if (root.has("optimizer")) {
     plan.optimizer = root.at("optimizer").as_string();
-    if (!is_known(kOptimizerNames, plan.optimizer)) {
-      root.at("optimizer").fail("unknown optimizer '" + plan.optimizer + "' (known: " + name_list(kOptimizerNames) + ")");
-    }
+    const auto spec = optimizer_spec_of(plan.optimizer);
+    if (!spec) root.at("optimizer").fail("unknown optimizer '" + plan.optimizer + "' (known: " + kOptimizerForms + ")");
+    plan.optimizer = spec->text();
   }
   if (root.has("calibration")) plan.calibration = read_calibration(root.at("calibration"));
   if (root.has("threads")) plan.threads = static_cast<int>(root.at("threads").as_int_in(1, 4096));

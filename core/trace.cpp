@@ -9,6 +9,7 @@
 #include "core/json_reader.h"
 #include "core/precision_json.h"
 #include "core/known_names.h"
+#include "core/optimizer_spec.h"
 #include "core/collective.h"
 
 namespace headroom::core {
@@ -53,6 +54,12 @@ std::string Trace::precision_list() const {
 std::int64_t Trace::param_bytes() const {
   std::int64_t total = 0;
   for (const auto& layer : layers) total += layer.param_bytes;
+  return total;
+}
+
+std::int64_t Trace::frozen_param_bytes() const {
+  std::int64_t total = 0;
+  for (const auto& layer : layers) total += layer.frozen_param_bytes;
   return total;
 }
 
@@ -145,6 +152,7 @@ nlohmann::json model_to_json(const ModelInfo& model) {
   for (const auto& [k, v] : model.config) config[k] = config_value_to_json(v);
   nlohmann::json out = {{"name", model.name}, {"config", std::move(config)}};
   if (model.file) out["file"] = {{"path", model.file->path}, {"sha256", model.file->sha256}};
+  if (!model.freeze.empty()) out["freeze"] = model.freeze;
   return out;
 }
 
@@ -163,6 +171,7 @@ nlohmann::json layer_to_json(const LayerProfile& layer) {
                         {"saves_inputs", layer.saves_inputs},
                         {"param_bytes", layer.param_bytes},
                         {"samples", samples_to_json(layer.samples)}};
+  if (layer.frozen_param_bytes > 0) out["frozen_param_bytes"] = layer.frozen_param_bytes;
   if (layer.tempo) {
     out["tempo"] = {{"saves_inputs", layer.tempo->saves_inputs},
                     {"keeps_output", layer.tempo->keeps_output},
@@ -418,6 +427,7 @@ LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector
                                  std::to_string(layer.saves_inputs.size()));
   }
   layer.param_bytes = as_bytes(node.at("param_bytes"));
+  if (node.has("frozen_param_bytes")) layer.frozen_param_bytes = node.at("frozen_param_bytes").as_int_in(0, layer.param_bytes);
   layer.samples = read_samples(node.at("samples"), batches, cuda);
   if (node.has("tempo")) {
     const auto tempo = node.at("tempo");
@@ -494,6 +504,13 @@ ModelInfo read_model(const JsonNode& model) {
     const bool hex = f.sha256.size() == 64 && f.sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
     if (!hex) file.at("sha256").fail("expected 64 lower-case hex digits");
     info.file = std::move(f);
+  }
+  if (model.has("freeze")) {
+    for (const auto& pattern : model.at("freeze").elements()) {
+      info.freeze.push_back(pattern.as_string());
+      const std::string_view bare = std::string_view(info.freeze.back()).substr(info.freeze.back().starts_with('!') ? 1 : 0);
+      if (bare.empty() || info.freeze.back().find(',') != std::string::npos) pattern.fail("expected a pattern such as layer4 or !fc");
+    }
   }
   return info;
 }
@@ -577,9 +594,9 @@ void read_optional_sections(const JsonNode& root, Trace& trace) {
 OptimizerInfo read_optimizer(const JsonNode& optimizer) {
   OptimizerInfo info;
   info.name = optimizer.at("name").as_string();
-  if (!is_known(kOptimizerNames, info.name)) {
-    optimizer.at("name").fail("unknown optimizer '" + info.name + "' (known: " + name_list(kOptimizerNames) + ")");
-  }
+  const auto spec = optimizer_spec_of(info.name);
+  if (!spec) optimizer.at("name").fail("unknown optimizer '" + info.name + "' (known: " + kOptimizerForms + ")");
+  info.name = spec->text();
   info.state_bytes = as_bytes(optimizer.at("state_bytes"));
   info.state_bytes_per_param = optimizer.at("state_bytes_per_param").as_double();
   if (!(info.state_bytes_per_param >= 0 && info.state_bytes_per_param <= 1024)) {

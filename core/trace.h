@@ -127,6 +127,10 @@ struct LayerProfile {
   std::vector<int> inputs;          // earlier layer ids, model inputs (model_input_id) or kTargetInput
   std::vector<bool> saves_inputs;   // per input: does the layer keep it for backward
   std::int64_t param_bytes = 0;
+  // Of param_bytes, those of parameters that do not train (requires_grad false: frozen by the model
+  // or by `profile --freeze`): no gradient, no optimizer state. 0 in traces from before it was recorded.
+  std::int64_t frozen_param_bytes = 0;
+  std::int64_t trainable_param_bytes() const { return param_bytes - frozen_param_bytes; }
   std::vector<LayerSample> samples;  // one per Trace::batch_sizes entry, in that order
   std::optional<TempoProfile> tempo;  // present exactly for layers with a memory-lean variant
   // Empty, or one per Trace::batch_sizes entry (the profiler's checkpointed pass of opaque layers).
@@ -190,6 +194,9 @@ struct ModelInfo {
   std::string name;
   std::map<std::string, std::string> config;  // every key the model was built with, as text
   std::optional<ModelFile> file;              // set for a user's model; a zoo model has none
+  // `profile --freeze`'s patterns (core/freeze_patterns.h), applied again wherever the model is
+  // rebuilt; a module's own requires_grad flags come back with its file.
+  std::vector<std::string> freeze;
   bool operator==(const ModelInfo&) const = default;
 };
 
@@ -298,6 +305,9 @@ struct Trace {
   std::string precision_list() const;
 
   std::int64_t param_bytes() const;
+  std::int64_t frozen_param_bytes() const;
+  std::int64_t trainable_param_bytes() const { return param_bytes() - frozen_param_bytes(); }
+  bool has_frozen_parameters() const { return frozen_param_bytes() > 0; }
   bool has_tempo() const { return !tempo_steps.empty(); }
   // Whether the layers' samples carry bwd_inputs_held_extra_bytes (every one or none does).
   bool measures_inputs_held() const {

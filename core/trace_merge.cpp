@@ -39,7 +39,7 @@ void expect_same_layers(const Trace& base, const Trace& added) {
     const LayerProfile& a = base.layers[i];
     const LayerProfile& b = added.layers[i];
     if (a.name != b.name || a.kind != b.kind || a.block != b.block || a.inputs != b.inputs ||
-        a.saves_inputs != b.saves_inputs || a.param_bytes != b.param_bytes || a.keeps_output != b.keeps_output ||
+        a.saves_inputs != b.saves_inputs || a.param_bytes != b.param_bytes || a.frozen_param_bytes != b.frozen_param_bytes || a.keeps_output != b.keeps_output ||
         a.tempo.has_value() != b.tempo.has_value() || a.checkpointed.empty() != b.checkpointed.empty() ||
         (a.tempo && (a.tempo->saves_inputs != b.tempo->saves_inputs || a.tempo->keeps_output != b.tempo->keeps_output))) {
       differ("layer " + std::to_string(i) + " (" + a.name + ")");

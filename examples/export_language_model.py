@@ -115,7 +115,7 @@ def main():
     scripted.save(path)
     inputs = [str(common.ShapeSpec((args.seq,), "int64", 0, args.vocab)), str(common.ShapeSpec((args.seq,), "int64", 0, 2))]
     command = (f"headroom profile --torchscript {path} --input {inputs[0]} --input {inputs[1]} --depth 2 "
-               f"--batch-sizes 1,2,4 -o {args.name}-trace.json")
+               f"--loss cross-entropy-last --batch-sizes 1,2,4 -o {args.name}-trace.json")
     with open(os.path.join(args.out, args.name + ".json"), "w") as f:
         json.dump({"model": args.name, "inputs": inputs, "vocab": args.vocab, "hidden": args.hidden, "heads": args.heads,
                    "layers": args.layers, "seq": args.seq, "parameters": sum(p.numel() for p in model.parameters()),

@@ -153,7 +153,7 @@ def decoder_chain(args):
     blocks += [(f"block{i}", CausalBlock(args.d_model, args.heads, args.dropout)) for i in range(args.layers)]
     blocks.append(("head", LanguageModelHead(args.d_model, args.vocab)))
     return nn.Sequential(OrderedDict(blocks)), None, \
-        common.ShapeSpec((args.seq,), "int64", 0, args.vocab), "cross-entropy"
+        common.ShapeSpec((args.seq,), "int64", 0, args.vocab), "cross-entropy-last"
 
 
 # ---- Export ----------------------------------------------------------------------------------------
@@ -247,10 +247,11 @@ def export(name, args):
         ("torchscript", os.path.basename(path)),
         ("input", str(input_spec)),
         ("loss", loss),
-        # headroom infers cross-entropy's target from the output: int64 classes over its last dimension.
+        # headroom infers cross-entropy's target from the output: int64 classes over its dimension 1
+        # (cross-entropy-last: its last).
         ("target", None),
         ("output", output_spec),
-        ("classes", out.shape[-1]),
+        ("classes", out.shape[-1] if loss == "cross-entropy-last" else out.shape[1]),
         ("layers", names),
         ("parameters", parameters),
         ("param_bytes", sum(p.numel() * p.element_size() for p in loaded.parameters())),

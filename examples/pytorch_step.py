@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch's own answers for a TorchScript chain, to hold headroom's against.
 
-  step  --model M.pt --data D.pt --loss cross-entropy|mse|model --optimizer sgd|adam [--threads T] [--out R.json]
+  step  --model M.pt --data D.pt --loss cross-entropy|cross-entropy-last|mse|model --optimizer sgd|adam [--threads T] [--out R.json]
         one full-batch optimizer step from the module's own weights, compared with the weights headroom
         ended its step with (written by C++ into D.pt); prints {"max_rel_diff": ..., "parameters": n, ...}
   peak  --model M.pt --input SHAPE:DTYPE --batch B [--target SHAPE:DTYPE] [--loss ...] --optimizer ...
@@ -91,6 +91,8 @@ def make_optimizer(name, parameters):
 def compute_loss(kind, out, target):
     try:
         if kind == "cross-entropy":
+            return F.cross_entropy(out, target)  # classes along dimension 1, as PyTorch takes them
+        if kind == "cross-entropy-last":
             return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
         if kind == "mse":
             if out.shape != target.shape:
@@ -145,13 +147,14 @@ def target_spec(model, input_spec, target, loss):
     model.eval()
     with torch.no_grad():
         out = run_forward(model, input_spec.make(torch, 1), f"--input {input_spec}")
-    if loss == "cross-entropy":
+    if loss in ("cross-entropy", "cross-entropy-last"):
         if out.dim() < 2 or not out.is_floating_point():
-            raise UsageError(f"--loss cross-entropy: the output {list(out.shape)} {out.dtype} has no class dimension")
-        dims = tuple(out.shape[1:-1])
+            raise UsageError(f"--loss {loss}: the output {list(out.shape)} {out.dtype} has no class dimension")
+        classes = out.dim() - 1 if loss == "cross-entropy-last" else 1
+        dims = tuple(d for k, d in enumerate(out.shape) if k not in (0, classes))
         # A [B, C] output has a target of one class per sample: per-sample shape (), which SHAPE cannot
         # write; ShapeSpec makes (B,) + () all the same.
-        return common.ShapeSpec(dims, "int64", 0, out.shape[-1])
+        return common.ShapeSpec(dims, "int64", 0, out.shape[classes])
     return common.ShapeSpec(tuple(out.shape[1:]), str(out.dtype).replace("torch.", ""))
 
 
@@ -611,7 +614,7 @@ def build_parser():
     step = commands.add_parser("step", help="one full-batch step compared with headroom's weights")
     step.add_argument("--model", required=True)
     step.add_argument("--data", required=True, help="input, target and param.N written by headroom")
-    step.add_argument("--loss", choices=("cross-entropy", "mse", "model"), required=True)
+    step.add_argument("--loss", choices=("cross-entropy", "cross-entropy-last", "mse", "model"), required=True)
     step.add_argument("--optimizer", choices=("sgd", "adam"), required=True)
     # torch's default is the physical cores, headroom's the logical ones: on a 2-vCPU machine 1 and 2.
     # The threads split reductions (BatchNorm's sums), so comparisons pass headroom's.
@@ -636,7 +639,7 @@ def build_parser():
                          help="one sample's input; repeated for each input forward takes, in its order")
         sub.add_argument("--target", type=shape_arg("--target"))
         sub.add_argument("--batch", required=True, type=count_arg(1, 2 ** 20))
-        sub.add_argument("--loss", choices=("cross-entropy", "mse", "model"), default="cross-entropy")
+        sub.add_argument("--loss", choices=("cross-entropy", "cross-entropy-last", "mse", "model"), default="cross-entropy")
         sub.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
         sub.add_argument("--threads", type=count_arg(0, 256), default=0, help="torch.set_num_threads (0: torch's default)")
         sub.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")

@@ -85,17 +85,19 @@ def main():
         check("export resnet18 (32x32) and a tiny decoder", done.returncode == 0, done.stderr.strip()[-300:])
         if done.returncode != 0:
             return
+        # A language model's classes are its output's last dimension, an image classifier's its second.
         cases = {
-            "resnet18": ("3x32x32:float32", torch.randn(6, 3, 32, 32), torch.randint(0, 1000, (6,))),
-            "decoder": ("16:int64:0-512", torch.randint(0, 512, (6, 16)), torch.randint(0, 512, (6, 16))),
+            "resnet18": ("3x32x32:float32", torch.randn(6, 3, 32, 32), torch.randint(0, 1000, (6,)), "cross-entropy"),
+            "decoder": ("16:int64:0-512", torch.randint(0, 512, (6, 16)), torch.randint(0, 512, (6, 16)),
+                        "cross-entropy-last"),
         }
-        for name, (spec, x, target) in cases.items():
+        for name, (spec, x, target, loss) in cases.items():
             model = os.path.join(tmp, name + ".pt")
             for optimizer in ("sgd", "adam"):
                 data = os.path.join(tmp, "data.pt")
                 for label, splits in (("itself", [6]), ("micro-batched 4+2", [4, 2])):
                     save_data(data, x, target, *headroom_like_step(model, x, target, optimizer, splits))
-                    rc, out, err = step_script("step", "--model", model, "--data", data, "--loss", "cross-entropy",
+                    rc, out, err = step_script("step", "--model", model, "--data", data, "--loss", loss,
                                                "--optimizer", optimizer)
                     result = json.loads(out) if rc == 0 else {}
                     diff, grad = result.get("max_rel_diff"), result.get("max_rel_diff_grad")
@@ -114,7 +116,7 @@ def main():
                 params, _ = headroom_like_step(model, x, target, optimizer, [6])
                 params[0].view(-1)[0] += 1e-3 * params[0].abs().max()
                 save_data(data, x, target, params)
-                rc, out, err = step_script("step", "--model", model, "--data", data, "--loss", "cross-entropy",
+                rc, out, err = step_script("step", "--model", model, "--data", data, "--loss", loss,
                                            "--optimizer", optimizer)
                 diff = json.loads(out)["max_rel_diff"] if rc == 0 else None
                 check(f"step {name} {optimizer} sees a perturbed weight", diff is not None and diff > 1e-5,

@@ -266,13 +266,15 @@ GradientSync::GradientSync(const models::Model& model, Workers& workers, std::in
   const bool widen = core::widens_gradients_for_allreduce(precision, nccl);
   std::size_t by_layer = 0;
   std::vector<std::int64_t> layer_bytes;
+  // Only trainable parameters have gradients to exchange.
+  const auto trained = [](const torch::Tensor& p) { return p.requires_grad(); };
   for (const auto& layer : layers) {
     std::int64_t bytes = 0;
-    for (const auto& p : layer.parameters) bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
+    for (const auto& p : layer.parameters) bytes += trained(p) ? p.numel() * static_cast<std::int64_t>(p.element_size()) : 0;
     layer_bytes.push_back(core::allreduce_gradient_bytes(bytes, precision, nccl));
-    by_layer += layer.parameters.size();
+    by_layer += static_cast<std::size_t>(std::count_if(layer.parameters.begin(), layer.parameters.end(), trained));
   }
-  if (by_layer != model.parameters().size()) {
+  if (by_layer != model.trainable_parameters().size()) {
     throw core::InputError("data parallel needs the model's parameters held by its layers (the zoo's models); this model's "
                            "are held by a module of its own");
   }
@@ -282,6 +284,7 @@ GradientSync::GradientSync(const models::Model& model, Workers& workers, std::in
     // Backward reaches the bucket's later layers first; the order inside a bucket does not matter.
     for (int l = span.last_layer; l >= span.first_layer; --l) {
       for (const auto& p : layers[static_cast<std::size_t>(l)].parameters) {
+        if (!trained(p)) continue;
         bucket.parameters.push_back(p);
         bucket.offsets.push_back(numel);
         numel += p.numel();

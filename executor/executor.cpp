@@ -228,7 +228,7 @@ struct PlannedTraining {
                   const std::optional<models::LabelledImages>& train, Position& position,
                   std::span<const std::unique_ptr<StepWrapper>> wrappers = {}, core::Report* report = nullptr)
       : model(prepare_model(plan, trace, options, device, train)),
-        parameters(model.parameters()),
+        parameters(model.trainable_parameters()),
         optimizer(runtime::make_optimizer(plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer, parameters,
                                           plan.precision == core::Precision::Fp16Autocast
                                               ? std::optional<runtime::LossScaleOptions>(runtime::LossScaleOptions{})
@@ -253,7 +253,7 @@ struct PlannedTraining {
   PlannedTraining& operator=(const PlannedTraining&) = delete;
 
   models::Model model;
-  const std::vector<torch::Tensor> parameters;
+  const std::vector<torch::Tensor> parameters;  // the trainable ones: the optimizer's and the gradient check's
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   PlanRunner runner;
   // The step runs under a gradient cache (uses_grad_cache), chosen once.

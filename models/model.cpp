@@ -4,8 +4,11 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "core/errors.h"
+#include "core/freeze_patterns.h"
 
 namespace headroom::models {
 
@@ -180,6 +183,52 @@ int Model::block_count() const {
   int blocks = 0;
   for (const auto& layer : layers_) blocks = std::max(blocks, layer.block + 1);
   return blocks;
+}
+
+std::vector<torch::Tensor> Model::trainable_parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : parameters()) {
+    if (p.requires_grad()) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Model::named_parameters() const {
+  if (foreign_) return foreign_->named_parameters();
+  // The root registers each layer's module under its sanitized name: what follows that name's
+  // first dot is the parameter's name inside the module.
+  std::unordered_map<const void*, std::string> inner;
+  for (const auto& item : root_->named_parameters()) {
+    const std::string& key = item.key();
+    const std::size_t dot = key.find('.');
+    inner.emplace(item.value().unsafeGetTensorImpl(), dot == std::string::npos ? key : key.substr(dot + 1));
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& layer : layers_) {
+    for (std::size_t k = 0; k < layer.parameters.size(); ++k) {
+      const torch::Tensor& p = layer.parameters[k];
+      if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+      const auto it = inner.find(p.unsafeGetTensorImpl());
+      out.emplace_back(layer.name + "." + (it != inner.end() ? it->second : std::to_string(k)), p);
+    }
+  }
+  return out;
+}
+
+void Model::freeze(const std::vector<std::string>& patterns) {
+  const auto named = named_parameters();
+  std::vector<std::string> paths;
+  std::vector<bool> already_frozen;
+  for (const auto& [path, p] : named) {
+    paths.push_back(path);
+    already_frozen.push_back(!p.requires_grad());
+  }
+  core::check_freeze_patterns(patterns, paths, already_frozen, name_);
+  for (const auto& [path, p] : named) {
+    if (core::frozen_by(patterns, path)) const_cast<torch::Tensor&>(p).set_requires_grad(false);
+  }
+  freeze_ = patterns;
 }
 
 std::int64_t Model::parameter_bytes() const {

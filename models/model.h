@@ -85,6 +85,8 @@ class ForeignModules {
  public:
   virtual ~ForeignModules() = default;
   virtual std::vector<torch::Tensor> parameters() const = 0;
+  // Each parameter with its path in the module (layer4.0.conv1.weight).
+  virtual std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const = 0;
   virtual std::vector<torch::Tensor> buffers() const = 0;
   virtual void to(torch::Device device) = 0;
   // Training with dropout on or off; BatchNorm with batch statistics or, in eval style, running ones.
@@ -111,6 +113,17 @@ class Model {
   int block_count() const;
 
   std::vector<torch::Tensor> parameters() const { return foreign_ ? foreign_->parameters() : root_->parameters(); }
+  // Those that train (requires_grad): what gets gradients and optimizer state.
+  std::vector<torch::Tensor> trainable_parameters() const;
+  // Each parameter with its path: a module's own (layer4.0.conv1.weight); for the zoo's, its
+  // layer's name and the parameter's name in it (stage0.block0.conv1.weight).
+  std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
+  // Stops training the parameters `patterns` name (core/freeze_patterns.h: requires_grad off, so
+  // no gradient, no optimizer state, and no activations kept below the first trainable layer), and
+  // remembers them for model_source. Throws InputError for a pattern that names no parameter, or
+  // where nothing would train (also with no patterns, where the model froze everything itself).
+  void freeze(const std::vector<std::string>& patterns);
+  const std::vector<std::string>& freeze_patterns() const { return freeze_; }
   // BatchNorm's running statistics and counters.
   std::vector<torch::Tensor> buffers() const { return foreign_ ? foreign_->buffers() : root_->buffers(); }
   std::int64_t parameter_bytes() const;
@@ -171,6 +184,7 @@ class Model {
   std::shared_ptr<ForeignModules> foreign_;
   std::optional<core::ModelFile> file_;
   std::int64_t extra_resident_bytes_ = 0;
+  std::vector<std::string> freeze_;
 };
 
 // The batches' samples one after another, each input and the target concatenated along dimension 0.

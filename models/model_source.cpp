@@ -9,11 +9,15 @@
 namespace headroom::models {
 
 Model build_model(const ModelSource& source, std::uint64_t seed) {
-  if (source.file) return load_torchscript_model(source.file->path, source.config, seed, source.file->sha256);
-  return build_zoo_model(source.name, source.config, seed);
+  Model model = source.file ? load_torchscript_model(source.file->path, source.config, seed, source.file->sha256)
+                            : build_zoo_model(source.name, source.config, seed);
+  model.freeze(source.freeze);
+  return model;
 }
 
-ModelSource model_source(const Model& model) { return {model.name(), model.config().values(), model.file()}; }
+ModelSource model_source(const Model& model) {
+  return {model.name(), model.config().values(), model.file(), model.freeze_patterns()};
+}
 
 Model build_traced_model(const core::Trace& trace, std::uint64_t seed) {
   Model model = build_model(trace.model, seed);

@@ -94,6 +94,11 @@ class ScriptModules : public ForeignModules {
     for (const auto& p : module_.parameters()) out.push_back(p);
     return out;
   }
+  std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const override {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& p : module_.named_parameters()) out.emplace_back(p.name, p.value);
+    return out;
+  }
   std::vector<torch::Tensor> buffers() const override {
     std::vector<torch::Tensor> out;
     for (const auto& b : module_.buffers()) out.push_back(b);
@@ -257,13 +262,17 @@ namespace {
 struct ModuleSettings {
   std::vector<TensorSpec> inputs;
   std::string loss;
+  // Cross-entropy's classes: along dimension 1 ("1", PyTorch's cross_entropy for [N, C, d1, ...])
+  // or the last ("last", a language model's [N, T, V]). Configs from before the key was recorded
+  // meant the last.
+  std::string class_dim;
   std::string target;  // the target's spec as given; empty: found from the module's output and the loss
 };
 
 ModuleSettings read_module_settings(const std::map<std::string, std::string>& config) {
   for (const auto& [key, value] : config) {
     if (std::find(std::begin(kTorchScriptKeys), std::end(kTorchScriptKeys), key) == std::end(kTorchScriptKeys)) {
-      throw core::InputError("config: '" + key + "' is not a TorchScript model setting (input, target, loss, layers, depth, "
+      throw core::InputError("config: '" + key + "' is not a TorchScript model setting (input, target, loss, class_dim, layers, depth, "
                              "output_index)");
     }
   }
@@ -280,6 +289,15 @@ ModuleSettings read_module_settings(const std::map<std::string, std::string>& co
   settings.loss = loss_it == config.end() ? "cross-entropy" : loss_it->second;
   if (settings.loss != "cross-entropy" && settings.loss != "mse" && settings.loss != "model") {
     throw core::InputError("loss: expected cross-entropy, mse or model, got '" + settings.loss + "'");
+  }
+  const auto class_dim = config.find("class_dim");
+  if (class_dim != config.end() && settings.loss != "cross-entropy") {
+    throw core::InputError("class_dim: only cross-entropy has classes, and the loss is " + settings.loss);
+  }
+  if (settings.loss == "cross-entropy") settings.class_dim = class_dim == config.end() ? "last" : class_dim->second;
+  if (!settings.class_dim.empty() && settings.class_dim != "1" && settings.class_dim != "last") {
+    throw core::InputError("class_dim: expected 1 (PyTorch's, [N, C, d1, ...]) or last ([N, T, V]), got '" +
+                           settings.class_dim + "'");
   }
   if (const auto it = config.find("target"); it != config.end()) settings.target = it->second;
   if (settings.loss == "model" && !settings.target.empty()) {
@@ -535,11 +553,15 @@ std::optional<TensorSpec> target_spec(const ModuleSettings& settings, const torc
   if (!settings.target.empty()) return parse_tensor_spec(settings.target, "target");
   if (settings.loss == "cross-entropy") {
     if (probe_output.dim() < 2) {
-      throw core::InputError("loss: cross-entropy needs class scores along the output's last dimension; one sample's "
+      throw core::InputError("loss: cross-entropy needs class scores along a dimension of the output; one sample's "
                              "output is a single number (use --loss mse or model)");
     }
-    TensorSpec t{{}, "int64", 0, probe_output.size(-1)};
-    for (std::int64_t d = 1; d + 1 < probe_output.dim(); ++d) t.shape.push_back(probe_output.size(d));
+    // One class index per position the scores are for: every dimension but the batch and the classes.
+    const std::int64_t classes = settings.class_dim == "last" ? probe_output.dim() - 1 : 1;
+    TensorSpec t{{}, "int64", 0, probe_output.size(classes)};
+    for (std::int64_t d = 1; d < probe_output.dim(); ++d) {
+      if (d != classes) t.shape.push_back(probe_output.size(d));
+    }
     return t;
   }
   TensorSpec t{{}, "float32"};
@@ -551,6 +573,7 @@ std::optional<TensorSpec> target_spec(const ModuleSettings& settings, const torc
 std::map<std::string, std::string> resolved_config(const ModuleSettings& settings, const LayerSelection& selection,
                                                    const ScriptGraph& cut, const std::optional<TensorSpec>& target) {
   std::map<std::string, std::string> resolved = {{"input", specs_text(settings.inputs)}, {"loss", settings.loss}};
+  if (!settings.class_dim.empty()) resolved["class_dim"] = settings.class_dim;
   if (selection.output_index >= 0) resolved["output_index"] = std::to_string(selection.output_index);
   // What rebuilds the same cut: the depth it was made at, or the layers named.
   if (cut.depth > 0) {
@@ -648,15 +671,17 @@ Layer script_layer(const torch::jit::Module& module, const ScriptLayers& layers,
   return layer;
 }
 
-Layer loss_layer(const std::string& loss, int last) {
-  const bool cross_entropy = loss == "cross-entropy";
+Layer loss_layer(const ModuleSettings& settings, int last) {
+  const bool cross_entropy = settings.loss == "cross-entropy";
+  const bool classes_last = settings.class_dim == "last";
   Layer layer;
   layer.name = "loss";
   layer.kind = "loss";
   layer.inputs = {last, kTargetInput};
-  layer.forward = [cross_entropy](const std::vector<torch::Tensor>& in, const RunContext&) {
+  layer.forward = [cross_entropy, classes_last](const std::vector<torch::Tensor>& in, const RunContext&) {
     const auto& x = in[0];
-    if (cross_entropy) return torch::cross_entropy_loss(x.reshape({-1, x.size(-1)}), in[1].reshape({-1}));
+    if (cross_entropy && classes_last) return torch::cross_entropy_loss(x.reshape({-1, x.size(-1)}), in[1].reshape({-1}));
+    if (cross_entropy) return torch::cross_entropy_loss(x, in[1]);  // classes along dimension 1, as PyTorch's
     return torch::mse_loss(x, in[1]);
   };
   return layer;
@@ -712,7 +737,7 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
   for (std::size_t i = 0; i < layers.cut.segments.size(); ++i) {
     model.add_layer(script_layer(module, layers, i, inputs_written, attributed));
   }
-  if (settings.loss != "model") model.add_layer(loss_layer(settings.loss, static_cast<int>(layers.cut.segments.size()) - 1));
+  if (settings.loss != "model") model.add_layer(loss_layer(settings, static_cast<int>(layers.cut.segments.size()) - 1));
   model.set_batch_generator(batch_generator(settings.inputs, target));
   check_loss_on_probe(model, seed, settings.loss, probe_output, target);
   model.set_foreign_modules(std::make_shared<ScriptModules>(module), loaded.file);

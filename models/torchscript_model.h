@@ -39,13 +39,15 @@ TensorSpec parse_tensor_spec(const std::string& text, const std::string& field);
 //   input   the inputs' TensorSpecs, one per input forward takes, in its order, comma-separated
 //           (required; --input repeated)
 //   target  the target's TensorSpec; when absent it is found from the module's output and the loss
-//   loss    cross-entropy (classes along the output's last dimension), mse, or model (the module's
-//           output is the loss, a mean over the batch)
+//   loss    cross-entropy, mse, or model (the module's output is the loss, a mean over the batch)
+//   class_dim  with cross-entropy: 1, the classes along dimension 1 as PyTorch's cross_entropy takes
+//           them ([N, C] or [N, C, H, W] against [N] or [N, H, W]); last, along the last (a language
+//           model's [N, T, V] against [N, T]). Absent: last, as traces from before it was recorded meant.
 //   layers  the submodules that are layers, by dotted path (layer2.1), comma-separated
 //   depth   instead of layers: the submodules this deep that forward calls (1: its children); when
 //           neither is given, a depth with enough layers to plan (models/script_graph.h)
 //   output_index  where forward returns a tuple: the element the loss reads
-inline constexpr const char* kTorchScriptKeys[] = {"input", "target", "loss", "layers", "depth", "output_index"};
+inline constexpr const char* kTorchScriptKeys[] = {"input", "target", "loss", "class_dim", "layers", "depth", "output_index"};
 
 // Loads the module at `path` and cuts it into layers, checked on a probe batch against the module's
 // own forward; the input and target must fit. `expected_sha256`, when given, must be the file's hash (a trace recorded it).

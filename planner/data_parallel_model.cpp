@@ -17,7 +17,7 @@ std::vector<core::GradientBucket> plan_buckets(const core::CostModel& costs, con
   // A layer's gradient is as large as its parameters; its bucket's, wider under bf16 over Gloo.
   const core::Trace& trace = costs.trace();
   for (const auto& layer : trace.layers) {
-    bytes.push_back(core::allreduce_gradient_bytes(layer.param_bytes, trace.precision, trace.device.is_cuda()));
+    bytes.push_back(core::allreduce_gradient_bytes(layer.trainable_param_bytes(), trace.precision, trace.device.is_cuda()));
   }
   return core::gradient_buckets(bytes, choice.data_parallel ? choice.data_parallel->bucket_cap_bytes : core::kDefaultBucketCapBytes);
 }

@@ -1,7 +1,7 @@
 #pragma once
 // Planning for an optimizer the trace did not measure. A trace records one optimizer's state and
-// step; for the other one the profiler knows (runtime::make_optimizer: SGD with momentum, Adam)
-// the state is estimated from the parameter count, so the planner, the CLI and the GUI agree on
+// step; for another (core/optimizer_spec.h: SGD with or without momentum, Adam, AdamW, amsgrad)
+// the state is estimated from the trainable parameter count, so the planner, the CLI and the GUI agree on
 // the same numbers and every such plan says they were estimated.
 #include <string>
 

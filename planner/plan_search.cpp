@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "core/errors.h"
+#include "core/optimizer_spec.h"
 #include "core/static_memory.h"
 #include "core/units.h"
 #include "core/unprofiled_sizes.h"
@@ -1082,7 +1083,7 @@ PlanOutcome plan_with_estimated_optimizer(const core::Trace& trace, const PlanRe
   as_measured.optimizer.clear();
   PlanOutcome outcome = plan_step(with_estimated_optimizer(trace, request.optimizer), as_measured);
   if (outcome.plan) {
-    outcome.plan->optimizer = request.optimizer;
+    outcome.plan->optimizer = core::parse_optimizer_spec(request.optimizer).text();
     outcome.plan->warnings.push_back(estimated_optimizer_warning(trace, request.optimizer));
   }
   return outcome;
@@ -1175,7 +1176,10 @@ core::Plan plan_of_fastest(const PlanSearch& search, std::vector<Candidate>& fit
 }  // namespace
 
 PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
-  if (!request.optimizer.empty() && request.optimizer != trace.optimizer.name) return plan_with_estimated_optimizer(trace, request);
+  if (!request.optimizer.empty() &&
+      core::parse_optimizer_spec(request.optimizer, "--optimizer") != core::parse_optimizer_spec(trace.optimizer.name)) {
+    return plan_with_estimated_optimizer(trace, request);
+  }
   check_request(request);
   const core::CostModel costs(trace);
   const LayerGraph graph(trace);

@@ -15,6 +15,7 @@
 #include "core/affine_fit.h"
 #include "core/errors.h"
 #include "core/known_names.h"
+#include "core/optimizer_spec.h"
 #include "core/host_memory.h"
 #include "core/units.h"
 #include "core/statistics.h"
@@ -938,7 +939,7 @@ class ProfileRun {
   std::unique_ptr<gpu::GpuBackend> backend_;
   torch::Device device_{torch::kCPU};
   std::function<models::Batch(models::Batch)> on_device_;
-  std::vector<torch::Tensor> parameters_;
+  std::vector<torch::Tensor> parameters_;  // the trainable ones
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::size_t layer_count_ = 0;
   core::Trace trace_;
@@ -967,7 +968,7 @@ void ProfileRun::set_up() {
   model_.to(device_);
   model_.set_training(true);
   model_.set_precision(options_.precision);
-  parameters_ = model_.parameters();
+  parameters_ = model_.trainable_parameters();  // a frozen parameter gets no optimizer state
   // fp16-autocast's step scales its loss and unscales its gradients, as the executor's does.
   optimizer_ = runtime::make_optimizer(options_.optimizer, parameters_,
                                        options_.precision == core::Precision::Fp16Autocast
@@ -1014,7 +1015,10 @@ void ProfileRun::describe_model() {
     out.kind = layer.kind;
     out.block = layer.block;
     out.inputs = layer.inputs;
-    for (const auto& p : layer.parameters) out.param_bytes += runtime::tensor_bytes(p);
+    for (const auto& p : layer.parameters) {
+      out.param_bytes += runtime::tensor_bytes(p);
+      if (!p.requires_grad()) out.frozen_param_bytes += runtime::tensor_bytes(p);
+    }
   }
 }
 
@@ -1081,15 +1085,15 @@ std::int64_t ProfileRun::probe_need(std::int64_t b, std::uint64_t seed) {
   }
 }
 
-// Adam keeps two moments per parameter, SGD with momentum one; the step's temporaries are a few of
-// the largest parameter's size.
+// Adam keeps two moments per trainable parameter (three with amsgrad), SGD with momentum one; the
+// step's temporaries are a few of the largest parameter's size.
 std::int64_t ProfileRun::estimated_optimizer_state_bytes() const {
   std::int64_t parameter_bytes = 0, largest_parameter = 0;
   for (const auto& p : parameters_) {
     parameter_bytes += runtime::tensor_bytes(p);
     largest_parameter = std::max(largest_parameter, runtime::tensor_bytes(p));
   }
-  return (options_.optimizer == "adam" ? 2 : 1) * parameter_bytes + 2 * largest_parameter;
+  return core::parse_optimizer_spec(options_.optimizer).state_buffers() * parameter_bytes + 2 * largest_parameter;
 }
 
 // `b1`, `b2`: the probed sizes the bound's slope came from.
@@ -1300,7 +1304,7 @@ core::StepSample ProfileRun::step_sample(const models::Batch& batch, std::int64_
   const std::vector<StepMeasurement>& runs = repeated.runs;
   const StepMeasurement& last = runs.back();
   std::int64_t static_bytes = runtime::optimizer_state_bytes(*optimizer_) + trace_.model_extra_bytes;
-  for (const auto& p : parameters_) static_bytes += runtime::tensor_bytes(p) + runtime::tensor_bytes(p.grad());
+  for (const auto& p : model_.parameters()) static_bytes += runtime::tensor_bytes(p) + runtime::tensor_bytes(p.grad());
   std::vector<std::int64_t> step_ns;
   for (const auto& run : runs) step_ns.push_back(run.step_ns);
   core::StepSample step;

@@ -5,19 +5,24 @@
 #include <algorithm>
 
 #include "core/errors.h"
+#include "core/optimizer_spec.h"
 #include "runtime/tensor_bytes.h"
 
 namespace headroom::runtime {
 
 namespace {
 
-std::unique_ptr<torch::optim::Optimizer> make_float_optimizer(const std::string& name,
+std::unique_ptr<torch::optim::Optimizer> make_float_optimizer(const core::OptimizerSpec& spec,
                                                               const std::vector<torch::Tensor>& parameters) {
-  if (name == "sgd") {
-    return std::make_unique<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.01).momentum(0.9));
+  switch (spec.kind) {
+    case core::OptimizerSpec::Kind::Sgd:
+      return std::make_unique<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.01).momentum(spec.momentum));
+    case core::OptimizerSpec::Kind::Adam:
+      return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(1e-3).amsgrad(spec.amsgrad));
+    case core::OptimizerSpec::Kind::AdamW:
+      return std::make_unique<torch::optim::AdamW>(parameters, torch::optim::AdamWOptions(1e-3).amsgrad(spec.amsgrad));
   }
-  if (name == "adam") return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(1e-3));
-  throw core::InputError("unknown optimizer '" + name + "' (known: sgd, adam)");
+  throw core::InputError("unknown optimizer '" + spec.text() + "'");
 }
 
 std::int64_t float_state_bytes(torch::optim::Optimizer& optimizer) {
@@ -25,6 +30,8 @@ std::int64_t float_state_bytes(torch::optim::Optimizer& optimizer) {
   for (const auto& [key, state] : optimizer.state()) {
     if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state.get())) {
       total += tensor_bytes(adam->exp_avg()) + tensor_bytes(adam->exp_avg_sq()) + tensor_bytes(adam->max_exp_avg_sq());
+    } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(state.get())) {
+      total += tensor_bytes(adamw->exp_avg()) + tensor_bytes(adamw->exp_avg_sq()) + tensor_bytes(adamw->max_exp_avg_sq());
     } else if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state.get())) {
       total += tensor_bytes(sgd->momentum_buffer());
     }
@@ -44,7 +51,7 @@ class MasterWeightOptimizer : public torch::optim::Optimizer {
  public:
   static constexpr std::int64_t kPieceElements = std::int64_t{1} << 20;
 
-  MasterWeightOptimizer(const std::string& name, const std::vector<torch::Tensor>& parameters)
+  MasterWeightOptimizer(const core::OptimizerSpec& spec, const std::vector<torch::Tensor>& parameters)
       : Optimizer(parameters, std::make_unique<torch::optim::AdamOptions>(1e-3)) {
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < parameters.size(); ++i) {
@@ -53,7 +60,7 @@ class MasterWeightOptimizer : public torch::optim::Optimizer {
       for (std::int64_t offset = 0; offset < flat.numel(); offset += kPieceElements) {
         const std::int64_t length = std::min(kPieceElements, flat.numel() - offset);
         Piece piece{i, offset, flat.narrow(0, offset, length), nullptr};
-        piece.optimizer = make_float_optimizer(name, {piece.master});
+        piece.optimizer = make_float_optimizer(spec, {piece.master});
         pieces_.push_back(std::move(piece));
       }
     }
@@ -140,6 +147,7 @@ class LossScaledOptimizer : public torch::optim::Optimizer {
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
                                                         const std::vector<torch::Tensor>& parameters,
                                                         std::optional<LossScaleOptions> loss_scaling) {
+  const core::OptimizerSpec spec = core::parse_optimizer_spec(name);
   if (loss_scaling) {
     return std::make_unique<LossScaledOptimizer>(make_optimizer(name, parameters), parameters, *loss_scaling);
   }
@@ -147,10 +155,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
     return p.scalar_type() == torch::kBFloat16 || p.scalar_type() == torch::kHalf;
   });
   if (low_precision) {
-    if (name != "sgd" && name != "adam") make_float_optimizer(name, parameters);  // its error, before masters are made
-    return std::make_unique<MasterWeightOptimizer>(name, parameters);
+    return std::make_unique<MasterWeightOptimizer>(spec, parameters);
   }
-  return make_float_optimizer(name, parameters);
+  return make_float_optimizer(spec, parameters);
 }
 
 void zero_gradients_kept(torch::optim::Optimizer& optimizer) {

@@ -13,7 +13,9 @@
 
 namespace headroom::runtime {
 
-// "sgd" (momentum 0.9) or "adam". Throws InputError for another name. For bfloat16 parameters (the
+// The optimizer `name` writes (core/optimizer_spec.h: "sgd" is SGD with momentum 0.9,
+// "sgd(momentum=0)" without, "adam(amsgrad)", "adamw"); only the parameters it is given are
+// trained, so a frozen parameter is not passed. Throws InputError for another name. For bfloat16 parameters (the
 // bf16 precision) it keeps float32 master weights: each step widens a parameter's gradient to
 // float32, lets libtorch's optimizer update the master, and rounds the master into the parameter,
 // a piece of at most 2^20 elements at a time, so that little of the float32 gradient exists at once.

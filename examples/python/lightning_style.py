@@ -79,10 +79,11 @@ def main():
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    network, loss_fn, make_batch, _ = models.build(args.model, args.image_size)
+    network, loss_fn, make_batch, profile_args = models.build(args.model, args.image_size)
     lit = LitModel(network, loss_fn)
     inputs, _ = make_batch(args.batch)
-    _, plan = planning.profile_and_plan(network, inputs, args, precision=args.precision)
+    _, plan = planning.profile_and_plan(network, inputs, args, precision=args.precision, profile_args=profile_args,
+                                        optimizer="adamw")
     print(plan)
 
     step = Trainer(args.steps, plan).fit(lit, (make_batch(args.batch, seed=i) for i in range(args.steps)))

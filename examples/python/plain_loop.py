@@ -8,6 +8,9 @@ the enforced budget. The step's measured peak and time are printed beside the pr
 
   PYTHONPATH=build/default/python /usr/bin/python3 examples/python/plain_loop.py --model resnet18
   PYTHONPATH=build/default/python /usr/bin/python3 examples/python/plain_loop.py --model lm --report lm.json
+  ... plain_loop.py --model resnet18 --freeze '*,!fc'                  # fine-tune fc alone
+  ... plain_loop.py --model mobilenet_v3_small --optimizer 'sgd(momentum=0)'
+  ... plain_loop.py --model unet                                      # per-pixel classes [N, H, W]
 """
 
 import argparse
@@ -34,11 +37,13 @@ def main():
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    model, loss_fn, make_batch, _ = models.build(args.model, args.image_size)
+    model, loss_fn, make_batch, profile_args = models.build(args.model, args.image_size)
     inputs, targets = make_batch(args.batch)
 
     started = time.perf_counter()
-    need, plan = planning.profile_and_plan(model, inputs, args, precision=args.precision)
+    models.freeze(model, args.freeze)
+    need, plan = planning.profile_and_plan(model, inputs, args, precision=args.precision, profile_args=profile_args,
+                                           optimizer=models.make_optimizer(args.optimizer, model.parameters(), 1e-4))
     print(f"profiled and planned in {time.perf_counter() - started:.1f} s; the whole batch needs {need / 2**20:.1f} MiB\n")
     print(plan)
 
@@ -49,14 +54,15 @@ def main():
     with (torch.autocast("cpu", dtype=torch.bfloat16) if args.precision == "bf16-autocast" else contextlib.nullcontext()):
         reference_loss = loss_fn(reference(inputs), targets)
     reference_loss.backward()
-    check = headroom.apply(plan, planned, torch.optim.SGD(planned.parameters(), lr=0.0), loss_fn, warmup_steps=0)
+    check = headroom.apply(plan, planned, models.make_optimizer(args.optimizer, planned.parameters(), 0.0), loss_fn,
+                           warmup_steps=0)
     check(inputs, targets)
     check.remove()
     difference = models.max_relative_difference(planned, reference)
     print(f"gradients against the whole-batch step: max relative difference {difference:.2e}\n")
     del planned, reference, check
 
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    optimizer = models.make_optimizer(args.optimizer, model.parameters(), 1e-4)
     step = headroom.apply(plan, model, optimizer, loss_fn)
     for i in range(args.steps):
         inputs, targets = make_batch(args.batch, seed=i)

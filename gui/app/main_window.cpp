@@ -210,7 +210,10 @@ QGroupBox* MainWindow::build_step_box(QWidget* panel) {
   add_strategy_boxes(step_box);
   optimizer_ = new QComboBox(step_box);
   optimizer_->setObjectName("optimizerBox");
-  optimizer_->addItems({"sgd", "adam"});
+  // core/optimizer_spec.h's texts, which the planner takes as they are; a trace's own is added where
+  // it is another (an SGD momentum of 0.5).
+  optimizer_->addItems({"sgd(momentum=0)", "sgd", "adam", "adam(amsgrad)", "adamw"});
+  optimizer_->setToolTip("the optimizer the plan is for; sgd is SGD with momentum 0.9, sgd(momentum=0) keeps no state");
   // The precisions the trace measured (`profile --precision fp32,bf16-autocast`): which one the
   // plan uses is the user's choice, since it changes the numerics; the plan text sets each one's
   // plan beside it.
@@ -357,6 +360,9 @@ bool MainWindow::open_trace(const QString& path) {
     document = load_trace_document(absolute.toStdString());
     const core::Trace& trace = document->trace;
     start = starting_inputs(trace);
+    if (optimizer_->findText(QString::fromStdString(trace.optimizer.name)) < 0) {
+      optimizer_->addItem(QString::fromStdString(trace.optimizer.name));
+    }
     optimizer_index = optimizer_->findText(QString::fromStdString(trace.optimizer.name));
     const QString optimizer = optimizer_index >= 0 ? optimizer_->itemText(optimizer_index) : optimizer_->currentText();
     range = budget_range(trace, start.global_batch, optimizer.toStdString());
@@ -370,10 +376,14 @@ bool MainWindow::open_trace(const QString& path) {
   remember_recent_file(path);
   refresh_recent_menu();
   setWindowTitle("headroom - " + QFileInfo(path).fileName());
-  trace_label_->setText(QString("%1 (%2 layers, %3 of parameters)\n%4, optimizer %5\nprofiled at batch %6 to %7, in %8")
+  // Frozen parameters hold no gradient or optimizer state: how much trains is part of what the model is.
+  const QString parameters = trace.has_frozen_parameters()
+                                 ? QString("%1 of parameters, %2 trainable").arg(bytes_text(trace.param_bytes()), bytes_text(trace.trainable_param_bytes()))
+                                 : QString("%1 of parameters").arg(bytes_text(trace.param_bytes()));
+  trace_label_->setText(QString("%1 (%2 layers, %3)\n%4, optimizer %5\nprofiled at batch %6 to %7, in %8")
                             .arg(QString::fromStdString(trace.model.name))
                             .arg(trace.layers.size())
-                            .arg(bytes_text(trace.param_bytes()))
+                            .arg(parameters)
                             .arg(QString::fromStdString(trace.device.name))
                             .arg(QString::fromStdString(trace.optimizer.name))
                             .arg(trace.batch_sizes.front())

@@ -217,10 +217,16 @@ def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam"
         sample's shape and dtype (and an integer input's range) are read from it.
     batch_sizes: the micro-batch sizes measured, ascending (with, as on the command line, up to 6
         sizes between them where a layer's scratch memory steps, to find where).
-    optimizer: "adam" or "sgd"; precision: "fp32", "bf16-autocast", "bf16", or several comma-separated.
+    optimizer: the optimizer you train with, whose state is counted as it keeps it: a torch.optim.SGD,
+        Adam or AdamW object (its parameter groups' settings read), such a class, (class, settings
+        dict), or text: "adam" (the default), "adamw", "adam(amsgrad)", "sgd(momentum=0)", "sgd"
+        (momentum 0.9). Only trainable parameters (requires_grad) have gradients and state: the
+        module's own flags are read as they are, so freeze before profiling.
+    precision: "fp32", "bf16-autocast", "bf16", or several comma-separated.
     depth / layers: which submodules are the layers (depth 1: the children), as --depth / --layers.
-    loss: "cross-entropy" (classes along the output's last dimension), "mse", or "model" (forward
-        returns the loss); example_targets: a batch-first target tensor, where the loss's default
+    loss: "cross-entropy" (classes along dimension 1, as torch.nn.functional.cross_entropy takes
+        them: [N, C] or [N, C, H, W]), "cross-entropy-last" (along the last: a language model's
+        [N, T, V]), "mse", or "model" (forward returns the loss); example_targets: a batch-first target tensor, where the loss's default
         target (from the output) is not the one.
     output_index: where forward returns a tuple, the element the loss reads.
     threads: intra-op threads (default: the idle cores, as the command line); warmup, repeats,
@@ -244,11 +250,11 @@ def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam"
         raise InputError(f"--batch-sizes: expected positive integers, got {batch_sizes!r}") from None
     if isinstance(precision, (list, tuple)):
         precision = ",".join(precision)
+    from ._optimizer import spec_text
+    optimizer = spec_text(optimizer)
     # What the command line's parser takes, with its words.
-    if optimizer not in ("sgd", "adam"):
-        raise InputError(f"--optimizer: {optimizer} not in {{sgd,adam}}")
-    if loss not in ("cross-entropy", "mse", "model"):
-        raise InputError(f"--loss: {loss} not in {{cross-entropy,mse,model}}")
+    if loss not in ("cross-entropy", "cross-entropy-last", "mse", "model"):
+        raise InputError(f"--loss: {loss} not in {{cross-entropy,cross-entropy-last,mse,model}}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InputError(f"--threads: expected a positive number of threads, got {threads!r}")
     if isinstance(timing_seconds, bool) or not isinstance(timing_seconds, numbers.Real):
@@ -274,7 +280,7 @@ def plan(trace, budget, batch, *, strategies="all", margin=0.05, optimizer=None,
     trace: a Trace, or the path of a trace file. budget: bytes, or text as the command line takes it
     ("8GiB", "512MiB"). strategies: "all", "none", or names comma-separated (as --strategies).
     margin: the fraction of the budget kept free. optimizer and precision: another than the trace's
-    (precision: one of those the trace measured). rescale: compare the trace's times with this
+    (optimizer: as profile takes it, its state estimated; precision: one of those the trace measured). rescale: compare the trace's times with this
     machine's (the cached calibration, or one measured now) and predict for it.
 
     Raises Infeasible where no plan fits (the message says the least budget), InputError for bad input.
@@ -289,6 +295,9 @@ def plan(trace, budget, batch, *, strategies="all", margin=0.05, optimizer=None,
         raise InputError(f"--batch: expected a whole number of samples, got {batch!r}")
     if isinstance(strategies, (list, tuple)):
         strategies = ",".join(strategies)
+    if optimizer is not None:
+        from ._optimizer import spec_text
+        optimizer = spec_text(optimizer)
     text, summary, after = _core_call(_core.plan, trace.path, str(budget), batch, strategies, float(margin),
                                       optimizer or "", precision or "", bool(rescale))
     return Plan(text, summary, after)

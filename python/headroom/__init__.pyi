@@ -71,12 +71,15 @@ class Step:
     def remove(self) -> None: ...
     def autocast(self) -> Any: ...
 
+# An optimizer as profile and plan take it: an object, its class, (class, settings) or text.
+OptimizerLike = Union[str, torch.optim.Optimizer, type, Tuple[type, Dict[str, Any]]]
+
 def profile(
     model: torch.nn.Module,
     example_inputs: Tensors,
     *,
     batch_sizes: Sequence[int] = ...,
-    optimizer: str = ...,
+    optimizer: OptimizerLike = ...,
     precision: Union[str, Sequence[str]] = ...,
     depth: Optional[int] = ...,
     layers: Optional[Sequence[str]] = ...,
@@ -98,7 +101,7 @@ def plan(
     *,
     strategies: Union[str, Sequence[str]] = ...,
     margin: float = ...,
-    optimizer: Optional[str] = ...,
+    optimizer: Optional[OptimizerLike] = ...,
     precision: Optional[str] = ...,
     rescale: bool = ...,
 ) -> Plan: ...

@@ -78,7 +78,7 @@ class Step:
                              "a CUDA plan or model runs with `headroom execute`")
         layers = [layer for layer in self._trace["layers"] if layer["kind"] != "loss"]
         self._check_model(layers)
-        self._warnings = self._optimizer_warnings(document)
+        self._warnings = self._check_optimizer(document)
         for warning in self._warnings:
             print(f"headroom: warning: {warning}", file=sys.stderr)
         self._position = _Position()
@@ -148,18 +148,30 @@ class Step:
         if planned != held:
             raise InputError(f"plan: it is for model {self._trace['model']['name']} with {planned:,} parameters; "
                              f"this {type(self.model).__name__} has {held:,}")
+        # Frozen parameters hold no gradient or optimizer state: the plan counted those it was told of.
+        planned_frozen = sum(layer.get("frozen_param_bytes", 0) for layer in layers) // 4
+        frozen = sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values() if not p.requires_grad)
+        if planned_frozen != frozen:
+            raise InputError(f"plan: it is for model {self._trace['model']['name']} with {planned_frozen:,} frozen "
+                             f"parameters; this {type(self.model).__name__} has {frozen:,} (requires_grad False): "
+                             "profile the model as it trains")
 
-    def _optimizer_warnings(self, document):
-        """The plan's memory holds for the optimizer it was planned for: said where this one is another."""
-        planned = document.get("optimizer") or self._trace.get("optimizer", {}).get("name", "")
-        kind = {torch.optim.Adam: "adam", torch.optim.AdamW: "adam", torch.optim.SGD: "sgd"}.get(type(self.optimizer))
-        if kind is None:
-            return [f"the plan is for {planned}, whose state and step the profile measured; "
-                    f"{type(self.optimizer).__name__}'s may differ, and the peak with them"]
-        if kind != planned:
-            return [f"the plan is for {planned}; {type(self.optimizer).__name__} keeps other state "
-                    f"(the step's peak is not the one predicted)"]
-        return []
+    def _check_optimizer(self, document):
+        """The plan's memory holds for the state of the optimizer it was planned for: an optimizer that
+        keeps other state is refused where the budget is enforced, and said where it is not."""
+        from ._optimizer import spec_text, state_buffers
+
+        planned = (document.get("static_memory") or {}).get("optimizer") or document.get("optimizer") or \
+            self._trace.get("optimizer", {}).get("name", "")
+        given = spec_text(self.optimizer)
+        if state_buffers(given) == state_buffers(planned):
+            return []
+        message = (f"the plan is for {planned} ({state_buffers(planned)} state buffers a parameter), and this "
+                   f"{type(self.optimizer).__name__} is {given} ({state_buffers(given)}): plan with "
+                   "optimizer=this optimizer")
+        if self.enforce_budget:
+            raise InputError(f"optimizer: {message}")
+        return [message + "; the step's peak is not the one predicted"]
 
     def _checkpointed_modules(self, document, layers):
         by_block = {}

@@ -239,12 +239,14 @@ TEST_F(BadInputCli, UnknownNamesInPlansAndTraces) {
   expect_refused("execute " + strategy + " --steps 1", "$.strategies[0]: unknown strategy 'offload'");
   p = plan_;
   p["optimizer"] = "rmsprop";
-  expect_refused("simulate " + write("optimizer.json", p), "$.optimizer: unknown optimizer 'rmsprop' (known: sgd, adam)");
+  expect_refused("simulate " + write("optimizer.json", p), "$.optimizer: unknown optimizer 'rmsprop' (known: sgd, "
+                 "sgd(momentum=M), adam, adam(amsgrad), adamw, adamw(amsgrad))");
   json t = trace_;
   t["optimizer"]["name"] = "rmsprop";
   const std::string optimizer = write("optimizer-trace.json", t);
   expect_refused("plan " + optimizer + " --budget 300MiB --batch 64",
-                 optimizer + ": $.optimizer.name: unknown optimizer 'rmsprop' (known: sgd, adam)");
+                 optimizer + ": $.optimizer.name: unknown optimizer 'rmsprop' (known: sgd, "
+                 "sgd(momentum=M), adam, adam(amsgrad), adamw, adamw(amsgrad))");
   t = trace_;
   t["layers"][1]["kind"] = "GELU";
   const std::string kind = write("kind.json", t);
@@ -326,6 +328,23 @@ TEST_F(BadInputCli, TorchScriptFlagsAndFilesThatAreNotAModule) {
   expect_refused("profile --torchscript " + junk + " --input 3:float32 --loss hinge", "--loss");
   expect_refused("profile --torchscript " + junk + " --input 3:float32 --loss model --target 3:float32",
                  "--target: with --loss model");
+}
+
+// Fine-tuning's flags (docs/guide/finetuning.md): what to freeze and the optimizer's settings.
+TEST_F(BadInputCli, FreezePatternsAndOptimizerSettings) {
+  expect_refused("profile --model mlp --freeze nothing.here", "--freeze: 'nothing.here' names no parameter of mlp");
+  expect_refused("profile --model mlp --freeze '*'", "--freeze: '*' leaves no parameter of mlp to train");
+  expect_refused("profile --model mlp --freeze 'fc0,,fc1'", "--freeze: expected comma-separated patterns");
+  expect_refused("profile --model mlp --freeze '!'", "--freeze: expected comma-separated patterns");
+  expect_refused("profile --model mlp --optimizer lion", "--optimizer: unknown optimizer 'lion'");
+  expect_refused("profile --model mlp --optimizer 'sgd(momentum=2)'", "--optimizer: unknown optimizer 'sgd(momentum=2)'");
+  expect_refused("profile --model mlp --optimizer sgd --momentum 1", "--momentum: momentum must be at least 0 and below 1");
+  expect_refused("profile --model mlp --optimizer adam --momentum 0", "--momentum: only SGD has a momentum setting");
+  expect_refused("profile --model mlp --optimizer sgd --amsgrad", "--amsgrad: only adam and adamw have amsgrad");
+  expect_refused("plan " + path("t.json") + " --budget 1GiB --batch 8 --momentum 0",
+                 "--momentum: give the optimizer it sets with --optimizer (the trace's is adam)");
+  expect_refused("plan " + path("t.json") + " --budget 1GiB --batch 8 --optimizer rmsprop",
+                 "--optimizer: unknown optimizer 'rmsprop'");
 }
 
 TEST_F(BadInputCli, TypedSizesAndOutputsThatClobberAreRefusedAtOnce) {

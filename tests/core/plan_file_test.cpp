@@ -49,7 +49,8 @@ TEST(PlanFile, NumbersPastTheirRangeAreRejected) {
       // A technique no step runs, or an optimizer nothing builds: refused with the names known.
       {[&](nlohmann::json& d) { d["strategies"] = {"mbp", "offload"}; },
        "$.strategies[1]: unknown strategy 'offload' (known: mbp, checkpoint, tempo, infcl, l2l)"},
-      {[&](nlohmann::json& d) { d["optimizer"] = "rmsprop"; }, "$.optimizer: unknown optimizer 'rmsprop' (known: sgd, adam)"},
+      {[&](nlohmann::json& d) { d["optimizer"] = "rmsprop"; }, "$.optimizer: unknown optimizer 'rmsprop' (known: sgd, "
+                 "sgd(momentum=M), adam, adam(amsgrad), adamw, adamw(amsgrad))"},
       {[&](nlohmann::json& d) { d["predicted_parts"]["allreduce_seconds"] = -1; },
        "$.predicted_parts.allreduce_seconds: expected a figure from 0 to 1e18"},
       {[&](nlohmann::json& d) { d["predicted_parts"]["l2l_host_bytes"] = "3 GB"; }, "$.predicted_parts.l2l_host_bytes: expected"},

@@ -169,7 +169,8 @@ TEST(TraceJson, UnknownNamesAreRefusedWithTheKnownOnes) {
   const json good = core::to_json(testing::make_small_trace());
   json optimizer = good;
   optimizer["optimizer"]["name"] = "rmsprop";
-  EXPECT_EQ(read_error(optimizer), "t.json: $.optimizer.name: unknown optimizer 'rmsprop' (known: sgd, adam)");
+  EXPECT_EQ(read_error(optimizer), "t.json: $.optimizer.name: unknown optimizer 'rmsprop' (known: sgd, "
+                 "sgd(momentum=M), adam, adam(amsgrad), adamw, adamw(amsgrad))");
   json kind = good;
   kind["layers"][1]["kind"] = "BatchNorm";
   const std::string message = read_error(kind);

@@ -355,5 +355,51 @@ TEST(Executor, RejectsBadRequests) {
   EXPECT_THROW(executor::execute(plan_for(renamed, 1LL << 40, {4}), renamed, "t", options), core::InputError);
 }
 
+// A frozen backbone (every layer but fc): no gradient or optimizer state for it, and nothing kept
+// for backward below fc. The profile measures that, the plan counts it, and the executor, which
+// freezes the same parameters from the trace, holds what was predicted.
+TEST(Executor, AFrozenBackboneIsPredictedAsItRuns) {
+  const std::map<std::string, std::string> cnn = {{"image", "16"}, {"width", "8"}, {"stages", "2"}};
+  models::Model model = models::build_zoo_model("cnn", cnn, 0);
+  model.freeze({"*", "!fc"});
+  std::int64_t fc_bytes = 0;
+  for (const auto& p : model.trainable_parameters()) fc_bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
+  profiler::ProfileOptions profile;
+  profile.batch_sizes = {1, 2, 4};
+  profile.repeats = 1;
+  profile.timing_seconds = 0;
+  const core::Trace trace = profiler::profile(model, profile);
+  EXPECT_EQ(trace.model.freeze, (std::vector<std::string>{"*", "!fc"}));
+  EXPECT_EQ(trace.trainable_param_bytes(), fc_bytes);
+  EXPECT_EQ(trace.optimizer.state_bytes, 2 * fc_bytes);  // Adam's two moments, for fc alone
+  for (const auto& layer : trace.layers) {
+    if (layer.name == "fc" || layer.name == "loss") continue;
+    // Nothing below fc needs a gradient, so autograd keeps nothing there (the pool's output is fc's input,
+    // which fc keeps: it counts at its producer).
+    if (layer.name != "pool") {
+      EXPECT_EQ(layer.samples.back().kept_bytes, 0) << layer.name;
+    }
+    EXPECT_EQ(layer.frozen_param_bytes, layer.param_bytes) << layer.name;
+  }
+  for (const auto& step : trace.steps) {
+    EXPECT_EQ(step.static_bytes, trace.param_bytes() + fc_bytes + 2 * fc_bytes + trace.model_extra_bytes);
+  }
+
+  planner::PlanRequest request;
+  request.budget_bytes = std::int64_t{1} << 40;
+  request.global_batch = 8;
+  request.trace_path = "t";
+  request.trace_sha256 = std::string(64, '0');
+  const planner::PlanOutcome outcome = planner::plan_step(trace, request);
+  ASSERT_TRUE(outcome.plan);
+  executor::ExecuteOptions options;
+  options.steps = 2;
+  options.warmup_steps = 1;
+  const auto run = executor::execute(*outcome.plan, trace, "t", options);
+  ASSERT_EQ(run.status, "ok");
+  EXPECT_LE(run.measured.peak_bytes, outcome.plan->predicted.peak_bytes);
+  EXPECT_GE(static_cast<double>(run.measured.peak_bytes), 0.99 * static_cast<double>(outcome.plan->predicted.peak_bytes));
+}
+
 }  // namespace
 }  // namespace headroom

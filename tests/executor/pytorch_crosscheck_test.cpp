@@ -162,7 +162,7 @@ nlohmann::json planned_step_against_pytorch(const Exported& exported, const std:
   const fs::path path = directory / "step-data.pt";
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   const core::Precision theirs = reference.value_or(precision);
-  return python("step --model " + exported.file + " --data " + path.string() + " --loss cross-entropy --optimizer sgd" +
+  return python("step --model " + exported.file + " --data " + path.string() + " --loss cross-entropy-last --optimizer sgd" +
                 (theirs == core::Precision::Bf16Autocast ? " --autocast bf16 --no-graph-optimize" : "") +
                 (theirs == core::Precision::Bf16 ? " --dtype bf16 --no-graph-optimize" : "") +
                 (theirs == core::Precision::Fp32 ? " --float64-reference" : ""));

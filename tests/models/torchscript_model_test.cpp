@@ -253,6 +253,61 @@ TEST(TorchScriptModel, PrecisionsInOneTraceShareTheSizesOneOfThemLocated) {
   fs::remove(path);
 }
 
+// Per-pixel class scores [N, 5, 4, 4]: cross-entropy reads the classes along dimension 1, as
+// PyTorch's does, or the last where the config says so; a config from before class_dim (a trace
+// recorded then) reads the last, as it was measured.
+TEST(TorchScriptModel, CrossEntropyTakesItsClassesWherePyTorchDoes) {
+  torch::jit::Module pixels = scripted("Pixels");
+  pixels.register_parameter("w", torch::randn({5, 3, 1, 1}).requires_grad_(), false);
+  pixels.define("def forward(self, x):\n    return torch.conv2d(x, self.w)\n");
+  torch::jit::Module mix = scripted("Mix");
+  mix.register_parameter("w", torch::randn({5, 5, 1, 1}).requires_grad_(), false);
+  mix.define("def forward(self, x):\n    return torch.conv2d(x, self.w)\n");
+  const fs::path path = save_module("pixels.pt", {{"pixels", pixels}, {"mix", mix}},
+                                    "def forward(self, x):\n    return self.mix.forward(self.pixels.forward(x))\n");
+  const std::map<std::string, std::string> input{{"input", "3x4x4:float32"}, {"depth", "1"}};
+  auto with = [&](const std::map<std::string, std::string>& more) {
+    auto config = input;
+    config.insert(more.begin(), more.end());
+    return models::load_torchscript_model(path.string(), config, 0);
+  };
+  const models::Model dim1 = with({{"class_dim", "1"}});
+  EXPECT_EQ(dim1.config().values().at("target"), "4x4:int64:0-5");
+  const models::Batch batch = dim1.make_batch(3, 1);
+  const torch::Tensor scores = dim1.forward_to(batch, 1);
+  EXPECT_TRUE(torch::allclose(dim1.forward(batch), torch::cross_entropy_loss(scores, batch.target)));
+  EXPECT_EQ(with({{"class_dim", "last"}}).config().values().at("target"), "5x4:int64:0-4");
+  const models::Model older = with({});
+  EXPECT_EQ(older.config().values().at("target"), "5x4:int64:0-4");
+  EXPECT_EQ(older.config().values().at("class_dim"), "last");
+  EXPECT_EQ(error_of([&] { with({{"class_dim", "2"}}); }),
+            "class_dim: expected 1 (PyTorch's, [N, C, d1, ...]) or last ([N, T, V]), got '2'");
+  EXPECT_EQ(error_of([&] { with({{"class_dim", "1"}, {"loss", "mse"}}); }),
+            "class_dim: only cross-entropy has classes, and the loss is mse");
+  fs::remove(path);
+}
+
+// A module's own requires_grad flags are read as they are, --freeze patterns name its parameters
+// by path, and both come back when the trace's source is rebuilt.
+TEST(TorchScriptModel, FrozenParametersAreTheModulesOwnAndThePatterns) {
+  torch::manual_seed(1);
+  torch::jit::Module fc1 = dense("A", 8, 16);
+  for (auto p : fc1.parameters()) p.set_requires_grad(false);
+  const fs::path path = save_module("frozen.pt", {{"fc1", fc1}, {"fc2", dense("B", 16, 16)}, {"out", head(16, 5)}},
+                                    kChainForward);
+  models::Model model = models::load_torchscript_model(path.string(), features_input(), 0);
+  EXPECT_EQ(model.trainable_parameters().size(), model.parameters().size() - 2);
+  model.freeze({"fc2"});
+  EXPECT_EQ(model.trainable_parameters().size(), model.parameters().size() - 4);
+  const models::Model again = models::build_model(models::model_source(model), 0);
+  EXPECT_EQ(again.trainable_parameters().size(), model.trainable_parameters().size());
+  EXPECT_EQ(again.freeze_patterns(), (std::vector<std::string>{"fc2"}));
+  models::Model other = models::load_torchscript_model(path.string(), features_input(), 0);
+  EXPECT_EQ(error_of([&] { other.freeze({"fc9"}); }).rfind("--freeze: 'fc9' names no parameter of ", 0), 0u);
+  EXPECT_NE(error_of([&] { other.freeze({"fc2", "out"}); }).find("leaves no parameter of"), std::string::npos);
+  fs::remove(path);
+}
+
 TEST(TorchScriptModel, MalformedModulesAreRefusedWithOneLine) {
   const auto refuse = [](const fs::path& path, const std::map<std::string, std::string>& config) {
     const std::string message = error_of([&] { models::load_torchscript_model(path.string(), config, 0); });

@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""Fine-tuning rows: each model profiled from Python as it trains (frozen parameters, adapters, its
+optimizer), planned at a fraction of what its whole batch needs, applied in a plain loop, and the
+step's predicted peak and time put beside the measured ones with the gradients' difference from the
+whole batch's step. A row is examples/python/plain_loop.py run with its flags.
+
+  PYTHONPATH=build/default/python /usr/bin/python3 bench/finetune_rows.py [--rows resnet18-fc,...] [--steps 20]
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LOOP = os.path.join(HERE, "..", "examples", "python", "plain_loop.py")
+
+# name: plain_loop.py's flags
+ROWS = {
+    "resnet18": ["--model", "resnet18"],
+    "resnet18-fc": ["--model", "resnet18", "--freeze", "*,!fc"],
+    "resnet18-layer4-fc": ["--model", "resnet18", "--freeze", "*,!layer4,!fc"],
+    "resnet18-amsgrad": ["--model", "resnet18", "--optimizer", "adam(amsgrad)"],
+    "mobilenet-sgd": ["--model", "mobilenet_v3_small", "--optimizer", "sgd(momentum=0)"],
+    "mobilenet-sgd-momentum": ["--model", "mobilenet_v3_small", "--optimizer", "sgd"],
+    "lm-lora": ["--model", "lm-lora"],
+    "unet": ["--model", "unet"],
+}
+
+
+def run_row(name, flags, args, folder):
+    report = os.path.join(folder, name + ".json")
+    command = [sys.executable, LOOP, *flags, "--batch", str(args.batch), "--fraction", str(args.fraction),
+               "--steps", str(args.steps), "--image-size", str(args.image_size), "--report", report]
+    if args.threads:
+        command += ["--threads", str(args.threads)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if not os.path.exists(report):
+        return {"row": name, "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    with open(report) as f:
+        document = json.load(f)
+    difference = re.search(r"max relative difference ([0-9.e+-]+)", done.stdout)
+    whole = re.search(r"the whole batch needs ([0-9.]+) MiB", done.stdout)
+    static = re.search(r"static memory +(.*)", done.stdout)
+    predicted, measured = document["predicted"], document["measured"]
+    return {"row": name, "whole_batch_mib": float(whole.group(1)) if whole else None,
+            "budget_bytes": document.get("budget_bytes"),
+            "predicted_peak": predicted["peak_bytes"], "measured_peak": measured["peak_bytes"],
+            "peak_over": (predicted["peak_bytes"] - measured["peak_bytes"]) / measured["peak_bytes"],
+            "predicted_rate": predicted["samples_per_second"], "measured_rate": measured["samples_per_second"],
+            "gradient_difference": float(difference.group(1)) if difference else None,
+            "static_memory": static.group(1).strip() if static else "", "exit": done.returncode}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--fraction", type=float, default=0.6)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--image-size", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args()
+    names = args.rows.split(",")
+    unknown = [n for n in names if n not in ROWS]
+    if unknown:
+        parser.error(f"--rows: unknown {', '.join(unknown)} (known: {', '.join(ROWS)})")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="headroom-finetune-") as folder:
+        for name in names:
+            print(f"{name}...", file=sys.stderr, flush=True)
+            rows.append(run_row(name, ROWS[name], args, folder))
+    print("| row | whole batch | predicted peak | measured peak | over | predicted samples/s | measured | gradients |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['row']} | failed: {r['error']} |||||||")
+            continue
+        print(f"| {r['row']} | {r['whole_batch_mib']:.1f} MiB | {r['predicted_peak']:,} | {r['measured_peak']:,} | "
+              f"{100 * r['peak_over']:+.2f}% | {r['predicted_rate']:.1f} | {r['measured_rate']:.1f} | "
+              f"{r['gradient_difference']:.1e} |")
+    for r in rows:
+        if r.get("static_memory"):
+            print(f"{r['row']}: {r['static_memory']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0 if all("error" not in r and r["exit"] == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
