@@ -12,15 +12,16 @@
 #include <utility>
 
 #include "core/errors.h"
-#include "core/trace_merge.h"
-#include "models/model_source.h"
 #include "core/freeze_patterns.h"
 #include "core/optimizer_spec.h"
+#include "core/trace_merge.h"
+#include "models/model_source.h"
 #include "models/torchscript_model.h"
 #include "models/zoo.h"
 #include "report/trace_report.h"
 #include "runtime/calibration_cache.h"
 #include "runtime/host_info.h"
+#include "runtime/precision_support.h"
 
 namespace headroom::cli {
 namespace {
@@ -350,10 +351,16 @@ core::Trace run_profile(const ProfileArgs& args, std::optional<profiler::GpuStep
   }
   PrecisionProfiles profiles(args, options);
   if (base) core::expect_same_model(base->model, models::model_source(profiles.model()));
-  // Every precision asked for is refused or accepted before the first is measured.
+  // Every precision asked for is refused or accepted before the first is measured, and one the
+  // CPU does not compute natively is said, with its price here.
   for (const core::Precision precision : precisions) {
     options.precision = precision;
     profiler::check_profile_options(profiles.model(), options);
+    if (options.device == "cpu") {
+      if (const std::string warning = runtime::cpu_precision_warning(precision); !warning.empty()) {
+        std::cerr << "headroom: warning: " << warning << "\n";
+      }
+    }
   }
   profiles.say_when_profiling_starts(use_idle_cores(options));
   options.on_gpu_step = [&gpu_step, largest = options.batch_sizes.back()](std::int64_t batch,

@@ -122,12 +122,14 @@ def main():
                 check(f"step {name} {optimizer} sees a perturbed weight", diff is not None and diff > 1e-5,
                       f"max_rel_diff {diff}")
 
-            rc, out, err = step_script("peak", "--model", model, "--input", spec, "--batch", "4", "--optimizer", "adam")
+            rc, out, err = step_script("peak", "--model", model, "--input", spec, "--batch", "4", "--optimizer", "adam",
+                                       "--loss", loss)
             result = json.loads(out) if rc == 0 else {}
             check(f"peak {name}", rc == 0 and result["consistent"] and result["step_peak_bytes"] > result["data_bytes"] > 0,
                   f"step peak {result.get('step_peak_bytes')} B, static {result.get('static_bytes')} B" if rc == 0
                   else err.strip())
             rc, out, err = step_script("loop", "--model", model, "--input", spec, "--batch", "4", "--steps", "3",
+                                       "--loss", loss,
                                        "--warmup", "1", "--threads", "1")
             result = json.loads(out) if rc == 0 else {}
             check(f"loop {name}", rc == 0 and result["samples_per_second"] > 0,

@@ -289,7 +289,7 @@ TEST_F(PyTorchCrossCheck, PlainStepPeakAgreesWithTorchProfiler) {
     const core::Trace trace = profiler::profile(model, options);
     const core::StepSample& step = trace.steps.front();
     const nlohmann::json py = python("peak --model " + exported.file + input_flags(exported) + " --batch " +
-                                     std::to_string(batch) + " --optimizer sgd");
+                                     std::to_string(batch) + " --optimizer sgd --loss cross-entropy-last");
     // Both sides hold parameters, gradients, momentum and buffers; headroom also counts the
     // module's debug records (what loading keeps), which PyTorch's profiler does not see.
     const std::int64_t debug_records = debug_record_bytes(model);
@@ -368,7 +368,7 @@ TEST_F(PyTorchCrossCheck, Bf16AutocastPlainStepPeakAgreesWithTorchProfiler) {
   options.precision = core::Precision::Bf16Autocast;
   const core::Trace trace = profiler::profile(model, options);
   const nlohmann::json py = python("peak --model " + exported.file + input_flags(exported) +
-                                   " --batch 8 --optimizer sgd --autocast bf16 --no-graph-optimize");
+                                   " --batch 8 --optimizer sgd --autocast bf16 --no-graph-optimize --loss cross-entropy-last");
   const auto headroom_peak = static_cast<double>(trace.steps.front().peak_bytes - debug_record_bytes(model));
   const double torch_peak = py["peak_bytes"].get<double>();
   std::printf("language_model under bf16 autocast at batch 8: headroom %.0f B, torch.profiler %.0f B: %.2f%%\n",
