@@ -249,6 +249,8 @@ void compare_layers(const core::Trace& base, const core::Trace& next, TraceCompa
 void compare_totals(const core::Trace& base, const core::Trace& next, TraceComparison& out) {
   const std::int64_t largest = out.common_batches.back();
   out.parameters = {"parameter bytes", static_cast<double>(base.param_bytes()), static_cast<double>(next.param_bytes())};
+  out.trainable_parameters = {"trainable parameter bytes", static_cast<double>(base.trainable_param_bytes()),
+                              static_cast<double>(next.trainable_param_bytes())};
   const core::StepSample* base_step = step_at(base, largest);
   const core::StepSample* next_step = step_at(next, largest);
   out.static_bytes = {"static bytes", static_cast<double>(base_step->static_bytes), static_cast<double>(next_step->static_bytes)};

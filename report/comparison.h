@@ -65,6 +65,8 @@ struct TraceComparison {
   std::string times_note;  // why times are left out, when they are
   Change activations_per_sample{"activations bytes/sample"};
   Change parameters{"parameter bytes"};
+  // Of the parameters, those that train (the rest frozen: no gradient, no optimizer state).
+  Change trainable_parameters{"trainable parameter bytes"};
   Change static_bytes{"static bytes"};
   Change step_peak{"step peak bytes"};        // at the largest common batch
   Change step_time{"step ms/sample"};         // likewise; only when times are compared

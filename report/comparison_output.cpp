@@ -153,7 +153,9 @@ std::string render_comparison(const TraceComparison& c, const std::string& base_
   }
 
   Table summary(format, {"what", "base", "new", "change", "%"}, 1);
-  for (const Change* s : {&c.activations_per_sample, &c.parameters, &c.static_bytes, &c.step_peak}) summary.add(change_cells(*s));
+  for (const Change* s : {&c.activations_per_sample, &c.parameters, &c.trainable_parameters, &c.static_bytes, &c.step_peak}) {
+    summary.add(change_cells(*s));
+  }
   if (c.times_compared) summary.add(change_cells(c.step_time));
   summary.add(change_cells(c.planned.largest_batch));
   summary.add(change_cells(c.planned.samples_per_second));
@@ -195,7 +197,9 @@ nlohmann::json comparison_json(const TraceComparison& c, const std::string& base
     layers.push_back({{"name", layer.name}, {"status", layer.status}, {"memory", memory}, {"time", time}, {"batches", at}});
   }
   nlohmann::json summary = nlohmann::json::array();
-  for (const Change* s : {&c.activations_per_sample, &c.parameters, &c.static_bytes, &c.step_peak}) summary.push_back(change_json(*s));
+  for (const Change* s : {&c.activations_per_sample, &c.parameters, &c.trainable_parameters, &c.static_bytes, &c.step_peak}) {
+    summary.push_back(change_json(*s));
+  }
   if (c.times_compared) summary.push_back(change_json(c.step_time));
   return {{"schema", kCompareSchema},
           {"kind", "trace"},

@@ -166,6 +166,7 @@ QWidget* MainWindow::build_controls() {
 
   auto* trace_box = new QGroupBox("Trace", panel);
   trace_label_ = new QLabel("none: File > Open, or drop a trace.json", trace_box);
+  trace_label_->setObjectName("traceLabel");
   trace_label_->setWordWrap(true);
   (new QVBoxLayout(trace_box))->addWidget(trace_label_);
   QGroupBox* budget_box = build_budget_box(panel);

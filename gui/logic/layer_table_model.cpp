@@ -120,7 +120,13 @@ QVariant LayerTableModel::data(const QModelIndex& index, int role) const {
     case Name: return QString::fromStdString(layer.name);
     case Kind: return QString::fromStdString(layer.kind);
     case Block: return layer.block < 0 ? QStringLiteral("-") : QString::number(layer.block);
-    case Params: return QString::fromStdString(core::format_bytes(row.param_bytes));
+    case Params: {
+      // Frozen parameters hold no gradient or optimizer state: said beside their bytes.
+      const QString bytes = QString::fromStdString(core::format_bytes(row.param_bytes));
+      if (layer.frozen_param_bytes == 0) return bytes;
+      if (layer.frozen_param_bytes == layer.param_bytes) return bytes + QStringLiteral(" frozen");
+      return bytes + QStringLiteral(" (%1 frozen)").arg(QString::fromStdString(core::format_bytes(layer.frozen_param_bytes)));
+    }
     case KeptPerSample: return QString::fromStdString(core::format_bytes(static_cast<std::int64_t>(row.kept_per_sample)));
     case ForwardTime:
       return role == Qt::ToolTipRole ? QString::fromStdString(core::format_duration_ns(row.fwd_ns))

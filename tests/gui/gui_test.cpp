@@ -1159,6 +1159,34 @@ class GuiTest : public QObject {
     save_shot(window, "l2l");
   }
 
+  // A fine-tuning trace: the trace's line says how much trains, the layer table which layers are
+  // frozen, and the whole batch needs less than with every parameter trained.
+  void frozenParametersAreShownAndHoldNoState() {
+    QTemporaryDir dir;
+    core::Trace trace = core::read_trace_file(committed("cpu-cnn.json").toStdString());
+    const core::Trace trained = trace;
+    for (auto& layer : trace.layers) {
+      if (layer.name != "fc") layer.frozen_param_bytes = layer.param_bytes;
+    }
+    trace.model.freeze = {"*", "!fc"};
+    const std::string path = dir.filePath("frozen.json").toStdString();
+    core::write_trace_file(path, trace);
+    MainWindow window;
+    window.resize(1400, 880);
+    window.show();
+    QVERIFY(window.open_trace(QString::fromStdString(path)) && settle(window));
+    QVERIFY(window.findChild<QLabel*>("traceLabel")->text().contains(" trainable)"));
+    LayerTableModel* model = window.layer_model();
+    QCOMPARE(model->data(model->index(0, LayerTableModel::Params)).toString(),
+             QString::fromStdString(core::format_bytes(trace.layers[0].param_bytes)) + " frozen");
+    // The trace's optimizer state is as measured, so what differs is the frozen layers' gradients.
+    const std::string trained_path = dir.filePath("trained.json").toStdString();
+    core::write_trace_file(trained_path, trained);
+    QCOMPARE(compute_plan(*load_trace_document(path), inputs(1ll << 40, 64)).plan->predicted.peak_bytes +
+                 trace.frozen_param_bytes(),
+             compute_plan(*load_trace_document(trained_path), inputs(1ll << 40, 64)).plan->predicted.peak_bytes);
+  }
+
   // Over a slow link, L2L keeps its first stages on the device where they fit (L2L from a
   // chosen block on): the summary names the block, and the chart's peak is the plan's, their
   // parameters and optimizer state drawn under everything else.
