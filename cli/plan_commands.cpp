@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
-#include "core/optimizer_spec.h"
 #include "core/host_memory.h"
+#include "core/optimizer_spec.h"
 #include "core/plan.h"
 #include "core/rescale.h"
 #include "core/sha256.h"
@@ -22,6 +23,7 @@
 #include "planner/plan_search.h"
 #include "planner/technique.h"
 #include "report/plan_report.h"
+#include "runtime/host_info.h"
 #include "simulator/simulator.h"
 
 namespace headroom::cli {
@@ -145,6 +147,10 @@ Infeasible infeasible(const PlanArgs& args, const core::Trace& trace, const plan
 
 // What a technique the plan uses, or one asked for by name, adds (L2L: what else the budget
 // trains), and the other precisions' plans.
+bool uses_bfloat16(core::Precision precision) {
+  return precision == core::Precision::Bf16 || precision == core::Precision::Bf16Autocast;
+}
+
 std::string techniques_and_precisions(const core::Trace& trace, const planner::PlanRequest& request,
                                       const planner::PlanningMachine& machine, bool all, const core::Plan& plan) {
   std::string out;
@@ -155,8 +161,29 @@ std::string techniques_and_precisions(const core::Trace& trace, const planner::P
   }
   if (!trace.other_precisions.empty()) {
     out += "\n" + report::render_precision_comparison(planner::plan_each_precision(trace, request, machine, plan), trace.precision);
+    std::string emulated;
+    for (const core::Precision p : trace.precisions()) {
+      if (trace.device.kind == "cpu" && uses_bfloat16(p) && !runtime::cpu_has_native_bf16()) {
+        emulated += (emulated.empty() ? "" : ", ") + std::string(core::precision_name(p));
+      }
+    }
+    if (!emulated.empty()) {
+      out += "  " + emulated + ": this CPU has no native bfloat16 arithmetic; the samples/s above are for a CPU that has it\n";
+    }
   }
   return out;
+}
+
+// Where the plan is for this CPU and it lacks bfloat16 instructions, its bf16 times (the trace's,
+// rescaled by float32 kernels) are not this machine's: said, and `profile` here times the price.
+std::optional<std::string> bfloat16_warning(const core::Trace& trace, bool for_this_machine) {
+  if (!for_this_machine || trace.device.kind != "cpu" || !uses_bfloat16(trace.precision) || runtime::cpu_has_native_bf16()) {
+    return std::nullopt;
+  }
+  return "this CPU has no native bfloat16 arithmetic (no avx512_bf16 or amx_bf16): the plan's " +
+         std::string(core::precision_name(trace.precision)) + " times hold for a CPU that has it; here its matrix " +
+         "products run several times slower (`headroom profile --precision " +
+         std::string(core::precision_name(trace.precision)) + "` on this machine says how much, before it starts)";
 }
 
 }  // namespace
@@ -175,6 +202,9 @@ PlanMade make_plan(const PlanArgs& args) {
   const planner::PlanningMachine machine{here.calibration, here.note, core::headroom_regime()};
   planner::PlanOutcome outcome = planner::plan_for_machine(trace, request, machine);
   if (!outcome.plan) throw infeasible(args, trace, request, outcome);
+  if (const auto warning = bfloat16_warning(trace, args.calibrate_here && !args.no_rescale)) {
+    outcome.plan->warnings.push_back(*warning);
+  }
   std::string summary = report::render_plan_summary(*outcome.plan);
   PlanMade made{std::move(*outcome.plan), std::move(summary), {}};
   // Asked for once the plan is out (written, printed): a precision comparison plans again.

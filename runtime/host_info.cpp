@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace headroom::runtime {
 
@@ -37,6 +39,39 @@ core::DeviceInfo cpu_device_info() {
   info.name += " (" + std::to_string(std::thread::hardware_concurrency()) + " cores)";
   info.total_memory_bytes = static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
   return info;
+}
+
+namespace {
+
+// The CPU's flags line, as words.
+std::vector<std::string> cpu_flags() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::vector<std::string> out;
+    for (std::string word; words >> word;) out.push_back(word);
+    return out;
+  }
+  return {};
+}
+
+// Whether DNNL_MAX_CPU_ISA keeps oneDNN below the bfloat16 instructions (AVX2, AVX512_CORE, ...).
+bool isa_capped_below_bf16() {
+  const char* cap = std::getenv("DNNL_MAX_CPU_ISA");
+  if (cap == nullptr || *cap == '\0') return false;
+  std::string isa(cap);
+  std::transform(isa.begin(), isa.end(), isa.begin(), [](unsigned char c) { return std::toupper(c); });
+  return isa.find("BF16") == std::string::npos && isa.find("AMX") == std::string::npos && isa != "ALL";
+}
+
+}  // namespace
+
+bool cpu_has_native_bf16() {
+  if (isa_capped_below_bf16()) return false;
+  const auto flags = cpu_flags();
+  return std::any_of(flags.begin(), flags.end(), [](const std::string& f) { return f == "avx512_bf16" || f == "amx_bf16"; });
 }
 
 int usable_cores() {

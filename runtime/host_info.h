@@ -11,6 +11,10 @@ core::DeviceInfo cpu_device_info();
 // The cores this process may run on (its affinity mask, which a container or taskset narrows).
 int usable_cores();
 
+// Whether this CPU computes bfloat16 natively: oneDNN's bfloat16 kernels need avx512_bf16 (or AMX),
+// from /proc/cpuinfo's flags, within the instruction set DNNL_MAX_CPU_ISA lets oneDNN use.
+bool cpu_has_native_bf16();
+
 // What the cores this process may use have done since boot, from /proc/stat and getrusage.
 struct CpuUsage {
   double wall_s = 0;

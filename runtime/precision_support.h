@@ -6,11 +6,9 @@
 #include <string>
 
 #include "core/precision.h"
+#include "runtime/host_info.h"  // cpu_has_native_bf16
 
 namespace headroom::runtime {
-
-// From /proc/cpuinfo's flags, within the instruction set DNNL_MAX_CPU_ISA lets oneDNN use.
-bool cpu_has_native_bf16();
 
 // Empty where `precision` runs natively on this CPU (fp32 always does); otherwise one line naming
 // what the CPU lacks and the price: a 512x512 matrix product timed here in bfloat16 and float32.

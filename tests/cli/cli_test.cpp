@@ -483,6 +483,22 @@ TEST(Cli, ATraceOfSeveralPrecisionsIsPlannedInTheOneChosen) {
                         "bf16 only, and this trace measured fp16-autocast");
   expect_one_line_error(run("plan " + trace + " --budget 64MiB --batch 4 --precision '' -o " + plan),
                         "--precision: expected a precision");
+  {
+    // On a CPU without bfloat16 instructions (as oneDNN is capped here) the plan and the comparison say
+    // that the bf16 times are not this machine's.
+    const testing::ScopedEnv capped("DNNL_MAX_CPU_ISA", "AVX2");
+    const auto emulated = run("plan " + trace + " --budget 64MiB --batch 4 --precision bf16 -o " + plan);
+    ASSERT_EQ(emulated.exit_code, 0) << emulated.err;
+    EXPECT_NE(emulated.out.find("warning          this CPU has no native bfloat16 arithmetic (no avx512_bf16 or amx_bf16): "
+                                "the plan's bf16 times hold for a CPU that has it"),
+              std::string::npos)
+        << emulated.out;
+    EXPECT_NE(emulated.out.find("  bf16: this CPU has no native bfloat16 arithmetic; the samples/s above are for a CPU"),
+              std::string::npos)
+        << emulated.out;
+    EXPECT_EQ(run("plan " + trace + " --budget 64MiB --batch 4 -o " + plan).out.find("no native bfloat16 arithmetic (no"),
+              std::string::npos);  // the fp32 plan's own times hold
+  }
   fs::remove_all(dir);
 }
 
