@@ -149,21 +149,10 @@ def language_model_loss(logits, targets):
 
 def build(name, image_size=128):
     """(model, loss_fn, make_batch(batch, seed) -> (inputs, targets), what headroom.profile takes)."""
-    if name == "resnet18":
+    if name in ("resnet18", "mobilenet_v3_small"):
         import torchvision
 
-        model = torchvision.models.resnet18(num_classes=100)
-
-        def make_batch(batch, seed=0):
-            g = torch.Generator().manual_seed(seed)
-            return (torch.randn(batch, 3, image_size, image_size, generator=g),
-                    torch.randint(0, 100, (batch,), generator=g))
-
-        return model, nn.CrossEntropyLoss(), make_batch, {}
-    if name == "mobilenet_v3_small":
-        import torchvision
-
-        model = torchvision.models.mobilenet_v3_small(num_classes=100)
+        model = getattr(torchvision.models, name)(num_classes=100)
 
         def make_batch(batch, seed=0):
             g = torch.Generator().manual_seed(seed)
