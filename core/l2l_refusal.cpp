@@ -6,7 +6,7 @@ std::string l2l_refusal(const Trace& trace) {
   if (trace.contrastive_loss) {
     return "its contrastive loss couples every micro-batch, and L2L computes each micro-batch's loss alone";
   }
-  if (trace.model.file) return "it is a TorchScript module, and L2L runs only the zoo's models stage by stage";
+  if (trace.model.is_users_module()) return "it is a module of your own, and L2L runs only the zoo's models stage by stage";
   if (trace.has_frozen_parameters()) {
     return "some of its parameters are frozen, and L2L relays and steps every stage's parameters as trained ones";
   }

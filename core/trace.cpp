@@ -153,6 +153,7 @@ nlohmann::json model_to_json(const ModelInfo& model) {
   nlohmann::json out = {{"name", model.name}, {"config", std::move(config)}};
   if (model.file) out["file"] = {{"path", model.file->path}, {"sha256", model.file->sha256}};
   if (!model.freeze.empty()) out["freeze"] = model.freeze;
+  if (!model.capture.empty()) out["capture"] = model.capture;
   return out;
 }
 
@@ -404,7 +405,7 @@ LayerProfile read_layer(const JsonNode& node, int expected_id, const std::vector
   if (layer.kind.empty()) node.at("kind").fail("expected a non-empty kind");
   if (zoo && !is_known(kZooLayerKinds, layer.kind)) {
     node.at("kind").fail("unknown layer kind '" + layer.kind + "' for a zoo model (known: " + name_list(kZooLayerKinds) +
-                         "; a TorchScript module's trace, with \"model.file\", may have any)");
+                         "; a module's own trace, with \"model.file\" or \"model.capture\", may have any)");
   }
   const auto block = node.at("block");
   const std::int64_t block_index = block.as_int();
@@ -504,6 +505,11 @@ ModelInfo read_model(const JsonNode& model) {
     const bool hex = f.sha256.size() == 64 && f.sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
     if (!hex) file.at("sha256").fail("expected 64 lower-case hex digits");
     info.file = std::move(f);
+  }
+  if (model.has("capture")) {
+    info.capture = model.at("capture").as_string();
+    if (info.capture != "eager") model.at("capture").fail("expected eager (absent for the zoo's models and TorchScript files)");
+    if (info.file) model.at("capture").fail("an eager capture has no TorchScript file");
   }
   if (model.has("freeze")) {
     for (const auto& pattern : model.at("freeze").elements()) {
@@ -666,7 +672,7 @@ std::vector<LayerProfile> read_layers(const JsonNode& root, const Trace& trace) 
   std::vector<LayerProfile> out;
   std::map<std::string, std::size_t> names;
   for (std::size_t i = 0; i < layers.size(); ++i) {
-    out.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes, trace.device.is_cuda(), !trace.model.file));
+    out.push_back(read_layer(layers[i], static_cast<int>(i), trace.batch_sizes, trace.device.is_cuda(), !trace.model.is_users_module()));
     // Plans, reports and the desktop app name layers: a name must say which one.
     const auto [earlier, fresh] = names.emplace(out.back().name, i);
     if (!fresh) {

@@ -281,6 +281,19 @@ void Model::to(torch::Device device) {
   if (foreign_) foreign_->to(device);
 }
 
+void Model::set_whole_forward(std::shared_ptr<ForeignModules> modules, WholeForward forward, KnownSaves saves,
+                              std::string capture) {
+  if (saves.inputs.size() != layers_.size() || saves.output.size() != layers_.size()) {
+    throw std::logic_error("set_whole_forward: saves for " + std::to_string(saves.inputs.size()) + " layers, the model has " +
+                           std::to_string(layers_.size()));
+  }
+  foreign_ = std::move(modules);
+  whole_forward_ = std::move(forward);
+  known_saves_ = std::move(saves);
+  capture_ = std::move(capture);
+  apply_foreign_modes();
+}
+
 void Model::set_foreign_modules(std::shared_ptr<ForeignModules> modules, core::ModelFile file) {
   foreign_ = std::move(modules);
   file_ = std::move(file);
@@ -313,6 +326,7 @@ void Model::set_batchnorm_eval(bool eval) {
 }
 
 torch::Tensor Model::forward(const Batch& batch, LayerObserver* observer) const {
+  if (whole_forward_) return whole_forward_(batch, observer);
   return forward_to(batch, static_cast<int>(layers_.size()) - 1, observer);
 }
 
@@ -320,6 +334,7 @@ torch::Tensor Model::forward_to(const Batch& batch, int last) const { return for
 
 torch::Tensor Model::forward_to(const Batch& batch, int last, LayerObserver* observer) const {
   if (layers_.empty()) throw std::logic_error("model " + name_ + " has no layers");
+  if (whole_forward_) throw std::logic_error("model " + name_ + " runs whole (" + capture_ + "): its layers do not run alone");
   if (last < 0 || last >= static_cast<int>(layers_.size())) throw std::out_of_range("forward_to: no layer " + std::to_string(last));
   std::vector<torch::Tensor> outputs(layers_.size());
   for (std::size_t i = 0; i <= static_cast<std::size_t>(last); ++i) {

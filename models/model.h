@@ -79,6 +79,16 @@ class LayerObserver {
   virtual void after_layer(int /*layer*/, const torch::Tensor& /*output*/) {}
 };
 
+// A module run whole, as its own code runs it (a Python nn.Module in eager PyTorch): its forward
+// reports each layer (a submodule's call) to the observer as it happens and returns the loss. Its
+// layers do not run one at a time, so what each keeps for backward is known beforehand
+// (KnownSaves, from the module's own run) rather than found by running it alone.
+using WholeForward = std::function<torch::Tensor(const Batch& batch, LayerObserver* observer)>;
+struct KnownSaves {
+  std::vector<std::vector<bool>> inputs;  // per layer, per input: kept for backward
+  std::vector<bool> output;               // per layer: its output kept by its own backward
+};
+
 // Modules that are not headroom's own (a user's TorchScript module): they hold the parameters,
 // move themselves and set their own training modes, which the model's layers cannot reach.
 class ForeignModules {
@@ -138,6 +148,13 @@ class Model {
 
   // The model's layers run modules it does not own (see ForeignModules), loaded from `file`.
   void set_foreign_modules(std::shared_ptr<ForeignModules> modules, core::ModelFile file);
+  // The modules run whole (see WholeForward), captured as `capture` ("eager"): forward() runs
+  // `forward`, and forward_to() and layers alone are refused. `saves` has one entry per layer.
+  void set_whole_forward(std::shared_ptr<ForeignModules> modules, WholeForward forward, KnownSaves saves,
+                         std::string capture);
+  bool runs_whole() const { return static_cast<bool>(whole_forward_); }
+  const KnownSaves* known_saves() const { return whole_forward_ ? &known_saves_ : nullptr; }
+  const std::string& capture() const { return capture_; }
   // Allocated for the model's life besides its parameters: buffers, what its batch generator keeps,
   // what a loader keeps. Measured as the model is built (models/build_allocations.h).
   std::int64_t extra_resident_bytes() const { return extra_resident_bytes_; }
@@ -185,6 +202,9 @@ class Model {
   std::optional<core::ModelFile> file_;
   std::int64_t extra_resident_bytes_ = 0;
   std::vector<std::string> freeze_;
+  WholeForward whole_forward_;
+  KnownSaves known_saves_;
+  std::string capture_;
 };
 
 // The batches' samples one after another, each input and the target concatenated along dimension 0.

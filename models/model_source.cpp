@@ -9,6 +9,10 @@
 namespace headroom::models {
 
 Model build_model(const ModelSource& source, std::uint64_t seed) {
+  if (source.capture == "eager") {
+    throw core::InputError(source.name + " was captured in eager PyTorch (headroom.profile from Python), and there is no "
+                           "file to build it from: run its plans in your own training loop with headroom.apply");
+  }
   Model model = source.file ? load_torchscript_model(source.file->path, source.config, seed, source.file->sha256)
                             : build_zoo_model(source.name, source.config, seed);
   model.freeze(source.freeze);
@@ -16,7 +20,7 @@ Model build_model(const ModelSource& source, std::uint64_t seed) {
 }
 
 ModelSource model_source(const Model& model) {
-  return {model.name(), model.config().values(), model.file(), model.freeze_patterns()};
+  return {model.name(), model.config().values(), model.file(), model.freeze_patterns(), model.capture()};
 }
 
 Model build_traced_model(const core::Trace& trace, std::uint64_t seed) {

@@ -37,8 +37,8 @@ class Tempo final : public Technique {
     }
   }
   void explain(const ChosenStep& step, std::vector<std::string>& warnings) const override {
-    if (step.trace.model.file && step.request.strategies.contains(Strategy::Tempo)) {
-      warnings.push_back("Tempo does not apply to a TorchScript module: its memory-lean layers are headroom's own "
+    if (step.trace.model.is_users_module() && step.request.strategies.contains(Strategy::Tempo)) {
+      warnings.push_back("Tempo does not apply to a module of your own: its memory-lean layers are headroom's own "
                          "implementations of the zoo's layers (checkpointing and micro-batching do apply)");
     }
   }

@@ -545,6 +545,7 @@ StepMeasurement profile_step(const models::Model& model, const models::Batch& ba
 }
 
 SavedTensors detect_saved_tensors(const models::Model& model, const models::Batch& batch) {
+  if (const models::KnownSaves* known = model.known_saves()) return {known->inputs, known->output};
   const auto& layers = model.layers();
   const models::RunContext context = model.context();
   SavedTensors saves{std::vector<std::vector<bool>>(layers.size()), std::vector<bool>(layers.size(), false)};
@@ -596,6 +597,9 @@ int carried_input(const models::Layer& layer) {
 // Layers the planner cannot see into (not a zoo kind: a user's module, many autograd nodes) that
 // are a checkpointable block of their own: the checkpointed pass measures them.
 std::vector<std::size_t> opaque_blocks(const models::Model& model) {
+  // A model run whole has no layer that runs alone: its checkpointed blocks are estimated from the
+  // standard pass, as in traces from before the checkpointed pass was measured.
+  if (model.runs_whole()) return {};
   const auto& layers = model.layers();
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < layers.size(); ++i) {
@@ -746,6 +750,12 @@ void check_profile_options(const models::Model& model, const ProfileOptions& opt
   if (options.precision == core::Precision::Fp16Autocast && options.device != "cuda") {
     throw core::InputError("precision: fp16-autocast runs on CUDA (with loss scaling); on the CPU autocast's lower "
                            "precision is bf16-autocast");
+  }
+  if (model.runs_whole() && options.precision != core::Precision::Fp32) {
+    // Each layer's autocast region is headroom's to open where it runs the layers; a module run
+    // whole opens its own.
+    throw core::InputError("precision: a module captured in eager PyTorch (" + model.name() + ") is profiled in fp32; "
+                           "capture=\"script\" profiles it in " + std::string(core::precision_name(options.precision)));
   }
   if (options.precision == core::Precision::Fp16Autocast && contrastive_loss_layer(model) >= 0) {
     // Its micro-batched step is the gradient cache, whose backward passes run no loss scaling.
@@ -1139,6 +1149,10 @@ void ProfileRun::detect_saves() {
   const models::Batch first_batch = on_device_(model_.make_batch(options_.batch_sizes.front(), options_.seed));
   const auto saves = detect_saved_tensors(model_, first_batch);
   for (std::size_t i = 0; i < layer_count_; ++i) trace_.layers[i].saves_inputs = saves.inputs[i];
+  // A model run whole has no checkpointed pass to find it: its own run said which outputs it keeps.
+  if (model_.runs_whole()) {
+    for (std::size_t i = 0; i < layer_count_; ++i) trace_.layers[i].keeps_output = saves.output[i];
+  }
   report("inputs", options_.batch_sizes.front());
   if (tempo_layers_.empty()) return;
   where_ = "tempo inputs";

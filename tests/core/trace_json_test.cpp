@@ -519,3 +519,29 @@ TEST(TraceJson, TheWorkspaceAndTheHostOptimizerRateRoundTripAndAreChecked) {
 
 }  // namespace
 }  // namespace headroom
+
+namespace headroom {
+namespace {
+
+// A module captured in eager PyTorch: its layers may have any kind, as a TorchScript module's do,
+// and nothing else is an eager capture.
+TEST(TraceJson, AnEagerCaptureIsAUsersModule) {
+  core::Trace trace = testing::make_small_trace();
+  trace.model.capture = "eager";
+  trace.layers[0].kind = "Linear";
+  const core::Trace read = core::trace_from_json(core::to_json(trace));
+  EXPECT_EQ(read, trace);
+  EXPECT_TRUE(read.model.is_users_module());
+  json lazy = core::to_json(trace);
+  lazy["model"]["capture"] = "lazy";
+  EXPECT_NE(read_error(lazy).find("$.model.capture: expected eager"), std::string::npos) << read_error(lazy);
+  json zoo = core::to_json(trace);
+  zoo["model"].erase("capture");
+  EXPECT_NE(read_error(zoo).find("unknown layer kind 'Linear' for a zoo model"), std::string::npos) << read_error(zoo);
+  json filed = core::to_json(trace);
+  filed["model"]["file"] = {{"path", "/m.pt"}, {"sha256", std::string(64, 'a')}};
+  EXPECT_NE(read_error(filed).find("an eager capture has no TorchScript file"), std::string::npos) << read_error(filed);
+}
+
+}  // namespace
+}  // namespace headroom

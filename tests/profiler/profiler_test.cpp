@@ -12,6 +12,7 @@
 #include "core/trace.h"
 #include "core/transient_jumps.h"
 #include "models/layers.h"
+#include "models/model_source.h"
 #include "models/zoo.h"
 #include "profiler/profiler.h"
 #include "runtime/host_info.h"
@@ -464,6 +465,77 @@ TEST(Profiler, TimesTheHostOptimizerOnCopiesOfTheParameters) {
   }
   EXPECT_THROW(profiler::host_optimizer_ns_per_param("lion", parameters), core::InputError);
   EXPECT_EQ(profiler::host_optimizer_ns_per_param("adam", {}), 0);
+}
+
+}  // namespace
+}  // namespace headroom
+
+namespace headroom {
+namespace {
+
+// Another model's modules, as a module run whole reaches its own (ForeignModules).
+class ModulesOf : public models::ForeignModules {
+ public:
+  explicit ModulesOf(models::Model& inner) : inner_(inner) {}
+  std::vector<torch::Tensor> parameters() const override { return inner_.parameters(); }
+  std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const override { return inner_.named_parameters(); }
+  std::vector<torch::Tensor> buffers() const override { return inner_.buffers(); }
+  void to(torch::Device device) override { inner_.to(device); }
+  void set_modes(bool training, bool dropout, bool batchnorm_eval) override {
+    inner_.set_training(training);
+    inner_.set_dropout(dropout);
+    inner_.set_batchnorm_eval(batchnorm_eval);
+  }
+
+ private:
+  models::Model& inner_;
+};
+
+// A model run whole (as an eager capture runs the user's module: its forward reports its layers
+// as they happen, what they keep is known beforehand) measures what the same model run layer by
+// layer measures: every layer's kept, output and transient bytes, and the step's peak, to the byte.
+TEST(Profiler, AModelRunWholeMeasuresWhatItsLayersRunOneByOneDo) {
+  const std::map<std::string, std::string> mlp = {{"input", "16"}, {"hidden", "32"}, {"depth", "3"}};
+  models::Model layered = models::build_zoo_model("mlp", mlp, 3);
+  models::Model inner = models::build_zoo_model("mlp", mlp, 3);
+  models::Model whole = models::build_zoo_model("mlp", mlp, 3);
+  const profiler::SavedTensors saves = profiler::detect_saved_tensors(inner, inner.make_batch(2, 0));
+  whole.set_whole_forward(std::make_shared<ModulesOf>(inner),
+                          [&inner](const models::Batch& batch, models::LayerObserver* observer) {
+                            return inner.forward(batch, observer);
+                          },
+                          models::KnownSaves{saves.inputs, saves.output}, "eager");
+  EXPECT_THROW(whole.forward_to(whole.make_batch(2, 0), 1), std::logic_error);
+  profiler::ProfileOptions options;
+  options.batch_sizes = {1, 2, 4};
+  options.repeats = 1;
+  options.timing_seconds = 0;
+  options.locate_steps = 0;
+  const core::Trace by_layer = profiler::profile(layered, options);
+  const core::Trace run_whole = profiler::profile(whole, options);
+  EXPECT_EQ(run_whole.model.capture, "eager");
+  ASSERT_EQ(run_whole.layers.size(), by_layer.layers.size());
+  for (std::size_t i = 0; i < by_layer.layers.size(); ++i) {
+    const auto& a = by_layer.layers[i];
+    const auto& b = run_whole.layers[i];
+    EXPECT_EQ(b.saves_inputs, a.saves_inputs) << a.name;
+    for (std::size_t k = 0; k < a.samples.size(); ++k) {
+      EXPECT_EQ(b.samples[k].kept_bytes, a.samples[k].kept_bytes) << a.name;
+      EXPECT_EQ(b.samples[k].output_bytes, a.samples[k].output_bytes) << a.name;
+      EXPECT_EQ(b.samples[k].fwd_transient_bytes, a.samples[k].fwd_transient_bytes) << a.name;
+      EXPECT_EQ(b.samples[k].bwd_transient_bytes, a.samples[k].bwd_transient_bytes) << a.name;
+    }
+  }
+  for (std::size_t k = 0; k < by_layer.steps.size(); ++k) EXPECT_EQ(run_whole.steps[k].peak_bytes, by_layer.steps[k].peak_bytes);
+  // It cannot be built again from the trace: its plans run in the user's loop.
+  try {
+    models::build_model(run_whole.model, 0);
+    ADD_FAILURE() << "an eager capture was rebuilt";
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("run its plans in your own training loop with headroom.apply"), std::string::npos);
+  }
+  options.precision = core::Precision::Bf16Autocast;
+  EXPECT_THROW(profiler::check_profile_options(whole, options), core::InputError);
 }
 
 }  // namespace
