@@ -17,6 +17,8 @@ struct ProfileArgs {
   std::string torchscript;
   std::vector<std::string> inputs;  // one per input forward takes, in its order
   std::string target, loss, layers, depth, output_index;
+  // From Python: how the module became the TorchScript file ("script" or "trace"), recorded in the trace.
+  std::string capture;
   std::string batch_sizes;  // as typed: "1,2,4"
   std::string precision = "fp32";
   std::vector<std::string> settings;

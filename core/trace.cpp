@@ -508,8 +508,11 @@ ModelInfo read_model(const JsonNode& model) {
   }
   if (model.has("capture")) {
     info.capture = model.at("capture").as_string();
-    if (info.capture != "eager") model.at("capture").fail("expected eager (absent for the zoo's models and TorchScript files)");
-    if (info.file) model.at("capture").fail("an eager capture has no TorchScript file");
+    if (info.capture != "eager" && info.capture != "script" && info.capture != "trace") {
+      model.at("capture").fail("expected script, trace or eager (absent for the zoo's models and TorchScript files)");
+    }
+    if (info.capture == "eager" && info.file) model.at("capture").fail("an eager capture has no TorchScript file");
+    if (info.capture != "eager" && !info.file) model.at("capture").fail("a " + info.capture + " capture has its TorchScript file");
   }
   if (model.has("freeze")) {
     for (const auto& pattern : model.at("freeze").elements()) {

@@ -197,9 +197,10 @@ struct ModelInfo {
   // `profile --freeze`'s patterns (core/freeze_patterns.h), applied again wherever the model is
   // rebuilt; a module's own requires_grad flags come back with its file.
   std::vector<std::string> freeze;
-  // How a module from Python was captured: "eager" where it ran as its own code (headroom.profile
-  // with capture="eager"): no file to rebuild it from, so its plans run in the user's loop
-  // (headroom.apply). Empty for the zoo's models and TorchScript modules.
+  // How a module from Python was captured: "script" (torch.jit.script) or "trace" (torch.jit.trace)
+  // into the TorchScript `file`; "eager" where it ran as its own code, with no file to rebuild it
+  // from, so its plans run in the user's loop (headroom.apply). Empty for the zoo's models and for
+  // TorchScript files given to the command line.
   std::string capture;
   // A module of the user's (a TorchScript file or an eager capture): its layers are named after
   // its classes, not the zoo's kinds, and only headroom's own layers have Tempo variants and L2L stages.

@@ -155,6 +155,8 @@ class Model {
   bool runs_whole() const { return static_cast<bool>(whole_forward_); }
   const KnownSaves* known_saves() const { return whole_forward_ ? &known_saves_ : nullptr; }
   const std::string& capture() const { return capture_; }
+  // How a module from Python became the TorchScript file it was loaded from ("script", "trace").
+  void set_capture(std::string capture) { capture_ = std::move(capture); }
   // Allocated for the model's life besides its parameters: buffers, what its batch generator keeps,
   // what a loader keeps. Measured as the model is built (models/build_allocations.h).
   std::int64_t extra_resident_bytes() const { return extra_resident_bytes_; }

@@ -83,9 +83,10 @@ std::string profile_trace(const std::string& torchscript, const std::vector<std:
                           const std::string& loss, const std::string& layers, const std::string& depth,
                           const std::string& output_index, const std::string& batch_sizes, const std::string& optimizer,
                           const std::string& precision, int threads, int warmup, int repeats, double timing_seconds,
-                          std::uint64_t seed, bool tempo) {
+                          std::uint64_t seed, bool tempo, const std::string& capture) {
   cli::ProfileArgs args;
   args.torchscript = torchscript;
+  args.capture = capture;
   args.inputs = inputs;
   args.target = target;
   args.loss = loss;
@@ -118,7 +119,7 @@ void bind_profile(py::module_& m) {
   m.def("profile", &profile_trace, py::arg("torchscript"), py::arg("inputs"), py::arg("target"), py::arg("loss"),
         py::arg("layers"), py::arg("depth"), py::arg("output_index"), py::arg("batch_sizes"), py::arg("optimizer"),
         py::arg("precision"), py::arg("threads"), py::arg("warmup"), py::arg("repeats"), py::arg("timing_seconds"),
-        py::arg("seed"), py::arg("tempo"));
+        py::arg("seed"), py::arg("tempo"), py::arg("capture"));
 
   m.def("trace_summary", [](const std::string& trace_json, const std::string& source) {
     return as_the_cli_says([&] {

@@ -91,7 +91,8 @@ class Trace:
         self._text = text
         self.path = os.path.abspath(path)
         self._document = json.loads(text)
-        self.how = None  # "scripted" or "traced" for a trace profile() made
+        # "scripted" or "traced": how profile() made the module's TorchScript (the trace records it)
+        self.how = {"script": "scripted", "trace": "traced"}.get(self._document["model"].get("capture"))
 
     @classmethod
     def load(cls, path):
@@ -262,7 +263,8 @@ def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam"
     module_path, how = _scripting.to_torchscript(model, inputs)
     text = _core_call(_core.profile, module_path, specs, target, loss or "", ",".join(layers) if layers else "",
                       "" if depth is None else str(depth), "" if output_index is None else str(output_index), batch_text,
-                      optimizer, precision, threads or 0, warmup, repeats, float(timing_seconds), seed, tempo)
+                      optimizer, precision, threads or 0, warmup, repeats, float(timing_seconds), seed, tempo,
+                      "script" if how == "scripted" else "trace")
     if path is None:
         import hashlib
         from ._scripting import cache_directory

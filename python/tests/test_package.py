@@ -87,6 +87,8 @@ def need(trace):
 
 def test_profile_returns_the_command_lines_trace(trace):
     assert trace.how == "scripted"
+    assert trace.to_dict()["model"]["capture"] == "script"  # recorded: Trace.load reads it back
+    assert headroom.Trace.load(trace.path).how == "scripted"
     assert trace.layers[:3] == ["stem", "blocks.0", "blocks.1"]
     document = trace.to_dict()
     assert document["schema"].startswith("headroom.trace/")

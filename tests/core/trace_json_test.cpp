@@ -524,7 +524,7 @@ namespace headroom {
 namespace {
 
 // A module captured in eager PyTorch: its layers may have any kind, as a TorchScript module's do,
-// and nothing else is an eager capture.
+// and it has no file; a module scripted or traced from Python has its file.
 TEST(TraceJson, AnEagerCaptureIsAUsersModule) {
   core::Trace trace = testing::make_small_trace();
   trace.model.capture = "eager";
@@ -534,7 +534,12 @@ TEST(TraceJson, AnEagerCaptureIsAUsersModule) {
   EXPECT_TRUE(read.model.is_users_module());
   json lazy = core::to_json(trace);
   lazy["model"]["capture"] = "lazy";
-  EXPECT_NE(read_error(lazy).find("$.model.capture: expected eager"), std::string::npos) << read_error(lazy);
+  EXPECT_NE(read_error(lazy).find("$.model.capture: expected script, trace or eager"), std::string::npos) << read_error(lazy);
+  json scripted = core::to_json(trace);
+  scripted["model"]["capture"] = "script";
+  EXPECT_NE(read_error(scripted).find("a script capture has its TorchScript file"), std::string::npos) << read_error(scripted);
+  scripted["model"]["file"] = {{"path", "/m.pt"}, {"sha256", std::string(64, 'a')}};
+  EXPECT_EQ(core::trace_from_json(scripted).model.capture, "script");
   json zoo = core::to_json(trace);
   zoo["model"].erase("capture");
   EXPECT_NE(read_error(zoo).find("unknown layer kind 'Linear' for a zoo model"), std::string::npos) << read_error(zoo);
