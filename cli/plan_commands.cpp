@@ -147,10 +147,6 @@ Infeasible infeasible(const PlanArgs& args, const core::Trace& trace, const plan
 
 // What a technique the plan uses, or one asked for by name, adds (L2L: what else the budget
 // trains), and the other precisions' plans.
-bool uses_bfloat16(core::Precision precision) {
-  return precision == core::Precision::Bf16 || precision == core::Precision::Bf16Autocast;
-}
-
 std::string techniques_and_precisions(const core::Trace& trace, const planner::PlanRequest& request,
                                       const planner::PlanningMachine& machine, bool all, const core::Plan& plan) {
   std::string out;
@@ -163,7 +159,7 @@ std::string techniques_and_precisions(const core::Trace& trace, const planner::P
     out += "\n" + report::render_precision_comparison(planner::plan_each_precision(trace, request, machine, plan), trace.precision);
     std::string emulated;
     for (const core::Precision p : trace.precisions()) {
-      if (trace.device.kind == "cpu" && uses_bfloat16(p) && !runtime::cpu_has_native_bf16()) {
+      if (trace.device.kind == "cpu" && core::computes_in_bfloat16(p) && !runtime::cpu_has_native_bf16()) {
         emulated += (emulated.empty() ? "" : ", ") + std::string(core::precision_name(p));
       }
     }
@@ -177,7 +173,7 @@ std::string techniques_and_precisions(const core::Trace& trace, const planner::P
 // Where the plan is for this CPU and it lacks bfloat16 instructions, its bf16 times (the trace's,
 // rescaled by float32 kernels) are not this machine's: said, and `profile` here times the price.
 std::optional<std::string> bfloat16_warning(const core::Trace& trace, bool for_this_machine) {
-  if (!for_this_machine || trace.device.kind != "cpu" || !uses_bfloat16(trace.precision) || runtime::cpu_has_native_bf16()) {
+  if (!for_this_machine || trace.device.kind != "cpu" || !core::computes_in_bfloat16(trace.precision) || runtime::cpu_has_native_bf16()) {
     return std::nullopt;
   }
   return "this CPU has no native bfloat16 arithmetic (no avx512_bf16 or amx_bf16): the plan's " +

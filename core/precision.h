@@ -49,6 +49,11 @@ inline bool tempo_layers_run_in(Precision precision, bool cuda) {
 inline constexpr std::string_view kTempoLayerPrecisions = "fp32 and, on the CPU, bf16-autocast and bf16";
 // Bytes of one parameter element as the step keeps it: bfloat16 under bf16; float32 otherwise
 // (autocast casts copies of the weights, the parameters themselves stay float32).
+// Whether the step's matrix products run in bfloat16 (bf16, bf16-autocast).
+inline bool computes_in_bfloat16(Precision precision) {
+  return precision == Precision::Bf16 || precision == Precision::Bf16Autocast;
+}
+
 inline int parameter_element_bytes(Precision precision) { return precision == Precision::Bf16 ? 2 : 4; }
 
 }  // namespace headroom::core

@@ -41,13 +41,6 @@ double StaticMemory::bytes_per_parameter(std::int64_t bytes) const {
   return parameter_elements > 0 ? static_cast<double>(bytes) / static_cast<double>(parameter_elements) : 0.0;
 }
 
-double StaticMemory::trainable_bytes_per_parameter() const {
-  const std::int64_t elements = trainable_parameter_elements();
-  if (elements <= 0) return 0.0;
-  return static_cast<double>(parameter_bytes - frozen_parameter_bytes + gradient_bytes + optimizer_state_bytes) /
-         static_cast<double>(elements);
-}
-
 StaticMemory static_memory(const Trace& trace) {
   StaticMemory m;
   m.optimizer = trace.optimizer.name;

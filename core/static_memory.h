@@ -31,8 +31,6 @@ struct StaticMemory {
   std::int64_t trainable_parameter_elements() const { return parameter_elements - frozen_parameter_elements; }
   // 0 for a model without parameters.
   double bytes_per_parameter(std::int64_t bytes) const;
-  // What a trainable parameter holds (itself, its gradient, its optimizer state), per element.
-  double trainable_bytes_per_parameter() const;
 };
 
 StaticMemory static_memory(const Trace& trace);

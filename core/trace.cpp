@@ -6,6 +6,7 @@
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
+#include "core/freeze_patterns.h"
 #include "core/json_reader.h"
 #include "core/precision_json.h"
 #include "core/known_names.h"
@@ -517,8 +518,13 @@ ModelInfo read_model(const JsonNode& model) {
   if (model.has("freeze")) {
     for (const auto& pattern : model.at("freeze").elements()) {
       info.freeze.push_back(pattern.as_string());
-      const std::string_view bare = std::string_view(info.freeze.back()).substr(info.freeze.back().starts_with('!') ? 1 : 0);
-      if (bare.empty() || info.freeze.back().find(',') != std::string::npos) pattern.fail("expected a pattern such as layer4 or !fc");
+      // One pattern as --freeze takes it: not empty, no comma.
+      bool one_pattern = false;
+      try {
+        one_pattern = parse_freeze_patterns(info.freeze.back()).size() == 1;
+      } catch (const InputError&) {
+      }
+      if (!one_pattern) pattern.fail("expected a pattern such as layer4 or !fc");
     }
   }
   return info;

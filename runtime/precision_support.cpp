@@ -46,7 +46,7 @@ double matmul_ms(torch::ScalarType dtype) {
 }  // namespace
 
 std::string cpu_precision_warning(core::Precision precision) {
-  if (precision != core::Precision::Bf16 && precision != core::Precision::Bf16Autocast) return "";
+  if (!core::computes_in_bfloat16(precision)) return "";
   if (cpu_has_native_bf16()) return "";
   const double low = matmul_ms(torch::kBFloat16), full = matmul_ms(torch::kFloat32);
   char text[512];

@@ -137,11 +137,12 @@ bool settle(MainWindow& window) {
 }
 
 // The window at the size the screenshots use, showing `trace`'s plan.
-bool shown_with(MainWindow& window, const char* trace) {
+bool shown_with_file(MainWindow& window, const QString& path) {
   window.resize(1400, 880);
   window.show();
-  return window.open_trace(committed(trace)) && settle(window);
+  return window.open_trace(path) && settle(window);
 }
+bool shown_with(MainWindow& window, const char* trace) { return shown_with_file(window, committed(trace)); }
 
 }  // namespace
 
@@ -1172,9 +1173,7 @@ class GuiTest : public QObject {
     const std::string path = dir.filePath("frozen.json").toStdString();
     core::write_trace_file(path, trace);
     MainWindow window;
-    window.resize(1400, 880);
-    window.show();
-    QVERIFY(window.open_trace(QString::fromStdString(path)) && settle(window));
+    QVERIFY(shown_with_file(window, QString::fromStdString(path)));
     QVERIFY(window.findChild<QLabel*>("traceLabel")->text().contains(" trainable)"));
     LayerTableModel* model = window.layer_model();
     QCOMPARE(model->data(model->index(0, LayerTableModel::Params)).toString(),
@@ -1197,9 +1196,7 @@ class GuiTest : public QObject {
     const std::string path = dir.filePath("slow-link.json").toStdString();
     core::write_trace_file(path, trace);
     MainWindow window;
-    window.resize(1400, 880);
-    window.show();
-    QVERIFY(window.open_trace(QString::fromStdString(path)) && settle(window));
+    QVERIFY(shown_with_file(window, QString::fromStdString(path)));
     window.batch_box()->setValue(8);
     QVERIFY(settle(window));
     type_budget(window, "8MiB");
