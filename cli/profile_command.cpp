@@ -265,9 +265,9 @@ class PrecisionProfiles {
 
  private:
   models::Model build() const {
-    models::Model model = args_.torchscript.empty()
-                              ? models::build_zoo_model(args_.model, parse_settings(args_.settings), args_.options.seed)
-                              : load_torchscript(args_);
+    models::Model model = args_.build_model            ? args_.build_model()
+                          : args_.torchscript.empty() ? models::build_zoo_model(args_.model, parse_settings(args_.settings), args_.options.seed)
+                                                      : load_torchscript(args_);
     model.freeze(args_.freeze.empty() ? std::vector<std::string>{} : core::parse_freeze_patterns(args_.freeze));
     if (!args_.capture.empty()) model.set_capture(args_.capture);
     return model;

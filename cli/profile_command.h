@@ -2,12 +2,17 @@
 // `headroom profile`'s work, shared by headroom-torch and the Python package: a zoo model or a
 // TorchScript file measured into a trace (every precision asked for), with progress on stderr, and
 // the summary tables the command prints.
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/trace.h"
 #include "profiler/profiler.h"
+
+namespace headroom::models {
+class Model;
+}
 
 namespace headroom::cli {
 
@@ -19,6 +24,9 @@ struct ProfileArgs {
   std::string target, loss, layers, depth, output_index;
   // From Python: how the module became the TorchScript file ("script" or "trace"), recorded in the trace.
   std::string capture;
+  // From Python: a module captured in eager PyTorch, built by the package (python/eager_capture.h)
+  // instead of from a zoo name or a file.
+  std::function<models::Model()> build_model;
   std::string batch_sizes;  // as typed: "1,2,4"
   std::string precision = "fp32";
   std::vector<std::string> settings;

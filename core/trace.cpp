@@ -212,11 +212,20 @@ nlohmann::json device_to_json(const DeviceInfo& device) {
   return out;
 }
 
+}  // namespace
+
+std::int64_t OptimizerInfo::step_count_bytes(const std::string& optimizer) const {
+  return parse_optimizer_spec(optimizer).kind == OptimizerSpec::Kind::Sgd ? 0 : 4 * torch_optim_tensors;
+}
+
+namespace {
+
 nlohmann::json optimizer_to_json(const OptimizerInfo& optimizer) {
   nlohmann::json out = {{"name", optimizer.name},
                         {"state_bytes", optimizer.state_bytes},
                         {"state_bytes_per_param", optimizer.state_bytes_per_param}};
   if (optimizer.host_ns_per_param > 0) out["host_ns_per_param"] = optimizer.host_ns_per_param;
+  if (optimizer.torch_optim_tensors > 0) out["torch_optim_tensors"] = optimizer.torch_optim_tensors;
   return out;
 }
 
@@ -623,6 +632,10 @@ OptimizerInfo read_optimizer(const JsonNode& optimizer) {
     if (!(info.host_ns_per_param > 0 && info.host_ns_per_param <= 1e9)) {
       optimizer.at("host_ns_per_param").fail("expected a number above 0, at most 1e9");
     }
+  }
+  if (optimizer.has("torch_optim_tensors")) info.torch_optim_tensors = as_count(optimizer.at("torch_optim_tensors"));
+  if (info.step_count_bytes(info.name) > info.state_bytes) {
+    optimizer.at("torch_optim_tensors").fail("its step counts alone take more than state_bytes");
   }
   return info;
 }

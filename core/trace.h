@@ -236,6 +236,12 @@ struct OptimizerInfo {
   // stages there, on the CPU's cores, not the GPU's. 0 where not measured (a CPU trace's host is
   // its device; GPU traces from before it was recorded).
   double host_ns_per_param = 0;
+  // Where the step runs torch.optim's optimizer (a trace made from Python): its trainable parameter
+  // tensors, each of which has a step count of 4 bytes (a float32 tensor) under Adam and AdamW,
+  // counted in state_bytes; 0 for libtorch's optimizer, which keeps the count as a number.
+  std::int64_t torch_optim_tensors = 0;
+  // The step counts' bytes an optimizer of this kind keeps (core/optimizer_spec.h's text).
+  std::int64_t step_count_bytes(const std::string& optimizer) const;
   bool operator==(const OptimizerInfo&) const = default;
 };
 

@@ -687,23 +687,6 @@ Layer loss_layer(const ModuleSettings& settings, int last) {
   return layer;
 }
 
-BatchGenerator batch_generator(const std::vector<TensorSpec>& inputs, const std::optional<TensorSpec>& target) {
-  return [inputs, target](std::int64_t batch, std::uint64_t s) {
-    Batch b;
-    auto xs = make_inputs(inputs, batch, s);
-    b.input = xs.front();
-    b.further_inputs.assign(xs.begin() + 1, xs.end());
-    if (target) {
-      // Its own stream, so the input does not depend on whether there is a target.
-      auto generator = at::detail::createCPUGenerator(s ^ 0x7a26e7ull);
-      b.target = random_batch(*target, batch, generator);
-    } else {
-      b.target = torch::empty({batch, 0});  // the module's loss reads none; concatenation still works
-    }
-    return b;
-  };
-}
-
 // The loss on a probe batch: a target that does not fit the output is refused here, not mid-profile.
 void check_loss_on_probe(const Model& model, std::uint64_t seed, const std::string& loss,
                          const torch::Tensor& probe_output, const std::optional<TensorSpec>& target) {
@@ -738,7 +721,7 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
     model.add_layer(script_layer(module, layers, i, inputs_written, attributed));
   }
   if (settings.loss != "model") model.add_layer(loss_layer(settings, static_cast<int>(layers.cut.segments.size()) - 1));
-  model.set_batch_generator(batch_generator(settings.inputs, target));
+  model.set_batch_generator(synthetic_batches(settings.inputs, target));
   check_loss_on_probe(model, seed, settings.loss, probe_output, target);
   model.set_foreign_modules(std::make_shared<ScriptModules>(module), loaded.file);
   model.set_training(true);
@@ -746,6 +729,23 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
 }
 
 }  // namespace
+
+BatchGenerator synthetic_batches(const std::vector<TensorSpec>& inputs, const std::optional<TensorSpec>& target) {
+  return [inputs, target](std::int64_t batch, std::uint64_t s) {
+    Batch b;
+    auto xs = make_inputs(inputs, batch, s);
+    b.input = xs.front();
+    b.further_inputs.assign(xs.begin() + 1, xs.end());
+    if (target) {
+      // Its own stream, so the input does not depend on whether there is a target.
+      auto generator = at::detail::createCPUGenerator(s ^ 0x7a26e7ull);
+      b.target = random_batch(*target, batch, generator);
+    } else {
+      b.target = torch::empty({batch, 0});  // the module's loss reads none; concatenation still works
+    }
+    return b;
+  };
+}
 
 Model load_torchscript_model(const std::string& path, const std::map<std::string, std::string>& config,
                              std::uint64_t seed, const std::string& expected_sha256) {

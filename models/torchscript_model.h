@@ -6,6 +6,7 @@
 // computes it. Batches are synthetic, of the shapes the user names.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,11 @@ TensorSpec parse_tensor_spec(const std::string& text, const std::string& field);
 //           neither is given, a depth with enough layers to plan (models/script_graph.h)
 //   output_index  where forward returns a tuple: the element the loss reads
 inline constexpr const char* kTorchScriptKeys[] = {"input", "target", "loss", "class_dim", "layers", "depth", "output_index"};
+
+// Batches drawn from the specs, deterministic in (batch size, seed): each input from a stream of
+// its own, integers within their range, floats standard normal; the target (none: an empty one, for
+// a model that computes its loss) from another stream.
+BatchGenerator synthetic_batches(const std::vector<TensorSpec>& inputs, const std::optional<TensorSpec>& target);
 
 // Loads the module at `path` and cuts it into layers, checked on a probe batch against the module's
 // own forward; the input and target must fit. `expected_sha256`, when given, must be the file's hash (a trace recorded it).

@@ -26,7 +26,8 @@ core::Trace with_estimated_optimizer(const core::Trace& trace, const std::string
   // 2^20 elements with the gradient widened to float32 (runtime/optimizer.h).
   const bool master_weights = trace.precision == core::Precision::Bf16;
   const double kept_per_param = per_param + (master_weights ? 4.0 : 0.0);
-  const auto state = static_cast<std::int64_t>(std::llround(elements * kept_per_param));
+  const auto state = static_cast<std::int64_t>(std::llround(elements * kept_per_param)) +
+                     trace.optimizer.step_count_bytes(spec.text());
   const std::int64_t state_change = state - trace.optimizer.state_bytes;
   std::int64_t largest_layer_params = 0;
   for (const auto& layer : trace.layers) largest_layer_params = std::max(largest_layer_params, layer.trainable_param_bytes());

@@ -951,6 +951,10 @@ class ProfileRun {
   std::function<models::Batch(models::Batch)> on_device_;
   std::vector<torch::Tensor> parameters_;  // the trainable ones
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  // ProfileOptions::torch_optim_state's step counts, one per trainable parameter tensor.
+  std::vector<torch::Tensor> step_counts_;
+  // The optimizer's state as the trained step holds it: its own and any step counts.
+  std::int64_t optimizer_state_bytes() const;
   std::size_t layer_count_ = 0;
   core::Trace trace_;
   std::vector<std::size_t> tempo_layers_;  // Tempo layers, measured in a second pass
@@ -984,6 +988,16 @@ void ProfileRun::set_up() {
                                        options_.precision == core::Precision::Fp16Autocast
                                            ? std::optional<runtime::LossScaleOptions>(runtime::LossScaleOptions{})
                                            : std::nullopt);
+  // A module run whole is the user's own code, whose path may depend on its weights (a loop until a
+  // step changes little): its profiled steps do all their work but move no weight (learning rate
+  // 0), so that each runs the module as the user's weights run it.
+  if (model_.runs_whole()) {
+    for (auto& group : optimizer_->param_groups()) group.options().set_lr(0.0);
+  }
+  const core::OptimizerSpec spec = core::parse_optimizer_spec(options_.optimizer);
+  if (options_.torch_optim_state && spec.kind != core::OptimizerSpec::Kind::Sgd) {
+    for (std::size_t k = 0; k < parameters_.size(); ++k) step_counts_.push_back(torch::zeros({}, torch::dtype(torch::kFloat32).device(device_)));
+  }
   layer_count_ = model_.layers().size();
   where_batch_ = options_.batch_sizes.front();
 }
@@ -1104,6 +1118,12 @@ std::int64_t ProfileRun::estimated_optimizer_state_bytes() const {
     largest_parameter = std::max(largest_parameter, runtime::tensor_bytes(p));
   }
   return core::parse_optimizer_spec(options_.optimizer).state_buffers() * parameter_bytes + 2 * largest_parameter;
+}
+
+std::int64_t ProfileRun::optimizer_state_bytes() const {
+  std::int64_t bytes = runtime::optimizer_state_bytes(*optimizer_);
+  for (const auto& t : step_counts_) bytes += runtime::tensor_bytes(t);
+  return bytes;
 }
 
 // `b1`, `b2`: the probed sizes the bound's slope came from.
@@ -1317,7 +1337,7 @@ std::vector<core::LayerSample> ProfileRun::layer_samples(const std::vector<StepM
 core::StepSample ProfileRun::step_sample(const models::Batch& batch, std::int64_t b, bool tempo, const RepeatedSteps& repeated) {
   const std::vector<StepMeasurement>& runs = repeated.runs;
   const StepMeasurement& last = runs.back();
-  std::int64_t static_bytes = runtime::optimizer_state_bytes(*optimizer_) + trace_.model_extra_bytes;
+  std::int64_t static_bytes = optimizer_state_bytes() + trace_.model_extra_bytes;
   for (const auto& p : model_.parameters()) static_bytes += runtime::tensor_bytes(p) + runtime::tensor_bytes(p.grad());
   std::vector<std::int64_t> step_ns;
   for (const auto& run : runs) step_ns.push_back(run.step_ns);
@@ -1431,7 +1451,8 @@ void ProfileRun::finish() {
   }
   std::int64_t param_elements = 0;
   for (const auto& p : parameters_) param_elements += p.numel();
-  trace_.optimizer.state_bytes = runtime::optimizer_state_bytes(*optimizer_);
+  trace_.optimizer.state_bytes = optimizer_state_bytes();
+  if (options_.torch_optim_state) trace_.optimizer.torch_optim_tensors = static_cast<std::int64_t>(parameters_.size());
   trace_.optimizer.state_bytes_per_param =
       param_elements > 0 ? static_cast<double>(trace_.optimizer.state_bytes) / static_cast<double>(param_elements) : 0.0;
   if (device_.is_cuda()) {

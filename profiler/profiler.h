@@ -55,6 +55,10 @@ struct ProfileOptions {
   int threads = 0;
   // Time the machine (core/calibration.h) before each batch size and at the end.
   bool calibrate = true;
+  // The step the trace is for runs torch.optim's optimizer (the Python package's), whose Adam and
+  // AdamW keep each parameter's step count as a float32 tensor of its own (PyTorch 1.12 on), where
+  // libtorch's keep a number: the profile holds such tensors beside its optimizer's state.
+  bool torch_optim_state = false;
   // Past this a thread pool is only cost: no CPU headroom runs on has as many cores.
   static constexpr int kMaxThreads = 256;
   // Measure the Tempo variants too, where the model has any: a second pass at every batch size

@@ -22,6 +22,8 @@
 #include "core/report.h"
 #include "core/trace.h"
 #include "core/units.h"
+#include "models/model.h"
+#include "python/eager_capture.h"
 #include "report/execution_report.h"
 #include "report/plan_report.h"
 #include "runtime/budget_allocator.h"
@@ -79,6 +81,8 @@ auto as_the_cli_says(F&& f) -> decltype(f()) {
   }
 }
 
+std::string run_profile(const cli::ProfileArgs& args);
+
 std::string profile_trace(const std::string& torchscript, const std::vector<std::string>& inputs, const std::string& target,
                           const std::string& loss, const std::string& layers, const std::string& depth,
                           const std::string& output_index, const std::string& batch_sizes, const std::string& optimizer,
@@ -102,13 +106,39 @@ std::string profile_trace(const std::string& torchscript, const std::vector<std:
   args.timing_seconds = timing_seconds;
   args.options.seed = seed;
   args.options.tempo = tempo;
+  args.options.torch_optim_state = true;  // the package's step runs torch.optim's optimizer
   return as_the_cli_says([&] {
     cli::check_model_flags(args);
-    std::optional<profiler::GpuStepRecord> gpu_step;
-    const KeepThreads keep;
-    py::gil_scoped_release unlocked;  // minutes of torch work; other Python threads go on
-    return core::to_json(cli::run_profile(args, gpu_step)).dump(1) + "\n";
+    return run_profile(args);
   });
+}
+
+// The trace's JSON, measured without the GIL: minutes of torch work while other Python threads go
+// on (an eager capture's forward takes the GIL back while it runs).
+std::string run_profile(const cli::ProfileArgs& args) {
+  std::optional<profiler::GpuStepRecord> gpu_step;
+  const KeepThreads keep;
+  py::gil_scoped_release unlocked;
+  return core::to_json(cli::run_profile(args, gpu_step)).dump(1) + "\n";
+}
+
+// A module captured in eager PyTorch (headroom._eager.EagerCapture), profiled as `profile_trace`
+// profiles a TorchScript file.
+std::string profile_eager(const py::object& capture, const std::string& batch_sizes, const std::string& optimizer,
+                          const std::string& precision, int threads, int warmup, int repeats, double timing_seconds,
+                          std::uint64_t seed) {
+  cli::ProfileArgs args;
+  args.build_model = [capture] { return python::build_eager_model(capture); };
+  args.batch_sizes = batch_sizes;
+  args.options.optimizer = optimizer;
+  args.precision = precision;
+  args.options.threads = threads;
+  args.options.warmup_steps = warmup;
+  args.options.repeats = repeats;
+  args.timing_seconds = timing_seconds;
+  args.options.seed = seed;
+  args.options.torch_optim_state = true;
+  return as_the_cli_says([&] { return run_profile(args); });
 }
 
 void bind_profile(py::module_& m) {
@@ -120,6 +150,10 @@ void bind_profile(py::module_& m) {
         py::arg("layers"), py::arg("depth"), py::arg("output_index"), py::arg("batch_sizes"), py::arg("optimizer"),
         py::arg("precision"), py::arg("threads"), py::arg("warmup"), py::arg("repeats"), py::arg("timing_seconds"),
         py::arg("seed"), py::arg("tempo"), py::arg("capture"));
+  m.def("profile_eager", &profile_eager, py::arg("capture"), py::arg("batch_sizes"), py::arg("optimizer"),
+        py::arg("precision"), py::arg("threads"), py::arg("warmup"), py::arg("repeats"), py::arg("timing_seconds"),
+        py::arg("seed"));
+  python::bind_layer_observer(m);
 
   m.def("trace_summary", [](const std::string& trace_json, const std::string& source) {
     return as_the_cli_says([&] {

@@ -1,8 +1,10 @@
 """The models the examples train, as users write them: torchvision's resnet18 and mobilenet_v3_small
-unmodified, a small GPT-style language model and a small U-Net written as ordinary nn.Modules. Each
+unmodified, a small GPT-style language model, a small U-Net and a token tagger written as ordinary
+nn.Modules (the tagger as Hugging Face models are written, which TorchScript cannot compile). Each
 with a batch of synthetic data and its loss; and what fine-tuning sets on them: frozen parameters and
 the optimizer."""
 
+import dataclasses
 import fnmatch
 import math
 from typing import Optional, Tuple
@@ -143,6 +145,74 @@ class UNet(nn.Module):
         return self.head(u1)
 
 
+@dataclasses.dataclass
+class TaggerOutput:
+    loss: Optional[torch.Tensor]
+    logits: torch.Tensor
+
+
+class Refiner(nn.Module):
+    """Refines token states until they settle: residual steps of one MLP, at most `steps`, stopping
+    once a step changes them by less than `tolerance` of their norm on average (as many steps as the
+    data needs)."""
+
+    def __init__(self, hidden, steps=4, tolerance=0.25):
+        super().__init__()
+        self.update = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, hidden), nn.Tanh())
+        self.steps, self.tolerance = steps, tolerance
+
+    def forward(self, x):
+        for _ in range(self.steps):
+            change = self.update(x)
+            x = x + change
+            if change.norm(dim=-1).mean() < self.tolerance * x.norm(dim=-1).mean():
+                break
+        return x
+
+
+class TaggerBlock(nn.Module):
+    """An encoder block that attends to the tokens the attention mask keeps."""
+
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(hidden)
+        self.attention = nn.MultiheadAttention(hidden, heads, batch_first=True)
+        self.norm2 = nn.LayerNorm(hidden)
+        self.mlp = nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(), nn.Linear(4 * hidden, hidden))
+
+    def forward(self, x, padding):
+        h = self.norm1(x)
+        x = x + self.attention(h, h, h, key_padding_mask=padding, need_weights=False)[0]
+        return x + self.mlp(self.norm2(x))
+
+
+class Tagger(nn.Module):
+    """A token tagger written as Hugging Face models are: keyword inputs (input_ids, attention_mask,
+    labels), a dataclass output with .loss and .logits, and a refinement of as many steps as the data
+    needs. It neither scripts nor traces as it is: headroom captures it in eager PyTorch."""
+
+    def __init__(self, vocab=2000, hidden=256, heads=4, layers=3, classes=16, context=128):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.position = nn.Embedding(context, hidden)
+        self.blocks = nn.ModuleList([TaggerBlock(hidden, heads) for _ in range(layers)])
+        self.refiner = Refiner(hidden)
+        self.norm = nn.LayerNorm(hidden)
+        self.head = nn.Linear(hidden, classes)
+        self.context, self.classes = context, classes
+
+    def forward(self, input_ids, attention_mask, labels=None):
+        padding = attention_mask == 0
+        x = self.embed(input_ids) + self.position(torch.arange(input_ids.shape[1], device=input_ids.device))
+        for block in self.blocks:
+            x = block(x, padding)
+        logits = self.head(self.norm(self.refiner(x)))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.reshape(-1, self.classes), labels.reshape(-1))
+        return TaggerOutput(loss=loss, logits=logits)
+
+
 def language_model_loss(logits, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
@@ -182,7 +252,31 @@ def build(name, image_size=128):
 
         # Its classes are the logits' last dimension ([N, T, V]), not PyTorch's dimension 1.
         return model, language_model_loss, make_batch, {"loss": "cross-entropy-last"}
-    raise SystemExit(f"unknown model {name!r}: resnet18, mobilenet_v3_small, unet, lm or lm-lora")
+    if name == "tagger":
+        model = Tagger()
+
+        def make_batch(batch, seed=0):
+            g = torch.Generator().manual_seed(seed)
+            ids = torch.randint(0, 2000, (batch, model.context), generator=g)
+            # Each sequence padded after a length of its own (at least half the context).
+            lengths = torch.randint(model.context // 2, model.context + 1, (batch, 1), generator=g)
+            mask = (torch.arange(model.context) < lengths).long()
+            labels = torch.randint(0, model.classes, (batch, model.context), generator=g)
+            return {"input_ids": ids, "attention_mask": mask, "labels": labels}, None
+
+        # A dict batch holding its labels; the model returns its loss.
+        return model, None, make_batch, {"loss": "model"}
+    raise SystemExit(f"unknown model {name!r}: resnet18, mobilenet_v3_small, unet, lm, lm-lora or tagger")
+
+
+def step_loss(model, loss_fn, inputs, targets):
+    """A whole batch's loss as the loop computes it: loss_fn(model(inputs), targets), or the model's
+    own loss where loss_fn is None (a dict batch holding its labels)."""
+    if isinstance(inputs, dict):
+        outputs = model(**inputs)
+    else:
+        outputs = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+    return outputs.loss if loss_fn is None else loss_fn(outputs, targets)
 
 
 def freeze(model, patterns):
@@ -225,7 +319,10 @@ def max_relative_difference(planned, reference):
 
 def add_arguments(parser, model="resnet18", steps_help="training steps"):
     """The flags the examples and the overhead bench share."""
-    parser.add_argument("--model", choices=["resnet18", "mobilenet_v3_small", "unet", "lm", "lm-lora"], default=model)
+    parser.add_argument("--model", choices=["resnet18", "mobilenet_v3_small", "unet", "lm", "lm-lora", "tagger"],
+                        default=model)
+    parser.add_argument("--capture", choices=["auto", "script", "eager"], default="auto",
+                        help="how headroom.profile runs the model: as TorchScript, or its own forward in eager PyTorch")
     parser.add_argument("--freeze", default="", help="parameters not to train, as profile --freeze: '*,!fc'")
     parser.add_argument("--optimizer", default="adam",
                         help="sgd (momentum 0.9), sgd(momentum=0), adam, adam(amsgrad), adamw, adamw(amsgrad)")

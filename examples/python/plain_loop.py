@@ -11,6 +11,8 @@ the enforced budget. The step's measured peak and time are printed beside the pr
   ... plain_loop.py --model resnet18 --freeze '*,!fc'                  # fine-tune fc alone
   ... plain_loop.py --model mobilenet_v3_small --optimizer 'sgd(momentum=0)'
   ... plain_loop.py --model unet                                      # per-pixel classes [N, H, W]
+  ... plain_loop.py --model tagger               # keyword inputs, its own loss: captured in eager PyTorch
+  ... plain_loop.py --model lm --capture eager   # the language model run as its own Python
 """
 
 import argparse
@@ -42,7 +44,8 @@ def main():
 
     started = time.perf_counter()
     models.freeze(model, args.freeze)
-    need, plan = planning.profile_and_plan(model, inputs, args, precision=args.precision, profile_args=profile_args,
+    need, plan = planning.profile_and_plan(model, inputs, args, precision=args.precision,
+                                           profile_args={**profile_args, "capture": args.capture},
                                            optimizer=models.make_optimizer(args.optimizer, model.parameters(), 1e-4))
     print(f"profiled and planned in {time.perf_counter() - started:.1f} s; the whole batch needs {need / 2**20:.1f} MiB\n")
     print(plan)
@@ -52,7 +55,7 @@ def main():
     # statistics are its own, and the gradients differ by design.
     planned, reference = copy.deepcopy(model).eval(), copy.deepcopy(model).eval()
     with (torch.autocast("cpu", dtype=torch.bfloat16) if args.precision == "bf16-autocast" else contextlib.nullcontext()):
-        reference_loss = loss_fn(reference(inputs), targets)
+        reference_loss = models.step_loss(reference, loss_fn, inputs, targets)
     reference_loss.backward()
     check = headroom.apply(plan, planned, models.make_optimizer(args.optimizer, planned.parameters(), 0.0), loss_fn,
                            warmup_steps=0)

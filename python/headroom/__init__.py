@@ -91,8 +91,8 @@ class Trace:
         self._text = text
         self.path = os.path.abspath(path)
         self._document = json.loads(text)
-        # "scripted" or "traced": how profile() made the module's TorchScript (the trace records it)
-        self.how = {"script": "scripted", "trace": "traced"}.get(self._document["model"].get("capture"))
+        # "scripted", "traced" or "eager": how profile() captured the module (the trace records it)
+        self.how = {"script": "scripted", "trace": "traced", "eager": "eager"}.get(self._document["model"].get("capture"))
 
     @classmethod
     def load(cls, path):
@@ -207,15 +207,21 @@ class Plan:
 
 
 def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam", precision="fp32", depth=None,
-            layers=None, loss="cross-entropy", example_targets=None, output_index=None, threads=None, warmup=1,
-            repeats=5, timing_seconds=2.0, seed=0, tempo=True, path=None):
-    """Profiles `model` as `headroom profile --torchscript` does and returns its Trace.
+            layers=None, loss="cross-entropy", example_targets=None, output_index=None, capture="auto", threads=None,
+            warmup=1, repeats=5, timing_seconds=2.0, seed=0, tempo=True, path=None):
+    """Profiles `model` layer by layer, as `headroom profile` profiles a model, and returns its Trace.
 
-    model: an nn.Module as it is. It is scripted (torch.jit.script), or traced on `example_inputs`
-        where scripting fails (said on stderr; `trace.how` says which), and cut into layers at the
-        submodule calls its forward makes.
-    example_inputs: a batch-first tensor, or a tuple of them for a forward that takes several; one
-        sample's shape and dtype (and an integer input's range) are read from it.
+    model: an nn.Module as it is, cut into layers at the submodule calls its forward makes. Its
+        parameters are left as they were (the profile trains a copy).
+    capture: how it is run. "script": as TorchScript (torch.jit.script, or torch.jit.trace on the
+        example inputs where scripting fails), what `headroom profile --torchscript` reads. "eager":
+        its own forward as it runs in eager PyTorch, nothing compiled, each layer's call watched by
+        forward hooks: any module that runs (keyword inputs, a dict or dataclass output, its own
+        loss, control flow that depends on the data, profiled as the synthetic batches take it).
+        "auto" (the default): scripted where it scripts, else eager. `trace.how` says which.
+    example_inputs: a batch-first tensor, a tuple of them for a forward that takes several, or a dict
+        for one that takes keywords (`model(**inputs)`; eager capture; values other than tensors are
+        passed as they are); one sample's shape and dtype (and an integer input's range) are read from it.
     batch_sizes: the micro-batch sizes measured, ascending (with, as on the command line, up to 6
         sizes between them where a layer's scratch memory steps, to find where).
     optimizer: the optimizer you train with, whose state is counted as it keeps it: a torch.optim.SGD,
@@ -223,13 +229,16 @@ def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam"
         dict), or text: "adam" (the default), "adamw", "adam(amsgrad)", "sgd(momentum=0)", "sgd"
         (momentum 0.9). Only trainable parameters (requires_grad) have gradients and state: the
         module's own flags are read as they are, so freeze before profiling.
-    precision: "fp32", "bf16-autocast", "bf16", or several comma-separated.
+    precision: "fp32", "bf16-autocast", "bf16", or several comma-separated (an eager capture: fp32).
     depth / layers: which submodules are the layers (depth 1: the children), as --depth / --layers.
     loss: "cross-entropy" (classes along dimension 1, as torch.nn.functional.cross_entropy takes
         them: [N, C] or [N, C, H, W]), "cross-entropy-last" (along the last: a language model's
-        [N, T, V]), "mse", or "model" (forward returns the loss); example_targets: a batch-first target tensor, where the loss's default
-        target (from the output) is not the one.
-    output_index: where forward returns a tuple, the element the loss reads.
+        [N, T, V]), "mse", "model" (the model returns its loss: the output, `outputs.loss`,
+        `outputs["loss"]` or its first element), or (eager capture) a function loss(outputs, targets).
+    example_targets: a batch-first target tensor, where the loss's default target (from the output)
+        is not the one; a loss function needs it.
+    output_index: where forward returns several outputs, the element the loss reads (eager capture
+        otherwise reads `.logits`, else the first tensor).
     threads: intra-op threads (default: the idle cores, as the command line); warmup, repeats,
         timing_seconds, seed and tempo as the command line's --warmup, --repeats, --timing-seconds,
         --seed and --no-tempo.
@@ -239,10 +248,13 @@ def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam"
     """
     from . import _scripting
 
-    inputs = _scripting.as_tuple(example_inputs)
-    specs = [_scripting.sample_spec(t, "example_inputs" if len(inputs) == 1 else f"example_inputs[{k}]")
-             for k, t in enumerate(inputs)]
-    target = _scripting.sample_spec(example_targets, "example_targets") if example_targets is not None else ""
+    if capture not in ("auto", "script", "eager"):
+        raise InputError(f"capture: expected auto, script or eager, got {capture!r}")
+    only_eager = isinstance(example_inputs, dict) or callable(loss)
+    if capture == "script" and only_eager:
+        raise InputError("capture: a TorchScript module takes positional tensors and a loss by name; "
+                         + ("a dict of inputs" if isinstance(example_inputs, dict) else "a loss function")
+                         + " needs capture=\"eager\"")
     if isinstance(batch_sizes, int):
         batch_sizes = (batch_sizes,)
     try:
@@ -254,17 +266,31 @@ def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam"
     from ._optimizer import spec_text
     optimizer = spec_text(optimizer)
     # What the command line's parser takes, with its words.
-    if loss not in ("cross-entropy", "cross-entropy-last", "mse", "model"):
+    if not callable(loss) and loss not in ("cross-entropy", "cross-entropy-last", "mse", "model"):
         raise InputError(f"--loss: {loss} not in {{cross-entropy,cross-entropy-last,mse,model}}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InputError(f"--threads: expected a positive number of threads, got {threads!r}")
     if isinstance(timing_seconds, bool) or not isinstance(timing_seconds, numbers.Real):
         raise InputError(f"--timing-seconds: expected a number of seconds, got {timing_seconds!r}")
-    module_path, how = _scripting.to_torchscript(model, inputs)
-    text = _core_call(_core.profile, module_path, specs, target, loss or "", ",".join(layers) if layers else "",
-                      "" if depth is None else str(depth), "" if output_index is None else str(output_index), batch_text,
-                      optimizer, precision, threads or 0, warmup, repeats, float(timing_seconds), seed, tempo,
-                      "script" if how == "scripted" else "trace")
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    module_path, how = None, "eager"
+    if capture != "eager" and not only_eager:
+        inputs = _scripting.as_tuple(example_inputs)
+        specs = [_scripting.sample_spec(t, "example_inputs" if len(inputs) == 1 else f"example_inputs[{k}]")
+                 for k, t in enumerate(inputs)]
+        target = _scripting.sample_spec(example_targets, "example_targets") if example_targets is not None else ""
+        module_path, how = _scripting.to_torchscript(model, inputs, trace_if_unscriptable=capture == "script")
+    if module_path is not None:
+        text = _core_call(_core.profile, module_path, specs, target, loss or "", ",".join(layers) if layers else "",
+                          "" if depth is None else str(depth), "" if output_index is None else str(output_index),
+                          batch_text, optimizer, precision, threads or 0, warmup, repeats, float(timing_seconds), seed,
+                          tempo, "script" if how == "scripted" else "trace")
+    else:
+        text = _profile_eager(model, example_inputs, loss=loss, depth=depth, layers=layers, output_index=output_index,
+                              example_targets=example_targets, batch_text=batch_text, optimizer=optimizer,
+                              precision=precision, threads=threads, warmup=warmup, repeats=repeats,
+                              timing_seconds=timing_seconds, seed=seed)
     if path is None:
         import hashlib
         from ._scripting import cache_directory
@@ -274,6 +300,32 @@ def profile(model, example_inputs, *, batch_sizes=(1, 2, 4, 8), optimizer="adam"
     trace.save(path)
     trace.how = how
     return trace
+
+
+def _profile_eager(model, example_inputs, *, loss, depth, layers, output_index, example_targets, batch_text, optimizer,
+                   precision, threads, warmup, repeats, timing_seconds, seed):
+    """The trace's text of the module run in eager PyTorch (headroom._eager), profiled on a copy."""
+    import copy
+    from ._eager import EagerCapture
+
+    if isinstance(layers, str):
+        layers = layers.split(",")
+    try:
+        copied = copy.deepcopy(model)  # the profile's optimizer steps train this one
+    except Exception as e:  # whatever a module's own __deepcopy__ raises
+        raise InputError(f"model: {type(model).__name__} cannot be copied to profile ({e}); "
+                         "capture=\"script\" profiles its TorchScript instead") from None
+    capture = EagerCapture(copied, example_inputs, loss=loss, depth=depth, layers=layers, output_index=output_index,
+                           example_targets=example_targets, error=InputError)
+    try:
+        if capture.data_dependent:
+            print(f"headroom: {capture.name}'s {', '.join(capture.data_dependent)} ran otherwise on a synthetic batch "
+                  "than on the example (control flow that depends on the data): measured as the profiled "
+                  "synthetic batches run it", file=sys.stderr)
+        return _core_call(_core.profile_eager, capture, batch_text, optimizer, precision, threads or 0, warmup,
+                          repeats, float(timing_seconds), seed)
+    finally:
+        capture.close()
 
 
 def plan(trace, budget, batch, *, strategies="all", margin=0.05, optimizer=None, precision=None, rescale=True):
@@ -317,6 +369,10 @@ def apply(plan, model, optimizer, loss_fn, *, enforce_budget=True, warmup_steps=
     optimizer state, and what the step allocates; the batch your loop holds is yours, as a dataset is): a step that would go over raises
     BudgetExceeded naming the layer, phase and bytes. The step's measured peak and time are kept beside the prediction:
     `step.report()` (the report `headroom execute` writes), `print(step)`.
+
+    A batch of keyword inputs is a dict: `step(batch)` runs `model(**batch)` on each micro-batch of
+    its tensors. `loss_fn=None`: the model returns its loss (`outputs.loss`, `outputs["loss"]`, its
+    first element, or the output), as with profile(loss="model"), and `step(inputs)` takes no targets.
 
     `step.micro_batches(inputs, targets)` yields (inputs, targets, loss weight) for loops that
     must run the backward themselves.

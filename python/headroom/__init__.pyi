@@ -57,13 +57,15 @@ class Plan:
     def trace_path(self) -> str: ...
 
 Tensors = Union[torch.Tensor, Tuple[torch.Tensor, ...]]
+# A batch as forward takes it: a tensor, a tuple (positional) or a dict (keyword, `model(**inputs)`).
+Inputs = Union[Tensors, Dict[str, Any]]
 
 class Step:
     plan: Plan
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    def __call__(self, inputs: Tensors, targets: torch.Tensor) -> float: ...
-    def micro_batches(self, inputs: Tensors, targets: torch.Tensor) -> Iterator[Tuple[Tuple[torch.Tensor, ...], torch.Tensor, float]]: ...
+    def __call__(self, inputs: Inputs, targets: Optional[torch.Tensor] = ...) -> float: ...
+    def micro_batches(self, inputs: Inputs, targets: Optional[torch.Tensor] = ...) -> Iterator[Tuple[Inputs, Optional[torch.Tensor], float]]: ...
     @property
     def measured_peak_bytes(self) -> Optional[int]: ...
     def report(self) -> Dict[str, Any]: ...
@@ -76,16 +78,17 @@ OptimizerLike = Union[str, torch.optim.Optimizer, type, Tuple[type, Dict[str, An
 
 def profile(
     model: torch.nn.Module,
-    example_inputs: Tensors,
+    example_inputs: Inputs,
     *,
     batch_sizes: Sequence[int] = ...,
     optimizer: OptimizerLike = ...,
     precision: Union[str, Sequence[str]] = ...,
     depth: Optional[int] = ...,
     layers: Optional[Sequence[str]] = ...,
-    loss: str = ...,
+    loss: Union[str, Callable[[Any, torch.Tensor], torch.Tensor]] = ...,
     example_targets: Optional[torch.Tensor] = ...,
     output_index: Optional[int] = ...,
+    capture: str = ...,
     threads: Optional[int] = ...,
     warmup: int = ...,
     repeats: int = ...,
@@ -109,7 +112,7 @@ def apply(
     plan: Union[Plan, str, os.PathLike],
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor],
+    loss_fn: Optional[Callable[[Any, torch.Tensor], torch.Tensor]],
     *,
     enforce_budget: bool = ...,
     warmup_steps: int = ...,

@@ -62,8 +62,9 @@ class Step:
             raise InputError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise InputError(f"optimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        if not callable(loss_fn):
-            raise InputError("loss_fn: expected a callable (output, targets) -> loss")
+        if loss_fn is not None and not callable(loss_fn):
+            raise InputError("loss_fn: expected a callable (output, targets) -> loss, or None where the model "
+                             "returns its loss")
         if not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise InputError(f"warmup_steps: expected a number of steps from 0, got {warmup_steps!r}")
         if getattr(model, "_headroom_step", None):
@@ -317,15 +318,25 @@ class Step:
             yield from _tensors_of(state)
 
     def _checked(self, inputs, targets):
-        """(inputs as a tuple, targets), each with the plan's batch along dimension 0."""
+        """(inputs as a tuple, or a dict of keyword inputs, and targets), each tensor with the plan's
+        batch along dimension 0; targets None where the loss reads none (the model computes it)."""
         if not self._installed:
             raise InputError("step: removed; apply the plan again")
-        inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-        if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
-            raise InputError("inputs: expected a batch-first tensor, or a tuple of them")
+        if isinstance(inputs, dict):
+            named = [(f"inputs[{k!r}]", t) for k, t in inputs.items() if isinstance(t, torch.Tensor)]
+            if not named:
+                raise InputError("inputs: the dict holds no tensor")
+        else:
+            inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+            if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
+                raise InputError("inputs: expected a batch-first tensor, a tuple of them, or a dict (keyword inputs)")
+            named = [("inputs" if len(inputs) == 1 else f"inputs[{k}]", t) for k, t in enumerate(inputs)]
+        if targets is None and self.loss_fn is not None and not isinstance(inputs, dict):
+            raise InputError("targets: loss_fn reads them; give step(inputs, targets)")
+        if targets is not None:
+            named.append(("targets", targets))
         batch = self.plan.global_batch
-        for k, t in enumerate(list(inputs) + [targets]):
-            what = "targets" if k == len(inputs) else ("inputs" if len(inputs) == 1 else f"inputs[{k}]")
+        for what, t in named:
             if not isinstance(t, torch.Tensor) or t.dim() < 1 or t.shape[0] != batch:
                 shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
                 raise InputError(f"{what}: the plan is for a batch of {batch} (batch first), got {shape}")
@@ -339,7 +350,11 @@ class Step:
         micro-batch's input at a time."""
         start = sum(self.plan.micro_batches[:m])
         end = start + self.plan.micro_batches[m]
-        return (tuple(t[start:end].clone() for t in inputs), targets[start:end].clone(), self.plan.loss_weights[m])
+        if isinstance(inputs, dict):
+            part = {k: t[start:end].clone() if isinstance(t, torch.Tensor) else t for k, t in inputs.items()}
+        else:
+            part = tuple(t[start:end].clone() for t in inputs)
+        return (part, None if targets is None else targets[start:end].clone(), self.plan.loss_weights[m])
 
     def _begin(self):
         """Starts a measured step under the budget; returns its generation."""
@@ -419,8 +434,21 @@ class Step:
                               f"{_core.format_bytes(requested)} requested with {_core.format_bytes(step_in_use)} in use",
                               p.layer, p.phase, p.micro_batch, requested, step_in_use, self.plan.budget_bytes)
 
-    def __call__(self, inputs, targets):
-        """One training step of the plan on a whole batch; returns the batch's loss."""
+    def _loss(self, output, targets):
+        """loss_fn's, or where there is none the model's own: `output.loss`, `output["loss"]`, its
+        first element, or the output."""
+        if self.loss_fn is not None:
+            return self.loss_fn(output, targets)
+        from ._eager import model_loss
+        try:
+            return model_loss(output)
+        except ValueError as e:
+            raise InputError(f"loss_fn: None, and {e}") from None
+
+    def __call__(self, inputs, targets=None):
+        """One training step of the plan on a whole batch; returns the batch's loss. `inputs`: a
+        tensor, a tuple of them, or a dict (`model(**inputs)`); `targets` None where the loss reads
+        none (loss_fn None: the model returns its loss)."""
         self._finish_pending()
         inputs, targets = self._checked(inputs, targets)
         generation = self._begin()
@@ -433,9 +461,9 @@ class Step:
                 micro_inputs, micro_targets, weight = self._micro_batch(inputs, targets, m)
                 self._position.phase = "forward"
                 with self.autocast():  # forward and loss; backward outside, as PyTorch's AMP runs
-                    output = self.model(*micro_inputs)
+                    output = self.model(**micro_inputs) if isinstance(micro_inputs, dict) else self.model(*micro_inputs)
                     self._position.layer = "loss"
-                    loss = self.loss_fn(output, micro_targets) * weight
+                    loss = self._loss(output, micro_targets) * weight
                 del output
                 self._position.phase = "backward"
                 loss.backward()
@@ -457,7 +485,7 @@ class Step:
             return torch.autocast("cpu", dtype=torch.bfloat16)
         return torch.autocast("cpu", enabled=False)  # an fp32 plan, inside a loop's own autocast too
 
-    def micro_batches(self, inputs, targets):
+    def micro_batches(self, inputs, targets=None):
         """Yields (inputs, targets, loss weight) per micro-batch, for a loop that runs its own backward.
 
         Multiply each micro-batch's loss by its weight before backward (the gradients then add up to

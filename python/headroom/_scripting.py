@@ -20,8 +20,9 @@ def as_tuple(inputs):
     return tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
 
 
-def to_torchscript(model, example_inputs):
-    """(path of the module saved as TorchScript, "scripted" or "traced").
+def to_torchscript(model, example_inputs, trace_if_unscriptable=True):
+    """(path of the module saved as TorchScript, "scripted" or "traced"); (None, "eager") where it
+    does not script and `trace_if_unscriptable` is off (capture="auto" runs it eager instead).
 
     Scripting keeps the module's control flow and is what `headroom profile --torchscript` reads;
     where scripting fails (Python the TorchScript compiler does not take), the module is traced on
@@ -39,6 +40,10 @@ def to_torchscript(model, example_inputs):
             module, how = torch.jit.script(model), "scripted"
         except Exception as scripting:  # the compiler's errors have no common type
             reason = str(scripting).strip().splitlines()
+            if not trace_if_unscriptable:
+                print(f"headroom: {type(model).__name__} cannot be scripted ({reason[0] if reason else 'no reason given'}); "
+                      "captured in eager PyTorch instead", file=sys.stderr)
+                return None, "eager"
             try:
                 with torch.no_grad():
                     module = torch.jit.trace(model, as_tuple(example_inputs), check_trace=False)

@@ -262,6 +262,9 @@ def test_a_module_neither_scripted_nor_traced_is_refused():
             return self.fc(x).tolist()  # a Python list: no type for the compiler, no tensor for the tracer
 
     with pytest.raises(headroom.InputError, match=r"^model: Unscriptable can be neither scripted \(.*\) nor traced"):
+        headroom.profile(Unscriptable(), torch.randn(4, 4), capture="script")
+    # Run as it is (the default where it does not script), its output has nothing a loss reads.
+    with pytest.raises(headroom.InputError, match=r"^model: Unscriptable's output \(list\) holds no tensor for the loss$"):
         headroom.profile(Unscriptable(), torch.randn(4, 4))
     with pytest.raises(headroom.InputError, match=r"^model: expected a torch.nn.Module"):
         headroom.profile(lambda x: x, torch.randn(4, 4))
@@ -394,7 +397,7 @@ def test_a_scheduler_made_before_apply_goes_on_counting(trace):
     step.remove()
 
 
-def test_a_module_that_cannot_be_scripted_is_traced_and_applied():
+def test_a_module_that_cannot_be_scripted_is_traced_with_capture_script():
     import numpy as np
 
     class Net(nn.Module):
@@ -406,7 +409,8 @@ def test_a_module_that_cannot_be_scripted_is_traced_and_applied():
             scale = float(np.sqrt(4.0))  # numpy: the TorchScript compiler refuses it, the tracer records a constant
             return self.fc2(self.act(self.fc1(x))) / scale
 
-    trace = headroom.profile(Net(), torch.randn(8, 32), batch_sizes=(1, 2, 4, 8), depth=1, repeats=1, threads=1)
+    trace = headroom.profile(Net(), torch.randn(8, 32), batch_sizes=(1, 2, 4, 8), depth=1, repeats=1, threads=1,
+                             capture="script")
     assert trace.how == "traced"
     assert trace.layers == ["fc1", "act", "fc2", "glue:div", "loss"]  # the division: the forward's own code
     plan = headroom.plan(trace, "1GiB", 8)
@@ -518,7 +522,10 @@ def test_a_frozen_backbone_holds_what_the_plan_predicts(tmp_path):
     layers = {layer["name"]: layer for layer in document["layers"]}
     assert sum(layer.get("frozen_param_bytes", 0) for layer in layers.values()) == \
         sum(layer["param_bytes"] for layer in layers.values()) - fc_bytes
-    assert document["optimizer"]["state_bytes"] == 2 * fc_bytes
+    # Two moments per trainable parameter, and torch.optim's Adam's step count (a float32 tensor) for
+    # each of fc's two parameter tensors.
+    assert document["optimizer"]["state_bytes"] == 2 * fc_bytes + 4 * 2
+    assert document["optimizer"]["torch_optim_tensors"] == 2
     assert all(sample["kept_bytes"] == 0 for sample in layers["stem"]["samples"])
     whole = headroom.plan(trace, budget="1TiB", batch=BATCH, strategies="none")
     assert "trainable (" in str(whole) and "frozen 4 B/param" in str(whole)

@@ -517,6 +517,22 @@ TEST(TraceJson, TheWorkspaceAndTheHostOptimizerRateRoundTripAndAreChecked) {
   }
 }
 
+// A trace made from Python records the parameter tensors whose step counts torch.optim's Adam keeps
+// (within its state); one without writes none, and counts past the state are refused.
+TEST(TraceJson, TorchOptimsStepCountsRoundTripAndAreChecked) {
+  core::Trace trace = testing::make_small_trace();
+  EXPECT_FALSE(core::to_json(trace)["optimizer"].contains("torch_optim_tensors"));
+  trace.optimizer.torch_optim_tensors = 6;
+  EXPECT_EQ(trace.optimizer.step_count_bytes("adam"), 24);
+  EXPECT_EQ(trace.optimizer.step_count_bytes("sgd(momentum=0)"), 0);
+  const json document = core::to_json(trace);
+  EXPECT_EQ(document["optimizer"]["torch_optim_tensors"], 6);
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+  json bad = document;
+  bad["optimizer"]["torch_optim_tensors"] = trace.optimizer.state_bytes;
+  EXPECT_EQ(read_error(bad), "t.json: $.optimizer.torch_optim_tensors: its step counts alone take more than state_bytes");
+}
+
 }  // namespace
 }  // namespace headroom
 

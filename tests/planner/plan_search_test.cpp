@@ -142,6 +142,13 @@ TEST(PlanSearch, AnotherOptimizerIsEstimatedAndSaysSo) {
   // Back to adam: the estimate agrees with what the profiler measured.
   EXPECT_EQ(planner::with_estimated_optimizer(sgd, "adam").optimizer.state_bytes, trace.optimizer.state_bytes);
   EXPECT_THROW(planner::with_estimated_optimizer(trace, "lion"), core::InputError);
+  // Made from Python, the step's torch.optim keeps a step count per parameter tensor under adam, none under sgd.
+  core::Trace python = trace;
+  python.optimizer.torch_optim_tensors = 10;
+  python.optimizer.state_bytes += 40;
+  EXPECT_EQ(planner::with_estimated_optimizer(python, "sgd").optimizer.state_bytes, sgd.optimizer.state_bytes);
+  EXPECT_EQ(planner::with_estimated_optimizer(python, "adam(amsgrad)").optimizer.state_bytes,
+            planner::with_estimated_optimizer(trace, "adam(amsgrad)").optimizer.state_bytes + 40);
   // A GPU trace's host rate was adam's: another optimizer's L2L host lane falls back to its time.
   core::Trace gpu = trace;
   gpu.optimizer.host_ns_per_param = 2.5;
