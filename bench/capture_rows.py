@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import models  # noqa: E402
 
 FIELDS = ("kept_bytes", "output_bytes", "fwd_transient_bytes", "bwd_transient_bytes")
-FRACTIONS = (0.4, 0.6, 0.8)
+FRACTIONS = (0.5, 0.6, 0.8)
 
 
 def profile_both(name, args):

@@ -5,6 +5,7 @@ step's predicted peak and time put beside the measured ones with the gradients' 
 whole batch's step. A row is examples/python/plain_loop.py run with its flags.
 
   PYTHONPATH=build/default/python /usr/bin/python3 bench/finetune_rows.py [--rows resnet18-fc,...] [--steps 20]
+      [--capture eager]
 """
 
 import argparse
@@ -30,6 +31,9 @@ ROWS = {
     "mobilenet-sgd-momentum": ["--model", "mobilenet_v3_small", "--optimizer", "sgd"],
     "lm-lora": ["--model", "lm-lora"],
     "unet": ["--model", "unet"],
+    # Keyword inputs, a dataclass output with its own loss, a loop the data ends: neither scripts nor
+    # traces, so it is captured in eager PyTorch whatever --capture says.
+    "tagger": ["--model", "tagger"],
 }
 
 
@@ -48,7 +52,8 @@ def plan_shape(micro_batches, checkpointed):
 def run_row(name, flags, args, folder):
     report = os.path.join(folder, name + ".json")
     command = [sys.executable, LOOP, "--batch", str(args.batch), "--fraction", str(args.fraction),
-               "--steps", str(args.steps), "--image-size", str(args.image_size), "--report", report, *flags]
+               "--steps", str(args.steps), "--image-size", str(args.image_size), "--capture", args.capture,
+               "--report", report, *flags]
     if args.threads:
         command += ["--threads", str(args.threads)]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -78,6 +83,8 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--image-size", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--capture", choices=["auto", "script", "eager"], default="auto",
+                        help="how headroom.profile runs each model (plain_loop.py --capture)")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
     names = args.rows.split(",")

@@ -136,6 +136,10 @@ models::Model build_eager_model(py::object capture_object) {
   for (auto& layer : captured.layers) model.add_layer(std::move(layer));
   model.set_batch_generator(models::synthetic_batches(inputs, target));
   model.set_whole_forward(std::make_shared<PythonModules>(capture), forward_of(capture), std::move(captured.saves), "eager");
+  // Resident for the module's life besides its parameters: its buffers (BatchNorm's statistics).
+  std::int64_t buffer_bytes = 0;
+  for (const auto& b : model.buffers()) buffer_bytes += static_cast<std::int64_t>(b.storage().nbytes());
+  model.set_extra_resident_bytes(buffer_bytes);
   model.set_training(true);
   return model;
 }

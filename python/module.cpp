@@ -128,7 +128,10 @@ std::string profile_eager(const py::object& capture, const std::string& batch_si
                           const std::string& precision, int threads, int warmup, int repeats, double timing_seconds,
                           std::uint64_t seed) {
   cli::ProfileArgs args;
-  args.build_model = [capture] { return python::build_eager_model(capture); };
+  args.build_model = [capture] {
+    py::gil_scoped_acquire gil;  // called where the profile let the GIL go; passing `capture` counts a reference
+    return python::build_eager_model(capture);
+  };
   args.batch_sizes = batch_sizes;
   args.options.optimizer = optimizer;
   args.precision = precision;

@@ -317,12 +317,11 @@ def max_relative_difference(planned, reference):
     return worst
 
 
-def add_arguments(parser, model="resnet18", steps_help="training steps"):
-    """The flags the examples and the overhead bench share."""
-    parser.add_argument("--model", choices=["resnet18", "mobilenet_v3_small", "unet", "lm", "lm-lora", "tagger"],
-                        default=model)
-    parser.add_argument("--capture", choices=["auto", "script", "eager"], default="auto",
-                        help="how headroom.profile runs the model: as TorchScript, or its own forward in eager PyTorch")
+def add_arguments(parser, model="resnet18", steps_help="training steps", dict_batches=False):
+    """The flags the examples and the overhead bench share; `dict_batches`: the script also runs the
+    tagger, whose batch is a dict holding its labels and whose loss is its own."""
+    names = ["resnet18", "mobilenet_v3_small", "unet", "lm", "lm-lora"] + (["tagger"] if dict_batches else [])
+    parser.add_argument("--model", choices=names, default=model)
     parser.add_argument("--freeze", default="", help="parameters not to train, as profile --freeze: '*,!fc'")
     parser.add_argument("--optimizer", default="adam",
                         help="sgd (momentum 0.9), sgd(momentum=0), adam, adam(amsgrad), adamw, adamw(amsgrad)")

@@ -32,7 +32,9 @@ import planning  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    models.add_arguments(parser, model="resnet18")
+    models.add_arguments(parser, model="resnet18", dict_batches=True)
+    parser.add_argument("--capture", choices=["auto", "script", "eager"], default="auto",
+                        help="how headroom.profile runs the model: as TorchScript, or its own forward in eager PyTorch")
     parser.add_argument("--precision", choices=["fp32", "bf16-autocast"], default="fp32",
                         help="the step's precision: profiled, planned and run in it")
     parser.add_argument("--report", help="write the step's report here (headroom compare reads it)")

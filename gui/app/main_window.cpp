@@ -389,7 +389,9 @@ bool MainWindow::open_trace(const QString& path) {
                             .arg(QString::fromStdString(trace.optimizer.name))
                             .arg(trace.batch_sizes.front())
                             .arg(trace.batch_sizes.back())
-                            .arg(QString::fromStdString(trace.precision_list())));
+                            .arg(QString::fromStdString(trace.precision_list())) +
+                        (trace.model.capture == "eager" ? QString("\ncaptured in eager PyTorch (plans run with headroom.apply)")
+                                                        : QString()));
   {
     const QSignalBlocker b1(batch_), b2(optimizer_), b3(budget_), b4(precision_);
     precision_->clear();

@@ -16,6 +16,8 @@ namespace headroom::gui {
 namespace {
 
 const char* const kIdleStatus = "runs the plan with headroom execute under its budget";
+// An eager capture has no file headroom execute could build the module from.
+const char* const kEagerStatus = "captured in eager PyTorch: run its plans in your own training loop with headroom.apply";
 
 // Signed, so it says which way the prediction is off: + predicted more than measured.
 QString signed_percent(double fraction) {
@@ -94,9 +96,11 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
 
 void RunPanel::set_plan(const std::optional<core::Plan>& plan) {
   plan_ = plan;
-  run_button_->setEnabled(plan_.has_value() && !running());
+  run_button_->setEnabled(plan_.has_value() && !running() && executable());
   show_staleness();
 }
+
+bool RunPanel::executable() const { return !(trace_ && trace_->trace.model.capture == "eager"); }
 
 void RunPanel::clear_results() {
   shown_plan_.reset();
@@ -104,7 +108,7 @@ void RunPanel::clear_results() {
   table_->clearContents();
   if (!running()) {
     progress_->setValue(0);
-    status_->setText(kIdleStatus);
+    status_->setText(executable() ? kIdleStatus : kEagerStatus);
   }
   show_staleness();
 }

@@ -30,6 +30,9 @@ class RunPanel : public QWidget {
   void set_trace(std::shared_ptr<const TraceDocument> trace) { trace_ = std::move(trace); }
   // Forgets the results (another trace: they belong to another model).
   void clear_results();
+  // `headroom execute` can run the trace's plans: not an eager capture's, which has no file to build
+  // the module from (they run in the user's loop, headroom.apply).
+  bool executable() const;
   // Where `headroom` is; empty: not found (Run then says so).
   void set_program(const QString& program) { program_ = program; }
 

@@ -181,6 +181,36 @@ def test_a_loss_function_of_the_users_reads_the_targets_given():
     assert trace.to_dict()["model"]["config"]["target"] == "10:float32"
 
 
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = torch.relu(self.bn2(self.conv2(x)))
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+def test_buffers_are_resident_and_the_checkpointed_step_holds_what_is_predicted():
+    torch.manual_seed(0)
+    model = ConvNet()
+    inputs, targets = torch.randn(BATCH, 3, 16, 16), torch.randint(0, 10, (BATCH,))
+    trace = headroom.profile(model, inputs, batch_sizes=(1, 2, 4, 8), capture="eager", **QUICK)
+    # BatchNorm's running statistics and counters live as long as the module.
+    assert trace.to_dict()["model_extra_bytes"] == sum(b.numel() * b.element_size() for b in model.buffers())
+    need = headroom.plan(trace, budget="1TiB", batch=BATCH, strategies="none").predicted_peak_bytes
+    plan = headroom.plan(trace, budget=int(0.8 * need), batch=BATCH)
+    step = headroom.apply(plan, model, torch.optim.Adam(model.parameters()), nn.CrossEntropyLoss())
+    for _ in range(3):
+        step(inputs, targets)
+    report = step.report()
+    measured, predicted = report["measured"]["peak_bytes"], report["predicted"]["peak_bytes"]
+    assert 0 <= (predicted - measured) / measured <= 0.01, (predicted, measured, str(plan))
+
+
 class Gate(nn.Module):
     """Calls `b` only where the input holds a value over 100: the example does, a synthetic batch not."""
 

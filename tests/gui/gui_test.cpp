@@ -1186,6 +1186,27 @@ class GuiTest : public QObject {
              compute_plan(*load_trace_document(trained_path), inputs(1ll << 40, 64)).plan->predicted.peak_bytes);
   }
 
+  // An eager capture's trace plans like any other; its plans run in the user's loop, so Run is off
+  // and says where they run.
+  void anEagerCapturesPlansRunInTheUsersLoop() {
+    QTemporaryDir dir;
+    core::Trace trace = core::read_trace_file(committed("cpu-mlp.json").toStdString());
+    trace.model.capture = "eager";
+    trace.model.config = {{"input", "64:float32"}, {"loss", "cross-entropy"}, {"depth", "1"}};
+    const std::string path = dir.filePath("eager.json").toStdString();
+    core::write_trace_file(path, trace);
+    MainWindow window;
+    QVERIFY(shown_with_file(window, QString::fromStdString(path)));
+    QVERIFY(window.findChild<QLabel*>("traceLabel")->text().contains("captured in eager PyTorch"));
+    QVERIFY(window.current_result() && window.current_result()->plan);
+    QVERIFY(!window.run_panel()->run_button()->isEnabled());
+    QVERIFY(window.run_panel()->status_label()->text().contains("headroom.apply"));
+    window.findChild<QTabWidget*>()->setCurrentWidget(window.run_panel());
+    save_shot(window, "eager-capture");
+    QVERIFY(shown_with(window, "cpu-mlp.json"));
+    QVERIFY(window.run_panel()->run_button()->isEnabled());
+  }
+
   // Over a slow link, L2L keeps its first stages on the device where they fit (L2L from a
   // chosen block on): the summary names the block, and the chart's peak is the plan's, their
   // parameters and optimizer state drawn under everything else.
