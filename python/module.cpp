@@ -83,20 +83,11 @@ auto as_the_cli_says(F&& f) -> decltype(f()) {
 
 std::string run_profile(const cli::ProfileArgs& args);
 
-std::string profile_trace(const std::string& torchscript, const std::vector<std::string>& inputs, const std::string& target,
-                          const std::string& loss, const std::string& layers, const std::string& depth,
-                          const std::string& output_index, const std::string& batch_sizes, const std::string& optimizer,
-                          const std::string& precision, int threads, int warmup, int repeats, double timing_seconds,
-                          std::uint64_t seed, bool tempo, const std::string& capture) {
+// How the package profiles any module: the command line's settings, and the step's optimizer is
+// torch.optim's.
+cli::ProfileArgs profile_settings(const std::string& batch_sizes, const std::string& optimizer, const std::string& precision,
+                                  int threads, int warmup, int repeats, double timing_seconds, std::uint64_t seed) {
   cli::ProfileArgs args;
-  args.torchscript = torchscript;
-  args.capture = capture;
-  args.inputs = inputs;
-  args.target = target;
-  args.loss = loss;
-  args.layers = layers;
-  args.depth = depth;
-  args.output_index = output_index;
   args.batch_sizes = batch_sizes;
   args.options.optimizer = optimizer;
   args.precision = precision;
@@ -105,8 +96,25 @@ std::string profile_trace(const std::string& torchscript, const std::vector<std:
   args.options.repeats = repeats;
   args.timing_seconds = timing_seconds;
   args.options.seed = seed;
+  args.options.torch_optim_state = true;
+  return args;
+}
+
+std::string profile_trace(const std::string& torchscript, const std::vector<std::string>& inputs, const std::string& target,
+                          const std::string& loss, const std::string& layers, const std::string& depth,
+                          const std::string& output_index, const std::string& batch_sizes, const std::string& optimizer,
+                          const std::string& precision, int threads, int warmup, int repeats, double timing_seconds,
+                          std::uint64_t seed, bool tempo, const std::string& capture) {
+  cli::ProfileArgs args = profile_settings(batch_sizes, optimizer, precision, threads, warmup, repeats, timing_seconds, seed);
+  args.torchscript = torchscript;
+  args.capture = capture;
+  args.inputs = inputs;
+  args.target = target;
+  args.loss = loss;
+  args.layers = layers;
+  args.depth = depth;
+  args.output_index = output_index;
   args.options.tempo = tempo;
-  args.options.torch_optim_state = true;  // the package's step runs torch.optim's optimizer
   return as_the_cli_says([&] {
     cli::check_model_flags(args);
     return run_profile(args);
@@ -127,20 +135,11 @@ std::string run_profile(const cli::ProfileArgs& args) {
 std::string profile_eager(const py::object& capture, const std::string& batch_sizes, const std::string& optimizer,
                           const std::string& precision, int threads, int warmup, int repeats, double timing_seconds,
                           std::uint64_t seed) {
-  cli::ProfileArgs args;
+  cli::ProfileArgs args = profile_settings(batch_sizes, optimizer, precision, threads, warmup, repeats, timing_seconds, seed);
   args.build_model = [capture] {
     py::gil_scoped_acquire gil;  // called where the profile let the GIL go; passing `capture` counts a reference
     return python::build_eager_model(capture);
   };
-  args.batch_sizes = batch_sizes;
-  args.options.optimizer = optimizer;
-  args.precision = precision;
-  args.options.threads = threads;
-  args.options.warmup_steps = warmup;
-  args.options.repeats = repeats;
-  args.timing_seconds = timing_seconds;
-  args.options.seed = seed;
-  args.options.torch_optim_state = true;
   return as_the_cli_says([&] { return run_profile(args); });
 }
 

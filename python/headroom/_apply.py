@@ -12,6 +12,7 @@ import torch
 import torch.utils.checkpoint
 
 from . import BudgetExceeded, InputError, Plan, _core, _core_call, _write_atomically
+from ._eager import model_loss, tensors_in
 
 
 class _Position:
@@ -33,17 +34,6 @@ class _Applied:
 
     def __bool__(self):
         return self._step() is not None and self._step()._installed
-
-
-def _tensors_of(value):
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _tensors_of(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors_of(item)
 
 
 class Step:
@@ -226,7 +216,7 @@ class Step:
             def hook(module, args, output):
                 if autocast_layers and step._in_step and torch.is_autocast_cpu_enabled():
                     torch.clear_autocast_cache()
-                for t in _tensors_of(output):
+                for t in tensors_in(output):
                     if t.requires_grad:
                         t.register_hook(on_gradient)
                         break
@@ -315,7 +305,7 @@ class Step:
                 yield p.grad
         yield from self.model.buffers()
         for state in self.optimizer.state.values():
-            yield from _tensors_of(state)
+            yield from tensors_in(state)
 
     def _checked(self, inputs, targets):
         """(inputs as a tuple, or a dict of keyword inputs, and targets), each tensor with the plan's
@@ -439,7 +429,6 @@ class Step:
         first element, or the output."""
         if self.loss_fn is not None:
             return self.loss_fn(output, targets)
-        from ._eager import model_loss
         try:
             return model_loss(output)
         except ValueError as e:

@@ -25,19 +25,19 @@ def _storage(t):
     return (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr()
 
 
-def _tensors(value):
+def tensors_in(value):
     """The tensors in a value as a forward takes or returns them, in order."""
     if isinstance(value, torch.Tensor):
         yield value
     elif isinstance(value, (tuple, list)):
         for item in value:
-            yield from _tensors(item)
+            yield from tensors_in(item)
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _tensors(item)
+            yield from tensors_in(item)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for field in dataclasses.fields(value):
-            yield from _tensors(getattr(value, field.name))
+            yield from tensors_in(getattr(value, field.name))
 
 
 def model_loss(outputs):
@@ -203,7 +203,7 @@ class EagerCapture:
             return called
         if depth is not None:
             if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= MAX_DEPTH:
-                raise self.error(f"--depth: {depth!r} is not from 1 to {MAX_DEPTH}")
+                raise self.error(f"--depth: '{depth}' is not a depth from 1 to {MAX_DEPTH} (1: the module's children)")
             called = self._called_at(calls, depth)
             self._check_once(called, "--depth")
             self.depth = depth
@@ -261,7 +261,7 @@ class EagerCapture:
                 if index.get(path) != i:
                     return
                 slots, storages = [], []
-                for t in _tensors(args):
+                for t in tensors_in(args):
                     # One the forward's own code made since the last layer (tanh(x), a mask) reads what
                     # that layer made; kept for backward, it is this layer's (its interval made it), not
                     # that layer's output.
@@ -287,7 +287,7 @@ class EagerCapture:
                 if i is None or self.layers[i].name != path:
                     return
                 current[0] = None
-                tensors = list(_tensors(output))
+                tensors = list(tensors_in(output))
                 if not tensors:
                     raise self.error(f"model: layer {path} returns no tensor ({type(output).__name__})")
                 for t in tensors:
@@ -367,7 +367,7 @@ class EagerCapture:
             logits = output.get("logits")
         if isinstance(logits, torch.Tensor):
             return logits
-        first = next(_tensors(output), None)
+        first = next(tensors_in(output), None)
         if first is None:
             raise self.error(f"model: {self.name}'s output ({type(output).__name__}) holds no tensor for the loss")
         return first
@@ -498,7 +498,7 @@ class EagerCapture:
             def hook(module, args, output):
                 r = capture._reporting
                 if r is not None:
-                    r["observer"].after(i, next(_tensors(output)))
+                    r["observer"].after(i, next(tensors_in(output)))
                     if i + 1 < count:
                         r["observer"].before(i + 1)
             return hook

@@ -20,16 +20,6 @@ HEADROOM = os.environ.get("HEADROOM_CLI")
 QUICK = dict(repeats=1, threads=1, timing_seconds=0)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def quiet_machine(tmp_path_factory):
-    """As test_package.py's: a timing of the tests' own, in a cache of their own."""
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("HEADROOM_OTHER_CORES_BUSY", "0")
-        if not os.environ.get("XDG_CACHE_HOME"):
-            env.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
-        yield
-
-
 class Residual(nn.Module):
     def __init__(self, width):
         super().__init__()
@@ -273,6 +263,8 @@ def test_bad_input_names_the_argument():
         headroom.profile(model, {"x": x}, capture="script")
     with pytest.raises(headroom.InputError, match=r"^example_targets: a loss function of your own needs"):
         headroom.profile(model, x, loss=lambda out, t: out.sum(), capture="eager")
+    with pytest.raises(headroom.InputError, match=r"^--depth: '0' is not a depth from 1 to 16"):
+        headroom.profile(model, x, depth=0, capture="eager")
     with pytest.raises(headroom.InputError, match=r"^--layers: blocks\.9 is not a submodule of Net$"):
         headroom.profile(model, x, layers=["stem", "blocks.9"], capture="eager")
     with pytest.raises(headroom.InputError, match=r"^precision: a module captured in eager PyTorch \(Net\) is profiled in fp32"):
