@@ -996,7 +996,9 @@ void ProfileRun::set_up() {
   }
   const core::OptimizerSpec spec = core::parse_optimizer_spec(options_.optimizer);
   if (options_.torch_optim_state && spec.kind != core::OptimizerSpec::Kind::Sgd) {
-    for (std::size_t k = 0; k < parameters_.size(); ++k) step_counts_.push_back(torch::zeros({}, torch::dtype(torch::kFloat32).device(device_)));
+    for (std::size_t k = 0; k < parameters_.size(); ++k) {
+      step_counts_.push_back(torch::zeros({}, torch::dtype(torch::kFloat32).device(device_)));
+    }
   }
   layer_count_ = model_.layers().size();
   where_batch_ = options_.batch_sizes.front();
