@@ -551,22 +551,7 @@ std::optional<TensorSpec> target_spec(const ModuleSettings& settings, const torc
     return std::nullopt;
   }
   if (!settings.target.empty()) return parse_tensor_spec(settings.target, "target");
-  if (settings.loss == "cross-entropy") {
-    if (probe_output.dim() < 2) {
-      throw core::InputError("loss: cross-entropy needs class scores along a dimension of the output; one sample's "
-                             "output is a single number (use --loss mse or model)");
-    }
-    // One class index per position the scores are for: every dimension but the batch and the classes.
-    const std::int64_t classes = settings.class_dim == "last" ? probe_output.dim() - 1 : 1;
-    TensorSpec t{{}, "int64", 0, probe_output.size(classes)};
-    for (std::int64_t d = 1; d < probe_output.dim(); ++d) {
-      if (d != classes) t.shape.push_back(probe_output.size(d));
-    }
-    return t;
-  }
-  TensorSpec t{{}, "float32"};
-  for (std::int64_t d = 1; d < probe_output.dim(); ++d) t.shape.push_back(probe_output.size(d));
-  return t;
+  return target_for_output(settings.loss, settings.class_dim, probe_output);
 }
 
 // Every key resolved, so that model_source() rebuilds the same model.
@@ -729,6 +714,25 @@ Model load_module(const std::string& path, const std::map<std::string, std::stri
 }
 
 }  // namespace
+
+TensorSpec target_for_output(const std::string& loss, const std::string& class_dim, const torch::Tensor& output) {
+  if (loss == "cross-entropy") {
+    if (output.dim() < 2) {
+      throw core::InputError("loss: cross-entropy needs class scores along a dimension of the output; one sample's "
+                             "output is a single number (use --loss mse or model)");
+    }
+    // One class index per position the scores are for: every dimension but the batch and the classes.
+    const std::int64_t classes = class_dim == "last" ? output.dim() - 1 : 1;
+    TensorSpec t{{}, "int64", 0, output.size(classes)};
+    for (std::int64_t d = 1; d < output.dim(); ++d) {
+      if (d != classes) t.shape.push_back(output.size(d));
+    }
+    return t;
+  }
+  TensorSpec t{{}, "float32"};
+  for (std::int64_t d = 1; d < output.dim(); ++d) t.shape.push_back(output.size(d));
+  return t;
+}
 
 BatchGenerator synthetic_batches(const std::vector<TensorSpec>& inputs, const std::optional<TensorSpec>& target) {
   return [inputs, target](std::int64_t batch, std::uint64_t s) {

@@ -50,6 +50,11 @@ TensorSpec parse_tensor_spec(const std::string& text, const std::string& field);
 //   output_index  where forward returns a tuple: the element the loss reads
 inline constexpr const char* kTorchScriptKeys[] = {"input", "target", "loss", "class_dim", "layers", "depth", "output_index"};
 
+// The target a loss of headroom's reads against `output` (batch first): for cross-entropy
+// (`class_dim` "1" or "last") one class index per position, for mse the output's shape in float32.
+// Throws InputError where cross-entropy finds no class dimension.
+TensorSpec target_for_output(const std::string& loss, const std::string& class_dim, const torch::Tensor& output);
+
 // Batches drawn from the specs, deterministic in (batch size, seed): each input from a stream of
 // its own, integers within their range, floats standard normal; the target (none: an empty one, for
 // a model that computes its loss) from another stream.

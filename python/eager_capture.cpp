@@ -144,10 +144,26 @@ models::Model build_eager_model(py::object capture_object) {
   return model;
 }
 
-void bind_layer_observer(py::module_& m) {
+void bind_eager_capture(py::module_& m) {
   py::class_<ObserverHandle>(m, "LayerObserver")
       .def("before", &ObserverHandle::before)
       .def("after", &ObserverHandle::after);
+  // A batch as the profiler draws it (models::synthetic_batches): (inputs, target or None).
+  m.def("synthetic_batch", [](const std::vector<std::string>& input_specs, const std::string& target_spec,
+                              std::int64_t batch, std::uint64_t seed) {
+    std::vector<models::TensorSpec> inputs;
+    for (const auto& text : input_specs) inputs.push_back(models::parse_tensor_spec(text, "example_inputs"));
+    const std::optional<models::TensorSpec> target =
+        target_spec.empty() ? std::nullopt : std::optional(models::parse_tensor_spec(target_spec, "example_targets"));
+    const models::Batch b = models::synthetic_batches(inputs, target)(batch, seed);
+    std::vector<torch::Tensor> tensors{b.input};
+    tensors.insert(tensors.end(), b.further_inputs.begin(), b.further_inputs.end());
+    return py::make_tuple(tensors, target ? py::cast(b.target) : py::none());
+  });
+  // The target spec a loss of headroom's reads against a batch-first output (models::target_for_output).
+  m.def("target_for_output", [](const std::string& loss, const std::string& class_dim, const torch::Tensor& output) {
+    return models::target_for_output(loss, class_dim, output).text();
+  });
 }
 
 }  // namespace headroom::python

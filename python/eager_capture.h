@@ -12,7 +12,8 @@ namespace headroom::python {
 // the model takes it whenever it reaches into Python.
 models::Model build_eager_model(pybind11::object capture);
 
-// The observer as the capture's forward calls it (before(i), after(i, output)).
-void bind_layer_observer(pybind11::module_& m);
+// The observer as the capture's forward calls it (before(i), after(i, output)), and the synthetic
+// batches and loss targets the capture shares with the profiler.
+void bind_eager_capture(pybind11::module_& m);
 
 }  // namespace headroom::python

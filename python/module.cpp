@@ -155,7 +155,7 @@ void bind_profile(py::module_& m) {
   m.def("profile_eager", &profile_eager, py::arg("capture"), py::arg("batch_sizes"), py::arg("optimizer"),
         py::arg("precision"), py::arg("threads"), py::arg("warmup"), py::arg("repeats"), py::arg("timing_seconds"),
         py::arg("seed"));
-  python::bind_layer_observer(m);
+  python::bind_eager_capture(m);
 
   m.def("trace_summary", [](const std::string& trace_json, const std::string& source) {
     return as_the_cli_says([&] {

@@ -92,21 +92,6 @@ class Layer:
     keeps_output: bool = False
 
 
-_TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "int32": torch.int32}
-
-
-def _synthetic(spec, batch, generator):
-    """A batch of `spec` ("128:int64:0-2000", "3x32x32:float32") as headroom's synthetic batches draw
-    one: integers within their range, floats standard normal."""
-    parts = spec.split(":")
-    shape = [batch] + ([] if parts[0] == "scalar" else [int(d) for d in parts[0].split("x")])
-    dtype = _TORCH_DTYPES.get(parts[1], torch.float32)
-    if len(parts) > 2:
-        low, high = (int(v) for v in parts[2].split("-"))
-        return torch.randint(low, high, shape, generator=generator, dtype=dtype)
-    return torch.randn(shape, generator=generator, dtype=dtype)
-
-
 def _is_batchnorm(module):
     return isinstance(module, torch.nn.modules.batchnorm._BatchNorm)
 
@@ -175,7 +160,7 @@ class EagerCapture:
             output = self._find_edges_and_saves(examples, paths)
             self.target_spec = self._target_spec(output, example_targets)
             self._add_loss_layer(output)
-            self.data_dependent = self._differing_layers(examples, paths)
+            self.data_dependent = self._differing_layers(examples[0].shape[0], paths)
         finally:
             model.train(was_training)
         self._assign_blocks()
@@ -251,7 +236,7 @@ class EagerCapture:
         its backward keeps."""
         producer = {_storage(t): _input_id(k) for k, t in enumerate(examples)}
         index = {path: i for i, path in enumerate(paths)}
-        self.layers = []
+        self.layers, self._saved_counts = [], []
         current, saved, handles = [None], [], []
         state = {"last": _input_id(0)}
 
@@ -278,6 +263,7 @@ class EagerCapture:
                 self.layers.append(Layer(path, kind, slots))
                 self.layers[-1]._storages = storages
                 saved.append(set())
+                self._saved_counts.append(0)
                 current[0] = i
             return hook
 
@@ -298,6 +284,7 @@ class EagerCapture:
 
         def pack(t):
             if current[0] is not None:
+                self._saved_counts[current[0]] += 1
                 try:
                     saved[current[0]].add(_storage(t))
                 except RuntimeError:  # a tensor without storage (sparse, nested): not an input's
@@ -341,14 +328,15 @@ class EagerCapture:
                 handle.remove()
         return counts
 
-    def _differing_layers(self, examples, paths):
-        """The layers whose work differs between the example batch and a synthetic one of the same
-        shapes (control flow that depends on the data): they are measured as the profiled batches,
-        synthetic ones, run them."""
-        generator = torch.Generator().manual_seed(0)
-        synthetic = [_synthetic(spec, t.shape[0], generator) for t, spec in zip(examples, self.input_specs)]
-        a, b = self._saved_per_layer(examples, paths), self._saved_per_layer(synthetic, paths)
-        return [path for path, x, y in zip(paths, a, b) if x != y]
+    def _differing_layers(self, batch, paths):
+        """The layers that save another number of tensors for a synthetic batch of the example's size,
+        drawn as the profiler draws its batches, than for the example batch (control flow that depends
+        on the data): they are measured as the synthetic batches run them."""
+        from . import _core
+
+        synthetic, _ = _core.synthetic_batch(self.input_specs, "", batch, 0)
+        counts = self._saved_per_layer(synthetic, paths)
+        return [path for path, x, y in zip(paths, self._saved_counts, counts) if x != y]
 
     # -- the loss --
 
@@ -387,15 +375,11 @@ class EagerCapture:
             return sample_spec(example_targets, "example_targets")
         if callable(self.loss):
             raise self.error("example_targets: a loss function of your own needs a batch-first target to read")
-        out = self._loss_output(output)
-        if self.loss == "mse":
-            return "x".join(str(d) for d in out.shape[1:]) + ":float32" if out.dim() > 1 else "scalar:float32"
-        if out.dim() < 2:
-            raise self.error("loss: cross-entropy needs class scores along a dimension of the output; one sample's "
-                             "output is a single number (use loss=\"mse\" or \"model\")")
-        classes = out.dim() - 1 if self.loss == "cross-entropy-last" else 1
-        shape = [d for k, d in enumerate(out.shape) if k not in (0, classes)]
-        return ("x".join(str(d) for d in shape) or "scalar") + f":int64:0-{out.shape[classes]}"
+        from . import _core, _core_call
+
+        loss, class_dim = {"cross-entropy": ("cross-entropy", "1"), "cross-entropy-last": ("cross-entropy", "last"),
+                           "mse": ("mse", "")}[self.loss]
+        return _core_call(_core.target_for_output, loss, class_dim, self._loss_output(output).detach())
 
     def _add_loss_layer(self, output):
         if self.loss == "model":
@@ -403,7 +387,9 @@ class EagerCapture:
         last = self._producer.get(_storage(self._loss_output(output)), len(self.layers) - 1)
         layer = Layer("loss", "loss", [last if last >= 0 else len(self.layers) - 1, _TARGET])
         # What the loss's backward keeps of the output it reads and of the target.
-        target = _synthetic(self.target_spec, self.inputs.examples[0].shape[0], torch.Generator().manual_seed(0))
+        from . import _core
+
+        _, target = _core.synthetic_batch(self.input_specs, self.target_spec, self.inputs.examples[0].shape[0], 0)
         saved = set()
 
         def pack(t):
