@@ -32,6 +32,10 @@ CLI::App* add_plan_command(CLI::App& app, cli::PlanArgs& args) {
   plan->add_option("--link", args.link,
                    "the workers' link as BANDWIDTH,LATENCY, e.g. 25GB/s,5us (default: the trace's, from profile --measure-link)");
   plan->add_option("--bucket-cap", args.bucket_cap, "gradients are all-reduced in buckets of at least this size (default 25MiB)");
+  plan->add_option("--shard", args.shard,
+                   "with --devices: ZeRO's stage, 0 (every worker holds the whole training state), 1 (the optimizer "
+                   "state sharded) or auto (default: the fastest that fits)")
+      ->check([](const std::string& text) { return text.empty() ? std::string("expected 0, 1 or auto") : std::string(); });
   plan->add_flag("--no-rescale", args.no_rescale,
                  "keep the trace's times where this machine runs the calibration's kernels at another speed");
   plan->add_option("--precision", args.precision,

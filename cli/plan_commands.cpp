@@ -12,6 +12,7 @@
 #include "core/plan.h"
 #include "core/rescale.h"
 #include "core/sha256.h"
+#include "core/sharding.h"
 #include "core/statistics.h"
 #include "core/trace.h"
 #include "core/trace_precisions.h"
@@ -93,6 +94,30 @@ void set_link_and_buckets(const PlanArgs& args, const core::Trace& trace, planne
   }
 }
 
+// --shard: unset or "auto" leaves the stage to the search; a stage is checked against the trace.
+std::optional<int> shard_stage_from_flag(const PlanArgs& args, const core::Trace& trace, const planner::PlanRequest& request) {
+  if (args.shard.empty()) return std::nullopt;
+  if (args.devices < 2) {
+    throw core::InputError("--shard: sharding splits the training state over data-parallel workers; give --devices N "
+                           "(N of 2 or more)");
+  }
+  if (args.shard == "auto") return std::nullopt;
+  const bool digit = args.shard.size() == 1 && args.shard[0] >= '0' && args.shard[0] <= '9';
+  if (!digit || args.shard[0] - '0' > core::kMaxShardStage) {
+    const std::string known = digit && args.shard[0] <= '3' ? " (stage " + args.shard + " is not built yet)" : "";
+    throw core::InputError("--shard: expected 0, 1 or auto, got '" + args.shard + "'" + known);
+  }
+  planner::PlanRequest at = request;
+  at.shard_stage = args.shard[0] - '0';
+  try {
+    planner::check_shard_stage(trace, at);
+  } catch (const core::InputError& e) {
+    const std::string message = e.what();
+    throw core::InputError("--shard: " + message.substr(message.find(": ") + 2));
+  }
+  return at.shard_stage;
+}
+
 // The request the flags make, each checked against the trace (the planning trace: its precision
 // asked for first, its times on this machine). `all`: --strategies asks for all.
 planner::PlanRequest request_from_flags(const PlanArgs& args, const core::Trace& trace, bool all) {
@@ -124,6 +149,7 @@ planner::PlanRequest request_from_flags(const PlanArgs& args, const core::Trace&
   // L2L's host side must fit this machine's memory (or its container's).
   if (request.strategies.contains(planner::Strategy::L2L)) request.host_memory_bytes = core::available_host_memory_bytes();
   set_link_and_buckets(args, trace, request);
+  request.shard_stage = shard_stage_from_flag(args, trace, request);
   if (request.workers > 1 && !request.link.known()) {
     throw core::InputError(args.trace + ": --devices " + std::to_string(args.devices) +
                            ": the trace has no measured link (profile with --measure-link) and no --link was given, "
@@ -202,6 +228,9 @@ PlanMade make_plan(const PlanArgs& args) {
     outcome.plan->warnings.push_back(*warning);
   }
   std::string summary = report::render_plan_summary(*outcome.plan);
+  if (const auto& dp = outcome.plan->choice.data_parallel; dp && !outcome.shard_stages.empty()) {
+    summary += "\n" + report::render_shard_stages(outcome.shard_stages, dp->shard_stage);
+  }
   PlanMade made{std::move(*outcome.plan), std::move(summary), {}};
   // Asked for once the plan is out (written, printed): a precision comparison plans again.
   made.after_summary = [trace = core::Trace(trace), request, machine, all, plan = made.plan] {

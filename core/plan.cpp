@@ -16,6 +16,7 @@
 #include "core/l2l_stages.h"
 #include "core/rescale.h"
 #include "core/sha256.h"
+#include "core/sharding.h"
 #include "core/strategies.h"
 #include "core/trace.h"
 
@@ -66,6 +67,10 @@ nlohmann::json to_json(const Plan& plan) {
         {"link", {{"bytes_per_second", dp->link.bytes_per_second}, {"latency_ns", dp->link.latency_ns}, {"source", dp->link.source}}},
     };
   }
+  // Written where it shards: a stage-0 plan reads as plans did before sharding.
+  if (plan.choice.data_parallel && plan.choice.data_parallel->shard_stage > 0) {
+    document["data_parallel"]["shard_stage"] = plan.choice.data_parallel->shard_stage;
+  }
   if (plan.choice.ring_loss) document["ring_loss"] = true;
   if (plan.choice.loss_tiles) {
     document["loss_tiles"] = {{"rows", plan.choice.loss_tiles->rows}, {"cols", plan.choice.loss_tiles->cols}};
@@ -84,10 +89,10 @@ namespace {
 
 // The parts a plan may carry, as the techniques name them (core/l2l_stages.h, core/collective.h),
 // and its time by class of work (core/rescale.h).
-constexpr std::array<std::string_view, 10> kPredictedPartNames = {
-    kL2LComputeSecondsPart, kL2LCopySecondsPart,        kL2LWaitSecondsPart,   kL2LHostOptimizerSecondsPart,
-    kL2LHostBytesPart,      kAllReduceSecondsPart,        kExposedAllReduceSecondsPart, kMatmulBoundSecondsPart,
-    kComputeBoundSecondsPart, kMemoryBoundSecondsPart};
+constexpr std::array<std::string_view, 11> kPredictedPartNames = {
+    kL2LComputeSecondsPart,   kL2LCopySecondsPart,     kL2LWaitSecondsPart,          kL2LHostOptimizerSecondsPart,
+    kL2LHostBytesPart,        kAllReduceSecondsPart,   kExposedAllReduceSecondsPart, kParameterBroadcastSecondsPart,
+    kMatmulBoundSecondsPart,  kComputeBoundSecondsPart, kMemoryBoundSecondsPart};
 
 // A layer's variant: `"variant": "tempo"`; plans written before the step choice had a `"tempo"`
 // flag, and plans from before Tempo have neither (standard).
@@ -124,6 +129,8 @@ DataParallelChoice read_data_parallel(const JsonNode& root, int workers, const S
                 std::to_string(choice.micro_batches.size()) + " micro-batches");
   }
   dp.bucket_cap_bytes = node.at("bucket_cap_bytes").as_int_in(1, kMaxPlanBudget);
+  // Plans from before sharding replicate the training state.
+  if (node.has("shard_stage")) dp.shard_stage = static_cast<int>(node.at("shard_stage").as_int_in(0, kMaxShardStage));
   const auto link = node.at("link");
   dp.link.bytes_per_second = link.at("bytes_per_second").as_double();
   if (!(dp.link.bytes_per_second >= 1 && dp.link.bytes_per_second <= 1e14)) {

@@ -5,6 +5,7 @@
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/json_reader.h"
+#include "core/sharding.h"
 #include "core/precision_json.h"
 
 namespace headroom::core {
@@ -59,6 +60,11 @@ nlohmann::json data_parallel_to_json(const DataParallelReport& d) {
                         {"predicted_allreduce_seconds", d.predicted_allreduce_seconds},
                         {"predicted_exposed_allreduce_seconds", d.predicted_exposed_allreduce_seconds}};
   if (d.full_batch_weights_max_rel_diff) out["full_batch_weights_max_rel_diff"] = *d.full_batch_weights_max_rel_diff;
+  if (d.shard_stage > 0) {
+    out["shard_stage"] = d.shard_stage;
+    out["broadcast_seconds"] = d.broadcast_seconds;
+    out["predicted_broadcast_seconds"] = d.predicted_broadcast_seconds;
+  }
   return out;
 }
 
@@ -195,6 +201,11 @@ DataParallelReport read_data_parallel(const JsonNode& dp) {
   }
   d.predicted_allreduce_seconds = dp.at("predicted_allreduce_seconds").as_double();
   d.predicted_exposed_allreduce_seconds = dp.at("predicted_exposed_allreduce_seconds").as_double();
+  if (dp.has("shard_stage")) {
+    d.shard_stage = static_cast<int>(dp.at("shard_stage").as_int_in(1, kMaxShardStage));
+    d.broadcast_seconds = dp.at("broadcast_seconds").as_double();
+    d.predicted_broadcast_seconds = dp.at("predicted_broadcast_seconds").as_double();
+  }
   for (const auto& w : dp.at("workers").elements()) {
     d.workers.push_back({static_cast<int>(w.at("rank").as_int_in(0, 4095)), w.at("samples").as_non_negative_int(),
                          w.at("peak_bytes").as_non_negative_int(), w.at("step_seconds").as_double(),

@@ -78,6 +78,11 @@ struct DataParallelReport {
   double predicted_allreduce_seconds = 0;
   double predicted_exposed_allreduce_seconds = 0;
   std::vector<DataParallelWorker> workers;
+  // ZeRO's stage the run sharded at (core/sharding.h), and sharded, worker 0's parameter broadcast
+  // after the optimizer (median over the measured steps) beside the plan's.
+  int shard_stage = 0;
+  double broadcast_seconds = 0;
+  double predicted_broadcast_seconds = 0;
   bool operator==(const DataParallelReport&) const = default;
 };
 

@@ -68,6 +68,9 @@ struct DataParallelChoice {
   std::vector<int> micro_batches_per_worker;
   CollectiveLink link;  // what the all-reduce's time is predicted from
   std::int64_t bucket_cap_bytes = kDefaultBucketCapBytes;
+  // ZeRO's stage (core/sharding.h): 0 every worker holds the whole training state; 1 each holds
+  // 1/N of the optimizer state and sends the parameters it stepped to the others.
+  int shard_stage = 0;
   bool operator==(const DataParallelChoice&) const = default;
 };
 

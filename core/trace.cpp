@@ -226,6 +226,7 @@ nlohmann::json optimizer_to_json(const OptimizerInfo& optimizer) {
                         {"state_bytes_per_param", optimizer.state_bytes_per_param}};
   if (optimizer.host_ns_per_param > 0) out["host_ns_per_param"] = optimizer.host_ns_per_param;
   if (optimizer.torch_optim_tensors > 0) out["torch_optim_tensors"] = optimizer.torch_optim_tensors;
+  if (optimizer.largest_param_elements > 0) out["largest_param_elements"] = optimizer.largest_param_elements;
   return out;
 }
 
@@ -637,6 +638,7 @@ OptimizerInfo read_optimizer(const JsonNode& optimizer) {
   if (info.step_count_bytes(info.name) > info.state_bytes) {
     optimizer.at("torch_optim_tensors").fail("its step counts alone take more than state_bytes");
   }
+  if (optimizer.has("largest_param_elements")) info.largest_param_elements = optimizer.at("largest_param_elements").as_int_in(1, kMaxTraceBytes);
   return info;
 }
 

@@ -240,6 +240,10 @@ struct OptimizerInfo {
   // tensors, each of which has a step count of 4 bytes (a float32 tensor) under Adam and AdamW,
   // counted in state_bytes; 0 for libtorch's optimizer, which keeps the count as a number.
   std::int64_t torch_optim_tensors = 0;
+  // The largest trainable parameter tensor's elements: libtorch's optimizers step tensor by tensor,
+  // so their temporaries are as large as it (a sharded worker steps pieces of at most
+  // core::kShardedOptimizerPieceElements). 0 in traces from before it was recorded.
+  std::int64_t largest_param_elements = 0;
   // The step counts' bytes an optimizer of this kind keeps (core/optimizer_spec.h's text).
   std::int64_t step_count_bytes(const std::string& optimizer) const;
   bool operator==(const OptimizerInfo&) const = default;

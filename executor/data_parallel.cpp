@@ -23,6 +23,7 @@
 #include "core/affine_fit.h"
 #include "core/collective.h"
 #include "core/errors.h"
+#include "core/sharding.h"
 
 namespace headroom::executor {
 
@@ -358,6 +359,86 @@ std::int64_t GradientSync::buffer_bytes() const {
   std::int64_t total = 0;
   for (const auto& b : state_->buckets) total += b.buffer.numel() * static_cast<std::int64_t>(b.buffer.element_size());
   return total;
+}
+
+struct ShardedParameters::State {
+  Workers* workers = nullptr;
+  std::vector<torch::Tensor> parameters;  // the trainable ones, in layer order
+  std::vector<std::int64_t> offsets;      // each one's first element in the flat buffers
+  torch::Tensor flat;                     // the parameters' data
+  torch::Tensor flat_grad;                // their gradients
+  std::vector<torch::Tensor> pieces;      // this worker's range, as the optimizer steps it
+  std::vector<core::ElementRange> ranges;  // every worker's
+
+  void link_gradients() {
+    for (std::size_t k = 0; k < parameters.size(); ++k) {
+      parameters[k].mutable_grad() = flat_grad.narrow(0, offsets[k], parameters[k].numel()).view(parameters[k].sizes());
+    }
+  }
+};
+
+ShardedParameters::ShardedParameters(const models::Model& model, Workers& workers) : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.workers = &workers;
+  std::int64_t elements = 0;
+  for (const auto& layer : model.layers()) {
+    for (const auto& p : layer.parameters) {
+      if (!p.requires_grad()) continue;
+      if (std::any_of(s.parameters.begin(), s.parameters.end(), [&](const torch::Tensor& q) { return q.is_same(p); })) continue;
+      if (p.scalar_type() != torch::kFloat) {
+        throw core::InputError("shard_stage: a sharded worker steps float32 parameters, and this model has " +
+                               std::string(c10::toString(p.scalar_type())) + " ones");
+      }
+      s.parameters.push_back(p);
+      s.offsets.push_back(elements);
+      elements += p.numel();
+    }
+  }
+  if (s.parameters.size() != model.trainable_parameters().size()) {
+    throw core::InputError("shard_stage: sharding needs the model's parameters held by its layers (the zoo's models)");
+  }
+  if (s.parameters.empty()) throw core::InputError("shard_stage: the model has no trainable parameters to shard");
+  const auto options = s.parameters.front().options().requires_grad(false);
+  s.flat = torch::empty({elements}, options);
+  s.flat_grad = torch::zeros({elements}, options);
+  for (std::size_t k = 0; k < s.parameters.size(); ++k) {
+    torch::Tensor& p = s.parameters[k];
+    torch::Tensor range = s.flat.narrow(0, s.offsets[k], p.numel());
+    range.copy_(p.detach().reshape({-1}));
+    // The same tensor, its data now the flat buffer's range: every module holding it sees it.
+    p.set_data(range.view(p.sizes()));
+  }
+  s.link_gradients();
+  for (int r = 0; r < workers.size(); ++r) s.ranges.push_back(core::owned_elements(elements, workers.size(), r));
+  const core::ElementRange& mine = s.ranges[static_cast<std::size_t>(workers.rank())];
+  for (std::int64_t at = mine.begin; at < mine.end; at += core::kShardedOptimizerPieceElements) {
+    const std::int64_t length = std::min(core::kShardedOptimizerPieceElements, mine.end - at);
+    torch::Tensor piece = s.flat.narrow(0, at, length);
+    piece.mutable_grad() = s.flat_grad.narrow(0, at, length);
+    s.pieces.push_back(std::move(piece));
+  }
+}
+
+ShardedParameters::~ShardedParameters() = default;
+
+const std::vector<torch::Tensor>& ShardedParameters::owned_pieces() const { return state_->pieces; }
+
+void ShardedParameters::start_step() {
+  state_->flat_grad.zero_();
+  state_->link_gradients();
+}
+
+double ShardedParameters::broadcast() {
+  const auto start = std::chrono::steady_clock::now();
+  State& s = *state_;
+  for (std::size_t r = 0; r < s.ranges.size(); ++r) {
+    if (s.ranges[r].size() == 0) continue;
+    std::vector<at::Tensor> tensors{s.flat.narrow(0, s.ranges[r].begin, s.ranges[r].size())};
+    c10d::BroadcastOptions options;
+    options.rootRank = static_cast<std::int64_t>(r);
+    wait_collective(s.workers->group().broadcast(tensors, options), "the parameters' broadcast from worker " + std::to_string(r));
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace headroom::executor

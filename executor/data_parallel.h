@@ -131,4 +131,32 @@ class GradientSync {
   std::unique_ptr<State> state_;
 };
 
+// ZeRO's stage 1 on one worker (core/sharding.h): the trainable parameters and their gradients are
+// moved into one flat buffer each, every parameter (gradient) a view of its range, so that a
+// worker's range of the parameters is one tensor. Its optimizer steps that range alone, in pieces
+// of at most core::kShardedOptimizerPieceElements whose gradients are views of the summed
+// gradients, and keeps state for them alone; then every worker's range is broadcast from its owner,
+// in place, so that every worker holds every updated parameter.
+class ShardedParameters {
+ public:
+  // Throws InputError where a trainable parameter is not float32 or the model's layers do not hold
+  // every trainable parameter.
+  ShardedParameters(const models::Model& model, Workers& workers);
+  ~ShardedParameters();
+  ShardedParameters(const ShardedParameters&) = delete;
+  ShardedParameters& operator=(const ShardedParameters&) = delete;
+
+  // What this worker's optimizer steps: its range, in pieces.
+  const std::vector<torch::Tensor>& owned_pieces() const;
+  // Zeroes every gradient and makes each parameter's gradient its view of the flat buffer again
+  // (the gradient check lets go of them).
+  void start_step();
+  // Every worker's range from its owner; returns the seconds that took.
+  double broadcast();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 }  // namespace headroom::executor

@@ -5,6 +5,7 @@
 
 #include "core/collective.h"
 #include "core/errors.h"
+#include "core/sharding.h"
 #include "core/statistics.h"
 #include "executor/grad_cache.h"
 #include "executor/step_loop.h"
@@ -12,7 +13,10 @@
 namespace headroom::executor {
 
 DataParallelStep::DataParallelStep(const WorkerIdentity& identity, torch::Device device, const core::StepChoice& choice)
-    : workers_(identity, device), bucket_cap_bytes_(choice.data_parallel->bucket_cap_bytes), ring_loss_(choice.ring_loss) {}
+    : workers_(identity, device),
+      bucket_cap_bytes_(choice.data_parallel->bucket_cap_bytes),
+      ring_loss_(choice.ring_loss),
+      shard_stage_(choice.data_parallel->shard_stage) {}
 
 std::unique_ptr<StepWrapper> join_data_parallel(const core::Plan& plan, const ExecuteOptions& options, torch::Device device,
                                                 core::Report& report) {
@@ -22,6 +26,8 @@ std::unique_ptr<StepWrapper> join_data_parallel(const core::Plan& plan, const Ex
                                                  plan.choice);
   report.data_parallel = core::DataParallelReport{};
   report.data_parallel->world_size = options.workers;
+  report.data_parallel->shard_stage = plan.choice.data_parallel->shard_stage;
+  report.data_parallel->predicted_broadcast_seconds = plan.predicted_part(core::kParameterBroadcastSecondsPart).value_or(0);
   report.data_parallel->backend = step->backend();
   // Beside the plan's own figures (core/collective.h); a plan made before plans carried them has none.
   const auto allreduce = plan.predicted_part(core::kAllReduceSecondsPart);
@@ -35,6 +41,8 @@ std::unique_ptr<StepWrapper> join_data_parallel(const core::Plan& plan, const Ex
 }
 
 void DataParallelStep::attach(models::Model& model, core::Report& report) {
+  // The parameters move into their flat buffers before the gradients' hooks are set on them.
+  if (shard_stage_ > 0) sharded_ = std::make_unique<ShardedParameters>(model, workers_);
   sync_ = std::make_unique<GradientSync>(model, workers_, bucket_cap_bytes_);
   if (ring_loss_) {
     ring_ = attach_ring(model, &workers_);
@@ -49,12 +57,27 @@ void DataParallelStep::attach(models::Model& model, core::Report& report) {
   report.data_parallel->bucket_bytes = sync_->buffer_bytes();
 }
 
+const std::vector<torch::Tensor>* DataParallelStep::optimizer_parameters() const {
+  return sharded_ ? &sharded_->owned_pieces() : nullptr;
+}
+
+void DataParallelStep::start_step() {
+  if (sharded_) sharded_->start_step();
+}
+
+void DataParallelStep::after_optimizer() {
+  if (sharded_) last_broadcast_ = sharded_->broadcast();
+}
+
 void DataParallelStep::before_last_backward(const std::vector<torch::Tensor>& final_already) { sync_->arm(final_already); }
 
 void DataParallelStep::after_backward() { last_wait_ = sync_->finish(); }
 
 void DataParallelStep::after_step(const std::vector<torch::Tensor>& parameters, int step, bool measured, core::Report& report) {
-  if (measured) waits_.push_back(last_wait_);
+  if (measured) {
+    waits_.push_back(last_wait_);
+    broadcasts_.push_back(last_broadcast_);
+  }
   // Every worker holds the same weights after every step, bit for bit (checked outside the clock).
   workers_.check_weights_agree(parameters, "after step " + std::to_string(step + 1));
   ++report.data_parallel->weight_checks;
@@ -63,6 +86,7 @@ void DataParallelStep::after_step(const std::vector<torch::Tensor>& parameters, 
 void DataParallelStep::detach() {
   ring_.reset();
   sync_.reset();
+  sharded_.reset();
 }
 
 void DataParallelStep::after_run(const core::Plan& plan, core::Report& report) {
@@ -70,6 +94,7 @@ void DataParallelStep::after_run(const core::Plan& plan, core::Report& report) {
   const auto samples = static_cast<double>(std::accumulate(share.begin(), share.end(), std::int64_t{0}));
   const double step = report.step_seconds.empty() ? 0 : core::median(report.step_seconds);
   const double wait = waits_.empty() ? 0 : core::median(waits_);
+  if (!broadcasts_.empty()) report.data_parallel->broadcast_seconds = core::median(broadcasts_);
   const auto all = workers_.gather({samples, static_cast<double>(report.measured.peak_bytes), step, wait});
   for (int r = 0; r < workers_.size(); ++r) {
     const auto& w = all[static_cast<std::size_t>(r)];

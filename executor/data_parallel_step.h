@@ -36,6 +36,11 @@ class DataParallelStep final : public StepWrapper {
   // The gradients' buckets (their buffers count against the run's memory, as the plan counts them)
   // and, where the plan runs one, the contrastive loss's ring.
   void attach(models::Model& model, core::Report& report) override;
+  // Sharded: this worker's range of the parameters.
+  const std::vector<torch::Tensor>* optimizer_parameters() const override;
+  void start_step() override;
+  // Sharded: every worker's range broadcast from its owner.
+  void after_optimizer() override;
   // The last backward sends each bucket of gradients as it completes (GradientSync::arm).
   void before_last_backward(const std::vector<torch::Tensor>& final_already) override;
   // Waits for the exchange and writes the sums to the gradients.
@@ -50,10 +55,14 @@ class DataParallelStep final : public StepWrapper {
   Workers workers_;
   std::int64_t bucket_cap_bytes_;
   bool ring_loss_;
+  int shard_stage_;
+  std::unique_ptr<ShardedParameters> sharded_;  // stage 1
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<GroupRingPeers> ring_;
   double last_wait_ = 0;       // the last step's
   std::vector<double> waits_;  // the measured steps'
+  double last_broadcast_ = 0;
+  std::vector<double> broadcasts_;  // the measured steps'
 };
 
 }  // namespace headroom::executor

@@ -229,22 +229,28 @@ struct PlannedTraining {
                   std::span<const std::unique_ptr<StepWrapper>> wrappers = {}, core::Report* report = nullptr)
       : model(prepare_model(plan, trace, options, device, train)),
         parameters(model.trainable_parameters()),
-        optimizer(runtime::make_optimizer(plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer, parameters,
-                                          plan.precision == core::Precision::Fp16Autocast
-                                              ? std::optional<runtime::LossScaleOptions>(runtime::LossScaleOptions{})
-                                              : std::nullopt)),
         runner(model, plan.choice.checkpointed_blocks, position),
         grad_cache(uses_grad_cache(model, plan)),
         wrappers(wrappers),
         rank(options.rank) {
+    if (!wrappers.empty() && report == nullptr) throw std::logic_error("PlannedTraining: step wrappers need the run's report");
+    for (const auto& wrapper : wrappers) wrapper->attach(model, *report);
+    // What the optimizer steps: the trainable parameters, or a sharded worker's range of them.
+    const std::vector<torch::Tensor>* stepped = &parameters;
+    for (const auto& wrapper : wrappers) {
+      if (const auto* own = wrapper->optimizer_parameters()) stepped = own;
+    }
+    steps_parameters = stepped == &parameters;
+    optimizer = runtime::make_optimizer(plan.optimizer.empty() ? trace.optimizer.name : plan.optimizer, *stepped,
+                                        plan.precision == core::Precision::Fp16Autocast
+                                            ? std::optional<runtime::LossScaleOptions>(runtime::LossScaleOptions{})
+                                            : std::nullopt);
     runner.set_loss_scaler(runtime::loss_scaler_of(*optimizer));
     // The gradient cache runs its own backward passes, which do not scale the loss.
     if (grad_cache && runtime::loss_scaler_of(*optimizer) != nullptr) {
       throw core::InputError("the plan runs a contrastive loss's gradient cache under fp16-autocast, whose loss scaling "
                              "the cache does not run; profile and plan the model in fp32");
     }
-    if (!wrappers.empty() && report == nullptr) throw std::logic_error("PlannedTraining: step wrappers need the run's report");
-    for (const auto& wrapper : wrappers) wrapper->attach(model, *report);
   }
   ~PlannedTraining() {
     for (const auto& wrapper : wrappers) wrapper->detach();
@@ -260,6 +266,8 @@ struct PlannedTraining {
   const bool grad_cache;
   std::span<const std::unique_ptr<StepWrapper>> wrappers;
   int rank;  // a data-parallel worker's; 0 on one worker
+  // The optimizer steps the parameters themselves, not views of them a wrapper keeps (and zeroes).
+  bool steps_parameters = true;
 
   // The next backward is the step's last.
   void before_last_backward(const std::vector<torch::Tensor>& final_already = {}) {
@@ -440,7 +448,9 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
 // accumulated gradients; an L2L step replaces the micro-batch loop with its layer-major order.
 void train_step(PlannedTraining& training, const core::Plan& plan, const ExecuteOptions& options, int step,
                 torch::Device device, HostMemoryWatch* host) {
-  runtime::zero_gradients_kept(*training.optimizer);
+  // A sharded worker's gradients are views of one buffer, which its wrapper zeroes (start_step).
+  if (training.steps_parameters) runtime::zero_gradients_kept(*training.optimizer);
+  for (const auto& wrapper : training.wrappers) wrapper->start_step();
   // The last micro-batch's data stays until the optimizer has stepped, as in a training loop (and
   // as the plan counts it).
   std::vector<models::Batch> batch;
@@ -477,6 +487,7 @@ void train_step(PlannedTraining& training, const core::Plan& plan, const Execute
   training.runner.set_phase("optimizer");
   for (const auto& wrapper : training.wrappers) wrapper->before_optimizer(training.parameters);
   training.optimizer->step();
+  for (const auto& wrapper : training.wrappers) wrapper->after_optimizer();
   training.runner.set_phase("idle");
 }
 

@@ -26,6 +26,11 @@ class StepWrapper {
   virtual std::string phase() const = 0;
   // The model the step trains, as it is built under the run's memory (what this allocates counts).
   virtual void attach(models::Model&, core::Report&) {}
+  // What the optimizer steps, where not the model's trainable parameters (null): a sharded worker's
+  // range of them. Asked once, after attach.
+  virtual const std::vector<torch::Tensor>* optimizer_parameters() const { return nullptr; }
+  // A training step begins (on the clock, before its first micro-batch).
+  virtual void start_step() {}
   // The next backward is the step's last. `final_already`: parameters whose gradient is complete
   // before it and that it does not reach (a gradient-cache step's loss layer).
   virtual void before_last_backward(const std::vector<torch::Tensor>& /*final_already*/) {}
@@ -35,6 +40,8 @@ class StepWrapper {
   // What changes the gradients for the update only, right before the optimizer steps (not in the
   // gradient check, which compares the step's gradients with the full batch's).
   virtual void before_optimizer(const std::vector<torch::Tensor>& /*parameters*/) {}
+  // The optimizer has stepped (on the clock): a sharded worker sends the parameters it stepped.
+  virtual void after_optimizer() {}
   // After step `step`, off the clock.
   virtual void after_step(const std::vector<torch::Tensor>& /*parameters*/, int /*step*/, bool /*measured*/,
                           core::Report&) {}

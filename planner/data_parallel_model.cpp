@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "core/sharding.h"
 #include "core/units.h"
 #include "planner/plan_search.h"
 #include "planner/technique.h"
@@ -79,6 +80,58 @@ int append_allreduce_tasks(const core::CostModel& costs, const std::vector<Op>& 
   return previous;
 }
 
+namespace {
+
+int shard_stage(const core::StepChoice& choice) { return choice.data_parallel ? choice.data_parallel->shard_stage : 0; }
+
+// The trainable parameters' elements: sharding runs in fp32 (plan_search checks), 4 bytes each.
+std::int64_t trainable_elements(const core::CostModel& costs) { return costs.gradient_bytes() / 4; }
+
+// Worker 0's share of the trainable elements (the most any worker owns).
+double owned_share(const core::CostModel& costs, const core::StepChoice& choice) {
+  const std::int64_t elements = trainable_elements(costs);
+  if (shard_stage(choice) == 0 || elements == 0) return 1.0;
+  return static_cast<double>(core::owned_elements(elements, choice.workers(), 0).size()) / static_cast<double>(elements);
+}
+
+std::int64_t scaled(std::int64_t value, double share) { return std::llround(static_cast<double>(value) * share); }
+
+}  // namespace
+
+std::int64_t worker_optimizer_state_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
+  return scaled(costs.optimizer_state_bytes(), owned_share(costs, choice));
+}
+
+std::int64_t worker_static_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
+  return costs.static_bytes() - costs.optimizer_state_bytes() + worker_optimizer_state_bytes(costs, choice) +
+         bucket_buffer_bytes(costs, choice);
+}
+
+std::int64_t parameter_broadcast_ns(const core::CostModel& costs, const core::StepChoice& choice) {
+  if (shard_stage(choice) == 0) return 0;
+  const std::int64_t elements = trainable_elements(costs);
+  std::int64_t total = 0;
+  for (int r = 0; r < choice.workers(); ++r) {
+    total += core::broadcast_ns(4 * core::owned_elements(elements, choice.workers(), r).size(), choice.workers(),
+                                choice.data_parallel->link);
+  }
+  return total;
+}
+
+std::int64_t worker_optimizer_ns(const core::CostModel& costs, const core::StepChoice& choice) {
+  return scaled(costs.optimizer_ns(), owned_share(costs, choice)) + parameter_broadcast_ns(costs, choice);
+}
+
+std::int64_t worker_optimizer_transient_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
+  const std::int64_t whole = costs.optimizer_transient_bytes();
+  const std::int64_t largest = costs.trace().optimizer.largest_param_elements;
+  if (shard_stage(choice) == 0 || largest == 0) return whole;
+  // Temporaries scale with the tensor stepped: the largest piece of worker 0's range.
+  const std::int64_t owned = core::owned_elements(trainable_elements(costs), choice.workers(), 0).size();
+  const std::int64_t piece = std::min({core::kShardedOptimizerPieceElements, owned, largest});
+  return std::min(whole, scaled(whole, static_cast<double>(piece) / static_cast<double>(largest)));
+}
+
 std::vector<std::int64_t> worker_shares(std::int64_t global_batch, int workers) {
   std::vector<std::int64_t> shares(static_cast<std::size_t>(workers), global_batch / workers);
   for (std::int64_t r = 0; r < global_batch % workers; ++r) ++shares[static_cast<std::size_t>(r)];
@@ -93,7 +146,10 @@ class DataParallel final : public Technique {
  public:
   bool used_by(const core::StepChoice& choice) const override { return choice.data_parallel.has_value(); }
   void open(SearchSpace& space, const core::Trace&, const LayerGraph&, const PlanRequest& request) const override {
-    if (request.workers > 1) space.base.data_parallel = core::DataParallelChoice{request.workers, {}, request.link, request.bucket_cap_bytes};
+    if (request.workers > 1) {
+      space.base.data_parallel = core::DataParallelChoice{request.workers, {}, request.link, request.bucket_cap_bytes,
+                                                          request.shard_stage.value_or(0)};
+    }
   }
   void summarize(const core::StepChoice& c, std::vector<SummaryLine>& lines) const override {
     if (!used_by(c)) return;
@@ -114,6 +170,11 @@ class DataParallel final : public Technique {
     text += "\n                   gradients all-reduced in buckets of " + core::format_bytes(dp.bucket_cap_bytes) +
             " over a ring, link " + core::format_link(dp.link) + " (" + dp.link.source + ")";
     lines.push_back({"data parallel", text});
+    if (dp.shard_stage > 0) {
+      lines.push_back({"sharded", core::shard_stage_name(dp.shard_stage) +
+                                      ": each worker keeps the optimizer state of 1/" + std::to_string(dp.workers) +
+                                      " of the parameters, steps them and broadcasts them to the others"});
+    }
   }
   std::int64_t after_last_micro_batch_ns(const core::CostModel& costs, const std::vector<Op>& last_ops,
                                          const core::StepChoice& choice) const override {
@@ -130,6 +191,10 @@ class DataParallel final : public Technique {
       const AllReduceTiming timing = allreduce_timing(step.costs, seq.ops[segment.ops], step.choice);
       parts[std::string(core::kAllReduceSecondsPart)] = static_cast<double>(timing.total_ns) * 1e-9;
       parts[std::string(core::kExposedAllReduceSecondsPart)] = static_cast<double>(timing.exposed_ns) * 1e-9;
+      if (step.choice.data_parallel->shard_stage > 0) {
+        parts[std::string(core::kParameterBroadcastSecondsPart)] =
+            static_cast<double>(parameter_broadcast_ns(step.costs, step.choice)) * 1e-9;
+      }
       return;
     }
   }
@@ -138,6 +203,14 @@ class DataParallel final : public Technique {
     if (!used_by(choice)) return;
     if (choice.workers() < 2) {
       throw core::InputError(c.source + ": $.world_size: data parallel needs at least 2 workers, got " + std::to_string(choice.workers()));
+    }
+    if (choice.data_parallel->shard_stage > 0 && c.trace.precision != core::Precision::Fp32) {
+      throw core::InputError(c.source + ": $.data_parallel.shard_stage: a sharded worker steps float32 parameters, and the "
+                             "trace is " + std::string(core::precision_name(c.trace.precision)));
+    }
+    if (choice.data_parallel->shard_stage > 0 && choice.ring_loss) {
+      throw core::InputError(c.source + ": $.data_parallel.shard_stage: a contrastive model's ring loss runs replicated "
+                             "(stage 0)");
     }
     const auto largest = [](const std::vector<std::int64_t>& sizes) {
       return sizes.empty() ? std::int64_t{0} : *std::max_element(sizes.begin(), sizes.end());

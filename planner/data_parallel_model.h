@@ -45,6 +45,21 @@ AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector
 int append_allreduce_tasks(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice,
                            const std::vector<int>& task_of_op, core::Schedule& schedule);
 
+// What worker 0 of `choice` holds from its first micro-batch to its last: parameters, gradients,
+// its share of the optimizer state (all of it at stage 0), the model's other state and its buckets.
+std::int64_t worker_static_bytes(const core::CostModel& costs, const core::StepChoice& choice);
+// Worker 0's share of the optimizer state.
+std::int64_t worker_optimizer_state_bytes(const core::CostModel& costs, const core::StepChoice& choice);
+// Worker 0's optimizer step: the trace's, over its share of the parameters, and sharded, the
+// parameters' broadcast that follows it (every worker's range to the others), which the optimizer's
+// phase runs.
+std::int64_t worker_optimizer_ns(const core::CostModel& costs, const core::StepChoice& choice);
+// The broadcast alone (0 unsharded).
+std::int64_t parameter_broadcast_ns(const core::CostModel& costs, const core::StepChoice& choice);
+// The optimizer's temporaries on worker 0: sharded, as large as the largest piece it steps where the
+// trace recorded its largest parameter; the trace's otherwise.
+std::int64_t worker_optimizer_transient_bytes(const core::CostModel& costs, const core::StepChoice& choice);
+
 // The shares of `global_batch` over `workers`, larger first: the remainder's extra samples go to
 // the lowest ranks, one each.
 std::vector<std::int64_t> worker_shares(std::int64_t global_batch, int workers);

@@ -12,6 +12,7 @@
 
 #include "core/errors.h"
 #include "core/optimizer_spec.h"
+#include "core/sharding.h"
 #include "core/static_memory.h"
 #include "core/units.h"
 #include "core/unprofiled_sizes.h"
@@ -734,7 +735,7 @@ BoundedWeighing::RangeBound BoundedWeighing::bound(SizeRange r, bool timed) {
     // Each of a split's n micro-batches: its samples at sample_ns, less the slack, and its
     // recompute; then the optimizer. Least at the range's fewest or most micro-batches.
     const double per_micro_batch = static_cast<double>(recompute) - time.micro_batch_slack_ns;
-    b.least_ns = time.sample_ns * static_cast<double>(batch_) + static_cast<double>(costs_.optimizer_ns()) +
+    b.least_ns = time.sample_ns * static_cast<double>(batch_) + static_cast<double>(worker_optimizer_ns(costs_, space_.base)) +
                  std::min(static_cast<double>(count_of(r.hi)) * per_micro_batch, static_cast<double>(count_of(r.lo)) * per_micro_batch);
   }
   return b;
@@ -1049,7 +1050,7 @@ core::Plan make_plan(const core::Trace& trace, const core::CostModel& costs, con
 }
 
 // Throws InputError naming the request's first field out of range (plan_search.h).
-void check_request(const PlanRequest& request) {
+void check_request(const core::Trace& trace, const PlanRequest& request) {
   if (request.global_batch <= 0) throw core::InputError("global_batch: expected a positive batch size");
   if (request.global_batch > kMaxGlobalBatch) {
     throw core::InputError("global_batch: at most " + std::to_string(kMaxGlobalBatch) + " samples");
@@ -1075,6 +1076,7 @@ void check_request(const PlanRequest& request) {
     throw core::InputError("link: data parallel needs the link's bandwidth and latency (a trace's measured link, or given)");
   }
   if (request.bucket_cap_bytes < 1) throw core::InputError("bucket_cap_bytes: expected a positive size");
+  check_shard_stage(trace, request);
 }
 
 // The plan for the trace as if it had measured `request.optimizer` (optimizer_estimate.h).
@@ -1134,8 +1136,8 @@ void explain_no_fit(const PlanSearch& search, PlanOutcome& outcome) {
   // With L2L the training state is not the device's floor: L2L keeps it on the host.
   outcome.reason = infeasible_reason(request.budget_bytes, space.limit,
                                      space.l2l ? 0
-                                               : costs.static_bytes() + bucket_buffer_bytes(costs, space.base) +
-                                                     costs.optimizer_transient_bytes(),
+                                               : worker_static_bytes(costs, space.base) +
+                                                     worker_optimizer_transient_bytes(costs, space.base),
                                      applied, least, outcome.smallest_budget,
                                      !space.l2l && costs.workspace_bytes() > 0);
   if (budget > core::kMaxPlanBudget) {
@@ -1175,12 +1177,99 @@ core::Plan plan_of_fastest(const PlanSearch& search, std::vector<Candidate>& fit
 
 }  // namespace
 
+void check_shard_stage(const core::Trace& trace, const PlanRequest& request) {
+  if (!request.shard_stage) return;
+  const int stage = *request.shard_stage;
+  const std::string named = "shard_stage: stage " + std::to_string(stage);
+  if (stage < 0 || stage > core::kMaxShardStage) {
+    throw core::InputError("shard_stage: expected a stage from 0 to " + std::to_string(core::kMaxShardStage) + ", got " +
+                           std::to_string(stage));
+  }
+  if (request.workers < 2) {
+    throw core::InputError(named + " shards the training state over data-parallel workers, and the request has one (give "
+                           "the workers)");
+  }
+  if (stage == 0) return;
+  if (request.strategies.contains(Strategy::L2L)) {
+    throw core::InputError(named + " cannot combine with l2l: L2L keeps the training state on the host, one worker's");
+  }
+  if (trace.precision != core::Precision::Fp32) {
+    throw core::InputError(named + " cannot combine with " + std::string(core::precision_name(trace.precision)) +
+                           ": a sharded worker steps float32 parameters in place (profile and plan in fp32)");
+  }
+  if (trace.contrastive_loss) {
+    throw core::InputError(named + " cannot combine with the ring loss of a contrastive model, whose gradient cache "
+                           "runs replicated: plan it at stage 0");
+  }
+}
+
+namespace {
+
+PlanOutcome plan_one_stage(const core::Trace& trace, const PlanRequest& request);
+
+// The stages the search weighs where the request leaves the stage open: those the trace can run.
+std::vector<int> runnable_shard_stages(const core::Trace& trace, const PlanRequest& request) {
+  std::vector<int> stages{0};
+  for (int stage = 1; stage <= core::kMaxShardStage; ++stage) {
+    PlanRequest at = request;
+    at.shard_stage = stage;
+    try {
+      check_shard_stage(trace, at);
+      stages.push_back(stage);
+    } catch (const core::InputError&) {
+      // Not one this trace can run: the search leaves it out.
+    }
+  }
+  return stages;
+}
+
+// Each runnable stage planned; the fastest plan that fits (the lower stage on a tie), else the
+// outcome of the stage that needs the least.
+PlanOutcome plan_every_stage(const core::Trace& trace, const PlanRequest& request) {
+  std::vector<PlanOutcome::ShardStage> stages;
+  std::optional<PlanOutcome> chosen;
+  PlanOutcome least;
+  for (const int stage : runnable_shard_stages(trace, request)) {
+    PlanRequest at = request;
+    at.shard_stage = stage;
+    PlanOutcome outcome = plan_one_stage(trace, at);
+    core::StepChoice base;
+    base.data_parallel = core::DataParallelChoice{request.workers, {}, request.link, request.bucket_cap_bytes, stage};
+    const core::CostModel costs(trace);
+    PlanOutcome::ShardStage row{stage, std::nullopt, worker_static_bytes(costs, base), outcome.smallest_budget};
+    if (outcome.plan) {
+      row.predicted = outcome.plan->predicted;
+      if (!chosen || outcome.plan->predicted.samples_per_second > chosen->plan->predicted.samples_per_second) {
+        chosen = std::move(outcome);
+      }
+    } else if (least.reason.empty() || (outcome.smallest_budget > 0 && outcome.smallest_budget < least.smallest_budget)) {
+      least = std::move(outcome);
+    }
+    stages.push_back(row);
+  }
+  PlanOutcome out = chosen ? std::move(*chosen) : std::move(least);
+  out.shard_stages = std::move(stages);
+  return out;
+}
+
+}  // namespace
+
 PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
+  if (request.workers > 1 && !request.shard_stage) {
+    check_request(trace, request);
+    return plan_every_stage(trace, request);
+  }
+  return plan_one_stage(trace, request);
+}
+
+namespace {
+
+PlanOutcome plan_one_stage(const core::Trace& trace, const PlanRequest& request) {
   if (!request.optimizer.empty() &&
       core::parse_optimizer_spec(request.optimizer, "--optimizer") != core::parse_optimizer_spec(trace.optimizer.name)) {
     return plan_with_estimated_optimizer(trace, request);
   }
-  check_request(request);
+  check_request(trace, request);
   const core::CostModel costs(trace);
   const LayerGraph graph(trace);
   BatchCostsCache cache(costs);
@@ -1211,5 +1300,7 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   outcome.plan = plan_of_fastest(search, weighing.fits);
   return outcome;
 }
+
+}  // namespace
 
 }  // namespace headroom::planner

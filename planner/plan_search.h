@@ -38,6 +38,9 @@ struct PlanRequest {
   int workers = 1;
   core::CollectiveLink link;
   std::int64_t bucket_cap_bytes = core::kDefaultBucketCapBytes;
+  // ZeRO's stage (core/sharding.h) the workers run; unset: each the model can run is weighed and the
+  // fastest that fits is chosen (the lower stage on a tie).
+  std::optional<int> shard_stage;
   // L2L (with Strategy::L2L): the host memory its parameters, gradients and optimizer state (and
   // stashed boundaries) may fill; 0: not checked.
   std::int64_t host_memory_bytes = 0;
@@ -68,14 +71,27 @@ struct PlanOutcome {
   // Fewest micro-batches first: one per distinct largest micro-batch up to two dozen of them (or
   // with weigh_every_split); past that, those the search weighed and one near each power of two.
   std::vector<SplitOutcome> splits;
+  // With several workers and the stage left to the search: each stage weighed, lowest first.
+  struct ShardStage {
+    int stage = 0;
+    std::optional<core::PlanPrediction> predicted;  // its fastest plan, where one fits
+    std::int64_t static_bytes = 0;                  // what worker 0 holds throughout at that stage
+    std::int64_t smallest_budget = 0;               // where none fits: the least budget that would
+  };
+  std::vector<ShardStage> shard_stages;
 };
 
 // Throws InputError naming the request's field for a bad request (global_batch 0 or past
 // kMaxGlobalBatch, budget_bytes 0, margin_fraction outside [0, 0.5], workers outside [1, 4096] or
-// more than the global batch, workers above 1 without a link). With several workers the search
+// more than the global batch, workers above 1 without a link, a shard stage without several workers
+// or one the trace cannot run). With several workers the search
 // weighs worker 0's share (the largest): its splits are worker 0's micro-batches, their samples/s the
 // whole global batch's.
 PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request);
+
+// Throws InputError ("shard_stage: ...") where the request's shard stage is none, needs workers it
+// does not have, or cannot combine with the trace or a strategy asked for (which, and why).
+void check_shard_stage(const core::Trace& trace, const PlanRequest& request);
 
 // Micro-batch sizes for `count` micro-batches of `global_batch`, as even as possible, larger first.
 std::vector<std::int64_t> split_batch(std::int64_t global_batch, std::int64_t count);

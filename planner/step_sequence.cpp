@@ -490,7 +490,8 @@ void append_grad_cache_step(const core::CostModel& costs, const LayerGraph& grap
   seq.segments.push_back({seq.ops.size() - 1, global, 0, 1, false});
   if (!ring) {
     runs([&](std::int64_t b) { return ops_for(b); });
-    seq.ops.push_back({{OpKind::GradientCache, -1, 0, 0, -held}, {OpKind::Optimizer, -1, costs.optimizer_ns(), costs.optimizer_transient_bytes(), 0}});
+    seq.ops.push_back({{OpKind::GradientCache, -1, 0, 0, -held},
+                       {OpKind::Optimizer, -1, worker_optimizer_ns(costs, choice), worker_optimizer_transient_bytes(costs, choice), 0}});
     seq.segments.push_back({seq.ops.size() - 1, 0, count, 1, false});
     return;
   }
@@ -499,7 +500,7 @@ void append_grad_cache_step(const core::CostModel& costs, const LayerGraph& grap
   append_micro_batch_segments(batches.runs, ops_for, seq);
   seq.ops.push_back({{OpKind::ReleaseInput, -1, 0, 0, -costs.input_bytes(batches.runs.back().size)},
                      {OpKind::GradientCache, -1, 0, 0, -held},
-                     {OpKind::Optimizer, -1, costs.optimizer_ns(), costs.optimizer_transient_bytes(), 0}});
+                     {OpKind::Optimizer, -1, worker_optimizer_ns(costs, choice), worker_optimizer_transient_bytes(costs, choice), 0}});
   seq.segments.push_back({seq.ops.size() - 1, 0, count, 1, false});
 }
 
@@ -536,7 +537,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   if (cache != nullptr && &cache->costs() != &costs) cache = nullptr;
   StepSequence seq;
   // A data-parallel worker also keeps its communication buckets.
-  seq.static_bytes = costs.static_bytes() + bucket_buffer_bytes(costs, choice);
+  seq.static_bytes = worker_static_bytes(costs, choice);
   const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
   const auto variant = running_variant_of(graph, choice);
   std::int64_t count = 0;
@@ -592,7 +593,8 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   }
   append_micro_batch_segments(batches.runs, ops_for, seq);
   // The optimizer steps while the last micro-batch's input is still allocated, then it goes.
-  std::vector<Op> optimizer{{OpKind::Optimizer, -1, costs.optimizer_ns(), costs.optimizer_transient_bytes(), 0}};
+  std::vector<Op> optimizer{
+      {OpKind::Optimizer, -1, worker_optimizer_ns(costs, choice), worker_optimizer_transient_bytes(costs, choice), 0}};
   if (!batches.runs.empty()) optimizer.push_back({OpKind::ReleaseInput, -1, 0, 0, -costs.input_bytes(batches.runs.back().size)});
   seq.ops.push_back(std::move(optimizer));
   seq.segments.push_back({seq.ops.size() - 1, 0, count, 1});
@@ -770,7 +772,7 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
   core::Schedule schedule;
   schedule.resident = {{MemoryKind::Parameter, costs.param_bytes() + costs.model_extra_bytes()},
                        {MemoryKind::Gradient, costs.gradient_bytes()},
-                       {MemoryKind::OptimizerState, costs.optimizer_state_bytes()},
+                       {MemoryKind::OptimizerState, worker_optimizer_state_bytes(costs, choice)},
                        {MemoryKind::Workspace, costs.workspace_bytes()}};
   // A data-parallel worker's communication buckets are counted with the gradients they carry.
   if (const std::int64_t buckets = bucket_buffer_bytes(costs, choice); buckets > 0) {

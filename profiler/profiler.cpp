@@ -1452,7 +1452,10 @@ void ProfileRun::finish() {
     trace_.contrastive_loss = profile_contrastive_loss(model_, device_, contrastive_);
   }
   std::int64_t param_elements = 0;
-  for (const auto& p : parameters_) param_elements += p.numel();
+  for (const auto& p : parameters_) {
+    param_elements += p.numel();
+    trace_.optimizer.largest_param_elements = std::max<std::int64_t>(trace_.optimizer.largest_param_elements, p.numel());
+  }
   trace_.optimizer.state_bytes = optimizer_state_bytes();
   if (options_.torch_optim_state) trace_.optimizer.torch_optim_tensors = static_cast<std::int64_t>(parameters_.size());
   trace_.optimizer.state_bytes_per_param =

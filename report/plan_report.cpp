@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/sharding.h"
 #include "core/units.h"
 #include "planner/technique.h"
 #include "report/text_table.h"
@@ -86,6 +87,26 @@ std::string render_plan_summary(const core::Plan& plan) {
     }
     out << table.render();
   }
+  return out.str();
+}
+
+std::string render_shard_stages(const std::vector<planner::PlanOutcome::ShardStage>& stages, int chosen) {
+  if (stages.empty()) return {};
+  std::ostringstream out;
+  out << "each shard stage, planned alike (the plan is for the one marked *):\n";
+  TextTable table({{"stage", TextTable::Align::Left}, {"held throughout"}, {"peak"}, {"samples/s"}, {"", TextTable::Align::Left}});
+  for (const auto& row : stages) {
+    const std::string name = core::shard_stage_name(row.stage) + (row.stage == chosen ? " *" : "");
+    if (row.predicted) {
+      table.add_row({name, core::format_bytes(row.static_bytes), core::format_bytes(row.predicted->peak_bytes),
+                     rate(row.predicted->samples_per_second), ""});
+    } else {
+      table.add_row({name, core::format_bytes(row.static_bytes), "", "",
+                     row.smallest_budget > 0 ? "none fits: needs a budget of " + core::format_bytes_at_least(row.smallest_budget)
+                                             : "none fits"});
+    }
+  }
+  out << table.render();
   return out.str();
 }
 

@@ -15,4 +15,9 @@ std::string render_plan_summary(const core::Plan& plan);
 // samples/s against the chosen one's; why none fits where none does.
 std::string render_precision_comparison(const std::vector<planner::PrecisionPlan>& rows, core::Precision chosen);
 
+// Each shard stage the search weighed (planner::PlanOutcome::shard_stages) beside the chosen one
+// (marked *): what worker 0 holds throughout, its fastest plan's peak and samples/s, or the least
+// budget where none fits. Empty where the search weighed no stages.
+std::string render_shard_stages(const std::vector<planner::PlanOutcome::ShardStage>& stages, int chosen);
+
 }  // namespace headroom::report

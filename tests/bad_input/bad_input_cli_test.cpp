@@ -133,6 +133,15 @@ TEST_F(BadInputCli, DataParallelFlagsAndFields) {
   for (const std::string cap : {"0", "-5", "lots"}) {
     expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --bucket-cap " + cap, "--bucket-cap");
   }
+  // ZeRO's stage: only with workers, only a known one, only one the trace and strategies can run.
+  expect_refused("plan " + trace + plan + " --shard 1", "--shard: sharding splits the training state over data-parallel workers");
+  expect_refused("plan " + trace + plan + " --shard auto", "--shard: sharding splits the training state");
+  for (const std::string stage : {"7", "-1", "one", "1.5"}) {
+    expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard " + stage, "--shard: expected 0, 1 or auto, got");
+  }
+  expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard 2", "(stage 2 is not built yet)");
+  expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard 1 --strategies mbp,l2l",
+                 "--shard: stage 1 cannot combine with l2l");
   // A data-parallel plan, and what execute refuses about it.
   const std::string dp = path("dp.json");
   ASSERT_EQ(run("plan " + trace + plan + " --devices 2 --link 1GB/s,1us -o " + dp).exit_code, 0);

@@ -533,6 +533,18 @@ TEST(TraceJson, TorchOptimsStepCountsRoundTripAndAreChecked) {
   EXPECT_EQ(read_error(bad), "t.json: $.optimizer.torch_optim_tensors: its step counts alone take more than state_bytes");
 }
 
+// The largest trainable tensor (what a sharded worker's optimizer temporaries are scaled by).
+TEST(TraceJson, LargestParameterRoundTripsAndIsChecked) {
+  core::Trace trace = testing::make_small_trace();
+  EXPECT_FALSE(core::to_json(trace)["optimizer"].contains("largest_param_elements"));
+  trace.optimizer.largest_param_elements = 4096;
+  const json document = core::to_json(trace);
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+  json bad = document;
+  bad["optimizer"]["largest_param_elements"] = 0;
+  EXPECT_NE(read_error(bad).find("$.optimizer.largest_param_elements"), std::string::npos) << read_error(bad);
+}
+
 }  // namespace
 }  // namespace headroom
 

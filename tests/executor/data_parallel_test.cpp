@@ -63,36 +63,37 @@ fs::path fresh_dir(const std::string& name) {
 
 // A budget between the least any plan needs and what a worker's whole share needs, so each worker
 // runs its share as several micro-batches.
-std::int64_t tight_budget(const core::Trace& trace, std::int64_t batch, int workers) {
+std::int64_t tight_budget(const core::Trace& trace, std::int64_t batch, int workers, int shard_stage = 0) {
   planner::PlanRequest r;
   r.global_batch = batch;
   r.workers = workers;
   r.link = core::parse_link("1GB/s,20us");
   r.budget_bytes = 1;
   r.strategies = {planner::Strategy::MicroBatching};
+  r.shard_stage = shard_stage;
   const std::int64_t least = planner::plan_step(trace, r).smallest_budget;
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   core::StepChoice whole = core::StepChoice{}.with_micro_batches({(batch + workers - 1) / workers});
-  whole.data_parallel = core::DataParallelChoice{workers, {}, r.link};
+  whole.data_parallel = core::DataParallelChoice{workers, {}, r.link, core::kDefaultBucketCapBytes, shard_stage};
   const std::int64_t need = planner::predict_step(costs, graph, whole).peak_bytes;
   // Both with the plan's 5% margin.
   return (least + static_cast<std::int64_t>(static_cast<double>(need) / 0.95)) / 2;
 }
 
-fs::path make_plan(const fs::path& dir, std::int64_t batch, int workers) {
+fs::path make_plan(const fs::path& dir, std::int64_t batch, int workers, const std::string& shard = "0") {
   const core::Trace trace = core::read_trace_file(trace_path());
   const fs::path plan = dir / "plan.json";
-  const auto r = run("plan " + trace_path() + " --budget " + std::to_string(tight_budget(trace, batch, workers)) + " --batch " +
+  const auto r = run("plan " + trace_path() + " --budget " + std::to_string(tight_budget(trace, batch, workers, std::stoi(shard))) + " --batch " +
                      std::to_string(batch) + " --strategies mbp --devices " + std::to_string(workers) +
-                     " --link 1GB/s,20us -o " + plan.string());
+                     " --shard " + shard + " --link 1GB/s,20us -o " + plan.string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return plan;
 }
 
-void weights_equal_the_full_batch_steps(int workers) {
-  const fs::path dir = fresh_dir("headroom_dp_" + std::to_string(workers));
-  const fs::path plan_path = make_plan(dir, 26, workers);
+void weights_equal_the_full_batch_steps(int workers, const std::string& shard = "0") {
+  const fs::path dir = fresh_dir("headroom_dp_" + std::to_string(workers) + "_" + shard);
+  const fs::path plan_path = make_plan(dir, 26, workers, shard);
   const core::Plan plan = core::read_plan_file(plan_path);
   ASSERT_EQ(plan.choice.workers(), workers);
   EXPECT_GT(plan.choice.worker_micro_batches(0).size(), 1u) << "the budget should need micro-batches";
@@ -123,10 +124,19 @@ void weights_equal_the_full_batch_steps(int workers) {
   EXPECT_EQ(samples, 26);
   EXPECT_LE(std::abs(report.peak_rel_error), 0.02) << report.measured.peak_bytes << " vs " << plan.predicted.peak_bytes;
   EXPECT_NE(r.out.find("weights identical on every worker"), std::string::npos) << r.out;
+  EXPECT_EQ(dp.shard_stage, plan.choice.data_parallel->shard_stage);
+  if (dp.shard_stage > 0) {
+    EXPECT_GT(dp.broadcast_seconds, 0);
+    EXPECT_GT(dp.predicted_broadcast_seconds, 0);
+  }
   fs::remove_all(dir);
 }
 
 TEST(DataParallel, TwoWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2); }
+// ZeRO's stage 1: each worker steps its range of the parameters (its share of the momentum) and
+// broadcasts it; the weights are still the full batch's, every worker's the same.
+TEST(DataParallel, ShardedOptimizerStateEndsWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2, "1"); }
+TEST(DataParallel, ShardedOverThreeWorkersEndsWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(3, "1"); }
 TEST(DataParallel, FourWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(4); }
 
 // Data parallel under bf16: the bfloat16 gradients are all-reduced as float32 (Gloo in libtorch

@@ -9,6 +9,7 @@
 #include "core/cost_model.h"
 #include "core/errors.h"
 #include "core/plan.h"
+#include "core/sharding.h"
 #include "core/trace.h"
 #include "planner/data_parallel_model.h"
 #include "planner/infcl_model.h"
@@ -232,6 +233,101 @@ TEST(DataParallelPlan, BadRequestsAndPlansAreRefused) {
   document["data_parallel"]["micro_batches_per_worker"] = {1};
   EXPECT_THROW(core::plan_from_json(document), core::InputError);
   document.erase("data_parallel");
+  EXPECT_THROW(core::plan_from_json(document), core::InputError);
+}
+
+// ZeRO's stage 1: worker 0 keeps its ceil(E/N) elements' share of the optimizer state (its range
+// of the trainable parameters), steps it, and the plan adds every range's broadcast to the
+// optimizer's time. Where the replicated state leaves no plan, the search shards it; where both fit
+// it takes the faster, and says what each stage needs.
+TEST(DataParallelPlan, StageOneShardsTheOptimizerState) {
+  const core::Trace trace = committed("cpu-gpt.json");
+  const core::CostModel costs(trace);
+  core::StepChoice replicated = core::StepChoice{}.with_micro_batches({1});
+  replicated.data_parallel = core::DataParallelChoice{2, {}, core::parse_link("1GB/s,20us")};
+  core::StepChoice sharded = replicated;
+  sharded.data_parallel->shard_stage = 1;
+  const std::int64_t elements = trace.trainable_param_bytes() / 4;
+  const std::int64_t state = trace.optimizer.state_bytes;
+  EXPECT_EQ(planner::worker_static_bytes(costs, replicated) - planner::worker_static_bytes(costs, sharded),
+            state - std::llround(static_cast<double>(state) * static_cast<double>((elements + 1) / 2) / static_cast<double>(elements)));
+  EXPECT_EQ(planner::parameter_broadcast_ns(costs, replicated), 0);
+  EXPECT_EQ(planner::parameter_broadcast_ns(costs, sharded),
+            core::broadcast_ns(4 * ((elements + 1) / 2), 2, sharded.data_parallel->link) +
+                core::broadcast_ns(4 * (elements / 2), 2, sharded.data_parallel->link));
+  EXPECT_GT(planner::worker_optimizer_ns(costs, sharded), planner::parameter_broadcast_ns(costs, sharded));
+
+  // 60 MiB: stage 0's least plan needs 65.3 MiB, stage 1's 53.3 MiB.
+  auto at = request(std::int64_t{60} << 20, 16, 2);
+  at.strategies.insert(planner::Strategy::Tempo);
+  at.shard_stage = 0;
+  EXPECT_FALSE(planner::plan_step(trace, at).plan);
+  at.shard_stage.reset();
+  const auto outcome = planner::plan_step(trace, at);
+  ASSERT_TRUE(outcome.plan) << outcome.reason;
+  EXPECT_EQ(outcome.plan->choice.data_parallel->shard_stage, 1);
+  ASSERT_EQ(outcome.shard_stages.size(), 2u);
+  EXPECT_FALSE(outcome.shard_stages[0].predicted);
+  EXPECT_GT(outcome.shard_stages[0].smallest_budget, at.budget_bytes);
+  ASSERT_TRUE(outcome.shard_stages[1].predicted);
+  EXPECT_EQ(*outcome.shard_stages[1].predicted, outcome.plan->predicted);
+  EXPECT_LT(outcome.shard_stages[1].static_bytes, outcome.shard_stages[0].static_bytes);
+  // The plan reads back with its stage, and its parts name the broadcast.
+  EXPECT_EQ(core::plan_from_json(core::to_json(*outcome.plan)), *outcome.plan);
+  EXPECT_TRUE(outcome.plan->predicted_part(core::kParameterBroadcastSecondsPart));
+  planner::check_choice(*outcome.plan, trace, "p.json");
+
+  // Where both fit, the faster one.
+  const auto roomy = planner::plan_step(trace, request(1LL << 34, 16, 2));
+  ASSERT_TRUE(roomy.plan);
+  ASSERT_EQ(roomy.shard_stages.size(), 2u);
+  const auto& rows = roomy.shard_stages;
+  const int faster = rows[1].predicted->samples_per_second > rows[0].predicted->samples_per_second ? 1 : 0;
+  EXPECT_EQ(roomy.plan->choice.data_parallel->shard_stage, faster);
+}
+
+TEST(DataParallelPlan, ShardStagesItCannotRunAreRefused) {
+  const core::Trace trace = committed("cpu-gpt.json");
+  const auto refusal = [&](planner::PlanRequest r) {
+    try {
+      planner::plan_step(trace, r);
+    } catch (const core::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto one = request(1LL << 34, 16, 1);
+  one.shard_stage = 1;
+  EXPECT_NE(refusal(one).find("shard_stage: stage 1 shards the training state over data-parallel workers"), std::string::npos)
+      << refusal(one);
+  auto unknown = request(1LL << 34, 16, 2);
+  unknown.shard_stage = core::kMaxShardStage + 1;
+  EXPECT_NE(refusal(unknown).find("expected a stage from 0 to"), std::string::npos) << refusal(unknown);
+  auto l2l = request(1LL << 34, 16, 2);
+  l2l.shard_stage = 1;
+  l2l.strategies.insert(planner::Strategy::L2L);
+  EXPECT_NE(refusal(l2l).find("cannot combine with l2l"), std::string::npos) << refusal(l2l);
+  core::Trace bf16 = trace;
+  bf16.precision = core::Precision::Bf16;
+  auto sharded = request(1LL << 34, 16, 2);
+  sharded.shard_stage = 1;
+  try {
+    planner::plan_step(bf16, sharded);
+    FAIL() << "expected an InputError";
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot combine with bf16"), std::string::npos) << e.what();
+  }
+  // Left to the search, a bf16 trace is planned at the stage it can run.
+  sharded.shard_stage.reset();
+  const auto outcome = planner::plan_step(bf16, sharded);
+  ASSERT_TRUE(outcome.plan);
+  EXPECT_EQ(outcome.plan->choice.data_parallel->shard_stage, 0);
+  // A plan file that shards a bf16 trace.
+  auto plan = *planner::plan_step(trace, request(1LL << 34, 16, 2)).plan;
+  plan.choice.data_parallel->shard_stage = 1;
+  EXPECT_THROW(planner::check_choice(plan, bf16, "p.json"), core::InputError);
+  auto document = core::to_json(plan);
+  document["data_parallel"]["shard_stage"] = core::kMaxShardStage + 1;
   EXPECT_THROW(core::plan_from_json(document), core::InputError);
 }
 

@@ -1,0 +1,43 @@
+#pragma once
+// Sharded data parallel (ZeRO's stages, docs/design.md "Sharded data parallel") as plain numbers:
+// which of the trainable parameters' elements each worker owns, and what the collectives that move
+// the rest cost. Torch-free, so the planner and the executor cut the training state the same way.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/collective.h"
+
+namespace headroom::core {
+
+// The stages a plan may run: 0 replicates the training state on every worker (data parallel as
+// PyTorch's DDP runs it); 1 shards the optimizer state: each worker steps only the parameters it
+// owns and then sends them to the others.
+inline constexpr int kMaxShardStage = 1;
+// "stage 1 (optimizer state sharded)".
+std::string shard_stage_name(int stage);
+
+// A worker's share of the trainable parameters' elements, counted over every trainable parameter in
+// layer order: one contiguous range.
+struct ElementRange {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  std::int64_t size() const { return end - begin; }
+  bool operator==(const ElementRange&) const = default;
+};
+// Worker `rank`'s range of `elements` over `workers`: ceil(elements / workers) each, the last ones
+// shorter (empty where there are more workers than elements). Worker 0 owns the most.
+ElementRange owned_elements(std::int64_t elements, int workers, int rank);
+
+// A sharded worker steps its optimizer on pieces of its range of at most this many elements, so
+// that the optimizer's temporaries (each as large as the tensor it steps) stay small.
+inline constexpr std::int64_t kShardedOptimizerPieceElements = std::int64_t{1} << 20;
+
+// What a sharded plan predicts of worker 0's parameter broadcast (core::Plan::predicted_parts).
+inline constexpr std::string_view kParameterBroadcastSecondsPart = "parameter_broadcast_seconds";
+
+// A broadcast (one worker's bytes to every other) over `workers`: a binomial tree, ceil(log2 N)
+// rounds of one message each (for 2 workers one message). 0 for one worker or nothing to send.
+std::int64_t broadcast_ns(std::int64_t bytes, int workers, const CollectiveLink& link);
+
+}  // namespace headroom::core
