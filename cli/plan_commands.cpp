@@ -105,7 +105,7 @@ std::optional<int> shard_stage_from_flag(const PlanArgs& args, const core::Trace
   const bool digit = args.shard.size() == 1 && args.shard[0] >= '0' && args.shard[0] <= '9';
   if (!digit || args.shard[0] - '0' > core::kMaxShardStage) {
     const std::string known = digit && args.shard[0] <= '3' ? " (stage " + args.shard + " is not built yet)" : "";
-    throw core::InputError("--shard: expected 0, 1 or auto, got '" + args.shard + "'" + known);
+    throw core::InputError("--shard: expected 0, 1, 2 or auto, got '" + args.shard + "'" + known);
   }
   planner::PlanRequest at = request;
   at.shard_stage = args.shard[0] - '0';
@@ -326,6 +326,10 @@ int run_simulate(const SimulateArgs& args) {
               100 * core::relative_error(step_seconds, plan.predicted.step_seconds));
   std::printf("samples/s        %-14.2f %-14.2f\n", plan.predicted.samples_per_second, sim.samples_per_second());
   std::printf("peak at          %s\n", peak_at.c_str());
+  if (const auto& dp = plan.choice.data_parallel) {
+    std::printf("workers          %d, %s: worker 0's step, every worker's collectives on its lane\n", dp->workers,
+                core::shard_stage_name(dp->shard_stage).c_str());
+  }
   return 0;
 }
 

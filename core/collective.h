@@ -16,6 +16,17 @@ struct CollectiveLink {
   double bytes_per_second = 0;
   std::int64_t latency_ns = 0;
   std::string source;  // "measured" (headroom profile over loopback) or "given" (--link)
+  // A collective's own time between two workers, latency + bytes / bandwidth, where measured
+  // (`profile --measure-link`: the broadcast and reduce a sharded step runs); unmeasured (0), one
+  // message of the link above.
+  struct Line {
+    double bytes_per_second = 0;
+    std::int64_t latency_ns = 0;
+    bool known() const { return bytes_per_second > 0; }
+    bool operator==(const Line&) const = default;
+  };
+  Line broadcast;
+  Line reduce;
   bool operator==(const CollectiveLink&) const = default;
   bool known() const { return bytes_per_second > 0; }
 };

@@ -9,6 +9,7 @@
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/json_reader.h"
+#include "core/link_json.h"
 #include "core/precision_json.h"
 #include "core/known_names.h"
 #include "core/optimizer_spec.h"
@@ -64,7 +65,7 @@ nlohmann::json to_json(const Plan& plan) {
     document["data_parallel"] = {
         {"micro_batches_per_worker", dp->micro_batches_per_worker},
         {"bucket_cap_bytes", dp->bucket_cap_bytes},
-        {"link", {{"bytes_per_second", dp->link.bytes_per_second}, {"latency_ns", dp->link.latency_ns}, {"source", dp->link.source}}},
+        {"link", to_json(dp->link)},
     };
   }
   // Written where it shards: a stage-0 plan reads as plans did before sharding.
@@ -89,10 +90,10 @@ namespace {
 
 // The parts a plan may carry, as the techniques name them (core/l2l_stages.h, core/collective.h),
 // and its time by class of work (core/rescale.h).
-constexpr std::array<std::string_view, 11> kPredictedPartNames = {
-    kL2LComputeSecondsPart,   kL2LCopySecondsPart,     kL2LWaitSecondsPart,          kL2LHostOptimizerSecondsPart,
-    kL2LHostBytesPart,        kAllReduceSecondsPart,   kExposedAllReduceSecondsPart, kParameterBroadcastSecondsPart,
-    kMatmulBoundSecondsPart,  kComputeBoundSecondsPart, kMemoryBoundSecondsPart};
+constexpr std::array<std::string_view, 12> kPredictedPartNames = {
+    kL2LComputeSecondsPart,   kL2LCopySecondsPart,      kL2LWaitSecondsPart,          kL2LHostOptimizerSecondsPart,
+    kL2LHostBytesPart,        kAllReduceSecondsPart,    kExposedAllReduceSecondsPart, kParameterBroadcastSecondsPart,
+    kGradientReduceSecondsPart, kMatmulBoundSecondsPart, kComputeBoundSecondsPart,    kMemoryBoundSecondsPart};
 
 // A layer's variant: `"variant": "tempo"`; plans written before the step choice had a `"tempo"`
 // flag, and plans from before Tempo have neither (standard).
@@ -131,13 +132,7 @@ DataParallelChoice read_data_parallel(const JsonNode& root, int workers, const S
   dp.bucket_cap_bytes = node.at("bucket_cap_bytes").as_int_in(1, kMaxPlanBudget);
   // Plans from before sharding replicate the training state.
   if (node.has("shard_stage")) dp.shard_stage = static_cast<int>(node.at("shard_stage").as_int_in(0, kMaxShardStage));
-  const auto link = node.at("link");
-  dp.link.bytes_per_second = link.at("bytes_per_second").as_double();
-  if (!(dp.link.bytes_per_second >= 1 && dp.link.bytes_per_second <= 1e14)) {
-    link.at("bytes_per_second").fail("expected from 1 to 1e14 bytes per second");
-  }
-  dp.link.latency_ns = link.at("latency_ns").as_int_in(0, 10'000'000'000);
-  dp.link.source = link.at("source").as_string();
+  dp.link = read_link(node.at("link"));
   return dp;
 }
 

@@ -65,6 +65,10 @@ nlohmann::json data_parallel_to_json(const DataParallelReport& d) {
     out["broadcast_seconds"] = d.broadcast_seconds;
     out["predicted_broadcast_seconds"] = d.predicted_broadcast_seconds;
   }
+  if (d.shard_stage >= 2) {
+    out["gradient_reduce_seconds"] = d.gradient_reduce_seconds;
+    out["predicted_gradient_reduce_seconds"] = d.predicted_gradient_reduce_seconds;
+  }
   return out;
 }
 
@@ -205,6 +209,10 @@ DataParallelReport read_data_parallel(const JsonNode& dp) {
     d.shard_stage = static_cast<int>(dp.at("shard_stage").as_int_in(1, kMaxShardStage));
     d.broadcast_seconds = dp.at("broadcast_seconds").as_double();
     d.predicted_broadcast_seconds = dp.at("predicted_broadcast_seconds").as_double();
+  }
+  if (d.shard_stage >= 2) {
+    d.gradient_reduce_seconds = dp.at("gradient_reduce_seconds").as_double();
+    d.predicted_gradient_reduce_seconds = dp.at("predicted_gradient_reduce_seconds").as_double();
   }
   for (const auto& w : dp.at("workers").elements()) {
     d.workers.push_back({static_cast<int>(w.at("rank").as_int_in(0, 4095)), w.at("samples").as_non_negative_int(),

@@ -83,6 +83,9 @@ struct DataParallelReport {
   int shard_stage = 0;
   double broadcast_seconds = 0;
   double predicted_broadcast_seconds = 0;
+  // Stage 2: worker 0's gradient reduces over a step (median), beside the plan's.
+  double gradient_reduce_seconds = 0;
+  double predicted_gradient_reduce_seconds = 0;
   bool operator==(const DataParallelReport&) const = default;
 };
 

@@ -10,6 +10,7 @@ std::string shard_stage_name(int stage) {
   switch (stage) {
     case 0: return "stage 0 (replicated)";
     case 1: return "stage 1 (optimizer state sharded)";
+    case 2: return "stage 2 (optimizer state and gradients sharded)";
     default: throw std::logic_error("shard_stage_name: no stage " + std::to_string(stage));
   }
 }
@@ -21,10 +22,29 @@ ElementRange owned_elements(std::int64_t elements, int workers, int rank) {
   return {begin, std::min(elements, begin + each)};
 }
 
+namespace {
+
+std::int64_t tree_rounds(int workers) { return static_cast<std::int64_t>(std::ceil(std::log2(static_cast<double>(workers)))); }
+
+// `messages` collectives moving `bytes` in all on a tree over `workers`: each round as the measured
+// line of two workers (or one message of the link) times.
+std::int64_t tree_ns(std::int64_t bytes, std::int64_t messages, int workers, const CollectiveLink& link,
+                     const CollectiveLink::Line& measured) {
+  if (workers <= 1 || (bytes <= 0 && messages <= 0)) return 0;
+  const std::int64_t rounds = tree_rounds(workers);
+  const CollectiveLink::Line line = measured.known() ? measured : CollectiveLink::Line{link.bytes_per_second, link.latency_ns};
+  return transfer_ns(bytes * rounds, line.bytes_per_second, line.latency_ns, rounds * messages);
+}
+
+}  // namespace
+
 std::int64_t broadcast_ns(std::int64_t bytes, int workers, const CollectiveLink& link) {
-  if (workers <= 1 || bytes <= 0) return 0;
-  const auto rounds = static_cast<std::int64_t>(std::ceil(std::log2(static_cast<double>(workers))));
-  return transfer_ns(bytes * rounds, link.bytes_per_second, link.latency_ns, rounds);
+  if (bytes <= 0) return 0;
+  return tree_ns(bytes, 1, workers, link, link.broadcast);
+}
+
+std::int64_t reduce_ns(std::int64_t bytes, std::int64_t messages, int workers, const CollectiveLink& link) {
+  return tree_ns(bytes, messages, workers, link, link.reduce);
 }
 
 }  // namespace headroom::core

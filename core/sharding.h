@@ -12,8 +12,9 @@ namespace headroom::core {
 
 // The stages a plan may run: 0 replicates the training state on every worker (data parallel as
 // PyTorch's DDP runs it); 1 shards the optimizer state: each worker steps only the parameters it
-// owns and then sends them to the others.
-inline constexpr int kMaxShardStage = 1;
+// owns and then sends them to the others; 2 shards the gradients as well: as backward makes each
+// parameter's gradient, every worker reduces it to its owner(s) and lets go of it.
+inline constexpr int kMaxShardStage = 2;
 // "stage 1 (optimizer state sharded)".
 std::string shard_stage_name(int stage);
 
@@ -35,9 +36,15 @@ inline constexpr std::int64_t kShardedOptimizerPieceElements = std::int64_t{1} <
 
 // What a sharded plan predicts of worker 0's parameter broadcast (core::Plan::predicted_parts).
 inline constexpr std::string_view kParameterBroadcastSecondsPart = "parameter_broadcast_seconds";
+// ... and at stage 2 its gradients' reduces over the step (every micro-batch's).
+inline constexpr std::string_view kGradientReduceSecondsPart = "gradient_reduce_seconds";
 
 // A broadcast (one worker's bytes to every other) over `workers`: a binomial tree, ceil(log2 N)
 // rounds of one message each (for 2 workers one message). 0 for one worker or nothing to send.
 std::int64_t broadcast_ns(std::int64_t bytes, int workers, const CollectiveLink& link);
+// A reduce (every worker's bytes summed on one) of `bytes` split into `messages` collectives: the
+// same tree, each collective paying the latency on every round (0 messages: the bytes alone, for a
+// share of collectives counted elsewhere).
+std::int64_t reduce_ns(std::int64_t bytes, std::int64_t messages, int workers, const CollectiveLink& link);
 
 }  // namespace headroom::core

@@ -8,6 +8,7 @@
 #include "core/errors.h"
 #include "core/freeze_patterns.h"
 #include "core/json_reader.h"
+#include "core/link_json.h"
 #include "core/precision_json.h"
 #include "core/known_names.h"
 #include "core/optimizer_spec.h"
@@ -227,6 +228,7 @@ nlohmann::json optimizer_to_json(const OptimizerInfo& optimizer) {
   if (optimizer.host_ns_per_param > 0) out["host_ns_per_param"] = optimizer.host_ns_per_param;
   if (optimizer.torch_optim_tensors > 0) out["torch_optim_tensors"] = optimizer.torch_optim_tensors;
   if (optimizer.largest_param_elements > 0) out["largest_param_elements"] = optimizer.largest_param_elements;
+  if (optimizer.param_tensors > 0) out["param_tensors"] = optimizer.param_tensors;
   return out;
 }
 
@@ -248,9 +250,7 @@ void write_optional_sections(const Trace& trace, nlohmann::json& document) {
   document["model_extra_bytes"] = trace.model_extra_bytes;
   if (trace.workspace_bytes > 0) document["workspace_bytes"] = trace.workspace_bytes;
   if (trace.link) {
-    document["link"] = {{"bytes_per_second", trace.link->bytes_per_second},
-                        {"latency_ns", trace.link->latency_ns},
-                        {"source", trace.link->source}};
+    document["link"] = to_json(*trace.link);
   }
   if (trace.has_tempo()) document["tempo_steps"] = steps_to_json(trace.tempo_steps);
   if (trace.contrastive_loss) document["contrastive_loss"] = to_json(*trace.contrastive_loss);
@@ -584,17 +584,6 @@ std::map<std::string, std::string> read_framework(const JsonNode& framework) {
   return versions;
 }
 
-CollectiveLink read_link(const JsonNode& link) {
-  CollectiveLink l;
-  l.bytes_per_second = link.at("bytes_per_second").as_double();
-  if (!(l.bytes_per_second >= 1 && l.bytes_per_second <= 1e14)) {
-    link.at("bytes_per_second").fail("expected from 1 to 1e14 bytes per second");
-  }
-  l.latency_ns = link.at("latency_ns").as_int_in(0, 10'000'000'000);
-  l.source = link.at("source").as_string();
-  return l;
-}
-
 // The optional top-level fields read between the framework and the optimizer: the host memory
 // regime, the precision, the extras the static memory counts, the workers' link, a calibration.
 void read_optional_sections(const JsonNode& root, Trace& trace) {
@@ -638,7 +627,10 @@ OptimizerInfo read_optimizer(const JsonNode& optimizer) {
   if (info.step_count_bytes(info.name) > info.state_bytes) {
     optimizer.at("torch_optim_tensors").fail("its step counts alone take more than state_bytes");
   }
-  if (optimizer.has("largest_param_elements")) info.largest_param_elements = optimizer.at("largest_param_elements").as_int_in(1, kMaxTraceBytes);
+  if (optimizer.has("largest_param_elements")) {
+    info.largest_param_elements = optimizer.at("largest_param_elements").as_int_in(1, kMaxTraceBytes);
+  }
+  if (optimizer.has("param_tensors")) info.param_tensors = optimizer.at("param_tensors").as_int_in(1, kMaxTraceBytes);
   return info;
 }
 

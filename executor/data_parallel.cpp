@@ -1,11 +1,13 @@
 #include "executor/data_parallel.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include "core/statistics.h"
 
@@ -86,8 +88,12 @@ core::CollectiveLink measure_loopback_link() {
   constexpr int kRepeats = 7;
   const std::vector<std::int64_t> sizes{std::int64_t{4} << 10, std::int64_t{64} << 10, std::int64_t{1} << 20,
                                         std::int64_t{4} << 20, std::int64_t{16} << 20};
+  // The all-reduce data parallel runs, and the broadcast and reduce (to worker 0) a sharded step
+  // runs, each waited for as the executor waits for it.
+  enum Collective { kAllReduce, kBroadcast, kReduce, kCollectives };
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<double> seconds(sizes.size());
+  // Per collective and size, each worker's median: the slower one is what a step waits for.
+  std::vector<std::vector<std::array<double, 2>>> seconds(kCollectives, std::vector<std::array<double, 2>>(sizes.size()));
   std::exception_ptr failure;
   const auto worker = [&](int rank) {
     try {
@@ -95,17 +101,24 @@ core::CollectiveLink measure_loopback_link() {
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       options->threads = 1;
       auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, 2, options);
-      for (std::size_t k = 0; k < sizes.size(); ++k) {
-        std::vector<at::Tensor> tensors{torch::ones({sizes[k] / 4}, torch::kFloat32)};
-        group->allreduce(tensors)->wait();  // warm: connections, buffers
-        std::vector<double> times;
-        for (int r = 0; r < kRepeats; ++r) {
-          group->barrier()->wait();
-          const auto start = std::chrono::steady_clock::now();
-          group->allreduce(tensors)->wait();
-          times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      const auto run = [&](int collective, std::vector<at::Tensor>& tensors) {
+        if (collective == kAllReduce) return group->allreduce(tensors);
+        if (collective == kBroadcast) return group->broadcast(tensors, c10d::BroadcastOptions{});
+        return group->reduce(tensors, c10d::ReduceOptions{});
+      };
+      for (int c = 0; c < kCollectives; ++c) {
+        for (std::size_t k = 0; k < sizes.size(); ++k) {
+          std::vector<at::Tensor> tensors{torch::ones({sizes[k] / 4}, torch::kFloat32)};
+          run(c, tensors)->wait();  // warm: connections, buffers
+          std::vector<double> times;
+          for (int r = 0; r < kRepeats; ++r) {
+            group->barrier()->wait();
+            const auto start = std::chrono::steady_clock::now();
+            run(c, tensors)->wait();
+            times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+          }
+          seconds[static_cast<std::size_t>(c)][k][static_cast<std::size_t>(rank)] = core::median(times);
         }
-        if (rank == 0) seconds[k] = core::median(times);
       }
     } catch (...) {
       if (rank == 0) failure = std::current_exception();
@@ -115,14 +128,24 @@ core::CollectiveLink measure_loopback_link() {
   worker(0);
   other.join();
   if (failure) std::rethrow_exception(failure);
-  // The sizes span four orders of magnitude, and the small ones are what tell the latency: a ring
-  // all-reduce of two workers sends two messages one after the other.
-  std::vector<double> bytes(sizes.begin(), sizes.end());
-  const core::LinkLine line = core::fit_link_line(bytes, seconds, "the loopback all-reduce");
+  // The sizes span four orders of magnitude, and the small ones are what tell the latency.
+  const std::vector<double> bytes(sizes.begin(), sizes.end());
+  const auto fit = [&](int collective, const std::string& what) {
+    std::vector<double> slower;
+    for (const auto& pair : seconds[static_cast<std::size_t>(collective)]) slower.push_back(std::max(pair[0], pair[1]));
+    return core::fit_link_line(bytes, slower, what);
+  };
+  const core::LinkLine allreduce = fit(kAllReduce, "the loopback all-reduce");
   core::CollectiveLink link;
-  link.bytes_per_second = line.bytes_per_second;
-  link.latency_ns = line.latency_ns / 2;
-  link.source = "measured: Gloo all-reduce over loopback, 2 workers";
+  link.bytes_per_second = allreduce.bytes_per_second;
+  // A ring all-reduce of two workers sends two messages one after the other.
+  link.latency_ns = allreduce.latency_ns / 2;
+  link.source = "measured: Gloo all-reduce, broadcast and reduce over loopback, 2 workers";
+  for (const auto& [collective, line, what] : {std::tuple{kBroadcast, &link.broadcast, "the loopback broadcast"},
+                                               std::tuple{kReduce, &link.reduce, "the loopback reduce"}}) {
+    const core::LinkLine measured = fit(collective, what);
+    *line = {measured.bytes_per_second, measured.latency_ns};
+  }
   return link;
 }
 
@@ -363,23 +386,72 @@ std::int64_t GradientSync::buffer_bytes() const {
 
 struct ShardedParameters::State {
   Workers* workers = nullptr;
+  int stage = 1;
   std::vector<torch::Tensor> parameters;  // the trainable ones, in layer order
   std::vector<std::int64_t> offsets;      // each one's first element in the flat buffers
   torch::Tensor flat;                     // the parameters' data
-  torch::Tensor flat_grad;                // their gradients
+  torch::Tensor flat_grad;                // stage 1: their gradients
+  torch::Tensor owned_grad;               // stage 2: the gradients of this worker's range
+  // Stage 2: what a gradient is reduced from, as large as the largest parameter. Gloo's worker
+  // thread lets go of a collective's tensors only once the next one runs: the gradient itself would
+  // outlive its reduce.
+  torch::Tensor staging;
   std::vector<torch::Tensor> pieces;      // this worker's range, as the optimizer steps it
   std::vector<core::ElementRange> ranges;  // every worker's
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: the hooks live on them
+  bool reducing = false;
+  std::int64_t reduced = 0;  // gradients reduced since start_step
+  double reduce_seconds = 0;
+
+  const core::ElementRange& mine() const { return ranges[static_cast<std::size_t>(workers->rank())]; }
 
   void link_gradients() {
     for (std::size_t k = 0; k < parameters.size(); ++k) {
       parameters[k].mutable_grad() = flat_grad.narrow(0, offsets[k], parameters[k].numel()).view(parameters[k].sizes());
     }
   }
+
+  // Stage 2: parameter k's gradient, just made, reduced to the owner of each part of it and let go.
+  void reduce(std::size_t k) {
+    if (!reducing) return;
+    const auto start = std::chrono::steady_clock::now();
+    torch::Tensor& p = parameters[k];
+    torch::Tensor gradient = staging.narrow(0, 0, p.numel());
+    gradient.copy_(p.grad().reshape({-1}));
+    p.mutable_grad() = torch::Tensor();
+    const std::int64_t first = offsets[k];
+    const std::int64_t end = first + p.numel();
+    for (std::size_t r = 0; r < ranges.size(); ++r) {
+      const std::int64_t from = std::max(first, ranges[r].begin);
+      const std::int64_t to = std::min(end, ranges[r].end);
+      if (from >= to) continue;
+      std::vector<at::Tensor> part{gradient.narrow(0, from - first, to - from)};
+      c10d::ReduceOptions options;
+      options.rootRank = static_cast<std::int64_t>(r);
+      wait_collective(workers->group().reduce(part, options), "a gradient's reduce to worker " + std::to_string(r));
+      if (static_cast<int>(r) == workers->rank()) owned_grad.narrow(0, from - mine().begin, to - from).add_(part.front());
+    }
+    ++reduced;
+    reduce_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  void hook_accumulators() {
+    for (std::size_t k = 0; k < parameters.size(); ++k) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(parameters[k]);
+      accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, k](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+            reduce(k);
+            return outputs;
+          }));
+      accumulators.push_back(std::move(accumulator));
+    }
+  }
 };
 
-ShardedParameters::ShardedParameters(const models::Model& model, Workers& workers) : state_(std::make_unique<State>()) {
+ShardedParameters::ShardedParameters(const models::Model& model, Workers& workers, int stage) : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.workers = &workers;
+  s.stage = stage;
   std::int64_t elements = 0;
   for (const auto& layer : model.layers()) {
     for (const auto& p : layer.parameters) {
@@ -400,7 +472,6 @@ ShardedParameters::ShardedParameters(const models::Model& model, Workers& worker
   if (s.parameters.empty()) throw core::InputError("shard_stage: the model has no trainable parameters to shard");
   const auto options = s.parameters.front().options().requires_grad(false);
   s.flat = torch::empty({elements}, options);
-  s.flat_grad = torch::zeros({elements}, options);
   for (std::size_t k = 0; k < s.parameters.size(); ++k) {
     torch::Tensor& p = s.parameters[k];
     torch::Tensor range = s.flat.narrow(0, s.offsets[k], p.numel());
@@ -408,13 +479,26 @@ ShardedParameters::ShardedParameters(const models::Model& model, Workers& worker
     // The same tensor, its data now the flat buffer's range: every module holding it sees it.
     p.set_data(range.view(p.sizes()));
   }
-  s.link_gradients();
   for (int r = 0; r < workers.size(); ++r) s.ranges.push_back(core::owned_elements(elements, workers.size(), r));
-  const core::ElementRange& mine = s.ranges[static_cast<std::size_t>(workers.rank())];
-  for (std::int64_t at = mine.begin; at < mine.end; at += core::kShardedOptimizerPieceElements) {
-    const std::int64_t length = std::min(core::kShardedOptimizerPieceElements, mine.end - at);
-    torch::Tensor piece = s.flat.narrow(0, at, length);
-    piece.mutable_grad() = s.flat_grad.narrow(0, at, length);
+  const core::ElementRange& mine = s.mine();
+  // The pieces' gradients: views of the summed gradients (stage 1) or of the range's (stage 2).
+  torch::Tensor gradients;
+  if (stage >= 2) {
+    s.owned_grad = torch::zeros({mine.size()}, options);
+    std::int64_t largest = 0;
+    for (const auto& p : s.parameters) largest = std::max<std::int64_t>(largest, p.numel());
+    s.staging = torch::empty({largest}, options);
+    gradients = s.owned_grad;
+    s.hook_accumulators();
+  } else {
+    s.flat_grad = torch::zeros({elements}, options);
+    s.link_gradients();
+    gradients = s.flat_grad.narrow(0, mine.begin, mine.size());
+  }
+  for (std::int64_t at = 0; at < mine.size(); at += core::kShardedOptimizerPieceElements) {
+    const std::int64_t length = std::min(core::kShardedOptimizerPieceElements, mine.size() - at);
+    torch::Tensor piece = s.flat.narrow(0, mine.begin + at, length);
+    piece.mutable_grad() = gradients.narrow(0, at, length);
     s.pieces.push_back(std::move(piece));
   }
 }
@@ -424,8 +508,47 @@ ShardedParameters::~ShardedParameters() = default;
 const std::vector<torch::Tensor>& ShardedParameters::owned_pieces() const { return state_->pieces; }
 
 void ShardedParameters::start_step() {
-  state_->flat_grad.zero_();
-  state_->link_gradients();
+  State& s = *state_;
+  if (s.stage < 2) {
+    s.flat_grad.zero_();
+    s.link_gradients();
+    return;
+  }
+  s.owned_grad.zero_();
+  for (auto& p : s.parameters) p.mutable_grad() = torch::Tensor();
+  s.reduced = 0;
+  s.reduce_seconds = 0;
+  s.reducing = true;
+}
+
+double ShardedParameters::finish_backward() {
+  State& s = *state_;
+  if (s.stage < 2) return 0;
+  s.reducing = false;
+  const auto count = static_cast<std::int64_t>(s.parameters.size());
+  if (s.reduced == 0 || s.reduced % count != 0) {
+    throw std::runtime_error("stage 2: the step's backward passes reduced " + std::to_string(s.reduced) +
+                             " gradients, not a whole number of the model's " + std::to_string(count) +
+                             " (a parameter a backward did not reach)");
+  }
+  return s.reduce_seconds;
+}
+
+void ShardedParameters::gather_gradients() {
+  State& s = *state_;
+  if (s.stage < 2) return;
+  torch::Tensor whole = torch::zeros({s.flat.numel()}, s.owned_grad.options());
+  whole.narrow(0, s.mine().begin, s.mine().size()).copy_(s.owned_grad);
+  for (std::size_t r = 0; r < s.ranges.size(); ++r) {
+    if (s.ranges[r].size() == 0) continue;
+    std::vector<at::Tensor> tensors{whole.narrow(0, s.ranges[r].begin, s.ranges[r].size())};
+    c10d::BroadcastOptions options;
+    options.rootRank = static_cast<std::int64_t>(r);
+    wait_collective(s.workers->group().broadcast(tensors, options), "gathering the gradients from worker " + std::to_string(r));
+  }
+  for (std::size_t k = 0; k < s.parameters.size(); ++k) {
+    s.parameters[k].mutable_grad() = whole.narrow(0, s.offsets[k], s.parameters[k].numel()).view(s.parameters[k].sizes());
+  }
 }
 
 double ShardedParameters::broadcast() {

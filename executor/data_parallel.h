@@ -131,26 +131,37 @@ class GradientSync {
   std::unique_ptr<State> state_;
 };
 
-// ZeRO's stage 1 on one worker (core/sharding.h): the trainable parameters and their gradients are
-// moved into one flat buffer each, every parameter (gradient) a view of its range, so that a
-// worker's range of the parameters is one tensor. Its optimizer steps that range alone, in pieces
-// of at most core::kShardedOptimizerPieceElements whose gradients are views of the summed
-// gradients, and keeps state for them alone; then every worker's range is broadcast from its owner,
-// in place, so that every worker holds every updated parameter.
+// ZeRO's stages 1 and 2 on one worker (core/sharding.h): the trainable parameters are moved into
+// one flat buffer, every parameter a view of its range, so that a worker's range of the parameters
+// is one tensor. Its optimizer steps that range alone, in pieces of at most
+// core::kShardedOptimizerPieceElements, and keeps state for them alone; then every worker's range
+// is broadcast from its owner, in place, so that every worker holds every updated parameter.
+// - Stage 1: the gradients live in one flat buffer too (each parameter's gradient a view of its
+//   range), all-reduced as at stage 0 (GradientSync); the pieces' gradients are views of it.
+// - Stage 2: a worker keeps the gradients of its range alone. As backward makes a parameter's
+//   gradient (its accumulator's hook), every worker reduces it to the owner(s) of its elements and
+//   lets go of it; an owner adds the sum into its range's gradient. The collectives run one after
+//   another inside backward, the same on every worker (backward's order is the same).
 class ShardedParameters {
  public:
   // Throws InputError where a trainable parameter is not float32 or the model's layers do not hold
   // every trainable parameter.
-  ShardedParameters(const models::Model& model, Workers& workers);
+  ShardedParameters(const models::Model& model, Workers& workers, int stage);
   ~ShardedParameters();
   ShardedParameters(const ShardedParameters&) = delete;
   ShardedParameters& operator=(const ShardedParameters&) = delete;
 
   // What this worker's optimizer steps: its range, in pieces.
   const std::vector<torch::Tensor>& owned_pieces() const;
-  // Zeroes every gradient and makes each parameter's gradient its view of the flat buffer again
-  // (the gradient check lets go of them).
+  // Zeroes the gradients (stage 1: makes each parameter's gradient its view of the flat buffer again,
+  // as the gradient check lets go of them; stage 2: the range's) and, at stage 2, starts reducing
+  // the gradients backward makes.
   void start_step();
+  // Every micro-batch's backward has run: stage 2 stops reducing, and checks each backward reduced
+  // every parameter. Returns the seconds the step's reduces took (0 at stage 1).
+  double finish_backward();
+  // Stage 2, for the gradient check: every parameter's whole gradient, gathered from its owners.
+  void gather_gradients();
   // Every worker's range from its owner; returns the seconds that took.
   double broadcast();
 

@@ -28,6 +28,7 @@ std::unique_ptr<StepWrapper> join_data_parallel(const core::Plan& plan, const Ex
   report.data_parallel->world_size = options.workers;
   report.data_parallel->shard_stage = plan.choice.data_parallel->shard_stage;
   report.data_parallel->predicted_broadcast_seconds = plan.predicted_part(core::kParameterBroadcastSecondsPart).value_or(0);
+  report.data_parallel->predicted_gradient_reduce_seconds = plan.predicted_part(core::kGradientReduceSecondsPart).value_or(0);
   report.data_parallel->backend = step->backend();
   // Beside the plan's own figures (core/collective.h); a plan made before plans carried them has none.
   const auto allreduce = plan.predicted_part(core::kAllReduceSecondsPart);
@@ -42,8 +43,9 @@ std::unique_ptr<StepWrapper> join_data_parallel(const core::Plan& plan, const Ex
 
 void DataParallelStep::attach(models::Model& model, core::Report& report) {
   // The parameters move into their flat buffers before the gradients' hooks are set on them.
-  if (shard_stage_ > 0) sharded_ = std::make_unique<ShardedParameters>(model, workers_);
-  sync_ = std::make_unique<GradientSync>(model, workers_, bucket_cap_bytes_);
+  if (shard_stage_ > 0) sharded_ = std::make_unique<ShardedParameters>(model, workers_, shard_stage_);
+  // Stage 2 reduces each gradient as backward makes it: nothing is all-reduced.
+  if (shard_stage_ < 2) sync_ = std::make_unique<GradientSync>(model, workers_, bucket_cap_bytes_);
   if (ring_loss_) {
     ring_ = attach_ring(model, &workers_);
     if (!ring_) throw core::InputError("ring_loss: the plan runs a contrastive loss as a ring, but the model has none");
@@ -53,8 +55,8 @@ void DataParallelStep::attach(models::Model& model, core::Report& report) {
     throw core::InputError("ring_loss: a data-parallel plan of a contrastive model must run its loss as Inf-CL's ring "
                            "across the workers, and this one does not: plan again");
   }
-  report.data_parallel->buckets = static_cast<std::int64_t>(sync_->bucket_count());
-  report.data_parallel->bucket_bytes = sync_->buffer_bytes();
+  report.data_parallel->buckets = sync_ ? static_cast<std::int64_t>(sync_->bucket_count()) : 0;
+  report.data_parallel->bucket_bytes = sync_ ? sync_->buffer_bytes() : 0;
 }
 
 const std::vector<torch::Tensor>* DataParallelStep::optimizer_parameters() const {
@@ -69,14 +71,24 @@ void DataParallelStep::after_optimizer() {
   if (sharded_) last_broadcast_ = sharded_->broadcast();
 }
 
-void DataParallelStep::before_last_backward(const std::vector<torch::Tensor>& final_already) { sync_->arm(final_already); }
+void DataParallelStep::before_last_backward(const std::vector<torch::Tensor>& final_already) {
+  if (sync_) sync_->arm(final_already);
+}
 
-void DataParallelStep::after_backward() { last_wait_ = sync_->finish(); }
+void DataParallelStep::after_backward() {
+  if (sync_) last_wait_ = sync_->finish();
+  if (sharded_) last_reduce_ = sharded_->finish_backward();
+}
+
+void DataParallelStep::gather_gradients() {
+  if (sharded_) sharded_->gather_gradients();
+}
 
 void DataParallelStep::after_step(const std::vector<torch::Tensor>& parameters, int step, bool measured, core::Report& report) {
   if (measured) {
     waits_.push_back(last_wait_);
     broadcasts_.push_back(last_broadcast_);
+    reduces_.push_back(last_reduce_);
   }
   // Every worker holds the same weights after every step, bit for bit (checked outside the clock).
   workers_.check_weights_agree(parameters, "after step " + std::to_string(step + 1));
@@ -95,6 +107,7 @@ void DataParallelStep::after_run(const core::Plan& plan, core::Report& report) {
   const double step = report.step_seconds.empty() ? 0 : core::median(report.step_seconds);
   const double wait = waits_.empty() ? 0 : core::median(waits_);
   if (!broadcasts_.empty()) report.data_parallel->broadcast_seconds = core::median(broadcasts_);
+  if (!reduces_.empty()) report.data_parallel->gradient_reduce_seconds = core::median(reduces_);
   const auto all = workers_.gather({samples, static_cast<double>(report.measured.peak_bytes), step, wait});
   for (int r = 0; r < workers_.size(); ++r) {
     const auto& w = all[static_cast<std::size_t>(r)];

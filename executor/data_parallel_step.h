@@ -41,6 +41,8 @@ class DataParallelStep final : public StepWrapper {
   void start_step() override;
   // Sharded: every worker's range broadcast from its owner.
   void after_optimizer() override;
+  // Stage 2: every gradient from its owners, for the gradient check.
+  void gather_gradients() override;
   // The last backward sends each bucket of gradients as it completes (GradientSync::arm).
   void before_last_backward(const std::vector<torch::Tensor>& final_already) override;
   // Waits for the exchange and writes the sums to the gradients.
@@ -56,13 +58,15 @@ class DataParallelStep final : public StepWrapper {
   std::int64_t bucket_cap_bytes_;
   bool ring_loss_;
   int shard_stage_;
-  std::unique_ptr<ShardedParameters> sharded_;  // stage 1
+  std::unique_ptr<ShardedParameters> sharded_;  // stages 1 and 2
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<GroupRingPeers> ring_;
   double last_wait_ = 0;       // the last step's
   std::vector<double> waits_;  // the measured steps'
   double last_broadcast_ = 0;
   std::vector<double> broadcasts_;  // the measured steps'
+  double last_reduce_ = 0;          // stage 2: the last step's gradient reduces
+  std::vector<double> reduces_;
 };
 
 }  // namespace headroom::executor

@@ -303,6 +303,7 @@ std::vector<torch::Tensor> planned_gradients(PlannedTraining& training, const co
                                              std::size_t first, torch::Device device) {
   const auto& parameters = training.parameters;
   for (auto& p : parameters) p.mutable_grad() = torch::Tensor();
+  for (const auto& wrapper : training.wrappers) wrapper->start_step();
   if (training.grad_cache) {
     // A contrastive model's micro-batches go twice around the loss over the whole batch (the
     // ring's across workers).
@@ -315,6 +316,7 @@ std::vector<torch::Tensor> planned_gradients(PlannedTraining& training, const co
     }
   }
   training.after_backward();
+  for (const auto& wrapper : training.wrappers) wrapper->gather_gradients();
   training.runner.set_phase("idle");
   auto accumulated = gradients_of(parameters);
   // Under loss scaling the micro-batches' gradients are the scale's multiple: divided by it (a

@@ -42,6 +42,9 @@ class StepWrapper {
   virtual void before_optimizer(const std::vector<torch::Tensor>& /*parameters*/) {}
   // The optimizer has stepped (on the clock): a sharded worker sends the parameters it stepped.
   virtual void after_optimizer() {}
+  // The gradient check reads every parameter's whole gradient after after_backward (off the clock):
+  // a worker that keeps only its range's gathers them.
+  virtual void gather_gradients() {}
   // After step `step`, off the clock.
   virtual void after_step(const std::vector<torch::Tensor>& /*parameters*/, int /*step*/, bool /*measured*/,
                           core::Report&) {}

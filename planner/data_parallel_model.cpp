@@ -24,7 +24,8 @@ std::vector<core::GradientBucket> plan_buckets(const core::CostModel& costs, con
 }
 
 std::int64_t bucket_buffer_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
-  if (!choice.data_parallel) return 0;
+  // Stage 2 reduces each gradient to its owner from where backward made it: no buckets.
+  if (!choice.data_parallel || choice.data_parallel->shard_stage >= 2) return 0;
   std::int64_t total = 0;
   for (const auto& b : plan_buckets(costs, choice)) total += b.bytes;
   return total;
@@ -32,7 +33,7 @@ std::int64_t bucket_buffer_bytes(const core::CostModel& costs, const core::StepC
 
 AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice) {
   AllReduceTiming timing;
-  if (!choice.data_parallel) return timing;
+  if (!choice.data_parallel || choice.data_parallel->shard_stage >= 2) return timing;
   // When each op of the last micro-batch ends, and which op ends each layer's backward.
   std::vector<std::int64_t> end_of(last_ops.size(), 0);
   std::vector<std::size_t> backward_op(costs.layer_count(), last_ops.size());
@@ -102,9 +103,46 @@ std::int64_t worker_optimizer_state_bytes(const core::CostModel& costs, const co
   return scaled(costs.optimizer_state_bytes(), owned_share(costs, choice));
 }
 
+std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
+  if (shard_stage(choice) < 2) return costs.gradient_bytes();
+  // Its range's, and the buffer each gradient is reduced from (as large as the largest parameter).
+  return 4 * (core::owned_elements(trainable_elements(costs), choice.workers(), 0).size() +
+              costs.trace().optimizer.largest_param_elements);
+}
+
 std::int64_t worker_static_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
-  return costs.static_bytes() - costs.optimizer_state_bytes() + worker_optimizer_state_bytes(costs, choice) +
-         bucket_buffer_bytes(costs, choice);
+  return costs.static_bytes() - costs.optimizer_state_bytes() - costs.gradient_bytes() +
+         worker_optimizer_state_bytes(costs, choice) + worker_gradient_bytes(costs, choice) + bucket_buffer_bytes(costs, choice);
+}
+
+std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const core::StepChoice& choice) {
+  if (shard_stage(choice) < 2) return {};
+  const core::Trace& trace = costs.trace();
+  std::vector<std::int64_t> out(trace.layers.size(), 0);
+  std::int64_t layers_with_parameters = 0;
+  for (const auto& layer : trace.layers) layers_with_parameters += layer.trainable_param_bytes() > 0;
+  if (layers_with_parameters == 0) return out;
+  // One reduce per tensor and per range boundary inside one; the trace counts tensors, not which
+  // layer holds them, so the collectives are spread evenly over the layers that train.
+  const double collectives = static_cast<double>(trace.optimizer.param_tensors + choice.workers() - 1) /
+                             static_cast<double>(layers_with_parameters);
+  const core::CollectiveLink& link = choice.data_parallel->link;
+  double carried = 0;  // the fractions of collectives rounded away so far
+  for (std::size_t i = 0; i < trace.layers.size(); ++i) {
+    const std::int64_t bytes = trace.layers[i].trainable_param_bytes();
+    if (bytes == 0) continue;
+    carried += collectives;
+    const auto messages = static_cast<std::int64_t>(carried);
+    carried -= static_cast<double>(messages);
+    out[i] = core::reduce_ns(bytes, messages, choice.workers(), link);
+  }
+  return out;
+}
+
+std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const core::StepChoice& choice) {
+  std::int64_t per_micro_batch = 0;
+  for (const std::int64_t ns : gradient_reduce_ns(costs, choice)) per_micro_batch += ns;
+  return per_micro_batch * static_cast<std::int64_t>(choice.worker_micro_batches(0).size());
 }
 
 std::int64_t parameter_broadcast_ns(const core::CostModel& costs, const core::StepChoice& choice) {
@@ -171,9 +209,12 @@ class DataParallel final : public Technique {
             " over a ring, link " + core::format_link(dp.link) + " (" + dp.link.source + ")";
     lines.push_back({"data parallel", text});
     if (dp.shard_stage > 0) {
-      lines.push_back({"sharded", core::shard_stage_name(dp.shard_stage) +
-                                      ": each worker keeps the optimizer state of 1/" + std::to_string(dp.workers) +
-                                      " of the parameters, steps them and broadcasts them to the others"});
+      const std::string share = "1/" + std::to_string(dp.workers) + " of the parameters";
+      lines.push_back({"sharded", core::shard_stage_name(dp.shard_stage) + ": each worker keeps the optimizer state" +
+                                      (dp.shard_stage >= 2 ? " and gradients" : "") + " of " + share +
+                                      "\n                   " +
+                                      (dp.shard_stage >= 2 ? "(each gradient reduced to its owner as backward makes it), " : "") +
+                                      "steps them and broadcasts them to the others"});
     }
   }
   std::int64_t after_last_micro_batch_ns(const core::CostModel& costs, const std::vector<Op>& last_ops,
@@ -194,6 +235,10 @@ class DataParallel final : public Technique {
       if (step.choice.data_parallel->shard_stage > 0) {
         parts[std::string(core::kParameterBroadcastSecondsPart)] =
             static_cast<double>(parameter_broadcast_ns(step.costs, step.choice)) * 1e-9;
+      }
+      if (step.choice.data_parallel->shard_stage >= 2) {
+        parts[std::string(core::kGradientReduceSecondsPart)] =
+            static_cast<double>(gradient_reduce_step_ns(step.costs, step.choice)) * 1e-9;
       }
       return;
     }

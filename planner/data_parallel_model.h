@@ -54,6 +54,13 @@ std::int64_t worker_optimizer_state_bytes(const core::CostModel& costs, const co
 // parameters' broadcast that follows it (every worker's range to the others), which the optimizer's
 // phase runs.
 std::int64_t worker_optimizer_ns(const core::CostModel& costs, const core::StepChoice& choice);
+// Worker 0's gradients: all of them, or at stage 2 its range's and the buffer it reduces each
+// gradient from.
+std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::StepChoice& choice);
+// Stage 2, per layer: the time its backward spends reducing its parameters' gradients to their
+// owners, one micro-batch's (empty below stage 2); and a step's, every micro-batch's.
+std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const core::StepChoice& choice);
+std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const core::StepChoice& choice);
 // The broadcast alone (0 unsharded).
 std::int64_t parameter_broadcast_ns(const core::CostModel& costs, const core::StepChoice& choice);
 // The optimizer's temporaries on worker 0: sharded, as large as the largest piece it steps where the

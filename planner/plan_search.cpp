@@ -81,7 +81,8 @@ ChainWalks chain_walks(const core::CostModel& costs, const LayerGraph& graph, co
   const int layers = static_cast<int>(costs.layer_count());
   core::StepChoice choice = variants;
   choice.checkpointed_blocks.clear();
-  walks.absolute = costs.static_bytes() + costs.input_bytes(at.batch);
+  // What a worker holds throughout, its buckets left to the exact check (fit()).
+  walks.absolute = worker_static_bytes(costs, choice) - bucket_buffer_bytes(costs, choice) + costs.input_bytes(at.batch);
   walks.stored_ops = micro_batch_ops(at, graph, choice, 0, layers - 1);
   walks.stored = levels_of(walks.stored_ops);
   if (!stages) return walks;
@@ -952,7 +953,7 @@ std::int64_t least_peak(const core::CostModel& costs, const LayerGraph& graph, B
     if (space.host_memory <= 0 || p.host_bytes <= space.host_memory) least = std::min(least, p.device_peak_bytes);
   }
   if (!space.checkpointing) return least;
-  std::int64_t lo = std::min(costs.static_bytes(), least), hi = least;
+  std::int64_t lo = std::min(worker_static_bytes(costs, space.base), least), hi = least;
   while (lo < hi) {
     const std::int64_t mid = lo + (hi - lo) / 2;
     // The limit that worked, not the peak found under it: the DP rounds sizes up, so a limit
@@ -1200,6 +1201,10 @@ void check_shard_stage(const core::Trace& trace, const PlanRequest& request) {
   if (trace.contrastive_loss) {
     throw core::InputError(named + " cannot combine with the ring loss of a contrastive model, whose gradient cache "
                            "runs replicated: plan it at stage 0");
+  }
+  if (stage >= 2 && (trace.optimizer.param_tensors == 0 || trace.optimizer.largest_param_elements == 0)) {
+    throw core::InputError(named + " needs the trace's count of parameter tensors, which traces record since sharding: "
+                           "profile the model again");
   }
 }
 

@@ -556,6 +556,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   // the gradient cache's surrogate in a micro-batched one (infcl_model.h).
   const auto loss_model = contrastive_loss_model(costs.trace());
   const bool grad_cache = loss_model && core::caches_contrastive_gradients(count, choice.workers());
+  const std::vector<std::int64_t> reduce_ns = gradient_reduce_ns(costs, choice);
   const auto ops_for = [&](std::int64_t b) {
     for (const auto& [size, index] : made) {
       if (size == b) return index;
@@ -567,6 +568,12 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
     if (cache == nullptr) made_here = batch_costs(costs, b);
     const BatchCosts& batch_cost = cache != nullptr ? cache->at(b) : *made_here;
     append_layer_ops(batch_cost, graph, span_of, variant, 0, last_layer, ops);
+    // A stage-2 worker reduces each gradient to its owner inside the backward that makes it.
+    if (!reduce_ns.empty()) {
+      for (Op& op : ops) {
+        if (op.kind == OpKind::Backward && op.layer >= 0) op.duration_ns += reduce_ns[static_cast<std::size_t>(op.layer)];
+      }
+    }
     if (loss_model) {
       const int loss = loss_model->layer();
       const core::LayerCost& in_step = batch_cost.layers[static_cast<std::size_t>(loss)];
@@ -771,7 +778,7 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
   const StepSequence seq = step_sequence(costs, graph, choice);
   core::Schedule schedule;
   schedule.resident = {{MemoryKind::Parameter, costs.param_bytes() + costs.model_extra_bytes()},
-                       {MemoryKind::Gradient, costs.gradient_bytes()},
+                       {MemoryKind::Gradient, worker_gradient_bytes(costs, choice)},
                        {MemoryKind::OptimizerState, worker_optimizer_state_bytes(costs, choice)},
                        {MemoryKind::Workspace, costs.workspace_bytes()}};
   // A data-parallel worker's communication buckets are counted with the gradients they carry.

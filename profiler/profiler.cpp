@@ -1456,6 +1456,7 @@ void ProfileRun::finish() {
     param_elements += p.numel();
     trace_.optimizer.largest_param_elements = std::max<std::int64_t>(trace_.optimizer.largest_param_elements, p.numel());
   }
+  trace_.optimizer.param_tensors = static_cast<std::int64_t>(parameters_.size());
   trace_.optimizer.state_bytes = optimizer_state_bytes();
   if (options_.torch_optim_state) trace_.optimizer.torch_optim_tensors = static_cast<std::int64_t>(parameters_.size());
   trace_.optimizer.state_bytes_per_param =

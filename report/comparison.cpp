@@ -8,6 +8,7 @@
 
 #include "core/cost_model.h"
 #include "core/errors.h"
+#include "core/sharding.h"
 #include "core/units.h"
 #include "planner/layer_graph.h"
 #include "planner/plan_search.h"
@@ -381,6 +382,16 @@ void check(ChoiceComparison& out, const Thresholds& thresholds, const Change& pe
 
 }  // namespace
 
+namespace {
+
+// "1", or "2, stage 1 (optimizer state sharded)".
+std::string workers_of(const core::StepChoice& choice) {
+  if (!choice.data_parallel) return "1";
+  return std::to_string(choice.workers()) + ", " + core::shard_stage_name(choice.data_parallel->shard_stage);
+}
+
+}  // namespace
+
 ChoiceComparison compare_plans(const core::Plan& base, const core::Plan& next, const Thresholds& thresholds) {
   ChoiceComparison out;
   out.kind = "plan";
@@ -397,6 +408,7 @@ ChoiceComparison compare_plans(const core::Plan& base, const core::Plan& next, c
   add_row(out, "checkpointed blocks", join_ints(base.choice.checkpointed_blocks), join_ints(next.choice.checkpointed_blocks));
   add_row(out, "Tempo layers", tempo_layers(base.choice), tempo_layers(next.choice));
   add_row(out, "strategies", join_names(base.strategies), join_names(next.strategies));
+  add_row(out, "workers", workers_of(base.choice), workers_of(next.choice));
   out.peak = {"predicted peak bytes", static_cast<double>(base.predicted.peak_bytes), static_cast<double>(next.predicted.peak_bytes)};
   out.samples_per_second = {"predicted samples/s", base.predicted.samples_per_second, next.predicted.samples_per_second};
   check(out, thresholds, out.peak, out.samples_per_second);

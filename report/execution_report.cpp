@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/statistics.h"
+#include "core/sharding.h"
 #include "core/units.h"
 #include "report/text_table.h"
 
@@ -112,15 +113,29 @@ void write_workers(std::ostream& out, const core::DataParallelReport& d, std::in
                      fixed(w.step_seconds, "%.4f"), fixed(w.allreduce_wait_seconds, "%.4f")});
   }
   out << workers.render();
+  if (d.shard_stage >= 2) return;  // nothing is all-reduced
   out << "predicted all-reduce " << fixed(d.predicted_allreduce_seconds, "%.4f") << " s per step, "
       << fixed(d.predicted_exposed_allreduce_seconds, "%.4f") << " s of it after the last backward (the wait)\n";
 }
 
 void write_data_parallel(std::ostream& out, const core::DataParallelReport& d, std::int64_t predicted_peak_bytes) {
-  out << "data parallel: " << d.world_size << " workers (c10d " << d.backend << "), gradients in " << d.buckets
-      << " bucket(s) of " << core::format_bytes(d.bucket_bytes) << " in all; weights identical on every worker, bit for bit, after each of "
-      << d.weight_checks << " steps\n";
+  out << "data parallel: " << d.world_size << " workers (c10d " << d.backend << "), ";
+  if (d.shard_stage >= 2) {
+    out << "each gradient reduced to its owner as backward makes it";
+  } else {
+    out << "gradients in " << d.buckets << " bucket(s) of " << core::format_bytes(d.bucket_bytes) << " in all";
+  }
+  out << "; weights identical on every worker, bit for bit, after each of " << d.weight_checks << " steps\n";
   if (!d.workers.empty()) write_workers(out, d, predicted_peak_bytes);
+  if (d.shard_stage > 0) {
+    out << core::shard_stage_name(d.shard_stage) << ": the parameters' broadcast "
+        << fixed(d.broadcast_seconds, "%.4f") << " s per step (predicted " << fixed(d.predicted_broadcast_seconds, "%.4f") << ")";
+    if (d.shard_stage >= 2) {
+      out << ", the gradients' reduces " << fixed(d.gradient_reduce_seconds, "%.4f") << " s (predicted "
+          << fixed(d.predicted_gradient_reduce_seconds, "%.4f") << ")";
+    }
+    out << "\n";
+  }
   if (d.full_batch_weights_max_rel_diff) {
     out << "weights after the run's steps against one process stepping on each step's full batch: max relative difference "
         << fixed(*d.full_batch_weights_max_rel_diff, "%.2e") << "\n";

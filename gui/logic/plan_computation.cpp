@@ -365,6 +365,10 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
       result.plan = std::move(outcome.plan);
       result.timeline = memory_timeline(trace.trace, *result.plan);
       result.summary = report::render_plan_summary(*result.plan);
+      // Several workers: each shard stage's plan beside the chosen one.
+      if (const auto& dp = result.plan->choice.data_parallel; dp && !outcome.shard_stages.empty()) {
+        result.summary += "\n" + report::render_shard_stages(outcome.shard_stages, dp->shard_stage);
+      }
       // A trace of several precisions: each one's plan for the same inputs, beside this one.
       if (!trace.trace.other_precisions.empty()) {
         result.summary += "\n" + report::render_precision_comparison(planner::plan_each_precision(trace.trace, request, machine, *result.plan),
@@ -391,6 +395,10 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
                       : core::CostModel(other_optimizer ? planner::with_estimated_optimizer(trace.trace, inputs.optimizer)
                                                     : trace.trace)
                         .static_bytes();
+      // Sharded, a worker holds less than the whole training state: the least stage's share.
+      for (const auto& stage : outcome.shard_stages) {
+        if (!l2l_allowed) result.floor_bytes = std::min(result.floor_bytes, stage.static_bytes);
+      }
       if (outcome.smallest_budget > 0) {
         planner::PlanRequest least = plan_request(trace, inputs);
         least.budget_bytes = outcome.smallest_budget;

@@ -137,9 +137,12 @@ TEST_F(BadInputCli, DataParallelFlagsAndFields) {
   expect_refused("plan " + trace + plan + " --shard 1", "--shard: sharding splits the training state over data-parallel workers");
   expect_refused("plan " + trace + plan + " --shard auto", "--shard: sharding splits the training state");
   for (const std::string stage : {"7", "-1", "one", "1.5"}) {
-    expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard " + stage, "--shard: expected 0, 1 or auto, got");
+    expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard " + stage, "--shard: expected 0, 1, 2 or auto, got");
   }
-  expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard 2", "(stage 2 is not built yet)");
+  expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard 3", "(stage 3 is not built yet)");
+  // A trace from before sharding does not count its parameter tensors, which stage 2's reduces need.
+  expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard 2",
+                 "--shard: stage 2 needs the trace's count of parameter tensors");
   expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard 1 --strategies mbp,l2l",
                  "--shard: stage 1 cannot combine with l2l");
   // A data-parallel plan, and what execute refuses about it.

@@ -36,6 +36,15 @@ TEST(Sharding, ABroadcastIsOneMessagePerRoundOfItsTree) {
   // Four workers: two rounds.
   EXPECT_EQ(core::broadcast_ns(1'000'000, 4, link), 2 * (10'000 + 1'000'000));
   EXPECT_EQ(core::shard_stage_name(1), "stage 1 (optimizer state sharded)");
+  // A reduce in 3 collectives: three latencies a round.
+  EXPECT_EQ(core::reduce_ns(1'000'000, 3, 2, link), 3 * 10'000 + 1'000'000);
+  EXPECT_EQ(core::reduce_ns(1'000'000, 3, 4, link), 2 * (3 * 10'000 + 1'000'000));
+  // Measured lines of their own, where the link has them.
+  core::CollectiveLink measured = link;
+  measured.broadcast = {2e9, 50'000};
+  measured.reduce = {0.5e9, 70'000};
+  EXPECT_EQ(core::broadcast_ns(1'000'000, 2, measured), 50'000 + 500'000);
+  EXPECT_EQ(core::reduce_ns(1'000'000, 2, 2, measured), 2 * 70'000 + 2'000'000);
 }
 
 }  // namespace

@@ -533,16 +533,32 @@ TEST(TraceJson, TorchOptimsStepCountsRoundTripAndAreChecked) {
   EXPECT_EQ(read_error(bad), "t.json: $.optimizer.torch_optim_tensors: its step counts alone take more than state_bytes");
 }
 
+// The measured link with the broadcast's and reduce's own lines (sharded steps are timed by them).
+TEST(TraceJson, MeasuredCollectiveLinesRoundTripAndAreChecked) {
+  core::Trace trace = testing::make_small_trace();
+  trace.link = core::CollectiveLink{1e9, 100'000, "measured", {3e9, 160'000}, {}};
+  json document = core::to_json(trace);
+  EXPECT_TRUE(document["link"].contains("broadcast"));
+  EXPECT_FALSE(document["link"].contains("reduce"));
+  EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
+  document["link"]["reduce"] = {{"bytes_per_second", 0}, {"latency_ns", 5}};
+  EXPECT_NE(read_error(document).find("$.link.reduce.bytes_per_second"), std::string::npos) << read_error(document);
+}
+
 // The largest trainable tensor (what a sharded worker's optimizer temporaries are scaled by).
 TEST(TraceJson, LargestParameterRoundTripsAndIsChecked) {
   core::Trace trace = testing::make_small_trace();
   EXPECT_FALSE(core::to_json(trace)["optimizer"].contains("largest_param_elements"));
   trace.optimizer.largest_param_elements = 4096;
+  trace.optimizer.param_tensors = 3;
   const json document = core::to_json(trace);
   EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
   json bad = document;
   bad["optimizer"]["largest_param_elements"] = 0;
   EXPECT_NE(read_error(bad).find("$.optimizer.largest_param_elements"), std::string::npos) << read_error(bad);
+  bad = document;
+  bad["optimizer"]["param_tensors"] = -1;
+  EXPECT_NE(read_error(bad).find("$.optimizer.param_tensors"), std::string::npos) << read_error(bad);
 }
 
 }  // namespace

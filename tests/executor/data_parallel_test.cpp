@@ -129,6 +129,11 @@ void weights_equal_the_full_batch_steps(int workers, const std::string& shard = 
     EXPECT_GT(dp.broadcast_seconds, 0);
     EXPECT_GT(dp.predicted_broadcast_seconds, 0);
   }
+  if (dp.shard_stage >= 2) {
+    EXPECT_EQ(dp.buckets, 0);
+    EXPECT_GT(dp.gradient_reduce_seconds, 0);
+    EXPECT_GT(dp.predicted_gradient_reduce_seconds, 0);
+  }
   fs::remove_all(dir);
 }
 
@@ -137,6 +142,9 @@ TEST(DataParallel, TwoWorkersEndWithTheFullBatchWeights) { weights_equal_the_ful
 // broadcasts it; the weights are still the full batch's, every worker's the same.
 TEST(DataParallel, ShardedOptimizerStateEndsWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2, "1"); }
 TEST(DataParallel, ShardedOverThreeWorkersEndsWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(3, "1"); }
+// ZeRO's stage 2: each gradient reduced to its owner as backward makes it, every micro-batch.
+TEST(DataParallel, ShardedGradientsEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2, "2"); }
+TEST(DataParallel, ShardedGradientsOverThreeWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(3, "2"); }
 TEST(DataParallel, FourWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(4); }
 
 // Data parallel under bf16: the bfloat16 gradients are all-reduced as float32 (Gloo in libtorch

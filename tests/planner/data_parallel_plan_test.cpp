@@ -286,6 +286,55 @@ TEST(DataParallelPlan, StageOneShardsTheOptimizerState) {
   EXPECT_EQ(roomy.plan->choice.data_parallel->shard_stage, faster);
 }
 
+// ZeRO's stage 2: worker 0 keeps its range's gradients alone and no buckets; each layer's backward
+// takes longer by its gradients' reduces (one collective per tensor, spread over the layers that
+// train), every micro-batch; the simulator agrees with the prediction.
+TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
+  core::Trace trace = committed("cpu-gpt.json");
+  trace.optimizer.param_tensors = 30;  // what a trace profiled since sharding records
+  trace.optimizer.largest_param_elements = 1 << 20;
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const core::CollectiveLink link = core::parse_link("1GB/s,20us");
+  core::StepChoice one = core::StepChoice{}.with_micro_batches({2, 2});
+  one.data_parallel = core::DataParallelChoice{2, {}, link, core::kDefaultBucketCapBytes, 1};
+  core::StepChoice two = one;
+  two.data_parallel->shard_stage = 2;
+  const std::int64_t elements = trace.trainable_param_bytes() / 4;
+  EXPECT_EQ(planner::bucket_buffer_bytes(costs, two), 0);
+  // Its range's gradients and the buffer each one is reduced from.
+  EXPECT_EQ(planner::worker_gradient_bytes(costs, two), 4 * ((elements + 1) / 2 + (1 << 20)));
+  EXPECT_EQ(planner::worker_static_bytes(costs, one) - planner::worker_static_bytes(costs, two),
+            costs.gradient_bytes() + planner::bucket_buffer_bytes(costs, one) - planner::worker_gradient_bytes(costs, two));
+  const auto per_layer = planner::gradient_reduce_ns(costs, two);
+  ASSERT_EQ(per_layer.size(), trace.layers.size());
+  std::int64_t total = 0;
+  for (const auto ns : per_layer) total += ns;
+  // 31 collectives (30 tensors, one range boundary), every gradient byte once: one round for 2 workers.
+  EXPECT_NEAR(static_cast<double>(total), static_cast<double>(core::reduce_ns(costs.gradient_bytes(), 31, 2, link)), 50.0);
+  EXPECT_EQ(planner::gradient_reduce_step_ns(costs, two), 2 * total);
+  EXPECT_TRUE(planner::gradient_reduce_ns(costs, one).empty());
+  const auto p1 = planner::predict_step(costs, graph, one);
+  const auto p2 = planner::predict_step(costs, graph, two);
+  EXPECT_LT(p2.peak_bytes, p1.peak_bytes);
+  const auto sim = simulator::simulate(planner::build_schedule(costs, graph, two));
+  EXPECT_EQ(sim.peak_bytes, p2.peak_bytes);
+  EXPECT_EQ(sim.makespan_ns, p2.step_ns);
+  // Planned: the stage and its parts; a trace without its tensor count cannot be planned at stage 2.
+  auto r = request(1LL << 34, 16, 2);
+  r.shard_stage = 2;
+  const auto outcome = planner::plan_step(trace, r);
+  ASSERT_TRUE(outcome.plan) << outcome.reason;
+  EXPECT_EQ(outcome.plan->choice.data_parallel->shard_stage, 2);
+  EXPECT_TRUE(outcome.plan->predicted_part(core::kGradientReduceSecondsPart));
+  EXPECT_EQ(core::plan_from_json(core::to_json(*outcome.plan)), *outcome.plan);
+  r.shard_stage.reset();
+  EXPECT_EQ(planner::plan_step(trace, r).shard_stages.size(), 3u);
+  EXPECT_EQ(planner::plan_step(committed("cpu-gpt.json"), r).shard_stages.size(), 2u);
+  r.shard_stage = 2;
+  EXPECT_THROW(planner::plan_step(committed("cpu-gpt.json"), r), core::InputError);
+}
+
 TEST(DataParallelPlan, ShardStagesItCannotRunAreRefused) {
   const core::Trace trace = committed("cpu-gpt.json");
   const auto refusal = [&](planner::PlanRequest r) {

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Sharded data parallel's rows in docs/results.md: each ZeRO stage at a budget where it is the least
+stage that fits, planned and executed on two workers over Gloo.
+
+For each model the zoo's preset is profiled once (SGD with momentum, whose state stage 1 shards, one
+thread a worker, the loopback link measured). For each strategy set and stage, `plan --shard S` at a
+budget of 1% above stage S's least (below stage S-1's least, so no lower stage fits); then `execute
+--devices 2` twice: once as planned (each worker's peak and the step time), once with
+--full-batch-reference (the weights after the steps against one process on the full batch). One
+Markdown row each.
+
+  python3 bench/shard_rows.py [--headroom build/default/headroom] [--models bert,gpt] [--batch 16] [--steps 5]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+PRESETS = {"bert": "mini", "gpt": "tiny"}
+STRATEGIES = {"micro-batching": "mbp", "micro-batching, checkpointing": "mbp,checkpoint"}
+STAGES = (0, 1)
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return r.returncode, r.stdout, r.stderr
+
+
+def least_budget(headroom, trace, batch, strategies, stage):
+    """Stage `stage`'s least budget, as `plan` says where a byte is too little."""
+    code, _, err = run([headroom, "plan", trace, "--budget", "1", "--batch", str(batch), "--devices", "2",
+                        "--strategies", strategies, "--shard", str(stage), "-o", os.devnull])
+    found = re.search(r"the budget must be at least ([0-9.]+ [KMG]iB)", err)
+    if code == 0 or not found:
+        sys.exit(f"shard_rows.py: no least budget for stage {stage}: {err.strip()}")
+    value, unit = found.group(1).split()
+    return float(value) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit]
+
+
+def execute(headroom, plan, out, steps, reference):
+    cmd = [headroom, "execute", plan, "--devices", "2", "--steps", str(steps), "--warmup", "1", "-o", out]
+    code, stdout, stderr = run(cmd + (["--full-batch-reference"] if reference else []))
+    if code != 0:
+        sys.exit(f"shard_rows.py: execute failed: {stderr.strip()}")
+    with open(out) as f:
+        return json.load(f)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--headroom", default="build/default/headroom")
+    ap.add_argument("--models", default="bert,gpt")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=5)
+    args = ap.parse_args()
+    folder = tempfile.mkdtemp(prefix="headroom-shard-")
+    print("| model | strategies | stage | budget | plan | peak predicted / measured (worker 0, worker 1) | "
+          "step s predicted / measured | weights vs one process |")
+    print("|---|---|---|---|---|---|---|---|")
+    for model in args.models.split(","):
+        trace = os.path.join(folder, model + ".json")
+        code, _, err = run([args.headroom, "profile", "--model", model, "--set", "preset=" + PRESETS[model], "--optimizer", "sgd",
+                            "--threads", "1", "--batch-sizes", "1,2,4,8", "--repeats", "2", "--measure-link", "-o", trace])
+        if code != 0:
+            sys.exit(f"shard_rows.py: profiling {model} failed: {err.strip()}")
+        for label, strategies in STRATEGIES.items():
+            leasts = {s: least_budget(args.headroom, trace, args.batch, strategies, s) for s in STAGES}
+            for stage in STAGES:
+                budget = int(leasts[stage] * 1.01)
+                if stage > 0 and budget >= leasts[stage - 1]:
+                    print(f"| {model} | {label} | {stage} | | stage {stage - 1} fits as well: no budget where {stage} is the least |")
+                    continue
+                plan = os.path.join(folder, f"{model}-{strategies}-{stage}.json")
+                code, stdout, err = run([args.headroom, "plan", trace, "--budget", str(budget), "--batch", str(args.batch),
+                                         "--devices", "2", "--strategies", strategies, "--shard", str(stage), "-o", plan])
+                if code != 0:
+                    sys.exit(f"shard_rows.py: plan failed: {err.strip()}")
+                with open(plan) as f:
+                    p = json.load(f)
+                shape = f"{len(p['micro_batches']) // 2} x {p['micro_batches'][0]}, {len(p.get('checkpointed_blocks', []))} ckpt"
+                run_report = execute(args.headroom, plan, plan + ".report.json", args.steps, False)
+                ref_report = execute(args.headroom, plan, plan + ".ref.json", args.steps, True)
+                peaks = ", ".join(f"{w['peak_bytes']:,}" for w in run_report["data_parallel"]["workers"])
+                predicted = p["predicted"]
+                print(f"| {model} | {label} | {stage} | {budget:,} | {shape} | {predicted['peak_bytes']:,} / {peaks} "
+                      f"({100 * run_report['errors']['peak_rel']:+.2f}%) | {predicted['step_seconds']:.4f} / "
+                      f"{run_report['measured']['step_seconds']:.4f} | "
+                      f"{ref_report['data_parallel']['full_batch_weights_max_rel_diff']:.2e} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
