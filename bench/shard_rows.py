@@ -21,7 +21,7 @@ import tempfile
 
 PRESETS = {"bert": "mini", "gpt": "tiny"}
 STRATEGIES = {"micro-batching": "mbp", "micro-batching, checkpointing": "mbp,checkpoint"}
-STAGES = (0, 1)
+STAGES = (0, 1, 2)
 
 
 def run(cmd):
@@ -29,10 +29,10 @@ def run(cmd):
     return r.returncode, r.stdout, r.stderr
 
 
-def least_budget(headroom, trace, batch, strategies, stage):
+def least_budget(headroom, trace, batch, strategies, stage, folder):
     """Stage `stage`'s least budget, as `plan` says where a byte is too little."""
     code, _, err = run([headroom, "plan", trace, "--budget", "1", "--batch", str(batch), "--devices", "2",
-                        "--strategies", strategies, "--shard", str(stage), "-o", os.devnull])
+                        "--strategies", strategies, "--shard", str(stage), "-o", os.path.join(folder, "none.json")])
     found = re.search(r"the budget must be at least ([0-9.]+ [KMG]iB)", err)
     if code == 0 or not found:
         sys.exit(f"shard_rows.py: no least budget for stage {stage}: {err.strip()}")
@@ -67,7 +67,7 @@ def main():
         if code != 0:
             sys.exit(f"shard_rows.py: profiling {model} failed: {err.strip()}")
         for label, strategies in STRATEGIES.items():
-            leasts = {s: least_budget(args.headroom, trace, args.batch, strategies, s) for s in STAGES}
+            leasts = {s: least_budget(args.headroom, trace, args.batch, strategies, s, folder) for s in STAGES}
             for stage in STAGES:
                 budget = int(leasts[stage] * 1.01)
                 if stage > 0 and budget >= leasts[stage - 1]:

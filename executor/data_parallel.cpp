@@ -392,10 +392,22 @@ struct ShardedParameters::State {
   torch::Tensor flat;                     // the parameters' data
   torch::Tensor flat_grad;                // stage 1: their gradients
   torch::Tensor owned_grad;               // stage 2: the gradients of this worker's range
-  // Stage 2: what a gradient is reduced from, as large as the largest parameter. Gloo's worker
-  // thread lets go of a collective's tensors only once the next one runs: the gradient itself would
-  // outlive its reduce.
-  torch::Tensor staging;
+  // Stage 2: the buffers gradients are reduced from, each as large as the largest parameter, two so
+  // that one gradient's reduce runs while backward makes the next. (Reduced from the gradient itself,
+  // it would outlive its reduce: Gloo's worker thread lets go of a collective's tensors only once
+  // the next one runs.) Each with the reduces in flight from it and, for the parts this worker owns,
+  // where they go in its range.
+  struct Slot {
+    torch::Tensor buffer;
+    struct InFlight {
+      c10::intrusive_ptr<c10d::Work> work;
+      torch::Tensor part;
+      std::int64_t owned_at = -1;  // offset in owned_grad, or -1: another worker's part
+    };
+    std::vector<InFlight> in_flight;
+  };
+  std::array<Slot, 2> slots;
+  std::size_t next_slot = 0;
   std::vector<torch::Tensor> pieces;      // this worker's range, as the optimizer steps it
   std::vector<core::ElementRange> ranges;  // every worker's
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: the hooks live on them
@@ -411,12 +423,25 @@ struct ShardedParameters::State {
     }
   }
 
-  // Stage 2: parameter k's gradient, just made, reduced to the owner of each part of it and let go.
+  // Waits for the slot's reduces and adds the parts this worker owns into its range.
+  void finish(Slot& slot) {
+    for (auto& in_flight : slot.in_flight) {
+      wait_collective(in_flight.work, "a gradient's reduce");
+      if (in_flight.owned_at >= 0) owned_grad.narrow(0, in_flight.owned_at, in_flight.part.numel()).add_(in_flight.part);
+    }
+    slot.in_flight.clear();
+  }
+
+  // Stage 2: parameter k's gradient, just made, copied into the next slot (once that slot's reduces
+  // are done) and let go; its parts' reduces to their owners start, and backward goes on.
   void reduce(std::size_t k) {
     if (!reducing) return;
     const auto start = std::chrono::steady_clock::now();
+    Slot& slot = slots[next_slot];
+    next_slot = (next_slot + 1) % slots.size();
+    finish(slot);
     torch::Tensor& p = parameters[k];
-    torch::Tensor gradient = staging.narrow(0, 0, p.numel());
+    torch::Tensor gradient = slot.buffer.narrow(0, 0, p.numel());
     gradient.copy_(p.grad().reshape({-1}));
     p.mutable_grad() = torch::Tensor();
     const std::int64_t first = offsets[k];
@@ -428,8 +453,10 @@ struct ShardedParameters::State {
       std::vector<at::Tensor> part{gradient.narrow(0, from - first, to - from)};
       c10d::ReduceOptions options;
       options.rootRank = static_cast<std::int64_t>(r);
-      wait_collective(workers->group().reduce(part, options), "a gradient's reduce to worker " + std::to_string(r));
-      if (static_cast<int>(r) == workers->rank()) owned_grad.narrow(0, from - mine().begin, to - from).add_(part.front());
+      auto work = named_as_collective("a gradient's reduce to worker " + std::to_string(r),
+                                      [&] { return workers->group().reduce(part, options); });
+      const bool mine_too = static_cast<int>(r) == workers->rank();
+      slot.in_flight.push_back({std::move(work), part.front(), mine_too ? from - mine().begin : -1});
     }
     ++reduced;
     reduce_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -487,7 +514,7 @@ ShardedParameters::ShardedParameters(const models::Model& model, Workers& worker
     s.owned_grad = torch::zeros({mine.size()}, options);
     std::int64_t largest = 0;
     for (const auto& p : s.parameters) largest = std::max<std::int64_t>(largest, p.numel());
-    s.staging = torch::empty({largest}, options);
+    for (auto& slot : s.slots) slot.buffer = torch::empty({largest}, options);
     gradients = s.owned_grad;
     s.hook_accumulators();
   } else {
@@ -525,6 +552,9 @@ double ShardedParameters::finish_backward() {
   State& s = *state_;
   if (s.stage < 2) return 0;
   s.reducing = false;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto& slot : s.slots) s.finish(slot);
+  s.reduce_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto count = static_cast<std::int64_t>(s.parameters.size());
   if (s.reduced == 0 || s.reduced % count != 0) {
     throw std::runtime_error("stage 2: the step's backward passes reduced " + std::to_string(s.reduced) +

@@ -139,9 +139,10 @@ class GradientSync {
 // - Stage 1: the gradients live in one flat buffer too (each parameter's gradient a view of its
 //   range), all-reduced as at stage 0 (GradientSync); the pieces' gradients are views of it.
 // - Stage 2: a worker keeps the gradients of its range alone. As backward makes a parameter's
-//   gradient (its accumulator's hook), every worker reduces it to the owner(s) of its elements and
-//   lets go of it; an owner adds the sum into its range's gradient. The collectives run one after
-//   another inside backward, the same on every worker (backward's order is the same).
+//   gradient (its accumulator's hook), it is copied into one of two buffers and let go, and every
+//   worker starts reducing it to the owner(s) of its elements while backward goes on; before a
+//   buffer takes the next gradient its reduces are waited for, and an owner adds the sums into its
+//   range's gradient. The collectives run in the same order on every worker (backward's order).
 class ShardedParameters {
  public:
   // Throws InputError where a trainable parameter is not float32 or the model's layers do not hold

@@ -105,9 +105,9 @@ std::int64_t worker_optimizer_state_bytes(const core::CostModel& costs, const co
 
 std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
   if (shard_stage(choice) < 2) return costs.gradient_bytes();
-  // Its range's, and the buffer each gradient is reduced from (as large as the largest parameter).
+  // Its range's, and the two buffers gradients are reduced from (each as large as the largest parameter).
   return 4 * (core::owned_elements(trainable_elements(costs), choice.workers(), 0).size() +
-              costs.trace().optimizer.largest_param_elements);
+              2 * costs.trace().optimizer.largest_param_elements);
 }
 
 std::int64_t worker_static_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
@@ -137,6 +137,27 @@ std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const
     out[i] = core::reduce_ns(bytes, messages, choice.workers(), link);
   }
   return out;
+}
+
+std::int64_t reduces_past_backward_ns(const std::vector<Op>& ops, const std::vector<std::int64_t>& reduce_ns) {
+  if (reduce_ns.empty()) return 0;
+  std::int64_t clock = 0, compute = 0, link_free = 0;
+  std::array<std::int64_t, 2> buffer_free{0, 0};  // when each buffer's last reduce ends
+  std::size_t next = 0;
+  for (const Op& op : ops) {
+    clock += op.duration_ns;
+    compute += op.duration_ns;
+    if (op.kind != OpKind::Backward || op.layer < 0) continue;
+    const std::int64_t ns = reduce_ns[static_cast<std::size_t>(op.layer)];
+    if (ns == 0) continue;
+    // The layer's gradients take the next buffer once its reduce is done: backward waits for it.
+    std::int64_t& free = buffer_free[next];
+    next = (next + 1) % buffer_free.size();
+    clock = std::max(clock, free);
+    link_free = std::max(clock, link_free) + ns;
+    free = link_free;
+  }
+  return std::max(clock, link_free) - compute;
 }
 
 std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const core::StepChoice& choice) {

@@ -61,6 +61,11 @@ std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::Ste
 // owners, one micro-batch's (empty below stage 2); and a step's, every micro-batch's.
 std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const core::StepChoice& choice);
 std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const core::StepChoice& choice);
+// Stage 2: how much longer a micro-batch's ops (`ops`, in order) take for their reduces: each
+// layer's starts as its backward ends, after the one before on the link, and takes one of two
+// buffers, which backward waits for while the reduce two layers back still holds it; the
+// micro-batch ends once the last reduce has.
+std::int64_t reduces_past_backward_ns(const std::vector<Op>& ops, const std::vector<std::int64_t>& reduce_ns);
 // The broadcast alone (0 unsharded).
 std::int64_t parameter_broadcast_ns(const core::CostModel& costs, const core::StepChoice& choice);
 // The optimizer's temporaries on worker 0: sharded, as large as the largest piece it steps where the

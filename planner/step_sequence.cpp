@@ -568,12 +568,6 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
     if (cache == nullptr) made_here = batch_costs(costs, b);
     const BatchCosts& batch_cost = cache != nullptr ? cache->at(b) : *made_here;
     append_layer_ops(batch_cost, graph, span_of, variant, 0, last_layer, ops);
-    // A stage-2 worker reduces each gradient to its owner inside the backward that makes it.
-    if (!reduce_ns.empty()) {
-      for (Op& op : ops) {
-        if (op.kind == OpKind::Backward && op.layer >= 0) op.duration_ns += reduce_ns[static_cast<std::size_t>(op.layer)];
-      }
-    }
     if (loss_model) {
       const int loss = loss_model->layer();
       const core::LayerCost& in_step = batch_cost.layers[static_cast<std::size_t>(loss)];
@@ -585,6 +579,11 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
         use_loss_cost(ops, loss, whole_loss_cost(in_step, loss_model->loss(b, choice.loss_tiles)),
                       step_timed_it ? LossTime::AsTheStepMeasured : LossTime::LongerOfModelledAndStep);
       }
+    }
+    // A stage-2 worker's reduces that run past the backward starting them: its last backward waits.
+    if (const std::int64_t extra = reduces_past_backward_ns(ops, reduce_ns); extra > 0) {
+      const auto last = std::find_if(ops.rbegin(), ops.rend(), [](const Op& op) { return op.kind == OpKind::Backward; });
+      if (last != ops.rend()) last->duration_ns += extra;
     }
     std::int64_t net = 0;
     for (std::size_t k = 1; k < ops.size(); ++k) net += ops[k].retained_bytes;

@@ -302,8 +302,8 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   two.data_parallel->shard_stage = 2;
   const std::int64_t elements = trace.trainable_param_bytes() / 4;
   EXPECT_EQ(planner::bucket_buffer_bytes(costs, two), 0);
-  // Its range's gradients and the buffer each one is reduced from.
-  EXPECT_EQ(planner::worker_gradient_bytes(costs, two), 4 * ((elements + 1) / 2 + (1 << 20)));
+  // Its range's gradients and the two buffers gradients are reduced from.
+  EXPECT_EQ(planner::worker_gradient_bytes(costs, two), 4 * ((elements + 1) / 2 + 2 * (1 << 20)));
   EXPECT_EQ(planner::worker_static_bytes(costs, one) - planner::worker_static_bytes(costs, two),
             costs.gradient_bytes() + planner::bucket_buffer_bytes(costs, one) - planner::worker_gradient_bytes(costs, two));
   const auto per_layer = planner::gradient_reduce_ns(costs, two);
@@ -317,6 +317,27 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   const auto p1 = planner::predict_step(costs, graph, one);
   const auto p2 = planner::predict_step(costs, graph, two);
   EXPECT_LT(p2.peak_bytes, p1.peak_bytes);
+  // The reduces overlap the backward: a micro-batch takes longer by at most all of them, and at
+  // least by the last one (nothing follows it).
+  const auto seq = planner::step_sequence(costs, graph, one);
+  const auto& ops = seq.ops[seq.segments.front().ops];
+  const std::int64_t past = planner::reduces_past_backward_ns(ops, per_layer);
+  EXPECT_LE(past, total);
+  std::int64_t last = 0;
+  for (const auto& op : ops) {
+    if (op.kind == planner::OpKind::Backward && op.layer >= 0 && per_layer[static_cast<std::size_t>(op.layer)] > 0) {
+      last = per_layer[static_cast<std::size_t>(op.layer)];
+    }
+  }
+  EXPECT_GE(past, last);
+  // A link so slow that nothing hides: every reduce, one after another, past the micro-batch's start.
+  core::StepChoice slow = two;
+  slow.data_parallel->link = core::parse_link("1MB/s,20us");
+  std::int64_t slow_total = 0;
+  for (const auto ns : planner::gradient_reduce_ns(costs, slow)) slow_total += ns;
+  std::int64_t compute = 0;
+  for (const auto& op : ops) compute += op.duration_ns;
+  EXPECT_GT(planner::reduces_past_backward_ns(ops, planner::gradient_reduce_ns(costs, slow)), slow_total - compute);
   const auto sim = simulator::simulate(planner::build_schedule(costs, graph, two));
   EXPECT_EQ(sim.peak_bytes, p2.peak_bytes);
   EXPECT_EQ(sim.makespan_ns, p2.step_ns);
