@@ -39,6 +39,10 @@ inline constexpr std::string_view kParameterBroadcastSecondsPart = "parameter_br
 // ... and at stage 2 its gradients' reduces over the step (every micro-batch's).
 inline constexpr std::string_view kGradientReduceSecondsPart = "gradient_reduce_seconds";
 
+// A stage-2 worker reduces a gradient from buffers of at most this many elements (two of them),
+// a larger gradient piece by piece.
+inline constexpr std::int64_t kShardedReducePieceElements = std::int64_t{1} << 20;
+
 // A broadcast (one worker's bytes to every other) over `workers`: a binomial tree, ceil(log2 N)
 // rounds of one message each (for 2 workers one message). 0 for one worker or nothing to send.
 std::int64_t broadcast_ns(std::int64_t bytes, int workers, const CollectiveLink& link);

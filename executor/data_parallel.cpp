@@ -392,8 +392,8 @@ struct ShardedParameters::State {
   torch::Tensor flat;                     // the parameters' data
   torch::Tensor flat_grad;                // stage 1: their gradients
   torch::Tensor owned_grad;               // stage 2: the gradients of this worker's range
-  // Stage 2: the buffers gradients are reduced from, each as large as the largest parameter, two so
-  // that one gradient's reduce runs while backward makes the next. (Reduced from the gradient itself,
+  // Stage 2: the buffers gradients are reduced from, each as large as the largest parameter or
+  // core::kShardedReducePieceElements, two so that one piece's reduce runs while the next is staged. (Reduced from the gradient itself,
   // it would outlive its reduce: Gloo's worker thread lets go of a collective's tensors only once
   // the next one runs.) Each with the reduces in flight from it and, for the parts this worker owns,
   // where they go in its range.
@@ -432,25 +432,19 @@ struct ShardedParameters::State {
     slot.in_flight.clear();
   }
 
-  // Stage 2: parameter k's gradient, just made, copied into the next slot (once that slot's reduces
-  // are done) and let go; its parts' reduces to their owners start, and backward goes on.
-  void reduce(std::size_t k) {
-    if (!reducing) return;
-    const auto start = std::chrono::steady_clock::now();
+  // Elements [first, end) of the flat order, copied into the next slot (once that slot's reduces are
+  // done); the reduces of their parts to their owners start.
+  void send(const torch::Tensor& flat_gradient, std::int64_t first, std::int64_t end, std::int64_t offset) {
     Slot& slot = slots[next_slot];
     next_slot = (next_slot + 1) % slots.size();
     finish(slot);
-    torch::Tensor& p = parameters[k];
-    torch::Tensor gradient = slot.buffer.narrow(0, 0, p.numel());
-    gradient.copy_(p.grad().reshape({-1}));
-    p.mutable_grad() = torch::Tensor();
-    const std::int64_t first = offsets[k];
-    const std::int64_t end = first + p.numel();
+    torch::Tensor staged = slot.buffer.narrow(0, 0, end - first);
+    staged.copy_(flat_gradient.narrow(0, first - offset, end - first));
     for (std::size_t r = 0; r < ranges.size(); ++r) {
       const std::int64_t from = std::max(first, ranges[r].begin);
       const std::int64_t to = std::min(end, ranges[r].end);
       if (from >= to) continue;
-      std::vector<at::Tensor> part{gradient.narrow(0, from - first, to - from)};
+      std::vector<at::Tensor> part{staged.narrow(0, from - first, to - from)};
       c10d::ReduceOptions options;
       options.rootRank = static_cast<std::int64_t>(r);
       auto work = named_as_collective("a gradient's reduce to worker " + std::to_string(r),
@@ -458,6 +452,20 @@ struct ShardedParameters::State {
       const bool mine_too = static_cast<int>(r) == workers->rank();
       slot.in_flight.push_back({std::move(work), part.front(), mine_too ? from - mine().begin : -1});
     }
+  }
+
+  // Stage 2: parameter k's gradient, just made, sent in pieces of at most a slot and let go;
+  // backward goes on while the last pieces' reduces run.
+  void reduce(std::size_t k) {
+    if (!reducing) return;
+    const auto start = std::chrono::steady_clock::now();
+    torch::Tensor& p = parameters[k];
+    const torch::Tensor gradient = p.grad().reshape({-1});
+    const std::int64_t piece = slots.front().buffer.numel();
+    for (std::int64_t at = offsets[k]; at < offsets[k] + p.numel(); at += piece) {
+      send(gradient, at, std::min(at + piece, offsets[k] + p.numel()), offsets[k]);
+    }
+    p.mutable_grad() = torch::Tensor();
     ++reduced;
     reduce_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
@@ -514,7 +522,7 @@ ShardedParameters::ShardedParameters(const models::Model& model, Workers& worker
     s.owned_grad = torch::zeros({mine.size()}, options);
     std::int64_t largest = 0;
     for (const auto& p : s.parameters) largest = std::max<std::int64_t>(largest, p.numel());
-    for (auto& slot : s.slots) slot.buffer = torch::empty({largest}, options);
+    for (auto& slot : s.slots) slot.buffer = torch::empty({std::min(largest, core::kShardedReducePieceElements)}, options);
     gradients = s.owned_grad;
     s.hook_accumulators();
   } else {

@@ -105,9 +105,9 @@ std::int64_t worker_optimizer_state_bytes(const core::CostModel& costs, const co
 
 std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
   if (shard_stage(choice) < 2) return costs.gradient_bytes();
-  // Its range's, and the two buffers gradients are reduced from (each as large as the largest parameter).
-  return 4 * (core::owned_elements(trainable_elements(costs), choice.workers(), 0).size() +
-              2 * costs.trace().optimizer.largest_param_elements);
+  // Its range's, and the two buffers gradients are reduced from.
+  const std::int64_t buffer = std::min(costs.trace().optimizer.largest_param_elements, core::kShardedReducePieceElements);
+  return 4 * (core::owned_elements(trainable_elements(costs), choice.workers(), 0).size() + 2 * buffer);
 }
 
 std::int64_t worker_static_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
@@ -124,7 +124,9 @@ std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const
   if (layers_with_parameters == 0) return out;
   // One reduce per tensor and per range boundary inside one; the trace counts tensors, not which
   // layer holds them, so the collectives are spread evenly over the layers that train.
-  const double collectives = static_cast<double>(trace.optimizer.param_tensors + choice.workers() - 1) /
+  // A tensor larger than a buffer goes in pieces: at most one more collective per buffer's worth.
+  const std::int64_t pieces = trainable_elements(costs) / core::kShardedReducePieceElements;
+  const double collectives = static_cast<double>(trace.optimizer.param_tensors + pieces + choice.workers() - 1) /
                              static_cast<double>(layers_with_parameters);
   const core::CollectiveLink& link = choice.data_parallel->link;
   double carried = 0;  // the fractions of collectives rounded away so far

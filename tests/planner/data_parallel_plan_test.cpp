@@ -303,15 +303,17 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   const std::int64_t elements = trace.trainable_param_bytes() / 4;
   EXPECT_EQ(planner::bucket_buffer_bytes(costs, two), 0);
   // Its range's gradients and the two buffers gradients are reduced from.
-  EXPECT_EQ(planner::worker_gradient_bytes(costs, two), 4 * ((elements + 1) / 2 + 2 * (1 << 20)));
+  EXPECT_EQ(planner::worker_gradient_bytes(costs, two), 4 * ((elements + 1) / 2 + 2 * core::kShardedReducePieceElements));
   EXPECT_EQ(planner::worker_static_bytes(costs, one) - planner::worker_static_bytes(costs, two),
             costs.gradient_bytes() + planner::bucket_buffer_bytes(costs, one) - planner::worker_gradient_bytes(costs, two));
   const auto per_layer = planner::gradient_reduce_ns(costs, two);
   ASSERT_EQ(per_layer.size(), trace.layers.size());
   std::int64_t total = 0;
   for (const auto ns : per_layer) total += ns;
-  // 31 collectives (30 tensors, one range boundary), every gradient byte once: one round for 2 workers.
-  EXPECT_NEAR(static_cast<double>(total), static_cast<double>(core::reduce_ns(costs.gradient_bytes(), 31, 2, link)), 50.0);
+  // 31 collectives (30 tensors, one range boundary) and one per buffer's worth of elements, every
+  // gradient byte once: one round for 2 workers.
+  const std::int64_t collectives = 31 + elements / core::kShardedReducePieceElements;
+  EXPECT_NEAR(static_cast<double>(total), static_cast<double>(core::reduce_ns(costs.gradient_bytes(), collectives, 2, link)), 50.0);
   EXPECT_EQ(planner::gradient_reduce_step_ns(costs, two), 2 * total);
   EXPECT_TRUE(planner::gradient_reduce_ns(costs, one).empty());
   const auto p1 = planner::predict_step(costs, graph, one);
