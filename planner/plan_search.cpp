@@ -81,8 +81,8 @@ ChainWalks chain_walks(const core::CostModel& costs, const LayerGraph& graph, co
   const int layers = static_cast<int>(costs.layer_count());
   core::StepChoice choice = variants;
   choice.checkpointed_blocks.clear();
-  // What a worker holds throughout, its buckets left to the exact check (fit()).
-  walks.absolute = worker_static_bytes(costs, choice) - bucket_buffer_bytes(costs, choice) + costs.input_bytes(at.batch);
+  // What a worker holds throughout: a data-parallel worker's share of the state, and its buckets.
+  walks.absolute = worker_static_bytes(costs, choice) + costs.input_bytes(at.batch);
   walks.stored_ops = micro_batch_ops(at, graph, choice, 0, layers - 1);
   walks.stored = levels_of(walks.stored_ops);
   if (!stages) return walks;
