@@ -575,18 +575,28 @@ double ShardedParameters::finish_backward() {
 void ShardedParameters::gather_gradients() {
   State& s = *state_;
   if (s.stage < 2) return;
-  torch::Tensor whole = torch::zeros({s.flat.numel()}, s.owned_grad.options());
-  whole.narrow(0, s.mine().begin, s.mine().size()).copy_(s.owned_grad);
-  for (std::size_t r = 0; r < s.ranges.size(); ++r) {
-    if (s.ranges[r].size() == 0) continue;
-    std::vector<at::Tensor> tensors{whole.narrow(0, s.ranges[r].begin, s.ranges[r].size())};
-    c10d::BroadcastOptions options;
-    options.rootRank = static_cast<std::int64_t>(r);
-    wait_collective(s.workers->group().broadcast(tensors, options), "gathering the gradients from worker " + std::to_string(r));
-  }
+  // Each parameter's gradient, its parts broadcast from their owners into it.
   for (std::size_t k = 0; k < s.parameters.size(); ++k) {
-    s.parameters[k].mutable_grad() = whole.narrow(0, s.offsets[k], s.parameters[k].numel()).view(s.parameters[k].sizes());
+    torch::Tensor& p = s.parameters[k];
+    p.mutable_grad() = torch::zeros_like(p);
+    const torch::Tensor gradient = p.grad().view({-1});
+    const std::int64_t first = s.offsets[k];
+    const std::int64_t end = first + p.numel();
+    for (std::size_t r = 0; r < s.ranges.size(); ++r) {
+      const std::int64_t from = std::max(first, s.ranges[r].begin);
+      const std::int64_t to = std::min(end, s.ranges[r].end);
+      if (from >= to) continue;
+      std::vector<at::Tensor> part{gradient.narrow(0, from - first, to - from)};
+      if (static_cast<int>(r) == s.workers->rank()) part.front().copy_(s.owned_grad.narrow(0, from - s.mine().begin, to - from));
+      c10d::BroadcastOptions options;
+      options.rootRank = static_cast<std::int64_t>(r);
+      wait_collective(s.workers->group().broadcast(part, options), "gathering the gradients from worker " + std::to_string(r));
+    }
   }
+  // Gloo's worker thread may hold a collective's tensor until it takes the next one: a collective of
+  // a tensor of its own lets go of the last gradient before the measured steps count memory.
+  std::vector<at::Tensor> flush{torch::zeros({1}, s.owned_grad.options())};
+  wait_collective(s.workers->group().broadcast(flush, c10d::BroadcastOptions{}), "gathering the gradients");
 }
 
 double ShardedParameters::broadcast() {
