@@ -209,6 +209,11 @@ std::vector<std::vector<double>> Workers::gather(const std::vector<double>& mine
   return out;
 }
 
+void Workers::release_last_collective() {
+  std::vector<at::Tensor> tensors{digest_};
+  wait_collective(group_->broadcast(tensors, c10d::BroadcastOptions{}), "releasing the last collective");
+}
+
 void Workers::check_weights_agree(const std::vector<torch::Tensor>& parameters, const std::string& when) {
   digest_.fill_(weights_digest(parameters));
   std::vector<at::Tensor> input{digest_};
@@ -593,10 +598,8 @@ void ShardedParameters::gather_gradients() {
       wait_collective(s.workers->group().broadcast(part, options), "gathering the gradients from worker " + std::to_string(r));
     }
   }
-  // Gloo's worker thread may hold a collective's tensor until it takes the next one: a collective of
-  // a tensor of its own lets go of the last gradient before the measured steps count memory.
-  std::vector<at::Tensor> flush{torch::zeros({1}, s.owned_grad.options())};
-  wait_collective(s.workers->group().broadcast(flush, c10d::BroadcastOptions{}), "gathering the gradients");
+  // The last gradient, let go of before the measured steps count memory.
+  s.workers->release_last_collective();
 }
 
 double ShardedParameters::broadcast() {

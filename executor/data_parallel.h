@@ -89,6 +89,9 @@ class Workers {
 
   // Every worker's `mine` (the same length on all), rank by rank.
   std::vector<std::vector<double>> gather(const std::vector<double>& mine);
+  // Gloo's worker thread holds a collective's tensors until it takes the next one: a collective of
+  // a tensor made as the workers joined, so that the last one's are let go of.
+  void release_last_collective();
   // Throws std::runtime_error naming the ranks whose parameters differ from rank 0's, bit for bit.
   void check_weights_agree(const std::vector<torch::Tensor>& parameters, const std::string& when);
 
