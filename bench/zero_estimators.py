@@ -9,8 +9,7 @@ activations or buffers. Two columns per stage, both from the ZeRO paper's per-st
 - "as published": mixed-precision Adam, K = 12 (float32 master weights and two moments).
 - "this run's bytes": the same formulas with this run's bytes per parameter (float32 parameters and
   gradients, 4 each, and the trace's measured optimizer state per parameter as K).
-Then headroom's plan at `--shard S` (the whole batch at each worker's share, micro-batched where
-the budget needs it) and `execute --devices N`: worker 0's predicted and every worker's measured peak.
+Then headroom's plan at `--shard S` (each worker's share whole: the budget is large) and `execute --devices N`: worker 0's predicted and every worker's measured peak.
 
   python3 bench/zero_estimators.py [--headroom build/default/headroom] [--models bert,gpt] [--workers 2,4] [--batch 16]
 """
@@ -52,8 +51,8 @@ def main():
     args = ap.parse_args()
     folder = tempfile.mkdtemp(prefix="headroom-zero-")
     print("| model | N | stage | DeepSpeed formula, as published (K=12) | DeepSpeed formula, this run's bytes | "
-          "headroom: model states | headroom: step peak predicted | measured (each worker) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "headroom: step peak predicted | measured (each worker) |")
+    print("|---|---|---|---|---|---|---|")
     for model in args.models.split(","):
         trace = os.path.join(folder, model + ".json")
         run([args.headroom, "profile", "--model", model, "--set", "preset=" + PRESETS[model], "--threads", "1",
@@ -75,11 +74,8 @@ def main():
                     report = json.load(f)
                 published = zero_formula(stage, params, workers, 2, 2, 12)
                 ours = zero_formula(stage, params, workers, 4, 4, k)
-                # The model states a worker holds throughout, as the plan counts them (no buckets).
-                held = 4 * params + (4 * params if stage < 2 else 4 * -(-params // workers)) + \
-                    round(k * (params if stage == 0 else -(-params // workers)))
                 measured = ", ".join(f"{w['peak_bytes']:,}" for w in report["data_parallel"]["workers"])
-                print(f"| {model} | {workers} | {stage} | {published:,.0f} | {ours:,.0f} | {held:,} | "
+                print(f"| {model} | {workers} | {stage} | {published:,.0f} | {ours:,.0f} | "
                       f"{p['predicted']['peak_bytes']:,} | {measured} |", flush=True)
 
 

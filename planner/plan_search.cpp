@@ -1253,6 +1253,20 @@ PlanOutcome plan_every_stage(const core::Trace& trace, const PlanRequest& reques
     stages.push_back(row);
   }
   PlanOutcome out = chosen ? std::move(*chosen) : std::move(least);
+  if (!chosen && stages.size() > 1) {
+    // Say which stage the least budget is for, and what the others need.
+    std::string others;
+    bool named = false;
+    for (const auto& row : stages) {
+      if (!named && row.smallest_budget == out.smallest_budget) {
+        out.reason += " (at " + core::shard_stage_name(row.stage) + ", the stage that needs the least";
+        named = true;
+      } else if (row.smallest_budget > 0) {
+        others += "; " + core::shard_stage_name(row.stage) + " at least " + core::format_bytes_at_least(row.smallest_budget);
+      }
+    }
+    out.reason += others + ")";
+  }
   out.shard_stages = std::move(stages);
   return out;
 }

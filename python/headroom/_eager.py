@@ -235,6 +235,9 @@ class EagerCapture:
         own code between calls, to the layer that ran last) and which of them, and whether its output,
         its backward keeps."""
         producer = {_storage(t): _input_id(k) for k, t in enumerate(examples)}
+        # Every layer output stays alive through this run: a freed one's address could be taken by a
+        # later tensor, which its producer's entry would then claim.
+        outputs_alive = []
         index = {path: i for i, path in enumerate(paths)}
         self.layers, self._saved_counts = [], []
         current, saved, handles = [None], [], []
@@ -276,6 +279,7 @@ class EagerCapture:
                 tensors = list(tensors_in(output))
                 if not tensors:
                     raise self.error(f"model: layer {path} returns no tensor ({type(output).__name__})")
+                outputs_alive.extend(tensors)
                 for t in tensors:
                     producer.setdefault(_storage(t), i)
                 self.layers[i]._output = _storage(tensors[0])

@@ -481,6 +481,9 @@ class GuiTest : public QObject {
     QCOMPARE(window.current_result()->plan->choice.workers(), 2);
     QCOMPARE(window.current_result()->plan->choice.data_parallel->link.bytes_per_second, 1e9);
     QVERIFY(window.summary_text().contains("data parallel    2 workers"));
+    // Each shard stage the trace can run, beside the one chosen.
+    QVERIFY(window.summary_text().contains("each shard stage, planned alike"));
+    QVERIFY(window.summary_text().contains("stage 1 (optimizer state sharded)"));
     save_shot(window, "devices");
     window.devices_box()->setValue(1);
     QVERIFY(settle(window));
