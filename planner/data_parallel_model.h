@@ -3,7 +3,10 @@
 // of the global batch as micro-batches, and the gradients are all-reduced bucket by bucket over a
 // ring while the last micro-batch's backward is still running; the optimizer waits for the last
 // bucket. Each worker keeps a communication buffer per bucket beside its gradients. The plan and
-// the simulator predict worker 0, which carries the largest share.
+// the simulator predict worker 0, which carries the largest share. Sharded (ZeRO's stages,
+// core/sharding.h), each worker keeps the optimizer state of its range of the parameters alone,
+// steps that range and broadcasts it to the others; at stage 2 it keeps its range's gradients
+// alone too, each gradient reduced to its owners inside the backward that makes it.
 #include <cstdint>
 #include <vector>
 
