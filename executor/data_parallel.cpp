@@ -428,6 +428,16 @@ struct ShardedParameters::State {
     }
   }
 
+  // Calls part(owner, from, to) for each worker's part of the flat elements [first, end).
+  template <typename F>
+  void for_each_owner(std::int64_t first, std::int64_t end, F part) const {
+    for (std::size_t r = 0; r < ranges.size(); ++r) {
+      const std::int64_t from = std::max(first, ranges[r].begin);
+      const std::int64_t to = std::min(end, ranges[r].end);
+      if (from < to) part(static_cast<int>(r), from, to);
+    }
+  }
+
   // Waits for the slot's reduces and adds the parts this worker owns into its range.
   void finish(Slot& slot) {
     for (auto& in_flight : slot.in_flight) {
@@ -445,18 +455,14 @@ struct ShardedParameters::State {
     finish(slot);
     torch::Tensor staged = slot.buffer.narrow(0, 0, end - first);
     staged.copy_(flat_gradient.narrow(0, first - offset, end - first));
-    for (std::size_t r = 0; r < ranges.size(); ++r) {
-      const std::int64_t from = std::max(first, ranges[r].begin);
-      const std::int64_t to = std::min(end, ranges[r].end);
-      if (from >= to) continue;
+    for_each_owner(first, end, [&](int r, std::int64_t from, std::int64_t to) {
       std::vector<at::Tensor> part{staged.narrow(0, from - first, to - from)};
       c10d::ReduceOptions options;
-      options.rootRank = static_cast<std::int64_t>(r);
+      options.rootRank = r;
       auto work = named_as_collective("a gradient's reduce to worker " + std::to_string(r),
                                       [&] { return workers->group().reduce(part, options); });
-      const bool mine_too = static_cast<int>(r) == workers->rank();
-      slot.in_flight.push_back({std::move(work), part.front(), mine_too ? from - mine().begin : -1});
-    }
+      slot.in_flight.push_back({std::move(work), part.front(), r == workers->rank() ? from - mine().begin : -1});
+    });
   }
 
   // Stage 2: parameter k's gradient, just made, sent in pieces of at most a slot and let go;
@@ -587,16 +593,13 @@ void ShardedParameters::gather_gradients() {
     const torch::Tensor gradient = p.grad().view({-1});
     const std::int64_t first = s.offsets[k];
     const std::int64_t end = first + p.numel();
-    for (std::size_t r = 0; r < s.ranges.size(); ++r) {
-      const std::int64_t from = std::max(first, s.ranges[r].begin);
-      const std::int64_t to = std::min(end, s.ranges[r].end);
-      if (from >= to) continue;
+    s.for_each_owner(first, end, [&](int r, std::int64_t from, std::int64_t to) {
       std::vector<at::Tensor> part{gradient.narrow(0, from - first, to - from)};
-      if (static_cast<int>(r) == s.workers->rank()) part.front().copy_(s.owned_grad.narrow(0, from - s.mine().begin, to - from));
+      if (r == s.workers->rank()) part.front().copy_(s.owned_grad.narrow(0, from - s.mine().begin, to - from));
       c10d::BroadcastOptions options;
-      options.rootRank = static_cast<std::int64_t>(r);
+      options.rootRank = r;
       wait_collective(s.workers->group().broadcast(part, options), "gathering the gradients from worker " + std::to_string(r));
-    }
+    });
   }
   // The last gradient, let go of before the measured steps count memory.
   s.workers->release_last_collective();

@@ -1234,13 +1234,13 @@ PlanOutcome plan_every_stage(const core::Trace& trace, const PlanRequest& reques
   std::vector<PlanOutcome::ShardStage> stages;
   std::optional<PlanOutcome> chosen;
   PlanOutcome least;
+  const core::CostModel costs(trace);
   for (const int stage : runnable_shard_stages(trace, request)) {
     PlanRequest at = request;
     at.shard_stage = stage;
     PlanOutcome outcome = plan_one_stage(trace, at);
     core::StepChoice base;
     base.data_parallel = core::DataParallelChoice{request.workers, {}, request.link, request.bucket_cap_bytes, stage};
-    const core::CostModel costs(trace);
     PlanOutcome::ShardStage row{stage, std::nullopt, worker_static_bytes(costs, base), outcome.smallest_budget};
     if (outcome.plan) {
       row.predicted = outcome.plan->predicted;
