@@ -34,8 +34,8 @@ CLI::App* add_plan_command(CLI::App& app, cli::PlanArgs& args) {
   plan->add_option("--bucket-cap", args.bucket_cap, "gradients are all-reduced in buckets of at least this size (default 25MiB)");
   plan->add_option("--shard", args.shard,
                    "with --devices: ZeRO's stage, 0 (every worker holds the whole training state), 1 (the optimizer "
-                   "state sharded), 2 (the gradients too) or auto (default: the fastest that fits)")
-      ->check([](const std::string& text) { return text.empty() ? std::string("expected 0, 1, 2 or auto") : std::string(); });
+                   "state sharded), 2 (the gradients too), 3 (the parameters too) or auto (default: the fastest that fits)")
+      ->check([](const std::string& text) { return text.empty() ? std::string("expected 0, 1, 2, 3 or auto") : std::string(); });
   plan->add_flag("--no-rescale", args.no_rescale,
                  "keep the trace's times where this machine runs the calibration's kernels at another speed");
   plan->add_option("--precision", args.precision,

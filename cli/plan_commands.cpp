@@ -104,8 +104,7 @@ std::optional<int> shard_stage_from_flag(const PlanArgs& args, const core::Trace
   if (args.shard == "auto") return std::nullopt;
   const bool digit = args.shard.size() == 1 && args.shard[0] >= '0' && args.shard[0] <= '9';
   if (!digit || args.shard[0] - '0' > core::kMaxShardStage) {
-    const std::string known = digit && args.shard[0] <= '3' ? " (stage " + args.shard + " is not built yet)" : "";
-    throw core::InputError("--shard: expected 0, 1, 2 or auto, got '" + args.shard + "'" + known);
+    throw core::InputError("--shard: expected 0, 1, 2, 3 or auto, got '" + args.shard + "'");
   }
   planner::PlanRequest at = request;
   at.shard_stage = args.shard[0] - '0';

@@ -69,6 +69,10 @@ nlohmann::json data_parallel_to_json(const DataParallelReport& d) {
     out["gradient_reduce_seconds"] = d.gradient_reduce_seconds;
     out["predicted_gradient_reduce_seconds"] = d.predicted_gradient_reduce_seconds;
   }
+  if (d.shard_stage >= 3) {
+    out["gather_seconds"] = d.gather_seconds;
+    out["predicted_gather_seconds"] = d.predicted_gather_seconds;
+  }
   return out;
 }
 
@@ -213,6 +217,10 @@ DataParallelReport read_data_parallel(const JsonNode& dp) {
   if (d.shard_stage >= 2) {
     d.gradient_reduce_seconds = dp.at("gradient_reduce_seconds").as_double();
     d.predicted_gradient_reduce_seconds = dp.at("predicted_gradient_reduce_seconds").as_double();
+  }
+  if (d.shard_stage >= 3) {
+    d.gather_seconds = dp.at("gather_seconds").as_double();
+    d.predicted_gather_seconds = dp.at("predicted_gather_seconds").as_double();
   }
   for (const auto& w : dp.at("workers").elements()) {
     d.workers.push_back({static_cast<int>(w.at("rank").as_int_in(0, 4095)), w.at("samples").as_non_negative_int(),

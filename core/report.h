@@ -86,6 +86,9 @@ struct DataParallelReport {
   // Stage 2: worker 0's gradient reduces over a step (median), beside the plan's.
   double gradient_reduce_seconds = 0;
   double predicted_gradient_reduce_seconds = 0;
+  // Stage 3: worker 0's parameter gathers over a step (median), beside the plan's.
+  double gather_seconds = 0;
+  double predicted_gather_seconds = 0;
   bool operator==(const DataParallelReport&) const = default;
 };
 

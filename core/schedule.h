@@ -22,14 +22,16 @@ inline constexpr std::array<std::string_view, 5> kStreamNames{"compute", "host-t
 
 // What a block of memory is, for the stacked memory timeline.
 // Workspace: what the device's libraries keep allocated between steps (cuBLAS's per thread and
-// stream on CUDA; none on the CPU).
-enum class MemoryKind { Parameter, Gradient, OptimizerState, Workspace, Input, Activation, Transient };
-inline constexpr std::size_t kMemoryKinds = 7;
+// stream on CUDA; none on the CPU). GatheredParameter: a sharded worker's (stage 3) layer parameters
+// gathered from their owners while the layer runs.
+enum class MemoryKind { Parameter, Gradient, OptimizerState, Workspace, GatheredParameter, Input, Activation, Transient };
+inline constexpr std::size_t kMemoryKinds = 8;
 inline constexpr std::array<std::string_view, kMemoryKinds> kMemoryKindNames{
-    "parameters", "gradients", "optimizer_state", "workspace", "input", "activations", "transient"};
+    "parameters", "gradients", "optimizer_state", "workspace", "gathered_parameters", "input", "activations", "transient"};
 // As a legend or a tooltip names them.
 inline constexpr std::array<std::string_view, kMemoryKinds> kMemoryKindLabels{
-    "parameters", "gradients", "optimizer state", "library workspace", "input", "activations", "transient"};
+    "parameters", "gradients", "optimizer state", "library workspace", "gathered parameters", "input", "activations",
+    "transient"};
 
 struct MemoryChange {
   MemoryKind kind = MemoryKind::Activation;

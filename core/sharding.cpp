@@ -11,6 +11,7 @@ std::string shard_stage_name(int stage) {
     case 0: return "stage 0 (replicated)";
     case 1: return "stage 1 (optimizer state sharded)";
     case 2: return "stage 2 (optimizer state and gradients sharded)";
+    case 3: return "stage 3 (optimizer state, gradients and parameters sharded)";
     default: throw std::logic_error("shard_stage_name: no stage " + std::to_string(stage));
   }
 }
@@ -45,6 +46,17 @@ std::int64_t broadcast_ns(std::int64_t bytes, int workers, const CollectiveLink&
 
 std::int64_t reduce_ns(std::int64_t bytes, std::int64_t messages, int workers, const CollectiveLink& link) {
   return tree_ns(bytes, messages, workers, link, link.reduce);
+}
+
+std::int64_t gather_ns(ElementRange range, std::int64_t elements, int workers, const CollectiveLink& link) {
+  if (workers <= 1 || range.size() <= 0) return 0;
+  std::int64_t total = 0;
+  for (int r = 0; r < workers; ++r) {
+    const ElementRange owned = owned_elements(elements, workers, r);
+    const std::int64_t part = std::min(range.end, owned.end) - std::max(range.begin, owned.begin);
+    if (part > 0) total += broadcast_ns(4 * part, workers, link);
+  }
+  return total;
 }
 
 }  // namespace headroom::core

@@ -13,8 +13,10 @@ namespace headroom::core {
 // The stages a plan may run: 0 replicates the training state on every worker (data parallel as
 // PyTorch's DDP runs it); 1 shards the optimizer state: each worker steps only the parameters it
 // owns and then sends them to the others; 2 shards the gradients as well: as backward makes each
-// parameter's gradient, every worker reduces it to its owner(s) and lets go of it.
-inline constexpr int kMaxShardStage = 2;
+// parameter's gradient, every worker reduces it to its owner(s) and lets go of it; 3 shards the
+// parameters as well: a worker gathers a layer's parameters from their owners just before the layer
+// runs (forward, recompute, backward) and lets go of them after.
+inline constexpr int kMaxShardStage = 3;
 // "stage 1 (optimizer state sharded)".
 std::string shard_stage_name(int stage);
 
@@ -38,6 +40,8 @@ inline constexpr std::int64_t kShardedOptimizerPieceElements = std::int64_t{1} <
 inline constexpr std::string_view kParameterBroadcastSecondsPart = "parameter_broadcast_seconds";
 // ... and at stage 2 its gradients' reduces over the step (every micro-batch's).
 inline constexpr std::string_view kGradientReduceSecondsPart = "gradient_reduce_seconds";
+// ... and at stage 3 its layers' parameter gathers over the step (every micro-batch's).
+inline constexpr std::string_view kParameterGatherSecondsPart = "parameter_gather_seconds";
 
 // A stage-2 worker reduces a gradient from buffers of at most this many elements (two of them),
 // a larger gradient piece by piece.
@@ -50,5 +54,8 @@ std::int64_t broadcast_ns(std::int64_t bytes, int workers, const CollectiveLink&
 // same tree, each collective paying the latency on every round (0 messages: the bytes alone, for a
 // share of collectives counted elsewhere).
 std::int64_t reduce_ns(std::int64_t bytes, std::int64_t messages, int workers, const CollectiveLink& link);
+// Gathering the float32 elements `range` of the flat order of `elements` onto every worker: a
+// broadcast from each owner of its part, one after the other.
+std::int64_t gather_ns(ElementRange range, std::int64_t elements, int workers, const CollectiveLink& link);
 
 }  // namespace headroom::core

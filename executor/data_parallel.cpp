@@ -64,21 +64,20 @@ c10::intrusive_ptr<c10d::Store> open_store(const WorkerIdentity& id) {
   return c10::make_intrusive<c10d::TCPStore>(address.host, options);
 }
 
-// 64-bit FNV-1a over the parameters' bytes, in order.
-std::int64_t weights_digest(const std::vector<torch::Tensor>& parameters) {
-  std::uint64_t hash = 1469598103934665603ull;
-  for (const auto& p : parameters) {
-    const torch::Tensor t = p.detach().to(torch::kCPU).contiguous();
-    const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
-    const std::size_t n = t.numel() * t.element_size();
-    for (std::size_t i = 0; i < n; ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
-  }
-  std::int64_t out;
-  std::memcpy(&out, &hash, sizeof out);
-  return out;
+}  // namespace
+
+void WeightsDigest::add(const torch::Tensor& tensor) {
+  const torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
+  const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+  const std::size_t n = t.numel() * t.element_size();
+  for (std::size_t i = 0; i < n; ++i) hash_ = (hash_ ^ bytes[i]) * 1099511628211ull;
 }
 
-}  // namespace
+std::int64_t WeightsDigest::value() const {
+  std::int64_t out;
+  std::memcpy(&out, &hash_, sizeof out);
+  return out;
+}
 
 void wait_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
   named_as_collective(what, [&] { work->wait(); });
@@ -215,7 +214,13 @@ void Workers::release_last_collective() {
 }
 
 void Workers::check_weights_agree(const std::vector<torch::Tensor>& parameters, const std::string& when) {
-  digest_.fill_(weights_digest(parameters));
+  WeightsDigest digest;
+  for (const auto& p : parameters) digest.add(p);
+  check_digests_agree(digest.value(), when);
+}
+
+void Workers::check_digests_agree(std::int64_t digest, const std::string& when) {
+  digest_.fill_(digest);
   std::vector<at::Tensor> input{digest_};
   std::vector<std::vector<at::Tensor>> output{digests_};
   wait_collective(group_->allgather(output, input), "comparing the workers' weights");
@@ -419,6 +424,54 @@ struct ShardedParameters::State {
   bool reducing = false;
   std::int64_t reduced = 0;  // gradients reduced since start_step
   double reduce_seconds = 0;
+  // Stage 3: per model layer, its trainable parameters' buffer (undefined where it has none), and
+  // the values of this worker's range.
+  struct LayerShard {
+    torch::Tensor values;
+    core::ElementRange elements;  // in the flat order
+    std::int64_t parameters = 0;
+    std::int64_t made = 0;  // gradients backward has made of them since they were gathered
+    bool gathered = true;
+  };
+  std::vector<LayerShard> layers;
+  std::vector<std::size_t> layer_of;  // per parameter
+  torch::Tensor owned;
+  double gather_seconds = 0;
+
+  // Stage 3: the layer's parameters from their owners into fresh memory of their buffer.
+  void gather(std::size_t layer) {
+    LayerShard& shard = layers[layer];
+    if (!shard.values.defined() || shard.gathered) return;
+    const auto start = std::chrono::steady_clock::now();
+    c10::Storage storage = shard.values.storage();
+    const auto bytes = static_cast<std::size_t>(shard.elements.size() * 4);
+    storage.set_data_ptr_noswap(storage.allocator()->allocate(bytes));
+    storage.set_nbytes(bytes);
+    shard.gathered = true;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for_each_owner(shard.elements.begin, shard.elements.end, [&](int r, std::int64_t from, std::int64_t to) {
+      std::vector<at::Tensor> part{shard.values.narrow(0, from - shard.elements.begin, to - from)};
+      if (r == workers->rank()) part.front().copy_(owned.narrow(0, from - mine().begin, to - from));
+      c10d::BroadcastOptions options;
+      options.rootRank = r;
+      works.push_back(named_as_collective("gathering a layer's parameters from worker " + std::to_string(r),
+                                          [&] { return workers->group().broadcast(part, options); }));
+    });
+    for (const auto& work : works) wait_collective(work, "gathering a layer's parameters");
+    gather_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  // Stage 3: the memory of the layer's parameters goes; the tensors (and what autograd saved of
+  // them) stay, empty, until the next gather fills them again.
+  void release(std::size_t layer) {
+    LayerShard& shard = layers[layer];
+    if (!shard.values.defined() || !shard.gathered) return;
+    c10::Storage storage = shard.values.storage();
+    storage.set_data_ptr_noswap(c10::DataPtr(nullptr, storage.device()));
+    storage.set_nbytes(0);
+    shard.gathered = false;
+    shard.made = 0;
+  }
 
   const core::ElementRange& mine() const { return ranges[static_cast<std::size_t>(workers->rank())]; }
 
@@ -479,6 +532,11 @@ struct ShardedParameters::State {
     p.mutable_grad() = torch::Tensor();
     ++reduced;
     reduce_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // Stage 3: the layer's last gradient made, its backward is done with its parameters.
+    if (stage >= 3) {
+      LayerShard& shard = layers[layer_of[k]];
+      if (++shard.made == shard.parameters) release(layer_of[k]);
+    }
   }
 
   void hook_accumulators() {
@@ -499,8 +557,10 @@ ShardedParameters::ShardedParameters(const models::Model& model, Workers& worker
   s.workers = &workers;
   s.stage = stage;
   std::int64_t elements = 0;
-  for (const auto& layer : model.layers()) {
-    for (const auto& p : layer.parameters) {
+  s.layers.resize(model.layers().size());
+  for (std::size_t l = 0; l < model.layers().size(); ++l) {
+    s.layers[l].elements = {elements, elements};
+    for (const auto& p : model.layers()[l].parameters) {
       if (!p.requires_grad()) continue;
       if (std::any_of(s.parameters.begin(), s.parameters.end(), [&](const torch::Tensor& q) { return q.is_same(p); })) continue;
       if (p.scalar_type() != torch::kFloat) {
@@ -509,24 +569,46 @@ ShardedParameters::ShardedParameters(const models::Model& model, Workers& worker
       }
       s.parameters.push_back(p);
       s.offsets.push_back(elements);
+      s.layer_of.push_back(l);
+      ++s.layers[l].parameters;
       elements += p.numel();
     }
+    s.layers[l].elements.end = elements;
   }
   if (s.parameters.size() != model.trainable_parameters().size()) {
     throw core::InputError("shard_stage: sharding needs the model's parameters held by its layers (the zoo's models)");
   }
   if (s.parameters.empty()) throw core::InputError("shard_stage: the model has no trainable parameters to shard");
   const auto options = s.parameters.front().options().requires_grad(false);
-  s.flat = torch::empty({elements}, options);
-  for (std::size_t k = 0; k < s.parameters.size(); ++k) {
-    torch::Tensor& p = s.parameters[k];
-    torch::Tensor range = s.flat.narrow(0, s.offsets[k], p.numel());
-    range.copy_(p.detach().reshape({-1}));
-    // The same tensor, its data now the flat buffer's range: every module holding it sees it.
-    p.set_data(range.view(p.sizes()));
-  }
   for (int r = 0; r < workers.size(); ++r) s.ranges.push_back(core::owned_elements(elements, workers.size(), r));
   const core::ElementRange& mine = s.mine();
+  // Stage 3: a buffer per layer, the range's values apart; below it one buffer for all.
+  if (stage >= 3) {
+    s.owned = torch::empty({mine.size()}, options);
+    for (auto& layer : s.layers) {
+      if (layer.parameters > 0) layer.values = torch::empty({layer.elements.size()}, options);
+    }
+  } else {
+    s.flat = torch::empty({elements}, options);
+  }
+  for (std::size_t k = 0; k < s.parameters.size(); ++k) {
+    torch::Tensor& p = s.parameters[k];
+    const State::LayerShard& layer = s.layers[s.layer_of[k]];
+    torch::Tensor range = stage >= 3 ? layer.values.narrow(0, s.offsets[k] - layer.elements.begin, p.numel())
+                                     : s.flat.narrow(0, s.offsets[k], p.numel());
+    range.copy_(p.detach().reshape({-1}));
+    // The same tensor, its data now the buffer's range: every module holding it sees it.
+    p.set_data(range.view(p.sizes()));
+  }
+  if (stage >= 3) {
+    for (std::size_t l = 0; l < s.layers.size(); ++l) {
+      const State::LayerShard& layer = s.layers[l];
+      const std::int64_t from = std::max(layer.elements.begin, mine.begin);
+      const std::int64_t to = std::min(layer.elements.end, mine.end);
+      if (from < to) s.owned.narrow(0, from - mine.begin, to - from).copy_(layer.values.narrow(0, from - layer.elements.begin, to - from));
+      s.release(l);
+    }
+  }
   // The pieces' gradients: views of the summed gradients (stage 1) or of the range's (stage 2).
   torch::Tensor gradients;
   if (stage >= 2) {
@@ -543,7 +625,7 @@ ShardedParameters::ShardedParameters(const models::Model& model, Workers& worker
   }
   for (std::int64_t at = 0; at < mine.size(); at += core::kShardedOptimizerPieceElements) {
     const std::int64_t length = std::min(core::kShardedOptimizerPieceElements, mine.size() - at);
-    torch::Tensor piece = s.flat.narrow(0, mine.begin + at, length);
+    torch::Tensor piece = stage >= 3 ? s.owned.narrow(0, at, length) : s.flat.narrow(0, mine.begin + at, length);
     piece.mutable_grad() = gradients.narrow(0, at, length);
     s.pieces.push_back(std::move(piece));
   }
@@ -564,7 +646,9 @@ void ShardedParameters::start_step() {
   for (auto& p : s.parameters) p.mutable_grad() = torch::Tensor();
   s.reduced = 0;
   s.reduce_seconds = 0;
+  s.gather_seconds = 0;
   s.reducing = true;
+  if (s.stage >= 3) release_all();
 }
 
 double ShardedParameters::finish_backward() {
@@ -583,8 +667,9 @@ double ShardedParameters::finish_backward() {
   return s.reduce_seconds;
 }
 
-void ShardedParameters::gather_gradients() {
+void ShardedParameters::gather_for_check() {
   State& s = *state_;
+  if (s.stage >= 3) gather_all();
   if (s.stage < 2) return;
   // Each parameter's gradient, its parts broadcast from their owners into it.
   for (std::size_t k = 0; k < s.parameters.size(); ++k) {
@@ -608,6 +693,7 @@ void ShardedParameters::gather_gradients() {
 double ShardedParameters::broadcast() {
   const auto start = std::chrono::steady_clock::now();
   State& s = *state_;
+  if (s.stage >= 3) return 0;
   for (std::size_t r = 0; r < s.ranges.size(); ++r) {
     if (s.ranges[r].size() == 0) continue;
     std::vector<at::Tensor> tensors{s.flat.narrow(0, s.ranges[r].begin, s.ranges[r].size())};
@@ -616,6 +702,33 @@ double ShardedParameters::broadcast() {
     wait_collective(s.workers->group().broadcast(tensors, options), "the parameters' broadcast from worker " + std::to_string(r));
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void ShardedParameters::before(int layer) { state_->gather(static_cast<std::size_t>(layer)); }
+
+void ShardedParameters::after_forward(int layer) { state_->release(static_cast<std::size_t>(layer)); }
+
+double ShardedParameters::gather_seconds() const { return state_->gather_seconds; }
+
+void ShardedParameters::gather_all() {
+  for (std::size_t l = 0; l < state_->layers.size(); ++l) state_->gather(l);
+}
+
+void ShardedParameters::release_all() {
+  for (std::size_t l = 0; l < state_->layers.size(); ++l) state_->release(l);
+}
+
+std::int64_t ShardedParameters::gathered_digest() {
+  State& s = *state_;
+  WeightsDigest digest;
+  std::size_t k = 0;
+  for (std::size_t l = 0; l < s.layers.size(); ++l) {
+    const bool held = s.layers[l].gathered;
+    s.gather(l);
+    for (; k < s.parameters.size() && s.layer_of[k] == l; ++k) digest.add(s.parameters[k]);
+    if (!held) s.release(l);
+  }
+  return digest.value();
 }
 
 }  // namespace headroom::executor

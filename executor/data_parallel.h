@@ -14,6 +14,7 @@
 #include <torch/version.h>
 
 #include "core/collective.h"
+#include "executor/plan_runner.h"
 #include "models/model.h"
 
 namespace c10d {
@@ -94,6 +95,8 @@ class Workers {
   void release_last_collective();
   // Throws std::runtime_error naming the ranks whose parameters differ from rank 0's, bit for bit.
   void check_weights_agree(const std::vector<torch::Tensor>& parameters, const std::string& when);
+  // The same for a digest of them each worker made (weights_digest).
+  void check_digests_agree(std::int64_t digest, const std::string& when);
 
  private:
   WorkerIdentity identity_;
@@ -104,6 +107,16 @@ class Workers {
   // has begun, where fresh ones would count against it.
   torch::Tensor digest_;
   std::vector<torch::Tensor> digests_;
+};
+
+// 64-bit FNV-1a over tensors' bytes, in the order added.
+class WeightsDigest {
+ public:
+  void add(const torch::Tensor& tensor);
+  std::int64_t value() const;
+
+ private:
+  std::uint64_t hash_ = 1469598103934665603ull;
 };
 
 // Gradients in buckets of whole layers (core::gradient_buckets, as the planner groups them), each
@@ -146,12 +159,18 @@ class GradientSync {
 //   worker starts reducing it to the owner(s) of its elements while backward goes on; before a
 //   buffer takes the next gradient its reduces are waited for, and an owner adds the sums into its
 //   range's gradient. The collectives run in the same order on every worker (backward's order).
-class ShardedParameters {
+// - Stage 3: as stage 2, and each layer's trainable parameters live in a buffer of their own whose
+//   memory is let go of between the layer's uses: gathered (a broadcast from each owner of its part)
+//   before the layer's forward, recompute or backward, let go of after its forward and once backward
+//   has made its last gradient. The worker's range is a tensor of its own, which the optimizer steps:
+//   nothing is broadcast after it. The memory goes, not the storage object, so what autograd saved
+//   of a parameter reads the gathered values again in backward, as FSDP does.
+class ShardedParameters final : public LayerParameterHooks {
  public:
   // Throws InputError where a trainable parameter is not float32 or the model's layers do not hold
   // every trainable parameter.
   ShardedParameters(const models::Model& model, Workers& workers, int stage);
-  ~ShardedParameters();
+  ~ShardedParameters() override;
   ShardedParameters(const ShardedParameters&) = delete;
   ShardedParameters& operator=(const ShardedParameters&) = delete;
 
@@ -164,10 +183,21 @@ class ShardedParameters {
   // Every micro-batch's backward has run: stage 2 stops reducing, and checks each backward reduced
   // every parameter. Returns the seconds the step's reduces took (0 at stage 1).
   double finish_backward();
-  // Stage 2, for the gradient check: every parameter's whole gradient, gathered from its owners.
-  void gather_gradients();
-  // Every worker's range from its owner; returns the seconds that took.
+  // Stage 2, for the gradient check: every parameter's whole gradient, gathered from its owners;
+  // stage 3 also every layer's parameters, which release_all lets go of.
+  void gather_for_check();
+  // Every worker's range from its owner; returns the seconds that took (0 at stage 3).
   double broadcast();
+
+  // Stage 3: LayerParameterHooks, and the seconds gathers took since start_step.
+  void before(int layer) override;
+  void after_forward(int layer) override;
+  double gather_seconds() const;
+  // Every layer's parameters gathered (the run is over: worker 0 compares them), or let go of.
+  void gather_all();
+  void release_all();
+  // Every layer's parameters gathered in turn into a digest (each let go of again unless it was held).
+  std::int64_t gathered_digest();
 
  private:
   struct State;

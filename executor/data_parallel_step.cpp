@@ -29,6 +29,7 @@ std::unique_ptr<StepWrapper> join_data_parallel(const core::Plan& plan, const Ex
   report.data_parallel->shard_stage = plan.choice.data_parallel->shard_stage;
   report.data_parallel->predicted_broadcast_seconds = plan.predicted_part(core::kParameterBroadcastSecondsPart).value_or(0);
   report.data_parallel->predicted_gradient_reduce_seconds = plan.predicted_part(core::kGradientReduceSecondsPart).value_or(0);
+  report.data_parallel->predicted_gather_seconds = plan.predicted_part(core::kParameterGatherSecondsPart).value_or(0);
   report.data_parallel->backend = step->backend();
   // Beside the plan's own figures (core/collective.h); a plan made before plans carried them has none.
   const auto allreduce = plan.predicted_part(core::kAllReduceSecondsPart);
@@ -77,21 +78,37 @@ void DataParallelStep::before_last_backward(const std::vector<torch::Tensor>& fi
 
 void DataParallelStep::after_backward() {
   if (sync_) last_wait_ = sync_->finish();
-  if (sharded_) last_reduce_ = sharded_->finish_backward();
+  if (sharded_) {
+    last_reduce_ = sharded_->finish_backward();
+    last_gather_ = sharded_->gather_seconds();
+  }
 }
 
-void DataParallelStep::gather_gradients() {
-  if (sharded_) sharded_->gather_gradients();
+void DataParallelStep::gather_for_check() {
+  if (sharded_) sharded_->gather_for_check();
 }
+
+void DataParallelStep::after_check() {
+  if (shard_stage_ >= 3) sharded_->release_all();
+}
+
+LayerParameterHooks* DataParallelStep::layer_hooks() { return shard_stage_ >= 3 ? sharded_.get() : nullptr; }
 
 void DataParallelStep::after_step(const std::vector<torch::Tensor>& parameters, int step, bool measured, core::Report& report) {
   if (measured) {
     waits_.push_back(last_wait_);
     broadcasts_.push_back(last_broadcast_);
     reduces_.push_back(last_reduce_);
+    gathers_.push_back(last_gather_);
   }
-  // Every worker holds the same weights after every step, bit for bit (checked outside the clock).
-  workers_.check_weights_agree(parameters, "after step " + std::to_string(step + 1));
+  // Every worker holds the same weights after every step, bit for bit (checked outside the clock;
+  // at stage 3 as each layer's are gathered in turn).
+  const std::string when = "after step " + std::to_string(step + 1);
+  if (shard_stage_ >= 3) {
+    workers_.check_digests_agree(sharded_->gathered_digest(), when);
+  } else {
+    workers_.check_weights_agree(parameters, when);
+  }
   ++report.data_parallel->weight_checks;
 }
 
@@ -108,11 +125,14 @@ void DataParallelStep::after_run(const core::Plan& plan, core::Report& report) {
   const double wait = waits_.empty() ? 0 : core::median(waits_);
   if (!broadcasts_.empty()) report.data_parallel->broadcast_seconds = core::median(broadcasts_);
   if (!reduces_.empty()) report.data_parallel->gradient_reduce_seconds = core::median(reduces_);
+  if (!gathers_.empty()) report.data_parallel->gather_seconds = core::median(gathers_);
   const auto all = workers_.gather({samples, static_cast<double>(report.measured.peak_bytes), step, wait});
   for (int r = 0; r < workers_.size(); ++r) {
     const auto& w = all[static_cast<std::size_t>(r)];
     report.data_parallel->workers.push_back({r, std::llround(w[0]), std::llround(w[1]), w[2], w[3]});
   }
+  // Worker 0 compares the whole model with one process's after the run (the budget no longer holds).
+  if (shard_stage_ >= 3) sharded_->gather_all();
 }
 
 }  // namespace headroom::executor

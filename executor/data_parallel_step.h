@@ -41,8 +41,13 @@ class DataParallelStep final : public StepWrapper {
   void start_step() override;
   // Sharded: every worker's range broadcast from its owner.
   void after_optimizer() override;
-  // Stage 2: every gradient from its owners, for the gradient check.
-  void gather_gradients() override;
+  // Stages 2 and 3: every gradient from its owners for the gradient check, and at stage 3 every
+  // layer's parameters (let go of after).
+  void gather_for_check() override;
+  void after_check() override;
+  // Stage 3: the sharded parameters gather each layer's for its work.
+  LayerParameterHooks* layer_hooks() override;
+  bool builds_model_outside_budget() const override { return shard_stage_ >= 3; }
   // The last backward sends each bucket of gradients as it completes (GradientSync::arm).
   void before_last_backward(const std::vector<torch::Tensor>& final_already) override;
   // Waits for the exchange and writes the sums to the gradients.
@@ -58,7 +63,7 @@ class DataParallelStep final : public StepWrapper {
   std::int64_t bucket_cap_bytes_;
   bool ring_loss_;
   int shard_stage_;
-  std::unique_ptr<ShardedParameters> sharded_;  // stages 1 and 2
+  std::unique_ptr<ShardedParameters> sharded_;  // stages 1 to 3
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<GroupRingPeers> ring_;
   double last_wait_ = 0;       // the last step's
@@ -67,6 +72,8 @@ class DataParallelStep final : public StepWrapper {
   std::vector<double> broadcasts_;  // the measured steps'
   double last_reduce_ = 0;          // stage 2: the last step's gradient reduces
   std::vector<double> reduces_;
+  double last_gather_ = 0;  // stage 3: the last step's parameter gathers
+  std::vector<double> gathers_;
 };
 
 }  // namespace headroom::executor

@@ -235,6 +235,9 @@ struct PlannedTraining {
         rank(options.rank) {
     if (!wrappers.empty() && report == nullptr) throw std::logic_error("PlannedTraining: step wrappers need the run's report");
     for (const auto& wrapper : wrappers) wrapper->attach(model, *report);
+    for (const auto& wrapper : wrappers) {
+      if (LayerParameterHooks* hooks = wrapper->layer_hooks()) runner.set_layer_hooks(hooks);
+    }
     // What the optimizer steps: the trainable parameters, or a sharded worker's range of them.
     const std::vector<torch::Tensor>* stepped = &parameters;
     for (const auto& wrapper : wrappers) {
@@ -316,7 +319,7 @@ std::vector<torch::Tensor> planned_gradients(PlannedTraining& training, const co
     }
   }
   training.after_backward();
-  for (const auto& wrapper : training.wrappers) wrapper->gather_gradients();
+  for (const auto& wrapper : training.wrappers) wrapper->gather_for_check();
   training.runner.set_phase("idle");
   auto accumulated = gradients_of(parameters);
   // Under loss scaling the micro-batches' gradients are the scale's multiple: divided by it (a
@@ -437,6 +440,7 @@ core::GradientCheck check_gradient(PlannedTraining& training, const core::Plan& 
     if (training.rank == 0) {
       float32_note = compare_with_full_batch(training, plan, options, device, own, accumulated, need, host, check);
     }
+    for (const auto& wrapper : training.wrappers) wrapper->after_check();
   }
   model.set_dropout(!options.full_batch_reference);
   if (budget) budget->resume();
@@ -700,9 +704,12 @@ void run_plan(const core::Plan& plan, const core::Trace& trace, const ExecuteOpt
   Position position;
   position.phase = "model";
   const auto baseline = [&memory] { return memory.budget ? memory.budget->baseline() : std::int64_t{0}; };
+  const bool outside_budget = std::any_of(wrappers.begin(), wrappers.end(), [](const auto& w) { return w->builds_model_outside_budget(); });
   reporting_out_of_memory(
       [&] {
+        if (outside_budget && memory.budget) memory.budget->suspend();
         PlannedTraining training(plan, trace, options, device, data.train, position, wrappers, &report);
+        if (outside_budget && memory.budget) memory.budget->resume();
         if (options.full_batch_reference) training.model.set_dropout(false);
         if (options.gradient_check) report.gradient_check = check_gradient(training, plan, trace, options, device, memory.budget);
         time_machine_before_run(options, device, memory.budget, report);
@@ -717,6 +724,8 @@ void run_plan(const core::Plan& plan, const core::Trace& trace, const ExecuteOpt
                                       std::to_string(scaler->current_scale()));
           }
         }
+        // The measured steps are over: what follows (a wrapper gathering the whole model back) is not the plan's.
+        if (memory.budget) memory.budget->suspend();
         for (const auto& wrapper : wrappers) wrapper->after_run(plan, report);
         if (options.full_batch_reference && training.rank == 0) {
           const double diff = full_batch_reference(training, plan, trace, options, device, memory.budget);

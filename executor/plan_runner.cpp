@@ -116,7 +116,9 @@ torch::Tensor PlanRunner::run_block(const Span& span, const torch::Tensor& input
   for (int i = span.first; i <= span.last; ++i) {
     const auto& layer = layers[static_cast<std::size_t>(i)];
     position_.layer = layer.name;
+    if (hooks_ != nullptr) hooks_->before(i);
     torch::Tensor out = layer.run(models::gather_inputs(layer, batch, outputs), context);
+    if (hooks_ != nullptr && !recomputing) hooks_->after_forward(i);
     outputs[static_cast<std::size_t>(i)] = std::move(out);
     for (const int j : layer.inputs) {
       if (j > span.input && last_readers[static_cast<std::size_t>(j)] == i) outputs[static_cast<std::size_t>(j)] = torch::Tensor();
@@ -142,14 +144,20 @@ torch::Tensor PlanRunner::forward(const models::Batch& batch) {
       done = static_cast<std::size_t>(span->last);
     } else {
       position_.layer = layer.name;
+      if (hooks_ != nullptr) hooks_->before(static_cast<int>(i));
       out = layer.run(models::gather_inputs(layer, batch, outputs), context);
+      if (hooks_ != nullptr) hooks_->after_forward(static_cast<int>(i));
       done = i;
     }
-    // Mark where backward reaches this output, so a refusal there names the layer.
+    // Mark where backward reaches this output, so a refusal there names the layer; its gradient
+    // arriving is where the layer's backward begins (a checkpointed block's recompute calls the hooks).
     const std::string name = layers[done].name;
     if (out.requires_grad()) {
-      out.register_hook([this, name](torch::Tensor grad) {
+      LayerParameterHooks* hooks = span == nullptr ? hooks_ : nullptr;
+      const int at = static_cast<int>(done);
+      out.register_hook([this, name, hooks, at](torch::Tensor grad) {
         position_.layer = name;
+        if (hooks != nullptr) hooks->before(at);
         return grad;
       });
     }

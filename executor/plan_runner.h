@@ -26,6 +26,17 @@ struct Position {
   int micro_batch = -1;
 };
 
+// Where a technique keeps a layer's parameters elsewhere between its uses (a stage-3 worker gathers
+// them from their owners: data_parallel.h), what the runner calls around the layer's work.
+class LayerParameterHooks {
+ public:
+  virtual ~LayerParameterHooks() = default;
+  // Before the layer's forward, its recompute and (outside a checkpointed block) its backward.
+  virtual void before(int layer) = 0;
+  // After its forward (not its recompute, whose backward follows).
+  virtual void after_forward(int layer) = 0;
+};
+
 class PlanRunner {
  public:
   // `checkpointed_blocks` are model block ids; each must read one tensor from outside besides the
@@ -51,6 +62,9 @@ class PlanRunner {
   // runtime::make_optimizer with loss scaling); the optimizer unscales the sum. nullptr: unscaled.
   void set_loss_scaler(const runtime::LossScaler* scaler) { loss_scaler_ = scaler; }
 
+  // Null: the layers' parameters stay where they are.
+  void set_layer_hooks(LayerParameterHooks* hooks) { hooks_ = hooks; }
+
   const Position& position() const { return position_; }
   void set_phase(std::string phase, int micro_batch = -1);
 
@@ -66,6 +80,7 @@ class PlanRunner {
   std::vector<Span> spans_;
   Position& position_;
   const runtime::LossScaler* loss_scaler_ = nullptr;
+  LayerParameterHooks* hooks_ = nullptr;
 };
 
 // Micro-batches of the given sizes, made by the model's generator from seeds derived from `seed`,

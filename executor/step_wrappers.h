@@ -15,6 +15,7 @@
 #include "core/plan.h"
 #include "core/report.h"
 #include "executor/executor.h"
+#include "executor/plan_runner.h"
 #include "models/model.h"
 
 namespace headroom::executor {
@@ -42,9 +43,17 @@ class StepWrapper {
   virtual void before_optimizer(const std::vector<torch::Tensor>& /*parameters*/) {}
   // The optimizer has stepped (on the clock): a sharded worker sends the parameters it stepped.
   virtual void after_optimizer() {}
-  // The gradient check reads every parameter's whole gradient after after_backward (off the clock):
-  // a worker that keeps only its range's gathers them.
-  virtual void gather_gradients() {}
+  // The gradient check reads every parameter's whole gradient after after_backward, and worker 0
+  // runs the full batch on the whole model (off the clock, outside the budget): a worker that keeps
+  // only its range of them gathers them; after_check lets go of them again.
+  virtual void gather_for_check() {}
+  virtual void after_check() {}
+  // What the runner calls around each layer's work, where the wrapper keeps the layers' parameters
+  // elsewhere between uses (a stage-3 worker); null otherwise. Asked once, after attach.
+  virtual LayerParameterHooks* layer_hooks() { return nullptr; }
+  // Whether attach takes the model's parameters apart, so that the model is built whole outside the
+  // budget first (as FSDP builds it on the host): the planned state is what the worker keeps after.
+  virtual bool builds_model_outside_budget() const { return false; }
   // After step `step`, off the clock.
   virtual void after_step(const std::vector<torch::Tensor>& /*parameters*/, int /*step*/, bool /*measured*/,
                           core::Report&) {}

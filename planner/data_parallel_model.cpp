@@ -110,9 +110,63 @@ std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::Ste
   return 4 * (core::owned_elements(trainable_elements(costs), choice.workers(), 0).size() + 2 * buffer);
 }
 
+std::int64_t worker_parameter_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
+  if (shard_stage(choice) < 3) return costs.param_bytes();
+  return costs.param_bytes() - costs.gradient_bytes() + 4 * core::owned_elements(trainable_elements(costs), choice.workers(), 0).size();
+}
+
 std::int64_t worker_static_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
-  return costs.static_bytes() - costs.optimizer_state_bytes() - costs.gradient_bytes() +
-         worker_optimizer_state_bytes(costs, choice) + worker_gradient_bytes(costs, choice) + bucket_buffer_bytes(costs, choice);
+  return costs.static_bytes() - costs.optimizer_state_bytes() - costs.gradient_bytes() - costs.param_bytes() +
+         worker_parameter_bytes(costs, choice) + worker_optimizer_state_bytes(costs, choice) +
+         worker_gradient_bytes(costs, choice) + bucket_buffer_bytes(costs, choice);
+}
+
+std::vector<ParameterGather> parameter_gathers(const LayerGraph& graph, const core::StepChoice& choice) {
+  if (shard_stage(choice) < 3) return {};
+  std::vector<ParameterGather> out(graph.size());
+  const std::int64_t elements = graph.trainable_bytes() / 4;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const int layer = static_cast<int>(i);
+    const std::int64_t first = graph.trainable_bytes_before(layer) / 4;
+    out[i].bytes = graph.trainable_bytes(layer);
+    out[i].ns = core::gather_ns({first, first + out[i].bytes / 4}, elements, choice.workers(), choice.data_parallel->link);
+  }
+  return out;
+}
+
+void add_parameter_gathers(std::vector<Op>& ops, const std::vector<ParameterGather>& gathers) {
+  if (gathers.empty()) return;
+  std::vector<bool> recomputed(gathers.size(), false);
+  for (Op& op : ops) {
+    if (op.layer < 0) continue;
+    const auto layer = static_cast<std::size_t>(op.layer);
+    const ParameterGather& gather = gathers[layer];
+    if (gather.bytes == 0) continue;
+    if (op.kind == OpKind::Backward && recomputed[layer]) {
+      // Gathered by the recompute: the backward lets go of them as it ends.
+      op.retained_bytes -= gather.bytes;
+      op.kept_gathered_bytes = -gather.bytes;
+      continue;
+    }
+    if (op.kind != OpKind::Forward && op.kind != OpKind::ForwardNoGrad && op.kind != OpKind::Recompute &&
+        op.kind != OpKind::Backward) {
+      continue;
+    }
+    op.duration_ns += gather.ns;
+    op.transient_bytes += gather.bytes;
+    op.gathered_bytes = gather.bytes;
+    if (op.kind == OpKind::Recompute) {
+      op.retained_bytes += gather.bytes;
+      op.kept_gathered_bytes = gather.bytes;
+      recomputed[layer] = true;
+    }
+  }
+}
+
+std::int64_t parameter_gather_step_ns(const LayerGraph& graph, const core::StepChoice& choice) {
+  std::int64_t per_micro_batch = 0;
+  for (const ParameterGather& gather : parameter_gathers(graph, choice)) per_micro_batch += 2 * gather.ns;
+  return per_micro_batch * static_cast<std::int64_t>(choice.worker_micro_batches(0).size());
 }
 
 std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const core::StepChoice& choice) {
@@ -169,7 +223,8 @@ std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const core::S
 }
 
 std::int64_t parameter_broadcast_ns(const core::CostModel& costs, const core::StepChoice& choice) {
-  if (shard_stage(choice) == 0) return 0;
+  // At stage 3 each layer's parameters are gathered where they are used: nothing follows the optimizer.
+  if (shard_stage(choice) == 0 || shard_stage(choice) >= 3) return 0;
   const std::int64_t elements = trainable_elements(costs);
   std::int64_t total = 0;
   for (int r = 0; r < choice.workers(); ++r) {
@@ -233,11 +288,19 @@ class DataParallel final : public Technique {
     lines.push_back({"data parallel", text});
     if (dp.shard_stage > 0) {
       const std::string share = "1/" + std::to_string(dp.workers) + " of the parameters";
-      lines.push_back({"sharded", core::shard_stage_name(dp.shard_stage) + ": each worker keeps the optimizer state" +
-                                      (dp.shard_stage >= 2 ? " and gradients" : "") + " of " + share +
-                                      "\n                   " +
-                                      (dp.shard_stage >= 2 ? "(each gradient reduced to its owner as backward makes it), " : "") +
-                                      "steps them and broadcasts them to the others"});
+      const std::string indent = "\n                   ";
+      const std::string kept = dp.shard_stage >= 3   ? "the optimizer state, gradients and values"
+                               : dp.shard_stage >= 2 ? "the optimizer state and gradients"
+                                                     : "the optimizer state";
+      const std::string how =
+          dp.shard_stage >= 3 ? "(each gradient reduced to its owner as backward makes it) and steps them; each layer's"
+                                " parameters are" + indent + "gathered from their owners before its forward and its backward"
+                                " (or recompute) and let go of after"
+          : dp.shard_stage >= 2 ? "(each gradient reduced to its owner as backward makes it), steps them and broadcasts them to"
+                                  " the others"
+                                : "steps them and broadcasts them to the others";
+      lines.push_back({"sharded", core::shard_stage_name(dp.shard_stage) + ": each worker keeps " + kept + " of " + share +
+                                      indent + how});
     }
   }
   std::int64_t after_last_micro_batch_ns(const core::CostModel& costs, const std::vector<Op>& last_ops,
@@ -262,6 +325,10 @@ class DataParallel final : public Technique {
       if (step.choice.data_parallel->shard_stage >= 2) {
         parts[std::string(core::kGradientReduceSecondsPart)] =
             static_cast<double>(gradient_reduce_step_ns(step.costs, step.choice)) * 1e-9;
+      }
+      if (step.choice.data_parallel->shard_stage >= 3) {
+        parts[std::string(core::kParameterGatherSecondsPart)] =
+            static_cast<double>(parameter_gather_step_ns(step.graph, step.choice)) * 1e-9;
       }
       return;
     }

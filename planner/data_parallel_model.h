@@ -6,7 +6,8 @@
 // the simulator predict worker 0, which carries the largest share. Sharded (ZeRO's stages,
 // core/sharding.h), each worker keeps the optimizer state of its range of the parameters alone,
 // steps that range and broadcasts it to the others; at stage 2 it keeps its range's gradients
-// alone too, each gradient reduced to its owners inside the backward that makes it.
+// alone too, each gradient reduced to its owners inside the backward that makes it; at stage 3 its
+// range's parameters alone too, each layer's gathered from their owners for the layer's work.
 #include <cstdint>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "core/schedule.h"
 #include "core/step_choice.h"
 #include "core/trace.h"
+#include "planner/layer_graph.h"
 #include "planner/step_sequence.h"
 
 namespace headroom::planner {
@@ -74,6 +76,23 @@ std::int64_t parameter_broadcast_ns(const core::CostModel& costs, const core::St
 // The optimizer's temporaries on worker 0: sharded, as large as the largest piece it steps where the
 // trace recorded its largest parameter; the trace's otherwise.
 std::int64_t worker_optimizer_transient_bytes(const core::CostModel& costs, const core::StepChoice& choice);
+
+// Stage 3, per layer: the bytes of its trainable parameters, which worker 0 gathers from their
+// owners before the layer's forward and again before its backward (or its recompute, which keeps them
+// for the backward) and lets go of after each, and the broadcasts each gather takes (empty below
+// stage 3).
+struct ParameterGather {
+  std::int64_t bytes = 0;
+  std::int64_t ns = 0;
+};
+std::vector<ParameterGather> parameter_gathers(const LayerGraph& graph, const core::StepChoice& choice);
+// The gathers in a micro-batch's layer ops (in the order they run): each op holds and waits for its
+// layer's, a recompute keeps them for its layer's backward, which lets go of them.
+void add_parameter_gathers(std::vector<Op>& ops, const std::vector<ParameterGather>& gathers);
+// A step's gathers: every layer's twice in each of worker 0's micro-batches.
+std::int64_t parameter_gather_step_ns(const LayerGraph& graph, const core::StepChoice& choice);
+// Worker 0's parameters: all of them, or at stage 3 its range of those that train and every frozen one.
+std::int64_t worker_parameter_bytes(const core::CostModel& costs, const core::StepChoice& choice);
 
 // The shares of `global_batch` over `workers`, larger first: the remainder's extra samples go to
 // the lowest ranks, one each.

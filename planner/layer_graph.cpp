@@ -151,6 +151,9 @@ LayerGraph::LayerGraph(const core::Trace& trace)
     : readers_(trace.layers.size()), inputs_(trace.layers.size()), hands_gradient_on_(trace.layers.size(), false),
       composite_(trace.layers.size(), false), keeps_output_(trace.layers.size(), false), first_saver_(trace.layers.size(), -1),
       buffer_copies_(trace.layers.size(), false), saved_(trace.layers.size(), false) {
+  trained_before_.reserve(trace.layers.size() + 1);
+  trained_before_.push_back(0);
+  for (const auto& layer : trace.layers) trained_before_.push_back(trained_before_.back() + layer.trainable_param_bytes());
   for (const auto& layer : trace.layers) {
     inputs_[static_cast<std::size_t>(layer.id)] = layer.inputs;
     // Only a residual add is known to pass its gradient on; any other layer is taken to make new

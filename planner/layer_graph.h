@@ -88,8 +88,16 @@ class LayerGraph {
   // Layers before the first block / after the last block.
   int first_block_layer() const;
   int last_block_layer() const;
+  // The bytes of the parameters that train: the layer's, and all layers' before it (where a sharded
+  // worker's flat order of them puts the layer's first).
+  std::int64_t trainable_bytes(int layer) const {
+    return trained_before_[static_cast<std::size_t>(layer) + 1] - trained_before_[static_cast<std::size_t>(layer)];
+  }
+  std::int64_t trainable_bytes_before(int layer) const { return trained_before_[static_cast<std::size_t>(layer)]; }
+  std::int64_t trainable_bytes() const { return trained_before_.back(); }
 
  private:
+  std::vector<std::int64_t> trained_before_;  // size() + 1 prefix sums
   std::vector<std::vector<int>> readers_;
   std::vector<std::vector<int>> inputs_;
   std::vector<bool> hands_gradient_on_;  // a residual add: its backward passes its output's gradient on as it is

@@ -365,6 +365,7 @@ std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph
   const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
   std::vector<Op> ops;
   append_layer_ops(costs, graph, span_of, running_variant_of(graph, choice), first, last, ops);
+  add_parameter_gathers(ops, parameter_gathers(graph, choice));
   return ops;
 }
 
@@ -557,6 +558,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   const auto loss_model = contrastive_loss_model(costs.trace());
   const bool grad_cache = loss_model && core::caches_contrastive_gradients(count, choice.workers());
   const std::vector<std::int64_t> reduce_ns = gradient_reduce_ns(costs, choice);
+  const std::vector<ParameterGather> gathers = parameter_gathers(graph, choice);
   const auto ops_for = [&](std::int64_t b) {
     for (const auto& [size, index] : made) {
       if (size == b) return index;
@@ -580,6 +582,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
                       step_timed_it ? LossTime::AsTheStepMeasured : LossTime::LongerOfModelledAndStep);
       }
     }
+    add_parameter_gathers(ops, gathers);
     // A stage-2 worker's reduces that run past the backward starting them: its last backward waits.
     if (const std::int64_t extra = reduces_past_backward_ns(ops, reduce_ns); extra > 0) {
       const auto last = std::find_if(ops.rbegin(), ops.rend(), [](const Op& op) { return op.kind == OpKind::Backward; });
@@ -733,7 +736,7 @@ void SequenceScheduler::add_segment(const StepSequence::Segment& segment) {
       default: break;
     }
     core::Task task = task_of(op, micro_batch);
-    task.at_start = std::move(pending_start_);
+    task.at_start.insert(task.at_start.begin(), pending_start_.begin(), pending_start_.end());
     pending_start_.clear();
     if (previous_compute_ >= 0) task.dependencies = {previous_compute_};
     if (op.kind == OpKind::Optimizer) task.dependencies.insert(task.dependencies.end(), waits_for.begin(), waits_for.end());
@@ -760,12 +763,17 @@ core::Task SequenceScheduler::task_of(const Op& op, int micro_batch) const {
   } else {
     task.name = costs_.trace().layers[static_cast<std::size_t>(op.layer)].name;
     task.category = op_kind_name(op.kind);
-    task.at_end = {{MemoryKind::Activation, op.retained_bytes}};
+    task.at_end = {{MemoryKind::Activation, op.retained_bytes - op.kept_gathered_bytes}};
+    // A stage-3 worker's gathered parameters: from the op's start to its end, or on to the backward.
+    if (op.gathered_bytes != 0) task.at_start.push_back({MemoryKind::GatheredParameter, op.gathered_bytes});
+    if (op.kept_gathered_bytes != op.gathered_bytes) {
+      task.at_end.push_back({MemoryKind::GatheredParameter, op.kept_gathered_bytes - op.gathered_bytes});
+    }
     task.layer = op.layer;
     task.micro_batch = micro_batch;
   }
   task.duration_ns = op.duration_ns;
-  task.transient_bytes = op.transient_bytes;
+  task.transient_bytes = op.transient_bytes - op.gathered_bytes;
   return task;
 }
 
@@ -776,7 +784,7 @@ core::Schedule build_schedule(const core::CostModel& costs, const LayerGraph& gr
   if (const Technique* runner = step_runner(choice)) return runner->schedule(costs, graph, choice);
   const StepSequence seq = step_sequence(costs, graph, choice);
   core::Schedule schedule;
-  schedule.resident = {{MemoryKind::Parameter, costs.param_bytes() + costs.model_extra_bytes()},
+  schedule.resident = {{MemoryKind::Parameter, worker_parameter_bytes(costs, choice) + costs.model_extra_bytes()},
                        {MemoryKind::Gradient, worker_gradient_bytes(costs, choice)},
                        {MemoryKind::OptimizerState, worker_optimizer_state_bytes(costs, choice)},
                        {MemoryKind::Workspace, costs.workspace_bytes()}};

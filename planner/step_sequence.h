@@ -28,6 +28,11 @@ struct Op {
   std::int64_t duration_ns = 0;
   std::int64_t transient_bytes = 0;  // held while the op runs, above the level at its start
   std::int64_t retained_bytes = 0;   // net change of allocated bytes when it ends (signed)
+  // A stage-3 worker's layer parameters gathered for the op: of transient_bytes, those gathered as it
+  // starts; of retained_bytes, those it leaves gathered (a recompute, for the backward after it) or
+  // lets go of (negative: that backward).
+  std::int64_t gathered_bytes = 0;
+  std::int64_t kept_gathered_bytes = 0;
 };
 
 const char* op_kind_name(OpKind kind);

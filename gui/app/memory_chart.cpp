@@ -17,12 +17,13 @@ namespace headroom::gui {
 
 namespace {
 
-// Parameters, gradients, optimizer state, library workspace, input, activations, transient: static
-// state in cool colours at the bottom, what the plan changes in warm ones on top.
+// Parameters, gradients, optimizer state, library workspace, gathered parameters, input,
+// activations, transient: static state in cool colours at the bottom, what the plan changes in warm
+// ones on top.
 const std::array<QColor, core::kMemoryKinds> kKindColours{QColor(70, 110, 170),  QColor(110, 150, 200),
                                                           QColor(160, 190, 225), QColor(200, 212, 225),
-                                                          QColor(150, 150, 150), QColor(235, 150, 60),
-                                                          QColor(230, 90, 80)};
+                                                          QColor(80, 170, 150),  QColor(150, 150, 150),
+                                                          QColor(235, 150, 60),  QColor(230, 90, 80)};
 QString kind_label(std::size_t k) {
   return QString::fromUtf8(core::kMemoryKindLabels[k].data(), static_cast<qsizetype>(core::kMemoryKindLabels[k].size()));
 }

@@ -137,12 +137,16 @@ TEST_F(BadInputCli, DataParallelFlagsAndFields) {
   expect_refused("plan " + trace + plan + " --shard 1", "--shard: sharding splits the training state over data-parallel workers");
   expect_refused("plan " + trace + plan + " --shard auto", "--shard: sharding splits the training state");
   for (const std::string stage : {"7", "-1", "one", "1.5"}) {
-    expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard " + stage, "--shard: expected 0, 1, 2 or auto, got");
+    expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard " + stage, "--shard: expected 0, 1, 2, 3 or auto, got");
   }
-  expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard 3", "(stage 3 is not built yet)");
-  // A trace from before sharding does not count its parameter tensors, which stage 2's reduces need.
-  expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard 2",
-                 "--shard: stage 2 needs the trace's count of parameter tensors");
+  // A trace from before sharding does not count its parameter tensors, which the reduces of stages
+  // 2 and 3 need.
+  for (const std::string stage : {"2", "3"}) {
+    expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard " + stage,
+                   "--shard: stage " + stage + " needs the trace's count of parameter tensors");
+  }
+  expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard 3 --strategies mbp,l2l",
+                 "--shard: stage 3 cannot combine with l2l");
   expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard 1 --strategies mbp,l2l",
                  "--shard: stage 1 cannot combine with l2l");
   // A data-parallel plan, and what execute refuses about it.

@@ -47,5 +47,20 @@ TEST(Sharding, ABroadcastIsOneMessagePerRoundOfItsTree) {
   EXPECT_EQ(core::reduce_ns(1'000'000, 2, 2, measured), 2 * 70'000 + 2'000'000);
 }
 
+// Stage 3 gathers a layer's elements with a broadcast from each owner of a part of them.
+TEST(Sharding, AGatherIsABroadcastFromEachOwnerOfAPart) {
+  const core::CollectiveLink link = core::parse_link("1GB/s,10us");
+  EXPECT_EQ(core::shard_stage_name(3), "stage 3 (optimizer state, gradients and parameters sharded)");
+  EXPECT_THROW(core::shard_stage_name(core::kMaxShardStage + 1), std::logic_error);
+  // 1000 elements over 2 workers: 0-499 and 500-999.
+  EXPECT_EQ(core::gather_ns({100, 300}, 1000, 2, link), core::broadcast_ns(800, 2, link));
+  EXPECT_EQ(core::gather_ns({400, 700}, 1000, 2, link), core::broadcast_ns(400, 2, link) + core::broadcast_ns(800, 2, link));
+  EXPECT_EQ(core::gather_ns({400, 400}, 1000, 2, link), 0);
+  EXPECT_EQ(core::gather_ns({0, 1000}, 1000, 1, link), 0);
+  // Over 3 workers (334, 334, 332) a whole model is three broadcasts of two rounds each.
+  EXPECT_EQ(core::gather_ns({0, 1000}, 1000, 3, link),
+            2 * core::broadcast_ns(4 * 334, 3, link) + core::broadcast_ns(4 * 332, 3, link));
+}
+
 }  // namespace
 }  // namespace headroom

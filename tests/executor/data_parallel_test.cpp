@@ -63,13 +63,15 @@ fs::path fresh_dir(const std::string& name) {
 
 // A budget between the least any plan needs and what a worker's whole share needs, so each worker
 // runs its share as several micro-batches.
-std::int64_t tight_budget(const core::Trace& trace, std::int64_t batch, int workers, int shard_stage = 0) {
+// Checkpointing instead: each worker runs its share whole, some blocks checkpointed.
+std::int64_t tight_budget(const core::Trace& trace, std::int64_t batch, int workers, int shard_stage = 0,
+                          bool checkpointing = false) {
   planner::PlanRequest r;
   r.global_batch = batch;
   r.workers = workers;
   r.link = core::parse_link("1GB/s,20us");
   r.budget_bytes = 1;
-  r.strategies = {planner::Strategy::MicroBatching};
+  r.strategies = {checkpointing ? planner::Strategy::Checkpointing : planner::Strategy::MicroBatching};
   r.shard_stage = shard_stage;
   const std::int64_t least = planner::plan_step(trace, r).smallest_budget;
   const core::CostModel costs(trace);
@@ -81,22 +83,28 @@ std::int64_t tight_budget(const core::Trace& trace, std::int64_t batch, int work
   return (least + static_cast<std::int64_t>(static_cast<double>(need) / 0.95)) / 2;
 }
 
-fs::path make_plan(const fs::path& dir, std::int64_t batch, int workers, const std::string& shard = "0") {
+fs::path make_plan(const fs::path& dir, std::int64_t batch, int workers, const std::string& shard = "0",
+                   bool checkpointing = false) {
   const core::Trace trace = core::read_trace_file(trace_path());
   const fs::path plan = dir / "plan.json";
-  const auto r = run("plan " + trace_path() + " --budget " + std::to_string(tight_budget(trace, batch, workers, std::stoi(shard))) + " --batch " +
-                     std::to_string(batch) + " --strategies mbp --devices " + std::to_string(workers) +
+  const std::int64_t budget = tight_budget(trace, batch, workers, std::stoi(shard), checkpointing);
+  const auto r = run("plan " + trace_path() + " --budget " + std::to_string(budget) + " --batch " + std::to_string(batch) +
+                     " --strategies " + (checkpointing ? "checkpoint" : "mbp") + " --devices " + std::to_string(workers) +
                      " --shard " + shard + " --link 1GB/s,20us -o " + plan.string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return plan;
 }
 
-void weights_equal_the_full_batch_steps(int workers, const std::string& shard = "0") {
-  const fs::path dir = fresh_dir("headroom_dp_" + std::to_string(workers) + "_" + shard);
-  const fs::path plan_path = make_plan(dir, 26, workers, shard);
+void weights_equal_the_full_batch_steps(int workers, const std::string& shard = "0", bool checkpointing = false) {
+  const fs::path dir = fresh_dir("headroom_dp_" + std::to_string(workers) + "_" + shard + (checkpointing ? "_ckpt" : ""));
+  const fs::path plan_path = make_plan(dir, 26, workers, shard, checkpointing);
   const core::Plan plan = core::read_plan_file(plan_path);
   ASSERT_EQ(plan.choice.workers(), workers);
-  EXPECT_GT(plan.choice.worker_micro_batches(0).size(), 1u) << "the budget should need micro-batches";
+  if (checkpointing) {
+    EXPECT_FALSE(plan.choice.checkpointed_blocks.empty()) << "the budget should need checkpointing";
+  } else {
+    EXPECT_GT(plan.choice.worker_micro_batches(0).size(), 1u) << "the budget should need micro-batches";
+  }
   const fs::path report_path = dir / "report.json";
   const auto r = run("execute " + plan_path.string() + " --devices " + std::to_string(workers) +
                      " --steps 3 --warmup 0 --full-batch-reference -o " + report_path.string());
@@ -125,9 +133,14 @@ void weights_equal_the_full_batch_steps(int workers, const std::string& shard = 
   EXPECT_LE(std::abs(report.peak_rel_error), 0.02) << report.measured.peak_bytes << " vs " << plan.predicted.peak_bytes;
   EXPECT_NE(r.out.find("weights identical on every worker"), std::string::npos) << r.out;
   EXPECT_EQ(dp.shard_stage, plan.choice.data_parallel->shard_stage);
-  if (dp.shard_stage > 0) {
+  if (dp.shard_stage > 0 && dp.shard_stage < 3) {
     EXPECT_GT(dp.broadcast_seconds, 0);
     EXPECT_GT(dp.predicted_broadcast_seconds, 0);
+  }
+  if (dp.shard_stage >= 3) {
+    EXPECT_EQ(dp.broadcast_seconds, 0);
+    EXPECT_GT(dp.gather_seconds, 0);
+    EXPECT_GT(dp.predicted_gather_seconds, 0);
   }
   if (dp.shard_stage >= 2) {
     EXPECT_EQ(dp.buckets, 0);
@@ -145,6 +158,11 @@ TEST(DataParallel, ShardedOverThreeWorkersEndsWithTheFullBatchWeights) { weights
 // ZeRO's stage 2: each gradient reduced to its owner as backward makes it, every micro-batch.
 TEST(DataParallel, ShardedGradientsEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2, "2"); }
 TEST(DataParallel, ShardedGradientsOverThreeWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(3, "2"); }
+// ZeRO's stage 3: each layer's parameters gathered for its forward and backward, and for a
+// checkpointed block's recompute, which keeps them for its backward.
+TEST(DataParallel, ShardedParametersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2, "3"); }
+TEST(DataParallel, ShardedParametersOverThreeWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(3, "3"); }
+TEST(DataParallel, ShardedParametersRecomputedEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2, "3", true); }
 TEST(DataParallel, FourWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(4); }
 
 // Data parallel under bf16: the bfloat16 gradients are all-reduced as float32 (Gloo in libtorch

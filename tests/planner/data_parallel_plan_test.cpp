@@ -352,10 +352,115 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   EXPECT_TRUE(outcome.plan->predicted_part(core::kGradientReduceSecondsPart));
   EXPECT_EQ(core::plan_from_json(core::to_json(*outcome.plan)), *outcome.plan);
   r.shard_stage.reset();
-  EXPECT_EQ(planner::plan_step(trace, r).shard_stages.size(), 3u);
+  EXPECT_EQ(planner::plan_step(trace, r).shard_stages.size(), 4u);
   EXPECT_EQ(planner::plan_step(committed("cpu-gpt.json"), r).shard_stages.size(), 2u);
   r.shard_stage = 2;
   EXPECT_THROW(planner::plan_step(committed("cpu-gpt.json"), r), core::InputError);
+}
+
+// ZeRO's stage 3: worker 0 keeps its range of the trainable parameters alone, and each layer's
+// parameters are gathered for its forward and its backward (or its recompute, which keeps them for
+// the backward), each gather on the op's time and memory; the simulator agrees, with the gathered
+// parameters a memory kind of their own.
+TEST(DataParallelPlan, StageThreeGathersEachLayersParametersWhereTheyAreUsed) {
+  core::Trace trace = committed("cpu-gpt.json");
+  trace.optimizer.param_tensors = 30;
+  trace.optimizer.largest_param_elements = 1 << 20;
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const core::CollectiveLink link = core::parse_link("1GB/s,20us");
+  core::StepChoice two = core::StepChoice{}.with_micro_batches({2, 2});
+  two.data_parallel = core::DataParallelChoice{2, {}, link, core::kDefaultBucketCapBytes, 2};
+  core::StepChoice three = two;
+  three.data_parallel->shard_stage = 3;
+  const std::int64_t elements = trace.trainable_param_bytes() / 4;
+  EXPECT_EQ(planner::worker_parameter_bytes(costs, two), costs.param_bytes());
+  EXPECT_EQ(planner::worker_parameter_bytes(costs, three), costs.param_bytes() - 4 * (elements - (elements + 1) / 2));
+  EXPECT_EQ(planner::worker_static_bytes(costs, two) - planner::worker_static_bytes(costs, three), 4 * (elements / 2));
+  EXPECT_EQ(planner::parameter_broadcast_ns(costs, three), 0);
+  EXPECT_TRUE(planner::parameter_gathers(graph, two).empty());
+  const auto gathers = planner::parameter_gathers(graph, three);
+  ASSERT_EQ(gathers.size(), trace.layers.size());
+  std::int64_t first = 0, gather_total = 0, largest = 0;
+  for (std::size_t i = 0; i < gathers.size(); ++i) {
+    const std::int64_t bytes = trace.layers[i].trainable_param_bytes();
+    EXPECT_EQ(gathers[i].bytes, bytes);
+    // One broadcast from each owner of a part of the layer's elements.
+    std::int64_t ns = 0;
+    for (int r = 0; r < 2; ++r) {
+      const core::ElementRange owned = core::owned_elements(elements, 2, r);
+      const std::int64_t part = std::min(first + bytes / 4, owned.end) - std::max(first, owned.begin);
+      if (part > 0) ns += core::broadcast_ns(4 * part, 2, link);
+    }
+    EXPECT_EQ(gathers[i].ns, ns) << trace.layers[i].name;
+    first += bytes / 4;
+    gather_total += gathers[i].ns;
+    largest = std::max(largest, bytes);
+  }
+  EXPECT_EQ(planner::parameter_gather_step_ns(graph, three), 2 * 2 * gather_total);
+  // Layer by layer, the same ops as stage 2's with each layer's gather on their time and memory.
+  const auto ops_of = [&](const core::StepChoice& c) {
+    const auto seq = planner::step_sequence(costs, graph, c);
+    return seq.ops[seq.segments.front().ops];
+  };
+  core::StepChoice two_checkpointed = two;
+  const int block = graph.blocks().front().block;
+  two_checkpointed.checkpointed_blocks = {block};
+  core::StepChoice three_checkpointed = three;
+  three_checkpointed.checkpointed_blocks = {block};
+  for (const auto& [before, after] : {std::pair{two, three}, std::pair{two_checkpointed, three_checkpointed}}) {
+    const auto a = ops_of(before), b = ops_of(after);
+    ASSERT_EQ(a.size(), b.size());
+    // The last backward also waits for the reduces past it, which the longer backward hides more of.
+    std::size_t last_backward = 0;
+    for (std::size_t k = 0; k < b.size(); ++k) last_backward = b[k].kind == planner::OpKind::Backward ? k : last_backward;
+    std::int64_t kept = 0;
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      if (b[k].layer < 0 || gathers[static_cast<std::size_t>(b[k].layer)].bytes == 0) continue;
+      const auto& gather = gathers[static_cast<std::size_t>(b[k].layer)];
+      kept += b[k].retained_bytes - a[k].retained_bytes;
+      if (b[k].kind == planner::OpKind::Backward && b[k].kept_gathered_bytes < 0) {
+        // The backward after a recompute: gathered already, let go of at its end.
+        EXPECT_EQ(b[k].kept_gathered_bytes, -gather.bytes);
+        EXPECT_EQ(b[k].duration_ns - a[k].duration_ns, 0);
+        continue;
+      }
+      EXPECT_EQ(b[k].transient_bytes - a[k].transient_bytes, gather.bytes);
+      EXPECT_EQ(b[k].gathered_bytes, gather.bytes);
+      if (k != last_backward) EXPECT_EQ(b[k].duration_ns - a[k].duration_ns, gather.ns);
+      EXPECT_EQ(b[k].kept_gathered_bytes, b[k].kind == planner::OpKind::Recompute ? gather.bytes : 0);
+    }
+    EXPECT_EQ(kept, 0);  // every gather let go of within the micro-batch
+  }
+  for (const auto& c : {three, three_checkpointed}) {
+    const auto predicted = planner::predict_step(costs, graph, c);
+    const auto sim = simulator::simulate(planner::build_schedule(costs, graph, c));
+    EXPECT_EQ(sim.peak_bytes, predicted.peak_bytes);
+    EXPECT_EQ(sim.makespan_ns, predicted.step_ns);
+    std::int64_t most_gathered = 0;
+    for (const auto& sample : sim.memory) {
+      most_gathered = std::max(most_gathered, sample.bytes[static_cast<std::size_t>(core::MemoryKind::GatheredParameter)]);
+    }
+    EXPECT_GE(most_gathered, largest);
+  }
+  // Planned: where only stage 3 fits, auto takes it; its plan names its gathers and reads back.
+  auto r = request(std::int64_t{1} << 20, 16, 2);
+  r.strategies.insert(planner::Strategy::Tempo);
+  const auto none = planner::plan_step(trace, r);
+  ASSERT_FALSE(none.plan);
+  ASSERT_EQ(none.shard_stages.size(), 4u);
+  EXPECT_LT(none.shard_stages[3].smallest_budget, none.shard_stages[2].smallest_budget);
+  EXPECT_LT(none.shard_stages[3].static_bytes, none.shard_stages[2].static_bytes);
+  EXPECT_NE(none.reason.find("at stage 3"), std::string::npos) << none.reason;
+  r.budget_bytes = none.shard_stages[3].smallest_budget;
+  const auto outcome = planner::plan_step(trace, r);
+  ASSERT_TRUE(outcome.plan) << outcome.reason;
+  EXPECT_EQ(outcome.plan->choice.data_parallel->shard_stage, 3);
+  EXPECT_LE(outcome.plan->predicted.peak_bytes, r.budget_bytes);
+  EXPECT_TRUE(outcome.plan->predicted_part(core::kParameterGatherSecondsPart));
+  EXPECT_FALSE(outcome.plan->predicted_part(core::kParameterBroadcastSecondsPart).value_or(0) > 0);
+  EXPECT_EQ(core::plan_from_json(core::to_json(*outcome.plan)), *outcome.plan);
+  planner::check_choice(*outcome.plan, trace, "p.json");
 }
 
 TEST(DataParallelPlan, ShardStagesItCannotRunAreRefused) {
