@@ -21,7 +21,7 @@ import tempfile
 
 PRESETS = {"bert": "mini", "gpt": "tiny"}
 STRATEGIES = {"micro-batching": "mbp", "micro-batching, checkpointing": "mbp,checkpoint"}
-STAGES = (0, 1, 2)
+STAGES = (0, 1, 2, 3)
 
 
 def run(cmd):

@@ -326,8 +326,16 @@ int run_simulate(const SimulateArgs& args) {
   std::printf("samples/s        %-14.2f %-14.2f\n", plan.predicted.samples_per_second, sim.samples_per_second());
   std::printf("peak at          %s\n", peak_at.c_str());
   if (const auto& dp = plan.choice.data_parallel) {
-    std::printf("workers          %d, %s: worker 0's step, every worker's collectives on its lane\n", dp->workers,
-                core::shard_stage_name(dp->shard_stage).c_str());
+    // Where each stage's collectives are in worker 0's timeline.
+    const char* collectives = dp->shard_stage >= 3 ? "each layer's task includes its parameters' gathers (their memory a band "
+                                                     "of its own), each backward its gradients' reduces"
+                              : dp->shard_stage == 2 ? "each backward's task includes its gradients' reduces, the optimizer's "
+                                                       "the parameters' broadcast"
+                              : dp->shard_stage == 1 ? "the gradients' all-reduce on the collective lane, the optimizer's task "
+                                                       "includes the parameters' broadcast"
+                                                     : "the gradients' all-reduce on the collective lane";
+    std::printf("workers          %d, %s: worker 0's step; %s\n", dp->workers, core::shard_stage_name(dp->shard_stage).c_str(),
+                collectives);
   }
   return 0;
 }

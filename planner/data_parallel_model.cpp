@@ -283,8 +283,10 @@ class DataParallel final : public Technique {
               (sizes.back() != sizes.front() ? ".." + std::to_string(sizes.back()) : "");
       from = r;
     }
-    text += "\n                   gradients all-reduced in buckets of " + core::format_bytes(dp.bucket_cap_bytes) +
-            " over a ring, link " + core::format_link(dp.link) + " (" + dp.link.source + ")";
+    text += "\n                   " +
+            (dp.shard_stage >= 2 ? std::string("gradients reduced to their owners")
+                                 : "gradients all-reduced in buckets of " + core::format_bytes(dp.bucket_cap_bytes) + " over a ring") +
+            ", link " + core::format_link(dp.link) + " (" + dp.link.source + ")";
     lines.push_back({"data parallel", text});
     if (dp.shard_stage > 0) {
       const std::string share = "1/" + std::to_string(dp.workers) + " of the parameters";
