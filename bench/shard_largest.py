@@ -39,7 +39,7 @@ def main():
         traces[depth] = trace
     print(f"| stage | deepest gpt under {args.budget} a worker | parameters | plan | peak predicted / measured (worker 0, worker 1) |")
     print("|---|---|---|---|---|")
-    for stage in (0, 1, 2):
+    for stage in (0, 1, 2, 3):
         deepest = None
         for depth, trace in traces.items():
             plan = os.path.join(folder, f"gpt{depth}-{stage}.json")

@@ -9,7 +9,7 @@ budget of 1% above stage S's least (below stage S-1's least, so no lower stage f
 --full-batch-reference (the weights after the steps against one process on the full batch). One
 Markdown row each.
 
-  python3 bench/shard_rows.py [--headroom build/default/headroom] [--models bert,gpt] [--batch 16] [--steps 5]
+  python3 bench/shard_rows.py [--headroom build/default/headroom] [--models bert,gpt] [--batch 16] [--steps 5] [--stages 0,1,2,3]
 """
 import argparse
 import json
@@ -55,7 +55,9 @@ def main():
     ap.add_argument("--models", default="bert,gpt")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--stages", default=",".join(str(s) for s in STAGES), help="the rows to run (every stage's least is found)")
     args = ap.parse_args()
+    rows = [int(s) for s in args.stages.split(",")]
     folder = tempfile.mkdtemp(prefix="headroom-shard-")
     print("| model | strategies | stage | budget | plan | peak predicted / measured (worker 0, worker 1) | "
           "step s predicted / measured | weights vs one process |")
@@ -68,7 +70,7 @@ def main():
             sys.exit(f"shard_rows.py: profiling {model} failed: {err.strip()}")
         for label, strategies in STRATEGIES.items():
             leasts = {s: least_budget(args.headroom, trace, args.batch, strategies, s, folder) for s in STAGES}
-            for stage in STAGES:
+            for stage in rows:
                 budget = int(leasts[stage] * 1.01)
                 if stage > 0 and budget >= leasts[stage - 1]:
                     print(f"| {model} | {label} | {stage} | | stage {stage - 1} fits as well: no budget where {stage} is the least |")

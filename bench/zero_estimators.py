@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 PRESETS = {"bert": "mini", "gpt": "tiny"}
-STAGES = (0, 1, 2)
+STAGES = (0, 1, 2, 3)
 
 
 def run(cmd):

@@ -153,6 +153,7 @@ void add_parameter_gathers(std::vector<Op>& ops, const std::vector<ParameterGath
       continue;
     }
     op.duration_ns += gather.ns;
+    op.gather_ns = gather.ns;
     op.transient_bytes += gather.bytes;
     op.gathered_bytes = gather.bytes;
     if (op.kind == OpKind::Recompute) {

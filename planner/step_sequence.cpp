@@ -674,7 +674,7 @@ class SequenceScheduler {
     std::size_t task_count = 0;
     for (const auto& segment : seq_.segments) {
       for (const Op& op : seq_.ops[segment.ops]) {
-        task_count += op.layer >= 0 || op.kind == OpKind::Optimizer || op.kind == OpKind::GradientCache;
+        task_count += (op.layer >= 0 || op.kind == OpKind::Optimizer || op.kind == OpKind::GradientCache) + (op.gather_ns > 0);
       }
     }
     schedule_.tasks.reserve(task_count);
@@ -736,6 +736,23 @@ void SequenceScheduler::add_segment(const StepSequence::Segment& segment) {
       default: break;
     }
     core::Task task = task_of(op, micro_batch);
+    // A stage-3 worker's gather, on the collective stream (each worker's lane), before the layer's work.
+    if (op.gathered_bytes != 0) pending_start_.push_back({MemoryKind::GatheredParameter, op.gathered_bytes});
+    if (op.gather_ns > 0) {
+      core::Task gather;
+      gather.name = "gather " + task.name;
+      gather.category = "gather";
+      gather.stream = core::Stream::Collective;
+      gather.duration_ns = op.gather_ns;
+      gather.layer = task.layer;
+      gather.micro_batch = task.micro_batch;
+      gather.at_start = std::move(pending_start_);
+      pending_start_.clear();
+      if (previous_compute_ >= 0) gather.dependencies = {previous_compute_};
+      previous_compute_ = static_cast<int>(schedule_.tasks.size());
+      schedule_.tasks.push_back(std::move(gather));
+      task.duration_ns -= op.gather_ns;
+    }
     task.at_start.insert(task.at_start.begin(), pending_start_.begin(), pending_start_.end());
     pending_start_.clear();
     if (previous_compute_ >= 0) task.dependencies = {previous_compute_};
@@ -764,8 +781,8 @@ core::Task SequenceScheduler::task_of(const Op& op, int micro_batch) const {
     task.name = costs_.trace().layers[static_cast<std::size_t>(op.layer)].name;
     task.category = op_kind_name(op.kind);
     task.at_end = {{MemoryKind::Activation, op.retained_bytes - op.kept_gathered_bytes}};
-    // A stage-3 worker's gathered parameters: from the op's start to its end, or on to the backward.
-    if (op.gathered_bytes != 0) task.at_start.push_back({MemoryKind::GatheredParameter, op.gathered_bytes});
+    // A stage-3 worker's gathered parameters (gathered as the op starts: add_segment) go as it ends,
+    // or stay for the backward after a recompute.
     if (op.kept_gathered_bytes != op.gathered_bytes) {
       task.at_end.push_back({MemoryKind::GatheredParameter, op.kept_gathered_bytes - op.gathered_bytes});
     }

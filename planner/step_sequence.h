@@ -33,6 +33,7 @@ struct Op {
   // lets go of (negative: that backward).
   std::int64_t gathered_bytes = 0;
   std::int64_t kept_gathered_bytes = 0;
+  std::int64_t gather_ns = 0;  // of duration_ns: the gather's, before the layer's work
 };
 
 const char* op_kind_name(OpKind kind);

@@ -242,8 +242,14 @@ void MemoryChart::update_legend(bool with_floor, bool with_peak, bool with_budge
     text.replace(' ', "&nbsp;");
     return QString("<span style='color:%1'>%2</span>&nbsp;%3").arg(colour.name(), symbol, text);
   };
+  // Gathered parameters are a stage-3 plan's alone: named where the step has some.
+  const auto gathered = static_cast<std::size_t>(core::MemoryKind::GatheredParameter);
+  const bool gathers = std::any_of(timeline_.bytes.begin(), timeline_.bytes.end(),
+                                   [&](const auto& point) { return point[gathered] > 0; });
   QStringList entries;
-  for (std::size_t k = 0; k < core::kMemoryKinds; ++k) entries << entry(kKindColours[k], "\u25A0", kind_label(k));
+  for (std::size_t k = 0; k < core::kMemoryKinds; ++k) {
+    if (k != gathered || gathers) entries << entry(kKindColours[k], "\u25A0", kind_label(k));
+  }
   if (with_peak) entries << entry(QColor(20, 20, 20), "\u25CF", "peak");
   if (with_band) entries << entry(kBandColour, "\u25A8", "repeated micro-batches (each rises and falls within)");
   // Box-drawing dashes: the line breaker treats them as letters, so a symbol stays with its name.

@@ -331,9 +331,9 @@ std::string cmdline(pid_t pid) {
   return text;
 }
 
-TEST(DataParallel, KillingAWorkerStopsAllAndNamesItsRank) {
-  const fs::path dir = fresh_dir("headroom_dp_kill");
-  const fs::path plan = make_plan(dir, 26, 2);
+void killing_a_worker_stops_all_and_names_its_rank(const std::string& shard) {
+  const fs::path dir = fresh_dir("headroom_dp_kill_" + shard);
+  const fs::path plan = make_plan(dir, 26, 2, shard);
   const fs::path report = dir / "report.json";
   const fs::path err = dir / "stderr";
   const pid_t launcher = ::fork();
@@ -376,6 +376,10 @@ TEST(DataParallel, KillingAWorkerStopsAllAndNamesItsRank) {
   EXPECT_TRUE(children_of(launcher).empty());
   fs::remove_all(dir);
 }
+
+TEST(DataParallel, KillingAWorkerStopsAllAndNamesItsRank) { killing_a_worker_stops_all_and_names_its_rank("0"); }
+// At stage 3 the survivor waits in a layer's gather that never comes.
+TEST(DataParallel, KillingAShardedWorkerStopsAllAndNamesItsRank) { killing_a_worker_stops_all_and_names_its_rank("3"); }
 
 }  // namespace
 }  // namespace headroom

@@ -484,10 +484,55 @@ class GuiTest : public QObject {
     // Each shard stage the trace can run, beside the one chosen.
     QVERIFY(window.summary_text().contains("each shard stage, planned alike"));
     QVERIFY(window.summary_text().contains("stage 1 (optimizer state sharded)"));
+    // No stage-3 plan: nothing is gathered, and the legend does not name it.
+    QVERIFY(!window.memory_chart()->legend()->text().contains("gathered"));
     save_shot(window, "devices");
     window.devices_box()->setValue(1);
     QVERIFY(settle(window));
     QCOMPARE(window.current_result()->plan->choice.workers(), 1);
+  }
+
+  // Two workers at a budget only ZeRO's stage 3 fits: the plan shards the parameters, and the
+  // memory chart shows each layer's gathered parameters as a band of their own.
+  void aStageThreePlanShowsTheGatheredParameters() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    nlohmann::json edited = nlohmann::json::parse(headroom::core::read_file(committed("cpu-gpt.json").toStdString()));
+    // What a trace profiled since sharding records, which stages 2 and 3 need.
+    edited["optimizer"]["param_tensors"] = 30;
+    edited["optimizer"]["largest_param_elements"] = 1 << 20;
+    const QString path = dir.filePath("gpt.json");
+    headroom::core::write_file_atomically(path.toStdString(), edited.dump());
+    MainWindow window;
+    window.resize(1400, 880);
+    window.show();
+    QVERIFY(window.open_trace(path));
+    QVERIFY(settle(window));
+    window.link_edit()->setText("1GB/s,20us");
+    window.devices_box()->setValue(2);
+    emit window.link_edit()->editingFinished();
+    QVERIFY(settle(window));
+    PlanInputs at = window.current_result()->inputs;
+    at.budget_bytes = 1;
+    const auto none = planner::plan_step(window.trace()->trace, plan_request(*window.trace(), at));
+    QCOMPARE(none.shard_stages.size(), std::size_t{4});
+    QVERIFY(none.shard_stages[3].smallest_budget < none.shard_stages[2].smallest_budget);
+    QLineEdit* field = window.budget_control()->field();
+    field->setText(QString::number(none.shard_stages[3].smallest_budget));
+    field->setModified(true);
+    emit field->editingFinished();
+    QVERIFY(settle(window));
+    const PlanResult* result = window.current_result();
+    QVERIFY(result->plan);
+    QCOMPARE(result->plan->choice.data_parallel->shard_stage, 3);
+    QVERIFY(window.summary_text().contains("stage 3 (optimizer state, gradients and parameters sharded) *"));
+    std::int64_t gathered = 0;
+    for (const auto& point : result->timeline.bytes) {
+      gathered = std::max(gathered, point[static_cast<std::size_t>(core::MemoryKind::GatheredParameter)]);
+    }
+    QVERIFY(gathered > 0);
+    QVERIFY(window.memory_chart()->legend()->text().contains("gathered&nbsp;parameters"));
+    save_shot(window, "stage3");
   }
 
   // The open trace against a second one, as `headroom compare` shows it: the layer whose

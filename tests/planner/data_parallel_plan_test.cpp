@@ -434,7 +434,16 @@ TEST(DataParallelPlan, StageThreeGathersEachLayersParametersWhereTheyAreUsed) {
   }
   for (const auto& c : {three, three_checkpointed}) {
     const auto predicted = planner::predict_step(costs, graph, c);
-    const auto sim = simulator::simulate(planner::build_schedule(costs, graph, c));
+    const core::Schedule schedule = planner::build_schedule(costs, graph, c);
+    // Each gather a task on the collective stream (every worker's lane), before its layer's work.
+    std::int64_t gathers_ns = 0;
+    for (const auto& task : schedule.tasks) {
+      if (task.category != "gather") continue;
+      EXPECT_EQ(task.stream, core::Stream::Collective);
+      gathers_ns += task.duration_ns;
+    }
+    EXPECT_EQ(gathers_ns, planner::parameter_gather_step_ns(graph, c));  // both micro-batches listed
+    const auto sim = simulator::simulate(schedule);
     EXPECT_EQ(sim.peak_bytes, predicted.peak_bytes);
     EXPECT_EQ(sim.makespan_ns, predicted.step_ns);
     std::int64_t most_gathered = 0;
