@@ -48,6 +48,8 @@ std::int64_t reduce_ns(std::int64_t bytes, std::int64_t messages, int workers, c
   return tree_ns(bytes, messages, workers, link, link.reduce);
 }
 
+bool backward_reads_parameters(std::string_view kind) { return kind != "embedding"; }
+
 std::int64_t gather_ns(ElementRange range, std::int64_t elements, int workers, const CollectiveLink& link) {
   if (workers <= 1 || range.size() <= 0) return 0;
   std::int64_t total = 0;

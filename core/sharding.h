@@ -54,6 +54,10 @@ std::int64_t broadcast_ns(std::int64_t bytes, int workers, const CollectiveLink&
 // same tree, each collective paying the latency on every round (0 messages: the bytes alone, for a
 // share of collectives counted elsewhere).
 std::int64_t reduce_ns(std::int64_t bytes, std::int64_t messages, int workers, const CollectiveLink& link);
+// Whether a layer of this kind reads its parameters in backward, so that a stage-3 worker gathers
+// them for it: an embedding's backward reads the indices and its output's gradient, not the table.
+bool backward_reads_parameters(std::string_view kind);
+
 // Gathering the float32 elements `range` of the flat order of `elements` onto every worker: a
 // broadcast from each owner of its part, one after the other.
 std::int64_t gather_ns(ElementRange range, std::int64_t elements, int workers, const CollectiveLink& link);

@@ -432,6 +432,7 @@ struct ShardedParameters::State {
     std::int64_t parameters = 0;
     std::int64_t made = 0;  // gradients backward has made of them since they were gathered
     bool gathered = true;
+    bool for_backward = true;  // its backward reads them
   };
   std::vector<LayerShard> layers;
   std::vector<std::size_t> layer_of;  // per parameter
@@ -560,6 +561,7 @@ ShardedParameters::ShardedParameters(const models::Model& model, Workers& worker
   s.layers.resize(model.layers().size());
   for (std::size_t l = 0; l < model.layers().size(); ++l) {
     s.layers[l].elements = {elements, elements};
+    s.layers[l].for_backward = core::backward_reads_parameters(model.layers()[l].kind);
     for (const auto& p : model.layers()[l].parameters) {
       if (!p.requires_grad()) continue;
       if (std::any_of(s.parameters.begin(), s.parameters.end(), [&](const torch::Tensor& q) { return q.is_same(p); })) continue;
@@ -707,6 +709,10 @@ double ShardedParameters::broadcast() {
 void ShardedParameters::before(int layer) { state_->gather(static_cast<std::size_t>(layer)); }
 
 void ShardedParameters::after_forward(int layer) { state_->release(static_cast<std::size_t>(layer)); }
+
+void ShardedParameters::before_backward(int layer) {
+  if (state_->layers[static_cast<std::size_t>(layer)].for_backward) state_->gather(static_cast<std::size_t>(layer));
+}
 
 double ShardedParameters::gather_seconds() const { return state_->gather_seconds; }
 

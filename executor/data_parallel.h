@@ -192,6 +192,8 @@ class ShardedParameters final : public LayerParameterHooks {
   // Stage 3: LayerParameterHooks, and the seconds gathers took since start_step.
   void before(int layer) override;
   void after_forward(int layer) override;
+  // Not for a layer whose backward does not read its parameters (core::backward_reads_parameters).
+  void before_backward(int layer) override;
   double gather_seconds() const;
   // Every layer's parameters gathered (the run is over: worker 0 compares them), or let go of.
   void gather_all();

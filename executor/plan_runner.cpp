@@ -157,7 +157,7 @@ torch::Tensor PlanRunner::forward(const models::Batch& batch) {
       const int at = static_cast<int>(done);
       out.register_hook([this, name, hooks, at](torch::Tensor grad) {
         position_.layer = name;
-        if (hooks != nullptr) hooks->before(at);
+        if (hooks != nullptr) hooks->before_backward(at);
         return grad;
       });
     }

@@ -31,8 +31,10 @@ struct Position {
 class LayerParameterHooks {
  public:
   virtual ~LayerParameterHooks() = default;
-  // Before the layer's forward, its recompute and (outside a checkpointed block) its backward.
+  // Before the layer's forward and its recompute.
   virtual void before(int layer) = 0;
+  // Before its backward, outside a checkpointed block (whose recompute comes first).
+  virtual void before_backward(int layer) = 0;
   // After its forward (not its recompute, whose backward follows).
   virtual void after_forward(int layer) = 0;
 };

@@ -130,6 +130,7 @@ std::vector<ParameterGather> parameter_gathers(const LayerGraph& graph, const co
     const std::int64_t first = graph.trainable_bytes_before(layer) / 4;
     out[i].bytes = graph.trainable_bytes(layer);
     out[i].ns = core::gather_ns({first, first + out[i].bytes / 4}, elements, choice.workers(), choice.data_parallel->link);
+    out[i].for_backward = graph.backward_reads_parameters(layer);
   }
   return out;
 }
@@ -149,7 +150,7 @@ void add_parameter_gathers(std::vector<Op>& ops, const std::vector<ParameterGath
       continue;
     }
     if (op.kind != OpKind::Forward && op.kind != OpKind::ForwardNoGrad && op.kind != OpKind::Recompute &&
-        op.kind != OpKind::Backward) {
+        (op.kind != OpKind::Backward || !gather.for_backward)) {
       continue;
     }
     op.duration_ns += gather.ns;
@@ -164,10 +165,12 @@ void add_parameter_gathers(std::vector<Op>& ops, const std::vector<ParameterGath
   }
 }
 
-std::int64_t parameter_gather_step_ns(const LayerGraph& graph, const core::StepChoice& choice) {
-  std::int64_t per_micro_batch = 0;
-  for (const ParameterGather& gather : parameter_gathers(graph, choice)) per_micro_batch += 2 * gather.ns;
-  return per_micro_batch * static_cast<std::int64_t>(choice.worker_micro_batches(0).size());
+std::int64_t parameter_gather_step_ns(const StepSequence& seq) {
+  std::int64_t total = 0;
+  for (const auto& segment : seq.segments) {
+    for (const Op& op : seq.ops[segment.ops]) total += op.gather_ns * segment.repeat;
+  }
+  return total;
 }
 
 std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const core::StepChoice& choice) {
@@ -331,7 +334,7 @@ class DataParallel final : public Technique {
       }
       if (step.choice.data_parallel->shard_stage >= 3) {
         parts[std::string(core::kParameterGatherSecondsPart)] =
-            static_cast<double>(parameter_gather_step_ns(step.graph, step.choice)) * 1e-9;
+            static_cast<double>(parameter_gather_step_ns(seq)) * 1e-9;
       }
       return;
     }

@@ -80,17 +80,18 @@ std::int64_t worker_optimizer_transient_bytes(const core::CostModel& costs, cons
 // Stage 3, per layer: the bytes of its trainable parameters, which worker 0 gathers from their
 // owners before the layer's forward and again before its backward (or its recompute, which keeps them
 // for the backward) and lets go of after each, and the broadcasts each gather takes (empty below
-// stage 3).
+// stage 3). A layer whose backward does not read them (an embedding) is not gathered for it.
 struct ParameterGather {
   std::int64_t bytes = 0;
   std::int64_t ns = 0;
+  bool for_backward = true;
 };
 std::vector<ParameterGather> parameter_gathers(const LayerGraph& graph, const core::StepChoice& choice);
 // The gathers in a micro-batch's layer ops (in the order they run): each op holds and waits for its
 // layer's, a recompute keeps them for its layer's backward, which lets go of them.
 void add_parameter_gathers(std::vector<Op>& ops, const std::vector<ParameterGather>& gathers);
-// A step's gathers: every layer's twice in each of worker 0's micro-batches.
-std::int64_t parameter_gather_step_ns(const LayerGraph& graph, const core::StepChoice& choice);
+// A step's gathers: each micro-batch's, as its ops run them.
+std::int64_t parameter_gather_step_ns(const StepSequence& seq);
 // Worker 0's parameters: all of them, or at stage 3 its range of those that train and every frozen one.
 std::int64_t worker_parameter_bytes(const core::CostModel& costs, const core::StepChoice& choice);
 

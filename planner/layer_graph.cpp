@@ -8,6 +8,7 @@
 
 #include "core/errors.h"
 #include "core/known_names.h"
+#include "core/sharding.h"
 
 namespace headroom::planner {
 
@@ -153,7 +154,10 @@ LayerGraph::LayerGraph(const core::Trace& trace)
       buffer_copies_(trace.layers.size(), false), saved_(trace.layers.size(), false) {
   trained_before_.reserve(trace.layers.size() + 1);
   trained_before_.push_back(0);
-  for (const auto& layer : trace.layers) trained_before_.push_back(trained_before_.back() + layer.trainable_param_bytes());
+  for (const auto& layer : trace.layers) {
+    trained_before_.push_back(trained_before_.back() + layer.trainable_param_bytes());
+    backward_reads_.push_back(core::backward_reads_parameters(layer.kind));
+  }
   for (const auto& layer : trace.layers) {
     inputs_[static_cast<std::size_t>(layer.id)] = layer.inputs;
     // Only a residual add is known to pass its gradient on; any other layer is taken to make new

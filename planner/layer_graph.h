@@ -95,9 +95,12 @@ class LayerGraph {
   }
   std::int64_t trainable_bytes_before(int layer) const { return trained_before_[static_cast<std::size_t>(layer)]; }
   std::int64_t trainable_bytes() const { return trained_before_.back(); }
+  // Whether the layer's backward reads its parameters (core::backward_reads_parameters).
+  bool backward_reads_parameters(int layer) const { return backward_reads_[static_cast<std::size_t>(layer)]; }
 
  private:
   std::vector<std::int64_t> trained_before_;  // size() + 1 prefix sums
+  std::vector<bool> backward_reads_;
   std::vector<std::vector<int>> readers_;
   std::vector<std::vector<int>> inputs_;
   std::vector<bool> hands_gradient_on_;  // a residual add: its backward passes its output's gradient on as it is

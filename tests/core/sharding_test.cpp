@@ -52,6 +52,9 @@ TEST(Sharding, AGatherIsABroadcastFromEachOwnerOfAPart) {
   const core::CollectiveLink link = core::parse_link("1GB/s,10us");
   EXPECT_EQ(core::shard_stage_name(3), "stage 3 (optimizer state, gradients and parameters sharded)");
   EXPECT_THROW(core::shard_stage_name(core::kMaxShardStage + 1), std::logic_error);
+  // An embedding's backward reads no table: it is gathered for its forward alone.
+  EXPECT_FALSE(core::backward_reads_parameters("embedding"));
+  EXPECT_TRUE(core::backward_reads_parameters("linear"));
   // 1000 elements over 2 workers: 0-499 and 500-999.
   EXPECT_EQ(core::gather_ns({100, 300}, 1000, 2, link), core::broadcast_ns(800, 2, link));
   EXPECT_EQ(core::gather_ns({400, 700}, 1000, 2, link), core::broadcast_ns(400, 2, link) + core::broadcast_ns(800, 2, link));
