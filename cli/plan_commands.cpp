@@ -94,6 +94,17 @@ void set_link_and_buckets(const PlanArgs& args, const core::Trace& trace, planne
   }
 }
 
+// Where a shard stage's collectives are in worker 0's simulated timeline.
+const char* collectives_in_timeline(int shard_stage) {
+  if (shard_stage >= 3) {
+    return "each layer's gathers on the collective lane before it (their memory a band of its own), each backward "
+           "including its gradients' reduces";
+  }
+  if (shard_stage == 2) return "each backward including its gradients' reduces, the optimizer the parameters' broadcast";
+  if (shard_stage == 1) return "the gradients' all-reduce on the collective lane, the optimizer including the parameters' broadcast";
+  return "the gradients' all-reduce on the collective lane";
+}
+
 // --shard: unset or "auto" leaves the stage to the search; a stage is checked against the trace.
 std::optional<int> shard_stage_from_flag(const PlanArgs& args, const core::Trace& trace, const planner::PlanRequest& request) {
   if (args.shard.empty()) return std::nullopt;
@@ -326,16 +337,8 @@ int run_simulate(const SimulateArgs& args) {
   std::printf("samples/s        %-14.2f %-14.2f\n", plan.predicted.samples_per_second, sim.samples_per_second());
   std::printf("peak at          %s\n", peak_at.c_str());
   if (const auto& dp = plan.choice.data_parallel) {
-    // Where each stage's collectives are in worker 0's timeline.
-    const char* collectives = dp->shard_stage >= 3 ? "each layer's task includes its parameters' gathers (their memory a band "
-                                                     "of its own), each backward its gradients' reduces"
-                              : dp->shard_stage == 2 ? "each backward's task includes its gradients' reduces, the optimizer's "
-                                                       "the parameters' broadcast"
-                              : dp->shard_stage == 1 ? "the gradients' all-reduce on the collective lane, the optimizer's task "
-                                                       "includes the parameters' broadcast"
-                                                     : "the gradients' all-reduce on the collective lane";
     std::printf("workers          %d, %s: worker 0's step; %s\n", dp->workers, core::shard_stage_name(dp->shard_stage).c_str(),
-                collectives);
+                collectives_in_timeline(dp->shard_stage));
   }
   return 0;
 }
