@@ -16,6 +16,11 @@ std::string shard_stage_name(int stage) {
   }
 }
 
+ElementRange overlap(ElementRange a, ElementRange b) {
+  const std::int64_t begin = std::max(a.begin, b.begin);
+  return {begin, std::max(begin, std::min(a.end, b.end))};
+}
+
 ElementRange owned_elements(std::int64_t elements, int workers, int rank) {
   if (workers < 1 || rank < 0 || rank >= workers || elements < 0) throw std::logic_error("owned_elements: bad worker or count");
   const std::int64_t each = (elements + workers - 1) / workers;
@@ -54,8 +59,7 @@ std::int64_t gather_ns(ElementRange range, std::int64_t elements, int workers, c
   if (workers <= 1 || range.size() <= 0) return 0;
   std::int64_t total = 0;
   for (int r = 0; r < workers; ++r) {
-    const ElementRange owned = owned_elements(elements, workers, r);
-    const std::int64_t part = std::min(range.end, owned.end) - std::max(range.begin, owned.begin);
+    const std::int64_t part = overlap(range, owned_elements(elements, workers, r)).size();
     if (part > 0) total += broadcast_ns(4 * part, workers, link);
   }
   return total;

@@ -28,6 +28,8 @@ struct ElementRange {
   std::int64_t size() const { return end - begin; }
   bool operator==(const ElementRange&) const = default;
 };
+// The elements two ranges share (empty, begin == end, where they share none).
+ElementRange overlap(ElementRange a, ElementRange b);
 // Worker `rank`'s range of `elements` over `workers`: ceil(elements / workers) each, the last ones
 // shorter (empty where there are more workers than elements). Worker 0 owns the most.
 ElementRange owned_elements(std::int64_t elements, int workers, int rank);

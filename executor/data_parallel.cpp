@@ -486,9 +486,8 @@ struct ShardedParameters::State {
   template <typename F>
   void for_each_owner(std::int64_t first, std::int64_t end, F part) const {
     for (std::size_t r = 0; r < ranges.size(); ++r) {
-      const std::int64_t from = std::max(first, ranges[r].begin);
-      const std::int64_t to = std::min(end, ranges[r].end);
-      if (from < to) part(static_cast<int>(r), from, to);
+      const core::ElementRange shared = core::overlap({first, end}, ranges[r]);
+      if (shared.size() > 0) part(static_cast<int>(r), shared.begin, shared.end);
     }
   }
 
@@ -605,9 +604,10 @@ ShardedParameters::ShardedParameters(const models::Model& model, Workers& worker
   if (stage >= 3) {
     for (std::size_t l = 0; l < s.layers.size(); ++l) {
       const State::LayerShard& layer = s.layers[l];
-      const std::int64_t from = std::max(layer.elements.begin, mine.begin);
-      const std::int64_t to = std::min(layer.elements.end, mine.end);
-      if (from < to) s.owned.narrow(0, from - mine.begin, to - from).copy_(layer.values.narrow(0, from - layer.elements.begin, to - from));
+      const core::ElementRange kept = core::overlap(layer.elements, mine);
+      if (kept.size() > 0) {
+        s.owned.narrow(0, kept.begin - mine.begin, kept.size()).copy_(layer.values.narrow(0, kept.begin - layer.elements.begin, kept.size()));
+      }
       s.release(l);
     }
   }

@@ -95,7 +95,7 @@ class Workers {
   void release_last_collective();
   // Throws std::runtime_error naming the ranks whose parameters differ from rank 0's, bit for bit.
   void check_weights_agree(const std::vector<torch::Tensor>& parameters, const std::string& when);
-  // The same for a digest of them each worker made (weights_digest).
+  // The same for a digest of them each worker made (WeightsDigest).
   void check_digests_agree(std::int64_t digest, const std::string& when);
 
  private:

@@ -88,11 +88,16 @@ int shard_stage(const core::StepChoice& choice) { return choice.data_parallel ? 
 // The trainable parameters' elements: sharding runs in fp32 (plan_search checks), 4 bytes each.
 std::int64_t trainable_elements(const core::CostModel& costs) { return costs.gradient_bytes() / 4; }
 
-// Worker 0's share of the trainable elements (the most any worker owns).
+// The trainable elements worker 0 owns (the most any worker owns).
+std::int64_t worker_zero_elements(const core::CostModel& costs, const core::StepChoice& choice) {
+  return core::owned_elements(trainable_elements(costs), choice.workers(), 0).size();
+}
+
+// Worker 0's share of the trainable elements.
 double owned_share(const core::CostModel& costs, const core::StepChoice& choice) {
   const std::int64_t elements = trainable_elements(costs);
   if (shard_stage(choice) == 0 || elements == 0) return 1.0;
-  return static_cast<double>(core::owned_elements(elements, choice.workers(), 0).size()) / static_cast<double>(elements);
+  return static_cast<double>(worker_zero_elements(costs, choice)) / static_cast<double>(elements);
 }
 
 std::int64_t scaled(std::int64_t value, double share) { return std::llround(static_cast<double>(value) * share); }
@@ -107,12 +112,12 @@ std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::Ste
   if (shard_stage(choice) < 2) return costs.gradient_bytes();
   // Its range's, and the two buffers gradients are reduced from.
   const std::int64_t buffer = std::min(costs.trace().optimizer.largest_param_elements, core::kShardedReducePieceElements);
-  return 4 * (core::owned_elements(trainable_elements(costs), choice.workers(), 0).size() + 2 * buffer);
+  return 4 * (worker_zero_elements(costs, choice) + 2 * buffer);
 }
 
 std::int64_t worker_parameter_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
   if (shard_stage(choice) < 3) return costs.param_bytes();
-  return costs.param_bytes() - costs.gradient_bytes() + 4 * core::owned_elements(trainable_elements(costs), choice.workers(), 0).size();
+  return costs.param_bytes() - costs.gradient_bytes() + 4 * worker_zero_elements(costs, choice);
 }
 
 std::int64_t worker_static_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
@@ -247,7 +252,7 @@ std::int64_t worker_optimizer_transient_bytes(const core::CostModel& costs, cons
   const std::int64_t largest = costs.trace().optimizer.largest_param_elements;
   if (shard_stage(choice) == 0 || largest == 0) return whole;
   // Temporaries scale with the tensor stepped: the largest piece of worker 0's range.
-  const std::int64_t owned = core::owned_elements(trainable_elements(costs), choice.workers(), 0).size();
+  const std::int64_t owned = worker_zero_elements(costs, choice);
   const std::int64_t piece = std::min({core::kShardedOptimizerPieceElements, owned, largest});
   return std::min(whole, scaled(whole, static_cast<double>(piece) / static_cast<double>(largest)));
 }

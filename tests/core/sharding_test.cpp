@@ -47,6 +47,13 @@ TEST(Sharding, ABroadcastIsOneMessagePerRoundOfItsTree) {
   EXPECT_EQ(core::reduce_ns(1'000'000, 2, 2, measured), 2 * 70'000 + 2'000'000);
 }
 
+TEST(Sharding, TwoRangesShareTheirOverlap) {
+  EXPECT_EQ(core::overlap({0, 10}, {5, 20}), (core::ElementRange{5, 10}));
+  EXPECT_EQ(core::overlap({5, 20}, {0, 10}), (core::ElementRange{5, 10}));
+  EXPECT_EQ(core::overlap({0, 5}, {5, 9}).size(), 0);
+  EXPECT_EQ(core::overlap({0, 3}, {7, 9}).size(), 0);
+}
+
 // Stage 3 gathers a layer's elements with a broadcast from each owner of a part of them.
 TEST(Sharding, AGatherIsABroadcastFromEachOwnerOfAPart) {
   const core::CollectiveLink link = core::parse_link("1GB/s,10us");
