@@ -84,14 +84,14 @@ void wait_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::stri
 }
 
 core::CollectiveLink measure_loopback_link() {
-  constexpr int kRepeats = 7;
   const std::vector<std::int64_t> sizes{std::int64_t{4} << 10, std::int64_t{64} << 10, std::int64_t{1} << 20,
                                         std::int64_t{4} << 20, std::int64_t{16} << 20};
-  // The all-reduce data parallel runs, and the broadcast and reduce (to worker 0) a sharded step
-  // runs, each waited for as the executor waits for it.
+  // The all-reduce data parallel runs, and the broadcast and reduce a sharded step runs, each
+  // waited for as the executor waits for it.
   enum Collective { kAllReduce, kBroadcast, kReduce, kCollectives };
   auto store = c10::make_intrusive<c10d::HashStore>();
-  // Per collective and size, each worker's median: the slower one is what a step waits for.
+  // Per collective and size, each worker's mean time in a stream of them: the slower is what a step
+  // waits for.
   std::vector<std::vector<std::array<double, 2>>> seconds(kCollectives, std::vector<std::array<double, 2>>(sizes.size()));
   std::exception_ptr failure;
   const auto worker = [&](int rank) {
@@ -100,23 +100,31 @@ core::CollectiveLink measure_loopback_link() {
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       options->threads = 1;
       auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, 2, options);
-      const auto run = [&](int collective, std::vector<at::Tensor>& tensors) {
+      // A sharded step's broadcasts and reduces come from and go to each owner in turn.
+      const auto run = [&](int collective, std::vector<at::Tensor>& tensors, int root) {
         if (collective == kAllReduce) return group->allreduce(tensors);
-        if (collective == kBroadcast) return group->broadcast(tensors, c10d::BroadcastOptions{});
-        return group->reduce(tensors, c10d::ReduceOptions{});
+        if (collective == kBroadcast) {
+          c10d::BroadcastOptions broadcast;
+          broadcast.rootRank = root;
+          return group->broadcast(tensors, broadcast);
+        }
+        c10d::ReduceOptions reduce;
+        reduce.rootRank = root;
+        return group->reduce(tensors, reduce);
       };
       for (int c = 0; c < kCollectives; ++c) {
         for (std::size_t k = 0; k < sizes.size(); ++k) {
           std::vector<at::Tensor> tensors{torch::ones({sizes[k] / 4}, torch::kFloat32)};
-          run(c, tensors)->wait();  // warm: connections, buffers
-          std::vector<double> times;
-          for (int r = 0; r < kRepeats; ++r) {
-            group->barrier()->wait();
-            const auto start = std::chrono::steady_clock::now();
-            run(c, tensors)->wait();
-            times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-          }
-          seconds[static_cast<std::size_t>(c)][k][static_cast<std::size_t>(rank)] = core::median(times);
+          run(c, tensors, 0)->wait();  // warm: connections, buffers
+          // A step runs hundreds of collectives back to back, and what it waits for is their mean:
+          // on a loaded host a few in ten wait milliseconds for a thread to be woken, which a
+          // median over a few isolated ones hides.
+          const int repeats = static_cast<int>(std::clamp<std::int64_t>((std::int64_t{256} << 20) / sizes[k], 8, 100));
+          group->barrier()->wait();
+          const auto start = std::chrono::steady_clock::now();
+          for (int r = 0; r < repeats; ++r) run(c, tensors, r % 2)->wait();
+          seconds[static_cast<std::size_t>(c)][k][static_cast<std::size_t>(rank)] =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeats;
         }
       }
     } catch (...) {
