@@ -280,7 +280,10 @@ nlohmann::json chrome_trace(const core::Schedule& schedule, const Simulation& si
       args["last_micro_batch"] = first.micro_batch + r.times - 1;
     }
     const std::int64_t second = core::saturating_add(r.start_ns, r.period_ns);
-    out.add_span(kPid, static_cast<int>(first.stream) + 1, repetitions_name(first, r.times), "repeat", second,
+    // A stage-3 micro-batch starts with a gather, which every worker's lane draws: its repetitions
+    // go on the compute lane with the micro-batch's work.
+    const core::Stream lane = first.stream == core::Stream::Collective ? core::Stream::Compute : first.stream;
+    out.add_span(kPid, static_cast<int>(lane) + 1, repetitions_name(first, r.times), "repeat", second,
                  r.end_ns - second, std::move(args));
   }
   next_repeat = 0;
