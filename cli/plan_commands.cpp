@@ -97,10 +97,13 @@ void set_link_and_buckets(const PlanArgs& args, const core::Trace& trace, planne
 // Where a shard stage's collectives are in worker 0's simulated timeline.
 const char* collectives_in_timeline(int shard_stage) {
   if (shard_stage >= 3) {
-    return "each layer's gathers on the collective lane before it (their memory a band of its own), each backward "
-           "including its gradients' reduces";
+    return "each layer's gathers on the collective lane before it (their memory a band of its own), the gradients' "
+           "reduces there too, after the backward filling their buffer";
   }
-  if (shard_stage == 2) return "each backward including its gradients' reduces, the optimizer the parameters' broadcast";
+  if (shard_stage == 2) {
+    return "the gradients' reduces on the collective lane, after the backward filling their buffer, the optimizer "
+           "including the parameters' broadcast";
+  }
   if (shard_stage == 1) return "the gradients' all-reduce on the collective lane, the optimizer including the parameters' broadcast";
   return "the gradients' all-reduce on the collective lane";
 }

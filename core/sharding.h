@@ -45,8 +45,8 @@ inline constexpr std::string_view kGradientReduceSecondsPart = "gradient_reduce_
 // ... and at stage 3 its layers' parameter gathers over the step (every micro-batch's).
 inline constexpr std::string_view kParameterGatherSecondsPart = "parameter_gather_seconds";
 
-// A stage-2 worker reduces a gradient from buffers of at most this many elements (two of them),
-// a larger gradient piece by piece.
+// A stage-2 worker packs gradients, as backward makes them, into two buffers of at most this many
+// elements (no more than the largest parameter's), and reduces a buffer to its owners once it is full.
 inline constexpr std::int64_t kShardedReducePieceElements = std::int64_t{1} << 20;
 
 // A broadcast (one worker's bytes to every other) over `workers`: a binomial tree, ceil(log2 N)

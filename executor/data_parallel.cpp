@@ -411,21 +411,25 @@ struct ShardedParameters::State {
   torch::Tensor flat_grad;                // stage 1: their gradients
   torch::Tensor owned_grad;               // stage 2: the gradients of this worker's range
   // Stage 2: the buffers gradients are reduced from, each as large as the largest parameter or
-  // core::kShardedReducePieceElements, two so that one piece's reduce runs while the next is staged. (Reduced from the gradient itself,
+  // core::kShardedReducePieceElements. Gradients are packed into one in the order backward makes
+  // them and reduced together once it is full (and at a micro-batch's end), a collective per run of
+  // parts with one owner; the other buffer is filled meanwhile. (Reduced from the gradient itself,
   // it would outlive its reduce: Gloo's worker thread lets go of a collective's tensors only once
-  // the next one runs.) Each with the reduces in flight from it and, for the parts this worker owns,
-  // where they go in its range.
+  // the next one runs.)
   struct Slot {
     torch::Tensor buffer;
-    struct InFlight {
-      c10::intrusive_ptr<c10d::Work> work;
-      torch::Tensor part;
-      std::int64_t owned_at = -1;  // offset in owned_grad, or -1: another worker's part
+    std::int64_t filled = 0;
+    struct Part {
+      int owner = 0;
+      std::int64_t at = 0;  // in the buffer
+      std::int64_t length = 0;
+      std::int64_t element = 0;  // its first, in the flat order
     };
-    std::vector<InFlight> in_flight;
+    std::vector<Part> parts;
+    std::vector<c10::intrusive_ptr<c10d::Work>> in_flight;
   };
   std::array<Slot, 2> slots;
-  std::size_t next_slot = 0;
+  std::size_t filling = 0;  // the slot gradients are packed into
   std::vector<torch::Tensor> pieces;      // this worker's range, as the optimizer steps it
   std::vector<core::ElementRange> ranges;  // every worker's
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: the hooks live on them
@@ -499,46 +503,62 @@ struct ShardedParameters::State {
     }
   }
 
-  // Waits for the slot's reduces and adds the parts this worker owns into its range.
+  // Waits for the slot's reduces and adds the parts this worker owns into its range; the slot is empty.
   void finish(Slot& slot) {
-    for (auto& in_flight : slot.in_flight) {
-      wait_collective(in_flight.work, "a gradient's reduce");
-      if (in_flight.owned_at >= 0) owned_grad.narrow(0, in_flight.owned_at, in_flight.part.numel()).add_(in_flight.part);
+    for (auto& work : slot.in_flight) wait_collective(work, "a gradient's reduce");
+    for (const auto& part : slot.parts) {
+      if (part.owner != workers->rank()) continue;
+      owned_grad.narrow(0, part.element - mine().begin, part.length).add_(slot.buffer.narrow(0, part.at, part.length));
     }
     slot.in_flight.clear();
+    slot.parts.clear();
+    slot.filled = 0;
   }
 
-  // Elements [first, end) of the flat order, copied into the next slot (once that slot's reduces are
-  // done); the reduces of their parts to their owners start.
-  void send(const torch::Tensor& flat_gradient, std::int64_t first, std::int64_t end, std::int64_t offset) {
-    Slot& slot = slots[next_slot];
-    next_slot = (next_slot + 1) % slots.size();
-    finish(slot);
-    torch::Tensor staged = slot.buffer.narrow(0, 0, end - first);
-    staged.copy_(flat_gradient.narrow(0, first - offset, end - first));
-    for_each_owner(first, end, [&](int r, std::int64_t from, std::int64_t to) {
-      std::vector<at::Tensor> part{staged.narrow(0, from - first, to - from)};
+  // The filling slot's reduces start, one per run of parts with one owner; the other slot, once its
+  // reduces are done, is filled next.
+  void send() {
+    Slot& slot = slots[filling];
+    for (std::size_t first = 0; first < slot.parts.size();) {
+      std::size_t end = first + 1;
+      while (end < slot.parts.size() && slot.parts[end].owner == slot.parts[first].owner) ++end;
+      const std::int64_t at = slot.parts[first].at;
+      std::vector<at::Tensor> run{slot.buffer.narrow(0, at, slot.parts[end - 1].at + slot.parts[end - 1].length - at)};
       c10d::ReduceOptions options;
-      options.rootRank = r;
-      auto work = named_as_collective("a gradient's reduce to worker " + std::to_string(r),
-                                      [&] { return workers->group().reduce(part, options); });
-      slot.in_flight.push_back({std::move(work), part.front(), r == workers->rank() ? from - mine().begin : -1});
+      options.rootRank = slot.parts[first].owner;
+      slot.in_flight.push_back(named_as_collective("a gradient's reduce to worker " + std::to_string(options.rootRank),
+                                                   [&] { return workers->group().reduce(run, options); }));
+      first = end;
+    }
+    filling = (filling + 1) % slots.size();
+    finish(slots[filling]);
+  }
+
+  // Elements [first, end) of the flat order, packed into the filling slot (sent whenever it is full).
+  void pack(const torch::Tensor& flat_gradient, std::int64_t first, std::int64_t end) {
+    for_each_owner(first, end, [&](int r, std::int64_t from, std::int64_t to) {
+      for (std::int64_t at = from; at < to;) {
+        Slot& slot = slots[filling];
+        const std::int64_t n = std::min(to - at, slot.buffer.numel() - slot.filled);
+        slot.buffer.narrow(0, slot.filled, n).copy_(flat_gradient.narrow(0, at - first, n));
+        slot.parts.push_back({r, slot.filled, n, at});
+        slot.filled += n;
+        at += n;
+        if (slot.filled == slot.buffer.numel()) send();
+      }
     });
   }
 
-  // Stage 2: parameter k's gradient, just made, sent in pieces of at most a slot and let go;
-  // backward goes on while the last pieces' reduces run.
+  // Stage 2: parameter k's gradient, just made, packed for its reduce and let go; backward goes on
+  // while the reduces run. A micro-batch's last gradient sends what is packed.
   void reduce(std::size_t k) {
     if (!reducing) return;
     const auto start = std::chrono::steady_clock::now();
     torch::Tensor& p = parameters[k];
-    const torch::Tensor gradient = p.grad().reshape({-1});
-    const std::int64_t piece = slots.front().buffer.numel();
-    for (std::int64_t at = offsets[k]; at < offsets[k] + p.numel(); at += piece) {
-      send(gradient, at, std::min(at + piece, offsets[k] + p.numel()), offsets[k]);
-    }
+    pack(p.grad().reshape({-1}), offsets[k], offsets[k] + p.numel());
     p.mutable_grad() = torch::Tensor();
     ++reduced;
+    if (reduced % static_cast<std::int64_t>(parameters.size()) == 0 && slots[filling].filled > 0) send();
     reduce_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // Stage 3: the layer's last gradient made, its backward is done with its parameters.
     if (stage >= 3) {

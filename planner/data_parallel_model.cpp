@@ -1,6 +1,7 @@
 #include "planner/data_parallel_model.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <string>
 
@@ -108,11 +109,14 @@ std::int64_t worker_optimizer_state_bytes(const core::CostModel& costs, const co
   return scaled(costs.optimizer_state_bytes(), owned_share(costs, choice));
 }
 
+std::int64_t reduce_slot_elements(const core::CostModel& costs) {
+  return std::min(costs.trace().optimizer.largest_param_elements, core::kShardedReducePieceElements);
+}
+
 std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
   if (shard_stage(choice) < 2) return costs.gradient_bytes();
   // Its range's, and the two buffers gradients are reduced from.
-  const std::int64_t buffer = std::min(costs.trace().optimizer.largest_param_elements, core::kShardedReducePieceElements);
-  return 4 * (worker_zero_elements(costs, choice) + 2 * buffer);
+  return 4 * (worker_zero_elements(costs, choice) + 2 * reduce_slot_elements(costs));
 }
 
 std::int64_t worker_parameter_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
@@ -182,45 +186,57 @@ std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const
   if (shard_stage(choice) < 2) return {};
   const core::Trace& trace = costs.trace();
   std::vector<std::int64_t> out(trace.layers.size(), 0);
-  std::int64_t layers_with_parameters = 0;
-  for (const auto& layer : trace.layers) layers_with_parameters += layer.trainable_param_bytes() > 0;
-  if (layers_with_parameters == 0) return out;
-  // One reduce per tensor and per range boundary inside one; the trace counts tensors, not which
-  // layer holds them, so the collectives are spread evenly over the layers that train.
-  // A tensor larger than a buffer goes in pieces: at most one more collective per buffer's worth.
-  const std::int64_t pieces = trainable_elements(costs) / core::kShardedReducePieceElements;
-  const double collectives = static_cast<double>(trace.optimizer.param_tensors + pieces + choice.workers() - 1) /
-                             static_cast<double>(layers_with_parameters);
+  const std::int64_t elements = trainable_elements(costs);
+  const std::int64_t slot = reduce_slot_elements(costs);
+  if (elements == 0 || slot <= 0) return out;
+  // Backward makes the gradients from the last layer's to the first's, and a worker packs them into
+  // a buffer in that order: buffer s holds elements [E - (s+1)·slot, E - s·slot) of the flat order,
+  // reduced once the layer holding its first element has made its gradients, a collective per
+  // owner whose range it spans.
+  std::vector<std::int64_t> layer_end(trace.layers.size());
+  std::int64_t before = 0;
+  for (std::size_t i = 0; i < trace.layers.size(); ++i) layer_end[i] = before += trace.layers[i].trainable_param_bytes() / 4;
   const core::CollectiveLink& link = choice.data_parallel->link;
-  double carried = 0;  // the fractions of collectives rounded away so far
-  for (std::size_t i = 0; i < trace.layers.size(); ++i) {
-    const std::int64_t bytes = trace.layers[i].trainable_param_bytes();
-    if (bytes == 0) continue;
-    carried += collectives;
-    const auto messages = static_cast<std::int64_t>(carried);
-    carried -= static_cast<double>(messages);
-    out[i] = core::reduce_ns(bytes, messages, choice.workers(), link);
+  for (std::int64_t end = elements; end > 0; end -= slot) {
+    const core::ElementRange packed{std::max<std::int64_t>(0, end - slot), end};
+    std::int64_t owners = 0;
+    for (int r = 0; r < choice.workers(); ++r) {
+      owners += core::overlap(packed, core::owned_elements(elements, choice.workers(), r)).size() > 0;
+    }
+    const auto holder = std::upper_bound(layer_end.begin(), layer_end.end(), packed.begin) - layer_end.begin();
+    out[std::min(static_cast<std::size_t>(holder), out.size() - 1)] += core::reduce_ns(4 * packed.size(), owners, choice.workers(), link);
   }
   return out;
 }
 
-std::int64_t reduces_past_backward_ns(const std::vector<Op>& ops, const std::vector<std::int64_t>& reduce_ns) {
-  if (reduce_ns.empty()) return 0;
+bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>& reduce_ns) {
+  bool any = false;
+  for (Op& op : ops) {
+    if (op.kind != OpKind::Backward || op.layer < 0 || reduce_ns.empty()) continue;
+    op.reduce_ns = reduce_ns[static_cast<std::size_t>(op.layer)];
+    any = any || op.reduce_ns > 0;
+  }
+  return any;
+}
+
+std::int64_t collectives_past_compute_ns(const std::vector<Op>& ops) {
   std::int64_t clock = 0, compute = 0, link_free = 0;
   std::array<std::int64_t, 2> buffer_free{0, 0};  // when each buffer's last reduce ends
   std::size_t next = 0;
   for (const Op& op : ops) {
-    clock += op.duration_ns;
+    if (op.kind == OpKind::CollectiveWait) continue;
     compute += op.duration_ns;
-    if (op.kind != OpKind::Backward || op.layer < 0) continue;
-    const std::int64_t ns = reduce_ns[static_cast<std::size_t>(op.layer)];
-    if (ns == 0) continue;
-    // The layer's gradients take the next buffer once its reduce is done: backward waits for it.
-    std::int64_t& free = buffer_free[next];
+    if (op.gather_ns > 0) {
+      clock = std::max(clock, link_free) + op.gather_ns;
+      link_free = clock;
+    }
+    clock += op.duration_ns - op.gather_ns;
+    if (op.reduce_ns == 0) continue;
+    // The filled buffer's reduces start; backward fills the other one once the reduces from it are done.
+    link_free = std::max(clock, link_free) + op.reduce_ns;
+    buffer_free[next] = link_free;
     next = (next + 1) % buffer_free.size();
-    clock = std::max(clock, free);
-    link_free = std::max(clock, link_free) + ns;
-    free = link_free;
+    clock = std::max(clock, buffer_free[next]);
   }
   return std::max(clock, link_free) - compute;
 }
@@ -304,10 +320,10 @@ class DataParallel final : public Technique {
                                : dp.shard_stage >= 2 ? "the optimizer state and gradients"
                                                      : "the optimizer state";
       const std::string how =
-          dp.shard_stage >= 3 ? "(each gradient reduced to its owner as backward makes it) and steps them; each layer's"
+          dp.shard_stage >= 3 ? "(the gradients reduced to their owners as backward fills a buffer) and steps them; each layer's"
                                 " parameters are" + indent + "gathered from their owners before its forward and its backward"
                                 " (or recompute) and let go of after"
-          : dp.shard_stage >= 2 ? "(each gradient reduced to its owner as backward makes it), steps them and broadcasts them to"
+          : dp.shard_stage >= 2 ? "(the gradients reduced to their owners as backward fills a buffer), steps them and broadcasts them to"
                                   " the others"
                                 : "steps them and broadcasts them to the others";
       lines.push_back({"sharded", core::shard_stage_name(dp.shard_stage) + ": each worker keeps " + kept + " of " + share +

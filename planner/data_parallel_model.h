@@ -6,7 +6,8 @@
 // the simulator predict worker 0, which carries the largest share. Sharded (ZeRO's stages,
 // core/sharding.h), each worker keeps the optimizer state of its range of the parameters alone,
 // steps that range and broadcasts it to the others; at stage 2 it keeps its range's gradients
-// alone too, each gradient reduced to its owners inside the backward that makes it; at stage 3 its
+// alone too, the gradients packed into two buffers as backward makes them and reduced to their owners
+// as each fills, beside the backward that follows; at stage 3 its
 // range's parameters alone too, each layer's gathered from their owners for the layer's work.
 #include <cstdint>
 #include <vector>
@@ -62,15 +63,22 @@ std::int64_t worker_optimizer_ns(const core::CostModel& costs, const core::StepC
 // Worker 0's gradients: all of them, or at stage 2 its range's and the buffer it reduces each
 // gradient from.
 std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::StepChoice& choice);
-// Stage 2, per layer: the time its backward spends reducing its parameters' gradients to their
-// owners, one micro-batch's (empty below stage 2); and a step's, every micro-batch's.
+// Stage 2: the elements of each of the two buffers gradients are packed into for their reduces.
+std::int64_t reduce_slot_elements(const core::CostModel& costs);
+// Stage 2, per layer: the reduces of gradients to their owners that start once its backward has
+// made its gradients (the buffers it fills), one micro-batch's (empty below stage 2); and a
+// step's, every micro-batch's.
 std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const core::StepChoice& choice);
 std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const core::StepChoice& choice);
-// Stage 2: how much longer a micro-batch's ops (`ops`, in order) take for their reduces: each
-// layer's starts as its backward ends, after the one before on the link, and takes one of two
-// buffers, which backward waits for while the reduce two layers back still holds it; the
-// micro-batch ends once the last reduce has.
-std::int64_t reduces_past_backward_ns(const std::vector<Op>& ops, const std::vector<std::int64_t>& reduce_ns);
+// Stage 2-3: sets each backward's reduce_ns in a micro-batch's ops from `reduce_ns` (per layer);
+// whether any is set.
+bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>& reduce_ns);
+// Stage 2-3: how much longer a micro-batch's ops (`ops`, in order) take than their durations, for
+// the collectives on the worker's one communication thread, which runs them in the order they
+// start: a buffer's reduces as the backward filling it ends, then backward waits for the other
+// buffer's reduces before it fills that one; each gather (stage 3) after what is queued before it,
+// the layer's work after the gather; the micro-batch ends once its last reduce has.
+std::int64_t collectives_past_compute_ns(const std::vector<Op>& ops);
 // The broadcast alone (0 unsharded).
 std::int64_t parameter_broadcast_ns(const core::CostModel& costs, const core::StepChoice& choice);
 // The optimizer's temporaries on worker 0: sharded, as large as the largest piece it steps where the

@@ -26,6 +26,7 @@ const char* op_kind_name(OpKind kind) {
     case OpKind::ReleaseInput: return "input released";
     case OpKind::Optimizer: return "optimizer";
     case OpKind::GradientCache: return "gradient cache";
+    case OpKind::CollectiveWait: return "collective wait";
   }
   return "?";
 }
@@ -583,11 +584,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
       }
     }
     add_parameter_gathers(ops, gathers);
-    // A stage-2 worker's reduces that run past the backward starting them: its last backward waits.
-    if (const std::int64_t extra = reduces_past_backward_ns(ops, reduce_ns); extra > 0) {
-      const auto last = std::find_if(ops.rbegin(), ops.rend(), [](const Op& op) { return op.kind == OpKind::Backward; });
-      if (last != ops.rend()) last->duration_ns += extra;
-    }
+    if (add_gradient_reduces(ops, reduce_ns)) ops.push_back({OpKind::CollectiveWait, -1, collectives_past_compute_ns(ops), 0, 0});
     std::int64_t net = 0;
     for (std::size_t k = 1; k < ops.size(); ++k) net += ops[k].retained_bytes;
     ops.push_back({OpKind::ReleaseLeftovers, -1, 0, 0, -net});
@@ -674,7 +671,9 @@ class SequenceScheduler {
     std::size_t task_count = 0;
     for (const auto& segment : seq_.segments) {
       for (const Op& op : seq_.ops[segment.ops]) {
-        task_count += (op.layer >= 0 || op.kind == OpKind::Optimizer || op.kind == OpKind::GradientCache) + (op.gather_ns > 0);
+        task_count += (op.layer >= 0 || op.kind == OpKind::Optimizer || op.kind == OpKind::GradientCache ||
+                       op.kind == OpKind::CollectiveWait) +
+                      (op.gather_ns > 0) + (op.reduce_ns > 0);
       }
     }
     schedule_.tasks.reserve(task_count);
@@ -693,6 +692,17 @@ class SequenceScheduler {
   std::vector<int> optimizer_waits_for(const StepSequence::Segment& segment);
   void add_segment(const StepSequence::Segment& segment);
   core::Task task_of(const Op& op, int micro_batch) const;
+  // The next task on the compute thread (a gather's or a layer's), after the last one and what it waits for.
+  int push_next(core::Task task) {
+    if (previous_compute_ >= 0) task.dependencies.insert(task.dependencies.begin(), previous_compute_);
+    task.dependencies.insert(task.dependencies.end(), waits_for_buffer_.begin(), waits_for_buffer_.end());
+    waits_for_buffer_.clear();
+    previous_compute_ = static_cast<int>(schedule_.tasks.size());
+    schedule_.tasks.push_back(std::move(task));
+    return previous_compute_;
+  }
+  void add_reduce(const core::Task& backward, std::int64_t reduce_ns);
+  void add_collective_wait(int micro_batch);
 
   const core::CostModel& costs_;
   const core::StepChoice& choice_;
@@ -702,7 +712,41 @@ class SequenceScheduler {
   std::vector<int> last_task_of_op_;
   int previous_compute_ = -1;
   std::vector<core::MemoryChange> pending_start_;  // for the next task's start
+  // Stage 2-3: this micro-batch's reduces so far, and the one whose buffer the next reduce takes.
+  std::vector<int> reduces_;
+  std::vector<int> waits_for_buffer_;
 };
+
+// A stage-2-3 worker's reduce of the backward's gradients (the last task), on the collective stream
+// after what is queued there. It takes the buffer of the reduce two before it, which the compute
+// thread waits for before it goes on.
+void SequenceScheduler::add_reduce(const core::Task& backward, std::int64_t reduce_ns) {
+  core::Task reduce;
+  reduce.name = "reduce " + backward.name;
+  reduce.category = "reduce";
+  reduce.stream = core::Stream::Collective;
+  reduce.duration_ns = reduce_ns;
+  reduce.layer = backward.layer;
+  reduce.micro_batch = backward.micro_batch;
+  reduce.dependencies = {previous_compute_};
+  if (reduces_.size() >= 2) waits_for_buffer_.push_back(reduces_[reduces_.size() - 2]);
+  reduces_.push_back(static_cast<int>(schedule_.tasks.size()));
+  schedule_.tasks.push_back(std::move(reduce));
+}
+
+// The micro-batch ends once its last reduce has: a task of no time of its own on the compute stream.
+void SequenceScheduler::add_collective_wait(int micro_batch) {
+  core::Task wait;
+  wait.name = "wait for the reduces";
+  wait.category = op_kind_name(OpKind::CollectiveWait);
+  wait.micro_batch = micro_batch;
+  if (!reduces_.empty()) wait.dependencies = {reduces_.back()};
+  wait.at_start = std::move(pending_start_);
+  pending_start_.clear();
+  push_next(std::move(wait));
+  reduces_.clear();
+  waits_for_buffer_.clear();
+}
 
 // The optimizer follows the last backward and what techniques add after it (data parallel's last
 // bucket's all-reduce).
@@ -733,6 +777,7 @@ void SequenceScheduler::add_segment(const StepSequence::Segment& segment) {
       case OpKind::LoadInput: pending_start_.push_back({MemoryKind::Input, op.retained_bytes}); continue;
       case OpKind::ReleaseLeftovers: at_end_of_last({MemoryKind::Activation, op.retained_bytes}); continue;
       case OpKind::ReleaseInput: at_end_of_last({MemoryKind::Input, op.retained_bytes}); continue;
+      case OpKind::CollectiveWait: add_collective_wait(micro_batch); continue;
       default: break;
     }
     core::Task task = task_of(op, micro_batch);
@@ -748,18 +793,15 @@ void SequenceScheduler::add_segment(const StepSequence::Segment& segment) {
       gather.micro_batch = task.micro_batch;
       gather.at_start = std::move(pending_start_);
       pending_start_.clear();
-      if (previous_compute_ >= 0) gather.dependencies = {previous_compute_};
-      previous_compute_ = static_cast<int>(schedule_.tasks.size());
-      schedule_.tasks.push_back(std::move(gather));
+      push_next(std::move(gather));
       task.duration_ns -= op.gather_ns;
     }
     task.at_start.insert(task.at_start.begin(), pending_start_.begin(), pending_start_.end());
     pending_start_.clear();
-    if (previous_compute_ >= 0) task.dependencies = {previous_compute_};
-    if (op.kind == OpKind::Optimizer) task.dependencies.insert(task.dependencies.end(), waits_for.begin(), waits_for.end());
-    previous_compute_ = static_cast<int>(schedule_.tasks.size());
-    if (segment.keeps_input) last_task_of_op_[k] = previous_compute_;
-    schedule_.tasks.push_back(std::move(task));
+    if (op.kind == OpKind::Optimizer) task.dependencies = waits_for;
+    const int pushed = push_next(std::move(task));
+    if (segment.keeps_input) last_task_of_op_[k] = pushed;
+    if (op.reduce_ns > 0) add_reduce(schedule_.tasks[static_cast<std::size_t>(pushed)], op.reduce_ns);
   }
   const int made = static_cast<int>(schedule_.tasks.size()) - first_task;
   if (segment.repeat > 1 && made > 0) schedule_.repeats.push_back({first_task, made, segment.repeat});

@@ -20,7 +20,20 @@ namespace headroom::planner {
 // and the optimizer step.
 // GradientCache: a contrastive model's embedding cache and RNG states allocated or released (Inf-CL,
 // planner/infcl_model.h).
-enum class OpKind { Forward, ForwardNoGrad, Recompute, Backward, LoadInput, ReleaseLeftovers, ReleaseInput, Optimizer, GradientCache };
+// CollectiveWait: a sharded worker's (stage 2-3) micro-batch waiting, past its compute, for the
+// collectives it started (its gradients' reduces, and gathers queued behind them).
+enum class OpKind {
+  Forward,
+  ForwardNoGrad,
+  Recompute,
+  Backward,
+  LoadInput,
+  ReleaseLeftovers,
+  ReleaseInput,
+  Optimizer,
+  GradientCache,
+  CollectiveWait
+};
 
 struct Op {
   OpKind kind = OpKind::Forward;
@@ -34,6 +47,9 @@ struct Op {
   std::int64_t gathered_bytes = 0;
   std::int64_t kept_gathered_bytes = 0;
   std::int64_t gather_ns = 0;  // of duration_ns: the gather's, before the layer's work
+  // A stage-2-3 worker's backward: its layer's gradients' reduces to their owners, on the collective
+  // stream once it ends (not in duration_ns: CollectiveWait carries what the micro-batch waits for).
+  std::int64_t reduce_ns = 0;
 };
 
 const char* op_kind_name(OpKind kind);

@@ -121,7 +121,7 @@ void write_workers(std::ostream& out, const core::DataParallelReport& d, std::in
 void write_data_parallel(std::ostream& out, const core::DataParallelReport& d, std::int64_t predicted_peak_bytes) {
   out << "data parallel: " << d.world_size << " workers (c10d " << d.backend << "), ";
   if (d.shard_stage >= 2) {
-    out << "each gradient reduced to its owner as backward makes it";
+    out << "gradients reduced to their owners as backward fills a buffer";
   } else {
     out << "gradients in " << d.buckets << " bucket(s) of " << core::format_bytes(d.bucket_bytes) << " in all";
   }

@@ -155,7 +155,8 @@ TEST(DataParallel, TwoWorkersEndWithTheFullBatchWeights) { weights_equal_the_ful
 // broadcasts it; the weights are still the full batch's, every worker's the same.
 TEST(DataParallel, ShardedOptimizerStateEndsWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2, "1"); }
 TEST(DataParallel, ShardedOverThreeWorkersEndsWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(3, "1"); }
-// ZeRO's stage 2: each gradient reduced to its owner as backward makes it, every micro-batch.
+// ZeRO's stage 2: gradients packed into buffers as backward makes them, each buffer reduced to its
+// owners (a collective per owner whose range it spans) once full, every micro-batch.
 TEST(DataParallel, ShardedGradientsEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2, "2"); }
 TEST(DataParallel, ShardedGradientsOverThreeWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(3, "2"); }
 // ZeRO's stage 3: each layer's parameters gathered for its forward and backward, and for a

@@ -286,9 +286,9 @@ TEST(DataParallelPlan, StageOneShardsTheOptimizerState) {
   EXPECT_EQ(roomy.plan->choice.data_parallel->shard_stage, faster);
 }
 
-// ZeRO's stage 2: worker 0 keeps its range's gradients alone and no buckets; each layer's backward
-// takes longer by its gradients' reduces (one collective per tensor, spread over the layers that
-// train), every micro-batch; the simulator agrees with the prediction.
+// ZeRO's stage 2: worker 0 keeps its range's gradients alone and no buckets; a micro-batch takes
+// longer by its gradients' reduces (a buffer's after the backward that fills it), every micro-batch;
+// the simulator agrees with the prediction.
 TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   core::Trace trace = committed("cpu-gpt.json");
   trace.optimizer.param_tensors = 30;  // what a trace profiled since sharding records
@@ -310,9 +310,11 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   ASSERT_EQ(per_layer.size(), trace.layers.size());
   std::int64_t total = 0;
   for (const auto ns : per_layer) total += ns;
-  // 31 collectives (30 tensors, one range boundary) and one per buffer's worth of elements, every
-  // gradient byte once: one round for 2 workers.
-  const std::int64_t collectives = 31 + elements / core::kShardedReducePieceElements;
+  // Gradients packed into buffers of the largest tensor's elements: a collective per buffer, and one
+  // more for the buffer the two ranges meet in; every gradient byte once: one round for 2 workers.
+  const std::int64_t buffers = (elements + (1 << 20) - 1) >> 20;
+  ASSERT_NE(elements % (1 << 20), (elements + 1) / 2 % (1 << 20));  // the ranges meet inside a buffer
+  const std::int64_t collectives = buffers + 1;
   EXPECT_NEAR(static_cast<double>(total), static_cast<double>(core::reduce_ns(costs.gradient_bytes(), collectives, 2, link)), 50.0);
   EXPECT_EQ(planner::gradient_reduce_step_ns(costs, two), 2 * total);
   EXPECT_TRUE(planner::gradient_reduce_ns(costs, one).empty());
@@ -322,8 +324,13 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   // The reduces overlap the backward: a micro-batch takes longer by at most all of them, and at
   // least by the last one (nothing follows it).
   const auto seq = planner::step_sequence(costs, graph, one);
+  const auto with_reduces = [&](std::vector<std::int64_t> reduce_ns) {
+    std::vector<planner::Op> ops = seq.ops[seq.segments.front().ops];
+    EXPECT_TRUE(planner::add_gradient_reduces(ops, reduce_ns));
+    return ops;
+  };
   const auto& ops = seq.ops[seq.segments.front().ops];
-  const std::int64_t past = planner::reduces_past_backward_ns(ops, per_layer);
+  const std::int64_t past = planner::collectives_past_compute_ns(with_reduces(per_layer));
   EXPECT_LE(past, total);
   std::int64_t last = 0;
   for (const auto& op : ops) {
@@ -339,10 +346,24 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   for (const auto ns : planner::gradient_reduce_ns(costs, slow)) slow_total += ns;
   std::int64_t compute = 0;
   for (const auto& op : ops) compute += op.duration_ns;
-  EXPECT_GT(planner::reduces_past_backward_ns(ops, planner::gradient_reduce_ns(costs, slow)), slow_total - compute);
-  const auto sim = simulator::simulate(planner::build_schedule(costs, graph, two));
+  EXPECT_GT(planner::collectives_past_compute_ns(with_reduces(planner::gradient_reduce_ns(costs, slow))), slow_total - compute);
+  const core::Schedule schedule = planner::build_schedule(costs, graph, two);
+  const auto sim = simulator::simulate(schedule);
   EXPECT_EQ(sim.peak_bytes, p2.peak_bytes);
   EXPECT_EQ(sim.makespan_ns, p2.step_ns);
+  // Each reduce a task on the collective stream (every worker's lane), after its layer's backward:
+  // every micro-batch's, each layer's time.
+  std::int64_t reduces_ns = 0;
+  for (const auto& task : schedule.tasks) {
+    if (task.category != "reduce") continue;
+    EXPECT_EQ(task.stream, core::Stream::Collective);
+    ASSERT_EQ(task.dependencies.size(), 1u);
+    EXPECT_EQ(schedule.tasks[static_cast<std::size_t>(task.dependencies.front())].category, "backward");
+    EXPECT_EQ(task.duration_ns, per_layer[static_cast<std::size_t>(task.layer)]);
+    reduces_ns += task.duration_ns;
+  }
+  // Both micro-batches listed: the last one, which keeps its input for the optimizer, is a segment of its own.
+  EXPECT_EQ(reduces_ns, planner::gradient_reduce_step_ns(costs, two));
   // Planned: the stage and its parts; a trace without its tensor count cannot be planned at stage 2.
   auto r = request(1LL << 34, 16, 2);
   r.shard_stage = 2;
@@ -418,9 +439,6 @@ TEST(DataParallelPlan, StageThreeGathersEachLayersParametersWhereTheyAreUsed) {
   for (const auto& [before, after] : {std::pair{two, three}, std::pair{two_checkpointed, three_checkpointed}}) {
     const auto a = ops_of(before), b = ops_of(after);
     ASSERT_EQ(a.size(), b.size());
-    // The last backward also waits for the reduces past it, which the longer backward hides more of.
-    std::size_t last_backward = 0;
-    for (std::size_t k = 0; k < b.size(); ++k) last_backward = b[k].kind == planner::OpKind::Backward ? k : last_backward;
     std::int64_t kept = 0;
     for (std::size_t k = 0; k < a.size(); ++k) {
       if (b[k].layer < 0 || gathers[static_cast<std::size_t>(b[k].layer)].bytes == 0) continue;
@@ -438,7 +456,7 @@ TEST(DataParallelPlan, StageThreeGathersEachLayersParametersWhereTheyAreUsed) {
       }
       EXPECT_EQ(b[k].transient_bytes - a[k].transient_bytes, gather.bytes);
       EXPECT_EQ(b[k].gathered_bytes, gather.bytes);
-      if (k != last_backward) EXPECT_EQ(b[k].duration_ns - a[k].duration_ns, gather.ns);
+      EXPECT_EQ(b[k].duration_ns - a[k].duration_ns, gather.ns);
       EXPECT_EQ(b[k].kept_gathered_bytes, b[k].kind == planner::OpKind::Recompute ? gather.bytes : 0);
     }
     EXPECT_EQ(kept, 0);  // every gather let go of within the micro-batch
@@ -457,6 +475,16 @@ TEST(DataParallelPlan, StageThreeGathersEachLayersParametersWhereTheyAreUsed) {
     const auto sim = simulator::simulate(schedule);
     EXPECT_EQ(sim.peak_bytes, predicted.peak_bytes);
     EXPECT_EQ(sim.makespan_ns, predicted.step_ns);
+    // One communication thread runs the gathers and reduces in the order they start: a backward's
+    // gather waits for the reduce queued before it.
+    int reduce = -1, waited = 0;
+    for (std::size_t t = 0; t < schedule.tasks.size(); ++t) {
+      if (schedule.tasks[t].category == "reduce") reduce = static_cast<int>(t);
+      if (schedule.tasks[t].category != "gather" || reduce < 0) continue;
+      EXPECT_GE(sim.tasks[t].start_ns, sim.tasks[static_cast<std::size_t>(reduce)].end_ns);
+      ++waited;
+    }
+    EXPECT_GT(waited, 0);
     std::int64_t most_gathered = 0;
     for (const auto& sample : sim.memory) {
       most_gathered = std::max(most_gathered, sample.bytes[static_cast<std::size_t>(core::MemoryKind::GatheredParameter)]);
