@@ -90,10 +90,14 @@ namespace {
 
 // The parts a plan may carry, as the techniques name them (core/l2l_stages.h, core/collective.h),
 // and its time by class of work (core/rescale.h).
-constexpr std::array<std::string_view, 13> kPredictedPartNames = {
-    kL2LComputeSecondsPart,     kL2LCopySecondsPart,         kL2LWaitSecondsPart,          kL2LHostOptimizerSecondsPart,
-    kL2LHostBytesPart,          kAllReduceSecondsPart,       kExposedAllReduceSecondsPart, kParameterBroadcastSecondsPart,
-    kGradientReduceSecondsPart, kParameterGatherSecondsPart, kMatmulBoundSecondsPart,      kComputeBoundSecondsPart,
+constexpr std::array<std::string_view, 15> kPredictedPartNames = {
+    kL2LComputeSecondsPart,      kL2LCopySecondsPart,
+    kL2LWaitSecondsPart,         kL2LHostOptimizerSecondsPart,
+    kL2LHostBytesPart,           kAllReduceSecondsPart,
+    kExposedAllReduceSecondsPart, kParameterBroadcastSecondsPart,
+    kGradientReduceSecondsPart,  kExposedGradientReduceSecondsPart,
+    kParameterGatherSecondsPart, kExposedParameterGatherSecondsPart,
+    kMatmulBoundSecondsPart,     kComputeBoundSecondsPart,
     kMemoryBoundSecondsPart};
 
 // A layer's variant: `"variant": "tempo"`; plans written before the step choice had a `"tempo"`

@@ -83,10 +83,12 @@ struct DataParallelReport {
   int shard_stage = 0;
   double broadcast_seconds = 0;
   double predicted_broadcast_seconds = 0;
-  // Stage 2: worker 0's gradient reduces over a step (median), beside the plan's.
+  // Stage 2: how long worker 0 waits for its gradients' reduces over a step (median), beside the
+  // plan's (its exposed_gradient_reduce_seconds).
   double gradient_reduce_seconds = 0;
   double predicted_gradient_reduce_seconds = 0;
-  // Stage 3: worker 0's parameter gathers over a step (median), beside the plan's.
+  // Stage 3: how long worker 0 waits in its parameter gathers over a step (median), beside the
+  // plan's (its exposed_parameter_gather_seconds).
   double gather_seconds = 0;
   double predicted_gather_seconds = 0;
   bool operator==(const DataParallelReport&) const = default;

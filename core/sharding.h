@@ -44,6 +44,10 @@ inline constexpr std::string_view kParameterBroadcastSecondsPart = "parameter_br
 inline constexpr std::string_view kGradientReduceSecondsPart = "gradient_reduce_seconds";
 // ... and at stage 3 its layers' parameter gathers over the step (every micro-batch's).
 inline constexpr std::string_view kParameterGatherSecondsPart = "parameter_gather_seconds";
+// ... and of the step, how long its compute waits for the reduces (stage 2-3) and in the gathers
+// (stage 3, the reduces queued before a gather included).
+inline constexpr std::string_view kExposedGradientReduceSecondsPart = "exposed_gradient_reduce_seconds";
+inline constexpr std::string_view kExposedParameterGatherSecondsPart = "exposed_parameter_gather_seconds";
 
 // A stage-2 worker packs gradients, as backward makes them, into two buffers of at most this many
 // elements (no more than the largest parameter's), and reduces a buffer to its owners once it is full.

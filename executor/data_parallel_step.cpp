@@ -28,8 +28,9 @@ std::unique_ptr<StepWrapper> join_data_parallel(const core::Plan& plan, const Ex
   report.data_parallel->world_size = options.workers;
   report.data_parallel->shard_stage = plan.choice.data_parallel->shard_stage;
   report.data_parallel->predicted_broadcast_seconds = plan.predicted_part(core::kParameterBroadcastSecondsPart).value_or(0);
-  report.data_parallel->predicted_gradient_reduce_seconds = plan.predicted_part(core::kGradientReduceSecondsPart).value_or(0);
-  report.data_parallel->predicted_gather_seconds = plan.predicted_part(core::kParameterGatherSecondsPart).value_or(0);
+  // What the worker measures of its reduces and gathers is how long it waits in them.
+  report.data_parallel->predicted_gradient_reduce_seconds = plan.predicted_part(core::kExposedGradientReduceSecondsPart).value_or(0);
+  report.data_parallel->predicted_gather_seconds = plan.predicted_part(core::kExposedParameterGatherSecondsPart).value_or(0);
   report.data_parallel->backend = step->backend();
   // Beside the plan's own figures (core/collective.h); a plan made before plans carried them has none.
   const auto allreduce = plan.predicted_part(core::kAllReduceSecondsPart);

@@ -219,16 +219,17 @@ bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>&
   return any;
 }
 
-std::int64_t collectives_past_compute_ns(const std::vector<Op>& ops) {
-  std::int64_t clock = 0, compute = 0, link_free = 0;
+CollectiveWaits collective_waits(const std::vector<Op>& ops) {
+  CollectiveWaits waits;
+  std::int64_t clock = 0, link_free = 0;
   std::array<std::int64_t, 2> buffer_free{0, 0};  // when each buffer's last reduce ends
   std::size_t next = 0;
   for (const Op& op : ops) {
     if (op.kind == OpKind::CollectiveWait) continue;
-    compute += op.duration_ns;
     if (op.gather_ns > 0) {
-      clock = std::max(clock, link_free) + op.gather_ns;
-      link_free = clock;
+      const std::int64_t done = std::max(clock, link_free) + op.gather_ns;
+      waits.gather_ns += done - clock;
+      clock = link_free = done;
     }
     clock += op.duration_ns - op.gather_ns;
     if (op.reduce_ns == 0) continue;
@@ -236,9 +237,28 @@ std::int64_t collectives_past_compute_ns(const std::vector<Op>& ops) {
     link_free = std::max(clock, link_free) + op.reduce_ns;
     buffer_free[next] = link_free;
     next = (next + 1) % buffer_free.size();
+    waits.reduce_ns += std::max(clock, buffer_free[next]) - clock;
     clock = std::max(clock, buffer_free[next]);
   }
-  return std::max(clock, link_free) - compute;
+  waits.reduce_ns += std::max(clock, link_free) - clock;
+  return waits;
+}
+
+std::int64_t collectives_past_compute_ns(const std::vector<Op>& ops) {
+  const CollectiveWaits waits = collective_waits(ops);
+  std::int64_t gathers = 0;
+  for (const Op& op : ops) gathers += op.gather_ns;
+  return waits.gather_ns + waits.reduce_ns - gathers;
+}
+
+CollectiveWaits step_collective_waits(const StepSequence& seq) {
+  CollectiveWaits total;
+  for (const auto& segment : seq.segments) {
+    const CollectiveWaits waits = collective_waits(seq.ops[segment.ops]);
+    total.gather_ns += waits.gather_ns * segment.repeat;
+    total.reduce_ns += waits.reduce_ns * segment.repeat;
+  }
+  return total;
 }
 
 std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const core::StepChoice& choice) {
@@ -352,10 +372,12 @@ class DataParallel final : public Technique {
       if (step.choice.data_parallel->shard_stage >= 2) {
         parts[std::string(core::kGradientReduceSecondsPart)] =
             static_cast<double>(gradient_reduce_step_ns(step.costs, step.choice)) * 1e-9;
-      }
-      if (step.choice.data_parallel->shard_stage >= 3) {
-        parts[std::string(core::kParameterGatherSecondsPart)] =
-            static_cast<double>(parameter_gather_step_ns(seq)) * 1e-9;
+        const CollectiveWaits waits = step_collective_waits(seq);
+        parts[std::string(core::kExposedGradientReduceSecondsPart)] = static_cast<double>(waits.reduce_ns) * 1e-9;
+        if (step.choice.data_parallel->shard_stage >= 3) {
+          parts[std::string(core::kParameterGatherSecondsPart)] = static_cast<double>(parameter_gather_step_ns(seq)) * 1e-9;
+          parts[std::string(core::kExposedParameterGatherSecondsPart)] = static_cast<double>(waits.gather_ns) * 1e-9;
+        }
       }
       return;
     }

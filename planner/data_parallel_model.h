@@ -79,6 +79,15 @@ bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>&
 // buffer's reduces before it fills that one; each gather (stage 3) after what is queued before it,
 // the layer's work after the gather; the micro-batch ends once its last reduce has.
 std::int64_t collectives_past_compute_ns(const std::vector<Op>& ops);
+// ... and, of that model, how long the compute thread waits in the gathers (from reaching one to
+// its end, queued reduces included) and for the reduces' buffers and the micro-batch's last
+// reduce: what the executor measures of them. A step's: every micro-batch's.
+struct CollectiveWaits {
+  std::int64_t gather_ns = 0;
+  std::int64_t reduce_ns = 0;
+};
+CollectiveWaits collective_waits(const std::vector<Op>& ops);
+CollectiveWaits step_collective_waits(const StepSequence& seq);
 // The broadcast alone (0 unsharded).
 std::int64_t parameter_broadcast_ns(const core::CostModel& costs, const core::StepChoice& choice);
 // The optimizer's temporaries on worker 0: sharded, as large as the largest piece it steps where the

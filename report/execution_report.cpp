@@ -128,16 +128,16 @@ void write_data_parallel(std::ostream& out, const core::DataParallelReport& d, s
   out << "; weights identical on every worker, bit for bit, after each of " << d.weight_checks << " steps\n";
   if (!d.workers.empty()) write_workers(out, d, predicted_peak_bytes);
   if (d.shard_stage >= 3) {
-    out << core::shard_stage_name(d.shard_stage) << ": the layers' parameter gathers " << fixed(d.gather_seconds, "%.4f")
-        << " s per step (predicted " << fixed(d.predicted_gather_seconds, "%.4f") << ")";
+    out << core::shard_stage_name(d.shard_stage) << ": waits per step in the layers' parameter gathers "
+        << fixed(d.gather_seconds, "%.4f") << " s (predicted " << fixed(d.predicted_gather_seconds, "%.4f") << ")";
   } else if (d.shard_stage > 0) {
     out << core::shard_stage_name(d.shard_stage) << ": the parameters' broadcast "
         << fixed(d.broadcast_seconds, "%.4f") << " s per step (predicted " << fixed(d.predicted_broadcast_seconds, "%.4f") << ")";
   }
   if (d.shard_stage > 0) {
     if (d.shard_stage >= 2) {
-      out << ", the gradients' reduces " << fixed(d.gradient_reduce_seconds, "%.4f") << " s (predicted "
-          << fixed(d.predicted_gradient_reduce_seconds, "%.4f") << ")";
+      out << (d.shard_stage >= 3 ? ", for" : ", waits for") << " the gradients' reduces "
+          << fixed(d.gradient_reduce_seconds, "%.4f") << " s (predicted " << fixed(d.predicted_gradient_reduce_seconds, "%.4f") << ")";
     }
     out << "\n";
   }

@@ -371,6 +371,7 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   ASSERT_TRUE(outcome.plan) << outcome.reason;
   EXPECT_EQ(outcome.plan->choice.data_parallel->shard_stage, 2);
   EXPECT_TRUE(outcome.plan->predicted_part(core::kGradientReduceSecondsPart));
+  EXPECT_TRUE(outcome.plan->predicted_part(core::kExposedGradientReduceSecondsPart));
   EXPECT_EQ(core::plan_from_json(core::to_json(*outcome.plan)), *outcome.plan);
   r.shard_stage.reset();
   EXPECT_EQ(planner::plan_step(trace, r).shard_stages.size(), 4u);
@@ -485,6 +486,19 @@ TEST(DataParallelPlan, StageThreeGathersEachLayersParametersWhereTheyAreUsed) {
       ++waited;
     }
     EXPECT_GT(waited, 0);
+    // What the plan says the compute waits in the gathers (what a worker measures) is the
+    // simulator's: from the task before each gather to the gather's end, each segment once.
+    const auto seq = planner::step_sequence(costs, graph, c);
+    std::int64_t planned_wait = 0, simulated_wait = 0;
+    for (const auto& segment : seq.segments) planned_wait += planner::collective_waits(seq.ops[segment.ops]).gather_ns;
+    for (std::size_t t = 0; t < schedule.tasks.size(); ++t) {
+      if (schedule.tasks[t].category != "gather") continue;
+      // The step's first gather waits from the step's start.
+      const auto& after = schedule.tasks[t].dependencies;
+      simulated_wait += sim.tasks[t].end_ns - (after.empty() ? 0 : sim.tasks[static_cast<std::size_t>(after.front())].end_ns);
+    }
+    EXPECT_EQ(planned_wait, simulated_wait);
+    EXPECT_GE(planner::step_collective_waits(seq).gather_ns, planner::parameter_gather_step_ns(seq));
     std::int64_t most_gathered = 0;
     for (const auto& sample : sim.memory) {
       most_gathered = std::max(most_gathered, sample.bytes[static_cast<std::size_t>(core::MemoryKind::GatheredParameter)]);
@@ -506,6 +520,7 @@ TEST(DataParallelPlan, StageThreeGathersEachLayersParametersWhereTheyAreUsed) {
   EXPECT_EQ(outcome.plan->choice.data_parallel->shard_stage, 3);
   EXPECT_LE(outcome.plan->predicted.peak_bytes, r.budget_bytes);
   EXPECT_TRUE(outcome.plan->predicted_part(core::kParameterGatherSecondsPart));
+  EXPECT_TRUE(outcome.plan->predicted_part(core::kExposedParameterGatherSecondsPart));
   EXPECT_FALSE(outcome.plan->predicted_part(core::kParameterBroadcastSecondsPart).value_or(0) > 0);
   EXPECT_EQ(core::plan_from_json(core::to_json(*outcome.plan)), *outcome.plan);
   planner::check_choice(*outcome.plan, trace, "p.json");
