@@ -17,6 +17,10 @@ import statistics
 import sys
 import time
 
+# One thread a worker, as headroom's workers run (runtime/intra_op_threads.h): torch.set_num_threads
+# does not reach OpenBLAS's own pthreads, which would run the products on every core.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
 try:
     import torch
     import torch.distributed as dist
