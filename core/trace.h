@@ -244,8 +244,7 @@ struct OptimizerInfo {
   // so their temporaries are as large as it (a sharded worker steps pieces of at most
   // core::kShardedOptimizerPieceElements). 0 in traces from before it was recorded.
   std::int64_t largest_param_elements = 0;
-  // How many trainable parameter tensors there are: a stage-2 worker reduces each one's gradient to
-  // its owner(s) as backward makes it. 0 in traces from before it was recorded.
+  // How many trainable parameter tensors there are. 0 in traces from before it was recorded.
   std::int64_t param_tensors = 0;
   // The step counts' bytes an optimizer of this kind keeps (core/optimizer_spec.h's text).
   std::int64_t step_count_bytes(const std::string& optimizer) const;

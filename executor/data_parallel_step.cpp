@@ -46,7 +46,7 @@ std::unique_ptr<StepWrapper> join_data_parallel(const core::Plan& plan, const Ex
 void DataParallelStep::attach(models::Model& model, core::Report& report) {
   // The parameters move into their flat buffers before the gradients' hooks are set on them.
   if (shard_stage_ > 0) sharded_ = std::make_unique<ShardedParameters>(model, workers_, shard_stage_);
-  // Stage 2 reduces each gradient as backward makes it: nothing is all-reduced.
+  // Stage 2 reduces the gradients to their owners as backward makes them: nothing is all-reduced.
   if (shard_stage_ < 2) sync_ = std::make_unique<GradientSync>(model, workers_, bucket_cap_bytes_);
   if (ring_loss_) {
     ring_ = attach_ring(model, &workers_);

@@ -1202,8 +1202,9 @@ void check_shard_stage(const core::Trace& trace, const PlanRequest& request) {
     throw core::InputError(named + " cannot combine with the ring loss of a contrastive model, whose gradient cache "
                            "runs replicated: plan it at stage 0");
   }
-  if (stage >= 2 && (trace.optimizer.param_tensors == 0 || trace.optimizer.largest_param_elements == 0)) {
-    throw core::InputError(named + " needs the trace's count of parameter tensors, which traces record since sharding: "
+  // The buffers its gradients are reduced from are as large as the largest parameter tensor.
+  if (stage >= 2 && trace.optimizer.largest_param_elements == 0) {
+    throw core::InputError(named + " needs the trace's largest parameter tensor, which traces record since sharding: "
                            "profile the model again");
   }
 }

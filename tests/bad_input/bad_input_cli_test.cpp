@@ -139,11 +139,11 @@ TEST_F(BadInputCli, DataParallelFlagsAndFields) {
   for (const std::string stage : {"7", "-1", "one", "1.5"}) {
     expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard " + stage, "--shard: expected 0, 1, 2, 3 or auto, got");
   }
-  // A trace from before sharding does not count its parameter tensors, which the reduces of stages
-  // 2 and 3 need.
+  // A trace from before sharding does not record its largest parameter tensor, which sizes the
+  // buffers stages 2 and 3 reduce from.
   for (const std::string stage : {"2", "3"}) {
     expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard " + stage,
-                   "--shard: stage " + stage + " needs the trace's count of parameter tensors");
+                   "--shard: stage " + stage + " needs the trace's largest parameter tensor");
   }
   expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard 3 --strategies mbp,l2l",
                  "--shard: stage 3 cannot combine with l2l");
