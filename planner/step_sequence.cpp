@@ -712,17 +712,17 @@ class SequenceScheduler {
   std::vector<int> last_task_of_op_;
   int previous_compute_ = -1;
   std::vector<core::MemoryChange> pending_start_;  // for the next task's start
-  // Stage 2-3: this micro-batch's reduces so far, and the one whose buffer the next reduce takes.
+  // Stage 2-3: this micro-batch's reduces so far, and the one whose buffer the next compute task fills.
   std::vector<int> reduces_;
   std::vector<int> waits_for_buffer_;
 };
 
-// A stage-2-3 worker's reduce of the backward's gradients (the last task), on the collective stream
-// after what is queued there. It takes the buffer of the reduce two before it, which the compute
-// thread waits for before it goes on.
+// A stage-2-3 worker's reduces of the buffer(s) the backward (the last task) filled, on the collective
+// stream after what is queued there. Backward then fills the other buffer once the reduce before
+// this one, from that buffer, is done: the next task on the compute thread waits for it.
 void SequenceScheduler::add_reduce(const core::Task& backward, std::int64_t reduce_ns) {
   core::Task reduce;
-  reduce.name = "reduce " + backward.name;
+  reduce.name = "reduce after " + backward.name;
   reduce.category = "reduce";
   reduce.stream = core::Stream::Collective;
   reduce.duration_ns = reduce_ns;
