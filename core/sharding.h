@@ -2,6 +2,7 @@
 // Sharded data parallel (ZeRO's stages, docs/design.md "Sharded data parallel") as plain numbers:
 // which of the trainable parameters' elements each worker owns, and what the collectives that move
 // the rest cost. Torch-free, so the planner and the executor cut the training state the same way.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -52,6 +53,8 @@ inline constexpr std::string_view kExposedParameterGatherSecondsPart = "exposed_
 // A stage-2 worker packs gradients, as backward makes them, into two buffers of at most this many
 // elements (no more than the largest parameter's), and reduces a buffer to its owners once it is full.
 inline constexpr std::int64_t kShardedReducePieceElements = std::int64_t{1} << 20;
+// Each of those buffers' elements, for a model whose largest trainable parameter has `largest`.
+inline std::int64_t reduce_buffer_elements(std::int64_t largest) { return std::min(largest, kShardedReducePieceElements); }
 
 // A broadcast (one worker's bytes to every other) over `workers`: a binomial tree, ceil(log2 N)
 // rounds of one message each (for 2 workers one message). 0 for one worker or nothing to send.

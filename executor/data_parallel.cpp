@@ -645,7 +645,7 @@ ShardedParameters::ShardedParameters(const models::Model& model, Workers& worker
     s.owned_grad = torch::zeros({mine.size()}, options);
     std::int64_t largest = 0;
     for (const auto& p : s.parameters) largest = std::max<std::int64_t>(largest, p.numel());
-    for (auto& slot : s.slots) slot.buffer = torch::empty({std::min(largest, core::kShardedReducePieceElements)}, options);
+    for (auto& slot : s.slots) slot.buffer = torch::empty({core::reduce_buffer_elements(largest)}, options);
     gradients = s.owned_grad;
     s.hook_accumulators();
   } else {

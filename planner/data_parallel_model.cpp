@@ -109,14 +109,10 @@ std::int64_t worker_optimizer_state_bytes(const core::CostModel& costs, const co
   return scaled(costs.optimizer_state_bytes(), owned_share(costs, choice));
 }
 
-std::int64_t reduce_slot_elements(const core::CostModel& costs) {
-  return std::min(costs.trace().optimizer.largest_param_elements, core::kShardedReducePieceElements);
-}
-
 std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
   if (shard_stage(choice) < 2) return costs.gradient_bytes();
   // Its range's, and the two buffers gradients are reduced from.
-  return 4 * (worker_zero_elements(costs, choice) + 2 * reduce_slot_elements(costs));
+  return 4 * (worker_zero_elements(costs, choice) + 2 * core::reduce_buffer_elements(costs.trace().optimizer.largest_param_elements));
 }
 
 std::int64_t worker_parameter_bytes(const core::CostModel& costs, const core::StepChoice& choice) {
@@ -182,20 +178,16 @@ std::int64_t parameter_gather_step_ns(const StepSequence& seq) {
   return total;
 }
 
-std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const core::StepChoice& choice) {
+std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
   if (shard_stage(choice) < 2) return {};
-  const core::Trace& trace = costs.trace();
-  std::vector<std::int64_t> out(trace.layers.size(), 0);
+  std::vector<std::int64_t> out(graph.size(), 0);
   const std::int64_t elements = trainable_elements(costs);
-  const std::int64_t slot = reduce_slot_elements(costs);
+  const std::int64_t slot = core::reduce_buffer_elements(costs.trace().optimizer.largest_param_elements);
   if (elements == 0 || slot <= 0) return out;
   // Backward makes the gradients from the last layer's to the first's, and a worker packs them into
   // a buffer in that order: buffer s holds elements [E - (s+1)·slot, E - s·slot) of the flat order,
   // reduced once the layer holding its first element has made its gradients, a collective per
   // owner whose range it spans.
-  std::vector<std::int64_t> layer_end(trace.layers.size());
-  std::int64_t before = 0;
-  for (std::size_t i = 0; i < trace.layers.size(); ++i) layer_end[i] = before += trace.layers[i].trainable_param_bytes() / 4;
   const core::CollectiveLink& link = choice.data_parallel->link;
   for (std::int64_t end = elements; end > 0; end -= slot) {
     const core::ElementRange packed{std::max<std::int64_t>(0, end - slot), end};
@@ -203,16 +195,17 @@ std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const
     for (int r = 0; r < choice.workers(); ++r) {
       owners += core::overlap(packed, core::owned_elements(elements, choice.workers(), r)).size() > 0;
     }
-    const auto holder = std::upper_bound(layer_end.begin(), layer_end.end(), packed.begin) - layer_end.begin();
-    out[std::min(static_cast<std::size_t>(holder), out.size() - 1)] += core::reduce_ns(4 * packed.size(), owners, choice.workers(), link);
+    out[static_cast<std::size_t>(graph.layer_holding_trainable_byte(4 * packed.begin))] +=
+        core::reduce_ns(4 * packed.size(), owners, choice.workers(), link);
   }
   return out;
 }
 
 bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>& reduce_ns) {
+  if (reduce_ns.empty()) return false;
   bool any = false;
   for (Op& op : ops) {
-    if (op.kind != OpKind::Backward || op.layer < 0 || reduce_ns.empty()) continue;
+    if (op.kind != OpKind::Backward || op.layer < 0) continue;
     op.reduce_ns = reduce_ns[static_cast<std::size_t>(op.layer)];
     any = any || op.reduce_ns > 0;
   }
@@ -261,9 +254,9 @@ CollectiveWaits step_collective_waits(const StepSequence& seq) {
   return total;
 }
 
-std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const core::StepChoice& choice) {
+std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
   std::int64_t per_micro_batch = 0;
-  for (const std::int64_t ns : gradient_reduce_ns(costs, choice)) per_micro_batch += ns;
+  for (const std::int64_t ns : gradient_reduce_ns(costs, graph, choice)) per_micro_batch += ns;
   return per_micro_batch * static_cast<std::int64_t>(choice.worker_micro_batches(0).size());
 }
 
@@ -371,7 +364,7 @@ class DataParallel final : public Technique {
       }
       if (step.choice.data_parallel->shard_stage >= 2) {
         parts[std::string(core::kGradientReduceSecondsPart)] =
-            static_cast<double>(gradient_reduce_step_ns(step.costs, step.choice)) * 1e-9;
+            static_cast<double>(gradient_reduce_step_ns(step.costs, step.graph, step.choice)) * 1e-9;
         const CollectiveWaits waits = step_collective_waits(seq);
         parts[std::string(core::kExposedGradientReduceSecondsPart)] = static_cast<double>(waits.reduce_ns) * 1e-9;
         if (step.choice.data_parallel->shard_stage >= 3) {

@@ -63,13 +63,11 @@ std::int64_t worker_optimizer_ns(const core::CostModel& costs, const core::StepC
 // Worker 0's gradients: all of them, or at stage 2 its range's and the buffer it reduces each
 // gradient from.
 std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::StepChoice& choice);
-// Stage 2: the elements of each of the two buffers gradients are packed into for their reduces.
-std::int64_t reduce_slot_elements(const core::CostModel& costs);
 // Stage 2, per layer: the reduces of gradients to their owners that start once its backward has
 // made its gradients (the buffers it fills), one micro-batch's (empty below stage 2); and a
 // step's, every micro-batch's.
-std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const core::StepChoice& choice);
-std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const core::StepChoice& choice);
+std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
+std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
 // Stage 2-3: sets each backward's reduce_ns in a micro-batch's ops from `reduce_ns` (per layer);
 // whether any is set.
 bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>& reduce_ns);

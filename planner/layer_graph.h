@@ -1,6 +1,7 @@
 #pragma once
 // The layer graph of a trace: who reads whose output, who keeps it for backward, and which blocks
 // can be checkpointed as a unit.
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -95,6 +96,10 @@ class LayerGraph {
   }
   std::int64_t trainable_bytes_before(int layer) const { return trained_before_[static_cast<std::size_t>(layer)]; }
   std::int64_t trainable_bytes() const { return trained_before_.back(); }
+  // The layer whose trainable parameters hold byte `byte` of that flat order (below the total).
+  int layer_holding_trainable_byte(std::int64_t byte) const {
+    return static_cast<int>(std::upper_bound(trained_before_.begin(), trained_before_.end(), byte) - trained_before_.begin()) - 1;
+  }
   // Whether the layer's backward reads its parameters (core::backward_reads_parameters).
   bool backward_reads_parameters(int layer) const { return backward_reads_[static_cast<std::size_t>(layer)]; }
 

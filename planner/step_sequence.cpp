@@ -558,7 +558,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   // the gradient cache's surrogate in a micro-batched one (infcl_model.h).
   const auto loss_model = contrastive_loss_model(costs.trace());
   const bool grad_cache = loss_model && core::caches_contrastive_gradients(count, choice.workers());
-  const std::vector<std::int64_t> reduce_ns = gradient_reduce_ns(costs, choice);
+  const std::vector<std::int64_t> reduce_ns = gradient_reduce_ns(costs, graph, choice);
   const std::vector<ParameterGather> gathers = parameter_gathers(graph, choice);
   const auto ops_for = [&](std::int64_t b) {
     for (const auto& [size, index] : made) {

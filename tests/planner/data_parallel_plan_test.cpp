@@ -306,7 +306,7 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   EXPECT_EQ(planner::worker_gradient_bytes(costs, two), 4 * ((elements + 1) / 2 + 2 * core::kShardedReducePieceElements));
   EXPECT_EQ(planner::worker_static_bytes(costs, one) - planner::worker_static_bytes(costs, two),
             costs.gradient_bytes() + planner::bucket_buffer_bytes(costs, one) - planner::worker_gradient_bytes(costs, two));
-  const auto per_layer = planner::gradient_reduce_ns(costs, two);
+  const auto per_layer = planner::gradient_reduce_ns(costs, graph, two);
   ASSERT_EQ(per_layer.size(), trace.layers.size());
   std::int64_t total = 0;
   for (const auto ns : per_layer) total += ns;
@@ -316,8 +316,8 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   ASSERT_NE(elements % (1 << 20), (elements + 1) / 2 % (1 << 20));  // the ranges meet inside a buffer
   const std::int64_t collectives = buffers + 1;
   EXPECT_NEAR(static_cast<double>(total), static_cast<double>(core::reduce_ns(costs.gradient_bytes(), collectives, 2, link)), 50.0);
-  EXPECT_EQ(planner::gradient_reduce_step_ns(costs, two), 2 * total);
-  EXPECT_TRUE(planner::gradient_reduce_ns(costs, one).empty());
+  EXPECT_EQ(planner::gradient_reduce_step_ns(costs, graph, two), 2 * total);
+  EXPECT_TRUE(planner::gradient_reduce_ns(costs, graph, one).empty());
   const auto p1 = planner::predict_step(costs, graph, one);
   const auto p2 = planner::predict_step(costs, graph, two);
   EXPECT_LT(p2.peak_bytes, p1.peak_bytes);
@@ -343,10 +343,10 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   core::StepChoice slow = two;
   slow.data_parallel->link = core::parse_link("1MB/s,20us");
   std::int64_t slow_total = 0;
-  for (const auto ns : planner::gradient_reduce_ns(costs, slow)) slow_total += ns;
+  for (const auto ns : planner::gradient_reduce_ns(costs, graph, slow)) slow_total += ns;
   std::int64_t compute = 0;
   for (const auto& op : ops) compute += op.duration_ns;
-  EXPECT_GT(planner::collectives_past_compute_ns(with_reduces(planner::gradient_reduce_ns(costs, slow))), slow_total - compute);
+  EXPECT_GT(planner::collectives_past_compute_ns(with_reduces(planner::gradient_reduce_ns(costs, graph, slow))), slow_total - compute);
   const core::Schedule schedule = planner::build_schedule(costs, graph, two);
   const auto sim = simulator::simulate(schedule);
   EXPECT_EQ(sim.peak_bytes, p2.peak_bytes);
@@ -363,7 +363,7 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
     reduces_ns += task.duration_ns;
   }
   // Both micro-batches listed: the last one, which keeps its input for the optimizer, is a segment of its own.
-  EXPECT_EQ(reduces_ns, planner::gradient_reduce_step_ns(costs, two));
+  EXPECT_EQ(reduces_ns, planner::gradient_reduce_step_ns(costs, graph, two));
   // Planned: the stage and its parts; a trace without its tensor count cannot be planned at stage 2.
   auto r = request(1LL << 34, 16, 2);
   r.shard_stage = 2;
