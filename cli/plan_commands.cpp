@@ -97,8 +97,9 @@ void set_link_and_buckets(const PlanArgs& args, const core::Trace& trace, planne
 // Where a shard stage's collectives are in worker 0's simulated timeline.
 const char* collectives_in_timeline(int shard_stage) {
   if (shard_stage >= 3) {
-    return "each layer's gathers on the collective lane before it (their memory a band of its own), the gradients' "
-           "reduces there too, after the backward filling their buffer";
+    return "each layer's gathers on the collective lane, each but a micro-batch's first started with the layer "
+           "before (their memory a band of its own), the gradients' reduces there too, after the backward filling "
+           "their buffer";
   }
   if (shard_stage == 2) {
     return "the gradients' reduces on the collective lane, after the backward filling their buffer, the optimizer "

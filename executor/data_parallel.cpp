@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -450,12 +451,23 @@ struct ShardedParameters::State {
   std::vector<std::size_t> layer_of;  // per parameter
   torch::Tensor owned;
   double gather_seconds = 0;
+  // Stage 3: the layers a micro-batch gathers for its work, in order, recorded from the first one
+  // (every micro-batch runs the same layers the same way), and the gather started one ahead: each
+  // gather but a micro-batch's first is started as the one before it is taken, so it runs beside
+  // that layer's work.
+  enum class Order { Unknown, Recording, Known };
+  Order order_state = Order::Unknown;
+  std::vector<std::size_t> order;
+  std::size_t taken = 0;  // of this micro-batch's gathers
+  struct Prefetch {
+    std::size_t layer = 0;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  };
+  std::optional<Prefetch> prefetch;
 
-  // Stage 3: the layer's parameters from their owners into fresh memory of their buffer.
-  void gather(std::size_t layer) {
+  // Stage 3: fresh memory for the layer's parameters, and the broadcasts that fill it from their owners.
+  std::vector<c10::intrusive_ptr<c10d::Work>> start_gather(std::size_t layer) {
     LayerShard& shard = layers[layer];
-    if (!shard.values.defined() || shard.gathered) return;
-    const auto start = std::chrono::steady_clock::now();
     c10::Storage storage = shard.values.storage();
     const auto bytes = static_cast<std::size_t>(shard.elements.size() * 4);
     storage.set_data_ptr_noswap(storage.allocator()->allocate(bytes));
@@ -470,8 +482,60 @@ struct ShardedParameters::State {
       works.push_back(named_as_collective("gathering a layer's parameters from worker " + std::to_string(r),
                                           [&] { return workers->group().broadcast(part, options); }));
     });
+    return works;
+  }
+
+  static void wait_gather(const std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
     for (const auto& work : works) wait_collective(work, "gathering a layer's parameters");
+  }
+
+  // A gather started ahead and not taken (a micro-batch that stopped early) is waited for, so that no
+  // broadcast still writes into memory let go of; its layer stays gathered.
+  void settle_prefetch() {
+    if (!prefetch) return;
+    wait_gather(prefetch->works);
+    prefetch.reset();
+  }
+
+  // Stage 3: the layer's parameters gathered now (outside a micro-batch's work: the checks').
+  void gather(std::size_t layer) {
+    settle_prefetch();
+    if (!layers[layer].values.defined() || layers[layer].gathered) return;
+    wait_gather(start_gather(layer));
+  }
+
+  // Stage 3: the layer's parameters for its work in a micro-batch (the hooks'): the prefetched
+  // gather waited for, or a gather of its own; then the next one in the order started.
+  void gather_for_work(std::size_t layer) {
+    LayerShard& shard = layers[layer];
+    const bool prefetched = prefetch && prefetch->layer == layer;
+    if (!shard.values.defined() || (shard.gathered && !prefetched)) return;  // kept since its recompute
+    if (order_state == Order::Known && (taken >= order.size() || order[taken] != layer)) {
+      throw std::logic_error("stage 3: a micro-batch gathered layer " + std::to_string(layer) + " as its gather " +
+                             std::to_string(taken) + ", out of the order the first one took");
+    }
+    const auto start = std::chrono::steady_clock::now();
+    if (prefetched) {
+      wait_gather(prefetch->works);
+      prefetch.reset();
+    } else {
+      wait_gather(start_gather(layer));
+    }
     gather_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (order_state == Order::Recording) order.push_back(layer);
+    ++taken;
+    // The next layer's is started now, unless it is this one again (its backward right after its
+    // forward), whose memory is still in use.
+    if (order_state == Order::Known && taken < order.size() && order[taken] != layer) {
+      prefetch = Prefetch{order[taken], start_gather(order[taken])};
+    }
+  }
+
+  void begin_micro_batch() {
+    settle_prefetch();
+    if (order_state == Order::Recording) order_state = Order::Known;
+    if (order_state == Order::Unknown) order_state = Order::Recording;
+    taken = 0;
   }
 
   // Stage 3: the memory of the layer's parameters goes; the tensors (and what autograd saved of
@@ -734,12 +798,16 @@ double ShardedParameters::broadcast() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void ShardedParameters::before(int layer) { state_->gather(static_cast<std::size_t>(layer)); }
+void ShardedParameters::begin_micro_batch() {
+  if (state_->stage >= 3) state_->begin_micro_batch();
+}
+
+void ShardedParameters::before(int layer) { state_->gather_for_work(static_cast<std::size_t>(layer)); }
 
 void ShardedParameters::after_forward(int layer) { state_->release(static_cast<std::size_t>(layer)); }
 
 void ShardedParameters::before_backward(int layer) {
-  if (state_->layers[static_cast<std::size_t>(layer)].for_backward) state_->gather(static_cast<std::size_t>(layer));
+  if (state_->layers[static_cast<std::size_t>(layer)].for_backward) state_->gather_for_work(static_cast<std::size_t>(layer));
 }
 
 double ShardedParameters::gather_seconds() const { return state_->gather_seconds; }
@@ -749,6 +817,7 @@ void ShardedParameters::gather_all() {
 }
 
 void ShardedParameters::release_all() {
+  state_->settle_prefetch();
   for (std::size_t l = 0; l < state_->layers.size(); ++l) state_->release(l);
 }
 

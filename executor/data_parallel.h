@@ -161,9 +161,9 @@ class GradientSync {
 //   range's gradient. The collectives run in the same order on every worker (backward's order).
 // - Stage 3: as stage 2, and each layer's trainable parameters live in a buffer of their own whose
 //   memory is let go of between the layer's uses: gathered (a broadcast from each owner of its part)
-//   before the layer's forward, recompute or backward, let go of after its forward and once backward
-//   has made its last gradient. The worker's range is a tensor of its own, which the optimizer steps:
-//   nothing is broadcast after it. The memory goes, not the storage object, so what autograd saved
+//   before the layer's forward, recompute or backward (the next layer's started as one is taken),
+//   let go of after its forward and once backward has made its last gradient. The worker's range is
+//   a tensor of its own, which the optimizer steps: nothing is broadcast after it. The memory goes, not the storage object, so what autograd saved
 //   of a parameter reads the gathered values again in backward, as FSDP does.
 class ShardedParameters final : public LayerParameterHooks {
  public:
@@ -189,7 +189,11 @@ class ShardedParameters final : public LayerParameterHooks {
   // Every worker's range from its owner; returns the seconds that took (0 at stage 3).
   double broadcast();
 
-  // Stage 3: LayerParameterHooks, and the seconds gathers took since start_step.
+  // Stage 3: LayerParameterHooks, and the seconds the compute waited in gathers since start_step.
+  // A micro-batch gathers its layers in the order the first one did; each gather but its first is
+  // started as the one before it is taken (prefetched one ahead), so at most two layers' parameters
+  // are gathered for the work at once, besides those a recompute keeps for its backward.
+  void begin_micro_batch() override;
   void before(int layer) override;
   void after_forward(int layer) override;
   // Not for a layer whose backward does not read its parameters (core::backward_reads_parameters).

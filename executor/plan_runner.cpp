@@ -175,6 +175,7 @@ torch::Tensor PlanRunner::forward(const models::Batch& batch) {
 double PlanRunner::run_micro_batch(const models::Batch& batch, int index, std::int64_t global_batch) {
   const double weight = static_cast<double>(batch.size()) / static_cast<double>(global_batch);
   set_phase("forward", index);
+  if (hooks_ != nullptr) hooks_->begin_micro_batch();
   torch::Tensor loss = forward(batch) * weight;
   set_phase("backward", index);
   if (loss_scaler_ != nullptr) {

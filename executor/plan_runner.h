@@ -31,6 +31,9 @@ struct Position {
 class LayerParameterHooks {
  public:
   virtual ~LayerParameterHooks() = default;
+  // A micro-batch's forward is about to begin (not a contrastive step's passes, which call only the
+  // hooks below).
+  virtual void begin_micro_batch() {}
   // Before the layer's forward and its recompute.
   virtual void before(int layer) = 0;
   // Before its backward, outside a checkpointed block (whose recompute comes first).

@@ -140,6 +140,28 @@ std::vector<ParameterGather> parameter_gathers(const LayerGraph& graph, const co
   return out;
 }
 
+namespace {
+
+// Each gather but a micro-batch's first starts as the gathering op before it starts (the executor
+// prefetches one ahead), unless it is the same layer's (its backward right after its forward), whose
+// memory is in use: its memory is held from there.
+void add_prefetches(std::vector<Op>& ops) {
+  std::size_t previous = ops.size();
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    if (ops[k].gathered_bytes == 0) continue;
+    if (previous < ops.size() && ops[previous].layer != ops[k].layer) {
+      ops[k].gather_prefetched = true;
+      for (std::size_t j = previous; j < k; ++j) {
+        ops[j].prefetched_bytes = ops[k].gathered_bytes;
+        ops[j].transient_bytes += ops[k].gathered_bytes;
+      }
+    }
+    previous = k;
+  }
+}
+
+}  // namespace
+
 void add_parameter_gathers(std::vector<Op>& ops, const std::vector<ParameterGather>& gathers) {
   if (gathers.empty()) return;
   std::vector<bool> recomputed(gathers.size(), false);
@@ -158,7 +180,6 @@ void add_parameter_gathers(std::vector<Op>& ops, const std::vector<ParameterGath
         (op.kind != OpKind::Backward || !gather.for_backward)) {
       continue;
     }
-    op.duration_ns += gather.ns;
     op.gather_ns = gather.ns;
     op.transient_bytes += gather.bytes;
     op.gathered_bytes = gather.bytes;
@@ -168,6 +189,7 @@ void add_parameter_gathers(std::vector<Op>& ops, const std::vector<ParameterGath
       recomputed[layer] = true;
     }
   }
+  add_prefetches(ops);
 }
 
 std::int64_t parameter_gather_step_ns(const StepSequence& seq) {
@@ -217,14 +239,22 @@ CollectiveWaits collective_waits(const std::vector<Op>& ops) {
   std::int64_t clock = 0, link_free = 0;
   std::array<std::int64_t, 2> buffer_free{0, 0};  // when each buffer's last reduce ends
   std::size_t next = 0;
-  for (const Op& op : ops) {
+  std::int64_t prefetch_done = 0;  // when the gather started one ahead ends
+  std::vector<std::size_t> next_gather(ops.size() + 1, ops.size());
+  for (std::size_t k = ops.size(); k-- > 0;) next_gather[k] = ops[k].gathered_bytes > 0 ? k : next_gather[k + 1];
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const Op& op = ops[k];
     if (op.kind == OpKind::CollectiveWait) continue;
-    if (op.gather_ns > 0) {
-      const std::int64_t done = std::max(clock, link_free) + op.gather_ns;
-      waits.gather_ns += done - clock;
-      clock = link_free = done;
+    if (op.gathered_bytes > 0) {
+      if (!op.gather_prefetched) link_free = std::max(clock, link_free) + op.gather_ns;
+      const std::int64_t done = op.gather_prefetched ? prefetch_done : link_free;
+      waits.gather_ns += std::max<std::int64_t>(0, done - clock);
+      clock = std::max(clock, done);
+      // The next gather starts as this op does, on the link after what is queued.
+      const std::size_t n = next_gather[k + 1];
+      if (n < ops.size() && ops[n].gather_prefetched) prefetch_done = link_free = std::max(clock, link_free) + ops[n].gather_ns;
     }
-    clock += op.duration_ns - op.gather_ns;
+    clock += op.duration_ns;
     if (op.reduce_ns == 0) continue;
     // The filled buffer's reduces start; backward fills the other one once the reduces from it are done.
     link_free = std::max(clock, link_free) + op.reduce_ns;
@@ -239,9 +269,7 @@ CollectiveWaits collective_waits(const std::vector<Op>& ops) {
 
 std::int64_t collectives_past_compute_ns(const std::vector<Op>& ops) {
   const CollectiveWaits waits = collective_waits(ops);
-  std::int64_t gathers = 0;
-  for (const Op& op : ops) gathers += op.gather_ns;
-  return waits.gather_ns + waits.reduce_ns - gathers;
+  return waits.gather_ns + waits.reduce_ns;
 }
 
 CollectiveWaits step_collective_waits(const StepSequence& seq) {

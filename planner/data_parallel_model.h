@@ -75,10 +75,11 @@ bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>&
 // the collectives on the worker's one communication thread, which runs them in the order they
 // start: a buffer's reduces as the backward filling it ends, then backward waits for the other
 // buffer's reduces before it fills that one; each gather (stage 3) after what is queued before it,
-// the layer's work after the gather; the micro-batch ends once its last reduce has.
+// a micro-batch's first as its op starts and each other as the gathering op before it starts
+// (prefetched), the layer's work after its gather; the micro-batch ends once its last reduce has.
 std::int64_t collectives_past_compute_ns(const std::vector<Op>& ops);
 // ... and, of that model, how long the compute thread waits in the gathers (from reaching one to
-// its end, queued reduces included) and for the reduces' buffers and the micro-batch's last
+// its end, where that is later) and for the reduces' buffers and the micro-batch's last
 // reduce: what the executor measures of them. A step's: every micro-batch's.
 struct CollectiveWaits {
   std::int64_t gather_ns = 0;
@@ -103,7 +104,8 @@ struct ParameterGather {
 };
 std::vector<ParameterGather> parameter_gathers(const LayerGraph& graph, const core::StepChoice& choice);
 // The gathers in a micro-batch's layer ops (in the order they run): each op holds and waits for its
-// layer's, a recompute keeps them for its layer's backward, which lets go of them.
+// layer's, a recompute keeps them for its layer's backward, which lets go of them; each gather but
+// the first is prefetched (Op::gather_prefetched), its memory held from the gathering op before it.
 void add_parameter_gathers(std::vector<Op>& ops, const std::vector<ParameterGather>& gathers);
 // A step's gathers: each micro-batch's, as its ops run them.
 std::int64_t parameter_gather_step_ns(const StepSequence& seq);

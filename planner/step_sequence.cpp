@@ -673,7 +673,7 @@ class SequenceScheduler {
       for (const Op& op : seq_.ops[segment.ops]) {
         task_count += (op.layer >= 0 || op.kind == OpKind::Optimizer || op.kind == OpKind::GradientCache ||
                        op.kind == OpKind::CollectiveWait) +
-                      (op.gather_ns > 0) + (op.reduce_ns > 0);
+                      (op.gather_ns > 0 || op.gather_prefetched) + (op.reduce_ns > 0);
       }
     }
     schedule_.tasks.reserve(task_count);
@@ -703,6 +703,8 @@ class SequenceScheduler {
   }
   void add_reduce(const core::Task& backward, std::int64_t reduce_ns);
   void add_collective_wait(int micro_batch);
+  core::Task gather_task(const Op& op, int micro_batch) const;
+  void prefetch_next(const std::vector<Op>& ops, std::size_t k, std::size_t count, core::Task& task);
 
   const core::CostModel& costs_;
   const core::StepChoice& choice_;
@@ -715,7 +717,34 @@ class SequenceScheduler {
   // Stage 2-3: this micro-batch's reduces so far, and the one whose buffer the next compute task fills.
   std::vector<int> reduces_;
   std::vector<int> waits_for_buffer_;
+  int prefetch_ = -1;  // stage 3: the gather started one ahead
 };
+
+core::Task SequenceScheduler::gather_task(const Op& op, int micro_batch) const {
+  core::Task gather;
+  gather.name = "gather " + costs_.trace().layers[static_cast<std::size_t>(op.layer)].name;
+  gather.category = "gather";
+  gather.stream = core::Stream::Collective;
+  gather.duration_ns = op.gather_ns;
+  gather.layer = op.layer;
+  gather.micro_batch = micro_batch;
+  return gather;
+}
+
+// The gather of the next gathering op after ops[k], where prefetched: it starts with `task` (op k's
+// work, not yet pushed), after what that waits for, and its memory is allocated as that starts.
+void SequenceScheduler::prefetch_next(const std::vector<Op>& ops, std::size_t k, std::size_t count, core::Task& task) {
+  std::size_t n = k + 1;
+  while (n < count && ops[n].gathered_bytes == 0) ++n;
+  if (n == count || !ops[n].gather_prefetched) return;
+  core::Task gather = gather_task(ops[n], task.micro_batch);
+  gather.dependencies = task.dependencies;
+  if (previous_compute_ >= 0) gather.dependencies.push_back(previous_compute_);
+  gather.dependencies.insert(gather.dependencies.end(), waits_for_buffer_.begin(), waits_for_buffer_.end());
+  pending_start_.push_back({core::MemoryKind::GatheredParameter, ops[n].gathered_bytes});
+  prefetch_ = static_cast<int>(schedule_.tasks.size());
+  schedule_.tasks.push_back(std::move(gather));
+}
 
 // A stage-2-3 worker's reduces of the buffer(s) the backward (the last task) filled, on the collective
 // stream after what is queued there. Backward then fills the other buffer once the reduce before
@@ -781,21 +810,20 @@ void SequenceScheduler::add_segment(const StepSequence::Segment& segment) {
       default: break;
     }
     core::Task task = task_of(op, micro_batch);
-    // A stage-3 worker's gather, on the collective stream (each worker's lane), before the layer's work.
-    if (op.gathered_bytes != 0) pending_start_.push_back({MemoryKind::GatheredParameter, op.gathered_bytes});
-    if (op.gather_ns > 0) {
-      core::Task gather;
-      gather.name = "gather " + task.name;
-      gather.category = "gather";
-      gather.stream = core::Stream::Collective;
-      gather.duration_ns = op.gather_ns;
-      gather.layer = task.layer;
-      gather.micro_batch = task.micro_batch;
-      gather.at_start = std::move(pending_start_);
-      pending_start_.clear();
-      push_next(std::move(gather));
-      task.duration_ns -= op.gather_ns;
+    // A stage-3 worker's gather, on the collective stream (each worker's lane), before the layer's
+    // work: started by the gathering op before it (prefetched), or as the op is reached.
+    if (op.gather_prefetched) {
+      task.dependencies.push_back(prefetch_);
+    } else {
+      if (op.gathered_bytes != 0) pending_start_.push_back({MemoryKind::GatheredParameter, op.gathered_bytes});
+      if (op.gather_ns > 0) {
+        core::Task gather = gather_task(op, task.micro_batch);
+        gather.at_start = std::move(pending_start_);
+        pending_start_.clear();
+        push_next(std::move(gather));
+      }
     }
+    if (op.gathered_bytes > 0) prefetch_next(ops, k, count, task);
     task.at_start.insert(task.at_start.begin(), pending_start_.begin(), pending_start_.end());
     pending_start_.clear();
     if (op.kind == OpKind::Optimizer) task.dependencies = waits_for;
@@ -832,7 +860,8 @@ core::Task SequenceScheduler::task_of(const Op& op, int micro_batch) const {
     task.micro_batch = micro_batch;
   }
   task.duration_ns = op.duration_ns;
-  task.transient_bytes = op.transient_bytes - op.gathered_bytes;
+  // Gathered and prefetched parameters are allocated as the op starts (add_segment).
+  task.transient_bytes = op.transient_bytes - op.gathered_bytes - op.prefetched_bytes;
   return task;
 }
 

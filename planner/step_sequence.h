@@ -21,7 +21,7 @@ namespace headroom::planner {
 // GradientCache: a contrastive model's embedding cache and RNG states allocated or released (Inf-CL,
 // planner/infcl_model.h).
 // CollectiveWait: a sharded worker's (stage 2-3) micro-batch waiting, past its compute, for the
-// collectives it started (its gradients' reduces, and gathers queued behind them).
+// collectives it started (its gradients' reduces, and its layers' gathers).
 enum class OpKind {
   Forward,
   ForwardNoGrad,
@@ -46,7 +46,13 @@ struct Op {
   // lets go of (negative: that backward).
   std::int64_t gathered_bytes = 0;
   std::int64_t kept_gathered_bytes = 0;
-  std::int64_t gather_ns = 0;  // of duration_ns: the gather's, before the layer's work
+  // The gather's time on the collective stream (not in duration_ns: the layer's work waits for it,
+  // which CollectiveWait carries). Each gather but a micro-batch's first is prefetched: started as
+  // the gathering op before it starts, its memory held from there (prefetched_bytes, of
+  // transient_bytes, of every op from that one to the one before this).
+  std::int64_t gather_ns = 0;
+  bool gather_prefetched = false;
+  std::int64_t prefetched_bytes = 0;
   // A stage-2-3 worker's backward: its layer's gradients' reduces to their owners, on the collective
   // stream once it ends (not in duration_ns: CollectiveWait carries what the micro-batch waits for).
   std::int64_t reduce_ns = 0;

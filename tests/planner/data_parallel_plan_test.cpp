@@ -427,7 +427,8 @@ TEST(DataParallelPlan, StageThreeGathersEachLayersParametersWhereTheyAreUsed) {
   }
   EXPECT_GT(embedding_ns, 0);
   EXPECT_EQ(planner::parameter_gather_step_ns(planner::step_sequence(costs, graph, three)), 2 * (2 * gather_total - embedding_ns));
-  // Layer by layer, the same ops as stage 2's with each layer's gather on their time and memory.
+  // Layer by layer, the same ops as stage 2's with each layer's gather on their memory (its time on
+  // the collective stream), and the next one's from the gathering op before it on.
   const auto ops_of = [&](const core::StepChoice& c) {
     const auto seq = planner::step_sequence(costs, graph, c);
     return seq.ops[seq.segments.front().ops];
@@ -441,26 +442,40 @@ TEST(DataParallelPlan, StageThreeGathersEachLayersParametersWhereTheyAreUsed) {
     const auto a = ops_of(before), b = ops_of(after);
     ASSERT_EQ(a.size(), b.size());
     std::int64_t kept = 0;
+    std::size_t previous_gather = b.size();
+    int prefetched = 0;
     for (std::size_t k = 0; k < a.size(); ++k) {
+      if (b[k].kind != planner::OpKind::CollectiveWait) EXPECT_EQ(b[k].duration_ns, a[k].duration_ns);
+      if (b[k].gathered_bytes > 0) {
+        // Prefetched but the micro-batch's first, and a layer's backward right after its forward.
+        const bool after_same_layer = previous_gather < b.size() && b[previous_gather].layer == b[k].layer;
+        EXPECT_EQ(b[k].gather_prefetched, previous_gather < b.size() && !after_same_layer) << k;
+        for (std::size_t j = previous_gather; b[k].gather_prefetched && j < k; ++j) {
+          EXPECT_EQ(b[j].prefetched_bytes, b[k].gathered_bytes) << j;
+        }
+        prefetched += b[k].gather_prefetched;
+        previous_gather = k;
+      }
+      if (b[k].gathered_bytes == 0) EXPECT_EQ(b[k].transient_bytes - a[k].transient_bytes, b[k].prefetched_bytes) << k;
       if (b[k].layer < 0 || gathers[static_cast<std::size_t>(b[k].layer)].bytes == 0) continue;
       const auto& gather = gathers[static_cast<std::size_t>(b[k].layer)];
       kept += b[k].retained_bytes - a[k].retained_bytes;
       if (b[k].kind == planner::OpKind::Backward && b[k].kept_gathered_bytes < 0) {
         // The backward after a recompute: gathered already, let go of at its end.
         EXPECT_EQ(b[k].kept_gathered_bytes, -gather.bytes);
-        EXPECT_EQ(b[k].duration_ns - a[k].duration_ns, 0);
         continue;
       }
       if (b[k].kind == planner::OpKind::Backward && !gather.for_backward) {
         EXPECT_EQ(b[k].gathered_bytes, 0);
         continue;
       }
-      EXPECT_EQ(b[k].transient_bytes - a[k].transient_bytes, gather.bytes);
+      EXPECT_EQ(b[k].transient_bytes - a[k].transient_bytes, gather.bytes + b[k].prefetched_bytes);
       EXPECT_EQ(b[k].gathered_bytes, gather.bytes);
-      EXPECT_EQ(b[k].duration_ns - a[k].duration_ns, gather.ns);
+      EXPECT_EQ(b[k].gather_ns, gather.ns);
       EXPECT_EQ(b[k].kept_gathered_bytes, b[k].kind == planner::OpKind::Recompute ? gather.bytes : 0);
     }
     EXPECT_EQ(kept, 0);  // every gather let go of within the micro-batch
+    EXPECT_GT(prefetched, 0);
   }
   for (const auto& c : {three, three_checkpointed}) {
     const auto predicted = planner::predict_step(costs, graph, c);
@@ -487,23 +502,47 @@ TEST(DataParallelPlan, StageThreeGathersEachLayersParametersWhereTheyAreUsed) {
     }
     EXPECT_GT(waited, 0);
     // What the plan says the compute waits in the gathers (what a worker measures) is the
-    // simulator's: from the task before each gather to the gather's end, each segment once.
+    // simulator's, each segment once: a task after a gather of its own waits from what the gather
+    // followed; one after a prefetched gather, from what else it waits for, where the gather ends later.
     const auto seq = planner::step_sequence(costs, graph, c);
     std::int64_t planned_wait = 0, simulated_wait = 0;
     for (const auto& segment : seq.segments) planned_wait += planner::collective_waits(seq.ops[segment.ops]).gather_ns;
+    const auto latest_end = [&](const std::vector<int>& tasks, int except) {
+      std::int64_t end = 0;  // the step's start
+      for (const int d : tasks) {
+        if (d != except) end = std::max(end, sim.tasks[static_cast<std::size_t>(d)].end_ns);
+      }
+      return end;
+    };
+    std::vector<bool> after_a_layer_task(schedule.tasks.size(), false);  // a gather chained to the compute
     for (std::size_t t = 0; t < schedule.tasks.size(); ++t) {
-      if (schedule.tasks[t].category != "gather") continue;
-      // The step's first gather waits from the step's start.
-      const auto& after = schedule.tasks[t].dependencies;
-      simulated_wait += sim.tasks[t].end_ns - (after.empty() ? 0 : sim.tasks[static_cast<std::size_t>(after.front())].end_ns);
+      const auto& task = schedule.tasks[t];
+      if (task.category == "gather" || task.category == "reduce") continue;
+      for (const int d : task.dependencies) {
+        const auto& gather = schedule.tasks[static_cast<std::size_t>(d)];
+        if (gather.category != "gather") continue;
+        const bool own = d == task.dependencies.front() && gather.dependencies.size() <= 1;
+        simulated_wait += own ? sim.tasks[static_cast<std::size_t>(d)].end_ns - latest_end(gather.dependencies, -1)
+                              : std::max<std::int64_t>(0, sim.tasks[static_cast<std::size_t>(d)].end_ns - latest_end(task.dependencies, d));
+      }
     }
     EXPECT_EQ(planned_wait, simulated_wait);
-    EXPECT_GE(planner::step_collective_waits(seq).gather_ns, planner::parameter_gather_step_ns(seq));
-    std::int64_t most_gathered = 0;
+    // Prefetched, the gathers keep the compute waiting less than each gathered as it is reached.
+    for (const auto& segment : seq.segments) {
+      auto unprefetched = seq.ops[segment.ops];
+      for (auto& op : unprefetched) op.gather_prefetched = false;
+      if (segment.batch == 0) continue;  // the optimizer's
+      EXPECT_LT(planner::collective_waits(seq.ops[segment.ops]).gather_ns, planner::collective_waits(unprefetched).gather_ns);
+    }
+    // Two layers' parameters gathered at once: the one at work and the one prefetched.
+    std::int64_t most_gathered = 0, two_at_once = 0;
     for (const auto& sample : sim.memory) {
       most_gathered = std::max(most_gathered, sample.bytes[static_cast<std::size_t>(core::MemoryKind::GatheredParameter)]);
     }
-    EXPECT_GE(most_gathered, largest);
+    const auto& ops = seq.ops[seq.segments.front().ops];
+    for (const auto& op : ops) two_at_once = std::max(two_at_once, op.gathered_bytes + op.prefetched_bytes);
+    EXPECT_GT(two_at_once, largest);
+    EXPECT_GE(most_gathered, two_at_once);
   }
   // Planned: where only stage 3 fits, auto takes it; its plan names its gathers and reads back.
   auto r = request(std::int64_t{1} << 20, 16, 2);
