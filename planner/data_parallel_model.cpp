@@ -363,7 +363,8 @@ class DataParallel final : public Technique {
       const std::string how =
           dp.shard_stage >= 3 ? "(the gradients reduced to their owners as backward fills a buffer) and steps them; each layer's"
                                 " parameters are" + indent + "gathered from their owners before its forward and its backward"
-                                " (or recompute) and let go of after"
+                                " (or recompute) and let go of after," + indent + "each started as the layer before takes its own"
+                                " (prefetched one ahead)"
           : dp.shard_stage >= 2 ? "(the gradients reduced to their owners as backward fills a buffer), steps them and broadcasts them to"
                                   " the others"
                                 : "steps them and broadcasts them to the others";
