@@ -489,8 +489,8 @@ struct ShardedParameters::State {
     for (const auto& work : works) wait_collective(work, "gathering a layer's parameters");
   }
 
-  // A gather started ahead and not taken (a micro-batch that stopped early) is waited for, so that no
-  // broadcast still writes into memory let go of; its layer stays gathered.
+  // The gather started ahead, waited for: where a micro-batch takes it, and where one that stopped
+  // early did not (so that no broadcast still writes into memory let go of). Its layer stays gathered.
   void settle_prefetch() {
     if (!prefetch) return;
     wait_gather(prefetch->works);
@@ -516,8 +516,7 @@ struct ShardedParameters::State {
     }
     const auto start = std::chrono::steady_clock::now();
     if (prefetched) {
-      wait_gather(prefetch->works);
-      prefetch.reset();
+      settle_prefetch();
     } else {
       wait_gather(start_gather(layer));
     }

@@ -151,6 +151,7 @@ void add_prefetches(std::vector<Op>& ops) {
     if (ops[k].gathered_bytes == 0) continue;
     if (previous < ops.size() && ops[previous].layer != ops[k].layer) {
       ops[k].gather_prefetched = true;
+      ops[previous].prefetch_ahead = static_cast<int>(k - previous);
       for (std::size_t j = previous; j < k; ++j) {
         ops[j].prefetched_bytes = ops[k].gathered_bytes;
         ops[j].transient_bytes += ops[k].gathered_bytes;
@@ -240,8 +241,6 @@ CollectiveWaits collective_waits(const std::vector<Op>& ops) {
   std::array<std::int64_t, 2> buffer_free{0, 0};  // when each buffer's last reduce ends
   std::size_t next = 0;
   std::int64_t prefetch_done = 0;  // when the gather started one ahead ends
-  std::vector<std::size_t> next_gather(ops.size() + 1, ops.size());
-  for (std::size_t k = ops.size(); k-- > 0;) next_gather[k] = ops[k].gathered_bytes > 0 ? k : next_gather[k + 1];
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const Op& op = ops[k];
     if (op.kind == OpKind::CollectiveWait) continue;
@@ -251,8 +250,9 @@ CollectiveWaits collective_waits(const std::vector<Op>& ops) {
       waits.gather_ns += std::max<std::int64_t>(0, done - clock);
       clock = std::max(clock, done);
       // The next gather starts as this op does, on the link after what is queued.
-      const std::size_t n = next_gather[k + 1];
-      if (n < ops.size() && ops[n].gather_prefetched) prefetch_done = link_free = std::max(clock, link_free) + ops[n].gather_ns;
+      if (op.prefetch_ahead > 0) {
+        prefetch_done = link_free = std::max(clock, link_free) + ops[k + static_cast<std::size_t>(op.prefetch_ahead)].gather_ns;
+      }
     }
     clock += op.duration_ns;
     if (op.reduce_ns == 0) continue;

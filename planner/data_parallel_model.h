@@ -60,8 +60,8 @@ std::int64_t worker_optimizer_state_bytes(const core::CostModel& costs, const co
 // parameters' broadcast that follows it (every worker's range to the others), which the optimizer's
 // phase runs.
 std::int64_t worker_optimizer_ns(const core::CostModel& costs, const core::StepChoice& choice);
-// Worker 0's gradients: all of them, or at stage 2 its range's and the buffer it reduces each
-// gradient from.
+// Worker 0's gradients: all of them, or at stage 2 its range's and the two buffers it packs them
+// into to reduce them.
 std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::StepChoice& choice);
 // Stage 2, per layer: the reduces of gradients to their owners that start once its backward has
 // made its gradients (the buffers it fills), one micro-batch's (empty below stage 2); and a

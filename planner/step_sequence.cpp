@@ -704,7 +704,7 @@ class SequenceScheduler {
   void add_reduce(const core::Task& backward, std::int64_t reduce_ns);
   void add_collective_wait(int micro_batch);
   core::Task gather_task(const Op& op, int micro_batch) const;
-  void prefetch_next(const std::vector<Op>& ops, std::size_t k, std::size_t count, core::Task& task);
+  void prefetch_next(const std::vector<Op>& ops, std::size_t k, core::Task& task);
 
   const core::CostModel& costs_;
   const core::StepChoice& choice_;
@@ -731,17 +731,16 @@ core::Task SequenceScheduler::gather_task(const Op& op, int micro_batch) const {
   return gather;
 }
 
-// The gather of the next gathering op after ops[k], where prefetched: it starts with `task` (op k's
-// work, not yet pushed), after what that waits for, and its memory is allocated as that starts.
-void SequenceScheduler::prefetch_next(const std::vector<Op>& ops, std::size_t k, std::size_t count, core::Task& task) {
-  std::size_t n = k + 1;
-  while (n < count && ops[n].gathered_bytes == 0) ++n;
-  if (n == count || !ops[n].gather_prefetched) return;
-  core::Task gather = gather_task(ops[n], task.micro_batch);
+// The gather ops[k] starts for a later op (Op::prefetch_ahead): it starts with `task` (op k's work,
+// not yet pushed), after what that waits for, and its memory is allocated as that starts.
+void SequenceScheduler::prefetch_next(const std::vector<Op>& ops, std::size_t k, core::Task& task) {
+  if (ops[k].prefetch_ahead == 0) return;
+  const Op& next = ops[k + static_cast<std::size_t>(ops[k].prefetch_ahead)];
+  core::Task gather = gather_task(next, task.micro_batch);
   gather.dependencies = task.dependencies;
   if (previous_compute_ >= 0) gather.dependencies.push_back(previous_compute_);
   gather.dependencies.insert(gather.dependencies.end(), waits_for_buffer_.begin(), waits_for_buffer_.end());
-  pending_start_.push_back({core::MemoryKind::GatheredParameter, ops[n].gathered_bytes});
+  pending_start_.push_back({core::MemoryKind::GatheredParameter, next.gathered_bytes});
   prefetch_ = static_cast<int>(schedule_.tasks.size());
   schedule_.tasks.push_back(std::move(gather));
 }
@@ -823,7 +822,7 @@ void SequenceScheduler::add_segment(const StepSequence::Segment& segment) {
         push_next(std::move(gather));
       }
     }
-    if (op.gathered_bytes > 0) prefetch_next(ops, k, count, task);
+    prefetch_next(ops, k, task);
     task.at_start.insert(task.at_start.begin(), pending_start_.begin(), pending_start_.end());
     pending_start_.clear();
     if (op.kind == OpKind::Optimizer) task.dependencies = waits_for;

@@ -53,6 +53,7 @@ struct Op {
   std::int64_t gather_ns = 0;
   bool gather_prefetched = false;
   std::int64_t prefetched_bytes = 0;
+  int prefetch_ahead = 0;  // the gathering op whose gather this one starts: this many ops on (0: none)
   // A stage-2-3 worker's backward: its layer's gradients' reduces to their owners, on the collective
   // stream once it ends (not in duration_ns: CollectiveWait carries what the micro-batch waits for).
   std::int64_t reduce_ns = 0;
