@@ -59,6 +59,8 @@ def main():
         predicted = report["predicted"]["samples_per_second"]
         measured = report["measured"]["samples_per_second"]
         shape = f"{len(p['micro_batches']) // 2} x {p['micro_batches'][0]}, {len(p.get('checkpointed_blocks', []))} ckpt"
+        # Stage 3's unit of gathering, per block or per layer.
+        shape += f", per {p['data_parallel']['gather']}" if "gather" in p.get("data_parallel", {}) else ""
         print(f"| {budget:,} | {p['data_parallel'].get('shard_stage', 0)} | {shape} | {predicted:.1f} / {measured:.1f} | "
               f"{100 * (predicted - measured) / measured:+.1f}% |", flush=True)
 

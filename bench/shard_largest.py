@@ -60,6 +60,8 @@ def main():
             params = sum(layer["param_bytes"] for layer in json.load(f)["layers"]) // 4
         peaks = ", ".join(f"{w['peak_bytes']:,}" for w in report["data_parallel"]["workers"])
         shape = f"{len(p['micro_batches']) // 2} x {p['micro_batches'][0]}, {len(p.get('checkpointed_blocks', []))} ckpt"
+        # Stage 3's unit of gathering, per block or per layer.
+        shape += f", per {p['data_parallel']['gather']}" if "gather" in p.get("data_parallel", {}) else ""
         print(f"| {stage} | {depth} layers | {params:,} | {shape} | {p['predicted']['peak_bytes']:,} / {peaks} "
               f"({100 * report['errors']['peak_rel']:+.2f}%) |", flush=True)
 

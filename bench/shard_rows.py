@@ -88,6 +88,8 @@ def main():
                 with open(plan) as f:
                     p = json.load(f)
                 shape = f"{len(p['micro_batches']) // 2} x {p['micro_batches'][0]}, {len(p.get('checkpointed_blocks', []))} ckpt"
+                # Stage 3's unit of gathering, per block or per layer.
+                shape += f", per {p['data_parallel']['gather']}" if "gather" in p.get("data_parallel", {}) else ""
                 run_report = execute(args.headroom, plan, plan + ".report.json", args.timed_steps, False)
                 ref_report = execute(args.headroom, plan, plan + ".ref.json", args.steps, True)
                 peaks = ", ".join(f"{w['peak_bytes']:,}" for w in run_report["data_parallel"]["workers"])

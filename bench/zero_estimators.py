@@ -75,7 +75,10 @@ def main():
                 published = zero_formula(stage, params, workers, 2, 2, 12)
                 ours = zero_formula(stage, params, workers, 4, 4, k)
                 measured = ", ".join(f"{w['peak_bytes']:,}" for w in report["data_parallel"]["workers"])
-                print(f"| {model} | {workers} | {stage} | {published:,.0f} | {ours:,.0f} | "
+                # Stage 3's unit of gathering, per block or per layer.
+                gather = p.get("data_parallel", {}).get("gather")
+                shown = f"{stage}, per {gather}" if gather else str(stage)
+                print(f"| {model} | {workers} | {shown} | {published:,.0f} | {ours:,.0f} | "
                       f"{p['predicted']['peak_bytes']:,} | {measured} |", flush=True)
 
 

@@ -36,6 +36,10 @@ CLI::App* add_plan_command(CLI::App& app, cli::PlanArgs& args) {
                    "with --devices: ZeRO's stage, 0 (every worker holds the whole training state), 1 (the optimizer "
                    "state sharded), 2 (the gradients too), 3 (the parameters too) or auto (default: the fastest that fits)")
       ->check([](const std::string& text) { return text.empty() ? std::string("expected 0, 1, 2, 3 or auto") : std::string(); });
+  plan->add_option("--gather", args.gather,
+                   "with --devices, at stage 3: what a worker gathers at a time, block (a block's parameters "
+                   "together, as FSDP), layer (each layer's, as DeepSpeed) or auto (default: the faster that fits)")
+      ->check([](const std::string& text) { return text.empty() ? std::string("expected block, layer or auto") : std::string(); });
   plan->add_flag("--no-rescale", args.no_rescale,
                  "keep the trace's times where this machine runs the calibration's kernels at another speed");
   plan->add_option("--precision", args.precision,

@@ -97,8 +97,8 @@ void set_link_and_buckets(const PlanArgs& args, const core::Trace& trace, planne
 // Where a shard stage's collectives are in worker 0's simulated timeline.
 const char* collectives_in_timeline(int shard_stage) {
   if (shard_stage >= 3) {
-    return "each layer's gathers on the collective lane, each but a micro-batch's first started with the layer "
-           "before (their memory a band of its own), the gradients' reduces there too, after the backward filling "
+    return "each unit's gathers (a block's parameters) on the collective lane, each but a micro-batch's first "
+           "started with the gathering layer before (their memory a band of its own), the gradients' reduces there too, after the backward filling "
            "their buffer";
   }
   if (shard_stage == 2) {
@@ -130,6 +130,23 @@ std::optional<int> shard_stage_from_flag(const PlanArgs& args, const core::Trace
     throw core::InputError("--shard: " + message.substr(message.find(": ") + 2));
   }
   return at.shard_stage;
+}
+
+// --gather: unset or "auto" leaves it to the search (stage 3's); checked against the stage.
+std::optional<core::GatherUnit> gather_from_flag(const PlanArgs& args, const planner::PlanRequest& request) {
+  if (args.gather.empty()) return std::nullopt;
+  if (args.gather != "block" && args.gather != "layer" && args.gather != "auto") {
+    throw core::InputError("--gather: expected block, layer or auto, got '" + args.gather + "'");
+  }
+  if (args.devices < 2) {
+    throw core::InputError("--gather: only stage 3 gathers parameters, over data-parallel workers; give --devices N "
+                           "(N of 2 or more)");
+  }
+  if (args.gather == "auto") return std::nullopt;
+  if (request.shard_stage && *request.shard_stage != 3) {
+    throw core::InputError("--gather: only stage 3 gathers parameters, and --shard " + args.shard + " keeps them whole");
+  }
+  return core::parse_gather_unit(args.gather, "--gather");
 }
 
 // The request the flags make, each checked against the trace (the planning trace: its precision
@@ -164,6 +181,7 @@ planner::PlanRequest request_from_flags(const PlanArgs& args, const core::Trace&
   if (request.strategies.contains(planner::Strategy::L2L)) request.host_memory_bytes = core::available_host_memory_bytes();
   set_link_and_buckets(args, trace, request);
   request.shard_stage = shard_stage_from_flag(args, trace, request);
+  request.gather = gather_from_flag(args, request);
   if (request.workers > 1 && !request.link.known()) {
     throw core::InputError(args.trace + ": --devices " + std::to_string(args.devices) +
                            ": the trace has no measured link (profile with --measure-link) and no --link was given, "
@@ -243,7 +261,7 @@ PlanMade make_plan(const PlanArgs& args) {
   }
   std::string summary = report::render_plan_summary(*outcome.plan);
   if (const auto& dp = outcome.plan->choice.data_parallel; dp && !outcome.shard_stages.empty()) {
-    summary += "\n" + report::render_shard_stages(outcome.shard_stages, dp->shard_stage);
+    summary += "\n" + report::render_shard_stages(outcome.shard_stages, *dp);
   }
   PlanMade made{std::move(*outcome.plan), std::move(summary), {}};
   // Asked for once the plan is out (written, printed): a precision comparison plans again.

@@ -26,6 +26,7 @@ struct PlanArgs {
   std::string link;         // "25GB/s,5us"; empty: the trace's measured link
   std::string bucket_cap;   // empty: 25 MiB
   std::string shard;        // ZeRO's stage, "0", "1" or "auto"; empty: not given (auto)
+  std::string gather;       // stage 3's unit, "block", "layer" or "auto"; empty: not given (auto)
   bool no_rescale = false;  // keep the trace's times where this machine's speed differs
   std::string precision;    // which of the trace's precisions the plan is for; empty: the trace's own
   // Times this machine for the trace (cli/calibration_child.h, given by main); unset: no comparison.

@@ -71,6 +71,9 @@ nlohmann::json to_json(const Plan& plan) {
   // Written where it shards: a stage-0 plan reads as plans did before sharding.
   if (plan.choice.data_parallel && plan.choice.data_parallel->shard_stage > 0) {
     document["data_parallel"]["shard_stage"] = plan.choice.data_parallel->shard_stage;
+    if (plan.choice.data_parallel->shard_stage >= 3) {
+      document["data_parallel"]["gather"] = std::string(gather_unit_name(plan.choice.data_parallel->gather));
+    }
   }
   if (plan.choice.ring_loss) document["ring_loss"] = true;
   if (plan.choice.loss_tiles) {
@@ -137,6 +140,15 @@ DataParallelChoice read_data_parallel(const JsonNode& root, int workers, const S
   dp.bucket_cap_bytes = node.at("bucket_cap_bytes").as_int_in(1, kMaxPlanBudget);
   // Plans from before sharding replicate the training state.
   if (node.has("shard_stage")) dp.shard_stage = static_cast<int>(node.at("shard_stage").as_int_in(0, kMaxShardStage));
+  // Stage-3 plans from before gathering per block gathered each layer's.
+  if (dp.shard_stage >= 3 && node.has("gather")) {
+    const JsonNode gather = node.at("gather");
+    const std::string text = gather.as_string();
+    if (text != "block" && text != "layer") gather.fail("expected block or layer, got '" + text + "'");
+    dp.gather = parse_gather_unit(text, gather.path());
+  } else if (dp.shard_stage >= 3) {
+    dp.gather = GatherUnit::Layer;
+  }
   dp.link = read_link(node.at("link"));
   return dp;
 }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/errors.h"
+
 namespace headroom::core {
 
 std::string shard_stage_name(int stage) {
@@ -54,6 +56,24 @@ std::int64_t reduce_ns(std::int64_t bytes, std::int64_t messages, int workers, c
 }
 
 bool backward_reads_parameters(std::string_view kind) { return kind != "embedding"; }
+
+std::string_view gather_unit_name(GatherUnit unit) { return unit == GatherUnit::Block ? "block" : "layer"; }
+
+GatherUnit parse_gather_unit(std::string_view text, const std::string& where) {
+  if (text == "block") return GatherUnit::Block;
+  if (text == "layer") return GatherUnit::Layer;
+  throw InputError(where + ": expected block or layer, got '" + std::string(text) + "'");
+}
+
+std::vector<int> parameter_units(const std::vector<int>& block_of_layer, GatherUnit by) {
+  std::vector<int> unit(block_of_layer.size());
+  int next = 0;
+  for (std::size_t i = 0; i < block_of_layer.size(); ++i) {
+    const bool joins = by == GatherUnit::Block && i > 0 && block_of_layer[i] >= 0 && block_of_layer[i] == block_of_layer[i - 1];
+    unit[i] = joins ? unit[i - 1] : next++;
+  }
+  return unit;
+}
 
 std::int64_t gather_ns(ElementRange range, std::int64_t elements, int workers, const CollectiveLink& link) {
   if (workers <= 1 || range.size() <= 0) return 0;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/collective.h"
 
@@ -15,8 +16,8 @@ namespace headroom::core {
 // PyTorch's DDP runs it); 1 shards the optimizer state: each worker steps only the parameters it
 // owns and then sends them to the others; 2 shards the gradients as well: as backward makes each
 // parameter's gradient, every worker reduces it to its owner(s) and lets go of it; 3 shards the
-// parameters as well: a worker gathers a layer's parameters from their owners just before the layer
-// runs (forward, recompute, backward) and lets go of them after.
+// parameters as well: a worker gathers a unit's parameters (a block's: parameter_units) from their
+// owners just before the unit runs (forward, recompute, backward) and lets go of them after.
 inline constexpr int kMaxShardStage = 3;
 // "stage 1 (optimizer state sharded)".
 std::string shard_stage_name(int stage);
@@ -43,7 +44,7 @@ inline constexpr std::int64_t kShardedOptimizerPieceElements = std::int64_t{1} <
 inline constexpr std::string_view kParameterBroadcastSecondsPart = "parameter_broadcast_seconds";
 // ... and at stage 2 its gradients' reduces over the step (every micro-batch's).
 inline constexpr std::string_view kGradientReduceSecondsPart = "gradient_reduce_seconds";
-// ... and at stage 3 its layers' parameter gathers over the step (every micro-batch's).
+// ... and at stage 3 its parameter gathers over the step (every micro-batch's).
 inline constexpr std::string_view kParameterGatherSecondsPart = "parameter_gather_seconds";
 // ... and of the step, how long its compute waits for the reduces (stage 2-3) and in the gathers
 // (stage 3, the reduces queued before a gather included).
@@ -66,6 +67,18 @@ std::int64_t reduce_ns(std::int64_t bytes, std::int64_t messages, int workers, c
 // Whether a layer of this kind reads its parameters in backward, so that a stage-3 worker gathers
 // them for it: an embedding's backward reads the indices and its output's gradient, not the table.
 bool backward_reads_parameters(std::string_view kind);
+
+// What a stage-3 worker gathers at a time: a block's layers (a run of consecutive layers with one
+// block id of 0 or more; a layer outside blocks, -1, alone), as FSDP wraps a transformer's blocks,
+// or each layer's alone, as DeepSpeed's ZeRO-3 fetches each module's. Blocks take fewer, larger
+// gathers (each a wait for every worker); layers hold less in flight.
+enum class GatherUnit { Block, Layer };
+// "block" or "layer".
+std::string_view gather_unit_name(GatherUnit unit);
+// Throws InputError naming `where`, the text and the accepted names.
+GatherUnit parse_gather_unit(std::string_view text, const std::string& where);
+// Each layer's unit, numbered from 0 in layer order.
+std::vector<int> parameter_units(const std::vector<int>& block_of_layer, GatherUnit unit);
 
 // Gathering the float32 elements `range` of the flat order of `elements` onto every worker: a
 // broadcast from each owner of its part, one after the other.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/collective.h"
+#include "core/sharding.h"
 
 namespace headroom::core {
 
@@ -71,6 +72,8 @@ struct DataParallelChoice {
   // ZeRO's stage (core/sharding.h): 0 every worker holds the whole training state; 1 each holds
   // 1/N of the optimizer state and sends the parameters it stepped to the others.
   int shard_stage = 0;
+  // Stage 3: what a worker gathers at a time.
+  GatherUnit gather = GatherUnit::Block;
   bool operator==(const DataParallelChoice&) const = default;
 };
 

@@ -437,37 +437,40 @@ struct ShardedParameters::State {
   bool reducing = false;
   std::int64_t reduced = 0;  // gradients reduced since start_step
   double reduce_seconds = 0;
-  // Stage 3: per model layer, its trainable parameters' buffer (undefined where it has none), and
-  // the values of this worker's range.
-  struct LayerShard {
+  // Stage 3: per unit (a block's layers or a layer's, as the plan gathers: core::parameter_units), its
+  // trainable parameters' buffer (undefined where it has none), and the values of this worker's range.
+  struct UnitShard {
     torch::Tensor values;
     core::ElementRange elements;  // in the flat order
     std::int64_t parameters = 0;
     std::int64_t made = 0;  // gradients backward has made of them since they were gathered
+    int last_layer = -1;    // its last layer with parameters: a forward lets them go after it
     bool gathered = true;
-    bool for_backward = true;  // its backward reads them
+    bool for_backward = false;  // a backward of one of its layers reads them
   };
-  std::vector<LayerShard> layers;
-  std::vector<std::size_t> layer_of;  // per parameter
+  std::vector<UnitShard> units;
+  std::vector<std::size_t> unit_of_layer;
+  std::vector<bool> holds_parameters;  // per model layer
+  std::vector<std::size_t> unit_of;    // per parameter
   torch::Tensor owned;
   double gather_seconds = 0;
-  // Stage 3: the layers a micro-batch gathers for its work, in order, recorded from the first one
+  // Stage 3: the units a micro-batch gathers for its work, in order, recorded from the first one
   // (every micro-batch runs the same layers the same way), and the gather started one ahead: each
   // gather but a micro-batch's first is started as the one before it is taken, so it runs beside
-  // that layer's work.
+  // that unit's work.
   enum class Order { Unknown, Recording, Known };
   Order order_state = Order::Unknown;
   std::vector<std::size_t> order;
   std::size_t taken = 0;  // of this micro-batch's gathers
   struct Prefetch {
-    std::size_t layer = 0;
+    std::size_t unit = 0;
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
   };
   std::optional<Prefetch> prefetch;
 
-  // Stage 3: fresh memory for the layer's parameters, and the broadcasts that fill it from their owners.
-  std::vector<c10::intrusive_ptr<c10d::Work>> start_gather(std::size_t layer) {
-    LayerShard& shard = layers[layer];
+  // Stage 3: fresh memory for the unit's parameters, and the broadcasts that fill it from their owners.
+  std::vector<c10::intrusive_ptr<c10d::Work>> start_gather(std::size_t unit) {
+    UnitShard& shard = units[unit];
     c10::Storage storage = shard.values.storage();
     const auto bytes = static_cast<std::size_t>(shard.elements.size() * 4);
     storage.set_data_ptr_noswap(storage.allocator()->allocate(bytes));
@@ -479,53 +482,54 @@ struct ShardedParameters::State {
       if (r == workers->rank()) part.front().copy_(owned.narrow(0, from - mine().begin, to - from));
       c10d::BroadcastOptions options;
       options.rootRank = r;
-      works.push_back(named_as_collective("gathering a layer's parameters from worker " + std::to_string(r),
+      works.push_back(named_as_collective("gathering a unit's parameters from worker " + std::to_string(r),
                                           [&] { return workers->group().broadcast(part, options); }));
     });
     return works;
   }
 
   static void wait_gather(const std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
-    for (const auto& work : works) wait_collective(work, "gathering a layer's parameters");
+    for (const auto& work : works) wait_collective(work, "gathering a unit's parameters");
   }
 
   // The gather started ahead, waited for: where a micro-batch takes it, and where one that stopped
-  // early did not (so that no broadcast still writes into memory let go of). Its layer stays gathered.
+  // early did not (so that no broadcast still writes into memory let go of). Its unit stays gathered.
   void settle_prefetch() {
     if (!prefetch) return;
     wait_gather(prefetch->works);
     prefetch.reset();
   }
 
-  // Stage 3: the layer's parameters gathered now (outside a micro-batch's work: the checks').
-  void gather(std::size_t layer) {
+  // Stage 3: the unit's parameters gathered now (outside a micro-batch's work: the checks').
+  void gather(std::size_t unit) {
     settle_prefetch();
-    if (!layers[layer].values.defined() || layers[layer].gathered) return;
-    wait_gather(start_gather(layer));
+    if (!units[unit].values.defined() || units[unit].gathered) return;
+    wait_gather(start_gather(unit));
   }
 
-  // Stage 3: the layer's parameters for its work in a micro-batch (the hooks'): the prefetched
+  // Stage 3: the unit's parameters for its work in a micro-batch (the hooks'): the prefetched
   // gather waited for, or a gather of its own; then the next one in the order started.
-  void gather_for_work(std::size_t layer) {
-    LayerShard& shard = layers[layer];
-    const bool prefetched = prefetch && prefetch->layer == layer;
-    if (!shard.values.defined() || (shard.gathered && !prefetched)) return;  // kept since its recompute
-    if (order_state == Order::Known && (taken >= order.size() || order[taken] != layer)) {
-      throw std::logic_error("stage 3: a micro-batch gathered layer " + std::to_string(layer) + " as its gather " +
+  void gather_for_work(std::size_t unit) {
+    UnitShard& shard = units[unit];
+    const bool prefetched = prefetch && prefetch->unit == unit;
+    // Held already: by an earlier layer of the unit, or since its recompute.
+    if (!shard.values.defined() || (shard.gathered && !prefetched)) return;
+    if (order_state == Order::Known && (taken >= order.size() || order[taken] != unit)) {
+      throw std::logic_error("stage 3: a micro-batch gathered unit " + std::to_string(unit) + " as its gather " +
                              std::to_string(taken) + ", out of the order the first one took");
     }
     const auto start = std::chrono::steady_clock::now();
     if (prefetched) {
       settle_prefetch();
     } else {
-      wait_gather(start_gather(layer));
+      wait_gather(start_gather(unit));
     }
     gather_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (order_state == Order::Recording) order.push_back(layer);
+    if (order_state == Order::Recording) order.push_back(unit);
     ++taken;
-    // The next layer's is started now, unless it is this one again (its backward right after its
-    // forward), whose memory is still in use.
-    if (order_state == Order::Known && taken < order.size() && order[taken] != layer) {
+    // The next unit's is started now, unless it is this one again (a layer's backward right after
+    // its forward), whose memory is still in use.
+    if (order_state == Order::Known && taken < order.size() && order[taken] != unit) {
       prefetch = Prefetch{order[taken], start_gather(order[taken])};
     }
   }
@@ -537,10 +541,10 @@ struct ShardedParameters::State {
     taken = 0;
   }
 
-  // Stage 3: the memory of the layer's parameters goes; the tensors (and what autograd saved of
+  // Stage 3: the memory of the unit's parameters goes; the tensors (and what autograd saved of
   // them) stay, empty, until the next gather fills them again.
-  void release(std::size_t layer) {
-    LayerShard& shard = layers[layer];
+  void release(std::size_t unit) {
+    UnitShard& shard = units[unit];
     if (!shard.values.defined() || !shard.gathered) return;
     c10::Storage storage = shard.values.storage();
     storage.set_data_ptr_noswap(c10::DataPtr(nullptr, storage.device()));
@@ -623,11 +627,47 @@ struct ShardedParameters::State {
     ++reduced;
     if (reduced % static_cast<std::int64_t>(parameters.size()) == 0 && slots[filling].filled > 0) send();
     reduce_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    // Stage 3: the layer's last gradient made, its backward is done with its parameters.
+    // Stage 3: the unit's last gradient made, its backward is done with its parameters.
     if (stage >= 3) {
-      LayerShard& shard = layers[layer_of[k]];
-      if (++shard.made == shard.parameters) release(layer_of[k]);
+      UnitShard& shard = units[unit_of[k]];
+      if (++shard.made == shard.parameters) release(unit_of[k]);
     }
+  }
+
+  // The trainable parameters in layer order (each once) and their units; returns their elements.
+  // Throws InputError where one is not float32.
+  std::int64_t collect_parameters(const models::Model& model, core::GatherUnit gather) {
+    std::vector<int> blocks;
+    for (const auto& layer : model.layers()) blocks.push_back(layer.block);
+    const std::vector<int> unit_numbers = core::parameter_units(blocks, gather);
+    units.resize(unit_numbers.empty() ? 0 : static_cast<std::size_t>(unit_numbers.back()) + 1);
+    std::int64_t elements = 0;
+    for (std::size_t l = 0; l < model.layers().size(); ++l) {
+      const auto u = static_cast<std::size_t>(unit_numbers[l]);
+      unit_of_layer.push_back(u);
+      UnitShard& unit = units[u];
+      if (unit.parameters == 0) unit.elements = {elements, elements};
+      const std::int64_t before = unit.parameters;
+      for (const auto& p : model.layers()[l].parameters) {
+        if (!p.requires_grad()) continue;
+        if (std::any_of(parameters.begin(), parameters.end(), [&](const torch::Tensor& q) { return q.is_same(p); })) continue;
+        if (p.scalar_type() != torch::kFloat) {
+          throw core::InputError("shard_stage: a sharded worker steps float32 parameters, and this model has " +
+                                 std::string(c10::toString(p.scalar_type())) + " ones");
+        }
+        parameters.push_back(p);
+        offsets.push_back(elements);
+        unit_of.push_back(u);
+        ++unit.parameters;
+        elements += p.numel();
+      }
+      holds_parameters.push_back(unit.parameters > before);
+      if (!holds_parameters.back()) continue;
+      unit.elements.end = elements;
+      unit.last_layer = static_cast<int>(l);
+      unit.for_backward = unit.for_backward || core::backward_reads_parameters(model.layers()[l].kind);
+    }
+    return elements;
   }
 
   void hook_accumulators() {
@@ -643,30 +683,12 @@ struct ShardedParameters::State {
   }
 };
 
-ShardedParameters::ShardedParameters(const models::Model& model, Workers& workers, int stage) : state_(std::make_unique<State>()) {
+ShardedParameters::ShardedParameters(const models::Model& model, Workers& workers, int stage, core::GatherUnit gather)
+    : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.workers = &workers;
   s.stage = stage;
-  std::int64_t elements = 0;
-  s.layers.resize(model.layers().size());
-  for (std::size_t l = 0; l < model.layers().size(); ++l) {
-    s.layers[l].elements = {elements, elements};
-    s.layers[l].for_backward = core::backward_reads_parameters(model.layers()[l].kind);
-    for (const auto& p : model.layers()[l].parameters) {
-      if (!p.requires_grad()) continue;
-      if (std::any_of(s.parameters.begin(), s.parameters.end(), [&](const torch::Tensor& q) { return q.is_same(p); })) continue;
-      if (p.scalar_type() != torch::kFloat) {
-        throw core::InputError("shard_stage: a sharded worker steps float32 parameters, and this model has " +
-                               std::string(c10::toString(p.scalar_type())) + " ones");
-      }
-      s.parameters.push_back(p);
-      s.offsets.push_back(elements);
-      s.layer_of.push_back(l);
-      ++s.layers[l].parameters;
-      elements += p.numel();
-    }
-    s.layers[l].elements.end = elements;
-  }
+  const std::int64_t elements = s.collect_parameters(model, gather);
   if (s.parameters.size() != model.trainable_parameters().size()) {
     throw core::InputError("shard_stage: sharding needs the model's parameters held by its layers (the zoo's models)");
   }
@@ -674,32 +696,32 @@ ShardedParameters::ShardedParameters(const models::Model& model, Workers& worker
   const auto options = s.parameters.front().options().requires_grad(false);
   for (int r = 0; r < workers.size(); ++r) s.ranges.push_back(core::owned_elements(elements, workers.size(), r));
   const core::ElementRange& mine = s.mine();
-  // Stage 3: a buffer per layer, the range's values apart; below it one buffer for all.
+  // Stage 3: a buffer per unit, the range's values apart; below it one buffer for all.
   if (stage >= 3) {
     s.owned = torch::empty({mine.size()}, options);
-    for (auto& layer : s.layers) {
-      if (layer.parameters > 0) layer.values = torch::empty({layer.elements.size()}, options);
+    for (auto& unit : s.units) {
+      if (unit.parameters > 0) unit.values = torch::empty({unit.elements.size()}, options);
     }
   } else {
     s.flat = torch::empty({elements}, options);
   }
   for (std::size_t k = 0; k < s.parameters.size(); ++k) {
     torch::Tensor& p = s.parameters[k];
-    const State::LayerShard& layer = s.layers[s.layer_of[k]];
-    torch::Tensor range = stage >= 3 ? layer.values.narrow(0, s.offsets[k] - layer.elements.begin, p.numel())
+    const State::UnitShard& unit = s.units[s.unit_of[k]];
+    torch::Tensor range = stage >= 3 ? unit.values.narrow(0, s.offsets[k] - unit.elements.begin, p.numel())
                                      : s.flat.narrow(0, s.offsets[k], p.numel());
     range.copy_(p.detach().reshape({-1}));
     // The same tensor, its data now the buffer's range: every module holding it sees it.
     p.set_data(range.view(p.sizes()));
   }
   if (stage >= 3) {
-    for (std::size_t l = 0; l < s.layers.size(); ++l) {
-      const State::LayerShard& layer = s.layers[l];
-      const core::ElementRange kept = core::overlap(layer.elements, mine);
+    for (std::size_t u = 0; u < s.units.size(); ++u) {
+      const State::UnitShard& unit = s.units[u];
+      const core::ElementRange kept = core::overlap(unit.elements, mine);
       if (kept.size() > 0) {
-        s.owned.narrow(0, kept.begin - mine.begin, kept.size()).copy_(layer.values.narrow(0, kept.begin - layer.elements.begin, kept.size()));
+        s.owned.narrow(0, kept.begin - mine.begin, kept.size()).copy_(unit.values.narrow(0, kept.begin - unit.elements.begin, kept.size()));
       }
-      s.release(l);
+      s.release(u);
     }
   }
   // The pieces' gradients: views of the summed gradients (stage 1) or of the range's (stage 2).
@@ -801,34 +823,44 @@ void ShardedParameters::begin_micro_batch() {
   if (state_->stage >= 3) state_->begin_micro_batch();
 }
 
-void ShardedParameters::before(int layer) { state_->gather_for_work(static_cast<std::size_t>(layer)); }
+void ShardedParameters::before(int layer) {
+  State& s = *state_;
+  const auto l = static_cast<std::size_t>(layer);
+  if (s.stage >= 3 && s.holds_parameters[l]) s.gather_for_work(s.unit_of_layer[l]);
+}
 
-void ShardedParameters::after_forward(int layer) { state_->release(static_cast<std::size_t>(layer)); }
+void ShardedParameters::after_forward(int layer) {
+  State& s = *state_;
+  const auto l = static_cast<std::size_t>(layer);
+  if (s.stage >= 3 && s.units[s.unit_of_layer[l]].last_layer == layer) s.release(s.unit_of_layer[l]);
+}
 
 void ShardedParameters::before_backward(int layer) {
-  if (state_->layers[static_cast<std::size_t>(layer)].for_backward) state_->gather_for_work(static_cast<std::size_t>(layer));
+  State& s = *state_;
+  const auto l = static_cast<std::size_t>(layer);
+  if (s.stage >= 3 && s.holds_parameters[l] && s.units[s.unit_of_layer[l]].for_backward) s.gather_for_work(s.unit_of_layer[l]);
 }
 
 double ShardedParameters::gather_seconds() const { return state_->gather_seconds; }
 
 void ShardedParameters::gather_all() {
-  for (std::size_t l = 0; l < state_->layers.size(); ++l) state_->gather(l);
+  for (std::size_t u = 0; u < state_->units.size(); ++u) state_->gather(u);
 }
 
 void ShardedParameters::release_all() {
   state_->settle_prefetch();
-  for (std::size_t l = 0; l < state_->layers.size(); ++l) state_->release(l);
+  for (std::size_t u = 0; u < state_->units.size(); ++u) state_->release(u);
 }
 
 std::int64_t ShardedParameters::gathered_digest() {
   State& s = *state_;
   WeightsDigest digest;
   std::size_t k = 0;
-  for (std::size_t l = 0; l < s.layers.size(); ++l) {
-    const bool held = s.layers[l].gathered;
-    s.gather(l);
-    for (; k < s.parameters.size() && s.layer_of[k] == l; ++k) digest.add(s.parameters[k]);
-    if (!held) s.release(l);
+  for (std::size_t u = 0; u < s.units.size(); ++u) {
+    const bool held = s.units[u].gathered;
+    s.gather(u);
+    for (; k < s.parameters.size() && s.unit_of[k] == u; ++k) digest.add(s.parameters[k]);
+    if (!held) s.release(u);
   }
   return digest.value();
 }

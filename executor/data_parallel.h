@@ -14,6 +14,7 @@
 #include <torch/version.h>
 
 #include "core/collective.h"
+#include "core/sharding.h"
 #include "executor/plan_runner.h"
 #include "models/model.h"
 
@@ -169,7 +170,7 @@ class ShardedParameters final : public LayerParameterHooks {
  public:
   // Throws InputError where a trainable parameter is not float32 or the model's layers do not hold
   // every trainable parameter.
-  ShardedParameters(const models::Model& model, Workers& workers, int stage);
+  ShardedParameters(const models::Model& model, Workers& workers, int stage, core::GatherUnit gather);
   ~ShardedParameters() override;
   ShardedParameters(const ShardedParameters&) = delete;
   ShardedParameters& operator=(const ShardedParameters&) = delete;
@@ -184,25 +185,27 @@ class ShardedParameters final : public LayerParameterHooks {
   // every parameter. Returns the seconds the step's reduces took (0 at stage 1).
   double finish_backward();
   // Stage 2, for the gradient check: every parameter's whole gradient, gathered from its owners;
-  // stage 3 also every layer's parameters, which release_all lets go of.
+  // stage 3 also every unit's parameters, which release_all lets go of.
   void gather_for_check();
   // Every worker's range from its owner; returns the seconds that took (0 at stage 3).
   double broadcast();
 
   // Stage 3: LayerParameterHooks, and the seconds the compute waited in gathers since start_step.
-  // A micro-batch gathers its layers in the order the first one did; each gather but its first is
-  // started as the one before it is taken (prefetched one ahead), so at most two layers' parameters
-  // are gathered for the work at once, besides those a recompute keeps for its backward.
+  // A layer with parameters takes its unit's (core::parameter_units): gathered by the first of its
+  // layers to run, let go of after the last one's forward and once backward has made the unit's last
+  // gradient. A micro-batch gathers its units in the order the first one did; each gather but its
+  // first is started as the one before it is taken (prefetched one ahead), so at most two units'
+  // parameters are gathered for the work at once, besides those a recompute keeps for its backward.
   void begin_micro_batch() override;
   void before(int layer) override;
   void after_forward(int layer) override;
-  // Not for a layer whose backward does not read its parameters (core::backward_reads_parameters).
+  // Gathers only for a unit whose backward reads its parameters (core::backward_reads_parameters).
   void before_backward(int layer) override;
   double gather_seconds() const;
-  // Every layer's parameters gathered (the run is over: worker 0 compares them), or let go of.
+  // Every unit's parameters gathered (the run is over: worker 0 compares them), or let go of.
   void gather_all();
   void release_all();
-  // Every layer's parameters gathered in turn into a digest (each let go of again unless it was held).
+  // Every unit's parameters gathered in turn into a digest (each let go of again unless it was held).
   std::int64_t gathered_digest();
 
  private:

@@ -16,7 +16,8 @@ DataParallelStep::DataParallelStep(const WorkerIdentity& identity, torch::Device
     : workers_(identity, device),
       bucket_cap_bytes_(choice.data_parallel->bucket_cap_bytes),
       ring_loss_(choice.ring_loss),
-      shard_stage_(choice.data_parallel->shard_stage) {}
+      shard_stage_(choice.data_parallel->shard_stage),
+      gather_(choice.data_parallel->gather) {}
 
 std::unique_ptr<StepWrapper> join_data_parallel(const core::Plan& plan, const ExecuteOptions& options, torch::Device device,
                                                 core::Report& report) {
@@ -45,7 +46,7 @@ std::unique_ptr<StepWrapper> join_data_parallel(const core::Plan& plan, const Ex
 
 void DataParallelStep::attach(models::Model& model, core::Report& report) {
   // The parameters move into their flat buffers before the gradients' hooks are set on them.
-  if (shard_stage_ > 0) sharded_ = std::make_unique<ShardedParameters>(model, workers_, shard_stage_);
+  if (shard_stage_ > 0) sharded_ = std::make_unique<ShardedParameters>(model, workers_, shard_stage_, gather_);
   // Stage 2 reduces the gradients to their owners as backward makes them: nothing is all-reduced.
   if (shard_stage_ < 2) sync_ = std::make_unique<GradientSync>(model, workers_, bucket_cap_bytes_);
   if (ring_loss_) {
@@ -103,7 +104,7 @@ void DataParallelStep::after_step(const std::vector<torch::Tensor>& parameters, 
     gathers_.push_back(last_gather_);
   }
   // Every worker holds the same weights after every step, bit for bit (checked outside the clock;
-  // at stage 3 as each layer's are gathered in turn).
+  // at stage 3 as each unit's are gathered in turn).
   const std::string when = "after step " + std::to_string(step + 1);
   if (shard_stage_ >= 3) {
     workers_.check_digests_agree(sharded_->gathered_digest(), when);

@@ -42,10 +42,10 @@ class DataParallelStep final : public StepWrapper {
   // Sharded: every worker's range broadcast from its owner.
   void after_optimizer() override;
   // Stages 2 and 3: every gradient from its owners for the gradient check, and at stage 3 every
-  // layer's parameters (let go of after).
+  // unit's parameters (let go of after).
   void gather_for_check() override;
   void after_check() override;
-  // Stage 3: the sharded parameters gather each layer's for its work.
+  // Stage 3: the sharded parameters gather each unit's for its work.
   LayerParameterHooks* layer_hooks() override;
   bool builds_model_outside_budget() const override { return shard_stage_ >= 3; }
   // The last backward sends each bucket of gradients as it completes (GradientSync::arm).
@@ -63,6 +63,7 @@ class DataParallelStep final : public StepWrapper {
   std::int64_t bucket_cap_bytes_;
   bool ring_loss_;
   int shard_stage_;
+  core::GatherUnit gather_;
   std::unique_ptr<ShardedParameters> sharded_;  // stages 1 to 3
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<GroupRingPeers> ring_;

@@ -126,30 +126,43 @@ std::int64_t worker_static_bytes(const core::CostModel& costs, const core::StepC
          worker_gradient_bytes(costs, choice) + bucket_buffer_bytes(costs, choice);
 }
 
-std::vector<ParameterGather> parameter_gathers(const LayerGraph& graph, const core::StepChoice& choice) {
+ParameterUnits parameter_gathers(const LayerGraph& graph, const core::StepChoice& choice) {
   if (shard_stage(choice) < 3) return {};
-  std::vector<ParameterGather> out(graph.size());
-  const std::int64_t elements = graph.trainable_bytes() / 4;
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    const int layer = static_cast<int>(i);
-    const std::int64_t first = graph.trainable_bytes_before(layer) / 4;
-    out[i].bytes = graph.trainable_bytes(layer);
-    out[i].ns = core::gather_ns({first, first + out[i].bytes / 4}, elements, choice.workers(), choice.data_parallel->link);
-    out[i].for_backward = graph.backward_reads_parameters(layer);
+  ParameterUnits gathers{graph.parameter_units(choice.data_parallel->gather), {}};
+  const auto& unit_of = gathers.unit_of_layer;
+  std::vector<ParameterGather>& out = gathers.units;
+  out.resize(unit_of.empty() ? 0 : static_cast<std::size_t>(unit_of.back()) + 1);
+  for (int layer = 0; layer < static_cast<int>(graph.size()); ++layer) {
+    if (graph.trainable_bytes(layer) == 0) continue;
+    ParameterGather& unit = out[static_cast<std::size_t>(unit_of[static_cast<std::size_t>(layer)])];
+    if (unit.first_layer < 0) {
+      unit.first_layer = layer;
+      unit.for_backward = false;
+    }
+    unit.last_layer = layer;
+    unit.bytes += graph.trainable_bytes(layer);
+    unit.for_backward = unit.for_backward || graph.backward_reads_parameters(layer);
   }
-  return out;
+  const std::int64_t elements = graph.trainable_bytes() / 4;
+  for (ParameterGather& unit : out) {
+    if (unit.bytes == 0) continue;
+    const std::int64_t first = graph.trainable_bytes_before(unit.first_layer) / 4;
+    unit.ns = core::gather_ns({first, first + unit.bytes / 4}, elements, choice.workers(), choice.data_parallel->link);
+  }
+  return gathers;
 }
 
 namespace {
 
 // Each gather but a micro-batch's first starts as the gathering op before it starts (the executor
-// prefetches one ahead), unless it is the same layer's (its backward right after its forward), whose
-// memory is in use: its memory is held from there.
-void add_prefetches(std::vector<Op>& ops) {
+// prefetches one ahead), unless it is the same unit's (a layer's backward right after its forward),
+// whose memory is in use: its memory is held from there.
+void add_prefetches(std::vector<Op>& ops, const std::vector<int>& unit_of_layer) {
+  const auto unit = [&](const Op& op) { return unit_of_layer[static_cast<std::size_t>(op.layer)]; };
   std::size_t previous = ops.size();
   for (std::size_t k = 0; k < ops.size(); ++k) {
     if (ops[k].gathered_bytes == 0) continue;
-    if (previous < ops.size() && ops[previous].layer != ops[k].layer) {
+    if (previous < ops.size() && unit(ops[previous]) != unit(ops[k])) {
       ops[k].gather_prefetched = true;
       ops[previous].prefetch_ahead = static_cast<int>(k - previous);
       for (std::size_t j = previous; j < k; ++j) {
@@ -163,34 +176,35 @@ void add_prefetches(std::vector<Op>& ops) {
 
 }  // namespace
 
-void add_parameter_gathers(std::vector<Op>& ops, const std::vector<ParameterGather>& gathers) {
+void add_parameter_gathers(std::vector<Op>& ops, const LayerGraph& graph, const ParameterUnits& gathers) {
   if (gathers.empty()) return;
-  std::vector<bool> recomputed(gathers.size(), false);
+  std::vector<bool> held(gathers.units.size(), false);
   for (Op& op : ops) {
-    if (op.layer < 0) continue;
-    const auto layer = static_cast<std::size_t>(op.layer);
-    const ParameterGather& gather = gathers[layer];
-    if (gather.bytes == 0) continue;
-    if (op.kind == OpKind::Backward && recomputed[layer]) {
-      // Gathered by the recompute: the backward lets go of them as it ends.
-      op.retained_bytes -= gather.bytes;
-      op.kept_gathered_bytes = -gather.bytes;
+    const bool forward = op.kind == OpKind::Forward || op.kind == OpKind::ForwardNoGrad || op.kind == OpKind::Recompute;
+    if (op.layer < 0 || graph.trainable_bytes(op.layer) == 0 || (!forward && op.kind != OpKind::Backward)) continue;
+    const auto unit = static_cast<std::size_t>(gathers.unit_of_layer[static_cast<std::size_t>(op.layer)]);
+    const ParameterGather& gather = gathers.units[unit];
+    const bool gathers_here = !held[unit] && (forward || gather.for_backward);
+    if (gathers_here) {
+      op.gather_ns = gather.ns;
+      op.transient_bytes += gather.bytes;
+      op.gathered_bytes = gather.bytes;
+      held[unit] = true;
+    }
+    // A recompute keeps them for the backward after it.
+    const bool lets_go = held[unit] && ((op.kind != OpKind::Recompute && forward && op.layer == gather.last_layer) ||
+                                        (op.kind == OpKind::Backward && op.layer == gather.first_layer));
+    if (gathers_here == lets_go) {
+      held[unit] = held[unit] && !lets_go;
       continue;
     }
-    if (op.kind != OpKind::Forward && op.kind != OpKind::ForwardNoGrad && op.kind != OpKind::Recompute &&
-        (op.kind != OpKind::Backward || !gather.for_backward)) {
-      continue;
-    }
-    op.gather_ns = gather.ns;
-    op.transient_bytes += gather.bytes;
-    op.gathered_bytes = gather.bytes;
-    if (op.kind == OpKind::Recompute) {
-      op.retained_bytes += gather.bytes;
-      op.kept_gathered_bytes = gather.bytes;
-      recomputed[layer] = true;
-    }
+    // Held past the op that gathers them, or let go of by a later one.
+    const std::int64_t kept = gathers_here ? gather.bytes : -gather.bytes;
+    op.retained_bytes += kept;
+    op.kept_gathered_bytes = kept;
+    held[unit] = !lets_go;
   }
-  add_prefetches(ops);
+  add_prefetches(ops, gathers.unit_of_layer);
 }
 
 std::int64_t parameter_gather_step_ns(const StepSequence& seq) {
@@ -289,7 +303,7 @@ std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const LayerGr
 }
 
 std::int64_t parameter_broadcast_ns(const core::CostModel& costs, const core::StepChoice& choice) {
-  // At stage 3 each layer's parameters are gathered where they are used: nothing follows the optimizer.
+  // At stage 3 each unit's parameters are gathered where they are used: nothing follows the optimizer.
   if (shard_stage(choice) == 0 || shard_stage(choice) >= 3) return 0;
   const std::int64_t elements = trainable_elements(costs);
   std::int64_t total = 0;
@@ -322,6 +336,11 @@ std::vector<std::int64_t> worker_shares(std::int64_t global_batch, int workers) 
 
 namespace {
 
+// Stage 3's unit in the plan's explanation.
+std::string gathered_unit(core::GatherUnit unit) {
+  return unit == core::GatherUnit::Block ? "each block's (each layer's outside blocks)" : "each layer's";
+}
+
 // Data parallel as a technique: asked for by the request's workers rather than by --strategies; the
 // step sequence adds the all-reduce (above). A plan predicts its worker 0, so no other may carry more.
 class DataParallel final : public Technique {
@@ -330,7 +349,8 @@ class DataParallel final : public Technique {
   void open(SearchSpace& space, const core::Trace&, const LayerGraph&, const PlanRequest& request) const override {
     if (request.workers > 1) {
       space.base.data_parallel = core::DataParallelChoice{request.workers, {}, request.link, request.bucket_cap_bytes,
-                                                          request.shard_stage.value_or(0)};
+                                                          request.shard_stage.value_or(0),
+                                                          request.gather.value_or(core::GatherUnit::Block)};
     }
   }
   void summarize(const core::StepChoice& c, std::vector<SummaryLine>& lines) const override {
@@ -361,10 +381,9 @@ class DataParallel final : public Technique {
                                : dp.shard_stage >= 2 ? "the optimizer state and gradients"
                                                      : "the optimizer state";
       const std::string how =
-          dp.shard_stage >= 3 ? "(the gradients reduced to their owners as backward fills a buffer) and steps them; each layer's"
-                                " parameters are" + indent + "gathered from their owners before its forward and its backward"
-                                " (or recompute) and let go of after," + indent + "each started as the layer before takes its own"
-                                " (prefetched one ahead)"
+          dp.shard_stage >= 3 ? "(the gradients reduced to their owners as backward fills a buffer) and steps them; " + gathered_unit(dp.gather) +
+                                " parameters are gathered" + indent + "from their owners before its forward and its backward (or recompute)"
+                                " and let go of after, each started as the one" + indent + "before takes its own (prefetched one ahead)"
           : dp.shard_stage >= 2 ? "(the gradients reduced to their owners as backward fills a buffer), steps them and broadcasts them to"
                                   " the others"
                                 : "steps them and broadcasts them to the others";

@@ -8,7 +8,7 @@
 // steps that range and broadcasts it to the others; at stage 2 it keeps its range's gradients
 // alone too, the gradients packed into two buffers as backward makes them and reduced to their owners
 // as each fills, beside the backward that follows; at stage 3 its
-// range's parameters alone too, each layer's gathered from their owners for the layer's work.
+// range's parameters alone too, each unit's (a block's) gathered from their owners for its work.
 #include <cstdint>
 #include <vector>
 
@@ -93,20 +93,32 @@ std::int64_t parameter_broadcast_ns(const core::CostModel& costs, const core::St
 // trace recorded its largest parameter; the trace's otherwise.
 std::int64_t worker_optimizer_transient_bytes(const core::CostModel& costs, const core::StepChoice& choice);
 
-// Stage 3, per layer: the bytes of its trainable parameters, which worker 0 gathers from their
-// owners before the layer's forward and again before its backward (or its recompute, which keeps them
-// for the backward) and lets go of after each, and the broadcasts each gather takes (empty below
-// stage 3). A layer whose backward does not read them (an embedding) is not gathered for it.
+// Stage 3, per unit (a block's layers or a layer's, as the choice gathers: core::parameter_units):
+// the bytes of its trainable parameters, which worker 0 gathers from their owners before the unit's
+// forward and again before its backward (or its recompute, which keeps them for the backward) and
+// lets go of after each, and the broadcasts each gather takes. A unit whose backward does not read
+// them (an embedding's) is not gathered for it.
 struct ParameterGather {
   std::int64_t bytes = 0;
   std::int64_t ns = 0;
   bool for_backward = true;
+  // Its first and last layers with trainable parameters: a forward gathers at the first and lets
+  // go after the last; a backward lets go once the first's has made its gradients.
+  int first_layer = -1;
+  int last_layer = -1;
 };
-std::vector<ParameterGather> parameter_gathers(const LayerGraph& graph, const core::StepChoice& choice);
-// The gathers in a micro-batch's layer ops (in the order they run): each op holds and waits for its
-// layer's, a recompute keeps them for its layer's backward, which lets go of them; each gather but
-// the first is prefetched (Op::gather_prefetched), its memory held from the gathering op before it.
-void add_parameter_gathers(std::vector<Op>& ops, const std::vector<ParameterGather>& gathers);
+// Empty below stage 3.
+struct ParameterUnits {
+  std::vector<int> unit_of_layer;
+  std::vector<ParameterGather> units;
+  bool empty() const { return units.empty(); }
+};
+ParameterUnits parameter_gathers(const LayerGraph& graph, const core::StepChoice& choice);
+// The gathers in a micro-batch's layer ops (in the order they run): a unit's parameters are gathered
+// by the op of its first layer that uses them and held to the op that lets them go (a forward's last
+// layer, a backward's first; a recompute keeps them for its backward); each gather but the first is
+// prefetched (Op::gather_prefetched), its memory held from the gathering op before it.
+void add_parameter_gathers(std::vector<Op>& ops, const LayerGraph& graph, const ParameterUnits& gathers);
 // A step's gathers: each micro-batch's, as its ops run them.
 std::int64_t parameter_gather_step_ns(const StepSequence& seq);
 // Worker 0's parameters: all of them, or at stage 3 its range of those that train and every frozen one.

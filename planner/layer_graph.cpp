@@ -157,6 +157,7 @@ LayerGraph::LayerGraph(const core::Trace& trace)
   for (const auto& layer : trace.layers) {
     trained_before_.push_back(trained_before_.back() + layer.trainable_param_bytes());
     backward_reads_.push_back(core::backward_reads_parameters(layer.kind));
+    block_of_.push_back(layer.block);
   }
   for (const auto& layer : trace.layers) {
     inputs_[static_cast<std::size_t>(layer.id)] = layer.inputs;

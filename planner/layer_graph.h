@@ -102,10 +102,13 @@ class LayerGraph {
   }
   // Whether the layer's backward reads its parameters (core::backward_reads_parameters).
   bool backward_reads_parameters(int layer) const { return backward_reads_[static_cast<std::size_t>(layer)]; }
+  // Each layer's unit a stage-3 worker gathers its parameters with (core::parameter_units).
+  std::vector<int> parameter_units(core::GatherUnit unit) const { return core::parameter_units(block_of_, unit); }
 
  private:
   std::vector<std::int64_t> trained_before_;  // size() + 1 prefix sums
   std::vector<bool> backward_reads_;
+  std::vector<int> block_of_;
   std::vector<std::vector<int>> readers_;
   std::vector<std::vector<int>> inputs_;
   std::vector<bool> hands_gradient_on_;  // a residual add: its backward passes its output's gradient on as it is

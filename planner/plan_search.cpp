@@ -1179,6 +1179,11 @@ core::Plan plan_of_fastest(const PlanSearch& search, std::vector<Candidate>& fit
 }  // namespace
 
 void check_shard_stage(const core::Trace& trace, const PlanRequest& request) {
+  if (request.gather && (request.workers < 2 || (request.shard_stage && *request.shard_stage != 3))) {
+    throw core::InputError("gather: only stage 3 gathers parameters, a unit at a time" +
+                           std::string(request.workers < 2 ? ", over data-parallel workers (give the workers)"
+                                                           : "; stage " + std::to_string(*request.shard_stage) + " keeps them whole"));
+  }
   if (!request.shard_stage) return;
   const int stage = *request.shard_stage;
   const std::string named = "shard_stage: stage " + std::to_string(stage);
@@ -1219,6 +1224,7 @@ std::vector<int> runnable_shard_stages(const core::Trace& trace, const PlanReque
   for (int stage = 1; stage <= core::kMaxShardStage; ++stage) {
     PlanRequest at = request;
     at.shard_stage = stage;
+    if (stage != 3) at.gather.reset();
     try {
       check_shard_stage(trace, at);
       stages.push_back(stage);
@@ -1229,46 +1235,101 @@ std::vector<int> runnable_shard_stages(const core::Trace& trace, const PlanReque
   return stages;
 }
 
+// Of outcomes weighed in turn: the fastest plan that fits (the first on a tie), else the outcome
+// that needs the least budget.
+class FastestThatFits {
+ public:
+  void weigh(PlanOutcome outcome) {
+    if (outcome.plan) {
+      if (!chosen_ || outcome.plan->predicted.samples_per_second > chosen_->plan->predicted.samples_per_second) {
+        chosen_ = std::move(outcome);
+      }
+    } else if (least_.reason.empty() || (outcome.smallest_budget > 0 && outcome.smallest_budget < least_.smallest_budget)) {
+      least_ = std::move(outcome);
+    }
+  }
+  bool found() const { return chosen_.has_value(); }
+  PlanOutcome take() { return chosen_ ? std::move(*chosen_) : std::move(least_); }
+
+ private:
+  std::optional<PlanOutcome> chosen_;
+  PlanOutcome least_;
+};
+
+PlanOutcome::ShardStage shard_row(const core::CostModel& costs, const PlanRequest& at, const PlanOutcome& outcome) {
+  core::StepChoice base;
+  base.data_parallel = core::DataParallelChoice{at.workers, {}, at.link, at.bucket_cap_bytes, at.shard_stage.value_or(0)};
+  PlanOutcome::ShardStage row{at.shard_stage.value_or(0), std::nullopt, worker_static_bytes(costs, base), outcome.smallest_budget,
+                              at.shard_stage == 3 ? at.gather : std::nullopt};
+  if (outcome.plan) row.predicted = outcome.plan->predicted;
+  return row;
+}
+
+// Where nothing fits: which row the least budget is for, and what the others need.
+void name_the_least(const std::vector<PlanOutcome::ShardStage>& rows, PlanOutcome& out) {
+  if (rows.size() < 2) return;
+  std::string others;
+  bool named = false;
+  for (const auto& row : rows) {
+    if (!named && row.smallest_budget == out.smallest_budget) {
+      out.reason += " (at " + shard_row_name(row) + ", the stage that needs the least";
+      named = true;
+    } else if (row.smallest_budget > 0) {
+      others += "; " + shard_row_name(row) + " at least " + core::format_bytes_at_least(row.smallest_budget);
+    }
+  }
+  out.reason += others + ")";
+}
+
+// Stage 3 planned gathering per block and per layer, unless the request names one: the faster
+// plan that fits (per block on a tie), a row each.
+PlanOutcome plan_stage_three(const core::Trace& trace, const PlanRequest& request) {
+  if (request.gather) return plan_one_stage(trace, request);
+  const core::CostModel costs(trace);
+  std::vector<PlanOutcome::ShardStage> rows;
+  FastestThatFits best;
+  for (const core::GatherUnit unit : {core::GatherUnit::Block, core::GatherUnit::Layer}) {
+    PlanRequest at = request;
+    at.gather = unit;
+    PlanOutcome outcome = plan_one_stage(trace, at);
+    rows.push_back(shard_row(costs, at, outcome));
+    best.weigh(std::move(outcome));
+  }
+  const bool found = best.found();
+  PlanOutcome out = best.take();
+  if (!found) name_the_least(rows, out);
+  out.shard_stages = std::move(rows);
+  return out;
+}
+
 // Each runnable stage planned; the fastest plan that fits (the lower stage on a tie), else the
 // outcome of the stage that needs the least.
 PlanOutcome plan_every_stage(const core::Trace& trace, const PlanRequest& request) {
-  std::vector<PlanOutcome::ShardStage> stages;
-  std::optional<PlanOutcome> chosen;
-  PlanOutcome least;
+  std::vector<PlanOutcome::ShardStage> rows;
+  FastestThatFits best;
   const core::CostModel costs(trace);
   for (const int stage : runnable_shard_stages(trace, request)) {
     PlanRequest at = request;
     at.shard_stage = stage;
-    PlanOutcome outcome = plan_one_stage(trace, at);
-    core::StepChoice base;
-    base.data_parallel = core::DataParallelChoice{request.workers, {}, request.link, request.bucket_cap_bytes, stage};
-    PlanOutcome::ShardStage row{stage, std::nullopt, worker_static_bytes(costs, base), outcome.smallest_budget};
-    if (outcome.plan) {
-      row.predicted = outcome.plan->predicted;
-      if (!chosen || outcome.plan->predicted.samples_per_second > chosen->plan->predicted.samples_per_second) {
-        chosen = std::move(outcome);
-      }
-    } else if (least.reason.empty() || (outcome.smallest_budget > 0 && outcome.smallest_budget < least.smallest_budget)) {
-      least = std::move(outcome);
+    if (stage != 3) at.gather.reset();  // what stage 3 gathers, where the request names it
+    PlanOutcome outcome = stage == 3 ? plan_stage_three(trace, at) : plan_one_stage(trace, at);
+    if (outcome.shard_stages.empty()) {
+      rows.push_back(shard_row(costs, at, outcome));
+    } else {
+      rows.insert(rows.end(), outcome.shard_stages.begin(), outcome.shard_stages.end());
+      outcome.shard_stages.clear();
     }
-    stages.push_back(row);
+    best.weigh(std::move(outcome));
   }
-  PlanOutcome out = chosen ? std::move(*chosen) : std::move(least);
-  if (!chosen && stages.size() > 1) {
-    // Say which stage the least budget is for, and what the others need.
-    std::string others;
-    bool named = false;
-    for (const auto& row : stages) {
-      if (!named && row.smallest_budget == out.smallest_budget) {
-        out.reason += " (at " + core::shard_stage_name(row.stage) + ", the stage that needs the least";
-        named = true;
-      } else if (row.smallest_budget > 0) {
-        others += "; " + core::shard_stage_name(row.stage) + " at least " + core::format_bytes_at_least(row.smallest_budget);
-      }
-    }
-    out.reason += others + ")";
+  const bool found = best.found();
+  PlanOutcome out = best.take();
+  if (!found) {
+    // Stage 3's outcome named its rows; the stages' naming replaces it.
+    const auto said = out.reason.find(" (at ");
+    if (said != std::string::npos) out.reason.erase(said);
+    name_the_least(rows, out);
   }
-  out.shard_stages = std::move(stages);
+  out.shard_stages = std::move(rows);
   return out;
 }
 
@@ -1279,7 +1340,15 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
     check_request(trace, request);
     return plan_every_stage(trace, request);
   }
+  if (request.shard_stage == 3) {
+    check_request(trace, request);
+    return plan_stage_three(trace, request);
+  }
   return plan_one_stage(trace, request);
+}
+
+std::string shard_row_name(const PlanOutcome::ShardStage& row) {
+  return core::shard_stage_name(row.stage) + (row.gather ? ", per " + std::string(core::gather_unit_name(*row.gather)) : "");
 }
 
 namespace {

@@ -41,6 +41,9 @@ struct PlanRequest {
   // ZeRO's stage (core/sharding.h) the workers run; unset: each the model can run is weighed and the
   // fastest that fits is chosen (the lower stage on a tie).
   std::optional<int> shard_stage;
+  // Stage 3: what a worker gathers at a time; unset: both weighed, the faster that fits chosen
+  // (per block on a tie).
+  std::optional<core::GatherUnit> gather;
   // L2L (with Strategy::L2L): the host memory its parameters, gradients and optimizer state (and
   // stashed boundaries) may fill; 0: not checked.
   std::int64_t host_memory_bytes = 0;
@@ -72,14 +75,19 @@ struct PlanOutcome {
   // with weigh_every_split); past that, those the search weighed and one near each power of two.
   std::vector<SplitOutcome> splits;
   // With several workers and the stage left to the search: each stage weighed, lowest first.
+  // Stage 3 weighed gathering per block and per layer: a row each (with the stage left to the
+  // search, or stage 3 asked for without naming what it gathers).
   struct ShardStage {
     int stage = 0;
     std::optional<core::PlanPrediction> predicted;  // its fastest plan, where one fits
     std::int64_t static_bytes = 0;                  // what worker 0 holds throughout at that stage
     std::int64_t smallest_budget = 0;               // where none fits: the least budget that would
+    std::optional<core::GatherUnit> gather;         // stage 3's
   };
   std::vector<ShardStage> shard_stages;
 };
+// "stage 3 (optimizer state, gradients and parameters sharded), per block".
+std::string shard_row_name(const PlanOutcome::ShardStage& row);
 
 // Throws InputError naming the request's field for a bad request (global_batch 0 or past
 // kMaxGlobalBatch, budget_bytes 0, margin_fraction outside [0, 0.5], workers outside [1, 4096] or

@@ -366,7 +366,7 @@ std::vector<Op> micro_batch_ops(const BatchCosts& costs, const LayerGraph& graph
   const auto span_of = checkpointed_span_of(graph, choice.checkpointed_blocks);
   std::vector<Op> ops;
   append_layer_ops(costs, graph, span_of, running_variant_of(graph, choice), first, last, ops);
-  add_parameter_gathers(ops, parameter_gathers(graph, choice));
+  add_parameter_gathers(ops, graph, parameter_gathers(graph, choice));
   return ops;
 }
 
@@ -559,7 +559,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   const auto loss_model = contrastive_loss_model(costs.trace());
   const bool grad_cache = loss_model && core::caches_contrastive_gradients(count, choice.workers());
   const std::vector<std::int64_t> reduce_ns = gradient_reduce_ns(costs, graph, choice);
-  const std::vector<ParameterGather> gathers = parameter_gathers(graph, choice);
+  const ParameterUnits gathers = parameter_gathers(graph, choice);
   const auto ops_for = [&](std::int64_t b) {
     for (const auto& [size, index] : made) {
       if (size == b) return index;
@@ -583,7 +583,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
                       step_timed_it ? LossTime::AsTheStepMeasured : LossTime::LongerOfModelledAndStep);
       }
     }
-    add_parameter_gathers(ops, gathers);
+    add_parameter_gathers(ops, graph, gathers);
     if (add_gradient_reduces(ops, reduce_ns)) ops.push_back({OpKind::CollectiveWait, -1, collectives_past_compute_ns(ops), 0, 0});
     std::int64_t net = 0;
     for (std::size_t k = 1; k < ops.size(); ++k) net += ops[k].retained_bytes;

@@ -41,9 +41,9 @@ struct Op {
   std::int64_t duration_ns = 0;
   std::int64_t transient_bytes = 0;  // held while the op runs, above the level at its start
   std::int64_t retained_bytes = 0;   // net change of allocated bytes when it ends (signed)
-  // A stage-3 worker's layer parameters gathered for the op: of transient_bytes, those gathered as it
-  // starts; of retained_bytes, those it leaves gathered (a recompute, for the backward after it) or
-  // lets go of (negative: that backward).
+  // A stage-3 worker's unit parameters gathered for the op: of transient_bytes, those gathered as it
+  // starts; of retained_bytes, those it leaves gathered for later ops of the unit (a recompute, for
+  // the backward after it) or lets go of (negative: the unit's last op to use them).
   std::int64_t gathered_bytes = 0;
   std::int64_t kept_gathered_bytes = 0;
   // The gather's time on the collective stream (not in duration_ns: the layer's work waits for it,

@@ -384,10 +384,12 @@ void check(ChoiceComparison& out, const Thresholds& thresholds, const Change& pe
 
 namespace {
 
-// "1", or "2, stage 1 (optimizer state sharded)".
+// "1", "2, stage 1 (optimizer state sharded)", or at stage 3 "..., per block".
 std::string workers_of(const core::StepChoice& choice) {
   if (!choice.data_parallel) return "1";
-  return std::to_string(choice.workers()) + ", " + core::shard_stage_name(choice.data_parallel->shard_stage);
+  const auto& dp = *choice.data_parallel;
+  return std::to_string(choice.workers()) + ", " + core::shard_stage_name(dp.shard_stage) +
+         (dp.shard_stage >= 3 ? ", per " + std::string(core::gather_unit_name(dp.gather)) : "");
 }
 
 }  // namespace

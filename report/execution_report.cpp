@@ -128,7 +128,7 @@ void write_data_parallel(std::ostream& out, const core::DataParallelReport& d, s
   out << "; weights identical on every worker, bit for bit, after each of " << d.weight_checks << " steps\n";
   if (!d.workers.empty()) write_workers(out, d, predicted_peak_bytes);
   if (d.shard_stage >= 3) {
-    out << core::shard_stage_name(d.shard_stage) << ": waits per step in the layers' parameter gathers "
+    out << core::shard_stage_name(d.shard_stage) << ": waits per step in the parameter gathers "
         << fixed(d.gather_seconds, "%.4f") << " s (predicted " << fixed(d.predicted_gather_seconds, "%.4f") << ")";
   } else if (d.shard_stage > 0) {
     out << core::shard_stage_name(d.shard_stage) << ": the parameters' broadcast "

@@ -90,13 +90,14 @@ std::string render_plan_summary(const core::Plan& plan) {
   return out.str();
 }
 
-std::string render_shard_stages(const std::vector<planner::PlanOutcome::ShardStage>& stages, int chosen) {
+std::string render_shard_stages(const std::vector<planner::PlanOutcome::ShardStage>& stages, const core::DataParallelChoice& chosen) {
   if (stages.empty()) return {};
   std::ostringstream out;
   out << "each shard stage, planned alike (the plan is for the one marked *):\n";
   TextTable table({{"stage", TextTable::Align::Left}, {"held throughout"}, {"peak"}, {"samples/s"}, {"", TextTable::Align::Left}});
   for (const auto& row : stages) {
-    const std::string name = core::shard_stage_name(row.stage) + (row.stage == chosen ? " *" : "");
+    const bool marked = row.stage == chosen.shard_stage && (!row.gather || *row.gather == chosen.gather);
+    const std::string name = planner::shard_row_name(row) + (marked ? " *" : "");
     if (row.predicted) {
       table.add_row({name, core::format_bytes(row.static_bytes), core::format_bytes(row.predicted->peak_bytes),
                      rate(row.predicted->samples_per_second), ""});

@@ -18,6 +18,6 @@ std::string render_precision_comparison(const std::vector<planner::PrecisionPlan
 // Each shard stage the search weighed (planner::PlanOutcome::shard_stages) beside the chosen one
 // (marked *): what worker 0 holds throughout, its fastest plan's peak and samples/s, or the least
 // budget where none fits. Empty where the search weighed no stages.
-std::string render_shard_stages(const std::vector<planner::PlanOutcome::ShardStage>& stages, int chosen);
+std::string render_shard_stages(const std::vector<planner::PlanOutcome::ShardStage>& stages, const core::DataParallelChoice& chosen);
 
 }  // namespace headroom::report

@@ -367,7 +367,7 @@ PlanResult compute_plan(const TraceDocument& trace, const PlanInputs& inputs) {
       result.summary = report::render_plan_summary(*result.plan);
       // Several workers: each shard stage's plan beside the chosen one.
       if (const auto& dp = result.plan->choice.data_parallel; dp && !outcome.shard_stages.empty()) {
-        result.summary += "\n" + report::render_shard_stages(outcome.shard_stages, dp->shard_stage);
+        result.summary += "\n" + report::render_shard_stages(outcome.shard_stages, *dp);
       }
       // A trace of several precisions: each one's plan for the same inputs, beside this one.
       if (!trace.trace.other_precisions.empty()) {

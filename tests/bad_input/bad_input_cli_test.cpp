@@ -149,6 +149,15 @@ TEST_F(BadInputCli, DataParallelFlagsAndFields) {
                  "--shard: stage 3 cannot combine with l2l");
   expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard 1 --strategies mbp,l2l",
                  "--shard: stage 1 cannot combine with l2l");
+  // What stage 3 gathers at a time: only with workers, only at stage 3, a unit it knows.
+  expect_refused("plan " + trace + plan + " --gather block", "--gather: only stage 3 gathers parameters, over data-parallel workers");
+  expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --shard 1 --gather layer",
+                 "--gather: only stage 3 gathers parameters, and --shard 1 keeps them whole");
+  for (const std::string unit : {"blocks", "Layer", "2", ""}) {
+    expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --gather '" + unit + "'", "--gather");
+  }
+  expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --gather row",
+                 "--gather: expected block, layer or auto, got 'row'");
   // A data-parallel plan, and what execute refuses about it.
   const std::string dp = path("dp.json");
   ASSERT_EQ(run("plan " + trace + plan + " --devices 2 --link 1GB/s,1us -o " + dp).exit_code, 0);
@@ -173,6 +182,10 @@ TEST_F(BadInputCli, DataParallelFlagsAndFields) {
   p = core::parse_json(core::read_file(dp), dp);
   p["data_parallel"]["link"]["bytes_per_second"] = 0;
   expect_refused("simulate " + write("link.json", p), "$.data_parallel.link.bytes_per_second: expected from 1 to 1e14");
+  p = core::parse_json(core::read_file(dp), dp);
+  p["data_parallel"]["shard_stage"] = 3;
+  p["data_parallel"]["gather"] = "row";
+  expect_refused("simulate " + write("gather.json", p), "$.data_parallel.gather: expected block or layer, got 'row'");
   p = plan_;
   p["data_parallel"] = p["explanation"];
   expect_refused("simulate " + write("one.json", p), "$.data_parallel: given for one worker");

@@ -815,6 +815,20 @@ TEST(Cli, CompareFailsTheBuildOnMemoryGrowthNamingTheLayer) {
   EXPECT_NE(r.out.find("micro-batches"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("predicted peak bytes"), std::string::npos) << r.out;
   EXPECT_EQ(run("compare " + tight + " " + loose).exit_code, 4);
+  // Two stage-3 plans: what each gathers at a time is in its workers row.
+  const std::string gpt = (dir / "gpt.json").string();
+  auto document = core::parse_json(core::read_file(std::string(HEADROOM_TRACES_DIR) + "/cpu-gpt.json"), "cpu-gpt.json");
+  document["optimizer"]["largest_param_elements"] = 1 << 20;  // recorded by traces since sharding
+  core::write_file_atomically(gpt, document.dump());
+  const std::string per_block = (dir / "block.json").string(), per_layer = (dir / "layer.json").string();
+  for (const auto& [unit, out] : {std::pair{"block", per_block}, std::pair{"layer", per_layer}}) {
+    ASSERT_EQ(run("plan " + gpt + " --budget 200MiB --batch 16 --devices 2 --link 1GB/s,20us --shard 3 --gather " +
+                  unit + " -o " + out).exit_code, 0);
+  }
+  r = run("compare " + per_block + " " + per_layer + " --max-memory-growth 200% --max-slowdown 200%");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("2, stage 3 (optimizer state, gradients and parameters sharded), per block"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2, stage 3 (optimizer state, gradients and parameters sharded), per layer"), std::string::npos) << r.out;
 
   // Bad input: kinds that differ, a missing file, a threshold that is not a percentage, a flag for traces.
   expect_one_line_error(run("compare " + bert + " " + tight), "a plan, but " + bert + " is a trace");

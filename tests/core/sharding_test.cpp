@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/collective.h"
+#include "core/errors.h"
 #include "core/sharding.h"
 
 namespace headroom {
@@ -54,7 +55,7 @@ TEST(Sharding, TwoRangesShareTheirOverlap) {
   EXPECT_EQ(core::overlap({0, 3}, {7, 9}).size(), 0);
 }
 
-// Stage 3 gathers a layer's elements with a broadcast from each owner of a part of them.
+// Stage 3 gathers a unit's elements with a broadcast from each owner of a part of them.
 TEST(Sharding, AGatherIsABroadcastFromEachOwnerOfAPart) {
   const core::CollectiveLink link = core::parse_link("1GB/s,10us");
   EXPECT_EQ(core::shard_stage_name(3), "stage 3 (optimizer state, gradients and parameters sharded)");
@@ -70,6 +71,27 @@ TEST(Sharding, AGatherIsABroadcastFromEachOwnerOfAPart) {
   // Over 3 workers (334, 334, 332) a whole model is three broadcasts of two rounds each.
   EXPECT_EQ(core::gather_ns({0, 1000}, 1000, 3, link),
             2 * core::broadcast_ns(4 * 334, 3, link) + core::broadcast_ns(4 * 332, 3, link));
+}
+
+// A stage-3 worker gathers a block's parameters together, as FSDP wraps a transformer's blocks
+// (each layer outside blocks a unit of its own, even beside another one), or each layer's alone.
+TEST(Sharding, AUnitIsABlockOrOneLayer) {
+  using core::GatherUnit;
+  EXPECT_EQ(core::parameter_units({-1, -1, 0, 0, 0, 1, 1, -1, -1}, GatherUnit::Block),
+            (std::vector<int>{0, 1, 2, 2, 2, 3, 3, 4, 5}));
+  EXPECT_EQ(core::parameter_units({-1, -1, 0, 0, 0, 1, 1, -1, -1}, GatherUnit::Layer),
+            (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8}));
+  // A block id met again after another block's layers starts a new unit: units are contiguous.
+  EXPECT_EQ(core::parameter_units({0, 0, 1, 0}, GatherUnit::Block), (std::vector<int>{0, 0, 1, 2}));
+  EXPECT_EQ(core::parameter_units({}, GatherUnit::Block), std::vector<int>{});
+  EXPECT_EQ(core::gather_unit_name(GatherUnit::Block), "block");
+  EXPECT_EQ(core::parse_gather_unit("layer", "--gather"), GatherUnit::Layer);
+  try {
+    core::parse_gather_unit("blocks", "--gather");
+    FAIL() << "expected an InputError";
+  } catch (const core::InputError& e) {
+    EXPECT_STREQ(e.what(), "--gather: expected block or layer, got 'blocks'");
+  }
 }
 
 }  // namespace

@@ -55,6 +55,23 @@ const std::string& trace_path() {
   return path;
 }
 
+// A model whose blocks hold several layers with parameters (the mlp's blocks hold one each), so a
+// stage-3 worker's units per block and per layer differ, and whose blocks outweigh its embedding
+// and head (a small vocabulary), so its peak falls inside a block, where they hold different
+// bytes. Without dropout: --full-batch-reference runs with it off, and a mask the trace counts
+// would not be kept.
+const std::string& gpt_trace_path() {
+  static const std::string path = [] {
+    const fs::path file = fs::temp_directory_path() / ("headroom_dp_gpt_trace." + std::to_string(::getpid()) + ".json");
+    const auto r = run("profile --model gpt --set preset=tiny --set hidden=256 --set heads=4 --set vocab=64 --set seq=32 "
+                       "--set dropout=0 --optimizer sgd --threads 1 "
+                       "--batch-sizes 1,2,4,8,16 --repeats 1 -o " + file.string());
+    if (r.exit_code != 0) throw std::runtime_error("profiling the gpt failed: " + r.err);
+    return file.string();
+  }();
+  return path;
+}
+
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / (name + "." + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -84,42 +101,65 @@ std::int64_t tight_budget(const core::Trace& trace, std::int64_t batch, int work
   return (least + static_cast<std::int64_t>(static_cast<double>(need) / 0.95)) / 2;
 }
 
-fs::path make_plan(const fs::path& dir, std::int64_t batch, int workers, const std::string& shard = "0",
-                   bool checkpointing = false) {
-  const core::Trace trace = core::read_trace_file(trace_path());
+// One data-parallel run: the mlp's trace unless another is named; what stage 3 gathers left to the
+// search unless named.
+struct DataParallelCase {
+  int workers = 2;
+  std::string shard = "0";
+  bool checkpointing = false;
+  std::string gather{};
+  std::string trace{};
+  const std::string& trace_file() const { return trace.empty() ? trace_path() : trace; }
+};
+
+fs::path make_plan(const fs::path& dir, std::int64_t batch, const DataParallelCase& c) {
+  const core::Trace trace = core::read_trace_file(c.trace_file());
   const fs::path plan = dir / "plan.json";
-  const std::int64_t budget = tight_budget(trace, batch, workers, std::stoi(shard), checkpointing);
-  const auto r = run("plan " + trace_path() + " --budget " + std::to_string(budget) + " --batch " + std::to_string(batch) +
-                     " --strategies " + (checkpointing ? "checkpoint" : "mbp") + " --devices " + std::to_string(workers) +
-                     " --shard " + shard + " --link 1GB/s,20us -o " + plan.string());
+  const std::int64_t budget = tight_budget(trace, batch, c.workers, std::stoi(c.shard), c.checkpointing);
+  const auto r = run("plan " + c.trace_file() + " --budget " + std::to_string(budget) + " --batch " + std::to_string(batch) +
+                     " --strategies " + (c.checkpointing ? "checkpoint" : "mbp") + " --devices " + std::to_string(c.workers) +
+                     " --shard " + c.shard + (c.gather.empty() ? "" : " --gather " + c.gather) + " --link 1GB/s,20us -o " +
+                     plan.string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return plan;
 }
 
-// Stage 3: at the plan's peak a worker holds a layer's gathered parameters and the next one's,
+fs::path make_plan(const fs::path& dir, std::int64_t batch, int workers, const std::string& shard = "0") {
+  DataParallelCase c;
+  c.workers = workers;
+  c.shard = shard;
+  return make_plan(dir, batch, c);
+}
+
+// Stage 3: at the plan's peak a worker holds a unit's gathered parameters and the next one's,
 // prefetched, by more than the 2% the measured peaks are held to: a worker that did not prefetch
 // would measure below the plan.
-void expect_two_layers_gathered_at_the_peak(const core::Plan& plan) {
+void expect_two_units_gathered_at_the_peak(const core::Plan& plan) {
   const core::Trace trace = core::read_trace_file(trace_path());
+  ASSERT_EQ(plan.trace_path, trace_path());
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   const auto sim = simulator::simulate(planner::build_schedule(costs, graph, plan.choice));
   ASSERT_EQ(sim.peak_bytes, plan.predicted.peak_bytes);
-  std::int64_t largest_layer = 0, gathered_at_peak = 0;
-  for (int layer = 0; layer < static_cast<int>(graph.size()); ++layer) largest_layer = std::max(largest_layer, graph.trainable_bytes(layer));
+  std::int64_t largest_unit = 0, gathered_at_peak = 0;
+  for (const auto& unit : planner::parameter_gathers(graph, plan.choice).units) largest_unit = std::max(largest_unit, unit.bytes);
   for (const auto& sample : sim.memory) {
     if (sample.total() == sim.peak_bytes) {
       gathered_at_peak = std::max(gathered_at_peak, sample.bytes[static_cast<std::size_t>(core::MemoryKind::GatheredParameter)]);
     }
   }
-  EXPECT_GT(gathered_at_peak, largest_layer);
-  EXPECT_GT(static_cast<double>(gathered_at_peak - largest_layer), 0.02 * static_cast<double>(plan.predicted.peak_bytes));
+  EXPECT_GT(gathered_at_peak, largest_unit);
+  EXPECT_GT(static_cast<double>(gathered_at_peak - largest_unit), 0.02 * static_cast<double>(plan.predicted.peak_bytes));
 }
 
-void weights_equal_the_full_batch_steps(int workers, const std::string& shard = "0", bool checkpointing = false) {
-  const fs::path dir = fresh_dir("headroom_dp_" + std::to_string(workers) + "_" + shard + (checkpointing ? "_ckpt" : ""));
-  const fs::path plan_path = make_plan(dir, 26, workers, shard, checkpointing);
+void weights_equal_the_full_batch_steps(const DataParallelCase& c) {
+  const int workers = c.workers;
+  const bool checkpointing = c.checkpointing;
+  const fs::path dir = fresh_dir("headroom_dp_" + std::to_string(workers) + "_" + c.shard + (checkpointing ? "_ckpt" : "") +
+                                 (c.trace.empty() ? "" : "_gpt") + c.gather);
+  const fs::path plan_path = make_plan(dir, 26, c);
   const core::Plan plan = core::read_plan_file(plan_path);
+  if (!c.gather.empty()) EXPECT_EQ(core::gather_unit_name(plan.choice.data_parallel->gather), c.gather);
   ASSERT_EQ(plan.choice.workers(), workers);
   if (checkpointing) {
     EXPECT_FALSE(plan.choice.checkpointed_blocks.empty()) << "the budget should need checkpointing";
@@ -152,6 +192,10 @@ void weights_equal_the_full_batch_steps(int workers, const std::string& shard = 
   }
   EXPECT_EQ(samples, 26);
   EXPECT_LE(std::abs(report.peak_rel_error), 0.02) << report.measured.peak_bytes << " vs " << plan.predicted.peak_bytes;
+  // The gpt's peak inside a block: what a stage-3 worker holds there is the plan's unit by unit.
+  if (!c.trace.empty()) {
+    EXPECT_LE(std::abs(report.peak_rel_error), 1e-3) << report.measured.peak_bytes << " vs " << plan.predicted.peak_bytes;
+  }
   EXPECT_NE(r.out.find("weights identical on every worker"), std::string::npos) << r.out;
   EXPECT_EQ(dp.shard_stage, plan.choice.data_parallel->shard_stage);
   if (dp.shard_stage > 0 && dp.shard_stage < 3) {
@@ -162,8 +206,9 @@ void weights_equal_the_full_batch_steps(int workers, const std::string& shard = 
     EXPECT_EQ(dp.broadcast_seconds, 0);
     EXPECT_GT(dp.gather_seconds, 0);
     EXPECT_GT(dp.predicted_gather_seconds, 0);
-    // Checkpointed, a recompute keeps its layers' parameters for their backward as well.
-    if (!checkpointing) expect_two_layers_gathered_at_the_peak(plan);
+    // Checkpointed, a recompute keeps its unit's parameters for their backward as well; the gpt's
+    // peak is at its head, whose next gather is its own.
+    if (!checkpointing && c.trace.empty()) expect_two_units_gathered_at_the_peak(plan);
   }
   if (dp.shard_stage >= 2) {
     EXPECT_EQ(dp.buckets, 0);
@@ -173,21 +218,32 @@ void weights_equal_the_full_batch_steps(int workers, const std::string& shard = 
   fs::remove_all(dir);
 }
 
-TEST(DataParallel, TwoWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2); }
+TEST(DataParallel, TwoWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps({.workers = 2}); }
 // ZeRO's stage 1: each worker steps its range of the parameters (its share of the momentum) and
 // broadcasts it; the weights are still the full batch's, every worker's the same.
-TEST(DataParallel, ShardedOptimizerStateEndsWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2, "1"); }
-TEST(DataParallel, ShardedOverThreeWorkersEndsWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(3, "1"); }
+TEST(DataParallel, ShardedOptimizerStateEndsWithTheFullBatchWeights) { weights_equal_the_full_batch_steps({.workers = 2, .shard = "1"}); }
+TEST(DataParallel, ShardedOverThreeWorkersEndsWithTheFullBatchWeights) { weights_equal_the_full_batch_steps({.workers = 3, .shard = "1"}); }
 // ZeRO's stage 2: gradients packed into buffers as backward makes them, each buffer reduced to its
 // owners (a collective per owner whose range it spans) once full, every micro-batch.
-TEST(DataParallel, ShardedGradientsEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2, "2"); }
-TEST(DataParallel, ShardedGradientsOverThreeWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(3, "2"); }
-// ZeRO's stage 3: each layer's parameters gathered for its forward and backward, and for a
+TEST(DataParallel, ShardedGradientsEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps({.workers = 2, .shard = "2"}); }
+TEST(DataParallel, ShardedGradientsOverThreeWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps({.workers = 3, .shard = "2"}); }
+// ZeRO's stage 3: each unit's parameters gathered for its forward and backward, and for a
 // checkpointed block's recompute, which keeps them for its backward.
-TEST(DataParallel, ShardedParametersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2, "3"); }
-TEST(DataParallel, ShardedParametersOverThreeWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(3, "3"); }
-TEST(DataParallel, ShardedParametersRecomputedEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(2, "3", true); }
-TEST(DataParallel, FourWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps(4); }
+TEST(DataParallel, ShardedParametersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps({.workers = 2, .shard = "3"}); }
+TEST(DataParallel, ShardedParametersOverThreeWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps({.workers = 3, .shard = "3"}); }
+TEST(DataParallel, ShardedParametersRecomputedEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps({.workers = 2, .shard = "3", .checkpointing = true}); }
+// The gpt's blocks gathered whole: a unit's parameters held from its first layer to its last,
+// forward, recompute and backward; and its layers' gathered one at a time where the plan says so.
+TEST(DataParallel, ShardedParametersPerBlockEndWithTheFullBatchWeights) {
+  weights_equal_the_full_batch_steps({.shard = "3", .checkpointing = false, .gather = "block", .trace = gpt_trace_path()});
+}
+TEST(DataParallel, ShardedParametersPerBlockRecomputedEndWithTheFullBatchWeights) {
+  weights_equal_the_full_batch_steps({.shard = "3", .checkpointing = true, .gather = "block", .trace = gpt_trace_path()});
+}
+TEST(DataParallel, ShardedParametersPerLayerEndWithTheFullBatchWeights) {
+  weights_equal_the_full_batch_steps({.shard = "3", .checkpointing = false, .gather = "layer", .trace = gpt_trace_path()});
+}
+TEST(DataParallel, FourWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps({.workers = 4}); }
 
 // Data parallel under bf16: the bfloat16 gradients are all-reduced as float32 (Gloo in libtorch
 // 1.13 has no bfloat16 sum), in buffers twice their bytes that the plan counts; each worker runs

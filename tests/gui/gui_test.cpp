@@ -493,7 +493,7 @@ class GuiTest : public QObject {
   }
 
   // Two workers at a budget only ZeRO's stage 3 fits: the plan shards the parameters, and the
-  // memory chart shows each layer's gathered parameters as a band of their own.
+  // memory chart shows each unit's gathered parameters as a band of their own.
   void aStageThreePlanShowsTheGatheredParameters() {
     QTemporaryDir dir;
     QVERIFY(dir.isValid());
@@ -515,17 +515,21 @@ class GuiTest : public QObject {
     PlanInputs at = window.current_result()->inputs;
     at.budget_bytes = 1;
     const auto none = planner::plan_step(window.trace()->trace, plan_request(*window.trace(), at));
-    QCOMPARE(none.shard_stages.size(), std::size_t{4});
-    QVERIFY(none.shard_stages[3].smallest_budget < none.shard_stages[2].smallest_budget);
+    // Stage 3 twice, gathering per block and per layer.
+    QCOMPARE(none.shard_stages.size(), std::size_t{5});
+    const std::int64_t least = std::min(none.shard_stages[3].smallest_budget, none.shard_stages[4].smallest_budget);
+    QVERIFY(least < none.shard_stages[2].smallest_budget);
     QLineEdit* field = window.budget_control()->field();
-    field->setText(QString::number(none.shard_stages[3].smallest_budget));
+    field->setText(QString::number(least));
     field->setModified(true);
     emit field->editingFinished();
     QVERIFY(settle(window));
     const PlanResult* result = window.current_result();
     QVERIFY(result->plan);
     QCOMPARE(result->plan->choice.data_parallel->shard_stage, 3);
-    QVERIFY(window.summary_text().contains("stage 3 (optimizer state, gradients and parameters sharded) *"));
+    const std::string marked = std::string(" (optimizer state, gradients and parameters sharded), per ") +
+                               std::string(core::gather_unit_name(result->plan->choice.data_parallel->gather)) + " *";
+    QVERIFY(window.summary_text().contains(QString::fromStdString(marked)));
     std::int64_t gathered = 0;
     for (const auto& point : result->timeline.bytes) {
       gathered = std::max(gathered, point[static_cast<std::size_t>(core::MemoryKind::GatheredParameter)]);

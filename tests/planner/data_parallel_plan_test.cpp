@@ -374,17 +374,17 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   EXPECT_TRUE(outcome.plan->predicted_part(core::kExposedGradientReduceSecondsPart));
   EXPECT_EQ(core::plan_from_json(core::to_json(*outcome.plan)), *outcome.plan);
   r.shard_stage.reset();
-  EXPECT_EQ(planner::plan_step(trace, r).shard_stages.size(), 4u);
+  EXPECT_EQ(planner::plan_step(trace, r).shard_stages.size(), 5u);  // stage 3 per block and per layer
   EXPECT_EQ(planner::plan_step(committed("cpu-gpt.json"), r).shard_stages.size(), 2u);
   r.shard_stage = 2;
   EXPECT_THROW(planner::plan_step(committed("cpu-gpt.json"), r), core::InputError);
 }
 
-// ZeRO's stage 3: worker 0 keeps its range of the trainable parameters alone, and each layer's
-// parameters are gathered for its forward and its backward (or its recompute, which keeps them for
-// the backward), each gather on the op's time and memory; the simulator agrees, with the gathered
-// parameters a memory kind of their own.
-TEST(DataParallelPlan, StageThreeGathersEachLayersParametersWhereTheyAreUsed) {
+// ZeRO's stage 3: worker 0 keeps its range of the trainable parameters alone, and each unit's
+// parameters (a block's, or a layer's outside blocks) are gathered for its forward and its backward
+// (or its recompute, which keeps them for the backward), each gather on the time and memory of the
+// ops that use them; the simulator agrees, with the gathered parameters a memory kind of their own.
+TEST(DataParallelPlan, StageThreeGathersEachUnitsParametersWhereTheyAreUsed) {
   core::Trace trace = committed("cpu-gpt.json");
   trace.optimizer.param_tensors = 30;
   trace.optimizer.largest_param_elements = 1 << 20;
@@ -401,163 +401,241 @@ TEST(DataParallelPlan, StageThreeGathersEachLayersParametersWhereTheyAreUsed) {
   EXPECT_EQ(planner::worker_static_bytes(costs, two) - planner::worker_static_bytes(costs, three), 4 * (elements / 2));
   EXPECT_EQ(planner::parameter_broadcast_ns(costs, three), 0);
   EXPECT_TRUE(planner::parameter_gathers(graph, two).empty());
-  const auto gathers = planner::parameter_gathers(graph, three);
-  ASSERT_EQ(gathers.size(), trace.layers.size());
-  std::int64_t first = 0, gather_total = 0, largest = 0;
-  for (std::size_t i = 0; i < gathers.size(); ++i) {
-    const std::int64_t bytes = trace.layers[i].trainable_param_bytes();
-    EXPECT_EQ(gathers[i].bytes, bytes);
-    // One broadcast from each owner of a part of the layer's elements.
-    std::int64_t ns = 0;
-    for (int r = 0; r < 2; ++r) {
-      const core::ElementRange owned = core::owned_elements(elements, 2, r);
-      const std::int64_t part = std::min(first + bytes / 4, owned.end) - std::max(first, owned.begin);
-      if (part > 0) ns += core::broadcast_ns(4 * part, 2, link);
-    }
-    EXPECT_EQ(gathers[i].ns, ns) << trace.layers[i].name;
-    first += bytes / 4;
-    gather_total += gathers[i].ns;
-    largest = std::max(largest, bytes);
-  }
-  // Each layer's twice in each micro-batch, the embedding's once: its backward does not read the table.
-  std::int64_t embedding_ns = 0;
-  for (std::size_t i = 0; i < gathers.size(); ++i) {
-    EXPECT_EQ(gathers[i].for_backward, trace.layers[i].kind != "embedding") << trace.layers[i].name;
-    if (!gathers[i].for_backward) embedding_ns += gathers[i].ns;
-  }
-  EXPECT_GT(embedding_ns, 0);
-  EXPECT_EQ(planner::parameter_gather_step_ns(planner::step_sequence(costs, graph, three)), 2 * (2 * gather_total - embedding_ns));
-  // Layer by layer, the same ops as stage 2's with each layer's gather on their memory (its time on
-  // the collective stream), and the next one's from the gathering op before it on.
-  const auto ops_of = [&](const core::StepChoice& c) {
-    const auto seq = planner::step_sequence(costs, graph, c);
-    return seq.ops[seq.segments.front().ops];
-  };
-  core::StepChoice two_checkpointed = two;
-  const int block = graph.blocks().front().block;
-  two_checkpointed.checkpointed_blocks = {block};
-  core::StepChoice three_checkpointed = three;
-  three_checkpointed.checkpointed_blocks = {block};
-  for (const auto& [before, after] : {std::pair{two, three}, std::pair{two_checkpointed, three_checkpointed}}) {
-    const auto a = ops_of(before), b = ops_of(after);
-    ASSERT_EQ(a.size(), b.size());
-    std::int64_t kept = 0;
-    std::size_t previous_gather = b.size();
-    int prefetched = 0;
-    for (std::size_t k = 0; k < a.size(); ++k) {
-      if (b[k].kind != planner::OpKind::CollectiveWait) EXPECT_EQ(b[k].duration_ns, a[k].duration_ns);
-      if (b[k].gathered_bytes > 0) {
-        // Prefetched but the micro-batch's first, and a layer's backward right after its forward.
-        const bool after_same_layer = previous_gather < b.size() && b[previous_gather].layer == b[k].layer;
-        EXPECT_EQ(b[k].gather_prefetched, previous_gather < b.size() && !after_same_layer) << k;
-        for (std::size_t j = previous_gather; b[k].gather_prefetched && j < k; ++j) {
-          EXPECT_EQ(b[j].prefetched_bytes, b[k].gathered_bytes) << j;
-        }
-        prefetched += b[k].gather_prefetched;
-        previous_gather = k;
+  for (const core::GatherUnit by : {core::GatherUnit::Block, core::GatherUnit::Layer}) {
+    SCOPED_TRACE(std::string(core::gather_unit_name(by)));
+    three.data_parallel->gather = by;
+    const planner::ParameterUnits units = planner::parameter_gathers(graph, three);
+    const auto& gathers = units.units;
+    const auto unit_of = [&](int layer) { return units.unit_of_layer[static_cast<std::size_t>(layer)]; };
+    // Per block: each block a unit, and each layer outside blocks (the embedding, its dropout, the
+    // final norm, the head, the loss); per layer, each layer.
+    const bool per_block = by == core::GatherUnit::Block;
+    ASSERT_EQ(gathers.size(), per_block ? graph.blocks().size() + 5u : trace.layers.size());
+    const auto with_parameters =
+        static_cast<int>(std::count_if(gathers.begin(), gathers.end(), [](const auto& g) { return g.bytes > 0; }));
+    EXPECT_EQ(with_parameters, per_block ? static_cast<int>(graph.blocks().size()) + 3 : 15);
+    std::int64_t first = 0, gather_total = 0, largest = 0;
+    for (std::size_t u = 0; u < gathers.size(); ++u) {
+      std::int64_t bytes = 0;
+      for (std::size_t i = 0; i < trace.layers.size(); ++i) {
+        if (unit_of(static_cast<int>(i)) == static_cast<int>(u)) bytes += trace.layers[i].trainable_param_bytes();
       }
-      if (b[k].gathered_bytes == 0) EXPECT_EQ(b[k].transient_bytes - a[k].transient_bytes, b[k].prefetched_bytes) << k;
-      if (b[k].layer < 0 || gathers[static_cast<std::size_t>(b[k].layer)].bytes == 0) continue;
-      const auto& gather = gathers[static_cast<std::size_t>(b[k].layer)];
-      kept += b[k].retained_bytes - a[k].retained_bytes;
-      if (b[k].kind == planner::OpKind::Backward && b[k].kept_gathered_bytes < 0) {
-        // The backward after a recompute: gathered already, let go of at its end.
-        EXPECT_EQ(b[k].kept_gathered_bytes, -gather.bytes);
-        continue;
+      EXPECT_EQ(gathers[u].bytes, bytes) << u;
+      // One broadcast from each owner of a part of the unit's elements.
+      std::int64_t ns = 0;
+      for (int r = 0; r < 2; ++r) {
+        const core::ElementRange owned = core::owned_elements(elements, 2, r);
+        const std::int64_t part = std::min(first + bytes / 4, owned.end) - std::max(first, owned.begin);
+        if (part > 0) ns += core::broadcast_ns(4 * part, 2, link);
       }
-      if (b[k].kind == planner::OpKind::Backward && !gather.for_backward) {
-        EXPECT_EQ(b[k].gathered_bytes, 0);
-        continue;
-      }
-      EXPECT_EQ(b[k].transient_bytes - a[k].transient_bytes, gather.bytes + b[k].prefetched_bytes);
-      EXPECT_EQ(b[k].gathered_bytes, gather.bytes);
-      EXPECT_EQ(b[k].gather_ns, gather.ns);
-      EXPECT_EQ(b[k].kept_gathered_bytes, b[k].kind == planner::OpKind::Recompute ? gather.bytes : 0);
+      EXPECT_EQ(gathers[u].ns, ns) << u;
+      first += bytes / 4;
+      gather_total += gathers[u].ns;
+      largest = std::max(largest, bytes);
     }
-    EXPECT_EQ(kept, 0);  // every gather let go of within the micro-batch
-    EXPECT_GT(prefetched, 0);
-  }
-  for (const auto& c : {three, three_checkpointed}) {
-    const auto predicted = planner::predict_step(costs, graph, c);
-    const core::Schedule schedule = planner::build_schedule(costs, graph, c);
-    // Each gather a task on the collective stream (every worker's lane), before its layer's work.
-    std::int64_t gathers_ns = 0;
-    for (const auto& task : schedule.tasks) {
-      if (task.category != "gather") continue;
-      EXPECT_EQ(task.stream, core::Stream::Collective);
-      gathers_ns += task.duration_ns;
+    for (const auto& block : graph.blocks()) {
+      const auto& unit = gathers[static_cast<std::size_t>(unit_of(block.first))];
+      EXPECT_EQ(unit_of(block.last) == unit_of(block.first), per_block);
+      if (!per_block) continue;
+      EXPECT_EQ(trace.layers[static_cast<std::size_t>(unit.first_layer)].block, block.block);
+      EXPECT_EQ(trace.layers[static_cast<std::size_t>(unit.last_layer)].block, block.block);
     }
-    EXPECT_EQ(gathers_ns, planner::parameter_gather_step_ns(planner::step_sequence(costs, graph, c)));  // both listed
-    const auto sim = simulator::simulate(schedule);
-    EXPECT_EQ(sim.peak_bytes, predicted.peak_bytes);
-    EXPECT_EQ(sim.makespan_ns, predicted.step_ns);
-    // One communication thread runs the gathers and reduces in the order they start: a backward's
-    // gather waits for the reduce queued before it.
-    int reduce = -1, waited = 0;
-    for (std::size_t t = 0; t < schedule.tasks.size(); ++t) {
-      if (schedule.tasks[t].category == "reduce") reduce = static_cast<int>(t);
-      if (schedule.tasks[t].category != "gather" || reduce < 0) continue;
-      EXPECT_GE(sim.tasks[t].start_ns, sim.tasks[static_cast<std::size_t>(reduce)].end_ns);
-      ++waited;
+    // Each unit's twice in each micro-batch, the embedding's once: its backward does not read the table.
+    std::int64_t embedding_ns = 0;
+    for (std::size_t u = 0; u < gathers.size(); ++u) {
+      const bool embedding = gathers[u].bytes > 0 && trace.layers[static_cast<std::size_t>(gathers[u].first_layer)].kind == "embedding";
+      EXPECT_EQ(gathers[u].for_backward, !embedding) << u;
+      if (!gathers[u].for_backward) embedding_ns += gathers[u].ns;
     }
-    EXPECT_GT(waited, 0);
-    // What the plan says the compute waits in the gathers (what a worker measures) is the
-    // simulator's, each segment once: a task after a gather of its own waits from what the gather
-    // followed; one after a prefetched gather, from what else it waits for, where the gather ends later.
-    const auto seq = planner::step_sequence(costs, graph, c);
-    std::int64_t planned_wait = 0, simulated_wait = 0;
-    for (const auto& segment : seq.segments) planned_wait += planner::collective_waits(seq.ops[segment.ops]).gather_ns;
-    const auto latest_end = [&](const std::vector<int>& tasks, int except) {
-      std::int64_t end = 0;  // the step's start
-      for (const int d : tasks) {
-        if (d != except) end = std::max(end, sim.tasks[static_cast<std::size_t>(d)].end_ns);
-      }
-      return end;
+    EXPECT_GT(embedding_ns, 0);
+    EXPECT_EQ(planner::parameter_gather_step_ns(planner::step_sequence(costs, graph, three)), 2 * (2 * gather_total - embedding_ns));
+    // Op by op, the same ops as stage 2's with each unit's gather on the memory of the ops that hold it
+    // (its time on the collective stream), and the next one's from the gathering op before it on.
+    const auto ops_of = [&](const core::StepChoice& c) {
+      const auto seq = planner::step_sequence(costs, graph, c);
+      return seq.ops[seq.segments.front().ops];
     };
-    std::vector<bool> after_a_layer_task(schedule.tasks.size(), false);  // a gather chained to the compute
-    for (std::size_t t = 0; t < schedule.tasks.size(); ++t) {
-      const auto& task = schedule.tasks[t];
-      if (task.category == "gather" || task.category == "reduce") continue;
-      for (const int d : task.dependencies) {
-        const auto& gather = schedule.tasks[static_cast<std::size_t>(d)];
-        if (gather.category != "gather") continue;
-        const bool own = d == task.dependencies.front() && gather.dependencies.size() <= 1;
-        simulated_wait += own ? sim.tasks[static_cast<std::size_t>(d)].end_ns - latest_end(gather.dependencies, -1)
-                              : std::max<std::int64_t>(0, sim.tasks[static_cast<std::size_t>(d)].end_ns - latest_end(task.dependencies, d));
+    core::StepChoice two_checkpointed = two;
+    const int block = graph.blocks().front().block;
+    two_checkpointed.checkpointed_blocks = {block};
+    core::StepChoice three_checkpointed = three;
+    three_checkpointed.checkpointed_blocks = {block};
+    for (const auto& [before, after] : {std::pair{two, three}, std::pair{two_checkpointed, three_checkpointed}}) {
+      const auto a = ops_of(before), b = ops_of(after);
+      ASSERT_EQ(a.size(), b.size());
+      std::int64_t kept = 0;
+      std::size_t previous_gather = b.size();
+      int prefetched = 0, gathered = 0;
+      std::vector<bool> held(gathers.size(), false);
+      for (std::size_t k = 0; k < a.size(); ++k) {
+        if (b[k].kind != planner::OpKind::CollectiveWait) EXPECT_EQ(b[k].duration_ns, a[k].duration_ns);
+        if (b[k].gathered_bytes > 0) {
+          // Prefetched but the micro-batch's first, and a unit's backward right after its forward.
+          const bool after_same_unit = previous_gather < b.size() && unit_of(b[previous_gather].layer) == unit_of(b[k].layer);
+          EXPECT_EQ(b[k].gather_prefetched, previous_gather < b.size() && !after_same_unit) << k;
+          for (std::size_t j = previous_gather; b[k].gather_prefetched && j < k; ++j) {
+            EXPECT_EQ(b[j].prefetched_bytes, b[k].gathered_bytes) << j;
+          }
+          prefetched += b[k].gather_prefetched;
+          ++gathered;
+          previous_gather = k;
+        }
+        if (b[k].gathered_bytes == 0) EXPECT_EQ(b[k].transient_bytes - a[k].transient_bytes, b[k].prefetched_bytes) << k;
+        kept += b[k].retained_bytes - a[k].retained_bytes;
+        if (b[k].layer < 0 || trace.layers[static_cast<std::size_t>(b[k].layer)].trainable_param_bytes() == 0) {
+          EXPECT_EQ(b[k].gathered_bytes, 0);
+          EXPECT_EQ(b[k].kept_gathered_bytes, 0);
+          continue;
+        }
+        const auto unit = static_cast<std::size_t>(unit_of(b[k].layer));
+        const auto& gather = gathers[unit];
+        // An op that reads its unit's parameters finds them held or gathers them; the gathering op
+        // keeps them where a later op of the unit reads them, and that op lets them go.
+        const bool reads = b[k].kind != planner::OpKind::Backward || gather.for_backward;
+        if (b[k].gathered_bytes > 0) {
+          EXPECT_FALSE(held[unit]) << k;
+          EXPECT_EQ(b[k].transient_bytes - a[k].transient_bytes, gather.bytes + b[k].prefetched_bytes) << k;
+          EXPECT_EQ(b[k].gathered_bytes, gather.bytes) << k;
+          EXPECT_EQ(b[k].gather_ns, gather.ns) << k;
+          held[unit] = true;
+        } else {
+          EXPECT_TRUE(held[unit] || !reads) << k;
+        }
+        EXPECT_TRUE(b[k].kept_gathered_bytes == 0 || std::abs(b[k].kept_gathered_bytes) == gather.bytes) << k;
+        if (b[k].kept_gathered_bytes < 0 || (b[k].gathered_bytes > 0 && b[k].kept_gathered_bytes == 0)) held[unit] = false;
+        const bool last_use = (b[k].kind == planner::OpKind::Backward && b[k].layer == gather.first_layer) ||
+                              ((b[k].kind == planner::OpKind::Forward || b[k].kind == planner::OpKind::ForwardNoGrad) &&
+                               b[k].layer == gather.last_layer);
+        EXPECT_EQ(held[unit], reads && !last_use) << k;
       }
+      EXPECT_EQ(kept, 0);  // every gather let go of within the micro-batch
+      EXPECT_GT(prefetched, 0);
+      // Each unit twice (the embedding once), however many of its layers hold parameters.
+      EXPECT_EQ(gathered, 2 * with_parameters - 1);
     }
-    EXPECT_EQ(planned_wait, simulated_wait);
-    // Prefetched, the gathers keep the compute waiting less than each gathered as it is reached.
-    for (const auto& segment : seq.segments) {
-      auto unprefetched = seq.ops[segment.ops];
-      for (auto& op : unprefetched) op.gather_prefetched = false;
-      if (segment.batch == 0) continue;  // the optimizer's
-      EXPECT_LT(planner::collective_waits(seq.ops[segment.ops]).gather_ns, planner::collective_waits(unprefetched).gather_ns);
+    for (const auto& c : {three, three_checkpointed}) {
+      const auto predicted = planner::predict_step(costs, graph, c);
+      const core::Schedule schedule = planner::build_schedule(costs, graph, c);
+      // Each gather a task on the collective stream (every worker's lane), before its layer's work.
+      std::int64_t gathers_ns = 0;
+      for (const auto& task : schedule.tasks) {
+        if (task.category != "gather") continue;
+        EXPECT_EQ(task.stream, core::Stream::Collective);
+        gathers_ns += task.duration_ns;
+      }
+      EXPECT_EQ(gathers_ns, planner::parameter_gather_step_ns(planner::step_sequence(costs, graph, c)));  // both listed
+      const auto sim = simulator::simulate(schedule);
+      EXPECT_EQ(sim.peak_bytes, predicted.peak_bytes);
+      EXPECT_EQ(sim.makespan_ns, predicted.step_ns);
+      // One communication thread runs the gathers and reduces in the order they start: a backward's
+      // gather waits for the reduce queued before it.
+      int reduce = -1, waited = 0;
+      for (std::size_t t = 0; t < schedule.tasks.size(); ++t) {
+        if (schedule.tasks[t].category == "reduce") reduce = static_cast<int>(t);
+        if (schedule.tasks[t].category != "gather" || reduce < 0) continue;
+        EXPECT_GE(sim.tasks[t].start_ns, sim.tasks[static_cast<std::size_t>(reduce)].end_ns);
+        ++waited;
+      }
+      EXPECT_GT(waited, 0);
+      // What the plan says the compute waits in the gathers (what a worker measures) is the
+      // simulator's, each segment once: a task after a gather of its own waits from what the gather
+      // followed; one after a prefetched gather, from what else it waits for, where the gather ends later.
+      const auto seq = planner::step_sequence(costs, graph, c);
+      std::int64_t planned_wait = 0, simulated_wait = 0;
+      for (const auto& segment : seq.segments) planned_wait += planner::collective_waits(seq.ops[segment.ops]).gather_ns;
+      const auto latest_end = [&](const std::vector<int>& tasks, int except) {
+        std::int64_t end = 0;  // the step's start
+        for (const int d : tasks) {
+          if (d != except) end = std::max(end, sim.tasks[static_cast<std::size_t>(d)].end_ns);
+        }
+        return end;
+      };
+      std::vector<bool> after_a_layer_task(schedule.tasks.size(), false);  // a gather chained to the compute
+      for (std::size_t t = 0; t < schedule.tasks.size(); ++t) {
+        const auto& task = schedule.tasks[t];
+        if (task.category == "gather" || task.category == "reduce") continue;
+        for (const int d : task.dependencies) {
+          const auto& gather = schedule.tasks[static_cast<std::size_t>(d)];
+          if (gather.category != "gather") continue;
+          const bool own = d == task.dependencies.front() && gather.dependencies.size() <= 1;
+          simulated_wait += own ? sim.tasks[static_cast<std::size_t>(d)].end_ns - latest_end(gather.dependencies, -1)
+                                : std::max<std::int64_t>(0, sim.tasks[static_cast<std::size_t>(d)].end_ns - latest_end(task.dependencies, d));
+        }
+      }
+      EXPECT_EQ(planned_wait, simulated_wait);
+      // Prefetched, the gathers keep the compute waiting less than each gathered as it is reached.
+      for (const auto& segment : seq.segments) {
+        auto unprefetched = seq.ops[segment.ops];
+        for (auto& op : unprefetched) op.gather_prefetched = false;
+        if (segment.batch == 0) continue;  // the optimizer's
+        EXPECT_LT(planner::collective_waits(seq.ops[segment.ops]).gather_ns, planner::collective_waits(unprefetched).gather_ns);
+      }
+      // Two units' parameters gathered at once: the one at work and the one prefetched.
+      std::int64_t most_gathered = 0, two_at_once = 0;
+      for (const auto& sample : sim.memory) {
+        most_gathered = std::max(most_gathered, sample.bytes[static_cast<std::size_t>(core::MemoryKind::GatheredParameter)]);
+      }
+      const auto& ops = seq.ops[seq.segments.front().ops];
+      for (const auto& op : ops) two_at_once = std::max(two_at_once, op.gathered_bytes + op.prefetched_bytes);
+      EXPECT_GT(two_at_once, largest);
+      EXPECT_GE(most_gathered, two_at_once);
     }
-    // Two layers' parameters gathered at once: the one at work and the one prefetched.
-    std::int64_t most_gathered = 0, two_at_once = 0;
-    for (const auto& sample : sim.memory) {
-      most_gathered = std::max(most_gathered, sample.bytes[static_cast<std::size_t>(core::MemoryKind::GatheredParameter)]);
-    }
-    const auto& ops = seq.ops[seq.segments.front().ops];
-    for (const auto& op : ops) two_at_once = std::max(two_at_once, op.gathered_bytes + op.prefetched_bytes);
-    EXPECT_GT(two_at_once, largest);
-    EXPECT_GE(most_gathered, two_at_once);
   }
   // Planned: where only stage 3 fits, auto takes it; its plan names its gathers and reads back.
   auto r = request(std::int64_t{1} << 20, 16, 2);
   r.strategies.insert(planner::Strategy::Tempo);
   const auto none = planner::plan_step(trace, r);
   ASSERT_FALSE(none.plan);
-  ASSERT_EQ(none.shard_stages.size(), 4u);
-  EXPECT_LT(none.shard_stages[3].smallest_budget, none.shard_stages[2].smallest_budget);
-  EXPECT_LT(none.shard_stages[3].static_bytes, none.shard_stages[2].static_bytes);
-  EXPECT_NE(none.reason.find("at stage 3"), std::string::npos) << none.reason;
-  r.budget_bytes = none.shard_stages[3].smallest_budget;
+  // Stage 3 twice: gathering per block and per layer.
+  ASSERT_EQ(none.shard_stages.size(), 5u);
+  const auto& per_block = none.shard_stages[3];
+  const auto& per_layer = none.shard_stages[4];
+  EXPECT_EQ(per_block.gather, core::GatherUnit::Block);
+  EXPECT_EQ(per_layer.gather, core::GatherUnit::Layer);
+  EXPECT_FALSE(none.shard_stages[2].gather);
+  // Less in flight per layer; here the head's parameters, gathered alone either way, set the least.
+  EXPECT_EQ(per_layer.smallest_budget, per_block.smallest_budget);
+  EXPECT_LT(per_block.smallest_budget, none.shard_stages[2].smallest_budget);
+  EXPECT_LT(per_block.static_bytes, none.shard_stages[2].static_bytes);
+  EXPECT_NE(none.reason.find("at stage 3 (optimizer state, gradients and parameters sharded), per block, the stage that needs the least"),
+            std::string::npos)
+      << none.reason;
+  EXPECT_NE(none.reason.find("parameters sharded), per layer at least"), std::string::npos) << none.reason;
+  r.budget_bytes = per_layer.smallest_budget;
   const auto outcome = planner::plan_step(trace, r);
   ASSERT_TRUE(outcome.plan) << outcome.reason;
   EXPECT_EQ(outcome.plan->choice.data_parallel->shard_stage, 3);
   EXPECT_LE(outcome.plan->predicted.peak_bytes, r.budget_bytes);
+  {
+    // BERT-large's blocks hold 50 MB of parameters each, its largest layer 16 MB: per layer needs
+    // less, and at its least the plan gathers per layer.
+    core::Trace bert_large = committed("cpu-bert-large.json");
+    bert_large.optimizer.largest_param_elements = 1 << 22;
+    auto at = r;
+    at.budget_bytes = 1;
+    at.shard_stage = 3;
+    const auto rows = planner::plan_step(bert_large, at).shard_stages;
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_LT(rows[1].smallest_budget, rows[0].smallest_budget);
+    at.budget_bytes = rows[1].smallest_budget;
+    const auto layered = planner::plan_step(bert_large, at);
+    ASSERT_TRUE(layered.plan) << layered.reason;
+    EXPECT_EQ(layered.plan->choice.data_parallel->gather, core::GatherUnit::Layer);
+    EXPECT_EQ(core::plan_from_json(core::to_json(*layered.plan)), *layered.plan);
+  }
+  // Where both fit, the faster; the rows set them side by side.
+  auto roomy = r;
+  roomy.budget_bytes = per_block.smallest_budget + (std::int64_t{4} << 20);
+  roomy.shard_stage = 3;
+  const auto both = planner::plan_step(trace, roomy);
+  ASSERT_TRUE(both.plan) << both.reason;
+  ASSERT_EQ(both.shard_stages.size(), 2u);
+  ASSERT_TRUE(both.shard_stages[0].predicted && both.shard_stages[1].predicted);
+  const bool block_faster = both.shard_stages[0].predicted->samples_per_second >= both.shard_stages[1].predicted->samples_per_second;
+  EXPECT_EQ(both.plan->choice.data_parallel->gather, block_faster ? core::GatherUnit::Block : core::GatherUnit::Layer);
+  EXPECT_EQ(both.plan->predicted, *both.shard_stages[block_faster ? 0 : 1].predicted);
+  roomy.gather = core::GatherUnit::Layer;
+  EXPECT_EQ(planner::plan_step(trace, roomy).plan->choice.data_parallel->gather, core::GatherUnit::Layer);
   EXPECT_TRUE(outcome.plan->predicted_part(core::kParameterGatherSecondsPart));
   EXPECT_TRUE(outcome.plan->predicted_part(core::kExposedParameterGatherSecondsPart));
   EXPECT_FALSE(outcome.plan->predicted_part(core::kParameterBroadcastSecondsPart).value_or(0) > 0);
