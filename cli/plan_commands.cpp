@@ -95,10 +95,16 @@ void set_link_and_buckets(const PlanArgs& args, const core::Trace& trace, planne
 }
 
 // Where a shard stage's collectives are in worker 0's simulated timeline.
-const char* collectives_in_timeline(int shard_stage) {
+const char* collectives_in_timeline(const core::DataParallelChoice& dp) {
+  const int shard_stage = dp.shard_stage;
+  if (shard_stage >= 3 && dp.gather == core::GatherUnit::Block) {
+    return "each block's gathers (a layer's outside blocks) on the collective lane, each but a micro-batch's first "
+           "started with the gathering layer before (their memory a band of its own), the gradients' reduces there "
+           "too, after the backward filling their buffer";
+  }
   if (shard_stage >= 3) {
-    return "each unit's gathers (a block's parameters) on the collective lane, each but a micro-batch's first "
-           "started with the gathering layer before (their memory a band of its own), the gradients' reduces there too, after the backward filling "
+    return "each layer's gathers on the collective lane, each but a micro-batch's first started with the layer "
+           "before (their memory a band of its own), the gradients' reduces there too, after the backward filling "
            "their buffer";
   }
   if (shard_stage == 2) {
@@ -133,7 +139,7 @@ std::optional<int> shard_stage_from_flag(const PlanArgs& args, const core::Trace
 }
 
 // --gather: unset or "auto" leaves it to the search (stage 3's); checked against the stage.
-std::optional<core::GatherUnit> gather_from_flag(const PlanArgs& args, const planner::PlanRequest& request) {
+std::optional<core::GatherUnit> gather_from_flag(const PlanArgs& args, const core::Trace& trace, const planner::PlanRequest& request) {
   if (args.gather.empty()) return std::nullopt;
   if (args.gather != "block" && args.gather != "layer" && args.gather != "auto") {
     throw core::InputError("--gather: expected block, layer or auto, got '" + args.gather + "'");
@@ -146,7 +152,15 @@ std::optional<core::GatherUnit> gather_from_flag(const PlanArgs& args, const pla
   if (request.shard_stage && *request.shard_stage != 3) {
     throw core::InputError("--gather: only stage 3 gathers parameters, and --shard " + args.shard + " keeps them whole");
   }
-  return core::parse_gather_unit(args.gather, "--gather");
+  planner::PlanRequest at = request;
+  at.gather = core::parse_gather_unit(args.gather, "--gather");
+  try {
+    planner::check_shard_stage(trace, at);
+  } catch (const core::InputError& e) {
+    const std::string message = e.what();
+    throw core::InputError("--gather: " + message.substr(message.find(": ") + 2));
+  }
+  return at.gather;
 }
 
 // The request the flags make, each checked against the trace (the planning trace: its precision
@@ -181,7 +195,7 @@ planner::PlanRequest request_from_flags(const PlanArgs& args, const core::Trace&
   if (request.strategies.contains(planner::Strategy::L2L)) request.host_memory_bytes = core::available_host_memory_bytes();
   set_link_and_buckets(args, trace, request);
   request.shard_stage = shard_stage_from_flag(args, trace, request);
-  request.gather = gather_from_flag(args, request);
+  request.gather = gather_from_flag(args, trace, request);
   if (request.workers > 1 && !request.link.known()) {
     throw core::InputError(args.trace + ": --devices " + std::to_string(args.devices) +
                            ": the trace has no measured link (profile with --measure-link) and no --link was given, "
@@ -360,7 +374,7 @@ int run_simulate(const SimulateArgs& args) {
   std::printf("peak at          %s\n", peak_at.c_str());
   if (const auto& dp = plan.choice.data_parallel) {
     std::printf("workers          %d, %s: worker 0's step; %s\n", dp->workers, core::shard_stage_name(dp->shard_stage).c_str(),
-                collectives_in_timeline(dp->shard_stage));
+                collectives_in_timeline(*dp));
   }
   return 0;
 }

@@ -148,6 +148,8 @@ DataParallelChoice read_data_parallel(const JsonNode& root, int workers, const S
     dp.gather = parse_gather_unit(text, gather.path());
   } else if (dp.shard_stage >= 3) {
     dp.gather = GatherUnit::Layer;
+  } else if (node.has("gather")) {
+    node.at("gather").fail("only a stage-3 plan gathers parameters; this one is at stage " + std::to_string(dp.shard_stage));
   }
   dp.link = read_link(node.at("link"));
   return dp;

@@ -22,8 +22,8 @@ inline constexpr std::array<std::string_view, 5> kStreamNames{"compute", "host-t
 
 // What a block of memory is, for the stacked memory timeline.
 // Workspace: what the device's libraries keep allocated between steps (cuBLAS's per thread and
-// stream on CUDA; none on the CPU). GatheredParameter: a sharded worker's (stage 3) layer parameters
-// gathered from their owners while the layer runs.
+// stream on CUDA; none on the CPU). GatheredParameter: a sharded worker's (stage 3) parameters of a
+// unit (a block or a layer) gathered from their owners while the unit runs.
 enum class MemoryKind { Parameter, Gradient, OptimizerState, Workspace, GatheredParameter, Input, Activation, Transient };
 inline constexpr std::size_t kMemoryKinds = 8;
 inline constexpr std::array<std::string_view, kMemoryKinds> kMemoryKindNames{

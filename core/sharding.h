@@ -16,8 +16,8 @@ namespace headroom::core {
 // PyTorch's DDP runs it); 1 shards the optimizer state: each worker steps only the parameters it
 // owns and then sends them to the others; 2 shards the gradients as well: as backward makes each
 // parameter's gradient, every worker reduces it to its owner(s) and lets go of it; 3 shards the
-// parameters as well: a worker gathers a unit's parameters (a block's: parameter_units) from their
-// owners just before the unit runs (forward, recompute, backward) and lets go of them after.
+// parameters as well: a worker gathers a unit's parameters (a block's or a layer's: parameter_units)
+// from their owners just before the unit runs (forward, recompute, backward) and lets go of them after.
 inline constexpr int kMaxShardStage = 3;
 // "stage 1 (optimizer state sharded)".
 std::string shard_stage_name(int stage);

@@ -160,10 +160,11 @@ class GradientSync {
 //   worker starts reducing it to the owner(s) of its elements while backward goes on; before a
 //   buffer takes the next gradient its reduces are waited for, and an owner adds the sums into its
 //   range's gradient. The collectives run in the same order on every worker (backward's order).
-// - Stage 3: as stage 2, and each layer's trainable parameters live in a buffer of their own whose
-//   memory is let go of between the layer's uses: gathered (a broadcast from each owner of its part)
-//   before the layer's forward, recompute or backward (the next layer's started as one is taken),
-//   let go of after its forward and once backward has made its last gradient. The worker's range is
+// - Stage 3: as stage 2, and each unit's trainable parameters (a block's or a layer's, as the plan
+//   gathers: core::parameter_units) live in a buffer of their own whose memory is let go of between
+//   the unit's uses: gathered (a broadcast from each owner of its part) before its forward,
+//   recompute or backward (the next unit's started as one is taken), let go of after its last
+//   layer's forward and once backward has made its last gradient. The worker's range is
 //   a tensor of its own, which the optimizer steps: nothing is broadcast after it. The memory goes, not the storage object, so what autograd saved
 //   of a parameter reads the gathered values again in backward, as FSDP does.
 class ShardedParameters final : public LayerParameterHooks {

@@ -8,7 +8,7 @@
 // steps that range and broadcasts it to the others; at stage 2 it keeps its range's gradients
 // alone too, the gradients packed into two buffers as backward makes them and reduced to their owners
 // as each fills, beside the backward that follows; at stage 3 its
-// range's parameters alone too, each unit's (a block's) gathered from their owners for its work.
+// range's parameters alone too, each unit's (a block's or a layer's) gathered from their owners for its work.
 #include <cstdint>
 #include <vector>
 

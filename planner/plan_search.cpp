@@ -1184,6 +1184,17 @@ void check_shard_stage(const core::Trace& trace, const PlanRequest& request) {
                            std::string(request.workers < 2 ? ", over data-parallel workers (give the workers)"
                                                            : "; stage " + std::to_string(*request.shard_stage) + " keeps them whole"));
   }
+  if (request.gather && !request.shard_stage) {
+    // Named for stage 3 with the stage left to the search: stage 3 must be one it can weigh.
+    PlanRequest at = request;
+    at.shard_stage = 3;
+    try {
+      check_shard_stage(trace, at);
+    } catch (const core::InputError& e) {
+      const std::string message = e.what();
+      throw core::InputError("gather: " + message.substr(message.find(": ") + 2));
+    }
+  }
   if (!request.shard_stage) return;
   const int stage = *request.shard_stage;
   const std::string named = "shard_stage: stage " + std::to_string(stage);

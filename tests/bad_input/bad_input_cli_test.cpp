@@ -158,6 +158,9 @@ TEST_F(BadInputCli, DataParallelFlagsAndFields) {
   }
   expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --gather row",
                  "--gather: expected block, layer or auto, got 'row'");
+  // Named with the stage left to the search, where stage 3 cannot run: said, not dropped.
+  expect_refused("plan " + trace + plan + " --devices 2 --link 1GB/s,1us --gather block",
+                 "--gather: stage 3 needs the trace's largest parameter tensor");
   // A data-parallel plan, and what execute refuses about it.
   const std::string dp = path("dp.json");
   ASSERT_EQ(run("plan " + trace + plan + " --devices 2 --link 1GB/s,1us -o " + dp).exit_code, 0);
@@ -186,6 +189,9 @@ TEST_F(BadInputCli, DataParallelFlagsAndFields) {
   p["data_parallel"]["shard_stage"] = 3;
   p["data_parallel"]["gather"] = "row";
   expect_refused("simulate " + write("gather.json", p), "$.data_parallel.gather: expected block or layer, got 'row'");
+  p["data_parallel"]["shard_stage"] = 2;
+  p["data_parallel"]["gather"] = "block";
+  expect_refused("simulate " + write("gather-2.json", p), "$.data_parallel.gather: only a stage-3 plan gathers parameters");
   p = plan_;
   p["data_parallel"] = p["explanation"];
   expect_refused("simulate " + write("one.json", p), "$.data_parallel: given for one worker");
