@@ -115,6 +115,17 @@ const char* collectives_in_timeline(const core::DataParallelChoice& dp) {
   return "the gradients' all-reduce on the collective lane";
 }
 
+// The planner's check of the sharding a request asks for, its refusal named after `flag` ("--shard:
+// stage 3 ..." for the planner's "shard_stage: stage 3 ...").
+void check_sharding_flag(const std::string& flag, const core::Trace& trace, const planner::PlanRequest& at) {
+  try {
+    planner::check_shard_stage(trace, at);
+  } catch (const core::InputError& e) {
+    const std::string message = e.what();
+    throw core::InputError(flag + ": " + message.substr(message.find(": ") + 2));
+  }
+}
+
 // --shard: unset or "auto" leaves the stage to the search; a stage is checked against the trace.
 std::optional<int> shard_stage_from_flag(const PlanArgs& args, const core::Trace& trace, const planner::PlanRequest& request) {
   if (args.shard.empty()) return std::nullopt;
@@ -129,12 +140,7 @@ std::optional<int> shard_stage_from_flag(const PlanArgs& args, const core::Trace
   }
   planner::PlanRequest at = request;
   at.shard_stage = args.shard[0] - '0';
-  try {
-    planner::check_shard_stage(trace, at);
-  } catch (const core::InputError& e) {
-    const std::string message = e.what();
-    throw core::InputError("--shard: " + message.substr(message.find(": ") + 2));
-  }
+  check_sharding_flag("--shard", trace, at);
   return at.shard_stage;
 }
 
@@ -154,12 +160,7 @@ std::optional<core::GatherUnit> gather_from_flag(const PlanArgs& args, const cor
   }
   planner::PlanRequest at = request;
   at.gather = core::parse_gather_unit(args.gather, "--gather");
-  try {
-    planner::check_shard_stage(trace, at);
-  } catch (const core::InputError& e) {
-    const std::string message = e.what();
-    throw core::InputError("--gather: " + message.substr(message.find(": ") + 2));
-  }
+  check_sharding_flag("--gather", trace, at);
   return at.gather;
 }
 
