@@ -1293,7 +1293,7 @@ void name_the_least(const std::vector<PlanOutcome::ShardStage>& rows, PlanOutcom
 }
 
 // Stage 3 planned gathering per block and per layer, unless the request names one: the faster
-// plan that fits (per block on a tie), a row each.
+// plan that fits (per block on a tie), a row each (which the caller names where none fits).
 PlanOutcome plan_stage_three(const core::Trace& trace, const PlanRequest& request) {
   if (request.gather) return plan_one_stage(trace, request);
   const core::CostModel costs(trace);
@@ -1306,9 +1306,7 @@ PlanOutcome plan_stage_three(const core::Trace& trace, const PlanRequest& reques
     rows.push_back(shard_row(costs, at, outcome));
     best.weigh(std::move(outcome));
   }
-  const bool found = best.found();
   PlanOutcome out = best.take();
-  if (!found) name_the_least(rows, out);
   out.shard_stages = std::move(rows);
   return out;
 }
@@ -1334,12 +1332,7 @@ PlanOutcome plan_every_stage(const core::Trace& trace, const PlanRequest& reques
   }
   const bool found = best.found();
   PlanOutcome out = best.take();
-  if (!found) {
-    // Stage 3's outcome named its rows; the stages' naming replaces it.
-    const auto said = out.reason.find(" (at ");
-    if (said != std::string::npos) out.reason.erase(said);
-    name_the_least(rows, out);
-  }
+  if (!found) name_the_least(rows, out);
   out.shard_stages = std::move(rows);
   return out;
 }
@@ -1353,7 +1346,9 @@ PlanOutcome plan_step(const core::Trace& trace, const PlanRequest& request) {
   }
   if (request.shard_stage == 3) {
     check_request(trace, request);
-    return plan_stage_three(trace, request);
+    PlanOutcome out = plan_stage_three(trace, request);
+    if (!out.plan) name_the_least(out.shard_stages, out);
+    return out;
   }
   return plan_one_stage(trace, request);
 }
