@@ -221,11 +221,13 @@ void profile_and_write(const ProfileArgs& args) {
   std::optional<profiler::GpuStepRecord> gpu_step;
   core::Trace trace = cli::run_profile(args, gpu_step);
   if (args.measure_link) {
-    std::cerr << "measuring the loopback link (Gloo all-reduce, 2 workers)\n";
+    std::cerr << "measuring the loopback link (Gloo collectives between and beside compute, 2 workers)\n";
     trace.link = executor::measure_loopback_link();
     // The machine's link, whichever precision a plan picks.
     for (auto& other : trace.other_precisions) other.link = trace.link;
-    std::cerr << "link: " << core::format_link(*trace.link) << "\n";
+    char beside[96];
+    std::snprintf(beside, sizeof beside, "; compute beside a collective loses %.0f%% of its time", trace.link->beside_compute * 100);
+    std::cerr << "link: " << core::format_link(*trace.link) << beside << "\n";
   }
   std::vector<std::pair<std::filesystem::path, std::string>> outputs;
   if (!args.output.empty()) outputs.emplace_back(args.output, core::to_json(trace).dump(1) + "\n");

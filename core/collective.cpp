@@ -72,7 +72,11 @@ CollectiveLink parse_link(std::string_view text) {
   }
   if (!unit_known) fail("unknown latency unit '" + std::string(lat) + "' (ns, us, ms, s)");
   if (latency > 1e10) fail("latency must be at most 10 s");
-  return {bandwidth, std::llround(latency), "given"};
+  CollectiveLink link;
+  link.bytes_per_second = bandwidth;
+  link.latency_ns = std::llround(latency);
+  link.source = "given";
+  return link;
 }
 
 std::string format_link(const CollectiveLink& link) {

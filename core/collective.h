@@ -25,8 +25,15 @@ struct CollectiveLink {
     bool known() const { return bytes_per_second > 0; }
     bool operator==(const Line&) const = default;
   };
-  Line broadcast;
-  Line reduce;
+  Line broadcast{};
+  Line reduce{};
+  // Of a collective's time, the share a worker's compute loses while the collective runs beside it
+  // (a prefetched gather, a bucket's all-reduce or a reduce during backward). Measured, where the
+  // collectives' threads share the cores with the compute's (Gloo workers filling a CPU's cores),
+  // near 1 or above: overlapping hides nothing. 0 where the link runs apart from the compute, and
+  // for a given link (--link).
+  double beside_compute = 0;
+  static constexpr double kMostBesideCompute = 2;
   bool operator==(const CollectiveLink&) const = default;
   bool known() const { return bytes_per_second > 0; }
 };
@@ -46,6 +53,8 @@ std::int64_t transfer_ns(std::int64_t bytes, double bytes_per_second, std::int64
 // ends past the last backward (the time the optimizer waits for it).
 inline constexpr std::string_view kAllReduceSecondsPart = "allreduce_seconds";
 inline constexpr std::string_view kExposedAllReduceSecondsPart = "exposed_allreduce_seconds";
+// ... and what its compute loses to the collectives that run beside it (CollectiveLink::beside_compute).
+inline constexpr std::string_view kComputeBesideCollectivesSecondsPart = "compute_beside_collectives_seconds";
 
 // The most workers a plan (its world_size), a plan request or an execution may name.
 inline constexpr int kMaxWorkers = 4096;

@@ -21,6 +21,7 @@ nlohmann::json to_json(const CollectiveLink& link) {
   for (const auto& [key, line] : {std::pair{"broadcast", &link.broadcast}, std::pair{"reduce", &link.reduce}}) {
     if (line->known()) out[key] = {{"bytes_per_second", line->bytes_per_second}, {"latency_ns", line->latency_ns}};
   }
+  if (link.beside_compute > 0) out["beside_compute"] = link.beside_compute;
   return out;
 }
 
@@ -32,6 +33,12 @@ CollectiveLink read_link(const JsonNode& link) {
   l.source = link.at("source").as_string();
   if (link.has("broadcast")) l.broadcast = read_line(link.at("broadcast"));
   if (link.has("reduce")) l.reduce = read_line(link.at("reduce"));
+  if (link.has("beside_compute")) {
+    l.beside_compute = link.at("beside_compute").as_double();
+    if (!(l.beside_compute >= 0 && l.beside_compute <= CollectiveLink::kMostBesideCompute)) {
+      link.at("beside_compute").fail("expected a share from 0 to 2 of a collective's time");
+    }
+  }
   return l;
 }
 

@@ -93,7 +93,7 @@ namespace {
 
 // The parts a plan may carry, as the techniques name them (core/l2l_stages.h, core/collective.h),
 // and its time by class of work (core/rescale.h).
-constexpr std::array<std::string_view, 15> kPredictedPartNames = {
+constexpr std::array<std::string_view, 16> kPredictedPartNames = {
     kL2LComputeSecondsPart,      kL2LCopySecondsPart,
     kL2LWaitSecondsPart,         kL2LHostOptimizerSecondsPart,
     kL2LHostBytesPart,           kAllReduceSecondsPart,
@@ -101,7 +101,7 @@ constexpr std::array<std::string_view, 15> kPredictedPartNames = {
     kGradientReduceSecondsPart,  kExposedGradientReduceSecondsPart,
     kParameterGatherSecondsPart, kExposedParameterGatherSecondsPart,
     kMatmulBoundSecondsPart,     kComputeBoundSecondsPart,
-    kMemoryBoundSecondsPart};
+    kMemoryBoundSecondsPart,     kComputeBesideCollectivesSecondsPart};
 
 // A layer's variant: `"variant": "tempo"`; plans written before the step choice had a `"tempo"`
 // flag, and plans from before Tempo have neither (standard).

@@ -84,16 +84,76 @@ void wait_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::stri
   named_as_collective(what, [&] { work->wait(); });
 }
 
+namespace {
+
+// What a step puts between its collectives, on each worker's thread: a few matrix products, about
+// half a millisecond of one core.
+class ComputeSegment {
+ public:
+  ComputeSegment() : a_(torch::rand({128, 128})), b_(torch::rand({128, 512})), out_(torch::empty({128, 512})) {}
+  void run() {
+    for (int i = 0; i < 3; ++i) at::mm_out(out_, a_, b_);
+  }
+
+ private:
+  at::Tensor a_, b_, out_;
+};
+
+enum LinkCollective { kAllReduce, kBroadcast, kReduce, kLinkCollectives };
+// How a worker times a collective: compute segments alone, each followed by the collective (as a
+// step waits for a gather or a bucket between its layers), and each with the collective started
+// before it and waited for after (as a step overlaps one with its compute).
+enum LinkPhase { kComputeAlone, kBetween, kBeside, kLinkPhases };
+using PhaseSeconds = std::array<double, kLinkPhases>;
+
+// One worker's mean seconds per repeat of each phase, for one collective and size.
+PhaseSeconds time_link_phases(c10d::ProcessGroupGloo& group, ComputeSegment& compute, int collective, std::int64_t bytes) {
+  // A sharded step's broadcasts and reduces come from and go to each owner in turn.
+  std::vector<at::Tensor> tensors{torch::ones({bytes / 4}, torch::kFloat32)};
+  const auto start = [&](int root) {
+    if (collective == kAllReduce) return group.allreduce(tensors);
+    if (collective == kBroadcast) {
+      c10d::BroadcastOptions broadcast;
+      broadcast.rootRank = root;
+      return group.broadcast(tensors, broadcast);
+    }
+    c10d::ReduceOptions reduce;
+    reduce.rootRank = root;
+    return group.reduce(tensors, reduce);
+  };
+  start(0)->wait();  // warm: connections, buffers
+  // A step runs hundreds of collectives, and what it waits for is their mean: on a loaded host a
+  // few in ten wait milliseconds for a thread to be woken, which a median over a few hides.
+  const int repeats = static_cast<int>(std::clamp<std::int64_t>((std::int64_t{128} << 20) / bytes, 8, 64));
+  PhaseSeconds seconds{};
+  for (int phase = 0; phase < kLinkPhases; ++phase) {
+    group.barrier()->wait();
+    const auto begun = std::chrono::steady_clock::now();
+    for (int r = 0; r < repeats; ++r) {
+      if (phase == kComputeAlone) {
+        compute.run();
+      } else if (phase == kBetween) {
+        compute.run();
+        start(r % 2)->wait();
+      } else {
+        const auto work = start(r % 2);
+        compute.run();
+        work->wait();
+      }
+    }
+    seconds[static_cast<std::size_t>(phase)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - begun).count() / repeats;
+  }
+  return seconds;
+}
+
+}  // namespace
+
 core::CollectiveLink measure_loopback_link() {
   const std::vector<std::int64_t> sizes{std::int64_t{4} << 10, std::int64_t{64} << 10, std::int64_t{1} << 20,
                                         std::int64_t{4} << 20, std::int64_t{16} << 20};
-  // The all-reduce data parallel runs, and the broadcast and reduce a sharded step runs, each
-  // waited for as the executor waits for it.
-  enum Collective { kAllReduce, kBroadcast, kReduce, kCollectives };
   auto store = c10::make_intrusive<c10d::HashStore>();
-  // Per collective and size, each worker's mean time in a stream of them: the slower is what a step
-  // waits for.
-  std::vector<std::vector<std::array<double, 2>>> seconds(kCollectives, std::vector<std::array<double, 2>>(sizes.size()));
+  // Per collective, size and worker, the phases' mean seconds.
+  std::vector<std::vector<std::array<PhaseSeconds, 2>>> seconds(kLinkCollectives, std::vector<std::array<PhaseSeconds, 2>>(sizes.size()));
   std::exception_ptr failure;
   const auto worker = [&](int rank) {
     try {
@@ -101,31 +161,10 @@ core::CollectiveLink measure_loopback_link() {
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       options->threads = 1;
       auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, 2, options);
-      // A sharded step's broadcasts and reduces come from and go to each owner in turn.
-      const auto run = [&](int collective, std::vector<at::Tensor>& tensors, int root) {
-        if (collective == kAllReduce) return group->allreduce(tensors);
-        if (collective == kBroadcast) {
-          c10d::BroadcastOptions broadcast;
-          broadcast.rootRank = root;
-          return group->broadcast(tensors, broadcast);
-        }
-        c10d::ReduceOptions reduce;
-        reduce.rootRank = root;
-        return group->reduce(tensors, reduce);
-      };
-      for (int c = 0; c < kCollectives; ++c) {
+      ComputeSegment compute;
+      for (int c = 0; c < kLinkCollectives; ++c) {
         for (std::size_t k = 0; k < sizes.size(); ++k) {
-          std::vector<at::Tensor> tensors{torch::ones({sizes[k] / 4}, torch::kFloat32)};
-          run(c, tensors, 0)->wait();  // warm: connections, buffers
-          // A step runs hundreds of collectives back to back, and what it waits for is their mean:
-          // on a loaded host a few in ten wait milliseconds for a thread to be woken, which a
-          // median over a few isolated ones hides.
-          const int repeats = static_cast<int>(std::clamp<std::int64_t>((std::int64_t{256} << 20) / sizes[k], 8, 100));
-          group->barrier()->wait();
-          const auto start = std::chrono::steady_clock::now();
-          for (int r = 0; r < repeats; ++r) run(c, tensors, r % 2)->wait();
-          seconds[static_cast<std::size_t>(c)][k][static_cast<std::size_t>(rank)] =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeats;
+          seconds[static_cast<std::size_t>(c)][k][static_cast<std::size_t>(rank)] = time_link_phases(*group, compute, c, sizes[k]);
         }
       }
     } catch (...) {
@@ -136,24 +175,34 @@ core::CollectiveLink measure_loopback_link() {
   worker(0);
   other.join();
   if (failure) std::rethrow_exception(failure);
-  // The sizes span four orders of magnitude, and the small ones are what tell the latency.
+  // A collective between compute takes what it adds to the compute alone, on the slower worker
+  // (what a step waits for). The sizes span four orders of magnitude, and the small ones are what
+  // tell the latency.
   const std::vector<double> bytes(sizes.begin(), sizes.end());
+  std::vector<double> beside_shares;
   const auto fit = [&](int collective, const std::string& what) {
-    std::vector<double> slower;
-    for (const auto& pair : seconds[static_cast<std::size_t>(collective)]) slower.push_back(std::max(pair[0], pair[1]));
-    return core::fit_link_line(bytes, slower, what);
+    std::vector<double> between;
+    for (const auto& pair : seconds[static_cast<std::size_t>(collective)]) {
+      const auto added = [&](LinkPhase phase) {
+        return std::max(pair[0][phase] - pair[0][kComputeAlone], pair[1][phase] - pair[1][kComputeAlone]);
+      };
+      between.push_back(std::max(added(kBetween), 1e-6));
+      beside_shares.push_back(std::max(added(kBeside), 0.0) / between.back());
+    }
+    return core::fit_link_line(bytes, between, what);
   };
   const core::LinkLine allreduce = fit(kAllReduce, "the loopback all-reduce");
   core::CollectiveLink link;
   link.bytes_per_second = allreduce.bytes_per_second;
   // A ring all-reduce of two workers sends two messages one after the other.
   link.latency_ns = allreduce.latency_ns / 2;
-  link.source = "measured: Gloo all-reduce, broadcast and reduce over loopback, 2 workers";
+  link.source = "measured: Gloo all-reduce, broadcast and reduce over loopback between compute, 2 workers";
   for (const auto& [collective, line, what] : {std::tuple{kBroadcast, &link.broadcast, "the loopback broadcast"},
                                                std::tuple{kReduce, &link.reduce, "the loopback reduce"}}) {
     const core::LinkLine measured = fit(collective, what);
     *line = {measured.bytes_per_second, measured.latency_ns};
   }
+  link.beside_compute = std::clamp(core::median(beside_shares), 0.0, core::CollectiveLink::kMostBesideCompute);
   return link;
 }
 

@@ -58,7 +58,11 @@ AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector
     timing.total_ns += b.duration_ns;
     timing.buckets.push_back(b);
   }
-  timing.exposed_ns = std::max<std::int64_t>(0, collective_free - clock);
+  // The buckets are all ready once the last backward ends, so the link is busy from there to the
+  // last one's end: the rest of their time ran beside the backward.
+  const std::int64_t past_compute = std::max<std::int64_t>(0, collective_free - clock);
+  timing.beside_ns = std::llround(static_cast<double>(timing.total_ns - past_compute) * choice.data_parallel->link.beside_compute);
+  timing.exposed_ns = past_compute;
   return timing;
 }
 
@@ -78,6 +82,17 @@ int append_allreduce_tasks(const core::CostModel& costs, const std::vector<Op>& 
     if (previous >= 0) task.dependencies.push_back(previous);
     previous = static_cast<int>(schedule.tasks.size());
     schedule.tasks.push_back(std::move(task));
+  }
+  if (timing.beside_ns > 0) {
+    // What the backward lost to the buckets beside it, on the compute thread once the last has ended.
+    core::Task slowed;
+    slowed.name = "compute slowed by the all-reduces beside it";
+    slowed.category = std::string(kBesideComputeCategory);
+    slowed.duration_ns = timing.beside_ns;
+    slowed.dependencies = {previous};
+    if (!task_of_op.empty() && task_of_op.back() >= 0) slowed.dependencies.push_back(task_of_op.back());
+    previous = static_cast<int>(schedule.tasks.size());
+    schedule.tasks.push_back(std::move(slowed));
   }
   return previous;
 }
@@ -249,8 +264,10 @@ bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>&
   return any;
 }
 
-CollectiveWaits collective_waits(const std::vector<Op>& ops) {
+CollectiveWaits collective_waits(const std::vector<Op>& ops, double beside_compute) {
   CollectiveWaits waits;
+  std::int64_t busy = 0;  // the collectives' time in all
+  for (const Op& op : ops) busy += op.gather_ns + op.reduce_ns;
   std::int64_t clock = 0, link_free = 0;
   std::array<std::int64_t, 2> buffer_free{0, 0};  // when each buffer's last reduce ends
   std::size_t next = 0;
@@ -278,20 +295,25 @@ CollectiveWaits collective_waits(const std::vector<Op>& ops) {
     clock = std::max(clock, buffer_free[next]);
   }
   waits.reduce_ns += std::max(clock, link_free) - clock;
+  // The link is busy whenever the compute waits for it, so what of its time the compute did not
+  // wait for ran beside the compute.
+  const std::int64_t beside = std::max<std::int64_t>(0, busy - waits.gather_ns - waits.reduce_ns);
+  waits.beside_ns = std::llround(static_cast<double>(beside) * beside_compute);
   return waits;
 }
 
-std::int64_t collectives_past_compute_ns(const std::vector<Op>& ops) {
-  const CollectiveWaits waits = collective_waits(ops);
-  return waits.gather_ns + waits.reduce_ns;
+std::int64_t collectives_past_compute_ns(const std::vector<Op>& ops, double beside_compute) {
+  const CollectiveWaits waits = collective_waits(ops, beside_compute);
+  return waits.gather_ns + waits.reduce_ns + waits.beside_ns;
 }
 
-CollectiveWaits step_collective_waits(const StepSequence& seq) {
+CollectiveWaits step_collective_waits(const StepSequence& seq, double beside_compute) {
   CollectiveWaits total;
   for (const auto& segment : seq.segments) {
-    const CollectiveWaits waits = collective_waits(seq.ops[segment.ops]);
+    const CollectiveWaits waits = collective_waits(seq.ops[segment.ops], beside_compute);
     total.gather_ns += waits.gather_ns * segment.repeat;
     total.reduce_ns += waits.reduce_ns * segment.repeat;
+    total.beside_ns += waits.beside_ns * segment.repeat;
   }
   return total;
 }
@@ -393,7 +415,9 @@ class DataParallel final : public Technique {
   }
   std::int64_t after_last_micro_batch_ns(const core::CostModel& costs, const std::vector<Op>& last_ops,
                                          const core::StepChoice& choice) const override {
-    return used_by(choice) ? allreduce_timing(costs, last_ops, choice).exposed_ns : 0;
+    if (!used_by(choice)) return 0;
+    const AllReduceTiming timing = allreduce_timing(costs, last_ops, choice);
+    return timing.exposed_ns + timing.beside_ns;
   }
   int append_after_last_micro_batch(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice,
                                     const std::vector<int>& task_of_op, core::Schedule& schedule) const override {
@@ -406,6 +430,11 @@ class DataParallel final : public Technique {
       const AllReduceTiming timing = allreduce_timing(step.costs, seq.ops[segment.ops], step.choice);
       parts[std::string(core::kAllReduceSecondsPart)] = static_cast<double>(timing.total_ns) * 1e-9;
       parts[std::string(core::kExposedAllReduceSecondsPart)] = static_cast<double>(timing.exposed_ns) * 1e-9;
+      const double beside_compute = step.choice.data_parallel->link.beside_compute;
+      const CollectiveWaits waits = step_collective_waits(seq, beside_compute);
+      if (beside_compute > 0) {
+        parts[std::string(core::kComputeBesideCollectivesSecondsPart)] = static_cast<double>(timing.beside_ns + waits.beside_ns) * 1e-9;
+      }
       if (step.choice.data_parallel->shard_stage > 0) {
         parts[std::string(core::kParameterBroadcastSecondsPart)] =
             static_cast<double>(parameter_broadcast_ns(step.costs, step.choice)) * 1e-9;
@@ -413,7 +442,6 @@ class DataParallel final : public Technique {
       if (step.choice.data_parallel->shard_stage >= 2) {
         parts[std::string(core::kGradientReduceSecondsPart)] =
             static_cast<double>(gradient_reduce_step_ns(step.costs, step.graph, step.choice)) * 1e-9;
-        const CollectiveWaits waits = step_collective_waits(seq);
         parts[std::string(core::kExposedGradientReduceSecondsPart)] = static_cast<double>(waits.reduce_ns) * 1e-9;
         if (step.choice.data_parallel->shard_stage >= 3) {
           parts[std::string(core::kParameterGatherSecondsPart)] = static_cast<double>(parameter_gather_step_ns(seq)) * 1e-9;

@@ -41,6 +41,8 @@ struct AllReduceTiming {
   std::vector<BucketAllReduce> buckets;
   std::int64_t total_ns = 0;    // all buckets' ring time
   std::int64_t exposed_ns = 0;  // how far the last bucket ends past the last micro-batch's ops
+  // What the backward lost to the buckets beside it (CollectiveLink::beside_compute), after that.
+  std::int64_t beside_ns = 0;
 };
 // `last_ops`: the last micro-batch's ops as the step sequence runs them.
 AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice);
@@ -77,16 +79,21 @@ bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>&
 // buffer's reduces before it fills that one; each gather (stage 3) after what is queued before it,
 // a micro-batch's first as its op starts and each other as the gathering op before it starts
 // (prefetched), the layer's work after its gather; the micro-batch ends once its last reduce has.
-std::int64_t collectives_past_compute_ns(const std::vector<Op>& ops);
+// A collective beside the compute slows it by its time times `beside_compute` (the link's
+// CollectiveLink::beside_compute), which this adds too.
+std::int64_t collectives_past_compute_ns(const std::vector<Op>& ops, double beside_compute);
 // ... and, of that model, how long the compute thread waits in the gathers (from reaching one to
 // its end, where that is later) and for the reduces' buffers and the micro-batch's last
 // reduce: what the executor measures of them. A step's: every micro-batch's.
 struct CollectiveWaits {
   std::int64_t gather_ns = 0;
   std::int64_t reduce_ns = 0;
+  std::int64_t beside_ns = 0;  // the compute's loss to the collectives that ran beside it
 };
-CollectiveWaits collective_waits(const std::vector<Op>& ops);
-CollectiveWaits step_collective_waits(const StepSequence& seq);
+CollectiveWaits collective_waits(const std::vector<Op>& ops, double beside_compute);
+CollectiveWaits step_collective_waits(const StepSequence& seq, double beside_compute);
+// The schedule's task for what a worker's compute lost to the collectives beside it.
+inline constexpr std::string_view kBesideComputeCategory = "beside collectives";
 // The broadcast alone (0 unsharded).
 std::int64_t parameter_broadcast_ns(const core::CostModel& costs, const core::StepChoice& choice);
 // The optimizer's temporaries on worker 0: sharded, as large as the largest piece it steps where the

@@ -584,7 +584,9 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
       }
     }
     add_parameter_gathers(ops, graph, gathers);
-    if (add_gradient_reduces(ops, reduce_ns)) ops.push_back({OpKind::CollectiveWait, -1, collectives_past_compute_ns(ops), 0, 0});
+    if (add_gradient_reduces(ops, reduce_ns)) {
+      ops.push_back({OpKind::CollectiveWait, -1, collectives_past_compute_ns(ops, choice.data_parallel->link.beside_compute), 0, 0});
+    }
     std::int64_t net = 0;
     for (std::size_t k = 1; k < ops.size(); ++k) net += ops[k].retained_bytes;
     ops.push_back({OpKind::ReleaseLeftovers, -1, 0, 0, -net});
@@ -702,7 +704,7 @@ class SequenceScheduler {
     return previous_compute_;
   }
   void add_reduce(const core::Task& backward, std::int64_t reduce_ns);
-  void add_collective_wait(int micro_batch);
+  void add_collective_wait(int micro_batch, const CollectiveWaits& waits);
   core::Task gather_task(const Op& op, int micro_batch) const;
   void prefetch_next(const std::vector<Op>& ops, std::size_t k, core::Task& task);
 
@@ -762,8 +764,9 @@ void SequenceScheduler::add_reduce(const core::Task& backward, std::int64_t redu
   schedule_.tasks.push_back(std::move(reduce));
 }
 
-// The micro-batch ends once its last reduce has: a task of no time of its own on the compute stream.
-void SequenceScheduler::add_collective_wait(int micro_batch) {
+// The micro-batch ends once its last reduce has: a task of no time of its own on the compute stream,
+// then what its compute lost to the collectives beside it (`waits.beside_ns`).
+void SequenceScheduler::add_collective_wait(int micro_batch, const CollectiveWaits& waits) {
   core::Task wait;
   wait.name = "wait for the reduces";
   wait.category = op_kind_name(OpKind::CollectiveWait);
@@ -774,6 +777,13 @@ void SequenceScheduler::add_collective_wait(int micro_batch) {
   push_next(std::move(wait));
   reduces_.clear();
   waits_for_buffer_.clear();
+  if (waits.beside_ns == 0) return;
+  core::Task slowed;
+  slowed.name = "compute slowed by the collectives beside it";
+  slowed.category = std::string(kBesideComputeCategory);
+  slowed.micro_batch = micro_batch;
+  slowed.duration_ns = waits.beside_ns;
+  push_next(std::move(slowed));
 }
 
 // The optimizer follows the last backward and what techniques add after it (data parallel's last
@@ -805,7 +815,7 @@ void SequenceScheduler::add_segment(const StepSequence::Segment& segment) {
       case OpKind::LoadInput: pending_start_.push_back({MemoryKind::Input, op.retained_bytes}); continue;
       case OpKind::ReleaseLeftovers: at_end_of_last({MemoryKind::Activation, op.retained_bytes}); continue;
       case OpKind::ReleaseInput: at_end_of_last({MemoryKind::Input, op.retained_bytes}); continue;
-      case OpKind::CollectiveWait: add_collective_wait(micro_batch); continue;
+      case OpKind::CollectiveWait: add_collective_wait(micro_batch, collective_waits(ops, choice_.data_parallel->link.beside_compute)); continue;
       default: break;
     }
     core::Task task = task_of(op, micro_batch);

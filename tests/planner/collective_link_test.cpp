@@ -28,7 +28,7 @@ TEST(CollectiveLink, ParsesBandwidthAndLatency) {
 }
 
 TEST(CollectiveLink, RingAllReduceCost) {
-  const core::CollectiveLink link{1e9, 10'000, "given"};
+  const core::CollectiveLink link{.bytes_per_second = 1e9, .latency_ns = 10'000, .source = "given"};
   EXPECT_EQ(core::ring_allreduce_ns(1 << 20, 1, link), 0);
   // 2 workers: 2 steps of half the buffer each: 2 * (10 us + 524288 B / 1 GB/s) = 1,068,576 ns.
   EXPECT_EQ(core::ring_allreduce_ns(1 << 20, 2, link), 1'068'576);

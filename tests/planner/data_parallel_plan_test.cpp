@@ -206,6 +206,78 @@ TEST(DataParallelPlan, OverlapHidesAFastLinkAndNotASlowOne) {
   EXPECT_GT(slow.exposed_ns, slow.total_ns / 2);
 }
 
+// Where the collectives' threads share the cores with the compute (CollectiveLink::beside_compute,
+// as `profile --measure-link` times it), a collective beside the compute slows it by that share of
+// its time: at a share of 1 nothing hides, and each micro-batch takes its collectives' whole time
+// past its compute. The simulator agrees at every share, at stage 0 (the buckets' all-reduce after
+// the last backward) and stage 3 (gathers and reduces every micro-batch).
+TEST(DataParallelPlan, CollectivesBesideTheComputeSlowItByTheLinksShare) {
+  core::Trace trace = committed("cpu-gpt.json");
+  trace.optimizer.param_tensors = 30;
+  trace.optimizer.largest_param_elements = 1 << 20;
+  const core::CostModel costs(trace);
+  const planner::LayerGraph graph(trace);
+  const core::StepChoice one = core::StepChoice{}.with_micro_batches({2, 2, 2});
+  for (const int stage : {0, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    core::StepChoice dp = one;
+    dp.data_parallel = core::DataParallelChoice{2, {}, core::parse_link("1GB/s,20us"), 1 << 20, stage};
+    const auto hidden = planner::predict_step(costs, graph, dp);
+    std::int64_t previous = hidden.step_ns;
+    for (const double share : {0.5, 1.0, 1.5}) {
+      SCOPED_TRACE(share);
+      dp.data_parallel->link.beside_compute = share;
+      const auto p = planner::predict_step(costs, graph, dp);
+      EXPECT_GT(p.step_ns, previous);
+      EXPECT_EQ(p.peak_bytes, hidden.peak_bytes);
+      previous = p.step_ns;
+      const auto seq = planner::step_sequence(costs, graph, dp);
+      std::int64_t added = 0, added_once = 0;  // a step's, and each segment's once (as the schedule has them)
+      if (stage == 0) {
+        const auto timing = planner::allreduce_timing(costs, seq.ops[seq.segments[seq.segments.size() - 2].ops], dp);
+        EXPECT_EQ(timing.beside_ns, std::llround(static_cast<double>(timing.total_ns - timing.exposed_ns) * share));
+        if (share == 1.0) EXPECT_EQ(timing.exposed_ns + timing.beside_ns, timing.total_ns);
+        added = added_once = timing.beside_ns;
+      } else {
+        for (const auto& segment : seq.segments) {
+          const auto& ops = seq.ops[segment.ops];
+          std::int64_t busy = 0;
+          for (const auto& op : ops) busy += op.gather_ns + op.reduce_ns;
+          const auto waits = planner::collective_waits(ops, share);
+          const auto unshared = planner::collective_waits(ops, 0);
+          EXPECT_EQ(waits.gather_ns, unshared.gather_ns);
+          EXPECT_EQ(waits.reduce_ns, unshared.reduce_ns);
+          EXPECT_EQ(waits.beside_ns, std::llround(static_cast<double>(busy - waits.gather_ns - waits.reduce_ns) * share));
+          if (share == 1.0) EXPECT_EQ(waits.gather_ns + waits.reduce_ns + waits.beside_ns, busy);
+          EXPECT_EQ(planner::collectives_past_compute_ns(ops, share), waits.gather_ns + waits.reduce_ns + waits.beside_ns);
+          added += waits.beside_ns * segment.repeat;
+          added_once += waits.beside_ns;
+        }
+      }
+      EXPECT_GT(added, 0);
+      EXPECT_EQ(p.step_ns - hidden.step_ns, added);
+      const auto schedule = planner::build_schedule(costs, graph, dp);
+      const auto sim = simulator::simulate(schedule);
+      EXPECT_EQ(sim.makespan_ns, p.step_ns);
+      EXPECT_EQ(sim.peak_bytes, p.peak_bytes);
+      std::int64_t slowed = 0;
+      for (const auto& task : schedule.tasks) {
+        if (task.category == planner::kBesideComputeCategory) slowed += task.duration_ns;
+      }
+      EXPECT_EQ(slowed, added_once);
+    }
+  }
+  // A plan names what its compute loses beside the collectives where its link says it loses any.
+  auto r = request(1LL << 34, 16, 2);
+  r.shard_stage = 3;
+  EXPECT_FALSE(planner::plan_step(trace, r).plan->predicted_part(core::kComputeBesideCollectivesSecondsPart));
+  r.link.beside_compute = 1;
+  const auto outcome = planner::plan_step(trace, r);
+  ASSERT_TRUE(outcome.plan) << outcome.reason;
+  EXPECT_GT(outcome.plan->predicted_part(core::kComputeBesideCollectivesSecondsPart).value_or(0), 0);
+  EXPECT_EQ(core::plan_from_json(core::to_json(*outcome.plan)), *outcome.plan);
+}
+
 TEST(DataParallelPlan, BadRequestsAndPlansAreRefused) {
   const core::Trace trace = committed("cpu-mlp.json");
   EXPECT_THROW(planner::plan_step(trace, request(1LL << 40, 4, 0)), core::InputError);
@@ -330,7 +402,7 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
     return ops;
   };
   const auto& ops = seq.ops[seq.segments.front().ops];
-  const std::int64_t past = planner::collectives_past_compute_ns(with_reduces(per_layer));
+  const std::int64_t past = planner::collectives_past_compute_ns(with_reduces(per_layer), 0);
   EXPECT_LE(past, total);
   std::int64_t last = 0;
   for (const auto& op : ops) {
@@ -346,7 +418,7 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   for (const auto ns : planner::gradient_reduce_ns(costs, graph, slow)) slow_total += ns;
   std::int64_t compute = 0;
   for (const auto& op : ops) compute += op.duration_ns;
-  EXPECT_GT(planner::collectives_past_compute_ns(with_reduces(planner::gradient_reduce_ns(costs, graph, slow))), slow_total - compute);
+  EXPECT_GT(planner::collectives_past_compute_ns(with_reduces(planner::gradient_reduce_ns(costs, graph, slow)), 0), slow_total - compute);
   const core::Schedule schedule = planner::build_schedule(costs, graph, two);
   const auto sim = simulator::simulate(schedule);
   EXPECT_EQ(sim.peak_bytes, p2.peak_bytes);
@@ -542,7 +614,7 @@ TEST(DataParallelPlan, StageThreeGathersEachUnitsParametersWhereTheyAreUsed) {
       // followed; one after a prefetched gather, from what else it waits for, where the gather ends later.
       const auto seq = planner::step_sequence(costs, graph, c);
       std::int64_t planned_wait = 0, simulated_wait = 0;
-      for (const auto& segment : seq.segments) planned_wait += planner::collective_waits(seq.ops[segment.ops]).gather_ns;
+      for (const auto& segment : seq.segments) planned_wait += planner::collective_waits(seq.ops[segment.ops], 0).gather_ns;
       const auto latest_end = [&](const std::vector<int>& tasks, int except) {
         std::int64_t end = 0;  // the step's start
         for (const int d : tasks) {
@@ -568,7 +640,7 @@ TEST(DataParallelPlan, StageThreeGathersEachUnitsParametersWhereTheyAreUsed) {
         auto unprefetched = seq.ops[segment.ops];
         for (auto& op : unprefetched) op.gather_prefetched = false;
         if (segment.batch == 0) continue;  // the optimizer's
-        EXPECT_LT(planner::collective_waits(seq.ops[segment.ops]).gather_ns, planner::collective_waits(unprefetched).gather_ns);
+        EXPECT_LT(planner::collective_waits(seq.ops[segment.ops], 0).gather_ns, planner::collective_waits(unprefetched, 0).gather_ns);
       }
       // Two units' parameters gathered at once: the one at work and the one prefetched.
       std::int64_t most_gathered = 0, two_at_once = 0;
