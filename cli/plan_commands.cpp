@@ -376,6 +376,11 @@ int run_simulate(const SimulateArgs& args) {
   if (const auto& dp = plan.choice.data_parallel) {
     std::printf("workers          %d, %s: worker 0's step; %s\n", dp->workers, core::shard_stage_name(dp->shard_stage).c_str(),
                 collectives_in_timeline(*dp));
+    if (const auto beside = plan.predicted_part(core::kComputeBesideCollectivesSecondsPart)) {
+      std::printf("beside compute   %.4f s a step on the compute lane: what the compute loses to the collectives running "
+                  "beside it (%.0f%% of their overlapped time, as the link was measured)\n",
+                  *beside, dp->link.beside_compute * 100);
+    }
   }
   return 0;
 }

@@ -17,8 +17,8 @@ struct CollectiveLink {
   std::int64_t latency_ns = 0;
   std::string source;  // "measured" (headroom profile over loopback) or "given" (--link)
   // A collective's own time between two workers, latency + bytes / bandwidth, where measured
-  // (`profile --measure-link`: the broadcast and reduce a sharded step runs); unmeasured (0), one
-  // message of the link above.
+  // (`profile --measure-link`: the broadcast, reduce and gather a sharded step runs); unmeasured (0),
+  // one message of the link above.
   struct Line {
     double bytes_per_second = 0;
     std::int64_t latency_ns = 0;
@@ -27,6 +27,9 @@ struct CollectiveLink {
   };
   Line broadcast{};
   Line reduce{};
+  // Stage 3's gather of a unit, a broadcast as the executor runs it: into memory allocated for it,
+  // its owner's values copied in first. Unmeasured, the broadcast's line.
+  Line gather{};
   // Of a collective's time, the share a worker's compute loses while the collective runs beside it
   // (a prefetched gather, a bucket's all-reduce or a reduce during backward). Measured, where the
   // collectives' threads share the cores with the compute's (Gloo workers filling a CPU's cores),

@@ -18,7 +18,8 @@ CollectiveLink::Line read_line(const JsonNode& node) {
 
 nlohmann::json to_json(const CollectiveLink& link) {
   nlohmann::json out = {{"bytes_per_second", link.bytes_per_second}, {"latency_ns", link.latency_ns}, {"source", link.source}};
-  for (const auto& [key, line] : {std::pair{"broadcast", &link.broadcast}, std::pair{"reduce", &link.reduce}}) {
+  for (const auto& [key, line] : {std::pair{"broadcast", &link.broadcast}, std::pair{"reduce", &link.reduce},
+                                  std::pair{"gather", &link.gather}}) {
     if (line->known()) out[key] = {{"bytes_per_second", line->bytes_per_second}, {"latency_ns", line->latency_ns}};
   }
   if (link.beside_compute > 0) out["beside_compute"] = link.beside_compute;
@@ -33,6 +34,7 @@ CollectiveLink read_link(const JsonNode& link) {
   l.source = link.at("source").as_string();
   if (link.has("broadcast")) l.broadcast = read_line(link.at("broadcast"));
   if (link.has("reduce")) l.reduce = read_line(link.at("reduce"));
+  if (link.has("gather")) l.gather = read_line(link.at("gather"));
   if (link.has("beside_compute")) {
     l.beside_compute = link.at("beside_compute").as_double();
     if (!(l.beside_compute >= 0 && l.beside_compute <= CollectiveLink::kMostBesideCompute)) {

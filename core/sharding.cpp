@@ -80,7 +80,7 @@ std::int64_t gather_ns(ElementRange range, std::int64_t elements, int workers, c
   std::int64_t total = 0;
   for (int r = 0; r < workers; ++r) {
     const std::int64_t part = overlap(range, owned_elements(elements, workers, r)).size();
-    if (part > 0) total += broadcast_ns(4 * part, workers, link);
+    if (part > 0) total += tree_ns(4 * part, 1, workers, link, link.gather.known() ? link.gather : link.broadcast);
   }
   return total;
 }

@@ -81,7 +81,8 @@ GatherUnit parse_gather_unit(std::string_view text, const std::string& where);
 std::vector<int> parameter_units(const std::vector<int>& block_of_layer, GatherUnit unit);
 
 // Gathering the float32 elements `range` of the flat order of `elements` onto every worker: a
-// broadcast from each owner of its part, one after the other.
+// broadcast from each owner of its part, one after the other, each timed by the link's gather line
+// where it has one.
 std::int64_t gather_ns(ElementRange range, std::int64_t elements, int workers, const CollectiveLink& link);
 
 }  // namespace headroom::core

@@ -99,7 +99,7 @@ class ComputeSegment {
   at::Tensor a_, b_, out_;
 };
 
-enum LinkCollective { kAllReduce, kBroadcast, kReduce, kLinkCollectives };
+enum LinkCollective { kAllReduce, kBroadcast, kReduce, kGather, kLinkCollectives };
 // How a worker times a collective: compute segments alone, each followed by the collective (as a
 // step waits for a gather or a bucket between its layers), and each with the collective started
 // before it and waited for after (as a step overlaps one with its compute).
@@ -110,9 +110,16 @@ using PhaseSeconds = std::array<double, kLinkPhases>;
 PhaseSeconds time_link_phases(c10d::ProcessGroupGloo& group, ComputeSegment& compute, int collective, std::int64_t bytes) {
   // A sharded step's broadcasts and reduces come from and go to each owner in turn.
   std::vector<at::Tensor> tensors{torch::ones({bytes / 4}, torch::kFloat32)};
+  const at::Tensor values = torch::ones({bytes / 4}, torch::kFloat32);
   const auto start = [&](int root) {
     if (collective == kAllReduce) return group.allreduce(tensors);
-    if (collective == kBroadcast) {
+    if (collective == kBroadcast || collective == kGather) {
+      if (collective == kGather) {
+        // As stage 3 gathers a unit: into fresh memory, its owner's values copied in first. On the
+        // 2-core machine this takes its bandwidth from ~2.7 GB/s to ~1.5 (docs/results.md).
+        tensors.front() = torch::empty({bytes / 4}, torch::kFloat32);
+        if (group.getRank() == root) tensors.front().copy_(values);
+      }
       c10d::BroadcastOptions broadcast;
       broadcast.rootRank = root;
       return group.broadcast(tensors, broadcast);
@@ -196,9 +203,10 @@ core::CollectiveLink measure_loopback_link() {
   link.bytes_per_second = allreduce.bytes_per_second;
   // A ring all-reduce of two workers sends two messages one after the other.
   link.latency_ns = allreduce.latency_ns / 2;
-  link.source = "measured: Gloo all-reduce, broadcast and reduce over loopback between compute, 2 workers";
+  link.source = "measured: Gloo all-reduce, broadcast, reduce and gather over loopback between compute, 2 workers";
   for (const auto& [collective, line, what] : {std::tuple{kBroadcast, &link.broadcast, "the loopback broadcast"},
-                                               std::tuple{kReduce, &link.reduce, "the loopback reduce"}}) {
+                                               std::tuple{kReduce, &link.reduce, "the loopback reduce"},
+                                               std::tuple{kGather, &link.gather, "the loopback gather"}}) {
     const core::LinkLine measured = fit(collective, what);
     *line = {measured.bytes_per_second, measured.latency_ns};
   }

@@ -829,6 +829,18 @@ TEST(Cli, CompareFailsTheBuildOnMemoryGrowthNamingTheLayer) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("2, stage 3 (optimizer state, gradients and parameters sharded), per block"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("2, stage 3 (optimizer state, gradients and parameters sharded), per layer"), std::string::npos) << r.out;
+  // simulate says what the compute loses beside the collectives where the measured link says it loses any.
+  r = run("simulate " + per_block);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("beside compute"), std::string::npos) << r.out;
+  document["link"] = {{"bytes_per_second", 1e9}, {"latency_ns", 20000}, {"source", "measured"}, {"beside_compute", 1.0}};
+  core::write_file_atomically(gpt, document.dump());
+  const std::string shared = (dir / "shared.json").string();
+  ASSERT_EQ(run("plan " + gpt + " --budget 200MiB --batch 16 --devices 2 --shard 3 -o " + shared).exit_code, 0);
+  r = run("simulate " + shared);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("what the compute loses to the collectives running beside it (100% of their overlapped time"),
+            std::string::npos) << r.out;
 
   // Bad input: kinds that differ, a missing file, a threshold that is not a percentage, a flag for traces.
   expect_one_line_error(run("compare " + bert + " " + tight), "a plan, but " + bert + " is a trace");

@@ -71,6 +71,13 @@ TEST(Sharding, AGatherIsABroadcastFromEachOwnerOfAPart) {
   // Over 3 workers (334, 334, 332) a whole model is three broadcasts of two rounds each.
   EXPECT_EQ(core::gather_ns({0, 1000}, 1000, 3, link),
             2 * core::broadcast_ns(4 * 334, 3, link) + core::broadcast_ns(4 * 332, 3, link));
+  // Timed by the link's gather line where it was measured (a broadcast into fresh memory), not the broadcast's.
+  core::CollectiveLink measured = link;
+  measured.broadcast = {4e9, 50'000};
+  measured.gather = {1e9, 200'000};
+  EXPECT_EQ(core::gather_ns({100, 300}, 1000, 2, measured), 200'000 + 800);
+  EXPECT_EQ(core::gather_ns({400, 700}, 1000, 2, measured), 2 * 200'000 + 1'200);
+  EXPECT_EQ(core::broadcast_ns(800, 2, measured), 50'000 + 200);
 }
 
 // A stage-3 worker gathers a block's parameters together, as FSDP wraps a transformer's blocks

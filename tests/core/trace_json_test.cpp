@@ -533,14 +533,15 @@ TEST(TraceJson, TorchOptimsStepCountsRoundTripAndAreChecked) {
   EXPECT_EQ(read_error(bad), "t.json: $.optimizer.torch_optim_tensors: its step counts alone take more than state_bytes");
 }
 
-// The measured link with the broadcast's and reduce's own lines (sharded steps are timed by them)
-// and the share of a collective's time the compute beside it loses.
+// The measured link with the broadcast's, reduce's and gather's own lines (sharded steps are timed
+// by them) and the share of a collective's time the compute beside it loses.
 TEST(TraceJson, MeasuredCollectiveLinesRoundTripAndAreChecked) {
   core::Trace trace = testing::make_small_trace();
-  trace.link = core::CollectiveLink{1e9, 100'000, "measured", {3e9, 160'000}, {}, 1.25};
+  trace.link = core::CollectiveLink{1e9, 100'000, "measured", {3e9, 160'000}, {}, {1.5e9, 400'000}, 1.25};
   json document = core::to_json(trace);
   EXPECT_TRUE(document["link"].contains("broadcast"));
   EXPECT_FALSE(document["link"].contains("reduce"));
+  EXPECT_EQ(document["link"]["gather"]["latency_ns"], 400'000);
   EXPECT_EQ(document["link"]["beside_compute"], 1.25);
   EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
   // A link measured before the share was: the collectives hide behind the compute, as they were planned then.
@@ -551,6 +552,9 @@ TEST(TraceJson, MeasuredCollectiveLinesRoundTripAndAreChecked) {
     EXPECT_NE(read_error(document).find("$.link.beside_compute"), std::string::npos) << read_error(document);
   }
   document["link"].erase("beside_compute");
+  document["link"]["gather"]["latency_ns"] = -1;
+  EXPECT_NE(read_error(document).find("$.link.gather.latency_ns"), std::string::npos) << read_error(document);
+  document["link"].erase("gather");
   document["link"]["reduce"] = {{"bytes_per_second", 0}, {"latency_ns", 5}};
   EXPECT_NE(read_error(document).find("$.link.reduce.bytes_per_second"), std::string::npos) << read_error(document);
 }
