@@ -301,6 +301,23 @@ int run_plan(const PlanArgs& args) {
 }
 
 
+namespace {
+
+// simulate's lines on a data-parallel plan's workers: whose step it is, where its collectives are,
+// and what its compute loses to them.
+void print_workers(const core::Plan& plan) {
+  const core::DataParallelChoice& dp = *plan.choice.data_parallel;
+  std::printf("workers          %d, %s: worker 0's step; %s\n", dp.workers, core::shard_stage_name(dp.shard_stage).c_str(),
+              collectives_in_timeline(dp));
+  if (const auto beside = plan.predicted_part(core::kComputeBesideCollectivesSecondsPart)) {
+    std::printf("beside compute   %.4f s a step on the compute lane: what the compute loses to the collectives running "
+                "beside it (%.0f%% of their overlapped time, as the link was measured)\n",
+                *beside, dp.link.beside_compute * 100);
+  }
+}
+
+}  // namespace
+
 int run_simulate(const SimulateArgs& args) {
   const core::Plan plan = core::read_plan_file(args.plan);
   const core::Trace recorded = core::load_plan_trace(plan, args.plan);
@@ -373,15 +390,7 @@ int run_simulate(const SimulateArgs& args) {
               100 * core::relative_error(step_seconds, plan.predicted.step_seconds));
   std::printf("samples/s        %-14.2f %-14.2f\n", plan.predicted.samples_per_second, sim.samples_per_second());
   std::printf("peak at          %s\n", peak_at.c_str());
-  if (const auto& dp = plan.choice.data_parallel) {
-    std::printf("workers          %d, %s: worker 0's step; %s\n", dp->workers, core::shard_stage_name(dp->shard_stage).c_str(),
-                collectives_in_timeline(*dp));
-    if (const auto beside = plan.predicted_part(core::kComputeBesideCollectivesSecondsPart)) {
-      std::printf("beside compute   %.4f s a step on the compute lane: what the compute loses to the collectives running "
-                  "beside it (%.0f%% of their overlapped time, as the link was measured)\n",
-                  *beside, dp->link.beside_compute * 100);
-    }
-  }
+  if (plan.choice.data_parallel) print_workers(plan);
   return 0;
 }
 

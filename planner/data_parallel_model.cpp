@@ -394,7 +394,10 @@ class DataParallel final : public Technique {
     text += "\n                   " +
             (dp.shard_stage >= 2 ? std::string("gradients reduced to their owners")
                                  : "gradients all-reduced in buckets of " + core::format_bytes(dp.bucket_cap_bytes) + " over a ring") +
-            ", link " + core::format_link(dp.link) + " (" + dp.link.source + ")";
+            ", link " + core::format_link(dp.link) + " (" + dp.link.source + ")" +
+            (dp.link.beside_compute > 0 ? "; the compute loses " + std::to_string(std::lround(dp.link.beside_compute * 100)) +
+                                              "% of a collective's time beside it"
+                                        : std::string());
     lines.push_back({"data parallel", text});
     if (dp.shard_stage > 0) {
       const std::string share = "1/" + std::to_string(dp.workers) + " of the parameters";

@@ -93,7 +93,7 @@ struct CollectiveWaits {
 CollectiveWaits collective_waits(const std::vector<Op>& ops, double beside_compute);
 CollectiveWaits step_collective_waits(const StepSequence& seq, double beside_compute);
 // The schedule's task for what a worker's compute lost to the collectives beside it.
-inline constexpr std::string_view kBesideComputeCategory = "beside collectives";
+inline constexpr std::string_view kBesideComputeCategory = "slowed by collectives";
 // The broadcast alone (0 unsharded).
 std::int64_t parameter_broadcast_ns(const core::CostModel& costs, const core::StepChoice& choice);
 // The optimizer's temporaries on worker 0: sharded, as large as the largest piece it steps where the

@@ -514,8 +514,12 @@ PlanInputs MainWindow::inputs() const {
   in.workers = devices_->value();
   if (in.workers > 1) {
     // A link that does not parse is marked and the trace's (or none, which the plan then names) used.
+    // The trace's link as the field shows it is the trace's whole: its collectives' own lines and
+    // what the compute loses beside them, as `headroom plan` takes it.
+    const std::string typed = link_->text().toStdString();
     try {
-      in.link = core::parse_link(link_->text().toStdString());
+      const bool traces = trace_ && trace_->trace.link && typed == core::format_link(*trace_->trace.link);
+      in.link = traces ? *trace_->trace.link : core::parse_link(typed);
       link_->setStyleSheet({});
     } catch (const core::InputError&) {
       link_->setStyleSheet("QLineEdit { color: #b00020; }");

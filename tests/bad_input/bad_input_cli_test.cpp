@@ -186,6 +186,9 @@ TEST_F(BadInputCli, DataParallelFlagsAndFields) {
   p["data_parallel"]["link"]["bytes_per_second"] = 0;
   expect_refused("simulate " + write("link.json", p), "$.data_parallel.link.bytes_per_second: expected from 1 to 1e14");
   p = core::parse_json(core::read_file(dp), dp);
+  p["data_parallel"]["link"]["beside_compute"] = 5;
+  expect_refused("simulate " + write("beside.json", p), "$.data_parallel.link.beside_compute: expected a share from 0 to 2");
+  p = core::parse_json(core::read_file(dp), dp);
   p["data_parallel"]["shard_stage"] = 3;
   p["data_parallel"]["gather"] = "row";
   expect_refused("simulate " + write("gather.json", p), "$.data_parallel.gather: expected block or layer, got 'row'");

@@ -27,6 +27,7 @@
 #include <stdexcept>
 
 #include "core/atomic_file.h"
+#include "core/collective.h"
 #include "core/cost_model.h"
 #include "core/plan.h"
 #include "core/rescale.h"
@@ -44,6 +45,7 @@
 #include "gui/logic/plan_computation.h"
 #include "gui/logic/plan_coordinator.h"
 #include "gui/logic/recent_files.h"
+#include "planner/data_parallel_model.h"
 #include "planner/plan_search.h"
 #include "planner/step_sequence.h"
 #include "planner/strategy_table.h"
@@ -537,6 +539,35 @@ class GuiTest : public QObject {
     QVERIFY(gathered > 0);
     QVERIFY(window.memory_chart()->legend()->text().contains("gathered&nbsp;parameters"));
     save_shot(window, "stage3");
+    // A measured link whose collectives take their time from the compute (link.beside_compute):
+    // what the compute loses is a task of its own after each micro-batch, named on hover.
+    edited["link"] = {{"bytes_per_second", 1e9}, {"latency_ns", 20000}, {"source", "measured"}, {"beside_compute", 1.0}};
+    const QString shared = dir.filePath("gpt-shared.json");
+    headroom::core::write_file_atomically(shared.toStdString(), edited.dump());
+    MainWindow measured;
+    measured.resize(1400, 880);
+    measured.show();
+    QVERIFY(measured.open_trace(shared));
+    QVERIFY(settle(measured));
+    measured.devices_box()->setValue(2);
+    QVERIFY(settle(measured));
+    QLineEdit* budget = measured.budget_control()->field();
+    budget->setText(QString::number(least));
+    budget->setModified(true);
+    emit budget->editingFinished();
+    QVERIFY(settle(measured));
+    const PlanResult* slowed = measured.current_result();
+    QVERIFY(slowed->plan);
+    QVERIFY(slowed->plan->predicted_part(core::kComputeBesideCollectivesSecondsPart).value_or(0) > 0);
+    const auto& timeline = slowed->timeline;
+    const auto category = std::find(timeline.categories.begin(), timeline.categories.end(), planner::kBesideComputeCategory);
+    QVERIFY(category != timeline.categories.end());
+    const auto index = static_cast<std::size_t>(category - timeline.categories.begin());
+    const auto task = std::find_if(timeline.tasks.begin(), timeline.tasks.end(), [&](const auto& t) { return t.category == index; });
+    QVERIFY(task != timeline.tasks.end());
+    const std::string hover = memory_hover_text(timeline, (task->start_ms + task->end_ms) / 2);
+    QVERIFY2(hover.find(std::string(planner::kBesideComputeCategory)) != std::string::npos, hover.c_str());
+    save_shot(measured, "stage3-slowed");
   }
 
   // The open trace against a second one, as `headroom compare` shows it: the layer whose
