@@ -116,7 +116,8 @@ PhaseSeconds time_link_phases(c10d::ProcessGroupGloo& group, ComputeSegment& com
     if (collective == kBroadcast || collective == kGather) {
       if (collective == kGather) {
         // As stage 3 gathers a unit: into fresh memory, its owner's values copied in first. On the
-        // 2-core machine this takes its bandwidth from ~2.7 GB/s to ~1.5 (docs/results.md).
+        // 2-core machine that takes half as long again as a broadcast into a tensor filled before
+        // (docs/results.md, "Collectives between and beside compute").
         tensors.front() = torch::empty({bytes / 4}, torch::kFloat32);
         if (group.getRank() == root) tensors.front().copy_(values);
       }

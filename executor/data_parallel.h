@@ -69,10 +69,9 @@ struct WorkerIdentity {
 
 // Measures the link between two Gloo workers over loopback on this host (two threads of this
 // process, each its own process group): all-reduces, broadcasts, reduces and stage 3's gathers (a
-// broadcast into fresh memory) of 4 KiB to 16 MiB, each
-// between two pieces of compute as a step waits for them, fitted to latency + bytes / bandwidth (the
-// all-reduce as the two-worker ring's 2 * latency), and what the compute loses to each running
-// beside it (CollectiveLink::beside_compute).
+// broadcast into fresh memory) of 4 KiB to 16 MiB, each between two pieces of compute as a step
+// waits for them, fitted to latency + bytes / bandwidth (the all-reduce as the two-worker ring's
+// 2 * latency), and what the compute loses to each running beside it (CollectiveLink::beside_compute).
 core::CollectiveLink measure_loopback_link();
 
 // Checks a store address; throws InputError naming `store` and the accepted forms.
