@@ -25,6 +25,15 @@ namespace {
 
 using testing::committed;
 
+// The committed gpt with what a trace profiled since sharding records (its tensor count and largest
+// tensor), which stages 2 and 3 need.
+core::Trace shardable_gpt() {
+  core::Trace trace = committed("cpu-gpt.json");
+  trace.optimizer.param_tensors = 30;
+  trace.optimizer.largest_param_elements = 1 << 20;
+  return trace;
+}
+
 planner::PlanRequest request(std::int64_t budget, std::int64_t batch, int workers) {
   planner::PlanRequest r;
   r.budget_bytes = budget;
@@ -212,9 +221,7 @@ TEST(DataParallelPlan, OverlapHidesAFastLinkAndNotASlowOne) {
 // past its compute. The simulator agrees at every share, at stage 0 (the buckets' all-reduce after
 // the last backward) and stage 3 (gathers and reduces every micro-batch).
 TEST(DataParallelPlan, CollectivesBesideTheComputeSlowItByTheLinksShare) {
-  core::Trace trace = committed("cpu-gpt.json");
-  trace.optimizer.param_tensors = 30;
-  trace.optimizer.largest_param_elements = 1 << 20;
+  core::Trace trace = shardable_gpt();
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   const core::StepChoice one = core::StepChoice{}.with_micro_batches({2, 2, 2});
@@ -362,9 +369,7 @@ TEST(DataParallelPlan, StageOneShardsTheOptimizerState) {
 // longer by its gradients' reduces (a buffer's after the backward that fills it), every micro-batch;
 // the simulator agrees with the prediction.
 TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
-  core::Trace trace = committed("cpu-gpt.json");
-  trace.optimizer.param_tensors = 30;  // what a trace profiled since sharding records
-  trace.optimizer.largest_param_elements = 1 << 20;
+  core::Trace trace = shardable_gpt();
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   const core::CollectiveLink link = core::parse_link("1GB/s,20us");
@@ -457,9 +462,7 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
 // (or its recompute, which keeps them for the backward), each gather on the time and memory of the
 // ops that use them; the simulator agrees, with the gathered parameters a memory kind of their own.
 TEST(DataParallelPlan, StageThreeGathersEachUnitsParametersWhereTheyAreUsed) {
-  core::Trace trace = committed("cpu-gpt.json");
-  trace.optimizer.param_tensors = 30;
-  trace.optimizer.largest_param_elements = 1 << 20;
+  core::Trace trace = shardable_gpt();
   const core::CostModel costs(trace);
   const planner::LayerGraph graph(trace);
   const core::CollectiveLink link = core::parse_link("1GB/s,20us");
