@@ -7,6 +7,7 @@ TorchScript trace's times, which shows what of a difference in plans the bytes m
 times (TorchScript's interpreter from C++ against the Python forward) make.
 
   PYTHONPATH=build/default/python /usr/bin/python3 bench/capture_rows.py [--models resnet18,lm] [--batch 32]
+                                                                       [--timing-seconds 10]
 """
 
 import argparse
@@ -36,7 +37,7 @@ def profile_both(name, args):
     inputs, _ = make_batch(2)
     sizes = [b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch]
     return {capture: headroom.profile(model, inputs, batch_sizes=sizes, repeats=3, threads=args.threads,
-                                      capture=capture, **profile_args)
+                                      timing_seconds=args.timing_seconds, capture=capture, **profile_args)
             for capture in ("script", "eager")}
 
 
@@ -125,6 +126,10 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--image-size", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None)
+    # The two profiles run one after the other on a machine whose speed wanders by 15-30% over
+    # seconds to minutes (docs/results.md, "Timing over seconds"): rounds over more of it give each
+    # trace the machine's usual speed, not the moment's.
+    parser.add_argument("--timing-seconds", type=float, default=10)
     args = parser.parse_args()
     failed = False
     folder = tempfile.mkdtemp(prefix="headroom-captures-")

@@ -4,6 +4,7 @@ least any stage needs (docs/results.md): the stage chosen at each budget, its pl
 predicted and measured samples/s (`execute --devices 2`).
 
   python3 bench/shard_auto.py [--headroom build/default/headroom] [--model gpt] [--batch 16] [--points 6]
+                              [--timing-seconds 10] [--timed-steps 60]
 """
 import argparse
 import json
@@ -29,11 +30,15 @@ def main():
     ap.add_argument("--model", default="gpt")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--points", type=int, default=6)
+    # This machine's speed wanders by 15-30% over seconds to minutes (docs/results.md, "Timing over
+    # seconds"): the profile's timing rounds and the run's steps both span more of it than their defaults.
+    ap.add_argument("--timing-seconds", type=float, default=10, help="the profile's timing rounds")
+    ap.add_argument("--timed-steps", type=int, default=60, help="steps whose median time is each row's")
     args = ap.parse_args()
     folder = tempfile.mkdtemp(prefix="headroom-auto-")
     trace = os.path.join(folder, "trace.json")
     run([args.headroom, "profile", "--model", args.model, "--set", "preset=" + PRESETS[args.model], "--optimizer", "sgd",
-         "--threads", "1", "--batch-sizes", "1,2,4,8", "--repeats", "2", "--measure-link", "-o", trace])
+         "--threads", "1", "--batch-sizes", "1,2,4,8", "--repeats", "2", "--timing-seconds", str(args.timing_seconds), "--measure-link", "-o", trace])
     plan = os.path.join(folder, "plan.json")
     base = [args.headroom, "plan", trace, "--batch", str(args.batch), "--devices", "2", "--strategies", "mbp,checkpoint"]
     # The whole share, replicated: its peak with the plan's 5% margin.
@@ -51,9 +56,9 @@ def main():
         with open(plan) as f:
             p = json.load(f)
         out = plan + ".report.json"
-        # The median of 20 steps after 3 (two workers sharing two cores take a few to settle), beside the
+        # The median of --timed-steps steps after 3 (two workers sharing two cores take a few to settle), beside the
         # plan's speed as the run's calibration rescales it.
-        run([args.headroom, "execute", plan, "--devices", "2", "--steps", "20", "--warmup", "3", "-o", out])
+        run([args.headroom, "execute", plan, "--devices", "2", "--steps", str(args.timed_steps), "--warmup", "3", "-o", out])
         with open(out) as f:
             report = json.load(f)
         predicted = report["predicted"]["samples_per_second"]

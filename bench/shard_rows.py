@@ -6,11 +6,12 @@ For each model the zoo's preset is profiled once (SGD with momentum, whose state
 thread a worker, the loopback link measured). For each strategy set and stage, `plan --shard S` at a
 budget of 1% above stage S's least (below stage S-1's least, so no lower stage fits); then `execute
 --devices 2` twice: once as planned (each worker's peak, and the median step time over
---timed-steps after 3 warm-up steps, beside the plan's time as the run's calibration rescales it),
+--timed-steps after 3 warm-up steps, beside the plan's time as the run's calibration rescales it, and
+worker 0's of it waiting in collectives beside the plan's waits),
 once with --full-batch-reference (the weights after --steps steps against one process on the full
 batch). One Markdown row each.
 
-  python3 bench/shard_rows.py [--headroom build/default/headroom] [--models bert,gpt] [--batch 16] [--steps 5] [--timed-steps 20] [--stages 0,1,2,3]
+  python3 bench/shard_rows.py [--headroom build/default/headroom] [--models bert,gpt] [--batch 16] [--steps 5] [--timed-steps 60] [--timing-seconds 10] [--stages 0,1,2,3]
 """
 import argparse
 import json
@@ -53,24 +54,40 @@ def execute(headroom, plan, out, steps, reference):
         return json.load(f)
 
 
+def collective_waits(plan, report):
+    """Worker 0's seconds a step waiting in collectives, (predicted, measured): its all-reduce, the
+    parameters' broadcast, the gradients' reduces and the parameters' gathers. The prediction is
+    moved as the run's calibration moved the plan's step."""
+    dp = report["data_parallel"]
+    scale = report["predicted"]["step_seconds"] / plan["predicted"]["step_seconds"]
+    predicted = sum(dp.get(f"predicted_{part}_seconds", 0)
+                    for part in ("exposed_allreduce", "broadcast", "gradient_reduce", "gather")) * scale
+    measured = dp["workers"][0]["allreduce_wait_seconds"] + sum(
+        dp.get(f"{part}_seconds", 0) for part in ("broadcast", "gradient_reduce", "gather"))
+    return predicted, measured
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--headroom", default="build/default/headroom")
     ap.add_argument("--models", default="bert,gpt")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=5, help="steps before the weights are compared")
-    ap.add_argument("--timed-steps", type=int, default=20, help="steps whose median time is the row's")
+    # This machine's speed wanders by 15-30% over seconds to minutes (docs/results.md, "Timing over
+    # seconds"): the profile's timing rounds and the timed run both span more of it than their defaults.
+    ap.add_argument("--timed-steps", type=int, default=60, help="steps whose median time is the row's")
+    ap.add_argument("--timing-seconds", type=float, default=10, help="the profile's timing rounds")
     ap.add_argument("--stages", default=",".join(str(s) for s in STAGES), help="the rows to run (every stage's least is found)")
     args = ap.parse_args()
     rows = [int(s) for s in args.stages.split(",")]
     folder = tempfile.mkdtemp(prefix="headroom-shard-")
     print("| model | strategies | stage | budget | plan | peak predicted / measured (worker 0, worker 1) | "
-          "step s predicted / measured (error) | weights vs one process |")
-    print("|---|---|---|---|---|---|---|---|")
+          "step s predicted / measured (error) | of it waiting in collectives | the rest | weights vs one process |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for model in args.models.split(","):
         trace = os.path.join(folder, model + ".json")
         code, _, err = run([args.headroom, "profile", "--model", model, "--set", "preset=" + PRESETS[model], "--optimizer", "sgd",
-                            "--threads", "1", "--batch-sizes", "1,2,4,8", "--repeats", "2", "--measure-link", "-o", trace])
+                            "--threads", "1", "--batch-sizes", "1,2,4,8", "--repeats", "2", "--timing-seconds", str(args.timing_seconds), "--measure-link", "-o", trace])
         if code != 0:
             sys.exit(f"shard_rows.py: profiling {model} failed: {err.strip()}")
         for label, strategies in STRATEGIES.items():
@@ -94,9 +111,11 @@ def main():
                 ref_report = execute(args.headroom, plan, plan + ".ref.json", args.steps, True)
                 peaks = ", ".join(f"{w['peak_bytes']:,}" for w in run_report["data_parallel"]["workers"])
                 predicted, measured = run_report["predicted"]["step_seconds"], run_report["measured"]["step_seconds"]
+                waits = collective_waits(p, run_report)
                 print(f"| {model} | {label} | {stage} | {budget:,} | {shape} | {p['predicted']['peak_bytes']:,} / {peaks} "
                       f"({100 * run_report['errors']['peak_rel']:+.2f}%) | {predicted:.4f} / {measured:.4f} "
-                      f"({100 * (predicted - measured) / measured:+.0f}%) | "
+                      f"({100 * (predicted - measured) / measured:+.0f}%) | {waits[0]:.3f} / {waits[1]:.3f} | "
+                      f"{predicted - waits[0]:.3f} / {measured - waits[1]:.3f} | "
                       f"{ref_report['data_parallel']['full_batch_weights_max_rel_diff']:.2e} |", flush=True)
 
 
