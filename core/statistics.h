@@ -1,6 +1,6 @@
 #pragma once
-// The two summaries every measurement in headroom goes through: the median of repeated timings
-// (robust to a step disturbed by other load) and the relative error of a prediction
+// The summaries every measurement in headroom goes through: the median of repeated timings (robust
+// to a step disturbed by other load), how far it may be off, and the relative error of a prediction
 // ((predicted - measured) / measured, signed).
 #include <algorithm>
 #include <cmath>
@@ -31,6 +31,27 @@ inline double relative_spread(std::vector<double> values) {
   const double spread = *hi - *lo;
   const double mid = median(std::move(values));
   return mid != 0 ? spread / std::fabs(mid) : 0.0;
+}
+
+// The value a share q (0 to 1) of `values` lies below, between the two nearest by linear
+// interpolation. `values` must not be empty.
+inline double quantile(std::vector<double> values, double q) {
+  std::sort(values.begin(), values.end());
+  const double at = q * static_cast<double>(values.size() - 1);
+  const auto below = static_cast<std::size_t>(std::floor(at));
+  const std::size_t above = std::min(below + 1, values.size() - 1);
+  return values[below] + (at - static_cast<double>(below)) * (values[above] - values[below]);
+}
+
+// How far the median of repeated timings may be from the median of the machine's, relative to it:
+// the median's standard error, 1.2533 σ / √n, with σ from the interquartile range (IQR / 1.349), so
+// that a few disturbed runs do not widen it. 0 for fewer than `least` values.
+inline double relative_median_error(const std::vector<double>& values, std::size_t least) {
+  if (values.empty() || values.size() < least) return 0;
+  const double mid = quantile(values, 0.5);
+  if (mid == 0) return 0;
+  const double sigma = (quantile(values, 0.75) - quantile(values, 0.25)) / 1.349;
+  return 1.2533 * sigma / std::sqrt(static_cast<double>(values.size())) / std::fabs(mid);
 }
 
 }  // namespace headroom::core

@@ -141,6 +141,7 @@ nlohmann::json step_to_json(const StepSample& s) {
                        {"first_micro_batch_ns", s.sequence->first_micro_batch_ns},
                        {"zero_grad_ns", s.sequence->zero_grad_ns}};
     if (s.sequence->timed_sequences > 0) out["sequence"]["timed_sequences"] = s.sequence->timed_sequences;
+    if (s.sequence->micro_batch_error > 0) out["sequence"]["micro_batch_error"] = s.sequence->micro_batch_error;
   }
   return out;
 }
@@ -377,6 +378,12 @@ StepSample read_step(const JsonNode& node, bool cuda) {
     s.sequence = StepSequence{as_ns(sequence.at("micro_batch_ns")), as_ns(sequence.at("first_micro_batch_ns")),
                               as_ns(sequence.at("zero_grad_ns"))};
     if (sequence.has("timed_sequences")) s.sequence->timed_sequences = as_count(sequence.at("timed_sequences"));
+    if (sequence.has("micro_batch_error")) {
+      s.sequence->micro_batch_error = sequence.at("micro_batch_error").as_double();
+      if (!(s.sequence->micro_batch_error >= 0 && s.sequence->micro_batch_error <= 1)) {
+        sequence.at("micro_batch_error").fail("expected a relative error from 0 to 1");
+      }
+    }
   }
   return s;
 }

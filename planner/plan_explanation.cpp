@@ -44,6 +44,22 @@ std::string with_what(const WeighedStep& step) {
   return out.empty() ? "nothing applied" : out;
 }
 
+std::string percent(double share) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(1);
+  out << share * 100.0 << "%";
+  return out.str();
+}
+
+// Why `chosen` was taken over `other`, as fast to the trace (planner::preferred_on_a_tie).
+std::string tie_broken_by(const WeighedStep& chosen, const WeighedStep& other) {
+  if (chosen.checkpointed_blocks != other.checkpointed_blocks) return "the fewer checkpointed blocks taken";
+  if (chosen.tempo_layers != other.tempo_layers) return "the fewer Tempo layers taken";
+  if (chosen.micro_batches.largest != other.micro_batches.largest) return "the larger micro-batches taken";
+  return "the fewer micro-batches taken";
+}
+
 }  // namespace
 
 std::string describe(const WeighedStep& step) {
@@ -58,6 +74,20 @@ std::string describe(const WeighedStep& step) {
   return out.str();
 }
 
+namespace {
+
+// "; <the fastest> is predicted 0.3% faster (...), less than the trace's timings resolve (1.2%; ...):
+// the fewer checkpointed blocks taken", where the chosen plan won a tie; else empty.
+std::string tie_note(const ChoiceFacts& f) {
+  if (!f.faster_on_a_tie) return "";
+  const double faster = f.faster_on_a_tie->predicted.samples_per_second;
+  return "; " + describe(*f.faster_on_a_tie) + " is predicted " + faster_by(faster, f.chosen.predicted.samples_per_second) +
+         " faster (" + rate(faster) + "), less than the trace's timings resolve (" + percent(f.timing_resolution) +
+         "; longer timing rounds resolve more: profile --timing-seconds): " + tie_broken_by(f.chosen, *f.faster_on_a_tie);
+}
+
+}  // namespace
+
 std::string binding_constraint(const ChoiceFacts& f) {
   const WeighedStep& chosen = f.chosen;
   const double chosen_rate = chosen.predicted.samples_per_second;
@@ -67,7 +97,8 @@ std::string binding_constraint(const ChoiceFacts& f) {
   const std::string room = core::format_bytes(f.limit_bytes) + " left after the " + core::format_bytes(f.margin_bytes) +
                            " margin";
   if (as_is) {
-    return "none: the whole batch fits (" + core::format_bytes(f.whole_batch.predicted.peak_bytes) + " of " + room + ")";
+    return "none: the whole batch fits (" + core::format_bytes(f.whole_batch.predicted.peak_bytes) + " of " + room + ")" +
+           tie_note(f);
   }
   if (whole_fits) {
     // Nothing forced the plan: it was chosen because it is predicted faster than the whole batch.
@@ -82,7 +113,7 @@ std::string binding_constraint(const ChoiceFacts& f) {
       why += "; the " + plural(f.tempo_measured_faster, "Tempo layer") + " measured no slower than the standard " +
              (f.tempo_measured_faster == 1 ? "one is" : "ones are") + " always used";
     }
-    return why;
+    return why + tie_note(f);
   }
 
   std::string why = "memory: the whole batch with nothing applied needs " +
@@ -107,6 +138,7 @@ std::string binding_constraint(const ChoiceFacts& f) {
              "with no copies: the fastest L2L choice that fits)";
     }
   }
+  why += tie_note(f);
   if (f.peak_without_checkpointing) {
     why += "; without checkpointing micro-batches of " + micro_batch_size(chosen) + " need " +
            core::format_bytes(*f.peak_without_checkpointing);
@@ -139,7 +171,7 @@ std::string infeasible_reason(std::int64_t budget_bytes, std::int64_t limit_byte
 }
 
 std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, const WeighedStep& chosen,
-                                       std::size_t count) {
+                                       std::size_t count, double timing_resolution) {
   std::vector<core::RunnerUp> out;
   for (const auto& c : losers) {
     if (out.size() >= count) break;
@@ -149,8 +181,11 @@ std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, c
     up.predicted = c.predicted;
     std::ostringstream verdict;
     verdict.precision(3);
-    verdict << describe(c) << ": slower (" << up.predicted.samples_per_second << " vs "
-            << chosen.predicted.samples_per_second << " samples/s)";
+    const bool faster = up.predicted.samples_per_second > chosen.predicted.samples_per_second;
+    verdict << describe(c) << (faster ? ": faster by less than the trace resolves (" : ": slower (")
+            << up.predicted.samples_per_second << " vs " << chosen.predicted.samples_per_second << " samples/s";
+    if (faster) verdict << ", " << percent(timing_resolution) << " resolved), " << tie_broken_by(chosen, c);
+    verdict << (faster ? "" : ")");
     up.verdict = verdict.str();
     out.push_back(up);
   }

@@ -45,6 +45,9 @@ struct ChoiceFacts {
   std::optional<std::int64_t> peak_without_checkpointing;
   // The chosen micro-batches' peak without Tempo layers (its checkpointing kept): set when it has some.
   std::optional<std::int64_t> peak_without_tempo;
+  // timing_resolution(trace), and the fastest split where it and the chosen one are a tie to it.
+  double timing_resolution = 0;
+  std::optional<WeighedStep> faster_on_a_tie;
   int tempo_candidates = 0;        // layers of the trace with a Tempo variant
   int tempo_measured_faster = 0;   // of the chosen Tempo layers, those measured no slower than standard
 };
@@ -61,9 +64,11 @@ std::string infeasible_reason(std::int64_t budget_bytes, std::int64_t limit_byte
                               const std::string& strategies, std::int64_t least_peak, std::int64_t smallest_budget,
                               bool floor_has_workspace = false);
 
-// The plans that lost, best first, at most `count`, each with its verdict against the chosen one.
+// The plans that lost, fastest first, at most `count`, each with its verdict against the chosen one:
+// slower, or faster by less than `timing_resolution` (a tie, broken for the chosen one's fewer
+// checkpointed blocks or Tempo layers, or its larger or fewer micro-batches).
 std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, const WeighedStep& chosen,
-                                       std::size_t count);
+                                       std::size_t count, double timing_resolution = 0);
 
 struct L2LPrediction;  // planner/l2l_model.h
 // What an L2L plan does with memory, for its warnings: what lives on the host and what the device

@@ -9,6 +9,7 @@
 #include <queue>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "core/errors.h"
 #include "core/optimizer_spec.h"
@@ -238,6 +239,34 @@ ChainAndWalk chain_over(const LayerGraph& graph, const std::vector<const ChainWa
 }
 
 }  // namespace
+
+double micro_batch_error_at(const core::Trace& trace, std::int64_t size) {
+  const std::vector<std::int64_t>& sizes = trace.batch_sizes;
+  if (sizes.empty()) return 0;
+  const auto upper = std::lower_bound(sizes.begin(), sizes.end(), size);
+  const std::size_t hi = upper == sizes.end() ? sizes.size() - 1 : static_cast<std::size_t>(upper - sizes.begin());
+  const bool profiled = upper != sizes.end() && *upper == size;
+  const std::size_t lo = profiled || hi == 0 ? hi : hi - 1;
+  double error = 0;
+  for (const auto* steps : {&trace.steps, &trace.tempo_steps}) {
+    for (const std::size_t i : {lo, hi}) {
+      if (i < steps->size() && (*steps)[i].sequence) error = std::max(error, (*steps)[i].sequence->micro_batch_error);
+    }
+  }
+  return error;
+}
+
+double timing_resolution(double error_a, double error_b) { return 2 * std::hypot(error_a, error_b); }
+
+double timing_resolution(const core::Trace& trace) {
+  double largest = 0;
+  for (const auto* steps : {&trace.steps, &trace.tempo_steps}) {
+    for (const core::StepSample& step : *steps) {
+      if (step.sequence) largest = std::max(largest, step.sequence->micro_batch_error);
+    }
+  }
+  return timing_resolution(largest, largest);
+}
 
 Chain checkpoint_chain(const core::CostModel& costs, const LayerGraph& graph, std::int64_t batch,
                        const core::StepChoice& variants, BatchCostsCache* cache) {
@@ -497,6 +526,43 @@ WeighedStep weighed(const Candidate& c, std::int64_t global_batch) {
   return {sizes_of(c.batches), c.checkpointed_count(), c.tempo_count(), predicted(c, global_batch), c.choice.l2l};
 }
 
+// Whether `a` is preferred to `b` where their speeds are a tie to the trace (timing_resolution): the
+// less work first (fewer checkpointed blocks to run again, fewer Tempo layers), then larger
+// micro-batches (nearer the whole batch's statistics), fewer of them, then the faster.
+bool preferred_on_a_tie(const Candidate& a, const Candidate& b) {
+  const auto order = [](const Candidate& c) {
+    return std::make_tuple(c.checkpointed_count(), c.tempo_count(), -c.largest_micro_batch(), c.micro_batch_count(),
+                           c.prediction.step_ns);
+  };
+  return order(a) < order(b);
+}
+
+// The least samples/s that ties with `fastest` at `resolution`.
+double least_tied_rate(double fastest, double resolution) { return fastest * (1 - resolution); }
+
+// The error of the times a candidate's step is predicted from: its micro-batch sizes' (micro_batch_error_at).
+double candidate_error(const core::Trace& trace, const Candidate& c) {
+  double error = 0;
+  for (const auto& run : c.batches.runs) error = std::max(error, micro_batch_error_at(trace, run.size));
+  return error;
+}
+
+// Of `fits`, fastest first: the one taken (preferred_on_a_tie among those that tie with the first),
+// and the resolution it tied at (0 where it is the fastest).
+std::pair<std::size_t, double> taken_on_a_tie(const core::Trace& trace, const std::vector<Candidate>& fits, std::int64_t global_batch) {
+  const double fastest = fits.front().samples_per_second(global_batch);
+  const double fastest_error = candidate_error(trace, fits.front());
+  std::pair<std::size_t, double> taken{0, 0.0};
+  for (std::size_t k = 1; k < fits.size(); ++k) {
+    const double resolution = timing_resolution(fastest_error, candidate_error(trace, fits[k]));
+    if (fits[k].samples_per_second(global_batch) >= least_tied_rate(fastest, resolution) &&
+        preferred_on_a_tie(fits[k], fits[taken.first])) {
+      taken = {k, resolution};
+    }
+  }
+  return taken;
+}
+
 }  // namespace
 
 namespace {
@@ -592,7 +658,8 @@ class BoundedWeighing {
         rate_of_(rate_of),
         chains_(space.checkpointing && !graph.blocks().empty()),
         candidates_(graph.tempo_candidates()),
-        rounding_(level_rounding_bytes(graph)) {}
+        rounding_(level_rounding_bytes(graph)),
+        resolution_(timing_resolution(costs.trace())) {}
 
   Weighing run() {
     find_largest_fitting();
@@ -682,6 +749,7 @@ class BoundedWeighing {
   const bool chains_;
   const std::vector<int> candidates_;
   const std::int64_t rounding_;
+  const double resolution_;
   std::map<std::int64_t, WeighedSplit> weighed_;  // by largest micro-batch
   std::map<std::int64_t, SizePoint> points_;      // by size; a map's entries stay where they are
   std::vector<SizeRange> set_aside_;              // no split in them fits
@@ -844,12 +912,14 @@ double BoundedWeighing::slowest_of_fastest() const {
   }
   if (rates.size() <= kRunnerUps) return 0.0;
   std::nth_element(rates.begin(), rates.begin() + kRunnerUps, rates.end(), std::greater<>());
-  return rates[kRunnerUps];
+  // A split that ties with the fastest may be the one chosen (taken_on_a_tie): none ties wider.
+  const double fastest = *std::max_element(rates.begin(), rates.end());
+  return std::min(rates[kRunnerUps], least_tied_rate(fastest, resolution_));
 }
 
 // 2. The fastest: ranges by the least time their splits can take, until even that is slower (by
-// samples/s, as plan_step ranks them) than the kRunnerUps + 1 fastest found, which no split set
-// aside can then be among.
+// samples/s, as plan_step ranks them) than the kRunnerUps + 1 fastest found and than a tie with the
+// fastest, which no split set aside can then be among or be.
 void BoundedWeighing::find_fastest() {
   const auto later = [](const RangeBound& a, const RangeBound& b) { return a.least_ns > b.least_ns; };
   std::priority_queue<RangeBound, std::vector<RangeBound>, decltype(later)> queue(later);
@@ -1148,8 +1218,9 @@ void explain_no_fit(const PlanSearch& search, PlanOutcome& outcome) {
   }
 }
 
-// The plan of the fastest split that fits (a higher peak ranks after on a tie), with what chose it
-// and its runner-ups. `fits`: fewest micro-batches first.
+// The plan of the fastest split that fits (a higher peak ranks after on equal speeds; of splits
+// whose speeds are a tie to the trace, the one preferred_on_a_tie), with what chose it and its
+// runner-ups, fastest first. `fits`: fewest micro-batches first.
 core::Plan plan_of_fastest(const PlanSearch& search, std::vector<Candidate>& fits) {
   const PlanRequest& request = search.request;
   // Splits were weighed fewest micro-batches first: the first that fits has the largest micro-batches.
@@ -1159,6 +1230,11 @@ core::Plan plan_of_fastest(const PlanSearch& search, std::vector<Candidate>& fit
     if (ra != rb) return ra > rb;
     return a.prediction.peak_bytes < b.prediction.peak_bytes;
   });
+  const auto [taken, resolution] = taken_on_a_tie(search.costs.trace(), fits, request.global_batch);
+  std::optional<WeighedStep> faster_on_a_tie;
+  if (taken > 0) faster_on_a_tie = weighed(fits.front(), request.global_batch);
+  const auto preferred = fits.begin() + static_cast<std::ptrdiff_t>(taken);
+  std::rotate(fits.begin(), preferred, preferred + 1);
   const Candidate& best = fits.front();
 
   core::Plan plan = make_plan(search.trace, search.costs, search.graph, request, search.margin, best);
@@ -1169,10 +1245,12 @@ core::Plan plan_of_fastest(const PlanSearch& search, std::vector<Candidate>& fit
   }
   facts.limit_bytes = search.space.limit;
   facts.margin_bytes = search.margin;
+  facts.timing_resolution = resolution;
+  facts.faster_on_a_tie = faster_on_a_tie;
   plan.binding_constraint = binding_constraint(facts);
   std::vector<WeighedStep> losers;
   for (std::size_t i = 1; i < fits.size() && i <= kRunnerUps; ++i) losers.push_back(weighed(fits[i], request.global_batch));
-  plan.runner_ups = runner_ups(losers, facts.chosen, kRunnerUps);
+  plan.runner_ups = runner_ups(losers, facts.chosen, kRunnerUps, resolution);
   return plan;
 }
 

@@ -52,6 +52,20 @@ struct PlanRequest {
   bool weigh_every_split = false;
 };
 
+// How far a micro-batch of `size` may be off in the trace's timings: the larger
+// StepSequence::micro_batch_error of the profiled sizes it is read between (the last two past the
+// largest; both kinds of step where the trace has Tempo steps). 0 where none was recorded.
+double micro_batch_error_at(const core::Trace& trace, std::int64_t size);
+// How far apart two plans' predicted speeds must be for the trace's timings to order them, from the
+// errors of the times each is predicted from: twice the standard error of their difference,
+// 2·√(a² + b²). Plans closer than that are a tie to the trace, and the search takes the one that
+// does the least work (the fewest checkpointed blocks run again, then Tempo layers), then the one
+// with the largest micro-batches (the nearest to training on the whole batch), then the fewest.
+// Where no errors were recorded (older traces) it is 0: the fastest is taken.
+double timing_resolution(double error_a, double error_b);
+// The widest resolution of any two plans of the trace (from its largest micro_batch_error).
+double timing_resolution(const core::Trace& trace);
+
 // One split of the global batch the search weighed: its fastest checkpointing that fits or, when
 // none does, its prediction without checkpointing.
 struct SplitOutcome {

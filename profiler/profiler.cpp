@@ -393,8 +393,12 @@ class SequenceTimes {
   std::int64_t plain_step_ns() const { return core::median(plain_); }
   void set_medians(core::StepSample& step) const {
     step.optimizer_ns = core::median(optimizer_);
-    step.sequence = core::StepSequence{core::median(later_), core::median(first_), core::median(zero_grad_),
-                                       static_cast<int>(later_.size())};
+    const std::vector<double> later(later_.begin(), later_.end());
+    step.sequence = core::StepSequence{.micro_batch_ns = core::median(later_),
+                                       .first_micro_batch_ns = core::median(first_),
+                                       .zero_grad_ns = core::median(zero_grad_),
+                                       .timed_sequences = static_cast<int>(later_.size()),
+                                       .micro_batch_error = core::relative_median_error(later, core::kLeastSequencesForError)};
   }
 
  private:

@@ -420,12 +420,15 @@ TEST(TraceJson, StepSequencesRoundTripAndComeForEveryStepOrNone) {
   core::Trace trace = testing::make_small_trace();
   trace.steps[0].sequence = core::StepSequence{.micro_batch_ns = 7000, .first_micro_batch_ns = 7400, .zero_grad_ns = 30};
   trace.steps[1].sequence =
-      core::StepSequence{.micro_batch_ns = 12000, .first_micro_batch_ns = 12500, .zero_grad_ns = 31, .timed_sequences = 23};
+      core::StepSequence{.micro_batch_ns = 12000, .first_micro_batch_ns = 12500, .zero_grad_ns = 31, .timed_sequences = 23,
+                         .micro_batch_error = 0.0125};
   const json document = core::to_json(trace);
   EXPECT_EQ(document["steps"][1]["sequence"]["first_micro_batch_ns"], 12500);
   EXPECT_EQ(document["steps"][1]["sequence"]["timed_sequences"], 23);
-  // Traces from before the count was kept have none, and still read.
+  EXPECT_EQ(document["steps"][1]["sequence"]["micro_batch_error"], 0.0125);
+  // Traces from before the count and the error were kept have neither, and still read.
   EXPECT_FALSE(document["steps"][0]["sequence"].contains("timed_sequences"));
+  EXPECT_FALSE(document["steps"][0]["sequence"].contains("micro_batch_error"));
   EXPECT_EQ(core::trace_from_json(json::parse(document.dump())), trace);
 
   json one_missing = document;
@@ -437,6 +440,13 @@ TEST(TraceJson, StepSequencesRoundTripAndComeForEveryStepOrNone) {
   json fractional = document;
   fractional["steps"][1]["sequence"]["timed_sequences"] = 2.5;
   EXPECT_NE(read_error(fractional).find("$.steps[1].sequence.timed_sequences"), std::string::npos) << read_error(fractional);
+  for (const double error : {-0.01, 1.5}) {
+    json out_of_range = document;
+    out_of_range["steps"][1]["sequence"]["micro_batch_error"] = error;
+    EXPECT_NE(read_error(out_of_range).find("$.steps[1].sequence.micro_batch_error: expected a relative error from 0 to 1"),
+              std::string::npos)
+        << read_error(out_of_range);
+  }
 }
 
 // How long the timing rounds ran is kept with the other profile settings; traces from before it

@@ -507,5 +507,93 @@ TEST(PlanSearch, BoundedSearchChartsWhatItWeighed) {
   }
 }
 
+
+// A trace whose timings resolve a micro-batch's median to `error` at every size.
+core::Trace with_micro_batch_error(core::Trace trace, double error) {
+  for (auto* steps : {&trace.steps, &trace.tempo_steps}) {
+    for (auto& step : *steps) step.sequence->micro_batch_error = error;
+  }
+  return trace;
+}
+
+// bert with a fixed cost per micro-batch (half a micro-batch of 16's time): fewer, larger
+// micro-batches with checkpointing then run about as fast as smaller ones without.
+core::Trace bert_with_micro_batch_overhead() {
+  core::Trace trace = committed("cpu-bert.json");
+  const std::int64_t overhead = trace.steps.back().sequence->micro_batch_ns / 2;
+  for (auto& step : trace.steps) {
+    step.sequence->micro_batch_ns += overhead;
+    step.sequence->first_micro_batch_ns += overhead;
+  }
+  return trace;
+}
+
+// Plans closer in speed than the trace resolves are a tie, taken for the least recompute, then the
+// larger micro-batches: every runner-up faster than the chosen plan is within the resolution of it
+// and checkpoints more blocks, or as many with micro-batches no larger; where the trace records no
+// error, none is faster. Some budgets' plans change.
+TEST(PlanSearch, SpeedsTheTraceCannotTellApartAreTakenForTheLeastRecomputeThenTheLargerMicroBatches) {
+  int changed = 0;
+  for (const double error : {0.0, 0.05}) {
+    const core::Trace trace = with_micro_batch_error(bert_with_micro_batch_overhead(), error);
+    const double resolution = planner::timing_resolution(trace);
+    EXPECT_NEAR(resolution, 2 * std::sqrt(2.0) * error, 1e-12);
+    for (const std::int64_t budget : budget_sweep(trace, 64, 12)) {
+      const auto outcome = planner::plan_step(trace, request(budget, 64, "mbp,checkpoint"));
+      if (!outcome.plan) continue;
+      const core::Plan& plan = *outcome.plan;
+      SCOPED_TRACE("error " + std::to_string(error) + " budget " + std::to_string(budget));
+      double fastest = plan.predicted.samples_per_second;
+      for (const auto& up : plan.runner_ups) {
+        fastest = std::max(fastest, up.predicted.samples_per_second);
+        if (up.predicted.samples_per_second <= plan.predicted.samples_per_second) continue;
+        const int checkpointed = static_cast<int>(plan.choice.checkpointed_blocks.size());
+        EXPECT_GE(up.checkpointed_blocks, checkpointed);
+        if (up.checkpointed_blocks == checkpointed) EXPECT_LE(up.micro_batch, plan.choice.micro_batches.front());
+        EXPECT_NE(up.verdict.find("faster by less than the trace resolves"), std::string::npos) << up.verdict;
+      }
+      EXPECT_GE(plan.predicted.samples_per_second, fastest * (1 - resolution));
+      if (fastest > plan.predicted.samples_per_second) {
+        EXPECT_GT(error, 0.0);
+        ++changed;
+        EXPECT_NE(plan.binding_constraint.find("less than the trace's timings resolve"), std::string::npos)
+            << plan.binding_constraint;
+      }
+    }
+  }
+  EXPECT_GT(changed, 0);
+}
+
+// A micro-batch's times are read between the profiled sizes on either side of it (along the last
+// segment past the largest), and are as far off as the worse of the two.
+TEST(PlanSearch, AMicroBatchsTimingErrorIsTheWorseOfTheSizesItIsReadBetween) {
+  core::Trace trace = committed("cpu-bert.json");  // profiled at 1, 2, 4, 8, 16
+  const std::vector<double> errors{0.30, 0.01, 0.02, 0.05, 0.03};
+  for (std::size_t i = 0; i < errors.size(); ++i) trace.steps[i].sequence->micro_batch_error = errors[i];
+  EXPECT_EQ(planner::micro_batch_error_at(trace, 1), 0.30);
+  EXPECT_EQ(planner::micro_batch_error_at(trace, 2), 0.01);
+  EXPECT_EQ(planner::micro_batch_error_at(trace, 3), 0.02);
+  EXPECT_EQ(planner::micro_batch_error_at(trace, 8), 0.05);
+  EXPECT_EQ(planner::micro_batch_error_at(trace, 12), 0.05);
+  EXPECT_EQ(planner::micro_batch_error_at(trace, 16), 0.03);
+  EXPECT_EQ(planner::micro_batch_error_at(trace, 40), 0.05);
+  EXPECT_NEAR(planner::timing_resolution(0.03, 0.04), 0.10, 1e-12);
+  EXPECT_NEAR(planner::timing_resolution(trace), 2 * std::sqrt(2.0) * 0.30, 1e-12);
+  EXPECT_EQ(planner::micro_batch_error_at(committed("cpu-bert.json"), 12), 0.0);  // recorded before the errors were
+}
+
+// The bounded search weighs every split that may tie with the fastest: it plans as weighing every
+// split does where the trace's timings resolve speeds coarsely (to 14%, as a shared 2-core machine's
+// profile of a few seconds of timing rounds does).
+TEST(PlanSearch, BoundedSearchPlansAsWeighingEverySplitWithTies) {
+  SearchTally tally;
+  for (const char* name : {"cpu-bert.json", "cpu-gpt.json"}) {
+    expect_bounded_search_as_every_split(with_micro_batch_error(committed(name), 0.05), name, {300, 1500}, tally);
+  }
+  expect_bounded_search_as_every_split(with_micro_batch_error(bert_with_micro_batch_overhead(), 0.05), "bert with an overhead",
+                                       {300, 1500}, tally);
+  EXPECT_GT(tally.bounded, tally.compared * 3 / 4);
+}
+
 }  // namespace
 }  // namespace headroom
