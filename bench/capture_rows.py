@@ -4,7 +4,8 @@ its own forward in eager PyTorch (capture="eager"), each layer's kept, output an
 put beside each other (the largest difference as a share of the step's peak at that batch size), and
 the plans both traces give at three budgets, with a third: the eager trace's bytes with the
 TorchScript trace's times, which shows what of a difference in plans the bytes make and what the
-times (TorchScript's interpreter from C++ against the Python forward) make.
+times (TorchScript's interpreter from C++ against the Python forward) make. Each trace's timing
+errors by size (what the planner takes plans closer than for a tie) are printed beside them.
 
   PYTHONPATH=build/default/python /usr/bin/python3 bench/capture_rows.py [--models resnet18,lm] [--batch 32]
                                                                        [--timing-seconds 10]
@@ -103,6 +104,11 @@ def eager_bytes_script_times(traces, folder):
     return headroom.Trace.load(path)
 
 
+def timing_errors(trace):
+    """Each size's micro-batch median's relative standard error, as the planner resolves plans by."""
+    return ", ".join(f"{s['batch']}: {100 * s['sequence'].get('micro_batch_error', 0):.1f}%" for s in trace.to_dict()["steps"])
+
+
 def plan_rows(traces, batch):
     need = headroom.plan(traces["script"], budget="1TiB", batch=batch, strategies="none").predicted_peak_bytes
     rows = []
@@ -147,6 +153,8 @@ def main():
                 print(f"| {row[0]} | " + " | ".join(f"{a:,} / {b:,}" for a, b in row[1:]) + " |")
         print(f"\nlargest difference: {100 * worst[0]:.3f}% of the step's peak ({worst[1]})")
         failed |= worst[0] > 0.01
+        for capture in ("script", "eager"):
+            print(f"{capture} trace's micro_batch_error by size: " + timing_errors(traces[capture]))
         print("\n| budget | plan from the script trace | plan from the eager trace | eager bytes, script times |\n"
               "|---|---|---|---|")
         for row in plan_rows(traces, args.batch):
