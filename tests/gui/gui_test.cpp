@@ -323,6 +323,36 @@ class GuiTest : public QObject {
     QVERIFY(!window.memory_chart()->legend()->text().contains("repeated"));
   }
 
+  // A plan that won a tie the trace's timings cannot break says so in the summary: bert with a fixed
+  // cost per micro-batch, each size's median 5% off, where larger micro-batches with checkpointing
+  // run about as fast as smaller ones without.
+  void aTieTheTraceCannotResolveIsExplained() {
+    nlohmann::json trace = nlohmann::json::parse(headroom::core::read_file(committed("cpu-bert.json").toStdString()));
+    const std::int64_t overhead = trace["steps"].back()["sequence"]["micro_batch_ns"].get<std::int64_t>() / 2;
+    for (auto& step : trace["steps"]) {
+      for (const char* part : {"micro_batch_ns", "first_micro_batch_ns"}) {
+        step["sequence"][part] = step["sequence"][part].get<std::int64_t>() + overhead;
+      }
+      step["sequence"]["micro_batch_error"] = 0.05;
+    }
+    QTemporaryDir dir;
+    MainWindow window;
+    QVERIFY(shown_with_file(window, write_json(dir, "bert-coarse-times.json", trace)));
+    window.batch_box()->setValue(64);
+    QVERIFY(settle(window));
+    bool explained = false;
+    for (const char* budget : {"300MiB", "350MiB", "450MiB", "600MiB"}) {
+      type_budget(window, budget);
+      QVERIFY(settle(window));
+      if (!window.summary_text().contains("less than the trace's timings resolve (14.1%")) continue;
+      explained = true;
+      QVERIFY2(window.summary_text().contains("the fewer checkpointed blocks taken"), qPrintable(window.summary_text()));
+      save_shot(window, "tie-explained");
+      break;
+    }
+    QVERIFY2(explained, qPrintable(window.summary_text()));
+  }
+
   void budgetSliderIsLogarithmicAndRoundTrips() {
     const auto trace = load_trace_document(committed("cpu-bert.json").toStdString());
     const BudgetRange range = budget_range(trace->trace, 32);
