@@ -394,11 +394,13 @@ class SequenceTimes {
   void set_medians(core::StepSample& step) const {
     step.optimizer_ns = core::median(optimizer_);
     const std::vector<double> later(later_.begin(), later_.end());
+    // Past 1 a median resolves nothing more (and the trace format stops there).
+    const double error = std::min(1.0, core::relative_median_error(later, core::kLeastSequencesForError));
     step.sequence = core::StepSequence{.micro_batch_ns = core::median(later_),
                                        .first_micro_batch_ns = core::median(first_),
                                        .zero_grad_ns = core::median(zero_grad_),
                                        .timed_sequences = static_cast<int>(later_.size()),
-                                       .micro_batch_error = core::relative_median_error(later, core::kLeastSequencesForError)};
+                                       .micro_batch_error = error};
   }
 
  private:
