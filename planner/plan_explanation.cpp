@@ -21,14 +21,17 @@ std::string rate(double samples_per_second) {
   return out.str();
 }
 
-// "+12.3% faster" style: how much faster `a` is than `b`.
-std::string faster_by(double a, double b) {
+// A share as "12.3%".
+std::string percent(double share) {
   std::ostringstream out;
   out.setf(std::ios::fixed);
   out.precision(1);
-  out << (a / b - 1.0) * 100.0 << "%";
+  out << share * 100.0 << "%";
   return out.str();
 }
+
+// "+12.3% faster" style: how much faster `a` is than `b`.
+std::string faster_by(double a, double b) { return percent(a / b - 1.0); }
 
 std::string micro_batch_size(const WeighedStep& step) {
   std::string size = std::to_string(step.micro_batches.largest);
@@ -42,14 +45,6 @@ std::string with_what(const WeighedStep& step) {
   if (step.tempo_layers > 0) out += (out.empty() ? "" : " and ") + plural(step.tempo_layers, "Tempo layer");
   if (step.l2l) out += (out.empty() ? "" : " and ") + std::string("L2L");
   return out.empty() ? "nothing applied" : out;
-}
-
-std::string percent(double share) {
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(1);
-  out << share * 100.0 << "%";
-  return out.str();
 }
 
 // Why `chosen` was taken over `other`, as fast to the trace (planner::preferred_on_a_tie).
@@ -181,11 +176,15 @@ std::vector<core::RunnerUp> runner_ups(const std::vector<WeighedStep>& losers, c
     up.predicted = c.predicted;
     std::ostringstream verdict;
     verdict.precision(3);
-    const bool faster = up.predicted.samples_per_second > chosen.predicted.samples_per_second;
-    verdict << describe(c) << (faster ? ": faster by less than the trace resolves (" : ": slower (")
-            << up.predicted.samples_per_second << " vs " << chosen.predicted.samples_per_second << " samples/s";
-    if (faster) verdict << ", " << percent(timing_resolution) << " resolved), " << tie_broken_by(chosen, c);
-    verdict << (faster ? "" : ")");
+    verdict << describe(c);
+    if (up.predicted.samples_per_second > chosen.predicted.samples_per_second) {
+      verdict << ": faster by less than the trace resolves (" << up.predicted.samples_per_second << " vs "
+              << chosen.predicted.samples_per_second << " samples/s, " << percent(timing_resolution) << " resolved), "
+              << tie_broken_by(chosen, c);
+    } else {
+      verdict << ": slower (" << up.predicted.samples_per_second << " vs " << chosen.predicted.samples_per_second
+              << " samples/s)";
+    }
     up.verdict = verdict.str();
     out.push_back(up);
   }

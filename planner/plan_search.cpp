@@ -240,6 +240,19 @@ ChainAndWalk chain_over(const LayerGraph& graph, const std::vector<const ChainWa
 
 }  // namespace
 
+namespace {
+
+// The micro_batch_error of the trace's i-th profiled size: the larger of its standard and Tempo steps'.
+double size_error(const core::Trace& trace, std::size_t i) {
+  double error = 0;
+  for (const auto* steps : {&trace.steps, &trace.tempo_steps}) {
+    if (i < steps->size() && (*steps)[i].sequence) error = std::max(error, (*steps)[i].sequence->micro_batch_error);
+  }
+  return error;
+}
+
+}  // namespace
+
 double micro_batch_error_at(const core::Trace& trace, std::int64_t size) {
   const std::vector<std::int64_t>& sizes = trace.batch_sizes;
   if (sizes.empty()) return 0;
@@ -247,24 +260,14 @@ double micro_batch_error_at(const core::Trace& trace, std::int64_t size) {
   const std::size_t hi = upper == sizes.end() ? sizes.size() - 1 : static_cast<std::size_t>(upper - sizes.begin());
   const bool profiled = upper != sizes.end() && *upper == size;
   const std::size_t lo = profiled || hi == 0 ? hi : hi - 1;
-  double error = 0;
-  for (const auto* steps : {&trace.steps, &trace.tempo_steps}) {
-    for (const std::size_t i : {lo, hi}) {
-      if (i < steps->size() && (*steps)[i].sequence) error = std::max(error, (*steps)[i].sequence->micro_batch_error);
-    }
-  }
-  return error;
+  return std::max(size_error(trace, lo), size_error(trace, hi));
 }
 
 double timing_resolution(double error_a, double error_b) { return 2 * std::hypot(error_a, error_b); }
 
 double timing_resolution(const core::Trace& trace) {
   double largest = 0;
-  for (const auto* steps : {&trace.steps, &trace.tempo_steps}) {
-    for (const core::StepSample& step : *steps) {
-      if (step.sequence) largest = std::max(largest, step.sequence->micro_batch_error);
-    }
-  }
+  for (std::size_t i = 0; i < trace.batch_sizes.size(); ++i) largest = std::max(largest, size_error(trace, i));
   return timing_resolution(largest, largest);
 }
 
