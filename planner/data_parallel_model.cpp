@@ -32,6 +32,17 @@ std::int64_t bucket_buffer_bytes(const core::CostModel& costs, const core::StepC
   return total;
 }
 
+// The executor's copies between the gradients and the collectives' buffers (executor/data_parallel.cpp),
+// on the compute thread: `passes` times a copy of `bytes`. On the CPU, memory copies at the trace's
+// measured tensor-copy bandwidth (bandwidth alone: each copies a whole gradient, where a copy's fixed
+// cost of microseconds is below what a step resolves). On a GPU, device-memory copies, too fast beside
+// its step to count; a trace that measured no copy bandwidth times none.
+std::int64_t gradient_copy_ns(const core::CostModel& costs, std::int64_t bytes, double passes) {
+  const core::DeviceInfo& device = costs.trace().device;
+  if (device.is_cuda() || device.host_to_device_bytes_per_s <= 0 || bytes <= 0) return 0;
+  return std::llround(passes * static_cast<double>(bytes) / device.host_to_device_bytes_per_s * 1e9);
+}
+
 AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice) {
   AllReduceTiming timing;
   if (!choice.data_parallel || choice.data_parallel->shard_stage >= 2) return timing;
@@ -62,14 +73,37 @@ AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector
   // last one's end: the rest of their time ran beside the backward.
   const std::int64_t past_compute = std::max<std::int64_t>(0, collective_free - clock);
   timing.beside_ns = std::llround(static_cast<double>(timing.total_ns - past_compute) * choice.data_parallel->link.beside_compute);
-  timing.exposed_ns = past_compute;
+  timing.link_past_compute_ns = past_compute;
+  // The last backward copies each gradient into its bucket as it is made (the compute's time, after
+  // its ops here), and once a bucket's all-reduce is done the worker copies the sum back into the
+  // gradients, bucket by bucket: the copies back are in what it waits for.
+  for (const auto& b : timing.buckets) timing.copy_in_ns += gradient_copy_ns(costs, b.bytes, 1);
+  const std::int64_t compute_end = clock + timing.copy_in_ns;
+  std::int64_t copied_back = compute_end;
+  for (const auto& b : timing.buckets) copied_back = std::max(copied_back, b.end_ns) + gradient_copy_ns(costs, b.bytes, 1);
+  timing.exposed_ns = copied_back - compute_end;
   return timing;
 }
 
 int append_allreduce_tasks(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice,
                            const std::vector<int>& task_of_op, core::Schedule& schedule) {
   const AllReduceTiming timing = allreduce_timing(costs, last_ops, choice);
+  const auto push = [&](core::Task task) {
+    schedule.tasks.push_back(std::move(task));
+    return static_cast<int>(schedule.tasks.size()) - 1;
+  };
+  // On the compute thread after the last backward: the gradients' copies into their buckets.
+  int compute = !task_of_op.empty() ? task_of_op.back() : -1;
+  if (timing.copy_in_ns > 0) {
+    core::Task copy;
+    copy.name = "gradients copied into their buckets";
+    copy.category = "gradient copies";
+    copy.duration_ns = timing.copy_in_ns;
+    if (compute >= 0) copy.dependencies.push_back(compute);
+    compute = push(std::move(copy));
+  }
   int previous = -1;
+  std::vector<int> reduced;
   for (std::size_t k = 0; k < timing.buckets.size(); ++k) {
     const BucketAllReduce& b = timing.buckets[k];
     core::Task task;
@@ -80,8 +114,20 @@ int append_allreduce_tasks(const core::CostModel& costs, const std::vector<Op>& 
     const int ready = b.ready_after_op < task_of_op.size() ? task_of_op[b.ready_after_op] : -1;
     if (ready >= 0) task.dependencies.push_back(ready);
     if (previous >= 0) task.dependencies.push_back(previous);
-    previous = static_cast<int>(schedule.tasks.size());
-    schedule.tasks.push_back(std::move(task));
+    previous = push(std::move(task));
+    reduced.push_back(previous);
+  }
+  // Each bucket's sum copied back into the gradients once its all-reduce is done, in turn.
+  for (std::size_t k = 0; k < timing.buckets.size(); ++k) {
+    const std::int64_t ns = gradient_copy_ns(costs, timing.buckets[k].bytes, 1);
+    if (ns <= 0) continue;
+    core::Task copy;
+    copy.name = "bucket " + std::to_string(k) + " copied back";
+    copy.category = "gradient copies";
+    copy.duration_ns = ns;
+    copy.dependencies = {reduced[k]};
+    if (compute >= 0) copy.dependencies.push_back(compute);
+    previous = compute = push(std::move(copy));
   }
   if (timing.beside_ns > 0) {
     // What the backward lost to the buckets beside it, on the compute thread once the last has ended.
@@ -90,9 +136,8 @@ int append_allreduce_tasks(const core::CostModel& costs, const std::vector<Op>& 
     slowed.category = std::string(kBesideComputeCategory);
     slowed.duration_ns = timing.beside_ns;
     slowed.dependencies = {previous};
-    if (!task_of_op.empty() && task_of_op.back() >= 0) slowed.dependencies.push_back(task_of_op.back());
-    previous = static_cast<int>(schedule.tasks.size());
-    schedule.tasks.push_back(std::move(slowed));
+    if (compute >= 0) slowed.dependencies.push_back(compute);
+    previous = push(std::move(slowed));
   }
   return previous;
 }
@@ -253,12 +298,32 @@ std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const
   return out;
 }
 
-bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>& reduce_ns) {
+std::vector<std::int64_t> gradient_reduce_copy_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
+  if (shard_stage(choice) < 2) return {};
+  std::vector<std::int64_t> out(graph.size(), 0);
+  const std::int64_t elements = trainable_elements(costs);
+  const std::int64_t slot = core::reduce_buffer_elements(costs.trace().optimizer.largest_param_elements);
+  if (elements == 0 || slot <= 0) return out;
+  // Each gradient is packed into a buffer as its backward makes it ...
+  for (std::size_t l = 0; l < graph.size(); ++l) out[l] += gradient_copy_ns(costs, graph.trainable_bytes(static_cast<int>(l)), 1);
+  // ... and once a buffer's reduces are done, the parts the worker owns are added into its range's
+  // gradients (as gradient_reduce_ns places the buffer's reduces).
+  const core::ElementRange owned = core::owned_elements(elements, choice.workers(), 0);
+  for (std::int64_t end = elements; end > 0; end -= slot) {
+    const core::ElementRange packed{std::max<std::int64_t>(0, end - slot), end};
+    out[static_cast<std::size_t>(graph.layer_holding_trainable_byte(4 * packed.begin))] +=
+        gradient_copy_ns(costs, 4 * core::overlap(packed, owned).size(), 1.5);
+  }
+  return out;
+}
+
+bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>& reduce_ns, const std::vector<std::int64_t>& copy_ns) {
   if (reduce_ns.empty()) return false;
   bool any = false;
   for (Op& op : ops) {
     if (op.kind != OpKind::Backward || op.layer < 0) continue;
     op.reduce_ns = reduce_ns[static_cast<std::size_t>(op.layer)];
+    op.reduce_copy_ns = copy_ns.empty() ? 0 : copy_ns[static_cast<std::size_t>(op.layer)];
     any = any || op.reduce_ns > 0;
   }
   return any;
@@ -267,6 +332,7 @@ bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>&
 CollectiveWaits collective_waits(const std::vector<Op>& ops, double beside_compute) {
   CollectiveWaits waits;
   std::int64_t busy = 0;  // the collectives' time in all
+  std::int64_t copies = 0;  // the worker's copies for the reduces
   for (const Op& op : ops) busy += op.gather_ns + op.reduce_ns;
   std::int64_t clock = 0, link_free = 0;
   std::array<std::int64_t, 2> buffer_free{0, 0};  // when each buffer's last reduce ends
@@ -285,7 +351,8 @@ CollectiveWaits collective_waits(const std::vector<Op>& ops, double beside_compu
         prefetch_done = link_free = std::max(clock, link_free) + ops[k + static_cast<std::size_t>(op.prefetch_ahead)].gather_ns;
       }
     }
-    clock += op.duration_ns;
+    clock += op.duration_ns + op.reduce_copy_ns;
+    copies += op.reduce_copy_ns;
     if (op.reduce_ns == 0) continue;
     // The filled buffer's reduces start; backward fills the other one once the reduces from it are done.
     link_free = std::max(clock, link_free) + op.reduce_ns;
@@ -299,6 +366,8 @@ CollectiveWaits collective_waits(const std::vector<Op>& ops, double beside_compu
   // wait for ran beside the compute.
   const std::int64_t beside = std::max<std::int64_t>(0, busy - waits.gather_ns - waits.reduce_ns);
   waits.beside_ns = std::llround(static_cast<double>(beside) * beside_compute);
+  // The copies are the compute's own time, and what the executor measures of the reduces.
+  waits.reduce_ns += copies;
   return waits;
 }
 
@@ -420,7 +489,7 @@ class DataParallel final : public Technique {
                                          const core::StepChoice& choice) const override {
     if (!used_by(choice)) return 0;
     const AllReduceTiming timing = allreduce_timing(costs, last_ops, choice);
-    return timing.exposed_ns + timing.beside_ns;
+    return timing.copy_in_ns + timing.exposed_ns + timing.beside_ns;
   }
   int append_after_last_micro_batch(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice,
                                     const std::vector<int>& task_of_op, core::Schedule& schedule) const override {

@@ -25,6 +25,10 @@ namespace headroom::planner {
 // The trace's gradients in buckets (whole layers, last layer first) under the choice's cap.
 std::vector<core::GradientBucket> plan_buckets(const core::CostModel& costs, const core::StepChoice& choice);
 
+// The executor's copies of `bytes` between gradients and the collectives' buffers, `passes` times
+// a copy's traffic (an add into a gradient reads two and writes one: 1.5), on the compute thread.
+std::int64_t gradient_copy_ns(const core::CostModel& costs, std::int64_t bytes, double passes);
+
 // Bytes each worker keeps for its buckets: 0 with one worker.
 std::int64_t bucket_buffer_bytes(const core::CostModel& costs, const core::StepChoice& choice);
 
@@ -40,7 +44,13 @@ struct BucketAllReduce {
 struct AllReduceTiming {
   std::vector<BucketAllReduce> buckets;
   std::int64_t total_ns = 0;    // all buckets' ring time
-  std::int64_t exposed_ns = 0;  // how far the last bucket ends past the last micro-batch's ops
+  // How far the last bucket's sum is copied back past the last micro-batch's ops and the copies
+  // into the buckets: what the worker waits for after its backward.
+  std::int64_t exposed_ns = 0;
+  // How far the link runs past the last micro-batch's ops (its time beside them is the rest).
+  std::int64_t link_past_compute_ns = 0;
+  // The gradients copied into their buckets as backward makes them, on the compute thread.
+  std::int64_t copy_in_ns = 0;
   // What the backward lost to the buckets beside it (CollectiveLink::beside_compute), after that.
   std::int64_t beside_ns = 0;
 };
@@ -70,9 +80,14 @@ std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::Ste
 // step's, every micro-batch's.
 std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
 std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
-// Stage 2-3: sets each backward's reduce_ns in a micro-batch's ops from `reduce_ns` (per layer);
-// whether any is set.
-bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>& reduce_ns);
+// Stage 2-3, per layer: the worker's copies for a micro-batch's reduces on its compute thread, after
+// the layer's backward: its gradients packed into a buffer, and the parts it owns of the buffers
+// whose reduces gradient_reduce_ns places there added into its range's gradients.
+std::vector<std::int64_t> gradient_reduce_copy_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
+// Stage 2-3: sets each backward's reduce_ns and reduce_copy_ns in a micro-batch's ops from
+// `reduce_ns` and `copy_ns` (per layer; copy_ns may be empty: none); whether any reduce is set.
+bool add_gradient_reduces(std::vector<Op>& ops, const std::vector<std::int64_t>& reduce_ns,
+                          const std::vector<std::int64_t>& copy_ns = {});
 // Stage 2-3: how much longer a micro-batch's ops (`ops`, in order) take than their durations, for
 // the collectives on the worker's one communication thread, which runs them in the order they
 // start: a buffer's reduces as the backward filling it ends, then backward waits for the other

@@ -559,6 +559,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
   const auto loss_model = contrastive_loss_model(costs.trace());
   const bool grad_cache = loss_model && core::caches_contrastive_gradients(count, choice.workers());
   const std::vector<std::int64_t> reduce_ns = gradient_reduce_ns(costs, graph, choice);
+  const std::vector<std::int64_t> reduce_copy_ns = gradient_reduce_copy_ns(costs, graph, choice);
   const ParameterUnits gathers = parameter_gathers(graph, choice);
   const auto ops_for = [&](std::int64_t b) {
     for (const auto& [size, index] : made) {
@@ -584,7 +585,7 @@ StepSequence step_sequence(const core::CostModel& costs, const LayerGraph& graph
       }
     }
     add_parameter_gathers(ops, graph, gathers);
-    if (add_gradient_reduces(ops, reduce_ns)) {
+    if (add_gradient_reduces(ops, reduce_ns, reduce_copy_ns)) {
       ops.push_back({OpKind::CollectiveWait, -1, collectives_past_compute_ns(ops, choice.data_parallel->link.beside_compute), 0, 0});
     }
     std::int64_t net = 0;
@@ -675,7 +676,7 @@ class SequenceScheduler {
       for (const Op& op : seq_.ops[segment.ops]) {
         task_count += (op.layer >= 0 || op.kind == OpKind::Optimizer || op.kind == OpKind::GradientCache ||
                        op.kind == OpKind::CollectiveWait) +
-                      (op.gather_ns > 0 || op.gather_prefetched) + (op.reduce_ns > 0);
+                      (op.gather_ns > 0 || op.gather_prefetched) + (op.reduce_ns > 0) + (op.reduce_copy_ns > 0);
       }
     }
     schedule_.tasks.reserve(task_count);
@@ -704,6 +705,7 @@ class SequenceScheduler {
     return previous_compute_;
   }
   void add_reduce(const core::Task& backward, std::int64_t reduce_ns);
+  void add_reduce_copies(const core::Task& backward, std::int64_t copy_ns);
   void add_collective_wait(int micro_batch, const CollectiveWaits& waits);
   core::Task gather_task(const Op& op, int micro_batch) const;
   void prefetch_next(const std::vector<Op>& ops, std::size_t k, core::Task& task);
@@ -762,6 +764,18 @@ void SequenceScheduler::add_reduce(const core::Task& backward, std::int64_t redu
   if (reduces_.size() >= 2) waits_for_buffer_.push_back(reduces_[reduces_.size() - 2]);
   reduces_.push_back(static_cast<int>(schedule_.tasks.size()));
   schedule_.tasks.push_back(std::move(reduce));
+}
+
+// The worker's copies for the reduces after a backward (Op::reduce_copy_ns), on the compute thread;
+// the reduces of the buffer they fill start after them.
+void SequenceScheduler::add_reduce_copies(const core::Task& backward, std::int64_t copy_ns) {
+  core::Task copies;
+  copies.name = "gradients of " + backward.name + " copied for the reduces";
+  copies.category = "gradient copies";
+  copies.duration_ns = copy_ns;
+  copies.layer = backward.layer;
+  copies.micro_batch = backward.micro_batch;
+  push_next(std::move(copies));
 }
 
 // The micro-batch ends once its last reduce has: a task of no time of its own on the compute stream,
@@ -838,6 +852,7 @@ void SequenceScheduler::add_segment(const StepSequence::Segment& segment) {
     if (op.kind == OpKind::Optimizer) task.dependencies = waits_for;
     const int pushed = push_next(std::move(task));
     if (segment.keeps_input) last_task_of_op_[k] = pushed;
+    if (op.reduce_copy_ns > 0) add_reduce_copies(schedule_.tasks[static_cast<std::size_t>(pushed)], op.reduce_copy_ns);
     if (op.reduce_ns > 0) add_reduce(schedule_.tasks[static_cast<std::size_t>(pushed)], op.reduce_ns);
   }
   const int made = static_cast<int>(schedule_.tasks.size()) - first_task;

@@ -57,6 +57,9 @@ struct Op {
   // A stage-2-3 worker's backward: its layer's gradients' reduces to their owners, on the collective
   // stream once it ends (not in duration_ns: CollectiveWait carries what the micro-batch waits for).
   std::int64_t reduce_ns = 0;
+  // ... and the worker's copies for them on the compute thread after the backward (packing its
+  // gradients, adding in the parts it owns): in the micro-batch's waits, as the executor measures them.
+  std::int64_t reduce_copy_ns = 0;
 };
 
 const char* op_kind_name(OpKind kind);

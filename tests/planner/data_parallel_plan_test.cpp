@@ -173,14 +173,23 @@ TEST(DataParallelPlan, PredictionAndSimulationAgree) {
     const auto& last = seq.ops[seq.segments[seq.segments.size() - 2].ops];
     const auto timing = planner::allreduce_timing(costs, last, dp);
     EXPECT_GT(timing.buckets.size(), 1u);
-    EXPECT_EQ(parallel.step_ns - single.step_ns, timing.exposed_ns);
-    EXPECT_LE(timing.exposed_ns, timing.total_ns);
+    // The step adds the gradients' copies into the buckets and what the worker then waits for: the
+    // link past its compute and the sums copied back.
+    EXPECT_GT(timing.copy_in_ns, 0);
+    EXPECT_EQ(parallel.step_ns - single.step_ns, timing.copy_in_ns + timing.exposed_ns);
+    EXPECT_LE(timing.exposed_ns, timing.total_ns + timing.copy_in_ns);
     const auto schedule = planner::build_schedule(costs, graph, dp);
     const auto sim = simulator::simulate(schedule);
     EXPECT_EQ(sim.peak_bytes, parallel.peak_bytes);
     EXPECT_EQ(sim.makespan_ns, parallel.step_ns);
     int collectives = 0;
-    for (const auto& t : schedule.tasks) collectives += t.stream == core::Stream::Collective;
+    int copies = 0;
+    for (const auto& t : schedule.tasks) {
+      collectives += t.stream == core::Stream::Collective;
+      copies += t.category == "gradient copies";
+    }
+    // Into the buckets, and each bucket back.
+    EXPECT_EQ(copies, 1 + static_cast<int>(timing.buckets.size()));
     EXPECT_EQ(collectives, static_cast<int>(timing.buckets.size()));
     // A lane per worker in the Chrome trace, each with every bucket's all-reduce.
     const auto chrome = simulator::chrome_trace(schedule, sim, "dp");
@@ -211,8 +220,16 @@ TEST(DataParallelPlan, OverlapHidesAFastLinkAndNotASlowOne) {
   dp.data_parallel->link = core::parse_link("10MB/s,1ms");
   const auto slow = planner::allreduce_timing(costs, last, dp);
   // Only the last bucket (the first layers' gradients, ready at the very end) can stick out.
-  EXPECT_LE(fast.exposed_ns, fast.buckets.back().duration_ns);
-  EXPECT_GT(slow.exposed_ns, slow.total_ns / 2);
+  EXPECT_LE(fast.link_past_compute_ns, fast.buckets.back().duration_ns);
+  EXPECT_GT(slow.link_past_compute_ns, slow.total_ns / 2);
+  // The sums' copies back into the gradients are waited for after the last backward, whatever the
+  // link: on a fast one, one after another, with what of the last bucket sticks out.
+  std::int64_t copy_back = 0;
+  for (const auto& b : fast.buckets) copy_back += planner::gradient_copy_ns(costs, b.bytes, 1);
+  EXPECT_GT(copy_back, 0);
+  EXPECT_GE(fast.exposed_ns, copy_back);
+  EXPECT_LE(fast.exposed_ns, copy_back + fast.buckets.back().duration_ns);
+  EXPECT_EQ(fast.copy_in_ns, copy_back);
 }
 
 // Where the collectives' threads share the cores with the compute (CollectiveLink::beside_compute,
@@ -242,20 +259,25 @@ TEST(DataParallelPlan, CollectivesBesideTheComputeSlowItByTheLinksShare) {
       std::int64_t added = 0, added_once = 0;  // a step's, and each segment's once (as the schedule has them)
       if (stage == 0) {
         const auto timing = planner::allreduce_timing(costs, seq.ops[seq.segments[seq.segments.size() - 2].ops], dp);
-        EXPECT_EQ(timing.beside_ns, std::llround(static_cast<double>(timing.total_ns - timing.exposed_ns) * share));
-        if (share == 1.0) EXPECT_EQ(timing.exposed_ns + timing.beside_ns, timing.total_ns);
+        EXPECT_EQ(timing.beside_ns, std::llround(static_cast<double>(timing.total_ns - timing.link_past_compute_ns) * share));
+        if (share == 1.0) EXPECT_EQ(timing.link_past_compute_ns + timing.beside_ns, timing.total_ns);
         added = added_once = timing.beside_ns;
       } else {
         for (const auto& segment : seq.segments) {
           const auto& ops = seq.ops[segment.ops];
-          std::int64_t busy = 0;
-          for (const auto& op : ops) busy += op.gather_ns + op.reduce_ns;
+          std::int64_t busy = 0, copies = 0;
+          for (const auto& op : ops) {
+            busy += op.gather_ns + op.reduce_ns;
+            copies += op.reduce_copy_ns;
+          }
           const auto waits = planner::collective_waits(ops, share);
           const auto unshared = planner::collective_waits(ops, 0);
           EXPECT_EQ(waits.gather_ns, unshared.gather_ns);
           EXPECT_EQ(waits.reduce_ns, unshared.reduce_ns);
-          EXPECT_EQ(waits.beside_ns, std::llround(static_cast<double>(busy - waits.gather_ns - waits.reduce_ns) * share));
-          if (share == 1.0) EXPECT_EQ(waits.gather_ns + waits.reduce_ns + waits.beside_ns, busy);
+          // The reduces' waits hold the worker's copies for them, which are compute, not link.
+          const std::int64_t link_waits = waits.gather_ns + waits.reduce_ns - copies;
+          EXPECT_EQ(waits.beside_ns, std::llround(static_cast<double>(busy - link_waits) * share));
+          if (share == 1.0) EXPECT_EQ(link_waits + waits.beside_ns, busy);
           EXPECT_EQ(planner::collectives_past_compute_ns(ops, share), waits.gather_ns + waits.reduce_ns + waits.beside_ns);
           added += waits.beside_ns * segment.repeat;
           added_once += waits.beside_ns;
@@ -395,6 +417,15 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   EXPECT_NEAR(static_cast<double>(total), static_cast<double>(core::reduce_ns(costs.gradient_bytes(), collectives, 2, link)), 50.0);
   EXPECT_EQ(planner::gradient_reduce_step_ns(costs, graph, two), 2 * total);
   EXPECT_TRUE(planner::gradient_reduce_ns(costs, graph, one).empty());
+  // The worker's copies for a micro-batch's reduces: every gradient packed once, and its own range
+  // added into its gradients (an add moves half as much again as a copy).
+  std::int64_t copies = 0;
+  for (const auto ns : planner::gradient_reduce_copy_ns(costs, graph, two)) copies += ns;
+  const double copy_ns_per_byte = 1e9 / trace.device.host_to_device_bytes_per_s;
+  ASSERT_GT(trace.device.host_to_device_bytes_per_s, 0);
+  EXPECT_NEAR(static_cast<double>(copies), copy_ns_per_byte * (4.0 * elements + 1.5 * 4.0 * ((elements + 1) / 2)),
+              static_cast<double>(trace.layers.size() + buffers));
+  EXPECT_TRUE(planner::gradient_reduce_copy_ns(costs, graph, one).empty());
   const auto p1 = planner::predict_step(costs, graph, one);
   const auto p2 = planner::predict_step(costs, graph, two);
   EXPECT_LT(p2.peak_bytes, p1.peak_bytes);
@@ -435,7 +466,11 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
     if (task.category != "reduce") continue;
     EXPECT_EQ(task.stream, core::Stream::Collective);
     ASSERT_EQ(task.dependencies.size(), 1u);
-    EXPECT_EQ(schedule.tasks[static_cast<std::size_t>(task.dependencies.front())].category, "backward");
+    // After the worker's copies for it, which follow the layer's backward.
+    const core::Task& copies = schedule.tasks[static_cast<std::size_t>(task.dependencies.front())];
+    EXPECT_EQ(copies.category, "gradient copies");
+    EXPECT_EQ(copies.layer, task.layer);
+    EXPECT_EQ(schedule.tasks[static_cast<std::size_t>(copies.dependencies.front())].category, "backward");
     EXPECT_EQ(task.duration_ns, per_layer[static_cast<std::size_t>(task.layer)]);
     reduces_ns += task.duration_ns;
   }

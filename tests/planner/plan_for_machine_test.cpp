@@ -63,7 +63,7 @@ const std::vector<core::SpeedRatio> kRatios = {at(0.5, 0.5), at(3, 3),          
 // time by class of work moves its prediction as predicting again on the rescaled trace does, for
 // machines faster and slower, and for each class alone: within 0.1%, where the cost model keeps a
 // time from falling as the batch grows (the larger of two noisy samples, which of them may change
-// with the classes' ratio). Micro-batched, checkpointed, Tempo, Inf-CL
+// with the classes' ratio), and 0.3% for data parallel. Micro-batched, checkpointed, Tempo, Inf-CL
 // and data-parallel plans of every committed CPU trace.
 TEST(PlanForMachine, TimeByClassMovesThePredictionAsPlanningThereWould) {
   struct Case {
@@ -94,7 +94,9 @@ TEST(PlanForMachine, TimeByClassMovesThePredictionAsPlanningThereWould) {
     for (const auto& ratio : kRatios) {
       const double moved = *core::step_seconds_on(plan, ratio);
       const double again = replanned_seconds(trace, plan, ratio);
-      EXPECT_NEAR(moved / again, 1.0, 1e-3) << c.trace << " " << c.strategies << " at compute x" << ratio.compute
+      // Data parallel's copies back wait for the link where it ends after them: a maximum that a
+      // sum of classes follows only near where it was taken (0.15% off at 3x slower).
+      EXPECT_NEAR(moved / again, 1.0, c.workers > 1 ? 3e-3 : 1e-3) << c.trace << " " << c.strategies << " at compute x" << ratio.compute
                                             << ", memory x" << ratio.memory;
     }
   }
