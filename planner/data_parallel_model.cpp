@@ -275,45 +275,43 @@ std::int64_t parameter_gather_step_ns(const StepSequence& seq) {
   return total;
 }
 
-std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
+// Stage 2-3, per layer: `cost(buffer, elements)` of each reduce buffer placed there. Backward makes
+// the gradients from the last layer's to the first's, and a worker packs them into a buffer in that
+// order: buffer s holds elements [E - (s+1)·slot, E - s·slot) of the flat order, reduced once the
+// layer holding its first element has made its gradients.
+template <typename BufferCost>
+std::vector<std::int64_t> per_reduce_buffer(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice,
+                                            BufferCost cost) {
   if (shard_stage(choice) < 2) return {};
   std::vector<std::int64_t> out(graph.size(), 0);
   const std::int64_t elements = trainable_elements(costs);
   const std::int64_t slot = core::reduce_buffer_elements(costs.trace().optimizer.largest_param_elements);
   if (elements == 0 || slot <= 0) return out;
-  // Backward makes the gradients from the last layer's to the first's, and a worker packs them into
-  // a buffer in that order: buffer s holds elements [E - (s+1)·slot, E - s·slot) of the flat order,
-  // reduced once the layer holding its first element has made its gradients, a collective per
-  // owner whose range it spans.
-  const core::CollectiveLink& link = choice.data_parallel->link;
   for (std::int64_t end = elements; end > 0; end -= slot) {
     const core::ElementRange packed{std::max<std::int64_t>(0, end - slot), end};
-    std::int64_t owners = 0;
-    for (int r = 0; r < choice.workers(); ++r) {
-      owners += core::overlap(packed, core::owned_elements(elements, choice.workers(), r)).size() > 0;
-    }
-    out[static_cast<std::size_t>(graph.layer_holding_trainable_byte(4 * packed.begin))] +=
-        core::reduce_ns(4 * packed.size(), owners, choice.workers(), link);
+    out[static_cast<std::size_t>(graph.layer_holding_trainable_byte(4 * packed.begin))] += cost(packed, elements);
   }
   return out;
 }
 
+std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
+  // A collective per owner whose range the buffer spans.
+  return per_reduce_buffer(costs, graph, choice, [&](core::ElementRange packed, std::int64_t elements) {
+    std::int64_t owners = 0;
+    for (int r = 0; r < choice.workers(); ++r) {
+      owners += core::overlap(packed, core::owned_elements(elements, choice.workers(), r)).size() > 0;
+    }
+    return core::reduce_ns(4 * packed.size(), owners, choice.workers(), choice.data_parallel->link);
+  });
+}
+
 std::vector<std::int64_t> gradient_reduce_copy_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
-  if (shard_stage(choice) < 2) return {};
-  std::vector<std::int64_t> out(graph.size(), 0);
-  const std::int64_t elements = trainable_elements(costs);
-  const std::int64_t slot = core::reduce_buffer_elements(costs.trace().optimizer.largest_param_elements);
-  if (elements == 0 || slot <= 0) return out;
-  // Each gradient is packed into a buffer as its backward makes it ...
-  for (std::size_t l = 0; l < graph.size(); ++l) out[l] += gradient_copy_ns(costs, graph.trainable_bytes(static_cast<int>(l)), 1);
-  // ... and once a buffer's reduces are done, the parts the worker owns are added into its range's
-  // gradients (as gradient_reduce_ns places the buffer's reduces).
-  const core::ElementRange owned = core::owned_elements(elements, choice.workers(), 0);
-  for (std::int64_t end = elements; end > 0; end -= slot) {
-    const core::ElementRange packed{std::max<std::int64_t>(0, end - slot), end};
-    out[static_cast<std::size_t>(graph.layer_holding_trainable_byte(4 * packed.begin))] +=
-        gradient_copy_ns(costs, 4 * core::overlap(packed, owned).size(), 1.5);
-  }
+  // Once a buffer's reduces are done, the parts the worker owns are added into its range's gradients ...
+  std::vector<std::int64_t> out = per_reduce_buffer(costs, graph, choice, [&](core::ElementRange packed, std::int64_t elements) {
+    return gradient_copy_ns(costs, 4 * core::overlap(packed, core::owned_elements(elements, choice.workers(), 0)).size(), 1.5);
+  });
+  // ... and each gradient is packed into a buffer as its backward makes it.
+  for (std::size_t l = 0; l < out.size(); ++l) out[l] += gradient_copy_ns(costs, graph.trainable_bytes(static_cast<int>(l)), 1);
   return out;
 }
 
