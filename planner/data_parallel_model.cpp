@@ -40,7 +40,7 @@ std::int64_t bucket_buffer_bytes(const core::CostModel& costs, const core::StepC
 std::int64_t gradient_copy_ns(const core::CostModel& costs, std::int64_t bytes, double passes) {
   const core::DeviceInfo& device = costs.trace().device;
   if (device.is_cuda() || device.host_to_device_bytes_per_s <= 0 || bytes <= 0) return 0;
-  return std::llround(passes * static_cast<double>(bytes) / device.host_to_device_bytes_per_s * 1e9);
+  return core::transfer_ns(std::llround(passes * static_cast<double>(bytes)), device.host_to_device_bytes_per_s, 0, 0);
 }
 
 AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector<Op>& last_ops, const core::StepChoice& choice) {
@@ -63,6 +63,7 @@ AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector
     b.ready_after_op = std::min(backward_op[static_cast<std::size_t>(bucket.first_layer)], last_ops.size() - 1);
     b.bytes = bucket.bytes;
     b.duration_ns = core::ring_allreduce_ns(bucket.bytes, choice.workers(), choice.data_parallel->link);
+    b.copy_ns = gradient_copy_ns(costs, bucket.bytes, 1);
     b.start_ns = std::max(end_of[b.ready_after_op], collective_free);
     b.end_ns = b.start_ns + b.duration_ns;
     collective_free = b.end_ns;
@@ -77,10 +78,10 @@ AllReduceTiming allreduce_timing(const core::CostModel& costs, const std::vector
   // The last backward copies each gradient into its bucket as it is made (the compute's time, after
   // its ops here), and once a bucket's all-reduce is done the worker copies the sum back into the
   // gradients, bucket by bucket: the copies back are in what it waits for.
-  for (const auto& b : timing.buckets) timing.copy_in_ns += gradient_copy_ns(costs, b.bytes, 1);
+  for (const auto& b : timing.buckets) timing.copy_in_ns += b.copy_ns;
   const std::int64_t compute_end = clock + timing.copy_in_ns;
   std::int64_t copied_back = compute_end;
-  for (const auto& b : timing.buckets) copied_back = std::max(copied_back, b.end_ns) + gradient_copy_ns(costs, b.bytes, 1);
+  for (const auto& b : timing.buckets) copied_back = std::max(copied_back, b.end_ns) + b.copy_ns;
   timing.exposed_ns = copied_back - compute_end;
   return timing;
 }
@@ -119,7 +120,7 @@ int append_allreduce_tasks(const core::CostModel& costs, const std::vector<Op>& 
   }
   // Each bucket's sum copied back into the gradients once its all-reduce is done, in turn.
   for (std::size_t k = 0; k < timing.buckets.size(); ++k) {
-    const std::int64_t ns = gradient_copy_ns(costs, timing.buckets[k].bytes, 1);
+    const std::int64_t ns = timing.buckets[k].copy_ns;
     if (ns <= 0) continue;
     core::Task copy;
     copy.name = "bucket " + std::to_string(k) + " copied back";

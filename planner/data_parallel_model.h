@@ -40,6 +40,7 @@ struct BucketAllReduce {
   std::int64_t duration_ns = 0;
   std::int64_t start_ns = 0;  // from the start of the last micro-batch: after it is ready and after the bucket before
   std::int64_t end_ns = 0;
+  std::int64_t copy_ns = 0;  // its gradients' copy into it, and again of its sum back into them
 };
 struct AllReduceTiming {
   std::vector<BucketAllReduce> buckets;
