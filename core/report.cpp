@@ -68,6 +68,7 @@ nlohmann::json data_parallel_to_json(const DataParallelReport& d) {
   if (d.shard_stage >= 2) {
     out["gradient_reduce_seconds"] = d.gradient_reduce_seconds;
     out["predicted_gradient_reduce_seconds"] = d.predicted_gradient_reduce_seconds;
+    out["gradient_reduces"] = d.gradient_reduces;
   }
   if (d.shard_stage >= 3) {
     out["gather_seconds"] = d.gather_seconds;
@@ -217,6 +218,7 @@ DataParallelReport read_data_parallel(const JsonNode& dp) {
   if (d.shard_stage >= 2) {
     d.gradient_reduce_seconds = dp.at("gradient_reduce_seconds").as_double();
     d.predicted_gradient_reduce_seconds = dp.at("predicted_gradient_reduce_seconds").as_double();
+    if (dp.has("gradient_reduces")) d.gradient_reduces = dp.at("gradient_reduces").as_non_negative_int();
   }
   if (d.shard_stage >= 3) {
     d.gather_seconds = dp.at("gather_seconds").as_double();

@@ -87,6 +87,7 @@ struct DataParallelReport {
   // plan's (its exposed_gradient_reduce_seconds).
   double gradient_reduce_seconds = 0;
   double predicted_gradient_reduce_seconds = 0;
+  std::int64_t gradient_reduces = 0;  // the collectives worker 0's reduces started in its last step
   // Stage 3: how long worker 0 waits in its parameter gathers over a step (median), beside the
   // plan's (its exposed_parameter_gather_seconds).
   double gather_seconds = 0;

@@ -494,6 +494,7 @@ struct ShardedParameters::State {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: the hooks live on them
   bool reducing = false;
   std::int64_t reduced = 0;  // gradients reduced since start_step
+  std::int64_t reduces_started = 0;  // collectives, since start_step
   double reduce_seconds = 0;
   // Stage 3: per unit (a block's layers or a layer's, as the plan gathers: core::parameter_units), its
   // trainable parameters' buffer (undefined where it has none), and the values of this worker's range.
@@ -619,10 +620,12 @@ struct ShardedParameters::State {
     }
   }
 
-  // Calls part(owner, from, to) for each worker's part of the flat elements [first, end).
+  // Calls part(owner, from, to) for each worker's part of the flat elements [first, end), from the
+  // first owner's or, `last_owner_first`, from the last's.
   template <typename F>
-  void for_each_owner(std::int64_t first, std::int64_t end, F part) const {
-    for (std::size_t r = 0; r < ranges.size(); ++r) {
+  void for_each_owner(std::int64_t first, std::int64_t end, F part, bool last_owner_first = false) const {
+    for (std::size_t k = 0; k < ranges.size(); ++k) {
+      const std::size_t r = last_owner_first ? ranges.size() - 1 - k : k;
       const core::ElementRange shared = core::overlap({first, end}, ranges[r]);
       if (shared.size() > 0) part(static_cast<int>(r), shared.begin, shared.end);
     }
@@ -653,6 +656,7 @@ struct ShardedParameters::State {
       options.rootRank = slot.parts[first].owner;
       slot.in_flight.push_back(named_as_collective("a gradient's reduce to worker " + std::to_string(options.rootRank),
                                                    [&] { return workers->group().reduce(run, options); }));
+      ++reduces_started;
       first = end;
     }
     filling = (filling + 1) % slots.size();
@@ -660,8 +664,11 @@ struct ShardedParameters::State {
   }
 
   // Elements [first, end) of the flat order, packed into the filling slot (sent whenever it is full).
+  // Backward makes the gradients from the last layer's to the first's, so the owners' parts come
+  // from the last owner's to the first's: a parameter on an owners' boundary packs its last owner's
+  // part first, which continues the run the gradients before it left (a collective less each side).
   void pack(const torch::Tensor& flat_gradient, std::int64_t first, std::int64_t end) {
-    for_each_owner(first, end, [&](int r, std::int64_t from, std::int64_t to) {
+    const auto owner_part = [&](int r, std::int64_t from, std::int64_t to) {
       for (std::int64_t at = from; at < to;) {
         Slot& slot = slots[filling];
         const std::int64_t n = std::min(to - at, slot.buffer.numel() - slot.filled);
@@ -671,7 +678,8 @@ struct ShardedParameters::State {
         at += n;
         if (slot.filled == slot.buffer.numel()) send();
       }
-    });
+    };
+    for_each_owner(first, end, owner_part, true);
   }
 
   // Stage 2: parameter k's gradient, just made, packed for its reduce and let go; backward goes on
@@ -818,6 +826,7 @@ void ShardedParameters::start_step() {
   s.owned_grad.zero_();
   for (auto& p : s.parameters) p.mutable_grad() = torch::Tensor();
   s.reduced = 0;
+  s.reduces_started = 0;
   s.reduce_seconds = 0;
   s.gather_seconds = 0;
   s.reducing = true;
@@ -839,6 +848,8 @@ double ShardedParameters::finish_backward() {
   }
   return s.reduce_seconds;
 }
+
+std::int64_t ShardedParameters::reduces_started() const { return state_->reduces_started; }
 
 void ShardedParameters::gather_for_check() {
   State& s = *state_;

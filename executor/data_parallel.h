@@ -187,6 +187,8 @@ class ShardedParameters final : public LayerParameterHooks {
   // Every micro-batch's backward has run: stage 2 stops reducing, and checks each backward reduced
   // every parameter. Returns the seconds the step's reduces took (0 at stage 1).
   double finish_backward();
+  // Stage 2: the collectives the step's reduces started so far.
+  std::int64_t reduces_started() const;
   // Stage 2, for the gradient check: every parameter's whole gradient, gathered from its owners;
   // stage 3 also every unit's parameters, which release_all lets go of.
   void gather_for_check();

@@ -82,6 +82,7 @@ void DataParallelStep::after_backward() {
   if (sync_) last_wait_ = sync_->finish();
   if (sharded_) {
     last_reduce_ = sharded_->finish_backward();
+    last_reduces_started_ = sharded_->reduces_started();
     last_gather_ = sharded_->gather_seconds();
   }
 }
@@ -127,6 +128,7 @@ void DataParallelStep::after_run(const core::Plan& plan, core::Report& report) {
   const double wait = waits_.empty() ? 0 : core::median(waits_);
   if (!broadcasts_.empty()) report.data_parallel->broadcast_seconds = core::median(broadcasts_);
   if (!reduces_.empty()) report.data_parallel->gradient_reduce_seconds = core::median(reduces_);
+  report.data_parallel->gradient_reduces = last_reduces_started_;
   if (!gathers_.empty()) report.data_parallel->gather_seconds = core::median(gathers_);
   const auto all = workers_.gather({samples, static_cast<double>(report.measured.peak_bytes), step, wait});
   for (int r = 0; r < workers_.size(); ++r) {

@@ -72,6 +72,7 @@ class DataParallelStep final : public StepWrapper {
   double last_broadcast_ = 0;
   std::vector<double> broadcasts_;  // the measured steps'
   double last_reduce_ = 0;          // stage 2: the last step's gradient reduces
+  std::int64_t last_reduces_started_ = 0;  // and the collectives they started
   std::vector<double> reduces_;
   double last_gather_ = 0;  // stage 3: the last step's parameter gathers
   std::vector<double> gathers_;

@@ -295,15 +295,29 @@ std::vector<std::int64_t> per_reduce_buffer(const core::CostModel& costs, const 
   return out;
 }
 
+namespace {
+
+// The workers whose ranges of the flat order `packed` holds elements of: a buffer's collectives.
+std::int64_t owners_spanned(core::ElementRange packed, std::int64_t elements, int workers) {
+  std::int64_t owners = 0;
+  for (int r = 0; r < workers; ++r) owners += core::overlap(packed, core::owned_elements(elements, workers, r)).size() > 0;
+  return owners;
+}
+
+}  // namespace
+
 std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
-  // A collective per owner whose range the buffer spans.
   return per_reduce_buffer(costs, graph, choice, [&](core::ElementRange packed, std::int64_t elements) {
-    std::int64_t owners = 0;
-    for (int r = 0; r < choice.workers(); ++r) {
-      owners += core::overlap(packed, core::owned_elements(elements, choice.workers(), r)).size() > 0;
-    }
-    return core::reduce_ns(4 * packed.size(), owners, choice.workers(), choice.data_parallel->link);
+    return core::reduce_ns(4 * packed.size(), owners_spanned(packed, elements, choice.workers()), choice.workers(),
+                           choice.data_parallel->link);
   });
+}
+
+std::int64_t gradient_reduce_collectives(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
+  const std::vector<std::int64_t> per_layer = per_reduce_buffer(costs, graph, choice, [&](core::ElementRange packed, std::int64_t elements) {
+    return owners_spanned(packed, elements, choice.workers());
+  });
+  return std::accumulate(per_layer.begin(), per_layer.end(), std::int64_t{0});
 }
 
 std::vector<std::int64_t> gradient_reduce_copy_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {

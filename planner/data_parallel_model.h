@@ -81,6 +81,9 @@ std::int64_t worker_gradient_bytes(const core::CostModel& costs, const core::Ste
 // step's, every micro-batch's.
 std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
 std::int64_t gradient_reduce_step_ns(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
+// Stage 2-3: the collectives a micro-batch's reduces start, one per owner whose range a buffer
+// spans (0 below stage 2).
+std::int64_t gradient_reduce_collectives(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice);
 // Stage 2-3, per layer: the worker's copies for a micro-batch's reduces on its compute thread, after
 // the layer's backward: its gradients packed into a buffer, and the parts it owns of the buffers
 // whose reduces gradient_reduce_ns places there added into its range's gradients.

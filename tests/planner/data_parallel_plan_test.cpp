@@ -414,6 +414,8 @@ TEST(DataParallelPlan, StageTwoShardsTheGradientsAndReducesThemInBackward) {
   const std::int64_t buffers = (elements + (1 << 20) - 1) >> 20;
   ASSERT_NE(elements % (1 << 20), (elements + 1) / 2 % (1 << 20));  // the ranges meet inside a buffer
   const std::int64_t collectives = buffers + 1;
+  EXPECT_EQ(planner::gradient_reduce_collectives(costs, graph, two), collectives);
+  EXPECT_EQ(planner::gradient_reduce_collectives(costs, graph, one), 0);
   EXPECT_NEAR(static_cast<double>(total), static_cast<double>(core::reduce_ns(costs.gradient_bytes(), collectives, 2, link)), 50.0);
   EXPECT_EQ(planner::gradient_reduce_step_ns(costs, graph, two), 2 * total);
   EXPECT_TRUE(planner::gradient_reduce_ns(costs, graph, one).empty());
