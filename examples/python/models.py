@@ -329,5 +329,7 @@ def add_arguments(parser, model="resnet18", steps_help="training steps", dict_ba
     parser.add_argument("--fraction", type=float, default=0.6, help="the budget, as a fraction of the whole batch's need")
     parser.add_argument("--steps", type=int, default=20, help=steps_help)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--timing-seconds", type=float, default=2.0,
+                        help="the profile's timing rounds (profile --timing-seconds): longer ones resolve closer plans")
     parser.add_argument("--image-size", type=int, default=128)
 

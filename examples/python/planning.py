@@ -10,7 +10,8 @@ def profile_and_plan(model, inputs, args, precision="fp32", trace=None, profile_
     (models.build's fourth element), `optimizer` the one the loop trains with."""
     if trace is None:
         trace = headroom.profile(model, inputs, batch_sizes=[b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch],
-                                 threads=args.threads, repeats=3, precision=precision, optimizer=optimizer,
+                                 threads=args.threads, repeats=3, timing_seconds=args.timing_seconds,
+                                 precision=precision, optimizer=optimizer,
                                  **(profile_args or {}))
     need = headroom.plan(trace, budget="1TiB", batch=args.batch, strategies="none").predicted_peak_bytes
     return need, headroom.plan(trace, budget=int(args.fraction * need), batch=args.batch)
