@@ -1,6 +1,7 @@
 #include "cli/worker_launch.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -91,9 +92,21 @@ std::vector<std::string> worker_command(const std::string& executable, const Wor
   return args;
 }
 
-// In the forked child: becomes worker `rank`, or exits 127 where it cannot.
+// The CPUs this process may run on, in order.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) throw std::runtime_error(std::string("cannot read this process's CPUs: ") + std::strerror(errno));
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// In the forked child: becomes worker `rank` on `cpus` (any of the launcher's where empty), or exits
+// 127 where it cannot.
 [[noreturn]] void become_worker(const std::string& executable, std::vector<std::string> args, int rank,
-                                const std::string& log) {
+                                const std::string& log, const std::vector<int>& cpus) {
   // The worker: it dies with the launcher (a killed launcher leaves no worker waiting on the
   // others); its errors and progress go to its log; only worker 0 prints the report.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -102,6 +115,16 @@ std::vector<std::string> worker_command(const std::string& executable, const Wor
   if (rank != 0) {
     const int null = ::open("/dev/null", O_WRONLY);
     if (null >= 0) ::dup2(null, STDOUT_FILENO);
+  }
+  // Before exec, so that every thread the worker starts stays on its CPUs.
+  if (!cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (const int c : cpus) CPU_SET(c, &set);
+    if (::sched_setaffinity(0, sizeof(set), &set) != 0) {
+      std::fprintf(stderr, "headroom: cannot bind worker %d to its CPUs: %s\n", rank, std::strerror(errno));
+      ::_exit(127);
+    }
   }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -114,6 +137,7 @@ std::vector<std::string> worker_command(const std::string& executable, const Wor
 std::vector<Worker> start_workers(const WorkerLaunch& launch, const WorkerDirectory& dir) {
   const std::string executable = self_executable();
   std::vector<Worker> workers(static_cast<std::size_t>(launch.workers));
+  const std::vector<std::vector<int>> cpus = worker_cpus(allowed_cpus(), launch.workers);
   std::fflush(stdout);
   std::fflush(stderr);
   for (int rank = 0; rank < launch.workers; ++rank) {
@@ -126,7 +150,7 @@ std::vector<Worker> start_workers(const WorkerLaunch& launch, const WorkerDirect
       }
       throw std::runtime_error(std::string("cannot start worker processes: ") + std::strerror(errno));
     }
-    if (pid == 0) become_worker(executable, std::move(args), rank, log);
+    if (pid == 0) become_worker(executable, std::move(args), rank, log, cpus.empty() ? std::vector<int>{} : cpus[static_cast<std::size_t>(rank)]);
     workers[static_cast<std::size_t>(rank)].pid = pid;
   }
   return workers;
@@ -235,6 +259,16 @@ void report_failure(const std::vector<Worker>& workers, const WorkerDirectory& d
 }
 
 }  // namespace
+
+std::vector<std::vector<int>> worker_cpus(const std::vector<int>& allowed, int workers) {
+  if (workers < 1 || allowed.size() < static_cast<std::size_t>(workers)) return {};
+  const std::size_t each = allowed.size() / static_cast<std::size_t>(workers);
+  std::vector<std::vector<int>> out;
+  for (std::size_t r = 0; r < static_cast<std::size_t>(workers); ++r) {
+    out.emplace_back(allowed.begin() + static_cast<std::ptrdiff_t>(r * each), allowed.begin() + static_cast<std::ptrdiff_t>((r + 1) * each));
+  }
+  return out;
+}
 
 int launch_workers(const WorkerLaunch& launch) {
   const WorkerDirectory dir;

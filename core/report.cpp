@@ -53,7 +53,8 @@ nlohmann::json data_parallel_to_json(const DataParallelReport& d) {
                        {"samples", w.samples},
                        {"peak_bytes", w.peak_bytes},
                        {"step_seconds", w.step_seconds},
-                       {"allreduce_wait_seconds", w.allreduce_wait_seconds}});
+                       {"allreduce_wait_seconds", w.allreduce_wait_seconds},
+                       {"cpus", w.cpus}});
   }
   nlohmann::json out = {{"world_size", d.world_size}, {"backend", d.backend},           {"buckets", d.buckets},
                         {"bucket_bytes", d.bucket_bytes}, {"weight_checks", d.weight_checks}, {"workers", workers},
@@ -227,7 +228,8 @@ DataParallelReport read_data_parallel(const JsonNode& dp) {
   for (const auto& w : dp.at("workers").elements()) {
     d.workers.push_back({static_cast<int>(w.at("rank").as_int_in(0, 4095)), w.at("samples").as_non_negative_int(),
                          w.at("peak_bytes").as_non_negative_int(), w.at("step_seconds").as_double(),
-                         w.at("allreduce_wait_seconds").as_double()});
+                         w.at("allreduce_wait_seconds").as_double(),
+                         w.has("cpus") ? static_cast<int>(w.at("cpus").as_int_in(0, 1 << 20)) : 0});
   }
   return d;
 }

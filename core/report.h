@@ -63,6 +63,8 @@ struct DataParallelWorker {
   // Its median wait, after its last backward, for the buckets' all-reduces still running (and the
   // sums written back): the all-reduce the backward did not hide.
   double allreduce_wait_seconds = 0;
+  // The CPUs it may run on: `execute --devices N` binds each worker to its share of the launcher's.
+  int cpus = 0;
   bool operator==(const DataParallelWorker&) const = default;
 };
 struct DataParallelReport {

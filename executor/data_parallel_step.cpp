@@ -1,5 +1,7 @@
 #include "executor/data_parallel_step.h"
 
+#include <sched.h>
+
 #include <cmath>
 #include <numeric>
 
@@ -130,10 +132,12 @@ void DataParallelStep::after_run(const core::Plan& plan, core::Report& report) {
   if (!reduces_.empty()) report.data_parallel->gradient_reduce_seconds = core::median(reduces_);
   report.data_parallel->gradient_reduces = last_reduces_started_;
   if (!gathers_.empty()) report.data_parallel->gather_seconds = core::median(gathers_);
-  const auto all = workers_.gather({samples, static_cast<double>(report.measured.peak_bytes), step, wait});
+  cpu_set_t allowed;
+  const int cpus = ::sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
+  const auto all = workers_.gather({samples, static_cast<double>(report.measured.peak_bytes), step, wait, static_cast<double>(cpus)});
   for (int r = 0; r < workers_.size(); ++r) {
     const auto& w = all[static_cast<std::size_t>(r)];
-    report.data_parallel->workers.push_back({r, std::llround(w[0]), std::llround(w[1]), w[2], w[3]});
+    report.data_parallel->workers.push_back({r, std::llround(w[0]), std::llround(w[1]), w[2], w[3], static_cast<int>(w[4])});
   }
   // Worker 0 compares the whole model with one process's after the run (the budget no longer holds).
   if (shard_stage_ >= 3) sharded_->gather_all();

@@ -106,9 +106,10 @@ void write_gradient_check(std::ostream& out, const core::Report& r) {
 }
 
 void write_workers(std::ostream& out, const core::DataParallelReport& d, std::int64_t predicted_peak_bytes) {
-  TextTable workers({{"worker"}, {"samples"}, {"peak memory"}, {"peak error"}, {"step time (s)"}, {"all-reduce wait (s)"}});
+  TextTable workers({{"worker"}, {"CPUs"}, {"samples"}, {"peak memory"}, {"peak error"}, {"step time (s)"}, {"all-reduce wait (s)"}});
   for (const auto& w : d.workers) {
-    workers.add_row({std::to_string(w.rank), std::to_string(w.samples), core::format_bytes(w.peak_bytes),
+    workers.add_row({std::to_string(w.rank), w.cpus > 0 ? std::to_string(w.cpus) : "-", std::to_string(w.samples),
+                     core::format_bytes(w.peak_bytes),
                      percent(core::relative_error(static_cast<double>(predicted_peak_bytes), static_cast<double>(w.peak_bytes))),
                      fixed(w.step_seconds, "%.4f"), fixed(w.allreduce_wait_seconds, "%.4f")});
   }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -184,8 +185,13 @@ void weights_equal_the_full_batch_steps(const DataParallelCase& c) {
   EXPECT_TRUE(report.gradient_check.computed);
   EXPECT_LE(report.gradient_check.max_rel_diff, 1e-5);
   ASSERT_EQ(dp.workers.size(), static_cast<std::size_t>(workers));
+  // Each worker bound to its share of the CPUs this test may use, unbound where they are fewer than the workers.
+  cpu_set_t allowed;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  const int cpus = CPU_COUNT(&allowed);
   std::int64_t samples = 0;
   for (const auto& w : dp.workers) {
+    EXPECT_EQ(w.cpus, cpus >= workers ? cpus / workers : cpus) << w.rank;
     samples += w.samples;
     // Each worker under its own budget; worker 0 carries the most, so its peak is the plan's and
     // the others' at most that.
