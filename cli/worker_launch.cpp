@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -95,7 +96,9 @@ std::vector<std::string> worker_command(const std::string& executable, const Wor
 // The CPUs this process may run on, in order.
 std::vector<int> allowed_cpus() {
   cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) throw std::runtime_error(std::string("cannot read this process's CPUs: ") + std::strerror(errno));
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) {
+    throw std::runtime_error(std::string("cannot read this process's CPUs: ") + std::strerror(errno));
+  }
   std::vector<int> cpus;
   for (int c = 0; c < CPU_SETSIZE; ++c) {
     if (CPU_ISSET(c, &set)) cpus.push_back(c);
@@ -150,7 +153,7 @@ std::vector<Worker> start_workers(const WorkerLaunch& launch, const WorkerDirect
       }
       throw std::runtime_error(std::string("cannot start worker processes: ") + std::strerror(errno));
     }
-    if (pid == 0) become_worker(executable, std::move(args), rank, log, cpus.empty() ? std::vector<int>{} : cpus[static_cast<std::size_t>(rank)]);
+    if (pid == 0) become_worker(executable, std::move(args), rank, log, cpus[static_cast<std::size_t>(rank)]);
     workers[static_cast<std::size_t>(rank)].pid = pid;
   }
   return workers;
@@ -261,11 +264,13 @@ void report_failure(const std::vector<Worker>& workers, const WorkerDirectory& d
 }  // namespace
 
 std::vector<std::vector<int>> worker_cpus(const std::vector<int>& allowed, int workers) {
-  if (workers < 1 || allowed.size() < static_cast<std::size_t>(workers)) return {};
-  const std::size_t each = allowed.size() / static_cast<std::size_t>(workers);
-  std::vector<std::vector<int>> out;
-  for (std::size_t r = 0; r < static_cast<std::size_t>(workers); ++r) {
-    out.emplace_back(allowed.begin() + static_cast<std::ptrdiff_t>(r * each), allowed.begin() + static_cast<std::ptrdiff_t>((r + 1) * each));
+  const auto n = static_cast<std::size_t>(std::max(workers, 0));
+  std::vector<std::vector<int>> out(n);
+  if (n == 0 || allowed.size() < n) return out;
+  const auto each = static_cast<std::ptrdiff_t>(allowed.size() / n);
+  for (std::size_t r = 0; r < n; ++r) {
+    const auto first = allowed.begin() + static_cast<std::ptrdiff_t>(r) * each;
+    out[r].assign(first, first + each);
   }
   return out;
 }

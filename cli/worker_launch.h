@@ -20,7 +20,7 @@ struct WorkerLaunch {
 int launch_workers(const WorkerLaunch& launch);
 
 // Each worker's CPUs: `allowed` (the launcher's, in order) split into `workers` runs of equal length,
-// the rest left over; none (every worker unbound) where there are fewer CPUs than workers. Workers
+// the rest left over; every list empty (no worker bound) where there are fewer CPUs than workers. Workers
 // sharing cores with each other's compute wait in every collective for a thread the other's
 // compute holds (docs/results.md, "Workers bound to their cores").
 std::vector<std::vector<int>> worker_cpus(const std::vector<int>& allowed, int workers);

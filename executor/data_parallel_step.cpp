@@ -134,7 +134,8 @@ void DataParallelStep::after_run(const core::Plan& plan, core::Report& report) {
   if (!gathers_.empty()) report.data_parallel->gather_seconds = core::median(gathers_);
   cpu_set_t allowed;
   const int cpus = ::sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
-  const auto all = workers_.gather({samples, static_cast<double>(report.measured.peak_bytes), step, wait, static_cast<double>(cpus)});
+  const auto all =
+      workers_.gather({samples, static_cast<double>(report.measured.peak_bytes), step, wait, static_cast<double>(cpus)});
   for (int r = 0; r < workers_.size(); ++r) {
     const auto& w = all[static_cast<std::size_t>(r)];
     report.data_parallel->workers.push_back({r, std::llround(w[0]), std::llround(w[1]), w[2], w[3], static_cast<int>(w[4])});

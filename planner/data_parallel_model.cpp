@@ -314,9 +314,8 @@ std::vector<std::int64_t> gradient_reduce_ns(const core::CostModel& costs, const
 }
 
 std::int64_t gradient_reduce_collectives(const core::CostModel& costs, const LayerGraph& graph, const core::StepChoice& choice) {
-  const std::vector<std::int64_t> per_layer = per_reduce_buffer(costs, graph, choice, [&](core::ElementRange packed, std::int64_t elements) {
-    return owners_spanned(packed, elements, choice.workers());
-  });
+  const auto owners = [&](core::ElementRange packed, std::int64_t elements) { return owners_spanned(packed, elements, choice.workers()); };
+  const std::vector<std::int64_t> per_layer = per_reduce_buffer(costs, graph, choice, owners);
   return std::accumulate(per_layer.begin(), per_layer.end(), std::int64_t{0});
 }
 

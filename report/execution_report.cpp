@@ -106,7 +106,8 @@ void write_gradient_check(std::ostream& out, const core::Report& r) {
 }
 
 void write_workers(std::ostream& out, const core::DataParallelReport& d, std::int64_t predicted_peak_bytes) {
-  TextTable workers({{"worker"}, {"CPUs"}, {"samples"}, {"peak memory"}, {"peak error"}, {"step time (s)"}, {"all-reduce wait (s)"}});
+  TextTable workers(
+      {{"worker"}, {"CPUs"}, {"samples"}, {"peak memory"}, {"peak error"}, {"step time (s)"}, {"all-reduce wait (s)"}});
   for (const auto& w : d.workers) {
     workers.add_row({std::to_string(w.rank), w.cpus > 0 ? std::to_string(w.cpus) : "-", std::to_string(w.samples),
                      core::format_bytes(w.peak_bytes),

@@ -224,7 +224,8 @@ void weights_equal_the_full_batch_steps(const DataParallelCase& c) {
     EXPECT_GT(dp.predicted_gradient_reduce_seconds, 0);
     // The reduces the plan times, no more: a collective per owner whose range a buffer spans.
     const core::Trace trace = core::read_trace_file(c.trace_file());
-    const std::int64_t per_micro_batch = planner::gradient_reduce_collectives(core::CostModel(trace), planner::LayerGraph(trace), plan.choice);
+    const std::int64_t per_micro_batch =
+        planner::gradient_reduce_collectives(core::CostModel(trace), planner::LayerGraph(trace), plan.choice);
     EXPECT_EQ(dp.gradient_reduces, per_micro_batch * static_cast<std::int64_t>(plan.choice.worker_micro_batches(0).size()));
   }
   fs::remove_all(dir);
