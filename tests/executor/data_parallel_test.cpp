@@ -244,7 +244,6 @@ TEST(DataParallel, ShardedGradientsOverThreeWorkersEndWithTheFullBatchWeights) {
 // checkpointed block's recompute, which keeps them for its backward.
 TEST(DataParallel, ShardedParametersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps({.workers = 2, .shard = "3"}); }
 TEST(DataParallel, ShardedParametersOverThreeWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps({.workers = 3, .shard = "3"}); }
-TEST(DataParallel, ShardedParametersRecomputedEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps({.workers = 2, .shard = "3", .checkpointing = true}); }
 // The gpt's blocks gathered whole: a unit's parameters held from its first layer to its last,
 // forward, recompute and backward; and its layers' gathered one at a time where the plan says so.
 TEST(DataParallel, ShardedParametersPerBlockEndWithTheFullBatchWeights) {
@@ -255,6 +254,11 @@ TEST(DataParallel, ShardedParametersPerBlockRecomputedEndWithTheFullBatchWeights
 }
 TEST(DataParallel, ShardedParametersPerLayerEndWithTheFullBatchWeights) {
   weights_equal_the_full_batch_steps({.shard = "3", .checkpointing = false, .gather = "layer", .trace = gpt_trace_path()});
+}
+// Recompute is tested on the gpt alone: a stage-3 worker's mlp activations are 0.2% of its peak,
+// finer than the checkpoint search resolves, so no budget reliably asks the mlp to checkpoint.
+TEST(DataParallel, ShardedParametersPerLayerRecomputedEndWithTheFullBatchWeights) {
+  weights_equal_the_full_batch_steps({.shard = "3", .checkpointing = true, .gather = "layer", .trace = gpt_trace_path()});
 }
 TEST(DataParallel, FourWorkersEndWithTheFullBatchWeights) { weights_equal_the_full_batch_steps({.workers = 4}); }
 
