@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <csignal>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -229,6 +230,10 @@ void check_store_address(const std::string& store) {
 
 Workers::Workers(const WorkerIdentity& identity, torch::Device device) : identity_(identity) {
   check_store_address(identity.store);
+  // A peer that dies closes its sockets, and a write to one raises SIGPIPE, which ends a C++ process
+  // at once (Python ignores it, so PyTorch's launchers never see it): ignored, the write fails, the
+  // collective throws, and this worker says so and exits as a collective's failure.
+  std::signal(SIGPIPE, SIG_IGN);
   auto store = open_store(identity);
   const auto on_device = torch::TensorOptions().dtype(torch::kInt64).device(device);
   digest_ = torch::zeros({1}, on_device);
