@@ -9,7 +9,7 @@ activations or buffers. Two columns per stage, both from the ZeRO paper's per-st
 - "as published": mixed-precision Adam, K = 12 (float32 master weights and two moments).
 - "this run's bytes": the same formulas with this run's bytes per parameter (float32 parameters and
   gradients, 4 each, and the trace's measured optimizer state per parameter as K).
-Then headroom's plan at `--shard S` (each worker's share whole: the budget is large) and `execute --devices N`: worker 0's predicted and every worker's measured peak.
+Then headroom's plan at `--shard S` (`--strategies none`: each worker's share whole, in one micro-batch) and `execute --devices N`: worker 0's predicted and every worker's measured peak.
 
   python3 bench/zero_estimators.py [--headroom build/default/headroom] [--models bert,gpt] [--workers 2,4] [--batch 16]
 """
@@ -65,7 +65,7 @@ def main():
             for stage in STAGES:
                 plan = os.path.join(folder, f"{model}-{workers}-{stage}.json")
                 run([args.headroom, "plan", trace, "--budget", args.budget, "--batch", str(args.batch), "--devices",
-                     str(workers), "--shard", str(stage), "--strategies", "mbp", "-o", plan])
+                     str(workers), "--shard", str(stage), "--strategies", "none", "-o", plan])
                 with open(plan) as f:
                     p = json.load(f)
                 out = plan + ".report.json"
