@@ -252,8 +252,9 @@ TEST(RingInfCl, AWorkerThatVanishesMidRingFailsTheOthers) {
   ASSERT_TRUE(WIFEXITED(spawned.status[1]));
   EXPECT_EQ(WEXITSTATUS(spawned.status[1]), 3);
   for (const int r : {0, 2}) {
-    ASSERT_TRUE(WIFEXITED(spawned.status[static_cast<std::size_t>(r)])) << r << " ended by signal " << WTERMSIG(spawned.status[static_cast<std::size_t>(r)]);
-    EXPECT_EQ(WEXITSTATUS(spawned.status[static_cast<std::size_t>(r)]), 1) << r;
+    const int status = spawned.status[static_cast<std::size_t>(r)];
+    ASSERT_TRUE(WIFEXITED(status)) << r << " ended by signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), 1) << r;
     const std::string err = [&] {
       std::ifstream in(spawned.dir / ("rank" + std::to_string(r) + ".err"));
       return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
