@@ -151,7 +151,8 @@ def main():
                 print(f"| {row[0]} | {row[1]} ||||")
             else:
                 print(f"| {row[0]} | " + " | ".join(f"{a:,} / {b:,}" for a, b in row[1:]) + " |")
-        print(f"\nlargest difference: {100 * worst[0]:.3f}% of the step's peak ({worst[1]})")
+        print(f"\nlargest difference: {100 * worst[0]:.3f}% of the step's peak ({worst[1]})" if worst[1]
+              else "\nlargest difference: none, every byte the same")
         failed |= worst[0] > 0.01
         for capture in ("script", "eager"):
             print(f"{capture} trace's micro_batch_error by size: " + timing_errors(traces[capture]))
