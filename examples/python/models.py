@@ -293,14 +293,15 @@ def freeze(model, patterns):
         p.requires_grad_(not frozen)
 
 
-def make_optimizer(text, parameters, lr):
+def make_optimizer(text, parameters, lr=None):
     """The torch.optim optimizer headroom's text names: "sgd" (momentum 0.9), "sgd(momentum=0)",
-    "adam", "adam(amsgrad)", "adamw", "adamw(amsgrad)"."""
+    "adam", "adam(amsgrad)", "adamw", "adamw(amsgrad)"; `lr` None: SGD's 0.01, Adam's 1e-4, as
+    fine-tuning commonly starts."""
     if text.startswith("sgd"):
         momentum = 0.9 if text == "sgd" else float(text[len("sgd(momentum="):-1])
-        return torch.optim.SGD(parameters, lr=lr, momentum=momentum)
+        return torch.optim.SGD(parameters, lr=0.01 if lr is None else lr, momentum=momentum)
     kind = torch.optim.AdamW if text.startswith("adamw") else torch.optim.Adam
-    return kind(parameters, lr=lr, amsgrad=text.endswith("(amsgrad)"))
+    return kind(parameters, lr=1e-4 if lr is None else lr, amsgrad=text.endswith("(amsgrad)"))
 
 
 def max_relative_difference(planned, reference):

@@ -48,7 +48,7 @@ def main():
     models.freeze(model, args.freeze)
     need, plan = planning.profile_and_plan(model, inputs, args, precision=args.precision,
                                            profile_args={**profile_args, "capture": args.capture},
-                                           optimizer=models.make_optimizer(args.optimizer, model.parameters(), 1e-4))
+                                           optimizer=models.make_optimizer(args.optimizer, model.parameters()))
     print(f"profiled and planned in {time.perf_counter() - started:.1f} s; the whole batch needs {need / 2**20:.1f} MiB\n")
     print(plan)
 
@@ -67,7 +67,7 @@ def main():
     print(f"gradients against the whole-batch step: max relative difference {difference:.2e}\n")
     del planned, reference, check
 
-    optimizer = models.make_optimizer(args.optimizer, model.parameters(), 1e-4)
+    optimizer = models.make_optimizer(args.optimizer, model.parameters())
     step = headroom.apply(plan, model, optimizer, loss_fn)
     for i in range(args.steps):
         inputs, targets = make_batch(args.batch, seed=i)
@@ -82,4 +82,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except headroom.Error as error:  # a budget no plan fits, a model headroom cannot run: one line
+        sys.exit(f"plain_loop.py: {error}")
