@@ -48,21 +48,25 @@ def measured_peak(plan, freeze, args, enforce_budget):
     torch.manual_seed(0)
     model, loss_fn, make_batch, _ = models.build("resnet18", args.image_size)
     models.freeze(model, freeze)
-    optimizer = models.make_optimizer("adam", [p for p in model.parameters() if p.requires_grad], 1e-4)
+    optimizer = models.make_optimizer("adam", [p for p in model.parameters() if p.requires_grad])
     step = headroom.apply(plan, model, optimizer, loss_fn, enforce_budget=enforce_budget)
-    for i in range(1 + args.steps):
-        step(*make_batch(plan.global_batch, seed=i))
-    peak = step.measured_peak_bytes
-    step.remove()
-    return peak
+    try:
+        for i in range(1 + args.steps):
+            step(*make_batch(plan.global_batch, seed=i))
+    except headroom.BudgetExceeded:
+        return None
+    finally:
+        step.remove()
+    return step.measured_peak_bytes
 
 
 def profile(freeze, args):
+    """The eager trace of resnet18 with `freeze`'s parameters frozen, at batch sizes up to --batch."""
     torch.manual_seed(0)
     model, _, make_batch, _ = models.build("resnet18", args.image_size)
     models.freeze(model, freeze)
     inputs, _ = make_batch(args.batch)
-    optimizer = models.make_optimizer("adam", [p for p in model.parameters() if p.requires_grad], 1e-4)
+    optimizer = models.make_optimizer("adam", [p for p in model.parameters() if p.requires_grad])
     return headroom.profile(model, inputs, batch_sizes=[b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch],
                             capture="eager", repeats=3, threads=args.threads, optimizer=optimizer)
 
@@ -87,8 +91,8 @@ def main():
     budget = int(args.fraction * need)
     print(f"budget: {budget:,} B ({budget / 2**20:.1f} MiB, {args.fraction:.0%} of the all-trainable whole "
           f"batch of {args.batch}: {need:,} B)\n")
-    print("| trains | the planner's largest (5% margin) | largest that fits | its predicted peak | measured "
-          "(budget enforced) | next batch up, measured (no budget) |")
+    print("| trains | planner's largest (5% margin) | largest that fits | its predicted peak | "
+          "measured, budget enforced | next batch up, measured without a budget |")
     print("|---|---|---|---|---|---|")
     failures = 0
     for case, freeze in CASES.items():
@@ -97,13 +101,19 @@ def main():
         # Without the planner's margin: the batch the prediction says is the last to fit, run under
         # the budget, and the one after it, which should not.
         batch = largest_whole_batch(traces[case], budget, margin=0.0)
+        if batch == 0:
+            print(f"| {case} | none | none: even a batch of 1 needs more | | | |")
+            failures += 1
+            continue
         plan = whole_plan(traces[case], budget, batch, margin=0.0)
         peak = measured_peak(plan, freeze, args, enforce_budget=True)
         over = headroom.plan(traces[case], budget="1TiB", batch=batch + 1, strategies="none")
         next_peak = measured_peak(over, freeze, args, enforce_budget=False)
-        failures += plan.predicted_peak_bytes < peak or peak > budget or next_peak <= budget
-        print(f"| {case} | {offered} | {batch} | {plan.predicted_peak_bytes:,} | {peak:,} | "
-              f"{batch + 1}: {next_peak:,} ({'over' if next_peak > budget else 'FITS'}) |", flush=True)
+        failures += peak is None or plan.predicted_peak_bytes < peak or next_peak <= budget
+        measured = "over the budget: refused" if peak is None else f"{peak:,}"
+        beyond = f"over, by {next_peak - budget:,} B" if next_peak > budget else "FITS"
+        print(f"| {case} | {offered} | {batch} | {plan.predicted_peak_bytes:,} | {measured} | "
+              f"{batch + 1}: {next_peak:,} ({beyond}) |", flush=True)
     return 1 if failures else 0
 
 

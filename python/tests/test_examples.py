@@ -17,7 +17,7 @@ def run_loop(tmp_path, *flags):
     # A child of its own: plain_loop imports headroom before torch, as a user's script does.
     done = subprocess.run([sys.executable, LOOP, "--batch", "4", "--steps", "2", "--timing-seconds", "0.2",
                            "--image-size", "64", "--threads", "1", "--report", str(report), *flags],
-                          capture_output=True, text=True, env=os.environ.copy(), timeout=600)
+                          capture_output=True, text=True, env=os.environ.copy(), timeout=240)
     return done, (json.loads(report.read_text()) if report.exists() else None)
 
 
