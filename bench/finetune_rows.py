@@ -73,9 +73,7 @@ def run_row(name, flags, args, folder):
             "peak_over": (predicted["peak_bytes"] - measured["peak_bytes"]) / measured["peak_bytes"],
             "predicted_rate": predicted["samples_per_second"], "measured_rate": measured["samples_per_second"],
             "gradient_difference": float(difference.group(1)) if difference else None,
-            "static_memory": static.group(1).strip() if static else "", "exit": done.returncode,
-            # What the machine timed around the loop said: a speed that moved, a prediction rescaled.
-            "machine": [w for w in document.get("warnings", []) if "machine" in w]}
+            "static_memory": static.group(1).strip() if static else "", "exit": done.returncode}
 
 
 def main():
@@ -116,9 +114,6 @@ def main():
     for r in rows:
         if r.get("static_memory"):
             print(f"{r['row']}: {r['static_memory']}")
-    for r in rows:
-        for warning in r.get("machine", []):
-            print(f"{r['row']}: {warning}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

@@ -228,18 +228,4 @@ void predict_for_the_run(const Plan& plan, Report& report) {
   report.throughput_rel_error = relative_error(report.predicted.samples_per_second, report.measured.samples_per_second);
 }
 
-void note_machine_speed(Report& report) {
-  if (!report.calibration_before || !report.calibration_after) return;
-  const SpeedRatio moved = speed_ratio(*report.calibration_before, *report.calibration_after);
-  if (!moved.differs) return;
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "the machine's speed moved during the run (matrix products %+.0f%%, convolutions %+.0f%%, memory-bound "
-                "work %+.0f%% from before the warm-up to after the last step): another load shared it, so its times are "
-                "not a fair test of the prediction",
-                100 * (1 / moved.matmul.value_or(moved.compute) - 1), 100 * (1 / moved.conv.value_or(moved.compute) - 1),
-                100 * (1 / moved.memory - 1));
-  report.warnings.push_back(line);
-}
-
 }  // namespace headroom::core

@@ -57,9 +57,4 @@ std::optional<double> step_seconds_on(const Plan& plan, const SpeedRatio& ratio)
 // no time by class of work.
 void predict_for_the_run(const Plan& plan, Report& report);
 
-// Where the two calibrations around a run (report.calibration_before/after) differ beyond their
-// noise, one warning beside the times: another load shared the machine while it ran. (Whether the
-// predicted times are the run's machine's is predict_for_the_run's to say.)
-void note_machine_speed(Report& report);
-
 }  // namespace headroom::core

@@ -14,7 +14,6 @@
 #include "core/errors.h"
 #include "core/unprofiled_sizes.h"
 #include "core/host_memory.h"
-#include "core/rescale.h"
 #include "core/statistics.h"
 #include "core/units.h"
 #include "executor/grad_cache.h"
@@ -624,6 +623,24 @@ void note_unprofiled_sizes(const core::Plan& plan, const core::Trace& trace, cor
   if (auto warning = core::unprofiled_sizes_warning(plan, trace, report)) report.warnings.push_back(std::move(*warning));
 }
 
+// What the two calibrations around the run say about the machine, as a warning beside the times.
+// (Whether the predicted times are this machine's is the caller's to say: it may rescale them.)
+void note_machine_speed(core::Report& report) {
+  if (report.calibration_before && report.calibration_after) {
+    const core::SpeedRatio moved = core::speed_ratio(*report.calibration_before, *report.calibration_after);
+    if (moved.differs) {
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "the machine's speed moved during the run (matrix products %+.0f%%, convolutions %+.0f%%, memory-bound "
+                    "work %+.0f%% from before the warm-up to after the last step): another load shared it, so its times are "
+                    "not a fair test of the prediction",
+                    100 * (1 / moved.matmul.value_or(moved.compute) - 1), 100 * (1 / moved.conv.value_or(moved.compute) - 1),
+                    100 * (1 / moved.memory - 1));
+      report.warnings.push_back(line);
+    }
+  }
+}
+
 }  // namespace
 
 core::Report execute(const core::Plan& plan, const core::Trace& measured, const std::string& plan_path,
@@ -662,7 +679,7 @@ core::Report execute(const core::Plan& plan, const core::Trace& measured, const 
     progress(options, "calibration after");
     report.calibration_after = runtime::calibrate(device, 1);
   }
-  core::note_machine_speed(report);
+  note_machine_speed(report);
   summarize(plan, report);
   note_unprofiled_sizes(plan, trace, report);
   note_dropout_off(trace, options, report);

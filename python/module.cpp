@@ -19,7 +19,6 @@
 #include "core/errors.h"
 #include "core/host_memory.h"
 #include "core/plan.h"
-#include "core/rescale.h"
 #include "core/report.h"
 #include "core/trace.h"
 #include "core/units.h"
@@ -236,22 +235,6 @@ void bind_report(py::module_& m) {
     // Validated as `headroom compare` reads it.
     return as_the_cli_says([&] {
       return core::to_json(core::report_from_json(nlohmann::json::parse(report_json), "report")).dump(1) + "\n";
-    });
-  });
-  // The machine timed around a run of the package's step, as `headroom execute` times it around its own.
-  m.def("calibrate", [] {
-    py::gil_scoped_release unlocked;
-    return core::to_json(runtime::calibrate(c10::Device(c10::kCPU), 1)).dump();
-  });
-  // A run's report as `headroom execute` finishes one: what the calibrations around the run say of
-  // the machine, and the prediction moved to the machine the run found where it differs from the plan's.
-  m.def("report_for_the_run", [](const std::string& plan_json, const std::string& report_json) {
-    return as_the_cli_says([&] {
-      const core::Plan plan = core::plan_from_json(nlohmann::json::parse(plan_json));
-      core::Report report = core::report_from_json(nlohmann::json::parse(report_json), "report");
-      core::note_machine_speed(report);
-      core::predict_for_the_run(plan, report);
-      return core::to_json(report).dump(1) + "\n";
     });
   });
   m.def("render_report", [](const std::string& report_json) {

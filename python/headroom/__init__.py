@@ -368,11 +368,7 @@ def apply(plan, model, optimizer, loss_fn, *, enforce_budget=True, warmup_steps=
     the allocator `headroom execute` uses, on the step's memory (the model's parameters, gradients and
     optimizer state, and what the step allocates; the batch your loop holds is yours, as a dataset is): a step that would go over raises
     BudgetExceeded naming the layer, phase and bytes. The step's measured peak and time are kept beside the prediction:
-    `step.report()` (the report `headroom execute` writes), `print(step)`. As `headroom execute`
-    does, the step times this machine (the calibration's kernels, about half a second) before its
-    first step and, for the report, after its last: where the machine runs them at another speed than
-    the plan's times hold for, the prediction is moved to it, and where it moved during the run, the
-    report says so.
+    `step.report()` (the report `headroom execute` writes), `print(step)`.
 
     A batch of keyword inputs is a dict: `step(batch)` runs `model(**batch)` on each micro-batch of
     its tensors. `loss_fn=None`: the model returns its loss (`outputs.loss`, `outputs["loss"]`, its

@@ -46,8 +46,6 @@ class Step:
         self._hooks, self._forwards = [], {}
         self._threads_before = None
         self._installed = False
-        # The machine timed before the first step and after the last, as `headroom execute` times it.
-        self._machine_before, self._machine_after = None, None
         if not isinstance(plan, Plan):
             raise InputError(f"plan: expected a headroom.Plan, got {type(plan).__name__}")
         if not isinstance(model, torch.nn.Module):
@@ -352,8 +350,6 @@ class Step:
         """Starts a measured step under the budget; returns its generation."""
         if not self._rehomed:
             self._rehome()
-        if self._machine_before is None:  # before the warm-up, outside the budget and the step's clock
-            self._machine_before = self._time_machine()
         self._generation += 1
         counted, uncounted = self._own_bytes(list(self._state_tensors()))
         # What the process holds besides the model's state (a dataset, your loop's batch, other
@@ -373,25 +369,6 @@ class Step:
         self._in_step = True
         self._started = time.perf_counter()
         return self._generation
-
-    def _time_machine(self):
-        """The calibration's kernels timed now (about half a second), at the step's threads."""
-        restore = None
-        if self._threads and self._threads_before is None:  # removed: the process has its own threads back
-            restore = (torch.get_num_threads(), _core.blas_threads())
-            _core.use_threads(int(self._threads))
-        try:
-            return json.loads(_core.calibrate())
-        finally:
-            if restore:
-                _core.use_threads(restore[1] if restore[1] > 0 else restore[0])
-                torch.set_num_threads(restore[0])
-
-    def _machine_after_last_step(self):
-        """The machine timed after the last step run, once per step (print(step) and save_report() agree)."""
-        if self._machine_after is None or self._machine_after[0] != self._calls:
-            self._machine_after = (self._calls, self._time_machine())
-        return self._machine_after[1]
 
     def _end(self, loss):
         seconds = time.perf_counter() - self._started
@@ -608,21 +585,7 @@ class Step:
         report["warnings"] = self._warnings + report["warnings"]
         if self.plan.precision != "fp32":
             report["precision"] = self.plan.precision
-        report.update(self._calibrations(document))
-        # As `headroom execute` finishes its report: a machine that moved during the run is said, and
-        # the prediction moves to the machine the run found where that is not the plan's.
-        return json.loads(_core_call(_core.report_for_the_run, self.plan._text, json.dumps(report)))
-
-    def _calibrations(self, document):
-        """The report's calibration: the machine the prediction holds for, and the one timed around the run."""
-        calibration = {}
-        planned_on = document.get("calibration") or self._trace.get("calibration")
-        if planned_on:
-            calibration["predicted"] = planned_on
-        if self._machine_before is not None and self._peaks:
-            calibration["before"] = self._machine_before
-            calibration["after"] = self._machine_after_last_step()
-        return {"calibration": calibration} if calibration else {}
+        return json.loads(_core_call(_core.report_json, json.dumps(report)))
 
     def save_report(self, path):
         """Writes report() where `headroom compare` reads it."""

@@ -144,30 +144,6 @@ def test_planned_step_has_the_whole_batchs_gradients_and_its_predicted_peak(trac
     assert "peak memory" in repr(step)
 
 
-def test_the_report_times_the_machine_and_moves_a_prediction_made_for_another_to_it(trace, tmp_path):
-    plan = headroom.plan(trace, budget=int(0.6 * need(trace)), batch=BATCH)
-    # The same plan, said to hold for a machine that runs the calibration's kernels 4x as fast as this one.
-    document = plan.to_dict()
-    faster = copy.deepcopy(document["calibration"])
-    faster["runs"] = [{kernel: 4 * speed for kernel, speed in run.items()} for run in faster["runs"]]
-    document["calibration"] = faster
-    (tmp_path / "faster.json").write_text(json.dumps(document))
-    elsewhere = headroom.Plan.load(str(tmp_path / "faster.json"))
-    model = Classifier()
-    step = headroom.apply(elsewhere, model, torch.optim.Adam(model.parameters()), nn.CrossEntropyLoss())
-    inputs, targets = batch()
-    for _ in range(3):
-        step(inputs, targets)
-    report = step.report()
-    assert {"predicted", "before", "after"} <= set(report["calibration"]), report.get("calibration")
-    assert any("rescaled" in w for w in report["warnings"]), report["warnings"]
-    # Its times a step that run slower here by the share of the step the kernels stand for.
-    assert report["predicted"]["samples_per_second"] < 0.5 * elsewhere.predicted_samples_per_second
-    # Timed once after the last step: the printed report and the saved one are the same run's.
-    assert step.report()["calibration"]["after"] == report["calibration"]["after"]
-    assert "machine (calibration" in repr(step)
-
-
 def test_checkpointed_blocks_are_recomputed_with_the_same_gradients(trace):
     # The whole batch in one micro-batch, under a budget only checkpointing meets.
     whole = need(trace)

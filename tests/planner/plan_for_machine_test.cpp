@@ -188,26 +188,5 @@ TEST(PlanForMachine, ARunsPredictionIsMovedToTheMachineItRanOn) {
   EXPECT_TRUE(same.warnings.empty());
 }
 
-// Timed before the run and after it, a machine that slowed down in between is said in one warning
-// (another load shared it): the times of that run are no fair test. One that held its speed, nothing.
-TEST(PlanForMachine, AMachineThatSlowedDuringTheRunIsSaid) {
-  const core::Trace trace = committed("cpu-cnn.json");
-  core::Report report;
-  report.calibration_before = trace.calibration;
-  report.calibration_after = scaled(*trace.calibration, 1.0 / 2);
-  core::note_machine_speed(report);
-  ASSERT_EQ(report.warnings.size(), 1u);
-  EXPECT_NE(report.warnings[0].find("the machine's speed moved during the run"), std::string::npos) << report.warnings[0];
-  EXPECT_NE(report.warnings[0].find("memory-bound work -50%"), std::string::npos) << report.warnings[0];
-
-  core::Report steady;
-  steady.calibration_before = steady.calibration_after = trace.calibration;
-  core::note_machine_speed(steady);
-  EXPECT_TRUE(steady.warnings.empty());
-  core::Report untimed;  // a report without the timings says nothing
-  core::note_machine_speed(untimed);
-  EXPECT_TRUE(untimed.warnings.empty());
-}
-
 }  // namespace
 }  // namespace headroom
