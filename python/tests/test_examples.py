@@ -25,7 +25,7 @@ def run_loop(tmp_path, *flags):
     # keyword inputs, a dataclass output with its own loss, a data-dependent loop: captured eager.
     # Where the plan checkpoints blocks.1 alone (the profile's times decide), the checkpoint holds
     # the attention mask the forward's own code made (128 B a sample) until the block's backward,
-    # which the prediction does not count: 256 B under at 2 x 2.
+    # which the prediction does not count: 256 B under at 2 x 2, 512 B at one micro-batch of 4.
     (["--model", "tagger", "--fraction", "0.8"], 128 * 4),
     # a frozen backbone under SGD without momentum, captured eager
     (["--model", "resnet18", "--freeze", "*,!fc", "--optimizer", "sgd(momentum=0)", "--capture", "eager",
