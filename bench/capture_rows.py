@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "python"))
 import models  # noqa: E402
+import planning  # noqa: E402
 from finetune_rows import plan_shape  # noqa: E402  (this folder's)
 
 FIELDS = ("kept_bytes", "output_bytes", "fwd_transient_bytes", "bwd_transient_bytes")
@@ -36,7 +37,7 @@ def profile_both(name, args):
     torch.manual_seed(0)
     model, _, make_batch, profile_args = models.build(name, args.image_size)
     inputs, _ = make_batch(2)
-    sizes = [b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch]
+    sizes = planning.batch_sizes_up_to(args.batch)
     return {capture: headroom.profile(model, inputs, batch_sizes=sizes, repeats=3, threads=args.threads,
                                       timing_seconds=args.timing_seconds, capture=capture, **profile_args)
             for capture in ("script", "eager")}

@@ -18,6 +18,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "python"))
 import models  # noqa: E402
+import planning  # noqa: E402
 
 CASES = {"all": "", "layer4+fc": "*,!layer4,!fc", "fc": "*,!fc"}
 
@@ -31,24 +32,35 @@ def whole_plan(trace, budget, batch, margin):
 
 
 def largest_whole_batch(trace, budget, margin):
-    """The largest batch whose whole step fits `budget`: the need grows with the batch, so a bisection."""
-    if whole_plan(trace, budget, 1, margin) is None:
-        return 0
+    """(the largest batch whose whole step fits `budget`, its plan), (0, None) where none does: the
+    need grows with the batch, so a bisection."""
+    best = whole_plan(trace, budget, 1, margin)
+    if best is None:
+        return 0, None
     fits, too_big = 1, 2
-    while whole_plan(trace, budget, too_big, margin) is not None:
-        fits, too_big = too_big, 2 * too_big
+    while (plan := whole_plan(trace, budget, too_big, margin)) is not None:
+        fits, too_big, best = too_big, 2 * too_big, plan
     while too_big - fits > 1:
         middle = (fits + too_big) // 2
-        fits, too_big = (middle, too_big) if whole_plan(trace, budget, middle, margin) is not None else (fits, middle)
-    return fits
+        plan = whole_plan(trace, budget, middle, margin)
+        if plan is not None:
+            fits, best = middle, plan
+        else:
+            too_big = middle
+    return fits, best
+
+
+def fresh_model(freeze, args):
+    """(resnet18 with `freeze`'s parameters frozen, its loss, its batches, Adam on what trains), seeded alike each call."""
+    torch.manual_seed(0)
+    model, loss_fn, make_batch, _ = models.build("resnet18", args.image_size)
+    models.freeze(model, freeze)
+    return model, loss_fn, make_batch, models.make_optimizer("adam", [p for p in model.parameters() if p.requires_grad])
 
 
 def measured_peak(plan, freeze, args, enforce_budget):
     """The highest peak of `args.steps` steps after one warm-up, of a fresh model with the plan applied."""
-    torch.manual_seed(0)
-    model, loss_fn, make_batch, _ = models.build("resnet18", args.image_size)
-    models.freeze(model, freeze)
-    optimizer = models.make_optimizer("adam", [p for p in model.parameters() if p.requires_grad])
+    model, loss_fn, make_batch, optimizer = fresh_model(freeze, args)
     step = headroom.apply(plan, model, optimizer, loss_fn, enforce_budget=enforce_budget)
     try:
         for i in range(1 + args.steps):
@@ -62,13 +74,10 @@ def measured_peak(plan, freeze, args, enforce_budget):
 
 def profile(freeze, args):
     """The eager trace of resnet18 with `freeze`'s parameters frozen, at batch sizes up to --batch."""
-    torch.manual_seed(0)
-    model, _, make_batch, _ = models.build("resnet18", args.image_size)
-    models.freeze(model, freeze)
+    model, _, make_batch, optimizer = fresh_model(freeze, args)
     inputs, _ = make_batch(args.batch)
-    optimizer = models.make_optimizer("adam", [p for p in model.parameters() if p.requires_grad])
-    return headroom.profile(model, inputs, batch_sizes=[b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch],
-                            capture="eager", repeats=3, threads=args.threads, optimizer=optimizer)
+    return headroom.profile(model, inputs, batch_sizes=planning.batch_sizes_up_to(args.batch), capture="eager",
+                            repeats=3, threads=args.threads, optimizer=optimizer)
 
 
 def main():
@@ -97,15 +106,14 @@ def main():
     failures = 0
     for case, freeze in CASES.items():
         print(f"applying resnet18, {case} trainable...", file=sys.stderr, flush=True)
-        offered = largest_whole_batch(traces[case], budget, margin=0.05)
+        offered, _ = largest_whole_batch(traces[case], budget, margin=0.05)
         # Without the planner's margin: the batch the prediction says is the last to fit, run under
         # the budget, and the one after it, which should not.
-        batch = largest_whole_batch(traces[case], budget, margin=0.0)
+        batch, plan = largest_whole_batch(traces[case], budget, margin=0.0)
         if batch == 0:
             print(f"| {case} | none | none: even a batch of 1 needs more | | | |")
             failures += 1
             continue
-        plan = whole_plan(traces[case], budget, batch, margin=0.0)
         peak = measured_peak(plan, freeze, args, enforce_budget=True)
         over = headroom.plan(traces[case], budget="1TiB", batch=batch + 1, strategies="none")
         next_peak = measured_peak(over, freeze, args, enforce_budget=False)
